@@ -1,0 +1,3 @@
+from fedsciml.cli import main
+
+raise SystemExit(main())

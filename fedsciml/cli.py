@@ -1,0 +1,237 @@
+"""Command line: ``python -m fedsciml {list,solve,ridge,bench} ...``.
+
+Bad input (unknown problem or method, an option out of range) exits with
+status 2 and one line on stderr, no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+EXIT_USAGE = 2
+
+
+class CLIError(Exception):
+    pass
+
+
+def _problem_param_flags():
+    from fedsciml.problems import REGISTRY
+
+    flags = {}
+    for cls in REGISTRY.values():
+        for name, spec in cls.params.items():
+            flags.setdefault(name, spec)
+    return flags
+
+
+def _add_solve_parser(sub):
+    p = sub.add_parser(
+        "solve",
+        help="solve a registered problem (centralized or federated)",
+        description="Solve PROBLEM. Without --clients (or with --method centralized) the pooled centralized "
+                    "Levenberg–Marquardt reference runs; with --clients K the data are split among K clients and "
+                    "a federated method runs (default: fipa).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("problem", help="problem name (see `python -m fedsciml list`)")
+    p.add_argument("--method", default=None, help="centralized | gn | fipa | fedavg | fedprox")
+    p.add_argument("--clients", type=int, default=None, help="number of clients K (default: the problem's, usually 1)")
+    p.add_argument("--optimizer", default="lm", choices=["lm", "adam", "lbfgs"], help="centralized optimizer")
+    p.add_argument("--seed", type=int, default=0, help="seed for sampling, initialization and client selection")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--budget", type=float, default=None, help="time budget in seconds (solver time)")
+    p.add_argument("--max-iters", type=int, default=None, help="iteration cap (centralized)")
+    p.add_argument("--tol", type=float, default=0.0, help="stop when the mean loss ½‖r‖²/N falls below this")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (Adam/L-BFGS, local Adam)")
+    fed = p.add_argument_group("federated options")
+    fed.add_argument("--rounds", type=int, default=None, help="communication rounds")
+    fed.add_argument("--rank", type=int, default=None, help="FIPA: rank r of each client's curvature sketch")
+    fed.add_argument("--adaptive", action="store_true", help="FIPA: adaptive per-client rank and local steps")
+    fed.add_argument("--merge", default=None, choices=["pinv", "qr"], help="FIPA server merge")
+    fed.add_argument("--beta", type=float, default=None, help="FIPA QR merge regularization β")
+    fed.add_argument("--gamma", type=float, default=None, help="FIPA QR merge step γ")
+    fed.add_argument("--local", default=None, choices=["adam", "gn"], help="local solver (FIPA/FedAvg/FedProx)")
+    fed.add_argument("--local-steps", type=int, default=None, help="local steps τ per round")
+    fed.add_argument("--mu", type=float, default=None, help="FedProx proximal weight μ")
+    fed.add_argument("--participation", type=float, default=None, help="fraction of clients sampled per round")
+    fed.add_argument("--dropout", type=float, default=None, help="probability a sampled client fails to answer")
+    fed.add_argument("--compare", default=None, help="comma-separated methods to run side by side, e.g. fedavg,gn,fipa")
+    fed.add_argument("--checkpoint", default=None, help="directory for per-round checkpoints")
+    fed.add_argument("--resume", action="store_true", help="resume from --checkpoint")
+    prob = p.add_argument_group("problem options (see `list`; each applies to the problems that declare it)")
+    for name, spec in sorted(_problem_param_flags().items()):
+        prob.add_argument("--" + name.replace("_", "-"), dest="popt_" + name, default=None, help=spec.help)
+    out = p.add_argument_group("output")
+    out.add_argument("--json", default=None, help="write result JSON to this file")
+    out.add_argument("--out", default=None, help="directory for result.json, history.csv and PNG plots")
+    out.add_argument("--quiet", action="store_true", help="no progress lines")
+    out.add_argument("--every", type=int, default=10, help="progress line every N steps/rounds")
+    return p
+
+
+FED_KEYS = ("rounds", "rank", "adaptive", "merge", "beta", "gamma", "local", "local_steps", "mu", "participation",
+            "dropout", "checkpoint", "resume")
+
+
+def cmd_list(args):
+    from fedsciml.problems import list_problems
+    from fedsciml.runner import available_methods
+
+    print("problems:")
+    for name, desc in list_problems():
+        print(f"  {name:20s} {desc}")
+    print("methods:")
+    descr = {
+        "centralized": "pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)",
+        "gn": "exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)",
+        "fipa": "Fisher-informed parameterwise aggregation (full, --rank r, --adaptive, --merge qr)",
+        "fedavg": "FedAvg, data-size weighted average of local updates",
+        "fedprox": "FedProx, FedAvg with a proximal term μ",
+    }
+    for m in available_methods():
+        print(f"  {m:20s} {descr.get(m, '')}")
+    extra = []
+    if _has_module("fedsciml.ridge.cli"):
+        extra.append("  ridge                one-shot federated ridge (python -m fedsciml ridge --help)")
+    if _has_module("fedsciml.images.cli"):
+        extra.append("  bench images         image-classification aggregator benchmarks (python -m fedsciml bench images --help)")
+    if extra:
+        print("other commands:")
+        print("\n".join(extra))
+    return 0
+
+
+def _has_module(name):
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def cmd_solve(args):
+    from fedsciml.problems import get_problem
+    from fedsciml.runner import solve
+
+    popts = {k[5:]: v for k, v in vars(args).items() if k.startswith("popt_") and v is not None}
+    problem = get_problem(args.problem, **popts)
+    method = args.method or ("fipa" if args.clients and args.clients > 1 else "centralized")
+    if args.budget is not None and args.budget <= 0:
+        raise CLIError(f"--budget must be > 0 seconds, got {args.budget}")
+    if args.clients is not None and args.clients < 1:
+        raise CLIError(f"--clients must be ≥ 1, got {args.clients}")
+    common = dict(budget=args.budget, tol=args.tol, lr=args.lr, every=args.every)
+    fed = {k: getattr(args, k) for k in FED_KEYS if getattr(args, k) not in (None, False)}
+    methods = [method] + ([m.strip() for m in args.compare.split(",") if m.strip() and m.strip() != method] if args.compare else [])
+    results = []
+    for m in methods:
+        opts = dict(common)
+        if m == "centralized":
+            opts.update(optimizer=args.optimizer, max_iters=args.max_iters)
+        else:
+            opts.update(fed)
+        if not args.quiet:
+            print(f"[fedsciml] {problem.name} · method={m} · clients={args.clients or problem.default_clients} · "
+                  f"params={problem.network().n_params if hasattr(problem, 'network') else '?'}", file=sys.stderr)
+        res = solve(problem, method=m, clients=args.clients, seed=args.seed, device=args.device,
+                    progress=not args.quiet, **opts)
+        results.append(res)
+    _print_summary(results)
+    _write_outputs(problem, results, args)
+    return 0
+
+
+def _print_summary(results):
+    r0 = results[0]
+    metric = r0.metric_name
+    print(f"\n{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters, device {r0.device}, {r0.dtype}")
+    print(f"{'method':14s} {'steps':>7s} {'seconds':>9s} {'loss':>11s} {metric:>11s} {'floats sent':>13s}")
+    for r in results:
+        last = r.history[-1] if r.history else {}
+        print(f"{r.method:14s} {last.get('step', 0):7d} {r.wall_time_s:9.2f} {r.final.get('loss') or float('nan'):11.3e} "
+              f"{r.error:11.3e} {last.get('floats_sent', 0):13d}")
+    print(f"final {metric} ({r0.method}): {r0.error:.3e}")
+
+
+def _write_outputs(problem, results, args):
+    payload = results[0].to_dict() if len(results) == 1 else {"runs": [r.to_dict() for r in results]}
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(payload, f, indent=2)
+        print(f"wrote {args.json}")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "result.json"), "w") as f:
+            json.dump(payload, f, indent=2)
+        for r in results:
+            suffix = "" if len(results) == 1 else f"_{r.method}"
+            r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
+        try:
+            from fedsciml.plotting import plot_runs
+        except ImportError:
+            plot_runs = None
+        if plot_runs is not None:
+            for path in plot_runs(problem, results, args.out):
+                print(f"wrote {path}")
+        print(f"wrote {args.out}/result.json")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m fedsciml",
+        description="fedsciml: federated scientific machine learning — PINNs, function fitting and ridge "
+                    "regression on data split across clients, with exact Gauss–Newton, FIPA, FedAvg and "
+                    "one-shot sufficient-statistic fusion.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{list,solve,ridge,bench}")
+    sub.add_parser("list", help="list problems and methods")
+    _add_solve_parser(sub)
+    if _has_module("fedsciml.ridge.cli"):
+        from fedsciml.ridge import cli as ridge_cli
+
+        ridge_cli.add_parser(sub)
+    bench = sub.add_parser("bench", help="benchmarks (bench images ...)")
+    bsub = bench.add_subparsers(dest="bench_command", metavar="{images}")
+    if _has_module("fedsciml.images.cli"):
+        from fedsciml.images import cli as images_cli
+
+        images_cli.add_parser(bsub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    from fedsciml.federated.messages import MessageRejected
+    from fedsciml.problems import ProblemError
+
+    try:
+        if args.command == "list":
+            return cmd_list(args)
+        if args.command == "solve":
+            return cmd_solve(args)
+        if args.command == "ridge":
+            from fedsciml.ridge import cli as ridge_cli
+
+            return ridge_cli.run(args)
+        if args.command == "bench":
+            if getattr(args, "bench_command", None) == "images":
+                from fedsciml.images import cli as images_cli
+
+                return images_cli.run(args)
+            parser.parse_args(["bench", "--help"])
+    except (CLIError, ProblemError, MessageRejected, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,1 @@
+"""Federated layer: client messages, aggregators and the round simulation."""

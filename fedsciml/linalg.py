@@ -1,0 +1,118 @@
+"""Dense linear algebra shared by every second-order and one-shot method.
+
+Everything here works on any device and in the dtype it is given; callers
+keep the server side in float64.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class NotPositiveDefinite(RuntimeError):
+    """A (damped) Gram matrix could not be Cholesky-factorized."""
+
+
+def n_upper(d: int) -> int:
+    """Number of floats in the upper triangle of a d×d symmetric matrix."""
+    return d * (d + 1) // 2
+
+
+def pack_upper(H: torch.Tensor) -> torch.Tensor:
+    """Upper triangle (diagonal included) of a symmetric matrix, row-major; ``d(d+1)/2`` floats."""
+    d = H.shape[-1]
+    i, j = torch.triu_indices(d, d, device=H.device)
+    return H[..., i, j]
+
+
+def unpack_upper(v: torch.Tensor, d: int) -> torch.Tensor:
+    """Inverse of :func:`pack_upper`: the full symmetric matrix."""
+    if v.shape[-1] != n_upper(d):
+        raise ValueError(f"packed triangle has {v.shape[-1]} entries, a {d}×{d} matrix needs {n_upper(d)}")
+    i, j = torch.triu_indices(d, d, device=v.device)
+    H = v.new_zeros(v.shape[:-1] + (d, d))
+    H[..., i, j] = v
+    H[..., j, i] = v
+    return H
+
+
+def dim_from_packed(n: int) -> int:
+    """d such that d(d+1)/2 == n, or a ValueError."""
+    d = int(round(((8 * n + 1) ** 0.5 - 1) / 2))
+    if n_upper(d) != n:
+        raise ValueError(f"{n} is not a triangular number d(d+1)/2")
+    return d
+
+
+def add_diagonal(H: torch.Tensor, mu) -> torch.Tensor:
+    """``H + μI`` (μ a scalar or a batch of scalars) without modifying H."""
+    eye = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
+    mu = torch.as_tensor(mu, dtype=H.dtype, device=H.device)
+    return H + mu[..., None, None] * eye
+
+
+def cholesky(A: torch.Tensor) -> torch.Tensor:
+    """Lower Cholesky factor, or :class:`NotPositiveDefinite` naming the failing pivot."""
+    L, info = torch.linalg.cholesky_ex(A)
+    bad = info.reshape(-1)
+    if bool((bad != 0).any()):
+        raise NotPositiveDefinite(
+            f"matrix is not positive definite (Cholesky failed at pivot {int(bad[bad != 0][0])} of {A.shape[-1]})"
+        )
+    return L
+
+
+def damped_solve(H: torch.Tensor, b: torch.Tensor, mu=0.0) -> torch.Tensor:
+    """Solve ``(H + μI) x = b`` by Cholesky (batched over leading dims of H and μ)."""
+    L = cholesky(add_diagonal(H, mu) if (torch.is_tensor(mu) or mu != 0) else H)
+    if b.ndim == H.ndim - 1:
+        return torch.cholesky_solve(b.unsqueeze(-1), L).squeeze(-1)
+    return torch.cholesky_solve(b, L)
+
+
+def pinv_solve(H: torch.Tensor, b: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
+    """Moore–Penrose solve ``H^† b`` for symmetric PSD H through ``eigh``.
+
+    Eigenvalues below ``rtol · λ_max`` are treated as zero (default
+    ``p · eps``, as numpy's ``pinv``/``matrix_rank``).
+    """
+    lam, U = torch.linalg.eigh(H)
+    if rtol is None:
+        rtol = H.shape[-1] * torch.finfo(H.dtype).eps
+    cut = rtol * lam.abs().max()
+    inv = torch.where(lam > cut, 1.0 / lam, torch.zeros_like(lam))
+    return U @ (inv * (U.T @ b))
+
+
+def top_eigh(H: torch.Tensor, r: int):
+    """Top-r eigenpairs of a symmetric matrix by dense ``eigh``: ``(U [p, r], λ [r])``, λ descending."""
+    p = H.shape[-1]
+    if not 1 <= r <= p:
+        raise ValueError(f"rank r={r} must be in [1, {p}]")
+    lam, U = torch.linalg.eigh(H)
+    return U[:, -r:].flip(-1), lam[-r:].flip(-1)
+
+
+def subspace_iteration(matmat, p: int, r: int, *, oversample: int = 10, iters: int = 3,
+                       seed: int = 0, dtype=torch.float64, device="cpu"):
+    """Top-r eigenpairs of a symmetric PSD operator from products alone.
+
+    Randomized subspace iteration (FIPA paper Eq. 10) followed by a
+    Rayleigh–Ritz projection (Eqs. 11–12): ``matmat(V)`` must return ``H V`` for
+    a block ``V`` of shape ``[p, L]`` (for example through ``jvp``/``vjp``, never
+    forming H).  ``L = min(p, r + oversample)``.  Returns ``(U [p, r], λ [r])``,
+    λ descending and clipped at 0.
+    """
+    if not 1 <= r <= p:
+        raise ValueError(f"rank r={r} must be in [1, {p}]")
+    L = min(p, r + max(0, int(oversample)))
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    V = torch.randn(p, L, generator=gen, dtype=torch.float64).to(dtype=dtype, device=device)
+    V, _ = torch.linalg.qr(V)
+    for _ in range(max(1, int(iters))):
+        V, _ = torch.linalg.qr(matmat(V))
+    HV = matmat(V)
+    S = V.T @ HV
+    S = 0.5 * (S + S.T)
+    lam, W = torch.linalg.eigh(S)
+    lam, W = lam.flip(-1)[:r], W.flip(-1)[:, :r]
+    return V @ W, lam.clamp_min(0)

@@ -1,0 +1,1 @@
+"""Optimizers: the Levenberg–Marquardt state machine and centralized drivers."""

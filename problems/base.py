@@ -1,0 +1,205 @@
+"""Problem base types, parameter declarations, sampling and the registry.
+
+A problem is declarative: its parameters, domain, how the domain (or data)
+splits among clients, its default network, its residual parts, its exact
+solution and its test metric.  No training code lives here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+import torch
+
+from fedsciml.nn import MLP
+from fedsciml.objective import LeastSquares, PointwiseLeastSquares, ResidualPart, stack_objectives
+
+DTYPE = torch.float64
+
+
+class ProblemError(ValueError):
+    """Invalid problem options (the message names the value and what is allowed)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    default: Any
+    type: Callable = float
+    help: str = ""
+    check: Callable[[Any], str | None] | None = None  # returns an error message or None
+    choices: tuple | None = None
+
+
+def positive(name):
+    return lambda v: None if v > 0 else f"{name} must be > 0, got {v}"
+
+
+def at_least(name, lo):
+    return lambda v: None if v >= lo else f"{name} must be ≥ {lo}, got {v}"
+
+
+SAMPLING = Param("lhs", str, "collocation sampling: lhs (pyDOE Latin hypercube) or uniform", choices=("lhs", "uniform"))
+
+
+def sample_box(n: int, lo, hi, method: str, seed) -> torch.Tensor:
+    """``n`` points in the box ``[lo, hi]`` (arrays of length d), seeded.
+
+    ``method='lhs'`` uses pyDOE's Latin hypercube (``pydoe.lhs``), ``'uniform'``
+    i.i.d. uniform draws.  ``seed`` is anything ``numpy.random.default_rng``
+    accepts (fedsciml passes ``[run_seed, client, purpose]``).
+    """
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    d = lo.shape[0]
+    rng = np.random.default_rng(seed)
+    if n <= 0:
+        return torch.zeros(0, d, dtype=DTYPE)
+    if method == "lhs":
+        import pydoe
+
+        u = pydoe.lhs(d, samples=n, seed=rng)
+    elif method == "uniform":
+        u = rng.random((n, d))
+    else:
+        raise ProblemError(f"sampling must be 'lhs' or 'uniform', got {method!r}")
+    return torch.as_tensor(lo + (hi - lo) * u, dtype=DTYPE)
+
+
+class Problem:
+    """Base class.  Subclasses set the class attributes and implement the hooks."""
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = ""          # "pinn" | "fit" | "ridge"
+    description: ClassVar[str] = ""
+    metric: ClassVar[str] = "rel_l2"  # "rel_l2" or "mse"
+    params: ClassVar[dict] = {}
+    default_clients: ClassVar[int] = 1
+
+    def __init__(self, **options):
+        unknown = set(options) - set(self.params)
+        if unknown:
+            raise ProblemError(
+                f"problem {self.name!r} has no option(s) {sorted(unknown)}; allowed: {sorted(self.params) or 'none'}"
+            )
+        self.options = {}
+        for key, spec in self.params.items():
+            v = options.get(key)
+            if v is None:
+                v = spec.default
+            try:
+                v = spec.type(v) if v is not None else None
+            except (TypeError, ValueError):
+                raise ProblemError(f"option {key}={options.get(key)!r} of problem {self.name!r} is not a valid {spec.type.__name__}")
+            if spec.choices is not None and v not in spec.choices:
+                raise ProblemError(f"option {key}={v!r} of problem {self.name!r} must be one of {list(spec.choices)}")
+            if spec.check is not None and v is not None:
+                msg = spec.check(v)
+                if msg:
+                    raise ProblemError(f"problem {self.name!r}: {msg}")
+            self.options[key] = v
+        self._check()
+
+    def _check(self):
+        """Cross-option validation hook."""
+
+    def __getattr__(self, item):
+        opts = self.__dict__.get("options")
+        if opts is not None and item in opts:
+            return opts[item]
+        raise AttributeError(item)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"
+
+    # --- hooks -----------------------------------------------------------------
+    def network(self) -> MLP:
+        raise NotImplementedError
+
+    def init_params(self, seed: int = 0, device="cpu") -> torch.Tensor:
+        return self.network().init(seed, dtype=DTYPE, device=device)
+
+    def client_objectives(self, n_clients: int, seed: int = 0, device="cpu") -> list[LeastSquares]:
+        raise NotImplementedError
+
+    def evaluate(self, theta: torch.Tensor) -> dict:
+        raise NotImplementedError
+
+    # --- shared helpers -------------------------------------------------------
+    def check_clients(self, n_clients: int):
+        if int(n_clients) != n_clients or n_clients < 1:
+            raise ProblemError(f"number of clients must be a positive integer, got {n_clients}")
+
+    def centralized_objective(self, n_clients: int = 1, seed: int = 0, device="cpu") -> LeastSquares:
+        """The pooled objective of the same client split (the reference every federated run is compared with)."""
+        return stack_objectives(self.client_objectives(n_clients, seed, device))
+
+
+class FieldProblem(Problem):
+    """A problem whose unknown is a field ``u(x)`` represented by an MLP.
+
+    Subclasses give ``exact(x)`` for a batch ``x [n, d]``, ``test_inputs()`` and
+    ``network_sizes``; the metric is relative L2 (PINNs) or MSE (fitting) of
+    ``u_θ`` against ``exact`` on the test inputs.
+    """
+
+    space_dim: ClassVar[int] = 1
+    hidden: ClassVar[tuple] = (32, 32, 32)
+
+    def input_dim(self) -> int:
+        return self.space_dim
+
+    def network(self) -> MLP:
+        if not hasattr(self, "_net"):
+            self.__dict__["_net"] = MLP([self.input_dim(), *self.hidden, 1], "tanh")
+        return self.__dict__["_net"]
+
+    def u(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The network at one point ``x [d]`` (0-d result) or a batch ``[n, d]``."""
+        return self.network()(theta, x)
+
+    def exact(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def test_inputs(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _test(self):
+        if "_test_cache" not in self.__dict__:
+            X = self.test_inputs()
+            self.__dict__["_test_cache"] = (X, self.exact(X))
+        return self.__dict__["_test_cache"]
+
+    def predict(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.u(theta, x.to(theta.device, theta.dtype))
+
+    def evaluate(self, theta: torch.Tensor) -> dict:
+        X, u = self._test()
+        X, u = X.to(theta.device), u.to(theta.device)
+        with torch.no_grad():
+            pred = self.u(theta, X)
+        err = pred - u
+        if self.metric == "mse":
+            return {"mse": float((err ** 2).mean())}
+        return {"rel_l2": float(err.norm() / u.norm())}
+
+    def objective(self, parts: list[ResidualPart]) -> PointwiseLeastSquares:
+        return PointwiseLeastSquares(parts, self.network().n_params)
+
+
+def grid(n_per_dim: int, d: int, lo=0.0, hi=1.0) -> torch.Tensor:
+    """Tensor-product grid of ``n_per_dim**d`` points in ``[lo, hi]^d``."""
+    ax = torch.linspace(lo, hi, n_per_dim, dtype=DTYPE)
+    mesh = torch.meshgrid(*([ax] * d), indexing="ij")
+    return torch.stack([m.reshape(-1) for m in mesh], dim=1)
+
+
+def interval_edges(n_clients: int, edges=None) -> np.ndarray:
+    """Client interval edges on [0, 1]: equal, or user-given (checked)."""
+    if edges is None:
+        return np.linspace(0.0, 1.0, n_clients + 1)
+    e = np.asarray(edges, dtype=np.float64)
+    if len(e) != n_clients + 1 or e[0] != 0.0 or e[-1] != 1.0 or np.any(np.diff(e) <= 0):
+        raise ProblemError(f"client edges must be {n_clients + 1} increasing values from 0 to 1, got {list(e)}")
+    return e

@@ -1,0 +1,98 @@
+"""Physics-informed least squares: ``−Δu + G(u, x) = f`` with Dirichlet data.
+
+Residual rows (FIPA paper Eqs. 7–9, with the weight inside the residual so the
+loss, gradient and curvature agree):
+
+* interior, one per collocation point: ``−Δu_θ(x) + G(u_θ(x), x) − f(x)``
+* boundary, one per boundary point: ``√β · (u_θ(x) − g(x))``, ``g`` = exact solution
+
+``Δu_θ`` is the trace of the input Hessian by nested forward-mode
+``torch.func.jacfwd``; the Jacobian in θ is then ``vmap`` over points of
+``jacrev`` (see :mod:`fedsciml.objective`).
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch.func import jacfwd
+
+from .base import SAMPLING, FieldProblem, Param, ResidualPart, at_least, positive, sample_box
+
+
+def laplacian(u, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``Δ_x u(θ, x)`` at one point ``x [d]`` (u returns a 0-d tensor)."""
+    H = jacfwd(jacfwd(u, argnums=1), argnums=1)(theta, x)
+    return torch.diagonal(H, dim1=-2, dim2=-1).sum(-1)
+
+
+def pinn_params(n_interior: int, boundary_weight: float) -> dict:
+    return {
+        "n_interior": Param(n_interior, int, "interior collocation points per client", at_least("n_interior", 1)),
+        "boundary_weight": Param(boundary_weight, float, "boundary penalty β (weight of squared boundary residuals)", positive("boundary_weight")),
+        "sampling": SAMPLING,
+    }
+
+
+class PINNProblem(FieldProblem):
+    kind: ClassVar[str] = "pinn"
+    metric: ClassVar[str] = "rel_l2"
+
+    # --- the equation ---------------------------------------------------------
+    def reaction(self, u: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """G(u, x); zero for Poisson."""
+        return torch.zeros_like(u)
+
+    def source(self, x: torch.Tensor) -> torch.Tensor:
+        """f at a point ``x [d]`` (or a batch ``[n, d]``)."""
+        raise NotImplementedError
+
+    def interior_residual(self, theta, x):
+        u = self.u(theta, x)
+        return -laplacian(self.u, theta, x) + self.reaction(u, x) - self.source(x)
+
+    def boundary_residual(self, theta, point):
+        x, g = point
+        return self.u(theta, x) - g
+
+    # --- the domain and its split among clients -------------------------------
+    def interior_points(self, client: int, n_clients: int, seed) -> torch.Tensor:
+        raise NotImplementedError
+
+    def boundary_points(self, client: int, n_clients: int, seed) -> torch.Tensor:
+        raise NotImplementedError
+
+    def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
+        self.check_clients(n_clients)
+        objs = []
+        for k in range(n_clients):
+            xi = self.interior_points(k, n_clients, [seed, k, 0]).to(device)
+            xb = self.boundary_points(k, n_clients, [seed, k, 1]).to(device)
+            parts = [ResidualPart("interior", self.interior_residual, xi, 1.0)]
+            if xb.shape[0]:
+                parts.append(ResidualPart("boundary", self.boundary_residual, (xb, self.exact(xb)), self.boundary_weight))
+            objs.append(self.objective(parts))
+        return objs
+
+
+class PDE1D(PINNProblem):
+    """1D problems on [0, 1]; clients own equal intervals; x = 0 belongs to the
+    first client and x = 1 to the last."""
+
+    space_dim = 1
+
+    def interior_points(self, client, n_clients, seed):
+        e = np.linspace(0.0, 1.0, n_clients + 1)
+        return sample_box(self.n_interior, [e[client]], [e[client + 1]], self.sampling, seed)
+
+    def boundary_points(self, client, n_clients, seed):
+        pts = []
+        if client == 0:
+            pts.append(0.0)
+        if client == n_clients - 1:
+            pts.append(1.0)
+        return torch.tensor(pts, dtype=torch.float64).reshape(-1, 1)
+
+    def test_inputs(self):
+        return torch.linspace(0.0, 1.0, 1001, dtype=torch.float64).reshape(-1, 1)

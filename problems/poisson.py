@@ -1,0 +1,94 @@
+"""d-dimensional Poisson ``−Δu = f`` on [0, 1]^d with Dirichlet data.
+
+Exact solution ``Π sin(πx_i)`` (the FIPA paper's text; ``f = dπ² Π sin(πx_i)``,
+zero boundary values) or the variant ``Σ sin(πx_i)`` (its code;
+``f = π² Σ sin(πx_i)``).  Clients own equal strips along x₁.  Boundary points
+are sampled on every face: the faces x₁ = 0 and x₁ = 1 belong to the first and
+last client, every other face is cut into the clients' strips.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .base import SAMPLING, Param, ProblemError, at_least, grid, positive, sample_box
+from .pinn import PINNProblem
+from .registry import register
+
+_PI = math.pi
+
+
+@register
+class Poisson(PINNProblem):
+    name = "poisson"
+    description = "d-dim Poisson −Δu = f on [0,1]^d, u = Π sin πxᵢ (variant sum: Σ sin πxᵢ)"
+    params = {
+        "dim": Param(2, int, "space dimension d ≥ 1", at_least("dim", 1)),
+        "variant": Param("product", str, "product (Π sin πxᵢ) | sum (Σ sin πxᵢ)", choices=("product", "sum")),
+        "n_interior": Param(400, int, "interior collocation points per client", at_least("n_interior", 1)),
+        "n_boundary": Param(50, int, "boundary points per face per client strip (d ≥ 2)", at_least("n_boundary", 1)),
+        "boundary_weight": Param(None, float, "boundary penalty β (default 10 for d = 1, 100 for d ≥ 2)", positive("boundary_weight")),
+        "sampling": SAMPLING,
+    }
+
+    def _check(self):
+        if self.options["boundary_weight"] is None:
+            self.options["boundary_weight"] = 10.0 if self.dim == 1 else 100.0
+        if self.dim > 10:
+            raise ProblemError(f"dim={self.dim} is larger than this implementation supports (1 ≤ dim ≤ 10)")
+
+    def input_dim(self):
+        return self.dim
+
+    def exact(self, x):
+        s = torch.sin(_PI * x)
+        return s.prod(-1) if self.variant == "product" else s.sum(-1)
+
+    def source(self, x):
+        s = torch.sin(_PI * x)
+        if self.variant == "product":
+            return self.dim * _PI ** 2 * s.prod(-1)
+        return _PI ** 2 * s.sum(-1)
+
+    def _strip(self, client, n_clients):
+        e = np.linspace(0.0, 1.0, n_clients + 1)
+        return e[client], e[client + 1]
+
+    def interior_points(self, client, n_clients, seed):
+        a, b = self._strip(client, n_clients)
+        d = self.dim
+        return sample_box(self.n_interior, [a] + [0.0] * (d - 1), [b] + [1.0] * (d - 1), self.sampling, seed)
+
+    def boundary_points(self, client, n_clients, seed):
+        d = self.dim
+        a, b = self._strip(client, n_clients)
+        faces = []
+        if client == 0:
+            faces.append((0, 0.0))
+        if client == n_clients - 1:
+            faces.append((0, 1.0))
+        faces += [(i, v) for i in range(1, d) for v in (0.0, 1.0)]
+        if d == 1:
+            return torch.tensor([[v] for _, v in faces], dtype=torch.float64).reshape(-1, 1)
+        pts = []
+        rng = np.random.default_rng(seed)
+        for f, (i, v) in enumerate(faces):
+            lo = [a] + [0.0] * (d - 1)
+            hi = [b] + [1.0] * (d - 1)
+            if i == 0:
+                lo[0] = hi[0] = v
+            else:
+                lo[i] = hi[i] = v
+            pts.append(sample_box(self.n_boundary, lo, hi, self.sampling, rng.integers(2**32)))
+        return torch.cat(pts)
+
+    def test_inputs(self):
+        d = self.dim
+        if d == 1:
+            return grid(1001, 1)
+        if d == 2:
+            return grid(101, 2)
+        gen = np.random.default_rng(20260101 + d)  # fixed test set, independent of the run seed
+        return torch.as_tensor(gen.random((10000, d)), dtype=torch.float64)
