@@ -19,3 +19,39 @@ if not _os.path.isdir(_os.path.join(_here, "problems")):
     _root = _os.path.dirname(_here)
     if _os.path.isfile(_os.path.join(_root, "problems", "__init__.py")):
         __path__.append(_root)  # type: ignore[name-defined]  # noqa: F821
+
+
+# --- public API (imported lazily so `import fedsciml` stays light) ----------------
+_PUBLIC = {
+    # running
+    "solve": "fedsciml.api", "methods": "fedsciml.api", "Result": "fedsciml.results",
+    # problems
+    "Problem": "fedsciml.problems.base", "FieldProblem": "fedsciml.problems.base", "Param": "fedsciml.problems.base",
+    "ProblemError": "fedsciml.problems.base", "PINNProblem": "fedsciml.problems.pinn",
+    "PDE": "fedsciml.problems.custom", "FieldAt": "fedsciml.problems.custom", "ClientData": "fedsciml.problems.custom",
+    "register": "fedsciml.problems.registry", "get_problem": "fedsciml.problems.registry",
+    "list_problems": "fedsciml.problems.registry",
+    # building blocks
+    "MLP": "fedsciml.nn", "LeastSquares": "fedsciml.objective", "PointwiseLeastSquares": "fedsciml.objective",
+    "LinearLeastSquares": "fedsciml.objective", "ResidualPart": "fedsciml.objective", "GNStats": "fedsciml.objective",
+    "LevenbergMarquardt": "fedsciml.solvers.lm",
+    "Aggregator": "fedsciml.federated.aggregators", "FedAvgAggregator": "fedsciml.federated.aggregators",
+    "FIPAAggregator": "fedsciml.federated.aggregators",
+    # errors
+    "SetupError": "fedsciml.checks", "MessageRejected": "fedsciml.federated.messages",
+}
+__all__ = sorted(_PUBLIC) + ["__version__"]
+
+
+def __getattr__(name):
+    if name in _PUBLIC:
+        import importlib
+
+        value = getattr(importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'fedsciml' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

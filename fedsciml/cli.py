@@ -181,6 +181,52 @@ def _write_outputs(problem, results, args):
         print(f"wrote {args.out}/result.json")
 
 
+def load_plugins(specs) -> list[str]:
+    """Import user problem modules so their ``@register``-ed problems join the registry.
+
+    Sources, in order: installed packages' entry points in the group
+    ``fedsciml.problems``, the ``FEDSCIML_PLUGINS`` environment variable
+    (``os.pathsep``-separated), and ``--plugin`` options.  Each is a module
+    name or a path to a ``.py`` file.
+    """
+    import importlib
+    import importlib.metadata
+    import importlib.util
+
+    loaded = []
+    for ep in importlib.metadata.entry_points(group="fedsciml.problems"):
+        ep.load()
+        loaded.append(ep.name)
+    env = [s for s in os.environ.get("FEDSCIML_PLUGINS", "").split(os.pathsep) if s]
+    for spec in env + list(specs or []):
+        if spec.endswith(".py") or os.path.sep in spec:
+            if not os.path.isfile(spec):
+                raise CLIError(f"plugin file {spec!r} does not exist")
+            name = "fedsciml_plugin_" + os.path.splitext(os.path.basename(spec))[0]
+            mod_spec = importlib.util.spec_from_file_location(name, spec)
+            module = importlib.util.module_from_spec(mod_spec)
+            sys.modules[name] = module
+            mod_spec.loader.exec_module(module)
+        else:
+            try:
+                importlib.import_module(spec)
+            except ImportError as e:
+                raise CLIError(f"cannot import plugin module {spec!r}: {e}")
+        loaded.append(spec)
+    return loaded
+
+
+def _pre_scan_plugins(argv):
+    """``--plugin X`` must be known before the parser (whose flags come from the registry) is built."""
+    out, it = [], iter(argv)
+    for a in it:
+        if a == "--plugin":
+            out.append(next(it, ""))
+        elif a.startswith("--plugin="):
+            out.append(a.split("=", 1)[1])
+    return out
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="python -m fedsciml",
@@ -188,6 +234,9 @@ def build_parser():
                     "regression on data split across clients, with exact Gauss–Newton, FIPA, FedAvg and "
                     "one-shot sufficient-statistic fusion.",
     )
+    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE",
+                        help="import a module or .py file that registers extra problems (repeatable; also "
+                             "FEDSCIML_PLUGINS and the 'fedsciml.problems' entry-point group)")
     sub = parser.add_subparsers(dest="command", metavar="{list,solve,ridge,bench}")
     sub.add_parser("list", help="list problems and methods")
     _add_solve_parser(sub)
@@ -205,6 +254,12 @@ def build_parser():
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        load_plugins(_pre_scan_plugins(argv))
+    except CLIError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -52,7 +52,11 @@ class Result:
 
     @property
     def metric_name(self) -> str:
-        return "rel_l2" if "rel_l2" in self.final else "mse"
+        """``rel_l2`` (PDEs), ``mse`` (fitting, ridge), or ``loss`` when the problem has no reference."""
+        for k in ("rel_l2", "mse"):
+            if k in self.final:
+                return k
+        return "loss"
 
     @property
     def error(self) -> float:
@@ -80,6 +84,14 @@ class Result:
             w.writeheader()
             for h in self.history:
                 w.writerow(_clean(h))
+
+    def plot(self, out_dir: str, problem=None) -> list:
+        """Write the PNG plots of this run (error against time and rounds; the solution when
+        ``problem`` is given and the final parameters are known).  Returns the paths."""
+        from fedsciml.plotting import plot_runs
+
+        os.makedirs(out_dir, exist_ok=True)
+        return plot_runs(problem, [self], out_dir)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Result":

@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from fedsciml.checks import check_objectives
 from fedsciml.objective import stack_objectives
 from fedsciml.results import Result
 from fedsciml.solvers.centralized import SolveConfig, solve_least_squares
@@ -82,6 +83,7 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
     torch.manual_seed(seed)
     objectives = problem.client_objectives(clients, seed=seed, device=dev)
     theta0 = problem.init_params(seed, device=dev)
+    check_objectives(objectives, theta0)
     t0 = time.perf_counter()
     theta, rows, info = METHODS[method](problem, objectives, theta0, problem.evaluate, progress=progress, seed=seed,
                                         **options)

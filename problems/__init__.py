@@ -6,6 +6,7 @@ problems appear in ``python -m fedsciml list``.
 from .base import FieldProblem, Param, Problem, ProblemError, sample_box
 from .pinn import PDE1D, PINNProblem, laplacian
 from .registry import REGISTRY, get_problem, list_problems, register
+from .custom import ClientData, FieldAt, PDE
 from . import pde1d, poisson, fitting  # noqa: F401  (registration)
 
 try:  # ridge problems (ridge-linear, ridge-rff)
@@ -14,5 +15,5 @@ except ImportError as _e:  # pragma: no cover - only while the module is being w
     if "ridge" not in str(_e):
         raise
 
-__all__ = ["Problem", "FieldProblem", "PINNProblem", "PDE1D", "Param", "ProblemError", "register",
+__all__ = ["PDE", "FieldAt", "ClientData", "Problem", "FieldProblem", "PINNProblem", "PDE1D", "Param", "ProblemError", "register",
            "get_problem", "list_problems", "REGISTRY", "laplacian", "sample_box"]

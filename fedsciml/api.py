@@ -1,0 +1,66 @@
+"""The public Python API (re-exported from ``fedsciml``).
+
+Everything importable from ``fedsciml`` itself is public and documented;
+anything else may change.  Typical use::
+
+    import fedsciml as fs
+
+    result = fs.solve("bratu", method="gn", clients=4, rounds=40)
+    print(result.final["rel_l2"])
+    result.to_json("bratu.json"); result.plot("plots/")
+"""
+from __future__ import annotations
+
+from typing import Any, Union
+
+import torch
+
+from fedsciml.problems import get_problem
+from fedsciml.problems.base import Problem
+from fedsciml.results import Result
+from fedsciml.runner import available_methods
+from fedsciml.runner import solve as _solve
+
+
+def solve(problem: Union[str, Problem], method: str = "centralized", clients: int | None = None, *, seed: int = 0,
+          device: Union[str, torch.device] = "cpu", progress: bool = False,
+          problem_options: dict[str, Any] | None = None, **method_options: Any) -> Result:
+    """Solve a problem — a :class:`Problem` instance or a registered name — with one method.
+
+    Parameters
+    ----------
+    problem : Problem or str
+        e.g. ``"bratu"`` (options through ``problem_options={"lam": 2.0}``) or
+        ``fs.get_problem("poisson", dim=3)`` or an instance of your own class.
+    method : str
+        ``centralized`` (pooled-data reference), ``gn``, ``fipa``, ``fedavg``,
+        ``fedprox`` (see :func:`methods`).
+    clients : int, optional
+        Number of clients the domain or data is split among (default: the
+        problem's own, 1 for most; for :class:`ClientData` the number of
+        client datasets given).
+    method_options
+        ``budget`` (seconds), ``max_iters``, ``optimizer`` (centralized:
+        ``lm|adam|lbfgs``), ``rounds``, ``rank``, ``adaptive``, ``merge``,
+        ``local``, ``local_steps``, ``lr``, ``mu``, ``participation``,
+        ``dropout``, ``checkpoint``, ``resume``, ...
+
+    Returns
+    -------
+    Result
+        ``.final``, ``.history``, ``.theta``, ``.to_json()``, ``.plot()`` —
+        the same schema as the CLI's ``result.json``.
+    """
+    if isinstance(problem, str):
+        problem = get_problem(problem, **(problem_options or {}))
+    elif problem_options:
+        raise ValueError("problem_options only applies when the problem is given by name")
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be a fedsciml Problem or a registered name, got {type(problem).__name__}")
+    return _solve(problem, method=method, clients=clients, seed=seed, device=device, progress=progress,
+                  **method_options)
+
+
+def methods() -> list[str]:
+    """Names of the available solve methods."""
+    return available_methods()
