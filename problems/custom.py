@@ -34,7 +34,8 @@ import numpy as np
 import torch
 from torch.func import jacfwd, jacrev
 
-from .base import SAMPLING, FieldProblem, Param, ProblemError, ResidualPart, at_least, grid, positive, sample_box
+from .base import (SAMPLING, FieldProblem, Param, ProblemError, ResidualPart, at_least, box_boundary_points, grid,
+                   positive, sample_box)
 from .pinn import PINNProblem
 
 
@@ -172,32 +173,6 @@ class PDE(PINNProblem):
         if not self.has_exact:
             return {}
         return super().evaluate(theta)
-
-
-def box_boundary_points(dim: int, lower: float, upper: float, client: int, n_clients: int, n_per_face: int,
-                        sampling: str, seed) -> torch.Tensor:
-    """Boundary points of ``[lower, upper]^dim`` that belong to client strip ``client`` along x₁.
-
-    The faces x₁ = lower / upper belong to the first / last client; every other
-    face is cut into the clients' strips.  In 1D the two end points.
-    """
-    e = np.linspace(lower, upper, n_clients + 1)
-    faces = []
-    if client == 0:
-        faces.append((0, lower))
-    if client == n_clients - 1:
-        faces.append((0, upper))
-    faces += [(i, v) for i in range(1, dim) for v in (lower, upper)]
-    if dim == 1:
-        return torch.tensor([[v] for _, v in faces], dtype=torch.float64).reshape(-1, 1)
-    rng = np.random.default_rng(seed)
-    pts = []
-    for i, v in faces:
-        lo = [e[client]] + [lower] * (dim - 1)
-        hi = [e[client + 1]] + [upper] * (dim - 1)
-        lo[i] = hi[i] = v
-        pts.append(sample_box(n_per_face, lo, hi, sampling, rng.integers(2**32)))
-    return torch.cat(pts)
 
 
 class ClientData(FieldProblem):

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import torch
 
-from .base import SAMPLING, Param, ProblemError, at_least, grid, positive, sample_box
+from .base import SAMPLING, Param, ProblemError, at_least, box_boundary_points, grid, positive, sample_box
 from .pinn import PINNProblem
 from .registry import register
 
@@ -62,27 +62,7 @@ class Poisson(PINNProblem):
         return sample_box(self.n_interior, [a] + [0.0] * (d - 1), [b] + [1.0] * (d - 1), self.sampling, seed)
 
     def boundary_points(self, client, n_clients, seed):
-        d = self.dim
-        a, b = self._strip(client, n_clients)
-        faces = []
-        if client == 0:
-            faces.append((0, 0.0))
-        if client == n_clients - 1:
-            faces.append((0, 1.0))
-        faces += [(i, v) for i in range(1, d) for v in (0.0, 1.0)]
-        if d == 1:
-            return torch.tensor([[v] for _, v in faces], dtype=torch.float64).reshape(-1, 1)
-        pts = []
-        rng = np.random.default_rng(seed)
-        for f, (i, v) in enumerate(faces):
-            lo = [a] + [0.0] * (d - 1)
-            hi = [b] + [1.0] * (d - 1)
-            if i == 0:
-                lo[0] = hi[0] = v
-            else:
-                lo[i] = hi[i] = v
-            pts.append(sample_box(self.n_boundary, lo, hi, self.sampling, rng.integers(2**32)))
-        return torch.cat(pts)
+        return box_boundary_points(self.dim, 0.0, 1.0, client, n_clients, self.n_boundary, self.sampling, seed)
 
     def test_inputs(self):
         d = self.dim
