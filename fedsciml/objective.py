@@ -96,9 +96,12 @@ class LeastSquares:
         r = self.residual(theta)
         return self.vjp(theta, r)
 
+    def residual_and_jacobian(self, theta: torch.Tensor):
+        """``(r(θ), J(θ))``; implementations compute both in one pass where they can."""
+        return self.residual(theta), self.jacobian(theta)
+
     def gn_stats(self, theta: torch.Tensor) -> GNStats:
-        J = self.jacobian(theta)
-        r = self.residual(theta)
+        r, J = self.residual_and_jacobian(theta)
         return gn_stats_from(J, r)
 
 
@@ -132,17 +135,31 @@ class PointwiseLeastSquares(LeastSquares):
     def residual(self, theta: torch.Tensor) -> torch.Tensor:
         return torch.cat([self._part_residual(p, theta) for p in self.parts])
 
-    def _part_jacobian(self, part: ResidualPart, theta: torch.Tensor) -> torch.Tensor:
+    def _part_residual_and_jacobian(self, part: ResidualPart, theta: torch.Tensor):
         # Per-point output size C (1 for scalar residuals) against p parameters:
-        # reverse mode costs ~C backward passes, forward mode ~p tangents.
+        # reverse mode costs ~C backward passes, forward mode ~p tangents.  The
+        # residual value comes out of the same pass (has_aux), not a second one.
         first = tuple(t[:1] for t in part.points) if isinstance(part.points, tuple) else part.points[:1]
         c = vmap(part.fn, in_dims=(None, 0))(theta, first).numel()
         transform = jacrev if c <= self.n_params else jacfwd
-        J = vmap(transform(part.fn, argnums=0), in_dims=(None, 0))(theta, part.points)
-        return (part.weight ** 0.5) * J.reshape(-1, self.n_params)
+
+        def fn_aux(th, pt):
+            out = part.fn(th, pt)
+            return out, out
+
+        J, r = vmap(transform(fn_aux, argnums=0, has_aux=True), in_dims=(None, 0))(theta, part.points)
+        w = part.weight ** 0.5
+        return w * r.reshape(-1), w * J.reshape(-1, self.n_params)
+
+    def _part_jacobian(self, part: ResidualPart, theta: torch.Tensor) -> torch.Tensor:
+        return self._part_residual_and_jacobian(part, theta)[1]
 
     def jacobian(self, theta: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self._part_jacobian(p, theta) for p in self.parts])
+        return self.residual_and_jacobian(theta)[1]
+
+    def residual_and_jacobian(self, theta: torch.Tensor):
+        rs, Js = zip(*(self._part_residual_and_jacobian(p, theta) for p in self.parts))
+        return torch.cat(rs), torch.cat(Js)
 
     def jacobian_loop(self, theta: torch.Tensor) -> torch.Tensor:
         """Reference Jacobian: a plain autograd loop over points (slow; tests/benchmarks)."""

@@ -6,9 +6,11 @@ loss, gradient and curvature agree):
 * interior, one per collocation point: ``−Δu_θ(x) + G(u_θ(x), x) − f(x)``
 * boundary, one per boundary point: ``√β · (u_θ(x) − g(x))``, ``g`` = exact solution
 
-``Δu_θ`` is the trace of the input Hessian by nested forward-mode
-``torch.func.jacfwd``; the Jacobian in θ is then ``vmap`` over points of
-``jacrev`` (see :mod:`fedsciml.objective`).
+``Δu_θ`` comes out of the same forward pass as ``u_θ`` (the network carries its
+input Jacobian and Laplacian layer by layer, :meth:`fedsciml.nn.MLP.value_and_laplacian`);
+:func:`laplacian` (trace of the nested-``jacfwd`` Hessian) is the general
+fallback.  The Jacobian in θ is then ``vmap`` over points of ``jacrev`` (see
+:mod:`fedsciml.objective`).
 """
 from __future__ import annotations
 
@@ -48,9 +50,18 @@ class PINNProblem(FieldProblem):
         """f at a point ``x [d]`` (or a batch ``[n, d]``)."""
         raise NotImplementedError
 
+    def u_and_laplacian(self, theta, x):
+        """``(u_θ(x), Δu_θ(x))`` at one point: one forward pass that carries the
+        input Jacobian and Laplacian (:meth:`fedsciml.nn.MLP.value_and_laplacian`)
+        for the default network; nested ``jacfwd`` otherwise."""
+        net = self.network()
+        if getattr(net, "has_forward_laplacian", False) and type(self).u is FieldProblem.u:
+            return net.value_and_laplacian(theta, x)
+        return self.u(theta, x), laplacian(self.u, theta, x)
+
     def interior_residual(self, theta, x):
-        u = self.u(theta, x)
-        return -laplacian(self.u, theta, x) + self.reaction(u, x) - self.source(x)
+        u, lap = self.u_and_laplacian(theta, x)
+        return -lap + self.reaction(u, x) - self.source(x)
 
     def boundary_residual(self, theta, point):
         x, g = point
