@@ -60,9 +60,9 @@ class FieldAt:
         return jacfwd(jacrev(self._scalar))(x)
 
     def laplacian(self, x):
-        """Δu = trace of the input Hessian (nested forward mode; d is small)."""
-        H = jacfwd(jacfwd(self._scalar))(x)
-        return torch.diagonal(H, dim1=-2, dim2=-1).sum(-1)
+        """Δu: the network's forward Laplacian (:meth:`fedsciml.nn.MLP.value_and_laplacian`,
+        nested forward mode for activations without a closed form)."""
+        return self._net.value_and_laplacian(self._theta, x)[1]
 
     def derivative(self, x, i: int, order: int = 1):
         """∂ᵒʳᵈᵉʳu/∂xᵢᵒʳᵈᵉʳ at x."""
