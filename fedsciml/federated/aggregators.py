@@ -110,7 +110,10 @@ class FIPAAggregator(Aggregator):
         self.beta, self.gamma, self.eta, self.weighting, self.rtol = beta, gamma, eta, weighting, rtol
 
     def schema(self):
-        f = {"delta": Field(("p",)), "n": Field((1,), positive=True)}
+        f = {"delta": Field(("p",)), "n": Field((1,), positive=True),
+             # optional (fedsciml.federated.methods): ‖∇F_m‖ of the client's mean loss (adaptive FIPA) and
+             # ½‖r_m‖² at the broadcast θ (the server's step acceptance)
+             "gnorm": Field((1,), optional=True), "loss": Field((1,), optional=True)}
         if self.curvature == "full":
             f["H"] = Field((None,))
         else:

@@ -1,0 +1,279 @@
+"""A client: its own least-squares objective, and the messages it sends.
+
+A client never exposes its data; it turns the broadcast global parameters θ
+into a message (a ``dict`` of plain tensors, see
+:mod:`fedsciml.federated.messages`):
+
+* exact Gauss–Newton: ``{"loss", "n"}`` at a trial point, and
+  ``{"H" (packed upper triangle of J_mᵀJ_m), "g" = J_mᵀr_m, "loss", "n"}``
+  at an accepted point;
+* FIPA: ``{"delta", "n"}`` plus its curvature at the *broadcast* θ — ``"H"``
+  (full) or the top-r eigenpairs ``"U", "lam"`` (low rank);
+* FedAvg / FedProx: ``{"delta", "n"}``.
+
+Curvature is the sum form ``H_m = J_mᵀJ_m`` of the objective ``½‖r_m‖²``
+(see :mod:`fedsciml.objective`: FIPA's ``N_m/N`` factors cancel).
+
+Spectral work goes through the *smaller* Gram matrix: for ``n_m < p`` (every
+PINN/fitting client here) the eigenpairs of ``J_mᵀJ_m`` come from
+``J_mJ_mᵀ = W Λ Wᵀ`` as ``U = J_mᵀ W Λ^{-1/2}``, and the exact local damped
+GN step is ``−J_mᵀ (J_mJ_mᵀ + μI)^{-1} r_m`` (push-through identity), so no
+p×p matrix is formed for a low-rank FIPA client.  For large p without a
+dense Jacobian, ``sketch="matfree"`` runs randomized subspace iteration with
+Rayleigh–Ritz (paper Eqs. 10–12) on ``jvp``/``vjp`` products.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.func import jvp, vjp, vmap
+
+from fedsciml import linalg
+from fedsciml.objective import LeastSquares, gn_stats_from
+
+LOCAL_SOLVERS = ("adam", "gn")
+SKETCHES = ("auto", "dense", "matfree")
+DENSE_JACOBIAN_LIMIT = 60_000_000  # n_m·p entries above which sketch='auto' goes matrix-free
+
+
+@dataclass
+class LocalConfig:
+    """Local training of FIPA / FedAvg / FedProx clients.
+
+    ``solver='adam'``: ``steps`` Adam steps (learning rate ``lr``) on the
+    client's mean loss ``½‖r_m‖²/n_m`` (+ ``prox/2‖θ − θ_k‖²`` for FedProx),
+    a fresh optimizer each round (the paper's choice).
+    ``solver='gn'``: one exact damped Gauss–Newton step of the client's own
+    linearized problem, ``Δθ_m = −(H_m + μ_m I)^{-1} g_m`` with
+    ``μ_m = damping · λ_max(H_m)``; ``damping=0`` gives the minimum-norm
+    ``−H_m^† g_m`` of the paper's consistency property.
+    """
+
+    solver: str = "adam"
+    steps: int = 100
+    lr: float = 1e-3
+    damping: float = 1e-8
+    prox: float = 0.0
+
+    def validate(self):
+        if self.solver not in LOCAL_SOLVERS:
+            raise ValueError(f"local solver must be one of {', '.join(LOCAL_SOLVERS)}, got {self.solver!r}")
+        if int(self.steps) != self.steps or self.steps < 1:
+            raise ValueError(f"local steps must be an integer ≥ 1, got {self.steps}")
+        if not self.lr > 0:
+            raise ValueError(f"local learning rate must be > 0, got {self.lr}")
+        if not self.damping >= 0:
+            raise ValueError(f"local damping must be ≥ 0, got {self.damping}")
+        if not self.prox >= 0:
+            raise ValueError(f"FedProx μ must be ≥ 0, got {self.prox}")
+        return self
+
+
+def _scalar(x, like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor([float(x)], dtype=like.dtype, device=like.device)
+
+
+class Spectrum:
+    """Eigen-decomposition of ``H_m = JᵀJ`` through the smaller Gram matrix.
+
+    ``lam`` descending (clipped at 0), ``basis`` the matching eigenvectors of
+    ``JJᵀ`` (n ≤ p, 'gram') or of ``JᵀJ`` (n > p, 'hessian').
+    """
+
+    def __init__(self, J: torch.Tensor):
+        n, p = J.shape
+        self.J = J
+        self.mode = "gram" if n <= p else "hessian"
+        G = J @ J.T if self.mode == "gram" else J.T @ J
+        G = 0.5 * (G + G.T)
+        lam, W = torch.linalg.eigh(G)
+        self.lam = lam.flip(-1).clamp_min(0.0)
+        self.W = W.flip(-1)
+        self.lam_max = float(self.lam[0]) if self.lam.numel() else 0.0
+        self.cut = max(n, p) * torch.finfo(J.dtype).eps * self.lam_max  # numerical rank cutoff
+
+    @property
+    def rank(self) -> int:
+        return int((self.lam > self.cut).sum())
+
+    def top(self, r: int):
+        """``(U [p, r], λ [r])``, r clipped to the numerical rank (≥ 1)."""
+        r = max(1, min(int(r), max(1, self.rank)))
+        lam = self.lam[:r]
+        if self.mode == "hessian":
+            return self.W[:, :r], lam
+        U = self.J.T @ self.W[:, :r]
+        U = U / U.norm(dim=0).clamp_min(1e-300)  # = Jᵀw/√λ, renormalized
+        return U, lam
+
+    def damped_step(self, r_vec: torch.Tensor, mu: float) -> torch.Tensor:
+        """``−(JᵀJ + μI)^{-1} Jᵀr`` (μ > 0) or ``−(JᵀJ)^† Jᵀr`` (μ = 0)."""
+        keep = self.lam > self.cut
+        inv = torch.where(keep, 1.0 / (self.lam + mu), torch.zeros_like(self.lam))
+        if self.mode == "gram":  # −Jᵀ W (Λ+μ)^{-1} Wᵀ r
+            return -(self.J.T @ (self.W @ (inv * (self.W.T @ r_vec))))
+        g = self.J.T @ r_vec
+        return -(self.W @ (inv * (self.W.T @ g)))
+
+
+def gram_matmat(obj: LeastSquares, theta: torch.Tensor):
+    """``V ↦ J(θ)ᵀ J(θ) V`` for a block ``V [p, L]`` from ``jvp``/``vjp`` only (no J, no H)."""
+    _, pullback = vjp(obj.residual, theta)
+
+    def jv(v):
+        return jvp(obj.residual, (theta,), (v,))[1]
+
+    def mm(V):
+        JV = vmap(jv, in_dims=1, out_dims=1)(V)
+        return vmap(lambda u: pullback(u)[0], in_dims=1, out_dims=1)(JV)
+
+    return mm
+
+
+class Client:
+    """One party of a federated problem: an id and its private least-squares objective."""
+
+    def __init__(self, cid: int, objective: LeastSquares):
+        self.cid = cid
+        self.objective = objective
+
+    @property
+    def n(self) -> int:
+        return int(self.objective.n_residuals)
+
+    def _n(self, theta):
+        return _scalar(self.n, theta)
+
+    # --- exact federated Gauss–Newton ---------------------------------------
+    def loss_message(self, theta: torch.Tensor) -> dict:
+        with torch.no_grad():
+            loss = self.objective.loss(theta)
+        return {"loss": loss.reshape(1).to(theta.dtype), "n": self._n(theta)}
+
+    def gn_message(self, theta: torch.Tensor) -> dict:
+        """``{"H": pack_upper(J_mᵀJ_m), "g": J_mᵀr_m, "loss": ½‖r_m‖², "n"}`` at θ."""
+        s = self.objective.gn_stats(theta)
+        return {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": self._n(theta)}
+
+    # --- local training -----------------------------------------------------
+    def adam_delta(self, theta: torch.Tensor, cfg: LocalConfig, steps: int | None = None) -> torch.Tensor:
+        """``θ_m − θ`` after ``steps`` Adam steps on ``½‖r_m‖²/n_m (+ prox/2 ‖θ_m − θ‖²)``."""
+        steps = cfg.steps if steps is None else int(steps)
+        x = theta.detach().clone().requires_grad_(True)
+        opt = torch.optim.Adam([x], lr=cfg.lr)
+        n = self.n
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            r = self.objective.residual(x)
+            loss = 0.5 * (r @ r) / n
+            if cfg.prox > 0:
+                d = x - theta
+                loss = loss + 0.5 * cfg.prox * (d @ d)
+            loss.backward()
+            opt.step()
+        return (x.detach() - theta).detach()
+
+    def spectrum(self, theta: torch.Tensor) -> tuple[Spectrum, torch.Tensor]:
+        with torch.no_grad():
+            J = self.objective.jacobian(theta)
+            r = self.objective.residual(theta)
+        return Spectrum(J), r
+
+    def sketch_matfree(self, theta: torch.Tensor, rank: int, seed: int, oversample: int = 10, iters: int = 3):
+        p = theta.numel()
+        U, lam = linalg.subspace_iteration(gram_matmat(self.objective, theta), p, min(rank, p), oversample=oversample,
+                                           iters=iters, seed=seed, dtype=theta.dtype, device=theta.device)
+        return U.detach(), lam.detach()
+
+    def update_message(self, theta: torch.Tensor, cfg: LocalConfig, *, curvature: str | None = None, rank: int = 20,
+                       sketch: str = "auto", seed: int = 0, adaptive=None, rnd: int = 0, global_grad_norm=None,
+                       report_loss: bool = False) -> dict:
+        """A FIPA (``curvature='full'|'lowrank'``) or FedAvg/FedProx (``curvature=None``) message.
+
+        ``adaptive`` (an :class:`AdaptiveSchedule`) picks this client's rank and
+        Adam step count for round ``rnd`` from its spectrum and gradient.
+        """
+        p = theta.numel()
+        n = self.n
+        dense_ok = sketch == "dense" or (sketch == "auto" and n * p <= DENSE_JACOBIAN_LIMIT)
+        need_dense = cfg.solver == "gn" or curvature == "full" or adaptive is not None or (
+            curvature == "lowrank" and dense_ok)
+        msg: dict = {}
+        spec = r_vec = None
+        if need_dense:
+            spec, r_vec = self.spectrum(theta)
+        info = {}
+        steps = cfg.steps
+        if adaptive is not None and curvature is not None:
+            g_norm = float((spec.J.T @ r_vec).norm())
+            rank, steps = adaptive.choose(spec.lam / n, g_norm / n, global_grad_norm, rnd, cfg, max_rank=rank)
+            info = {"rank": rank, "steps": steps, "gnorm": g_norm / n}
+        # local update
+        if cfg.solver == "gn":
+            mu = cfg.damping * spec.lam_max
+            delta = spec.damped_step(r_vec, mu)
+        else:
+            delta = self.adam_delta(theta, cfg, steps)
+        msg["delta"] = delta
+        # curvature at the broadcast θ
+        if curvature == "full":
+            msg["H"] = linalg.pack_upper(gn_stats_from(spec.J, r_vec).H)
+        elif curvature == "lowrank":
+            if spec is not None:
+                U, lam = spec.top(rank)
+            else:
+                U, lam = self.sketch_matfree(theta, rank, seed)
+            msg["U"], msg["lam"] = U, lam
+        if report_loss:
+            if r_vec is None:
+                with torch.no_grad():
+                    r_vec = self.objective.residual(theta)
+            msg["loss"] = (0.5 * (r_vec @ r_vec)).reshape(1)
+        msg["n"] = _scalar(n, theta)
+        self.last_info = info
+        return msg
+
+
+@dataclass
+class AdaptiveSchedule:
+    """Per-client rank and local step count for adaptive FIPA (paper Fig. 2B).
+
+    The published schedule, with the curvature and gradient of the client's
+    *mean* loss ``½‖r_m‖²/n_m`` (so that Adam's learning rate and the
+    eigenvalues live on the same scale):
+
+    * keep the eigenpairs with ``λ_i ≥ c_k · λ_max``,
+      ``c_k = clip(C / (k (‖g_m‖ + ‖g‖)), 0, 0.99)`` — ``‖g‖`` is the global
+      gradient norm of the previous round (broadcast, one float); at most
+      ``max_rank`` pairs;
+    * ``τ_m = ceil(log(C_τ / (k ‖g_m‖)) / log(1 − lr·λ_min))`` Adam steps,
+      ``λ_min`` the smallest kept eigenvalue, clipped to ``[1, tau_max]``;
+      when ``lr·λ_min ≥ 1`` (a step already contracts fully) τ = 1, and when
+      ``k‖g_m‖ ≤ C_τ`` (already converged) τ = 1.
+
+    ``k`` is the 1-based round number.
+    """
+
+    C: float = 1.0
+    C_tau: float = 1e-3
+    tau_max: int = 200
+
+    def choose(self, lam_mean: torch.Tensor, g_m: float, g_global, rnd: int, cfg: LocalConfig, max_rank: int):
+        k = max(1, int(rnd))
+        gg = float(g_global) if g_global is not None else g_m
+        denom = k * (g_m + gg)
+        c = 0.99 if denom <= 0 else min(0.99, max(0.0, self.C / denom))
+        lam = lam_mean[lam_mean > 0]
+        if lam.numel() == 0:
+            return 1, 1
+        keep = int((lam >= c * lam[0]).sum())
+        rank = max(1, min(int(max_rank), keep))
+        lam_min = float(lam[rank - 1])
+        q = cfg.lr * lam_min
+        if q >= 1.0 or k * g_m <= self.C_tau:
+            tau = 1
+        else:
+            tau = math.ceil(math.log(self.C_tau / (k * g_m)) / math.log1p(-q))
+        return rank, int(min(self.tau_max, max(1, tau)))

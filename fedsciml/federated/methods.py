@@ -1,0 +1,309 @@
+"""Federated methods registered in :data:`fedsciml.runner.METHODS`: ``gn``, ``fipa``, ``fedavg``, ``fedprox``.
+
+Every runner has the runner signature
+``fn(problem, objectives, theta0, evaluate, *, progress, seed, every, budget, tol, lr, rounds, ..., **opts)
+-> (θ, history rows, info)`` and runs a :class:`~fedsciml.federated.simulation.Simulation`.
+
+Defaults (chosen so that ``python -m fedsciml solve bratu --clients 4`` is
+accurate and finishes well within a minute; see the README section
+"Federated solving"):
+
+* ``fipa``: rank 20 (``rank=0`` sends the full ``H_m``), thin-QR merge,
+  local solver ``gn`` (an exact damped local Gauss–Newton step, relative
+  damping 0, i.e. ``−H_m^† g_m``) with the server safeguard (β adapted by the
+  LM rule), ``rounds=40``;  ``local='adam'`` gives the paper's τ Adam
+  steps (``local_steps=100``, ``lr=1e-3``).
+* ``fedavg`` / ``fedprox``: local Adam, ``local_steps=100``, ``lr=1e-3``,
+  ``rounds=30``; FedProx ``mu=0.01``.
+* ``gn``: LM with the centralized solver's settings, ``rounds=100``
+  (iterations).
+
+With a ``budget`` and no ``rounds`` a run goes on until the budget is spent.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from fedsciml.federated.aggregators import FedAvgAggregator, FIPAAggregator
+from fedsciml.federated.client import AdaptiveSchedule, Client, LocalConfig, SKETCHES
+from fedsciml.federated.gn import GNAggregator, GNStrategy
+from fedsciml.federated.simulation import RoundConfig, Simulation
+from fedsciml.runner import register_method
+from fedsciml.solvers.lm import LMConfig
+
+DEFAULT_ROUNDS = {"gn": 100, "fipa": 40, "fedavg": 30, "fedprox": 30}
+DEFAULT_RANK = 20
+
+
+class UpdateStrategy:
+    """Round logic of FIPA / FedAvg / FedProx: sampled clients send updates, the aggregator merges them.
+
+    ``safeguard`` (FIPA with local Gauss–Newton steps): the server merge is
+    regularized, ``(Ĥ + βI)^† Σ Ĥ_m Δθ_m`` (paper Eq. 13's β), with β adapted
+    by the Levenberg–Marquardt rule from the losses the clients report at the
+    broadcast θ (one float each): β₀ = ``lm_tau`` · max_m max diag(Ĥ_m) (LM's
+    μ₀ = τ·max diag(JᵀJ)); when
+    every client answered and the summed loss went *up* (or is not finite),
+    the server discards the last merged step (returns to the previous global
+    parameters) and multiplies β by 10; otherwise it divides β by 3 (down to
+    1e-20).  With full-rank curvature and exact local solves
+    ``Δθ_m = −H_m^† g_m`` the merged step is then exactly the LM step
+    ``−(H + βI)^{-1} g``.  With partial participation or dropout the losses of
+    different rounds are not comparable and every step is kept.
+
+    ``complement``: add the FedAvg average of the updates' components outside
+    the span ``Q`` of the clients' sketches, ``(I − QQᵀ) Σ (N_m/N) Δθ_m`` —
+    directions no client's curvature informs (the paper's "orthogonal
+    complement correction"; off by default).
+    """
+
+    def __init__(self, aggregator, local: LocalConfig, curvature: str | None, rank: int, sketch: str,
+                 adaptive: AdaptiveSchedule | None, seed: int, safeguard: bool = False, complement: bool = False,
+                 lm_tau: float = 1e-3):
+        self.agg = aggregator
+        self.local = local
+        self.curvature = curvature
+        self.rank = rank
+        self.sketch = sketch
+        self.adaptive = adaptive
+        self.seed = seed
+        self.safeguard = safeguard
+        self.complement = complement
+        self.lm_tau = lm_tau
+        self.beta = None
+        self.theta = None
+        self.loss_sum = None
+        self.gnorm = None  # adaptive FIPA: global gradient-norm estimate of the last round
+        self.prev_theta = None
+        self.prev_loss = None
+        self.rejected_steps = 0
+
+    def start(self, sim, theta0):
+        self.theta = theta0.detach().clone()
+
+    def finished(self, sim):
+        return None
+
+    def round(self, sim, k):
+        answering, dropped = sim.sample()
+        if not answering:
+            sim.skipped_rounds += 1
+            return {"skipped": True}
+        p = self.theta.numel()
+        theta = self.theta
+
+        def make(c: Client):
+            msg = c.update_message(theta, self.local, curvature=self.curvature, rank=self.rank, sketch=self.sketch,
+                                   seed=(self.seed * 1_000_003 + k * 1009 + c.cid) % (2**31), adaptive=self.adaptive,
+                                   rnd=k, global_grad_norm=self.gnorm, report_loss=self.safeguard)
+            if self.adaptive is not None:
+                msg["gnorm"] = torch.tensor([c.last_info["gnorm"]], dtype=theta.dtype, device=theta.device)
+            return msg
+
+        down = p + (1 if self.adaptive is not None else 0) + (1 if self.safeguard else 0)
+        ok, _bad = sim.ask(answering, make, lambda m: self.agg.validate(m, p, theta.dtype), down_floats=down)
+        extra = {"answered": len(ok)}
+        if self.safeguard:
+            complete = len(ok) == len(sim.clients)
+            loss = sum(float(ok[c]["loss"][0]) for c in sorted(ok)) if complete else None
+            bad_point = not ok and len(_bad) == len(answering)  # every answer was broken (non-finite) at this θ
+            if self.prev_theta is not None and (bad_point or (complete and not loss <= self.prev_loss)):
+                self.theta = self.prev_theta  # the last merged step made things worse: undo it
+                self.beta = min(1e20, self.beta * 10.0)
+                self.rejected_steps += 1
+                extra.update(accepted=False, beta=self.beta)
+                return extra
+            if complete:
+                self.prev_theta, self.prev_loss = theta, loss
+            if self.beta is None and ok:
+                self.beta = self.lm_tau * max(_max_diag(m) for m in ok.values())
+            elif complete:
+                self.beta = max(1e-20, self.beta / 3.0)
+            extra.update(accepted=True, beta=self.beta)
+            self.agg.beta = self.beta
+        if not ok:
+            sim.fail("aggregation")
+        new = self.agg.aggregate(theta, ok)
+        if self.complement and self.curvature == "lowrank":
+            w = self.agg.sample_weights(ok)
+            d = sum(w[c] * ok[c]["delta"] for c in sorted(ok))
+            Q, _ = torch.linalg.qr(torch.cat([ok[c]["U"] for c in sorted(ok)], dim=1), mode="reduced")
+            new = new + (d - Q @ (Q.T @ d))
+        self.theta = new
+        if self.adaptive is not None:
+            w = self.agg.sample_weights(ok)
+            self.gnorm = sum(w[c] * float(m["gnorm"][0]) for c, m in ok.items())
+            ranks = [int(ok[c]["lam"].numel()) for c in sorted(ok)] if self.curvature == "lowrank" else []
+            steps = [c.last_info.get("steps") for c in answering if c.cid in ok]
+            extra.update(ranks=" ".join(map(str, ranks)), local_steps=" ".join(map(str, steps)))
+        return extra
+
+    def finalize(self, sim):
+        """Safeguard: check the last, not yet validated merged step with one loss query; undo it if worse."""
+        if not (self.safeguard and self.prev_theta is not None and self.theta is not self.prev_theta):
+            return
+        theta = self.theta
+        sim.begin_round(sim.round_index)
+        ok, _ = sim.ask(sim.clients, lambda c: c.loss_message(theta),
+                        lambda m: GNAggregator(False).validate(m, theta.numel(), theta.dtype), theta.numel())
+        sim.end_round()
+        complete = len(ok) == len(sim.clients)
+        if complete:
+            loss = GNAggregator.total_loss(ok)
+            if not loss <= self.prev_loss:
+                self.theta = self.prev_theta
+                self.rejected_steps += 1
+            self.final_check = {"final_step_kept": self.theta is theta, "floats": sim._round_up + sim._round_down}
+
+    def state_dict(self):
+        return {"theta": self.theta, "gnorm": self.gnorm, "beta": self.beta, "prev_theta": self.prev_theta,
+                "prev_loss": self.prev_loss, "rejected_steps": self.rejected_steps}
+
+    def load_state_dict(self, d):
+        self.theta, self.gnorm, self.beta = d["theta"], d["gnorm"], d["beta"]
+        self.prev_theta, self.prev_loss, self.rejected_steps = d["prev_theta"], d["prev_loss"], d["rejected_steps"]
+
+    def info(self):
+        if not self.safeguard:
+            return {}
+        return {"rejected_steps": self.rejected_steps, "final_beta": self.beta, **getattr(self, "final_check", {})}
+
+
+def _max_diag(msg) -> float:
+    if "H" in msg:  # the largest entry of a PSD matrix sits on its diagonal
+        return float(msg["H"].max())
+    return float(((msg["U"] ** 2) @ msg["lam"]).max())
+
+
+def _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, method):
+    if rounds is None and budget is None:
+        rounds = DEFAULT_ROUNDS[method]
+    return RoundConfig(rounds=rounds, budget=budget, tol=tol or 0.0,
+                       participation=1.0 if participation is None else float(participation),
+                       dropout=0.0 if dropout is None else float(dropout), seed=seed, checkpoint=checkpoint,
+                       resume=bool(resume))
+
+
+def _fingerprint(problem, method, objectives, theta0, seed, options):
+    return {"problem": getattr(problem, "name", None), "problem_options": dict(getattr(problem, "options", {}) or {}),
+            "method": method, "options": options, "clients": len(objectives), "seed": int(seed),
+            "n_params": int(theta0.numel()), "n_residuals": [int(o.n_residuals) for o in objectives]}
+
+
+def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every, options, message_hook):
+    clients = [Client(i, o) for i, o in enumerate(objectives)]
+    sim = Simulation(clients, evaluate, rc, label=method, progress=progress, every=every,
+                     fingerprint=_fingerprint(problem, method, objectives, theta0, seed, options),
+                     message_hook=message_hook)
+    theta, rows, info = sim.run(strategy, theta0)
+    info.update(strategy.info())
+    info["options"] = options
+    return theta, rows, info
+
+
+@register_method("gn")
+def run_gn(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
+           lr=None, rounds=None, participation=None, dropout=None, checkpoint=None, resume=False, lm_tau=1e-3,
+           max_retries=20, message_hook=None, **ignored):
+    """Exact federated Gauss–Newton (Levenberg–Marquardt on summed client statistics)."""
+    if participation is not None and participation < 1:
+        raise ValueError(f"gn takes an exact step on every client's statistics; participation={participation} < 1 "
+                         "is not possible (use fipa/fedavg for partial participation)")
+    rc = _round_config(seed, rounds, budget, tol, None, dropout, checkpoint, resume, "gn")
+    options = {"lm_tau": lm_tau}
+    strategy = GNStrategy(LMConfig(tau=lm_tau), max_retries=max_retries)
+    theta, rows, info = _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
+                                  options, message_hook)
+    if ignored:
+        info["ignored_options"] = sorted(ignored)
+    return theta, rows, info
+
+
+def _local_config(local, local_steps, lr, damping, prox, default_solver):
+    return LocalConfig(solver=local or default_solver, steps=100 if local_steps is None else int(local_steps),
+                       lr=1e-3 if lr is None else float(lr), damping=0.0 if damping is None else float(damping),
+                       prox=prox).validate()
+
+
+@register_method("fipa")
+def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
+             lr=None, rounds=None, rank=None, adaptive=False, merge=None, beta=None, gamma=None, local=None,
+             local_steps=None, local_damping=None, sketch="auto", safeguard=None, complement=False, participation=None, dropout=None, checkpoint=None,
+             resume=False, adapt_c=1.0, adapt_ctau=1e-3, message_hook=None, **ignored):
+    """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates."""
+    rank = DEFAULT_RANK if rank is None else int(rank)
+    if rank < 0:
+        raise ValueError(f"FIPA rank must be ≥ 1 (low rank) or 0 (full-rank H_m), got {rank}")
+    if sketch not in SKETCHES:
+        raise ValueError(f"sketch must be one of {', '.join(SKETCHES)}, got {sketch!r}")
+    curvature = "full" if rank == 0 else "lowrank"
+    if adaptive and curvature == "full":
+        raise ValueError("adaptive FIPA chooses a rank per client; give --rank r ≥ 1 as its upper bound")
+    merge = merge or ("pinv" if curvature == "full" else "qr")
+    agg = FIPAAggregator(curvature=curvature, merge=merge, beta=0.0 if beta is None else float(beta),
+                         gamma=1.0 if gamma is None else float(gamma), weighting="sum")
+    lc = _local_config(local, local_steps, lr, local_damping, 0.0, "gn")
+    sched = AdaptiveSchedule(C=float(adapt_c), C_tau=float(adapt_ctau)) if adaptive else None
+    rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, "fipa")
+    options = {"rank": rank, "curvature": curvature, "merge": merge, "beta": agg.beta, "gamma": agg.gamma,
+               "local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "local_damping": lc.damping,
+               "adaptive": bool(adaptive), "sketch": sketch, "participation": rc.participation,
+               "dropout": rc.dropout}
+    if adaptive:
+        options.update(adapt_c=sched.C, adapt_ctau=sched.C_tau)
+    safeguard = (lc.solver == "gn") if safeguard is None else bool(safeguard)
+    options.update(safeguard=safeguard, complement=bool(complement))
+    strategy = UpdateStrategy(agg, lc, curvature, max(rank, 1), sketch, sched, seed, safeguard=safeguard,
+                              complement=bool(complement))
+    theta, rows, info = _simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
+                                  options, message_hook)
+    if ignored:
+        info["ignored_options"] = sorted(ignored)
+    return theta, rows, info
+
+
+def _run_avg(method, problem, objectives, theta0, evaluate, *, progress, seed, every, budget, tol, lr, rounds, local,
+             local_steps, local_damping, participation, dropout, checkpoint, resume, prox, server_lr, message_hook,
+             ignored):
+    lc = _local_config(local, local_steps, lr, local_damping, prox, "adam")
+    agg = FedAvgAggregator(server_lr=1.0 if server_lr is None else float(server_lr))
+    rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, method)
+    options = {"local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "server_lr": agg.server_lr,
+               "participation": rc.participation, "dropout": rc.dropout}
+    if method == "fedprox":
+        options["mu"] = prox
+    if lc.solver == "gn":
+        options["local_damping"] = lc.damping
+    strategy = UpdateStrategy(agg, lc, None, 1, "auto", None, seed)
+    theta, rows, info = _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
+                                  options, message_hook)
+    if ignored:
+        info["ignored_options"] = sorted(ignored)
+    return theta, rows, info
+
+
+@register_method("fedavg")
+def run_fedavg(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
+               lr=None, rounds=None, local=None, local_steps=None, local_damping=None, participation=None,
+               dropout=None, checkpoint=None, resume=False, server_lr=None, message_hook=None, **ignored):
+    """FedAvg (paper Eq. 3): data-size weighted average of local updates."""
+    return _run_avg("fedavg", problem, objectives, theta0, evaluate, progress=progress, seed=seed, every=every,
+                    budget=budget, tol=tol, lr=lr, rounds=rounds, local=local, local_steps=local_steps,
+                    local_damping=local_damping, participation=participation, dropout=dropout, checkpoint=checkpoint,
+                    resume=resume, prox=0.0, server_lr=server_lr, message_hook=message_hook, ignored=ignored)
+
+
+@register_method("fedprox")
+def run_fedprox(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
+                lr=None, rounds=None, mu=None, local=None, local_steps=None, local_damping=None, participation=None,
+                dropout=None, checkpoint=None, resume=False, server_lr=None, message_hook=None, **ignored):
+    """FedProx: FedAvg whose local loss carries the proximal term ``μ/2 ‖θ_m − θ_k‖²``."""
+    mu = 0.01 if mu is None else float(mu)
+    if not mu >= 0:
+        raise ValueError(f"FedProx μ must be ≥ 0, got {mu}")
+    return _run_avg("fedprox", problem, objectives, theta0, evaluate, progress=progress, seed=seed, every=every,
+                    budget=budget, tol=tol, lr=lr, rounds=rounds, local=local, local_steps=local_steps,
+                    local_damping=local_damping, participation=participation, dropout=dropout, checkpoint=checkpoint,
+                    resume=resume, prox=mu, server_lr=server_lr, message_hook=message_hook, ignored=ignored)

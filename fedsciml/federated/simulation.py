@@ -1,0 +1,247 @@
+"""The round loop of a federated run: participation, dropout, validation, history, checkpoints.
+
+:class:`Simulation` holds what every method shares; a method (see
+:mod:`fedsciml.federated.methods`) supplies a *strategy* with
+
+* ``start(sim, theta0)`` — the initial state,
+* ``round(sim, k) -> dict`` — one communication round (``k`` = 1, 2, …),
+  returning extra history fields; it uses :meth:`Simulation.ask` to query
+  clients,
+* ``theta`` (current global parameters), ``loss_sum`` (global ½‖r‖² at
+  ``theta`` or ``None``), ``finished(sim) -> reason or None``,
+* ``state_dict()`` / ``load_state_dict(d)`` for checkpoints.
+
+Clients are sampled each round with a seeded ``numpy`` generator: a
+fraction ``participation`` of them (at least one), then each sampled client
+fails to answer with probability ``dropout``.  Every answer is validated
+against the method's message schema before it is used; a bad one is
+rejected, logged with the client id and the reason (``info["rejections"]``
+and the history row), and the round goes on with the rest.  Communication
+is counted in floats: every float sent down (the broadcast θ to each sampled
+client) and up (every message received, rejected ones included).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedsciml.federated import checkpoint as ckpt
+from fedsciml.federated.messages import MessageRejected, floats_in
+from fedsciml.solvers.history import Recorder
+
+
+class RoundFailed(RuntimeError):
+    """A round cannot go on: no valid message remained."""
+
+
+@dataclass
+class RoundConfig:
+    rounds: int | None = None
+    budget: float | None = None
+    tol: float = 0.0
+    participation: float = 1.0
+    dropout: float = 0.0
+    seed: int = 0
+    checkpoint: str | None = None
+    resume: bool = False
+
+    def validate(self):
+        if self.rounds is not None and (int(self.rounds) != self.rounds or self.rounds < 0):
+            raise ValueError(f"rounds must be an integer ≥ 0, got {self.rounds}")
+        if self.budget is not None and not self.budget > 0:
+            raise ValueError(f"budget must be > 0 seconds, got {self.budget}")
+        if not 0.0 < self.participation <= 1.0:
+            raise ValueError(f"participation must be in (0, 1], got {self.participation}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.resume and not self.checkpoint:
+            raise ValueError("--resume needs --checkpoint DIR (the directory the interrupted run wrote)")
+        return self
+
+
+class Simulation:
+    """Shared state of one federated run (see the module docstring)."""
+
+    def __init__(self, clients, evaluate, cfg: RoundConfig, *, label: str = "", progress: bool = False,
+                 every: int = 10, fingerprint: dict | None = None, message_hook=None):
+        self.clients = list(clients)
+        self.cfg = cfg.validate()
+        self.evaluate = evaluate
+        self.n_total = sum(c.n for c in self.clients)
+        self.rec = Recorder(evaluate, self.n_total, cfg.budget, progress, every, label)
+        self.label = label
+        self.progress = progress
+        self.rng = np.random.default_rng([int(cfg.seed), 7919])
+        self.fingerprint = fingerprint or {}
+        self.message_hook = message_hook  # fault injection (tests): hook(round, cid, msg) -> msg
+        self.rejections: list[dict] = []
+        self.skipped_rounds = 0
+        self.round_index = 0
+        self.floats_up = 0
+        self.floats_down = 0
+        self._round_up = 0
+        self._round_down = 0
+        self._round_rejected: dict = {}
+        self._round_dropped: list = []
+
+    # --- client sampling ----------------------------------------------------
+    def sample(self) -> tuple[list, list]:
+        """``(answering, dropped)`` client lists for one round (seeded)."""
+        K = len(self.clients)
+        m = max(1, int(round(self.cfg.participation * K)))
+        chosen = sorted(self.rng.choice(K, size=m, replace=False).tolist()) if m < K else list(range(K))
+        answering, dropped = self.drops([self.clients[i] for i in chosen])
+        self._round_dropped += dropped
+        return answering, dropped
+
+    def drops(self, clients) -> tuple[list, list]:
+        """Split ``clients`` into ``(answering, dropped)`` with the dropout probability (seeded)."""
+        if self.cfg.dropout <= 0:
+            return list(clients), []
+        fail = self.rng.random(len(clients)) < self.cfg.dropout
+        return [c for c, f in zip(clients, fail) if not f], [c.cid for c, f in zip(clients, fail) if f]
+
+    # --- one exchange -------------------------------------------------------
+    def ask(self, clients, make_message, validate, down_floats: int) -> tuple[dict, dict]:
+        """Broadcast ``down_floats`` to each client, collect ``make_message(client)``, validate.
+
+        ``validate(messages) -> (accepted, rejected)``.  Returns
+        ``(accepted, rejected)`` keyed by client id.
+        """
+        msgs = {}
+        for c in clients:
+            self._round_down += down_floats
+            try:
+                msg = make_message(c)
+            except (FloatingPointError, RuntimeError) as e:  # a client that fails locally sends nothing
+                self._round_rejected[c.cid] = f"client failed: {type(e).__name__}: {e}"
+                continue
+            if self.message_hook is not None:
+                msg = self.message_hook(self.round_index, c.cid, msg)
+            if isinstance(msg, dict):
+                self._round_up += floats_in(msg)
+            msgs[c.cid] = msg
+        ok, bad = validate(msgs)
+        for cid, reason in bad.items():
+            self._round_rejected[cid] = reason
+            self.rejections.append({"round": self.round_index, "client": cid, "reason": reason})
+            if self.progress:
+                print(f"  {self.label} round {self.round_index}: rejected client {cid}: {reason}", file=sys.stderr)
+        return ok, bad
+
+    def begin_round(self, k: int):
+        self.round_index = k
+        self._round_up = self._round_down = 0
+        self._round_rejected = {}
+        self._round_dropped = []
+
+    def end_round(self):
+        self.floats_up += self._round_up
+        self.floats_down += self._round_down
+        self.rec.floats_sent = self.floats_up + self.floats_down
+
+    def round_fields(self) -> dict:
+        return {"floats_up": self._round_up, "floats_down": self._round_down,
+                "rejected": len(self._round_rejected), "dropped": len(self._round_dropped)}
+
+    def fail(self, what: str):
+        raise RoundFailed(
+            f"round {self.round_index}: no valid client message remained for {what}; "
+            + ("rejected: " + "; ".join(f"client {c}: {r}" for c, r in self._round_rejected.items())
+               if self._round_rejected else "every sampled client dropped out"))
+
+    def global_loss(self, theta) -> float:
+        """Monitoring only: the global training loss at θ (clock paused, nothing counted as sent)."""
+        t = time.perf_counter()
+        with torch.no_grad():
+            v = float(sum(float(c.objective.loss(theta)) for c in self.clients))
+        self.rec._paused += time.perf_counter() - t
+        return v
+
+    # --- checkpoints --------------------------------------------------------
+    def save(self, strategy):
+        if not self.cfg.checkpoint:
+            return
+        t = time.perf_counter()
+        ckpt.save(self.cfg.checkpoint, {
+            "fingerprint": self.fingerprint, "round": self.round_index, "rng": self.rng.bit_generator.state,
+            "strategy": strategy.state_dict(), "rows": self.rec.rows, "floats_up": self.floats_up,
+            "floats_down": self.floats_down, "elapsed": self.rec.elapsed(), "rejections": self.rejections,
+            "skipped_rounds": self.skipped_rounds,
+        })
+        self.rec._paused += time.perf_counter() - t  # writing checkpoints is not solver time
+
+    def restore(self, strategy, device) -> bool:
+        if not (self.cfg.checkpoint and self.cfg.resume):
+            return False
+        state = ckpt.load(self.cfg.checkpoint, self.fingerprint, map_location=device)
+        if state is None:
+            return False
+        self.round_index = int(state["round"])
+        self.rng.bit_generator.state = state["rng"]
+        strategy.load_state_dict(state["strategy"])
+        self.rec.rows = list(state["rows"])
+        self.floats_up, self.floats_down = int(state["floats_up"]), int(state["floats_down"])
+        self.rec.floats_sent = self.floats_up + self.floats_down
+        self.rec._t0 -= float(state["elapsed"])  # the clock (and the budget) continue where they stopped
+        self.rejections = list(state["rejections"])
+        self.skipped_rounds = int(state.get("skipped_rounds", 0))
+        return True
+
+    # --- the loop -----------------------------------------------------------
+    def run(self, strategy, theta0: torch.Tensor):
+        """Run rounds until ``rounds``, the budget, ``tol`` or the strategy stops; returns ``(θ, rows, info)``."""
+        resumed = self.restore(strategy, theta0.device)
+        if not resumed:
+            self.begin_round(0)
+            extra = strategy.start(self, theta0) or {}
+            self.end_round()
+            loss = strategy.loss_sum if strategy.loss_sum is not None else self.global_loss(strategy.theta)
+            self.rec.record(0, strategy.theta, loss, round=0, **self.round_fields(), **extra)
+            self.save(strategy)
+        reason = None
+        while True:
+            if self.cfg.rounds is not None and self.round_index >= self.cfg.rounds:
+                reason = "rounds"
+                break
+            if self.rec.out_of_time():
+                reason = "budget"
+                break
+            last_loss = self.rec.rows[-1]["loss"] if self.rec.rows else None
+            if last_loss is not None and last_loss <= self.cfg.tol:
+                reason = "tol"
+                break
+            reason = strategy.finished(self)
+            if reason:
+                break
+            k = self.round_index + 1
+            self.begin_round(k)
+            extra = strategy.round(self, k) or {}
+            self.end_round()
+            loss = strategy.loss_sum if strategy.loss_sum is not None else self.global_loss(strategy.theta)
+            self.rec.record(k, strategy.theta, loss, round=k, **self.round_fields(), **extra)
+            self.save(strategy)
+        if hasattr(strategy, "finalize"):  # e.g. a last acceptance check of an unvalidated step
+            before = strategy.theta
+            strategy.finalize(self)
+            self.rec.floats_sent = self.floats_up + self.floats_down
+            if self.rec.rows and strategy.theta is before:
+                self.rec.rows[-1]["floats_sent"] = self.rec.floats_sent
+            elif self.rec.rows:  # the last step was undone: the last row describes the parameters kept
+                last = self.rec.rows.pop()
+                keep = {k: last[k] for k in ("round", "floats_up", "floats_down", "rejected", "dropped", "answered")
+                        if k in last}
+                loss = strategy.loss_sum if strategy.loss_sum is not None else self.global_loss(strategy.theta)
+                self.rec.record(last["step"], strategy.theta, loss, **keep, final_check="last step undone")
+        info = {
+            "rounds": self.round_index, "stopped_by": reason, "resumed": resumed,
+            "floats_up": self.floats_up, "floats_down": self.floats_down,
+            "floats_per_round": (self.floats_up + self.floats_down) / max(1, self.round_index),
+            "rejections": self.rejections, "skipped_rounds": self.skipped_rounds,
+            "solver_time_s": self.rec.elapsed(),
+        }
+        return strategy.theta, self.rec.rows, info

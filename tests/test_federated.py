@@ -1,0 +1,332 @@
+"""Federated layer: exact invariants first (gn == centralized LM, FIPA with exact local
+solves == centralized GN step, QR merge == pinv merge), then round controls
+(FedAvg weights, dropout, participation, rejection, checkpoint/resume)."""
+import math
+
+import pytest
+import torch
+
+from fedsciml import linalg
+from fedsciml.federated import methods  # noqa: F401  (registers the methods)
+from fedsciml.federated.aggregators import FedAvgAggregator, FIPAAggregator
+from fedsciml.federated.checkpoint import CheckpointMismatch
+from fedsciml.federated.client import AdaptiveSchedule, Client, LocalConfig, Spectrum
+from fedsciml.federated.simulation import RoundFailed
+from fedsciml.nn import MLP
+from fedsciml.objective import PointwiseLeastSquares, ResidualPart, stack_objectives
+from fedsciml.runner import METHODS
+from fedsciml.solvers.centralized import SolveConfig, solve_least_squares
+
+NET = MLP([1, 6, 6, 1])  # p = 61
+
+
+def _fit(theta, point):
+    x, y = point
+    return NET(theta, x) - y
+
+
+def make_clients(sizes=(30, 30, 30), seed=0, freq=2.0):
+    """Heterogeneous clients: client m owns the m-th interval of [0, 1] (fit sin(freq·πx))."""
+    gen = torch.Generator().manual_seed(seed)
+    K = len(sizes)
+    objs = []
+    for m, n in enumerate(sizes):
+        x = (m + torch.rand(n, 1, generator=gen, dtype=torch.float64)) / K
+        y = torch.sin(freq * math.pi * x[:, 0])
+        objs.append(PointwiseLeastSquares([ResidualPart("data", _fit, (x, y))], NET.n_params))
+    return objs
+
+
+def evaluate(theta):
+    x = torch.linspace(0, 1, 101, dtype=torch.float64).reshape(-1, 1)
+    return {"mse": float(((NET(theta, x) - torch.sin(2 * math.pi * x[:, 0])) ** 2).mean())}
+
+
+THETA0 = NET.init(0)
+
+
+def run(method, objs=None, **opts):
+    objs = objs if objs is not None else make_clients()
+    return METHODS[method](None, objs, THETA0, evaluate, **opts)
+
+
+# --- exact invariants ---------------------------------------------------------------------
+
+
+def test_gn_iterates_equal_centralized_lm():
+    objs = make_clients()
+    th_f, rows_f, info_f = run("gn", objs, rounds=8)
+    th_c, rows_c, info_c = solve_least_squares(stack_objectives(objs), THETA0, evaluate, SolveConfig("lm", max_iters=8))
+    assert len(rows_f) == len(rows_c) == 9
+    for a, b in zip(rows_f, rows_c):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-10, abs=1e-300)
+        assert a.get("mu", 0.0) == pytest.approx(b.get("mu", 0.0), rel=1e-9)
+        assert a.get("accepted") == b.get("accepted")
+    assert float((th_f - th_c).norm() / th_c.norm()) < 1e-10
+    assert info_f["accepted_steps"] == info_c["accepted_steps"] > 3
+    # iterates at every step: rerun for k steps and compare
+    for k in (1, 3):
+        a, _, _ = run("gn", objs, rounds=k)
+        b, _, _ = solve_least_squares(stack_objectives(objs), THETA0, evaluate, SolveConfig("lm", max_iters=k))
+        assert float((a - b).norm() / b.norm()) < 1e-11
+
+
+def test_gn_floats_counted_per_round():
+    objs = make_clients()
+    _, rows, info = run("gn", objs, rounds=2)
+    p, K = THETA0.numel(), 3
+    start = K * (linalg.n_upper(p) + p + 2) + K * p
+    assert rows[0]["floats_sent"] == start
+    per_trial = K * (p + 2)
+    per_accept = K * (linalg.n_upper(p) + p + 2)
+    r1 = rows[1]
+    assert r1["floats_sent"] - rows[0]["floats_sent"] == per_trial + (per_accept if r1["accepted"] else 0)
+    assert r1["floats_up"] + r1["floats_down"] == r1["floats_sent"] - rows[0]["floats_sent"]
+
+
+def _random_feature(theta, point):
+    """A nonlinear residual with a well-conditioned Jacobian: ``a·θ + 0.3 sin(a·θ) − y``."""
+    a, y = point
+    z = a @ theta
+    return z + 0.3 * torch.sin(z) - y
+
+
+def random_feature_clients(sizes, p=10, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    return [PointwiseLeastSquares([ResidualPart("rf", _random_feature, (
+        torch.randn(n, p, generator=gen, dtype=torch.float64) + m, torch.randn(n, generator=gen, dtype=torch.float64)))],
+        p) for m, n in enumerate(sizes)]
+
+
+@pytest.mark.parametrize("sizes", [(5, 5, 5), (15, 15)])  # n_m < p (Gram path) and n_m > p (Hessian path)
+def test_fipa_exact_local_solves_equal_centralized_gn_step(sizes):
+    p = 10
+    objs = random_feature_clients(sizes, p)
+    gen = torch.Generator().manual_seed(2)
+    theta0 = torch.randn(p, generator=gen, dtype=torch.float64)
+    pooled = stack_objectives(objs).gn_stats(theta0)
+    assert float(torch.linalg.cond(pooled.H)) < 1e8
+    expected = theta0 - linalg.pinv_solve(pooled.H, pooled.g)
+    for rank in (0, min(min(sizes), p)):  # full H_m, and low rank r = rank(H_m) (Ĥ_m = H_m) with the QR merge
+        th, _, _ = METHODS["fipa"](None, objs, theta0, lambda t: {}, rounds=1, rank=rank, local="gn",
+                                   local_damping=0.0, safeguard=False)
+        assert float((th - expected).norm() / (expected - theta0).norm()) < 1e-10, rank
+
+
+def test_fipa_full_rank_with_safeguard_takes_the_lm_step():
+    """Full H_m, exact local solves, server β: θ₁ = θ₀ − (H + βI)^{-1} g, β = 1e-3·max_m max diag(H_m)."""
+    objs = make_clients()
+    th, rows, _ = run("fipa", objs, rounds=1, rank=0, local="gn", local_damping=0.0, safeguard=True)
+    H = stack_objectives(objs).gn_stats(THETA0)
+    beta = 1e-3 * max(float(o.gn_stats(THETA0).H.diagonal().max()) for o in objs)
+    assert rows[1]["beta"] == pytest.approx(beta, rel=1e-10)
+    expected = THETA0 - linalg.damped_solve(H.H, H.g, beta)
+    # H_m H_m^† g_m = g_m holds up to the pseudo-inverse cutoff of the (numerically singular) MLP curvature
+    assert float((th - expected).norm() / (expected - THETA0).norm()) < 1e-6
+
+
+def test_lowrank_qr_merge_equals_pinv_merge():
+    objs = random_feature_clients((6, 6, 6))
+    theta0 = torch.zeros(10, dtype=torch.float64)
+    a, _, _ = METHODS["fipa"](None, objs, theta0, lambda t: {}, rounds=2, rank=3, merge="qr", local="adam",
+                              local_steps=5, lr=1e-2)
+    b, _, _ = METHODS["fipa"](None, objs, theta0, lambda t: {}, rounds=2, rank=3, merge="pinv", local="adam",
+                              local_steps=5, lr=1e-2)
+    assert float((a - b).norm() / (a - theta0).norm()) < 1e-10
+
+
+def test_spectrum_matches_dense_eigh_and_matfree_sketch():
+    obj = make_clients((20,))[0]
+    J = obj.jacobian(THETA0)
+    U_ref, lam_ref = linalg.top_eigh(J.T @ J, 4)
+    U, lam = Spectrum(J).top(4)
+    assert torch.allclose(lam, lam_ref, rtol=1e-9)
+    assert torch.allclose((U.T @ U_ref).abs(), torch.eye(4, dtype=torch.float64), atol=1e-7)
+    U2, lam2 = Client(0, obj).sketch_matfree(THETA0, 4, seed=1, oversample=10, iters=30)
+    assert torch.allclose(lam2, lam_ref, rtol=1e-8)
+
+
+def test_local_gn_step_is_damped_solve():
+    obj = make_clients((20,))[0]
+    s = obj.gn_stats(THETA0)
+    spec, r = Client(0, obj).spectrum(THETA0)
+    mu = 1e-2 * spec.lam_max
+    want = -linalg.damped_solve(s.H, s.g, mu)
+    assert torch.allclose(spec.damped_step(r, mu), want, rtol=1e-8, atol=1e-12)
+
+
+# --- FedAvg / FedProx -------------------------------------------------------------------
+
+
+def test_fedavg_is_sample_weighted_average_of_local_adam_updates():
+    objs = make_clients((10, 30))
+    th, _, _ = run("fedavg", objs, rounds=1, local_steps=7, lr=1e-2)
+    cfg = LocalConfig("adam", 7, 1e-2)
+    d = [Client(i, o).adam_delta(THETA0, cfg) for i, o in enumerate(objs)]
+    assert torch.allclose(th, THETA0 + 0.25 * d[0] + 0.75 * d[1], rtol=0, atol=1e-14)
+    agg = FedAvgAggregator()
+    msgs = {0: {"delta": d[0], "n": torch.tensor([10.0], dtype=torch.float64)},
+            1: {"delta": d[1], "n": torch.tensor([30.0], dtype=torch.float64)}}
+    assert torch.equal(agg.aggregate(THETA0, msgs), th)
+
+
+def test_fedprox_proximal_term_shrinks_the_update():
+    objs = make_clients((20,))
+    a, _, _ = run("fedavg", objs, rounds=1, local_steps=30, lr=1e-2)
+    b, _, _ = run("fedprox", objs, rounds=1, local_steps=30, lr=1e-2, mu=100.0)
+    assert float((b - THETA0).norm()) < float((a - THETA0).norm())
+
+
+# --- round controls -------------------------------------------------------------------------
+
+
+def _recording_hook(log):
+    def hook(rnd, cid, msg):
+        log.setdefault(rnd, []).append(cid)
+        return msg
+    return hook
+
+
+def test_dropout_fuses_only_answering_clients():
+    objs = make_clients((30, 30, 30, 30))
+    log = {}
+    th, rows, info = run("fipa", objs, rounds=1, rank=0, local="gn", safeguard=False, dropout=0.5, seed=3,
+                         message_hook=_recording_hook(log))
+    answered = log[1]
+    assert 0 < len(answered) < 4 and rows[1]["dropped"] == 4 - len(answered)
+    msgs = {c: Client(c, objs[c]).update_message(THETA0, LocalConfig("gn", damping=0.0), curvature="full")
+            for c in answered}
+    want = FIPAAggregator(curvature="full", merge="pinv").aggregate(THETA0, msgs)
+    assert torch.allclose(th, want, rtol=0, atol=1e-12)
+
+
+def test_participation_samples_a_seeded_fraction():
+    objs = make_clients((10, 10, 10, 10))
+    logs = []
+    for _ in range(2):
+        log = {}
+        run("fedavg", objs, rounds=4, participation=0.5, local_steps=2, seed=11, message_hook=_recording_hook(log))
+        logs.append(log)
+    assert logs[0] == logs[1]  # deterministic given the seed
+    assert all(len(v) == 2 for v in logs[0].values())
+    assert len({tuple(v) for v in logs[0].values()}) > 1  # different clients in different rounds
+
+
+def test_bad_messages_are_rejected_and_the_round_goes_on():
+    objs = make_clients()
+
+    def hook(rnd, cid, msg):
+        msg = dict(msg)
+        if cid == 1:
+            msg["delta"] = msg["delta"].clone()
+            msg["delta"][3] = float("nan")
+        if cid == 2:
+            msg["U"] = msg["U"][:-1]  # wrong shape
+        return msg
+
+    th, rows, info = run("fipa", objs, rounds=1, rank=4, local="adam", local_steps=3, message_hook=hook)
+    reasons = {r["client"]: r["reason"] for r in info["rejections"]}
+    assert set(reasons) == {1, 2} and "non-finite" in reasons[1] and "'U'" in reasons[2]
+    assert rows[1]["rejected"] == 2
+    c0 = Client(0, objs[0]).update_message(THETA0, LocalConfig("adam", 3), curvature="lowrank", rank=4)
+    want = FIPAAggregator(curvature="lowrank", merge="qr").aggregate(THETA0, {0: c0})
+    assert torch.allclose(th, want, atol=1e-12)
+
+
+def test_round_fails_clearly_when_every_message_is_bad():
+    def hook(rnd, cid, msg):
+        return {**msg, "delta": msg["delta"] * float("inf")}
+
+    with pytest.raises(RoundFailed, match=r"round 1: no valid client message.*client 0: field 'delta' contains non-finite"):
+        run("fedavg", rounds=1, local_steps=2, message_hook=hook)
+
+
+def test_gn_repeats_requests_of_dropped_clients_so_iterates_are_unchanged():
+    objs = make_clients()
+    a, _, _ = run("gn", objs, rounds=4)
+    b, _, info = run("gn", objs, rounds=4, dropout=0.4, seed=5)
+    assert info["retried_requests"] > 0
+    assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="participation"):
+        run("gn", objs, rounds=1, participation=0.5)
+
+
+def test_gn_stops_with_clear_error_when_a_client_never_sends_valid_statistics():
+    def hook(rnd, cid, msg):
+        if cid == 0 and "H" in msg:
+            return {**msg, "g": msg["g"][:5]}
+        return msg
+
+    with pytest.raises(RoundFailed, match=r"clients \[0\] never answered"):
+        run("gn", rounds=1, max_retries=2, message_hook=hook)
+
+
+# --- checkpoints ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method,opts", [
+    ("gn", {}),
+    ("fipa", {"rank": 4, "local": "gn", "dropout": 0.3, "participation": 0.67}),
+    ("fedavg", {"local_steps": 3, "participation": 0.67}),
+])
+def test_resume_after_interruption_ends_with_the_same_numbers(tmp_path, method, opts):
+    objs = make_clients()
+    full, rows_full, _ = run(method, objs, rounds=6, seed=2, **opts)
+    d = str(tmp_path / method)
+    run(method, objs, rounds=3, seed=2, checkpoint=d, **opts)  # "killed" after 3 rounds
+    th, rows, info = run(method, objs, rounds=6, seed=2, checkpoint=d, resume=True, **opts)
+    assert info["resumed"] and info["rounds"] == 6
+    assert torch.equal(th, full)
+    assert [r["loss"] for r in rows] == [r["loss"] for r in rows_full]
+    assert [r["floats_sent"] for r in rows] == [r["floats_sent"] for r in rows_full]
+
+
+def test_resume_with_different_settings_is_refused(tmp_path):
+    d = str(tmp_path / "ck")
+    run("fedavg", rounds=1, local_steps=2, checkpoint=d)
+    with pytest.raises(CheckpointMismatch, match="local_steps"):
+        run("fedavg", rounds=2, local_steps=3, checkpoint=d, resume=True)
+
+
+# --- adaptive FIPA ---------------------------------------------------------------------------
+
+
+def test_adaptive_schedule_formula():
+    s = AdaptiveSchedule(C=1.0, C_tau=1e-3, tau_max=200)
+    lam = torch.tensor([10.0, 5.0, 1.0, 0.1], dtype=torch.float64)
+    # k=2, ‖g_m‖=0.1, ‖g‖=0.15: c = clip(1/(2·0.25)) = 0.99 → keep λ ≥ 9.9 → rank 1
+    r, tau = s.choose(lam, 0.1, 0.15, 2, LocalConfig("adam", lr=1e-3), max_rank=3)
+    assert r == 1
+    assert tau == min(200, math.ceil(math.log(1e-3 / 0.2) / math.log(1 - 1e-3 * 10.0)))
+    # k=50, ‖g_m‖=‖g‖=0.1: c = 0.1 → keep λ ≥ 1 → rank 3 (= max_rank), τ capped at 200
+    r, tau = s.choose(lam, 0.1, 0.1, 50, LocalConfig("adam", lr=1e-3), max_rank=3)
+    assert (r, tau) == (3, 200)
+
+
+def test_adaptive_fipa_runs_with_per_client_ranks_and_steps():
+    th, rows, info = run("fipa", rounds=3, rank=6, adaptive=True, local="adam", lr=1e-2, adapt_c=0.05, safeguard=True)
+    chosen = [row for row in rows[1:] if "ranks" in row]
+    assert chosen
+    for row in chosen:
+        ranks = [int(v) for v in row["ranks"].split()]
+        steps = [int(v) for v in row["local_steps"].split()]
+        assert len(ranks) == 3 and all(1 <= r <= 6 for r in ranks) and all(1 <= t <= 200 for t in steps)
+    assert evaluate(th)["mse"] < rows[0]["mse"]
+
+
+def test_fipa_beats_fedavg_on_heterogeneous_fit():
+    objs = make_clients()
+    a, _, _ = run("fipa", objs, rounds=8, rank=10)
+    b, _, _ = run("fedavg", objs, rounds=8, local_steps=20, lr=1e-2)
+    assert evaluate(a)["mse"] < 0.5 * evaluate(b)["mse"]
+
+
+def test_bad_options_are_named():
+    with pytest.raises(ValueError, match="dropout"):
+        run("fedavg", rounds=1, dropout=1.0)
+    with pytest.raises(ValueError, match="participation"):
+        run("fipa", rounds=1, participation=0.0)
+    with pytest.raises(ValueError, match="local solver"):
+        run("fipa", rounds=1, local="sgd")
+    with pytest.raises(ValueError, match="--checkpoint"):
+        run("fipa", rounds=1, resume=True)
