@@ -1,0 +1,190 @@
+"""One-shot ridge fusion: exactness (vs scikit-learn), messages, streaming, dropout, problems, CLI."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from sklearn.linear_model import Ridge
+
+from fedsciml import linalg
+from fedsciml.federated.messages import MessageRejected
+from fedsciml.objective import LinearLeastSquares
+from fedsciml.problems import ProblemError, get_problem
+from fedsciml.ridge import (FederatedRidge, FusionServer, SingularGram, client_message, dropout_mask, fuse, one_shot,
+                            pooled_ridge)
+
+D64 = torch.float64
+
+
+def _iid(K, n_k, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(d, generator=g, dtype=D64)
+    data = []
+    for _ in range(K):
+        A = torch.randn(n_k, d, generator=g, dtype=D64)
+        data.append((A, A @ w + 0.1 * torch.randn(n_k, generator=g, dtype=D64)))
+    return data
+
+
+def _heterogeneous(K, n_k, d, seed=0):
+    """Fully heterogeneous: client k sees only its own block of features, with its own mean and scale."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(d, generator=g, dtype=D64)
+    data = []
+    for k in range(K):
+        A = torch.zeros(n_k, d, dtype=D64)
+        cols = torch.arange(d)[torch.arange(d) % K == k]
+        if len(cols) == 0:
+            cols = torch.tensor([k % d])
+        A[:, cols] = (3.0 * k / K) + (1 + k % 3) * torch.randn(n_k, len(cols), generator=g, dtype=D64)
+        data.append((A, A @ w + 0.1 * torch.randn(n_k, generator=g, dtype=D64)))
+    return data
+
+
+def _sk(data, sigma):
+    A = torch.cat([a for a, _ in data]).numpy()
+    b = torch.cat([y for _, y in data]).numpy()
+    return torch.as_tensor(Ridge(alpha=sigma, fit_intercept=False, solver="cholesky").fit(A, b).coef_)
+
+
+@pytest.mark.parametrize("make", [_iid, _heterogeneous])
+@pytest.mark.parametrize("K,n_k,d", [(1, 60, 12), (7, 15, 12), (60, 4, 20), (500, 2, 10)])
+def test_fusion_equals_sklearn_ridge(make, K, n_k, d):
+    data = make(K, n_k, d)
+    sigma = 0.3
+    w = fuse({k: client_message(A, b) for k, (A, b) in enumerate(data)}, sigma)
+    ref = _sk(data, sigma)
+    assert float((w - ref).norm() / ref.norm()) < 1e-10
+
+
+def test_message_is_the_gauss_newton_statistics():
+    A, b = _iid(1, 30, 6)[0]
+    msg = client_message(A, b)
+    st = LinearLeastSquares(A, b).gn_stats(torch.zeros(6, dtype=D64))
+    assert torch.equal(linalg.unpack_upper(msg["G"], 6), st.H)
+    assert torch.allclose(msg["h"], A.T @ b, rtol=1e-14, atol=1e-13)
+    assert msg["G"].numel() == 21 and msg["n"].item() == 30
+
+
+def test_streaming_updates_equal_refit():
+    (A1, b1), (A2, b2) = _iid(2, 25, 8, seed=3)
+    server = FusionServer(8)
+    server.receive("a", client_message(A1[:10], b1[:10]))
+    server.update("a", client_message(A1[10:], b1[10:]))  # ΔG, Δh of new rows
+    server.update("b", client_message(A2, b2))            # first update = receive
+    assert server.n["a"] == 25
+    w = server.solve(0.1)
+    ref = pooled_ridge(torch.cat([A1, A2]), torch.cat([b1, b2]), 0.1)
+    assert float((w - ref).norm() / ref.norm()) < 1e-12
+    est = FederatedRidge(sigma=0.1)
+    est.partial_fit(A1, b1, client=0).partial_fit(A2[:5], b2[:5], client=1).partial_fit(A2[5:], b2[5:], client=1)
+    assert float((est.coef_ - ref).norm() / ref.norm()) < 1e-12
+
+
+def test_malformed_messages_are_rejected_not_summed():
+    data = _iid(3, 20, 5)
+    good = {k: client_message(A, b) for k, (A, b) in enumerate(data)}
+    bad = dict(good)
+    bad["nan"] = {**good[0], "h": torch.full((5,), float("nan"), dtype=D64)}
+    bad["shape"] = {**good[0], "G": good[0]["G"][:-1]}
+    bad["dim"] = client_message(torch.ones(4, 6, dtype=D64), torch.ones(4, dtype=D64))
+    bad["count"] = {**good[0], "n": torch.tensor([0.0], dtype=D64)}
+    bad["extra"] = {**good[0], "x": torch.zeros(1, dtype=D64)}
+    server = FusionServer(5)
+    ok, rejected = server.receive_all(bad)
+    assert ok == [0, 1, 2] and set(rejected) == {"nan", "shape", "dim", "count", "extra"}
+    assert "non-finite" in rejected["nan"] and "> 0" in rejected["count"]
+    assert torch.equal(server.solve(0.1), fuse(good, 0.1))
+    with pytest.raises(MessageRejected):
+        fuse(bad, 0.1)
+
+
+def test_bad_sigma_and_dimensions():
+    A, b = _iid(1, 3, 6)[0]  # 3 rows, 6 features: singular Gram
+    msgs = {0: client_message(A, b)}
+    with pytest.raises(SingularGram, match="use σ > 0"):
+        fuse(msgs, 0.0)
+    with pytest.raises(ValueError, match="sigma"):
+        fuse(msgs, -1.0)
+    assert torch.isfinite(fuse(msgs, 1e-3)).all()
+    with pytest.raises(ValueError, match="do not match"):
+        one_shot([(A, b), (torch.ones(2, 5, dtype=D64), torch.ones(2, dtype=D64))])
+    with pytest.raises(ValueError, match="no client"):
+        fuse({}, 0.1)
+
+
+def test_dropout_fusion_is_oracle_on_participants():
+    data = _heterogeneous(12, 10, 9, seed=5)
+    present = dropout_mask(12, 0.5, seed=1)
+    assert 0 < len(present) < 12
+    sub = [data[k] for k in present]
+    w, info = one_shot(sub, 0.05)
+    ref = _sk(sub, 0.05)
+    assert info["clients"] == len(present)
+    assert float((w - ref).norm() / ref.norm()) < 1e-10
+    assert dropout_mask(12, 1.0) == []
+    with pytest.raises(ValueError, match="no clients answered"):
+        one_shot([], 0.05)
+
+
+def test_ridge_linear_problem_gn_step_is_fusion():
+    p = get_problem("ridge-linear", dim=8, n_samples=30, sigma=0.2)
+    objs = p.client_objectives(4, seed=1)
+    theta0 = p.init_params(0)
+    assert theta0.dtype == D64 and not theta0.any() and p.network().n_params == 8
+    stats = [o.gn_stats(theta0) for o in objs]
+    H = sum(s.H for s in stats)
+    g = sum(s.g for s in stats)
+    w_gn = theta0 - linalg.damped_solve(H, g)  # one exact GN step on the objective with the penalty rows
+    w_fused, _ = one_shot(p.client_data(4, seed=1), 0.2)
+    assert float((w_gn - w_fused).norm() / w_fused.norm()) < 1e-12
+    assert p.evaluate(w_fused)["mse"] < 0.1
+    # deterministic, test rows held out (24 train rows per client)
+    A1, b1 = p.client_data(4, seed=1)[0]
+    assert A1.shape == (24, 8) and torch.equal(A1, p.client_data(4, seed=1)[0][0])
+    assert p.test_data()[0].shape == (24, 8)
+    with pytest.raises(ProblemError, match="heterogeneity"):
+        get_problem("ridge-linear", heterogeneity=1.5)
+
+
+def test_ridge_rff_is_federated_the_same_way():
+    p = get_problem("ridge-rff", rff_dim=60, n_samples=80, input_dim=2)
+    data = p.client_data(5, seed=2)
+    assert data[0][0].shape == (64, 60)
+    w, _ = one_shot(data, 0.01)
+    assert float((w - _sk(data, 0.01)).norm() / w.norm()) < 1e-10
+    _, b_test = p.test_data()
+    assert p.evaluate(w)["mse"] < 0.5 * float(b_test.var())  # the nonlinear target is learned
+
+
+def test_estimator_fit_groups_and_predict():
+    data = _iid(4, 20, 5, seed=7)
+    X = torch.cat([a for a, _ in data])
+    y = torch.cat([b for _, b in data])
+    groups = torch.arange(4).repeat_interleave(20)
+    est = FederatedRidge(sigma=0.5).fit(X, y, groups=groups)
+    assert float((est.coef_ - _sk(data, 0.5)).norm()) < 1e-10
+    assert est.predict(X[:3]).shape == (3,) and est.score(X, y) > -0.1
+    cv = FederatedRidge(sigma="cv", sigmas=[1e-3, 1.0, 1e3]).fit(X, y, groups=groups)
+    assert cv.sigma_ in (1e-3, 1.0)
+    with pytest.raises(ValueError, match="not fitted"):
+        FederatedRidge().predict(X)
+
+
+def test_ridge_cli_table_and_json(tmp_path, capsys):
+    from fedsciml.cli import main
+
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "fedsciml", "ridge", "--clients", "3", "--dim", "6", "--samples", "20",
+                        "--device", "cpu", "--json", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "one-shot" in r.stdout and "centralized" in r.stdout
+    res = json.loads(out.read_text())
+    one = res["rows"][0]
+    assert one["rel_error"] < 1e-10 and abs(one["mse"] - one["mse_central"]) < 1e-12
+    assert one["floats_sent"] == 3 * (21 + 6 + 1) + 3 * 6
+    for bad in (["--sigma", "-1"], ["--dropout", "1"], ["--heterogeneity", "2"], ["--cv", "0:1:3"]):
+        code = main(["ridge", "--clients", "2", "--dim", "3", "--samples", "10", "--device", "cpu", *bad])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("error:") and err.count("\n") == 1, (bad, err)
