@@ -1,0 +1,111 @@
+"""Leave-one-client-out CV (batched == naive), random projection, FedAvg/FedProx baselines."""
+import pytest
+import torch
+
+from fedsciml import linalg
+from fedsciml.problems import get_problem
+from fedsciml.ridge import FusionServer, client_message, one_shot, pooled_ridge
+from fedsciml.ridge.baselines import fedavg
+from fedsciml.ridge.cv import loco_cv, loco_solutions, loco_solutions_naive
+from fedsciml.ridge.sketch import sketch_matrix
+
+D64 = torch.float64
+SIGMAS = torch.logspace(-3, 2, 7, dtype=D64)
+
+
+def _stats(data):
+    server = FusionServer(data[0][0].shape[1])
+    for k, (A, b) in enumerate(data):
+        server.receive(k, client_message(A, b))
+    return server.stacked()
+
+
+@pytest.mark.parametrize("gamma", [0.0, 1.0])
+def test_batched_loco_equals_naive_loop(gamma):
+    p = get_problem("ridge-linear", dim=12, n_samples=20, heterogeneity=gamma)
+    Gs, hs = _stats(p.client_data(9, seed=0))
+    W, info = loco_solutions(Gs, hs, SIGMAS, return_info=True)
+    ref = loco_solutions_naive(Gs, hs, SIGMAS)
+    assert float(((W - ref).norm(dim=-1) / ref.norm(dim=-1)).max()) < 1e-10
+    assert info["direct_solves"] == 0
+
+
+def test_loco_fallback_and_dominant_client():
+    # client 0 alone covers feature 0: the preconditioned operator is ill-conditioned there
+    g = torch.Generator().manual_seed(0)
+    data = []
+    for k in range(5):
+        A = torch.randn(8, 6, generator=g, dtype=D64)
+        if k:
+            A[:, 0] = 0
+        data.append((A, torch.randn(8, generator=g, dtype=D64)))
+    Gs, hs = _stats(data)
+    ref = loco_solutions_naive(Gs, hs, SIGMAS)
+    for max_iter in (60, 1):  # 1 iteration forces the direct-solve fallback
+        W, info = loco_solutions(Gs, hs, SIGMAS, max_iter=max_iter, return_info=True)
+        assert float(((W - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-300)).max()) < 1e-10
+    assert info["direct_solves"] > 0
+    # K = 1: leaving the only client out gives w = 0
+    W1 = loco_solutions(Gs[:1], hs[:1], SIGMAS)
+    assert not W1.any()
+    with pytest.raises(ValueError, match="> 0"):
+        loco_solutions(Gs, hs, [0.1, 0.0])
+
+
+def test_loco_cv_selects_like_naive_and_explicit_refits():
+    p = get_problem("ridge-linear", dim=10, n_samples=25)
+    data = p.client_data(6, seed=2)
+    Gs, hs = _stats(data)
+    fast = loco_cv(Gs, hs, SIGMAS, data)
+    slow = loco_cv(Gs, hs, SIGMAS, data, naive=True)
+    assert fast["sigma"] == slow["sigma"]
+    assert torch.allclose(torch.tensor(fast["loss"]), torch.tensor(slow["loss"]), rtol=1e-10)
+    # one entry against an explicit refit without client 3
+    rest = [d for k, d in enumerate(data) if k != 3]
+    w = pooled_ridge(torch.cat([a for a, _ in rest]), torch.cat([b for _, b in rest]), float(SIGMAS[2]))
+    A3, b3 = data[3]
+    assert float(fast["per_client"][3, 2]) == pytest.approx(float(((A3 @ w - b3) ** 2).sum()), rel=1e-10)
+    assert fast["floats_up"] == 6 * 7 and fast["floats_down"] == 6 * 7 * 10
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "sparse", "srht"])
+def test_sketches(kind):
+    R = sketch_matrix(20, 8, seed=3, kind=kind)
+    assert R.shape == (20, 8) and torch.equal(R, sketch_matrix(20, 8, seed=3, kind=kind))
+    assert not torch.equal(R, sketch_matrix(20, 8, seed=4, kind=kind))
+    # E[R Rᵀ] = I: average over seeds
+    M = sum(sketch_matrix(20, 8, seed=s, kind=kind) @ sketch_matrix(20, 8, seed=s, kind=kind).T for s in range(300)) / 300
+    assert float((M - torch.eye(20, dtype=D64)).abs().max()) < 0.3
+    with pytest.raises(ValueError, match="m"):
+        sketch_matrix(20, 21)
+
+
+def test_projection_protocol_counts_and_exact_limit():
+    p = get_problem("ridge-linear", dim=12, n_samples=40)
+    data = p.client_data(4, seed=0)
+    w, info = one_shot(data, 1e-2, project=6, seed=1)
+    assert info["m"] == 6 and info["floats_up_per_client"] == 21 + 6 + 1
+    R = sketch_matrix(12, 6, seed=1)
+    # the model lies in range(R) and equals ridge on the projected pooled features, mapped back
+    A = torch.cat([a for a, _ in data])
+    b = torch.cat([y for _, y in data])
+    v = pooled_ridge(A @ R, b, 1e-2)
+    assert float((w - R @ v).norm() / w.norm()) < 1e-10
+    # square invertible sketch, σ = 0: the exact least-squares model
+    w_full, _ = one_shot(data, 0.0, project=12, seed=1)
+    assert float((w_full - pooled_ridge(A, b, 0.0)).norm() / w_full.norm()) < 1e-8
+
+
+def test_fedavg_and_fedprox_approach_the_oracle():
+    p = get_problem("ridge-linear", dim=5, n_samples=50)
+    data = p.client_data(4, seed=1)
+    w_star, _ = one_shot(data, 0.01)
+    ev = lambda w: p.evaluate(w)["mse"]  # noqa: E731
+    w, hist, info = fedavg(data, rounds=40, lr=0.05, sigma=0.01, evaluate=ev, every=10)
+    assert [h["round"] for h in hist] == [10, 20, 30, 40]
+    assert hist[-1]["mse"] < hist[0]["mse"] and ev(w) < 1.1 * ev(w_star)
+    assert info["floats_sent"] == 40 * 4 * (5 + 1 + 5)
+    w2, _, _ = fedavg(data, rounds=40, lr=0.05, sigma=0.01, mu=0.01)
+    assert ev(w2) < 1.1 * ev(w_star) and not torch.equal(w, w2)
+    with pytest.raises(ValueError, match="rounds"):
+        fedavg(data, rounds=0)
