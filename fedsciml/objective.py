@@ -36,12 +36,19 @@ class GNStats:
     """Sufficient statistics of one Gauss–Newton step at θ.
 
     ``H = JᵀJ`` (p×p), ``g = Jᵀr`` (p), ``loss = ½‖r‖²``, ``n`` residual rows.
+
+    A centralized solver that holds the data may also keep ``J`` and ``r``
+    (then ``H`` may be ``None``: Levenberg–Marquardt can solve its damped
+    system in the n×n kernel form ``Jᵀ(JJᵀ + μI)⁻¹r`` when n < p).  Messages
+    and federated sums never carry them.
     """
 
-    H: torch.Tensor
+    H: torch.Tensor | None
     g: torch.Tensor
     loss: torch.Tensor
     n: int
+    J: torch.Tensor | None = None
+    r: torch.Tensor | None = None
 
 
 @dataclass
@@ -105,11 +112,19 @@ class LeastSquares:
         return gn_stats_from(J, r)
 
 
-def gn_stats_from(J: torch.Tensor, r: torch.Tensor) -> GNStats:
-    """``(JᵀJ, Jᵀr, ½‖r‖²)`` — the one place the Gram matrix is formed."""
-    H = J.T @ J
-    H = 0.5 * (H + H.T)  # exact symmetry (BLAS may differ in the last bit)
-    return GNStats(H=H, g=J.T @ r, loss=0.5 * (r @ r), n=int(r.shape[0]))
+def gn_stats_from(J: torch.Tensor, r: torch.Tensor, *, form_gram: bool = True,
+                  keep_jacobian: bool = False) -> GNStats:
+    """``(JᵀJ, Jᵀr, ½‖r‖²)`` — the one place the Gram matrix is formed.
+
+    ``form_gram=False`` skips ``JᵀJ`` (``H=None``) and ``keep_jacobian=True``
+    keeps ``J`` and ``r`` in the statistics (for the kernel-form LM solve).
+    """
+    H = None
+    if form_gram:
+        H = J.T @ J
+        H = 0.5 * (H + H.T)  # exact symmetry (BLAS may differ in the last bit)
+    kept = (J, r) if keep_jacobian else (None, None)
+    return GNStats(H=H, g=J.T @ r, loss=0.5 * (r @ r), n=int(r.shape[0]), J=kept[0], r=kept[1])
 
 
 class PointwiseLeastSquares(LeastSquares):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fedsciml.objective import LeastSquares
+from fedsciml.objective import LeastSquares, gn_stats_from
 from fedsciml.solvers.history import Recorder
 from fedsciml.solvers.lm import LevenbergMarquardt, LMConfig
 
@@ -43,9 +43,23 @@ class SolveConfig:
             self.max_iters = DEFAULT_ITERS[self.optimizer]
 
 
+def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
+    """θ ↦ the Gauss–Newton statistics LM needs: ``(JᵀJ, Jᵀr)`` for the normal-form
+    solve, or ``(J, r, Jᵀr)`` without forming ``JᵀJ`` for the kernel form (n < p)."""
+    if not lm.wants_jacobian(obj.n_residuals, obj.n_params):
+        return obj.gn_stats
+
+    def stats(theta):
+        r, J = obj.residual_and_jacobian(theta)
+        return gn_stats_from(J, r, form_gram=False, keep_jacobian=True)
+
+    return stats
+
+
 def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConfig):
     lm = LevenbergMarquardt(cfg.lm)
-    lm.start(theta, obj.gn_stats(theta))
+    stats_at = lm_stats_fn(obj, lm)
+    lm.start(theta, stats_at(theta))
     rec.record(0, lm.theta, lm.loss, mu=lm.mu)
     n = obj.n_residuals
     it = 0
@@ -53,10 +67,11 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
         if lm.loss / n <= cfg.tol or lm.mu >= lm.cfg.mu_max:
             break
         trial = lm.propose()
-        accepted = lm.observe(float(obj.loss(trial)), lambda: obj.gn_stats(trial))
+        accepted = lm.observe(float(obj.loss(trial)), lambda: stats_at(trial))
         it += 1
         rec.record(it, lm.theta, lm.loss, mu=lm.mu, accepted=accepted)
-    return lm.theta, {"accepted_steps": lm.accepted_steps, "rejected_steps": lm.rejected_steps, "final_mu": lm.mu}
+    return lm.theta, {"accepted_steps": lm.accepted_steps, "rejected_steps": lm.rejected_steps, "final_mu": lm.mu,
+                      "lm_solve": "kernel" if lm.wants_jacobian(n, obj.n_params) else "normal"}
 
 
 def run_torch_optimizer(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConfig):

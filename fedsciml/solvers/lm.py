@@ -9,6 +9,20 @@ Damping follows Madsen, Nielsen & Tingleff (2004), *Methods for non-linear
 least squares problems*, §3.2: ``μ₀ = τ·max diag(JᵀJ)``, gain ratio
 ``ρ = (F(θ) − F(θ+δ)) / (½δᵀ(μδ − g))``, on success
 ``μ ← μ·max(⅓, 1 − (2ρ−1)³)``, on failure ``μ ← μν, ν ← 2ν``.
+
+The damped system ``(JᵀJ + μI) δ = −Jᵀr`` is solved in one of two equivalent
+forms (``LMConfig.solve``):
+
+* ``normal`` — Cholesky of the p×p matrix ``H + μI`` (``H = JᵀJ``): all that
+  federated Gauss–Newton has, since it only receives summed ``H`` and ``g``;
+* ``kernel`` — ``δ = −Jᵀ(JJᵀ + μI)⁻¹ r``, a Cholesky of the n×n matrix
+  ``JJᵀ + μI``; needs ``J`` and ``r`` in the statistics (a centralized
+  solver holding the data), and is much cheaper when n < p, as for the
+  PINNs here (402 residuals against 2209 parameters for bratu).
+  The identity ``(JᵀJ + μI)⁻¹Jᵀ = Jᵀ(JJᵀ + μI)⁻¹`` makes both the same step;
+  they differ only by round-off.
+* ``auto`` (default) — ``kernel`` when the statistics carry ``J`` and n < p,
+  else ``normal``.
 """
 from __future__ import annotations
 
@@ -27,10 +41,18 @@ class LMConfig:
     mu_min: float = 1e-20      # absolute floor (float64 round-off territory)
     mu_max: float = 1e20
     accept_ratio: float = 0.0  # accept a step when ρ > accept_ratio
+    solve: str = "auto"        # "normal" (p×p), "kernel" (n×n, needs J in the stats) or "auto"
 
     def validate(self):
         if not self.tau > 0:
             raise ValueError(f"LM tau must be > 0, got {self.tau}")
+        if self.solve not in SOLVES:
+            raise ValueError(f"LM solve must be one of {', '.join(SOLVES)}, got {self.solve!r}")
+        if not 0 < self.mu_min < self.mu_max:
+            raise ValueError(f"LM damping bounds need 0 < mu_min < mu_max, got {self.mu_min}, {self.mu_max}")
+
+
+SOLVES = ("auto", "normal", "kernel")
 
 
 class LevenbergMarquardt:
@@ -47,22 +69,51 @@ class LevenbergMarquardt:
         self.rejected_steps = 0
         self._trial = None
         self._pred = None
+        self._kernel = None  # (stats, JJᵀ) for the kernel-form solve
 
     @property
     def loss(self) -> float:
         return float(self.stats.loss)
 
+    def wants_jacobian(self, n: int, p: int) -> bool:
+        """Whether a caller holding the data should keep ``J`` and ``r`` in the statistics
+        (and may skip forming ``JᵀJ``): the kernel-form solve is used."""
+        return self.cfg.solve == "kernel" or (self.cfg.solve == "auto" and n < p)
+
+    def _use_kernel(self) -> bool:
+        st = self.stats
+        has_j = st.J is not None and st.r is not None
+        if self.cfg.solve == "normal" or (self.cfg.solve == "auto" and not has_j):
+            if st.H is None:
+                raise ValueError("LM solve='normal' needs H = JᵀJ in the statistics")
+            return False
+        if not has_j:
+            raise ValueError("LM solve='kernel' needs statistics that carry J and r "
+                             "(gn_stats_from(J, r, keep_jacobian=True)); federated sums only carry H and g")
+        return self.cfg.solve == "kernel" or st.H is None or st.J.shape[0] < st.J.shape[1]
+
     def start(self, theta: torch.Tensor, stats: GNStats):
         self.theta = theta.detach().clone()
         self.stats = stats
-        self.mu = self.cfg.tau * float(stats.H.diagonal().max().clamp_min(1e-300))
+        diag = stats.H.diagonal() if stats.H is not None else (stats.J * stats.J).sum(0)
+        self.mu = self.cfg.tau * float(diag.max().clamp_min(1e-300))
+        self.nu = 2.0
+
+    def _solve(self, mu: float) -> torch.Tensor:
+        st = self.stats
+        if not self._use_kernel():
+            return -linalg.damped_solve(st.H, st.g, mu)
+        if self._kernel is None or self._kernel[0] is not st:
+            K = st.J @ st.J.T
+            self._kernel = (st, 0.5 * (K + K.T))
+        return -(st.J.T @ linalg.damped_solve(self._kernel[1], st.r, mu))
 
     def propose(self) -> torch.Tensor:
-        """Next trial point ``θ + δ``, ``(H + μI) δ = −g``; raises the damping until H + μI factorizes."""
-        H, g = self.stats.H, self.stats.g
+        """Next trial point ``θ + δ``, ``(H + μI) δ = −g``; raises the damping until the system factorizes."""
+        g = self.stats.g
         while True:
             try:
-                delta = -linalg.damped_solve(H, g, self.mu)
+                delta = self._solve(self.mu)
                 break
             except linalg.NotPositiveDefinite:
                 self.mu = min(self.cfg.mu_max, max(self.mu * 10.0, 1e-12))
