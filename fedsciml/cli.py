@@ -114,8 +114,9 @@ def _has_module(name):
 
 
 def cmd_solve(args):
+    from fedsciml.federated.simulation import RoundFailed
     from fedsciml.problems import get_problem
-    from fedsciml.runner import solve
+    from fedsciml.runner import available_methods, solve
 
     popts = {k[5:]: v for k, v in vars(args).items() if k.startswith("popt_") and v is not None}
     problem = get_problem(args.problem, **popts)
@@ -127,6 +128,10 @@ def cmd_solve(args):
     common = dict(budget=args.budget, tol=args.tol, lr=args.lr, every=args.every)
     fed = {k: getattr(args, k) for k in FED_KEYS if getattr(args, k) not in (None, False)}
     methods = [method] + ([m.strip() for m in args.compare.split(",") if m.strip() and m.strip() != method] if args.compare else [])
+    known = available_methods()
+    for m in methods:
+        if m not in known:
+            raise CLIError(f"unknown method {m!r}; available: {', '.join(known)}")
     results = []
     for m in methods:
         opts = dict(common)
@@ -134,26 +139,60 @@ def cmd_solve(args):
             opts.update(optimizer=args.optimizer, max_iters=args.max_iters)
         else:
             opts.update(fed)
+            if len(methods) > 1 and "checkpoint" in opts:  # one checkpoint directory per compared method
+                opts["checkpoint"] = os.path.join(opts["checkpoint"], m)
         if not args.quiet:
             print(f"[fedsciml] {problem.name} · method={m} · clients={args.clients or problem.default_clients} · "
                   f"params={problem.network().n_params if hasattr(problem, 'network') else '?'}", file=sys.stderr)
-        res = solve(problem, method=m, clients=args.clients, seed=args.seed, device=args.device,
-                    progress=not args.quiet, **opts)
+        try:
+            res = solve(problem, method=m, clients=args.clients, seed=args.seed, device=args.device,
+                        progress=not args.quiet, **opts)
+        except RoundFailed as e:
+            raise CLIError(f"{m}: {e}")
         results.append(res)
     _print_summary(results)
     _write_outputs(problem, results, args)
     return 0
 
 
+def _describe(r) -> str:
+    """Short settings of a run for the table (local solver, rank, ...)."""
+    o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
+    if r.method == "centralized":
+        return f"pooled data, {r.options.get('optimizer', 'lm')}"
+    if r.method == "gn":
+        return "LM on ΣH_m, Σg_m"
+    parts = []
+    if r.method == "fipa":
+        parts.append("full H_m" if o.get("rank") == 0 else f"rank {o.get('rank')}" + (" adaptive" if o.get("adaptive") else ""))
+        parts.append(f"merge {o.get('merge')}")
+    if o.get("local") == "gn":
+        parts.append("local GN")
+    elif o.get("local"):
+        parts.append(f"local adam τ={o.get('local_steps')} lr={o.get('lr')}")
+    if r.method == "fedprox":
+        parts.append(f"μ={o.get('mu')}")
+    return ", ".join(parts)
+
+
 def _print_summary(results):
     r0 = results[0]
     metric = r0.metric_name
     print(f"\n{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters, device {r0.device}, {r0.dtype}")
-    print(f"{'method':14s} {'steps':>7s} {'seconds':>9s} {'loss':>11s} {metric:>11s} {'floats sent':>13s}")
+    print(f"{'method':12s} {'rounds':>6s} {'seconds':>8s} {'loss':>10s} {metric:>10s} {'floats sent':>12s} "
+          f"{'floats/round':>12s}  settings")
     for r in results:
         last = r.history[-1] if r.history else {}
-        print(f"{r.method:14s} {last.get('step', 0):7d} {r.wall_time_s:9.2f} {r.final.get('loss') or float('nan'):11.3e} "
-              f"{r.error:11.3e} {last.get('floats_sent', 0):13d}")
+        rounds = r.extra.get("rounds", last.get("step", 0)) if isinstance(r.extra, dict) else last.get("step", 0)
+        sent = last.get("floats_sent", 0)
+        per = sent / rounds if rounds else 0
+        loss = r.final.get("loss")
+        print(f"{r.method:12s} {rounds:6d} {r.wall_time_s:8.2f} {loss if loss is not None else float('nan'):10.3e} "
+              f"{r.error:10.3e} {sent:12d} {per:12.3g}  {_describe(r)}")
+        rej = r.extra.get("rejections") if isinstance(r.extra, dict) else None
+        if rej:
+            print(f"{'':12s} {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client {rej[0]['client']}: "
+                  f"{rej[0]['reason']}")
     print(f"final {metric} ({r0.method}): {r0.error:.3e}")
 
 
