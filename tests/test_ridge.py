@@ -148,6 +148,16 @@ def test_ridge_linear_problem_gn_step_is_fusion():
         get_problem("ridge-linear", heterogeneity=1.5)
 
 
+def test_solve_gn_reaches_the_fused_model_in_one_round():
+    from fedsciml.runner import solve
+
+    p = get_problem("ridge-linear", dim=6, n_samples=20, sigma=0.05)
+    w_fused, _ = one_shot(p.client_data(3, seed=0), 0.05)
+    res = solve(p, "gn", clients=3, seed=0, rounds=1, lm_tau=1e-14)  # federated GN with (almost) no LM damping
+    assert float((res.theta - w_fused).norm() / w_fused.norm()) < 1e-9
+    assert res.final["mse"] == pytest.approx(p.evaluate(w_fused)["mse"], rel=1e-9)
+
+
 def test_ridge_rff_is_federated_the_same_way():
     p = get_problem("ridge-rff", rff_dim=60, n_samples=80, input_dim=2)
     data = p.client_data(5, seed=2)

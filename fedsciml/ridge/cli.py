@@ -129,7 +129,7 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
             raise ValueError("dp-fedavg needs --epsilon")
         t0 = time.perf_counter()
         wb, hist, binfo = fedavg(sub, rounds=rounds, mu=0.01 if name == "fedprox" else 0.0, sigma=s_used, seed=seed,
-                                 dp={"epsilon": epsilon, "delta": delta, "clip": 1.0} if name == "dp-fedavg" else None)
+                                 dp={"epsilon": epsilon, "delta": delta, "clip": 3.0} if name == "dp-fedavg" else None)
         rows.append({"method": f"{name}-{rounds}", "mse": ev(wb), "mse_central": mse_c, "rel_error": rel(wb),
                      "rounds": rounds, "floats_sent": binfo["floats_sent"], "seconds": time.perf_counter() - t0})
     return {"problem": problem.name, "options": problem.options, "clients": clients, "present": len(present),

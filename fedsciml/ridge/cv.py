@@ -47,16 +47,43 @@ def loco_solutions_naive(Gs: torch.Tensor, hs: torch.Tensor, sigmas) -> torch.Te
     return out
 
 
+def _unpacked(Gs: torch.Tensor, d: int) -> torch.Tensor:
+    return linalg.unpack_upper(Gs, d) if Gs.ndim == 2 else Gs
+
+
 def loco_solutions(Gs: torch.Tensor, hs: torch.Tensor, sigmas, tol: float = 1e-14, max_iter: int = 60,
-                   return_info: bool = False):
-    """``W [K, S, d]`` with ``W[k, j] = (G − G_k + σ_j I)⁻¹ (h − h_k)``, batched (see module docstring)."""
-    if Gs.ndim != 3 or hs.ndim != 2 or Gs.shape[0] != hs.shape[0] or Gs.shape[1:] != (hs.shape[1], hs.shape[1]):
-        raise ValueError(f"need per-client Grams [K, d, d] and moments [K, d], got {tuple(Gs.shape)} and {tuple(hs.shape)}")
+                   chunk: int | None = None, return_info: bool = False):
+    """``W [K, S, d]`` with ``W[k, j] = (G − G_k + σ_j I)⁻¹ (h − h_k)``, batched (see module docstring).
+
+    ``Gs`` is ``[K, d, d]`` or packed upper triangles ``[K, d(d+1)/2]``; ``chunk`` bounds how many clients'
+    full Gram matrices are unpacked at once (memory: ``chunk·d²`` floats).
+    """
+    if hs.ndim != 2 or Gs.shape[0] != hs.shape[0] or Gs.ndim not in (2, 3) or (
+            Gs.ndim == 3 and Gs.shape[1:] != (hs.shape[1], hs.shape[1])) or (
+            Gs.ndim == 2 and Gs.shape[1] != linalg.n_upper(hs.shape[1])):
+        raise ValueError(f"need per-client Grams [K, d, d] (or packed [K, d(d+1)/2]) and moments [K, d], "
+                         f"got {tuple(Gs.shape)} and {tuple(hs.shape)}")
     s = _as_sigmas(sigmas, Gs)
     K, d = hs.shape
     S = s.numel()
-    G, h = Gs.sum(0), hs.sum(0)
-    L = linalg.cholesky(linalg.add_diagonal(G.expand(S, d, d), s))          # [S, d, d]
+    G = linalg.unpack_upper(Gs.sum(0), d) if Gs.ndim == 2 else Gs.sum(0)
+    h = hs.sum(0)
+    L = linalg.cholesky(linalg.add_diagonal(G.expand(S, d, d), s))          # [S, d, d], shared by all clients
+    chunk = K if not chunk else max(1, int(chunk))
+    X = torch.empty(K, S, d, dtype=hs.dtype, device=hs.device)
+    info = {"iterations": 0, "direct_solves": 0, "pairs": K * S}
+    for c0 in range(0, K, chunk):
+        Gc = _unpacked(Gs[c0:c0 + chunk], d)
+        Xc, it, nd = _pcg(G, h, Gc, hs[c0:c0 + chunk], s, L, tol, max_iter)
+        X[c0:c0 + chunk] = Xc
+        info["iterations"] = max(info["iterations"], it)
+        info["direct_solves"] += nd
+    return (X, info) if return_info else X
+
+
+def _pcg(G, h, Gs, hs, s, L, tol, max_iter):
+    K, d = hs.shape
+    S = s.numel()
 
     def op(X):  # (G + σ_j − G_k) X[k, j]
         return X @ G + s[None, :, None] * X - torch.bmm(X, Gs)
@@ -91,9 +118,7 @@ def loco_solutions(Gs: torch.Tensor, hs: torch.Tensor, sigmas, tol: float = 1e-1
         kk, jj = torch.nonzero(~done, as_tuple=True)
         M = linalg.add_diagonal((G[None] - Gs[kk]), s[jj])
         X[kk, jj] = linalg.damped_solve(M, (h[None] - hs[kk]))
-    if return_info:
-        return X, {"iterations": it, "direct_solves": n_direct, "pairs": K * S}
-    return X
+    return X, it, n_direct
 
 
 def validation_losses(A: torch.Tensor, b: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
@@ -102,17 +127,18 @@ def validation_losses(A: torch.Tensor, b: torch.Tensor, W: torch.Tensor) -> torc
     return (R * R).sum(0)
 
 
-def loco_cv(Gs, hs, sigmas, client_data, naive: bool = False) -> dict:
+def loco_cv(Gs, hs, sigmas, client_data, naive: bool = False, chunk: int | None = None) -> dict:
     """Leave-one-client-out CV over a σ grid.
 
-    ``client_data`` is the list of each client's ``(A_k, b_k)`` (used only by
+    ``Gs`` may be packed (``[K, d(d+1)/2]``).  ``client_data`` is the list of each client's ``(A_k, b_k)`` (used only by
     the client itself to score the models the server sends it).  Returns
     ``{sigma, sigmas, loss [S], per_client [K, S], floats_down, floats_up}``.
     """
-    W = (loco_solutions_naive if naive else loco_solutions)(Gs, hs, sigmas)
+    d = hs.shape[-1]
+    W = loco_solutions_naive(_unpacked(Gs, d), hs, sigmas) if naive else loco_solutions(Gs, hs, sigmas, chunk=chunk)
     losses = torch.stack([validation_losses(A, b, W[k]) for k, (A, b) in enumerate(client_data)])
     total = losses.sum(0)
-    s = _as_sigmas(sigmas, Gs)
+    s = _as_sigmas(sigmas, hs)
     j = int(torch.argmin(total))
     K, S, d = W.shape
     return {"sigma": float(s[j]), "sigmas": s.tolist(), "loss": total.tolist(), "per_client": losses,

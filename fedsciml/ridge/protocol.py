@@ -21,7 +21,7 @@ from fedsciml.ridge.stats import FusionServer, client_message, ridge_solve
 
 
 def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int | None = None,
-             sketch: str = "gaussian", cv_sigmas=None, seed: int = 0, repair: bool = True):
+             sketch: str = "gaussian", cv_sigmas=None, seed: int = 0, repair: bool = True, cv_chunk: int | None = 64):
     """Fit ``w`` from ``data = [(A_k, b_k)]`` in one round.  See the module docstring."""
     if not data:
         raise ValueError("no clients answered: at least one client's statistics are needed to fit a model")
@@ -57,8 +57,8 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
     info = {"clients": len(data), "d": d, "m": m, "floats_up_per_client": server.floats_up // len(data),
             "floats_sent": server.floats_up + len(data) * d, "noise_std": std, "eig_clipped": 0}
     if cv_sigmas is not None:
-        Gs, hs = server.stacked()
-        res = _cv.loco_cv(Gs, hs, cv_sigmas, local)
+        Gs, hs = server.stacked_packed()
+        res = _cv.loco_cv(Gs, hs, cv_sigmas, local, chunk=cv_chunk)
         sigma = res["sigma"]
         info.update(cv_sigmas=res["sigmas"], cv_loss=res["loss"])
         info["floats_sent"] += res["floats_down"] + res["floats_up"]

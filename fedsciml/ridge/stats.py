@@ -163,6 +163,11 @@ class FusionServer:
         return (linalg.unpack_upper(torch.stack(list(self.G.values())), self.d),
                 torch.stack(list(self.h.values())))
 
+    def stacked_packed(self):
+        """Per-client ``(packed G_k [K, d(d+1)/2], h_k [K, d])`` — no d×d matrix per client is formed."""
+        self._need_clients()
+        return torch.stack(list(self.G.values())), torch.stack(list(self.h.values()))
+
     def solve(self, sigma) -> torch.Tensor:
         G, h = self.totals()
         return ridge_solve(G, h, sigma)
