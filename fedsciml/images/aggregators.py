@@ -1,0 +1,388 @@
+"""Fisher-weighted aggregators for image classification, on the federated layer's
+:class:`~fedsciml.federated.aggregators.Aggregator` interface and Schema validation.
+
+FedAvg, FedProx and FIPA (thin-QR merge, Eq. 13) are used unchanged from
+:mod:`fedsciml.federated.aggregators`; this module adds the methods whose
+messages are model + Fisher summaries:
+
+* :class:`FedFishAggregator` — multi-round; ``delta`` + diagonal empirical Fisher,
+  Fisher-weighted delta as the pseudo-gradient of a server Adam step.
+* :class:`FisherMergeAggregator` — one-shot ``Σ n_i F_i w_i / Σ n_i F_i`` with a fisher floor.
+* :class:`FedFisherAggregator` — one-shot; minimizes ``½wᵀ(ΣF̄_i)w − (ΣF̄_i w_i)ᵀw``
+  (``F̄_i = (n_i/N) F_i``, diagonal or K-FAC) with Adam from the FedAvg average,
+  keeping the best checkpoint on the server validation set.
+* :class:`RegMeanAggregator` — one-shot; per layer ``W = (Σ G̃_i)⁻¹ Σ G̃_i W_i`` with Gram
+  matrices of layer inputs, off-diagonals scaled by α.
+* :class:`FedBEnsAggregator` — one-shot; M modes per client with Laplace precisions,
+  the mixture log-posterior of FedBEns Eq. 5 maximized per component from the
+  median of the client modes; returns the ensemble ``[M, p]``.
+
+A message's curvature is always the *mean-form* Fisher of its client
+(``(1/n) Σ_n J_nᵀΛ_nJ_n``); sample counts ``n`` give the weights.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from fedsciml.federated.aggregators import Aggregator
+from fedsciml.federated.messages import Field, Schema
+from fedsciml.images.fisher import KFAC
+
+
+def _stack_weights(messages):
+    w = Aggregator.sample_weights(messages)
+    return [w[c] for c in messages]
+
+
+def _check_nonneg(ok, bad, fields):
+    for cid in list(ok):
+        for f in fields:
+            if f in ok[cid] and bool((ok[cid][f] < 0).any()):
+                bad[cid] = f"field {f!r} has negative entries; a Fisher diagonal is ≥ 0"
+                del ok[cid]
+                break
+    return ok, bad
+
+
+class FedFishAggregator(Aggregator):
+    """FedFish (Alg. 1) with a server Adam: pseudo-gradient ``−Σ n_i F_i Δ_i / Σ n_i F_i``
+    (coordinates where every Fisher is 0 fall back to the sample-weighted mean delta)."""
+
+    name = "fedfish"
+
+    def __init__(self, server_lr: float = 0.01, betas=(0.9, 0.99), eps: float = 1e-3):
+        if not server_lr > 0:
+            raise ValueError(f"FedFish server learning rate must be > 0, got {server_lr}")
+        self.lr, self.betas, self.eps = server_lr, betas, eps
+        self._opt = None
+        self._param = None
+
+    def schema(self):
+        return Schema({"delta": Field(("p",)), "fisher": Field(("p",)), "n": Field((1,), positive=True)})
+
+    def validate(self, messages, p, dtype=None):
+        return _check_nonneg(*super().validate(messages, p, dtype), ["fisher"])
+
+    def merged_delta(self, messages):
+        w = _stack_weights(messages)
+        num = sum(wi * m["fisher"] * m["delta"] for wi, m in zip(w, messages.values()))
+        den = sum(wi * m["fisher"] for wi, m in zip(w, messages.values()))
+        avg = sum(wi * m["delta"] for wi, m in zip(w, messages.values()))
+        return torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), avg)
+
+    def aggregate(self, theta, messages):
+        if not messages:
+            raise ValueError("no client messages to aggregate")
+        if self._param is None or self._param.shape != theta.shape:
+            self._param = torch.nn.Parameter(theta.detach().clone())
+            self._opt = torch.optim.Adam([self._param], lr=self.lr, betas=self.betas, eps=self.eps)
+        with torch.no_grad():
+            self._param.copy_(theta)
+        self._param.grad = -self.merged_delta(messages).detach()
+        self._opt.step()
+        return self._param.detach().clone()
+
+
+class FisherMergeAggregator(Aggregator):
+    """FisherMerge (Matena & Raffel): ``Σ λ_i F_i w_i / Σ λ_i F_i``, λ_i = n_i/N, ``F_i ← max(F_i, floor)``."""
+
+    name = "fishermerge"
+
+    def __init__(self, fisher_floor: float = 1e-6):
+        if not fisher_floor > 0:
+            raise ValueError(f"fisher floor must be > 0, got {fisher_floor}")
+        self.floor = fisher_floor
+
+    def schema(self):
+        return Schema({"w": Field(("p",)), "fisher": Field(("p",)), "n": Field((1,), positive=True)})
+
+    def validate(self, messages, p, dtype=None):
+        return _check_nonneg(*super().validate(messages, p, dtype), ["fisher"])
+
+    def aggregate(self, theta, messages):
+        if not messages:
+            raise ValueError("no client messages to aggregate")
+        w = _stack_weights(messages)
+        F = [m["fisher"].clamp_min(self.floor) for m in messages.values()]
+        num = sum(wi * Fi * m["w"] for wi, Fi, m in zip(w, F, messages.values()))
+        return num / sum(wi * Fi for wi, Fi in zip(w, F))
+
+
+def _adam_best(w0, grad_fn, evaluate, steps, lr, betas, eps, eval_every):
+    """Adam on a quadratic/log-posterior from ``w0``; returns (best w, history) by ``evaluate``
+    (higher is better) every ``eval_every`` steps; without ``evaluate`` the last iterate."""
+    w = torch.nn.Parameter(w0.detach().clone())
+    opt = torch.optim.Adam([w], lr=lr, betas=betas, eps=eps)
+    best, best_score, hist = w0.detach().clone(), -math.inf, []
+    if evaluate is not None:
+        best_score = float(evaluate(best))
+        hist.append((0, best_score))
+    for t in range(1, steps + 1):
+        opt.zero_grad(set_to_none=True)
+        w.grad = grad_fn(w.detach())
+        opt.step()
+        if evaluate is not None and (t % eval_every == 0 or t == steps):
+            s = float(evaluate(w.detach()))
+            hist.append((t, s))
+            if s > best_score:
+                best, best_score = w.detach().clone(), s
+    return (w.detach().clone() if evaluate is None else best), hist
+
+
+class FedFisherAggregator(Aggregator):
+    """FedFisher (Jhunjhunwala et al. 2024): GD/Adam on ``Σ_i F̄_i (w − w_i)`` from the FedAvg
+    average; Adam(η=0.01, β=(0.9, 0.99), ε=0.01), T=2000 steps, validation every 100 (App. D.3).
+
+    ``curvature='diag'``: field ``fisher`` [p]; ``'kfac'``: fields ``A{l}``, ``G{l}``, ``rest``
+    shaped like ``template`` (a :class:`KFAC` from any client: the layer layout)."""
+
+    name = "fedfisher"
+
+    def __init__(self, curvature: str = "kfac", template: KFAC | None = None, evaluate: Callable | None = None,
+                 steps: int = 2000, lr: float = 0.01, betas=(0.9, 0.99), eps: float = 0.01, eval_every: int = 100,
+                 optimizer: str = "adam"):
+        if curvature not in ("diag", "kfac"):
+            raise ValueError(f"FedFisher curvature must be 'diag' or 'kfac', got {curvature!r}")
+        if curvature == "kfac" and template is None:
+            raise ValueError("FedFisher(K-FAC) needs a KFAC template for the layer layout")
+        if optimizer not in ("adam", "gd"):
+            raise ValueError(f"optimizer must be 'adam' or 'gd', got {optimizer!r}")
+        if steps < 0 or not lr > 0:
+            raise ValueError(f"need steps ≥ 0 and lr > 0, got steps={steps}, lr={lr}")
+        self.curvature, self.template, self.evaluate = curvature, template, evaluate
+        self.steps, self.lr, self.betas, self.eps, self.eval_every = steps, lr, betas, eps, max(1, eval_every)
+        self.optimizer = optimizer
+        self.history = []
+
+    def schema(self):
+        f = {"w": Field(("p",)), "n": Field((1,), positive=True)}
+        if self.curvature == "diag":
+            f["fisher"] = Field(("p",))
+        else:
+            for i, (a, g) in enumerate(self.template.factor_shapes()):
+                f[f"A{i}"] = Field((a, a))
+                f[f"G{i}"] = Field((g, g))
+            f["rest"] = Field((self.template.rest_idx.numel(),))
+        return Schema(f)
+
+    def validate(self, messages, p, dtype=None):
+        return _check_nonneg(*super().validate(messages, p, dtype), ["fisher", "rest"])
+
+    def operators(self, messages):
+        """``(weights, [F_i as a matvec])``."""
+        w = _stack_weights(messages)
+        if self.curvature == "diag":
+            ops = [(lambda v, d=m["fisher"]: d * v) for m in messages.values()]
+        else:
+            ops = [self.template.from_message(m).matvec for m in messages.values()]
+        return w, ops
+
+    def summed_operator(self, messages):
+        """``v ↦ Σ_i (n_i/N) F_i v`` with the clients' factors stacked (one batched product per layer)."""
+        w = torch.tensor(_stack_weights(messages))
+        msgs = list(messages.values())
+        if self.curvature == "diag":
+            d = sum(wi * m["fisher"] for wi, m in zip(w.tolist(), msgs))
+            return lambda v: d * v
+        t = self.template
+        w = w.to(dtype=msgs[0]["w"].dtype, device=msgs[0]["w"].device)
+        As = [torch.stack([m[f"A{i}"] for m in msgs]) for i in range(len(t.blocks))]
+        Gs = [torch.stack([w[j] * m[f"G{i}"] for j, m in enumerate(msgs)]) for i in range(len(t.blocks))]
+        rest = sum(wi * m["rest"] for wi, m in zip(w.tolist(), msgs))
+
+        def op(v):
+            res = torch.zeros_like(v)
+            for i in range(len(t.blocks)):
+                t._scatter(res, i, (Gs[i] @ t._block(v, i) @ As[i]).sum(0))
+            res[t.rest_idx] = rest * v[t.rest_idx]
+            return res
+        return op
+
+    def aggregate(self, theta, messages):
+        if not messages:
+            raise ValueError("no client messages to aggregate")
+        w, ops = self.operators(messages)
+        ws = [m["w"] for m in messages.values()]
+        w_avg = sum(wi * wm for wi, wm in zip(w, ws))
+        b = sum(wi * op(wm) for wi, op, wm in zip(w, ops, ws))
+        F = self.summed_operator(messages)
+        grad = lambda v: F(v) - b  # noqa: E731
+        if self.optimizer == "gd":
+            v = w_avg.clone()
+            for _ in range(self.steps):
+                v = v - self.lr * grad(v)
+            return v
+        best, self.history = _adam_best(w_avg, grad, self.evaluate, self.steps, self.lr, self.betas, self.eps,
+                                        self.eval_every)
+        return best
+
+
+class RegMeanAggregator(Aggregator):
+    """RegMean (Jin et al. 2023): per Linear/Conv2d layer (convs over unfolded patches)
+    ``Wᵀ = (Σ_i G̃_i)⁻¹ Σ_i G̃_i W_iᵀ`` with ``G̃ = α G + (1−α) diag G``; other parameters
+    are sample-weighted averages.  With ``alphas`` of several values and ``evaluate``,
+    α is picked on the validation set (as FedFisher's App. D.3 does)."""
+
+    name = "regmean"
+
+    def __init__(self, template: KFAC, alphas=(0.9,), evaluate: Callable | None = None, ridge: float = 1e-6):
+        for a in alphas:
+            if not 0 <= a <= 1:
+                raise ValueError(f"RegMean alpha must be in [0, 1], got {a}")
+        self.template, self.alphas, self.evaluate, self.ridge = template, tuple(alphas), evaluate, ridge
+        self.chosen_alpha = None
+
+    def schema(self):
+        f = {"w": Field(("p",)), "n": Field((1,), positive=True)}
+        for i, (a, _) in enumerate(self.template.factor_shapes()):
+            f[f"gram{i}"] = Field((a, a))
+        return Schema(f)
+
+    def merge(self, messages, alpha):
+        t = self.template
+        msgs = list(messages.values())
+        wts = _stack_weights(messages)
+        out = sum(wi * m["w"] for wi, m in zip(wts, msgs))
+        for i in range(len(t.blocks)):
+            lhs, rhs = 0, 0
+            for m in msgs:
+                G = m[f"gram{i}"]
+                G = alpha * G + (1 - alpha) * torch.diag(torch.diagonal(G))
+                lhs = lhs + G
+                rhs = rhs + G @ t._block(m["w"], i).T
+            lhs = lhs + self.ridge * torch.trace(lhs) / lhs.shape[0] * torch.eye(lhs.shape[0], dtype=lhs.dtype,
+                                                                                  device=lhs.device)
+            W = torch.linalg.solve(lhs, rhs).T
+            t._scatter(out, i, W)
+        return out
+
+    def aggregate(self, theta, messages):
+        if not messages:
+            raise ValueError("no client messages to aggregate")
+        best, best_s = None, -math.inf
+        for a in self.alphas:
+            w = self.merge(messages, a)
+            s = float(self.evaluate(w)) if (self.evaluate is not None and len(self.alphas) > 1) else 0.0
+            if best is None or s > best_s:
+                best, best_s, self.chosen_alpha = w, s, a
+        return best
+
+
+class FedBEnsAggregator(Aggregator):
+    """FedBEns (Talpini et al. 2025): client c sends M modes ``w_m^c`` [M, p] and Laplace
+    precisions ``Λ_m^c = (n_c/T) F_m^c + I/σ²`` (F: K-FAC, diagonal, or diagonal with the
+    full last-layer block).  The server maximizes Eq. 5,
+    ``Σ_c log Σ_m (1/M) N(w | w_m^c, Λ_m^c⁻¹) + (C−1)‖w‖²/(2σ²)``,
+    once per component from the coordinate-wise median over clients of ``w_m^c``, with Adam
+    (default hyper-parameters, 300 steps, best validation every 30), and returns the M
+    global modes [M, p] for ensemble prediction."""
+
+    name = "fedbens"
+
+    def __init__(self, approx: str = "kfac", M: int = 5, template: KFAC | None = None, last=None,
+                 temperature: float = 0.1, prior_var: float = 0.1, steps: int = 300, lr: float = 1e-3,
+                 eval_every: int = 30, evaluate: Callable | None = None):
+        if approx not in ("kfac", "diag", "diagfull"):
+            raise ValueError(f"FedBEns precision must be 'kfac', 'diag' or 'diagfull', got {approx!r}")
+        if approx == "kfac" and template is None:
+            raise ValueError("FedBEns(K-FAC) needs a KFAC template")
+        if approx == "diagfull" and last is None:
+            raise ValueError("FedBEns(diag+full) needs the last-layer index tensor")
+        if M < 1 or not temperature > 0 or not prior_var > 0:
+            raise ValueError(f"need M ≥ 1, T > 0, σ² > 0; got M={M}, T={temperature}, σ²={prior_var}")
+        self.approx, self.M, self.template, self.last = approx, int(M), template, last
+        self.T, self.s2, self.steps, self.lr, self.eval_every = temperature, prior_var, steps, lr, max(1, eval_every)
+        self.evaluate = evaluate
+
+    def schema(self):
+        M = self.M
+        f = {"w": Field((M, "p")), "n": Field((1,), positive=True)}
+        if self.approx == "kfac":
+            for i, (a, g) in enumerate(self.template.factor_shapes()):
+                f[f"A{i}"] = Field((M, a, a))
+                f[f"G{i}"] = Field((M, g, g))
+            f["rest"] = Field((M, self.template.rest_idx.numel()))
+        else:
+            f["diag"] = Field((M, "p"))
+            if self.approx == "diagfull":
+                q = self.last.numel()
+                f["last"] = Field((M, q, q))
+        return Schema(f)
+
+    def validate(self, messages, p, dtype=None):
+        return _check_nonneg(*super().validate(messages, p, dtype), ["diag", "rest"])
+
+    def neg_log_posterior(self, messages):
+        """``w ↦ −L(w)`` of Eq. 5, vectorized over all (client, mode) Gaussians."""
+        msgs = list(messages.values())
+        C, M = len(msgs), self.M
+        mu = torch.stack([m["w"] for m in msgs])  # [C, M, p]
+        s = torch.tensor([float(m["n"].reshape(-1)[0]) / self.T for m in msgs], dtype=mu.dtype,
+                         device=mu.device)[:, None]  # [C, 1]
+        prior = 1.0 / self.s2
+        if self.approx == "kfac":
+            t = self.template
+            rest = s[..., None] * torch.stack([m["rest"] for m in msgs]) + prior  # [C, M, r]
+            logdet = torch.log(rest).sum(-1)
+            layers = []
+            for i in range(len(t.blocks)):
+                la, Ua = torch.linalg.eigh(torch.stack([m[f"A{i}"] for m in msgs]))  # [C, M, a]
+                lg, Ug = torch.linalg.eigh(torch.stack([m[f"G{i}"] for m in msgs]))
+                lam = s[..., None, None] * lg.clamp_min(0)[..., :, None] * la.clamp_min(0)[..., None, :] + prior
+                logdet = logdet + torch.log(lam).sum((-1, -2))
+                layers.append((Ug, Ua, lam))
+            ridx = t.rest_idx
+
+            def quad(w):
+                dv = w - mu  # [C, M, p]
+                q = (rest * dv[..., ridx] ** 2).sum(-1)
+                for i, (Ug, Ua, lam) in enumerate(layers):
+                    D = Ug.transpose(-1, -2) @ t._block(dv, i) @ Ua
+                    q = q + (lam * D * D).sum((-1, -2))
+                return q
+        else:
+            d = s[..., None] * torch.stack([m["diag"] for m in msgs]) + prior  # [C, M, p]
+            if self.approx == "diag":
+                logdet = torch.log(d).sum(-1)
+
+                def quad(w):
+                    return (d * (w - mu) ** 2).sum(-1)
+            else:
+                idx = self.last
+                mask = torch.ones(mu.shape[-1], dtype=torch.bool, device=mu.device)
+                mask[idx] = False
+                keep = torch.nonzero(mask).reshape(-1)
+                dk = d[..., keep]
+                B = s[..., None, None] * torch.stack([m["last"] for m in msgs]) + prior * torch.eye(
+                    idx.numel(), dtype=d.dtype, device=d.device)
+                logdet = torch.log(dk).sum(-1) + torch.linalg.slogdet(B)[1]
+
+                def quad(w):
+                    dv = w - mu
+                    vl = dv[..., idx]
+                    return (dk * dv[..., keep] ** 2).sum(-1) + (vl[..., None, :] @ B @ vl[..., :, None])[..., 0, 0]
+
+        def f(w):
+            terms = 0.5 * logdet - 0.5 * quad(w)  # [C, M]
+            total = (torch.logsumexp(terms, -1) - math.log(M)).sum() - (C - 1) * (w * w).sum() / (2 * self.s2)
+            return -total
+        return f
+
+    def aggregate(self, theta, messages):
+        if not messages:
+            raise ValueError("no client messages to aggregate")
+        f = self.neg_log_posterior(messages)
+        W = torch.stack([m["w"] for m in messages.values()])  # [C, M, p]
+        starts = W.median(dim=0).values if W.shape[0] > 2 else W.mean(0)
+        def grad(v):
+            v = v.detach().clone().requires_grad_(True)
+            return torch.autograd.grad(f(v), v)[0]
+        out = []
+        for m in range(self.M):
+            best, _ = _adam_best(starts[m], grad, self.evaluate, self.steps, self.lr, (0.9, 0.999), 1e-8,
+                                 self.eval_every)
+            out.append(best)
+        return torch.stack(out)

@@ -1,0 +1,101 @@
+"""``python -m fedsciml bench images ...`` — image-classification aggregator benchmarks."""
+from __future__ import annotations
+
+import argparse
+
+from fedsciml.images import methods as M
+from fedsciml.images.data import DATASETS
+from fedsciml.images.models import MODELS
+
+
+def add_parser(bench_subparsers):
+    p = bench_subparsers.add_parser(
+        "images", help="image-classification aggregator benchmarks (FedAvg, FedProx, FIPA, FedFish, "
+                       "FisherMerge, RegMean, FedFisher, FedBEns)",
+        description="Federated image classification with the federated layer's aggregators. One-shot methods: "
+                    + ", ".join(M.ONE_SHOT) + ". Multi-round methods: " + ", ".join(M.MULTI_ROUND) + ".",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--dataset", default="digits", choices=DATASETS)
+    p.add_argument("--data-dir", default=None, help="directory with CIFAR pickle batches or Fashion-MNIST IDX files")
+    p.add_argument("--model", default=None, choices=sorted(MODELS),
+                   help="network (default: lenet5 for one-shot, cnn23k for multi-round)")
+    p.add_argument("--clients", type=int, default=None, help="number of clients (default 5 one-shot, 20 otherwise)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--alpha", type=float, default=0.1, help="Dirichlet label-split concentration")
+    g.add_argument("--iid", action="store_true", help="IID split instead of Dirichlet")
+    p.add_argument("--split", default="balanced", choices=["balanced", "hsu"],
+                   help="balanced client sizes (FedRCL) or the plain Hsu et al. Dirichlet split")
+    p.add_argument("--protocol", default="one-shot", choices=["one-shot", "warmup-refine", "rounds"])
+    p.add_argument("--methods", default=None, help="comma-separated list (default: all but fedbens-diag/-diagfull "
+                                                    "for one-shot; fedavg,fedprox,fipa,fipa-fc,fedfish otherwise)")
+    p.add_argument("--seeds", type=int, default=1, help="number of seeds (0..S-1)")
+    p.add_argument("--epochs", type=int, default=None, help="local epochs (default 30 one-shot, 2 multi-round)")
+    p.add_argument("--lr", type=float, default=None, help="client SGD learning rate (momentum 0.9, batch 64)")
+    p.add_argument("--rounds", type=int, default=15, help="(refinement) rounds")
+    p.add_argument("--warmup", type=int, default=30, help="FedAvg warm-up rounds for warmup-refine")
+    p.add_argument("--participation", type=float, default=1.0, help="fraction of clients per round")
+    p.add_argument("--rank", type=int, default=10, help="FIPA: eigenpairs per client")
+    p.add_argument("--beta", type=float, default=1e-3, help="FIPA: QR-merge regularization β")
+    p.add_argument("--gamma", type=float, default=1.0, help="FIPA: server step γ")
+    p.add_argument("--modes", type=int, default=5, help="FedBEns: mixture components M per client")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the default suits a shared machine)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--json", default=None, help="write results JSON here")
+    p.add_argument("--out", default=None, help="directory for the PNG plot")
+    p.add_argument("--quiet", action="store_true", help="no per-client / per-round progress")
+    return p
+
+
+def config_from_args(args) -> tuple[M.TrainConfig, dict]:
+    import torch
+
+    from fedsciml.runner import resolve_device
+
+    one_shot = args.protocol == "one-shot"
+    if args.threads and args.threads > 0:
+        torch.set_num_threads(args.threads)
+    cfg = M.TrainConfig(epochs=args.epochs if args.epochs is not None else (30 if one_shot else 2),
+                        rank=args.rank, beta=args.beta, gamma=args.gamma, modes=args.modes,
+                        device=str(resolve_device(args.device)))
+    if args.lr is not None:
+        cfg.lr = args.lr
+    elif one_shot:
+        cfg.lr = 0.05
+    else:
+        cfg.lr = 0.05
+    for name, v in (("clients", args.clients), ("seeds", args.seeds), ("rounds", args.rounds),
+                    ("epochs", cfg.epochs), ("modes", args.modes), ("rank", args.rank)):
+        if v is not None and v < 1:
+            raise ValueError(f"--{name} must be ≥ 1, got {v}")
+    if args.warmup < 0:
+        raise ValueError(f"--warmup must be ≥ 0, got {args.warmup}")
+    methods = None
+    if args.methods:
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        allowed = M.ONE_SHOT if one_shot else M.MULTI_ROUND
+        bad = [m for m in methods if m not in allowed]
+        if bad:
+            raise ValueError(f"method(s) {bad} not available for protocol {args.protocol}; choose from {list(allowed)}")
+    setting = dict(dataset=args.dataset, data_dir=args.data_dir,
+                   model=args.model or ("lenet5" if one_shot else "cnn23k"),
+                   clients=args.clients or (5 if one_shot else 20), alpha=None if args.iid else args.alpha,
+                   split_kind=args.split, protocol=args.protocol, methods=methods, seeds=tuple(range(args.seeds)),
+                   rounds=args.rounds, warmup=args.warmup, participation=args.participation)
+    return cfg, setting
+
+
+def run(args) -> int:
+    from fedsciml.images import bench
+
+    cfg, setting = config_from_args(args)
+    res = bench.run_setting(cfg=cfg, progress=(lambda s: None) if args.quiet else (lambda s: print(s, flush=True)),
+                            **setting)
+    print()
+    print(bench.table(res))
+    print(f"(wall time {res['wall_s']:.0f} s)")
+    if args.json:
+        bench.write_json(res, args.json)
+        print(f"wrote {args.json}")
+    if args.out:
+        print(f"wrote {bench.plot(res, args.out)}")
+    return 0

@@ -1,0 +1,323 @@
+"""Federated image-classification protocols on the federated layer's aggregators.
+
+* :func:`run_one_shot` — every client trains from one shared initialization, sends one
+  message, the server merges once: FedAvg, FisherMerge, RegMean, FedFisher (Diag, K-FAC),
+  FedBEns (K-FAC / diag / diag+full last layer, M modes from M shared initializations).
+* :func:`run_rounds` — multi-round FedAvg, FedProx, FIPA (full or FC-only) and FedFish;
+  with ``warmup > 0`` a FedAvg warm-up checkpoint is shared by every method and the
+  refinement rounds are compared from it (FIPA Tables 1–2).
+
+Each method records test accuracy, floats sent per client (mean over clients and
+rounds, from the validated messages) and client / server compute seconds
+(wall clock, excluding test evaluation).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from fedsciml import linalg
+from fedsciml.federated.aggregators import FedAvgAggregator, FIPAAggregator
+from fedsciml.federated.messages import MessageRejected, floats_in
+from fedsciml.images import fisher as fz
+from fedsciml.images.aggregators import (FedBEnsAggregator, FedFishAggregator, FedFisherAggregator,
+                                         FisherMergeAggregator, RegMeanAggregator)
+from fedsciml.images.data import FederatedImages
+from fedsciml.images.models import FlatModel, build, head_names
+
+ONE_SHOT = ("fedavg", "fishermerge", "regmean", "fedfisher-diag", "fedfisher-kfac",
+            "fedbens", "fedbens-diag", "fedbens-diagfull")
+MULTI_ROUND = ("fedavg", "fedprox", "fipa", "fipa-fc", "fedfish")
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 30
+    lr: float = 0.01
+    momentum: float = 0.9
+    batch_size: int = 64
+    prox_mu: float = 0.01
+    # FIPA
+    rank: int = 10
+    oversample: int = 10
+    power_iters: int = 3
+    beta: float = 1e-3
+    gamma: float = 1.0
+    # FedFish
+    fedfish_lr: float = 0.01
+    # FedFisher
+    fedfisher_steps: int = 2000
+    fedfisher_lr: float = 0.01
+    # FedBEns
+    modes: int = 5
+    temperature: float = 0.1
+    prior_var: float = 0.1
+    fedbens_steps: int = 300
+    fedbens_lr: float = 1e-3
+    # RegMean
+    regmean_alphas: tuple = (0.1, 0.5, 0.9)
+    device: str = "cpu"
+
+
+@dataclass
+class MethodResult:
+    method: str
+    accuracy: float
+    floats_per_client: float
+    client_seconds: float
+    server_seconds: float
+    history: list = field(default_factory=list)  # [(round, accuracy)]
+    info: dict = field(default_factory=dict)
+
+    @property
+    def best(self):
+        return max((a for _, a in self.history), default=self.accuracy)
+
+    @property
+    def mean(self):
+        return sum(a for _, a in self.history) / len(self.history) if self.history else self.accuracy
+
+
+# ------------------------------------------------------------------ primitives
+def local_train(model: FlatModel, theta0, x, y, cfg: TrainConfig, seed: int, epochs: int | None = None,
+                prox_mu: float = 0.0):
+    """SGD with momentum on the client's cross-entropy (+ FedProx's ``μ/2‖θ−θ₀‖²``)."""
+    theta = theta0.detach().clone().requires_grad_(True)
+    anchor = theta0.detach()
+    buf = torch.zeros_like(anchor)
+    n = x.shape[0]
+    gen = torch.Generator(device="cpu").manual_seed(int(seed))
+    for _ in range(cfg.epochs if epochs is None else epochs):
+        perm = torch.randperm(n, generator=gen).to(x.device)
+        for a in range(0, n, cfg.batch_size):
+            idx = perm[a:a + cfg.batch_size]
+            loss = F.cross_entropy(model(theta, x[idx]), y[idx])
+            if prox_mu > 0:
+                loss = loss + 0.5 * prox_mu * ((theta - anchor) ** 2).sum()
+            g, = torch.autograd.grad(loss, theta)
+            with torch.no_grad():
+                buf.mul_(cfg.momentum).add_(g)
+                theta.sub_(cfg.lr * buf)
+    return theta.detach()
+
+
+@torch.no_grad()
+def predict_proba(model: FlatModel, thetas, x, chunk: int = 1024):
+    """Softmax probabilities; ``thetas`` [p] or an ensemble [M, p] (averaged probabilities)."""
+    thetas = thetas[None] if thetas.ndim == 1 else thetas
+    out = []
+    for a in range(0, x.shape[0], chunk):
+        out.append(sum(torch.softmax(model(t, x[a:a + chunk]), -1) for t in thetas) / thetas.shape[0])
+    return torch.cat(out)
+
+
+def accuracy(model, thetas, x, y) -> float:
+    return float((predict_proba(model, thetas, x).argmax(-1) == y).float().mean())
+
+
+def _validated(agg, msgs, p, dtype):
+    ok, bad = agg.validate(msgs, p, dtype)
+    if bad:
+        cid, reason = next(iter(bad.items()))
+        if not ok:
+            raise MessageRejected(cid, reason)
+    return ok
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __enter__(self):
+        self._t0 = time.perf_counter()
+
+    def __exit__(self, *a):
+        self.t += time.perf_counter() - self._t0
+
+
+# --------------------------------------------------------------------- one-shot
+def run_one_shot(fed: FederatedImages, model_name: str, methods, seed: int, cfg: TrainConfig,
+                 progress=None) -> dict:
+    """All one-shot methods on one split; every method reuses the same client models (mode 0)."""
+    bad = [m for m in methods if m not in ONE_SHOT]
+    if bad:
+        raise ValueError(f"unknown one-shot method(s) {bad}; choose from {list(ONE_SHOT)}")
+    dev = torch.device(cfg.device)
+    say = progress or (lambda s: None)
+    need_modes = max([cfg.modes if m.startswith("fedbens") else 1 for m in methods])
+    model = FlatModel(build(model_name, fed.shape, fed.n_classes, seed), device=dev)
+    p = model.p
+    inits = [model.theta()] + [FlatModel(build(model_name, fed.shape, fed.n_classes, seed * 1000 + 17 + m),
+                                         device=dev).theta() for m in range(1, need_modes)]
+    val = lambda t: accuracy(model, t, fed.x_val, fed.y_val)  # noqa: E731
+    test = lambda t: accuracy(model, t, fed.x_test, fed.y_test)  # noqa: E731
+    n = {c: torch.tensor([float(len(y))], device=dev) for c, (_, y) in enumerate(fed.clients)}
+
+    # client training: mode m from init m (mode 0 is every unimodal method's local model)
+    local, t_train = {}, {}
+    for c, (x, y) in enumerate(fed.clients):
+        for m in range(need_modes):
+            t0 = time.perf_counter()
+            local[c, m] = local_train(model, inits[m], x, y, cfg, seed=seed * 7919 + c * 31 + m)
+            t_train[c, m] = time.perf_counter() - t0
+        say(f"  client {c}: {len(y)} samples, local acc {accuracy(model, local[c, 0], x, y):.3f}")
+    C = len(fed.clients)
+    template = fz.kfac(model, local[0, 0], fed.clients[0][0][:2]) if any(
+        m in ("fedfisher-kfac", "fedbens", "regmean") for m in methods) else None
+    results = {}
+    for meth in methods:
+        clock_c, clock_s = _Clock(), _Clock()
+        modes = cfg.modes if meth.startswith("fedbens") else 1
+        msgs = {}
+        for c, (x, y) in enumerate(fed.clients):
+            with clock_c:
+                msgs[c] = _one_shot_message(meth, model, local, c, modes, x, n[c])
+        train_s = sum(t_train[c, m] for c in range(C) for m in range(modes)) / C
+        if meth == "fedavg":
+            agg = FedAvgAggregator()
+            msgs = {c: {"delta": m["w"] - inits[0], "n": m["n"]} for c, m in msgs.items()}
+        elif meth == "fishermerge":
+            agg = FisherMergeAggregator(1e-6)
+        elif meth == "regmean":
+            agg = RegMeanAggregator(template, cfg.regmean_alphas, evaluate=val)
+        elif meth.startswith("fedfisher"):
+            agg = FedFisherAggregator("kfac" if meth.endswith("kfac") else "diag", template, evaluate=val,
+                                      steps=cfg.fedfisher_steps, lr=cfg.fedfisher_lr)
+        else:
+            approx = {"fedbens": "kfac", "fedbens-diag": "diag", "fedbens-diagfull": "diagfull"}[meth]
+            last = torch.cat([torch.arange(model.slice(nm).start, model.slice(nm).stop) for nm in head_names(
+                model.module)]).to(dev)
+            agg = FedBEnsAggregator(approx, modes, template, last, cfg.temperature, cfg.prior_var,
+                                    cfg.fedbens_steps, cfg.fedbens_lr, evaluate=val)
+        ok = _validated(agg, msgs, p, model.dtype)
+        floats = sum(floats_in(m) for m in ok.values()) / len(ok)
+        with clock_s:
+            theta = agg.aggregate(inits[0], ok)
+        acc = test(theta)
+        info = {}
+        if meth == "regmean":
+            info["alpha"] = agg.chosen_alpha
+        results[meth] = MethodResult(meth, acc, floats, train_s + clock_c.t / C, clock_s.t, info=info)
+        say(f"  {meth:17s} acc {acc:.4f}  floats/client {floats:.0f}  server {clock_s.t:.1f}s")
+    return results
+
+
+def _one_shot_message(meth, model, local, c, modes, x, n):
+    w = local[c, 0]
+    if meth == "fedavg":
+        return {"w": w, "n": n}
+    if meth in ("fishermerge", "fedfisher-diag"):
+        return {"w": w, "fisher": fz.ggn_diag(model, w, x), "n": n}
+    if meth == "fedfisher-kfac":
+        return {"w": w, **fz.kfac(model, w, x).message(), "n": n}
+    if meth == "regmean":
+        grams, _, _ = fz.layer_grams(model, w, x)
+        return {"w": w, **{f"gram{i}": g for i, g in enumerate(grams)}, "n": n}
+    ws = [local[c, m] for m in range(modes)]
+    msg = {"w": torch.stack(ws), "n": n}
+    if meth == "fedbens":
+        ks = [fz.kfac(model, wm, x).message() for wm in ws]
+        for key in ks[0]:
+            msg[key] = torch.stack([k[key] for k in ks])
+        return msg
+    diags = [fz.ggn_diag(model, wm, x) for wm in ws]
+    msg["diag"] = torch.stack(diags)
+    if meth == "fedbens-diagfull":
+        head = FlatModel(model.module, trainable=lambda nm: nm in head_names(model.module))
+        lasts = []
+        for wm in ws:
+            head.frozen = {k: v for k, v in model.unflatten(wm).items() if k not in head.names}
+            idx = torch.cat([torch.arange(model.slice(nm).start, model.slice(nm).stop) for nm in head.names])
+            lasts.append(fz.ggn_dense(head, wm[idx.to(wm.device)], x))
+        msg["last"] = torch.stack(lasts)
+    return msg
+
+
+# ------------------------------------------------------------------ multi-round
+def _client_round(meth, model, theta, x, y, cfg, seed, n):
+    prox = cfg.prox_mu if meth == "fedprox" else 0.0
+    w = local_train(model, theta, x, y, cfg, seed, prox_mu=prox)
+    delta = w - theta
+    if meth in ("fedavg", "fedprox"):
+        return {"delta": delta, "n": n}
+    if meth == "fedfish":
+        return {"delta": delta, "fisher": fz.empirical_fisher_diag(model, w, x, y, cfg.batch_size), "n": n}
+    # FIPA: top-r eigenpairs of the softmax GGN at the broadcast model, matrix-free
+    r = min(cfg.rank, model.p)
+    U, lam = linalg.subspace_iteration(fz.ggn_matmat(model, theta, x), model.p, r, oversample=cfg.oversample,
+                                       iters=cfg.power_iters, seed=seed, dtype=theta.dtype, device=theta.device)
+    return {"delta": delta, "U": U.contiguous(), "lam": lam, "n": n}
+
+
+def _aggregator(meth, cfg):
+    if meth in ("fedavg", "fedprox"):
+        return FedAvgAggregator()
+    if meth == "fedfish":
+        return FedFishAggregator(cfg.fedfish_lr)
+    return FIPAAggregator(curvature="lowrank", merge="qr", beta=cfg.beta, gamma=cfg.gamma, weighting="samples")
+
+
+def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: TrainConfig, rounds: int,
+               warmup: int = 0, participation: float = 1.0, progress=None, eval_every: int = 1) -> dict:
+    """Multi-round training; with ``warmup`` FedAvg rounds first, shared by every method."""
+    bad = [m for m in methods if m not in MULTI_ROUND]
+    if bad:
+        raise ValueError(f"unknown multi-round method(s) {bad}; choose from {list(MULTI_ROUND)}")
+    if not 0 < participation <= 1:
+        raise ValueError(f"participation must be in (0, 1], got {participation}")
+    dev = torch.device(cfg.device)
+    say = progress or (lambda s: None)
+    full = FlatModel(build(model_name, fed.shape, fed.n_classes, seed), device=dev)
+    theta0 = full.theta()
+    C = len(fed.clients)
+    k = max(1, int(round(participation * C)))
+    n = {c: torch.tensor([float(len(y))], device=dev) for c, (_, y) in enumerate(fed.clients)}
+    sched = torch.Generator().manual_seed(seed + 101)
+    cohorts = [sorted(torch.randperm(C, generator=sched)[:k].tolist()) for _ in range(warmup + rounds)]
+
+    def run(meth, model, theta, r0, r1, lift):
+        agg = _aggregator(meth, cfg)
+        clock_c, clock_s, floats, hist = _Clock(), _Clock(), [], []
+        for r in range(r0, r1):
+            msgs = {}
+            for c in cohorts[r]:
+                x, y = fed.clients[c]
+                with clock_c:
+                    msgs[c] = _client_round(meth, model, theta, x, y, cfg, seed * 100003 + r * 101 + c, n[c])
+            ok = _validated(agg, msgs, model.p, model.dtype)
+            floats.append(sum(floats_in(m) for m in ok.values()) / len(ok))
+            with clock_s:
+                theta = agg.aggregate(theta, ok)
+            if (r + 1 - r0) % eval_every == 0 or r + 1 == r1:
+                hist.append((r + 1, accuracy(full, lift(theta), fed.x_test, fed.y_test)))
+                say(f"  {meth:8s} round {r + 1:4d}  test acc {hist[-1][1]:.4f}")
+        return theta, hist, floats, clock_c.t / max(1, (r1 - r0) * k), clock_s.t / max(1, r1 - r0)
+
+    ident = lambda t: t  # noqa: E731
+    theta = theta0
+    out = {}
+    if warmup:
+        say(f"FedAvg warm-up: {warmup} rounds")
+        theta, hist, floats, cs, ss = run("fedavg", full, theta0, 0, warmup, ident)
+        out["warmup"] = MethodResult("warmup", hist[-1][1], sum(floats) / len(floats), cs, ss, history=hist)
+    for meth in methods:
+        if meth == "fipa-fc":
+            heads = head_names(full.module)
+            sub = FlatModel(full.module, trainable=lambda nm: nm in heads)
+            sub.frozen = {kk: v for kk, v in full.unflatten(theta).items() if kk not in heads}
+            idx = torch.cat([torch.arange(full.slice(h).start, full.slice(h).stop) for h in heads]).to(dev)
+            base = theta.clone()
+
+            def lift(t, base=base, idx=idx):
+                b = base.clone()
+                b[idx] = t
+                return b
+            tfin, hist, floats, cs, ss = run("fipa", sub, theta[idx], warmup, warmup + rounds, lift)
+        else:
+            tfin, hist, floats, cs, ss = run(meth, full, theta, warmup, warmup + rounds, ident)
+        acc = hist[-1][1]
+        out[meth] = MethodResult(meth, acc, sum(floats) / len(floats), cs, ss, history=hist)
+    return out
