@@ -1,0 +1,57 @@
+"""`python -m fedsciml solve … --clients K`: the federated CLI path (tiny sizes)."""
+import json
+
+from fedsciml.cli import main
+
+SMALL = ["sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "2", "--local-steps", "3", "--quiet"]
+
+
+class _R:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def _run(capsys, *args):
+    """The CLI in-process (no interpreter start-up per call)."""
+    capsys.readouterr()
+    code = main(["solve", *args])
+    out = capsys.readouterr()
+    return _R(code, out.out, out.err)
+
+
+def test_compare_prints_one_table_and_writes_every_run(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    r = _run(capsys, *SMALL, "--compare", "fedavg,gn", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("method"))
+    assert "floats sent" in lines[head] and "rounds" in lines[head]
+    assert [ln.split()[0] for ln in lines[head + 1:head + 4]] == ["fipa", "fedavg", "gn"]
+    assert "final mse (fipa)" in r.stdout
+    runs = json.loads(out.read_text())["runs"]
+    assert [x["method"] for x in runs] == ["fipa", "fedavg", "gn"]
+    for x in runs:
+        assert x["clients"] == 2 and x["history"][-1]["floats_sent"] > 0 and x["extra"]["rounds"] == 2
+
+
+def test_checkpoint_resume_from_the_command_line(tmp_path, capsys):
+    ck = str(tmp_path / "ck")
+    full = tmp_path / "full.json"
+    part = tmp_path / "part.json"
+    args = ["sin1d", "--clients", "2", "--n-samples", "20", "--method", "fedavg", "--local-steps", "3", "--quiet"]
+    assert _run(capsys, *args, "--rounds", "4", "--json", str(full)).returncode == 0
+    assert _run(capsys, *args, "--rounds", "2", "--checkpoint", ck).returncode == 0
+    r = _run(capsys, *args, "--rounds", "4", "--checkpoint", ck, "--resume", "--json", str(part))
+    assert r.returncode == 0, r.stderr
+    a, b = json.loads(full.read_text()), json.loads(part.read_text())
+    assert a["final"]["mse"] == b["final"]["mse"] and b["extra"]["resumed"]
+
+
+def test_bad_federated_options_exit_2_with_one_line(capsys):
+    for extra, word in ((["--method", "gn", "--participation", "0.5"], "participation"),
+                        (["--resume"], "--checkpoint"),
+                        (["--dropout", "1.5"], "dropout"),
+                        (["--compare", "fedavg,nope"], "nope")):
+        r = _run(capsys, *SMALL, *extra)
+        assert r.returncode == 2, (extra, r.stderr)
+        assert "Traceback" not in r.stderr and word in r.stderr and len(r.stderr.strip().splitlines()) == 1
