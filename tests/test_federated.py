@@ -330,3 +330,21 @@ def test_bad_options_are_named():
         run("fipa", rounds=1, local="sgd")
     with pytest.raises(ValueError, match="--checkpoint"):
         run("fipa", rounds=1, resume=True)
+
+
+def test_batched_client_evaluation_gives_each_client_its_own_statistics():
+    from fedsciml.federated.client import ClientBatch
+
+    objs = make_clients((12, 20, 7))
+    clients = [Client(i, o) for i, o in enumerate(objs)]
+    batch = ClientBatch(clients[::-1])
+    assert batch.pooled is not None
+    got = batch.gn_messages(THETA0)
+    for c in clients:
+        want = c.gn_message(THETA0)
+        for k in ("H", "g", "loss", "n"):
+            assert torch.allclose(got[c.cid][k], want[k], rtol=1e-12, atol=1e-14), k
+        assert torch.allclose(batch.loss_messages(THETA0)[c.cid]["loss"], want["loss"], rtol=1e-12)
+    a, _, _ = run("gn", objs, rounds=4)
+    b, _, _ = run("gn", objs, rounds=4, batched=False)
+    assert float((a - b).norm() / a.norm()) < 1e-10

@@ -25,6 +25,7 @@ import torch
 
 from fedsciml import linalg
 from fedsciml.federated.aggregators import Aggregator
+from fedsciml.federated.client import ClientBatch
 from fedsciml.federated.messages import Field, Schema
 from fedsciml.objective import GNStats
 from fedsciml.solvers.lm import LevenbergMarquardt, LMConfig
@@ -82,8 +83,10 @@ class GNAggregator(Aggregator):
 class GNStrategy:
     """Round logic of exact federated Gauss–Newton / Levenberg–Marquardt (see the module docstring)."""
 
-    def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20):
+    def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, batched: bool = True):
         self.lm_config = lm_config or LMConfig()
+        self.batched = batched  # evaluate the clients of an exchange in one vectorized call (same numbers)
+        self._batches = {}
         self.max_retries = int(max_retries)
         self.lm: LevenbergMarquardt | None = None
         self.retries = 0
@@ -101,13 +104,18 @@ class GNStrategy:
         agg = GNAggregator(with_curvature)
         p = theta.numel()
         make = (lambda c: c.gn_message(theta)) if with_curvature else (lambda c: c.loss_message(theta))
+
+        def make_batch(clients):
+            b = self._batch(clients)
+            return b.gn_messages(theta) if with_curvature else b.loss_messages(theta)
         got: dict = {}
         missing = list(sim.clients)
         for attempt in range(self.max_retries + 1):
             answering, dropped = sim.drops(missing)
             sim._round_dropped += dropped
             ok, _bad = sim.ask(answering, make, lambda m: agg.validate(m, p, theta.dtype),
-                               down_floats=p if not with_curvature else 0)
+                               down_floats=p if not with_curvature else 0,
+                               make_batch=make_batch if self.batched else None)
             got.update(ok)
             missing = [c for c in sim.clients if c.cid not in got]
             if not missing:
@@ -115,6 +123,12 @@ class GNStrategy:
             self.retries += 1
         sim.fail(f"an exact Gauss–Newton step (clients {[c.cid for c in missing]} never answered validly "
                  f"in {self.max_retries + 1} attempts)")
+
+    def _batch(self, clients):
+        key = tuple(c.cid for c in clients)
+        if key not in self._batches:
+            self._batches[key] = ClientBatch(clients)
+        return self._batches[key]
 
     def start(self, sim, theta0):
         self.lm = LevenbergMarquardt(self.lm_config)

@@ -106,17 +106,21 @@ class Simulation:
         return [c for c, f in zip(clients, fail) if not f], [c.cid for c, f in zip(clients, fail) if f]
 
     # --- one exchange -------------------------------------------------------
-    def ask(self, clients, make_message, validate, down_floats: int) -> tuple[dict, dict]:
+    def ask(self, clients, make_message, validate, down_floats: int, make_batch=None) -> tuple[dict, dict]:
         """Broadcast ``down_floats`` to each client, collect ``make_message(client)``, validate.
 
+        ``make_batch(clients) -> {cid: message}``, when given, computes the
+        same messages in one vectorized call (see
+        :class:`~fedsciml.federated.client.ClientBatch`).
         ``validate(messages) -> (accepted, rejected)``.  Returns
         ``(accepted, rejected)`` keyed by client id.
         """
         msgs = {}
+        batch = make_batch(clients) if (make_batch is not None and clients) else None
         for c in clients:
             self._round_down += down_floats
             try:
-                msg = make_message(c)
+                msg = batch[c.cid] if batch is not None else make_message(c)
             except (FloatingPointError, RuntimeError) as e:  # a client that fails locally sends nothing
                 self._round_rejected[c.cid] = f"client failed: {type(e).__name__}: {e}"
                 continue
