@@ -188,7 +188,7 @@ class Client:
 
     def update_message(self, theta: torch.Tensor, cfg: LocalConfig, *, curvature: str | None = None, rank: int = 20,
                        sketch: str = "auto", seed: int = 0, adaptive=None, rnd: int = 0, global_grad_norm=None,
-                       report_loss: bool = False) -> dict:
+                       report_loss: bool = False, rj=None) -> dict:
         """A FIPA (``curvature='full'|'lowrank'``) or FedAvg/FedProx (``curvature=None``) message.
 
         ``adaptive`` (an :class:`AdaptiveSchedule`) picks this client's rank and
@@ -201,7 +201,9 @@ class Client:
             curvature == "lowrank" and dense_ok)
         msg: dict = {}
         spec = r_vec = None
-        if need_dense:
+        if need_dense and rj is not None:  # residual and Jacobian already evaluated (ClientBatch)
+            r_vec, spec = rj[0], Spectrum(rj[1])
+        elif need_dense:
             spec, r_vec = self.spectrum(theta)
         info = {}
         steps = cfg.steps
@@ -323,6 +325,18 @@ class ClientBatch:
             idx = self.rows[c.cid].to(J.device)
             s = gn_stats_from(J.index_select(0, idx), r.index_select(0, idx))
             out[c.cid] = {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": c._n(theta)}
+        return out
+
+    def residuals_and_jacobians(self, theta: torch.Tensor) -> dict:
+        """``{cid: (r_m, J_m)}`` — each client's own rows."""
+        if self.pooled is None:
+            return {c.cid: c.objective.residual_and_jacobian(theta) for c in self.clients}
+        with torch.no_grad():
+            r, J = self.pooled.residual_and_jacobian(theta)
+        out = {}
+        for c in self.clients:
+            idx = self.rows[c.cid].to(J.device)
+            out[c.cid] = (r.index_select(0, idx), J.index_select(0, idx))
         return out
 
     def loss_messages(self, theta: torch.Tensor) -> dict:

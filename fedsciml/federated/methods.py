@@ -27,7 +27,7 @@ from dataclasses import replace
 import torch
 
 from fedsciml.federated.aggregators import FedAvgAggregator, FIPAAggregator
-from fedsciml.federated.client import AdaptiveSchedule, Client, LocalConfig, SKETCHES
+from fedsciml.federated.client import SKETCHES, AdaptiveSchedule, Client, ClientBatch, LocalConfig
 from fedsciml.federated.gn import GNAggregator, GNStrategy
 from fedsciml.federated.simulation import RoundConfig, Simulation
 from fedsciml.runner import register_method
@@ -61,7 +61,7 @@ class UpdateStrategy:
 
     def __init__(self, aggregator, local: LocalConfig, curvature: str | None, rank: int, sketch: str,
                  adaptive: AdaptiveSchedule | None, seed: int, safeguard: bool = False, complement: bool = False,
-                 lm_tau: float = 1e-3):
+                 lm_tau: float = 1e-3, batched: bool = True):
         self.agg = aggregator
         self.local = local
         self.curvature = curvature
@@ -73,6 +73,8 @@ class UpdateStrategy:
         self.complement = complement
         self.lm_tau = lm_tau
         self.beta = None
+        self.batched = batched  # evaluate the round's clients in one vectorized Jacobian call (same numbers)
+        self._batches = {}
         self.theta = None
         self.loss_sum = None
         self.gnorm = None  # adaptive FIPA: global gradient-norm estimate of the last round
@@ -94,10 +96,18 @@ class UpdateStrategy:
         p = self.theta.numel()
         theta = self.theta
 
+        rjs = {}
+        if self.batched and (self.local.solver == "gn" or self.curvature == "full" or self.adaptive is not None
+                             or (self.curvature == "lowrank" and self.sketch != "matfree")):
+            key = tuple(c.cid for c in answering)
+            if key not in self._batches:
+                self._batches[key] = ClientBatch(answering)
+            rjs = self._batches[key].residuals_and_jacobians(theta)
+
         def make(c: Client):
             msg = c.update_message(theta, self.local, curvature=self.curvature, rank=self.rank, sketch=self.sketch,
                                    seed=(self.seed * 1_000_003 + k * 1009 + c.cid) % (2**31), adaptive=self.adaptive,
-                                   rnd=k, global_grad_norm=self.gnorm, report_loss=self.safeguard)
+                                   rnd=k, global_grad_norm=self.gnorm, report_loss=self.safeguard, rj=rjs.get(c.cid))
             if self.adaptive is not None:
                 msg["gnorm"] = torch.tensor([c.last_info["gnorm"]], dtype=theta.dtype, device=theta.device)
             return msg
