@@ -1,6 +1,6 @@
 """A PDE that is not in the zoo, solved federated: the 1D Helmholtz equation.
 
-    −u″ − k²u = f  on [0, 1],   u = sin(2πx) exact,   f = (4π² − k²) sin(2πx)
+    −u″ − k²u = f  on [0, 1],   u = sin(πx) exact,   f = (π² − k²) sin(πx)
 
 The collocation points are split among 3 clients that never share them; exact
 federated Gauss–Newton (``gn``) and FIPA solve it, and the centralized LM
@@ -22,17 +22,18 @@ import fedsciml as fs
 
 @fs.register
 class Helmholtz(fs.PDE):
-    """1D Helmholtz −u″ − k²u = f, u = sin 2πx"""
+    """1D Helmholtz −u″ − k²u = f, u = sin πx"""
 
     name = "helmholtz"
     dim = 1
+    hidden = (32, 32)
     params = {"k": fs.Param(2.0, float, "wave number k (k² must not be an eigenvalue (nπ)²)")}
 
     def exact(self, x):
-        return torch.sin(2 * math.pi * x[..., 0])
+        return torch.sin(math.pi * x[..., 0])
 
     def equation(self, u, x):
-        f = (4 * math.pi ** 2 - self.k ** 2) * torch.sin(2 * math.pi * x[..., 0])
+        f = (math.pi ** 2 - self.k ** 2) * torch.sin(math.pi * x[..., 0])
         return -u.laplacian(x) - self.k ** 2 * u(x) - f
 
 
@@ -44,7 +45,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     if args.quick:
-        problem, rounds = Helmholtz(n_interior=60), 12
+        problem, rounds = Helmholtz(n_interior=60), 20
     else:
         problem, rounds = Helmholtz(), 60
     runs = {
