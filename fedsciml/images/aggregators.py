@@ -275,7 +275,7 @@ class FedBEnsAggregator(Aggregator):
     """FedBEns (Talpini et al. 2025): client c sends M modes ``w_m^c`` [M, p] and Laplace
     precisions ``Λ_m^c = (n_c/T) F_m^c + I/σ²`` (F: K-FAC, diagonal, or diagonal with the
     full last-layer block).  The server maximizes Eq. 5,
-    ``Σ_c log Σ_m (1/M) N(w | w_m^c, Λ_m^c⁻¹) + (C−1)‖w‖²/(2σ²)``,
+    ``Σ_c log Σ_m (1/M) N(w | w_m^c, Λ_m^c⁻¹) − (C−1) log p(w)`` with ``p = N(0, σ²I)``,
     once per component from the coordinate-wise median over clients of ``w_m^c``, with Adam
     (default hyper-parameters, 300 steps, best validation every 30), and returns the M
     global modes [M, p] for ensemble prediction."""
@@ -367,7 +367,7 @@ class FedBEnsAggregator(Aggregator):
 
         def f(w):
             terms = 0.5 * logdet - 0.5 * quad(w)  # [C, M]
-            total = (torch.logsumexp(terms, -1) - math.log(M)).sum() - (C - 1) * (w * w).sum() / (2 * self.s2)
+            total = (torch.logsumexp(terms, -1) - math.log(M)).sum() + (C - 1) * (w * w).sum() / (2 * self.s2)
             return -total
         return f
 
