@@ -80,6 +80,11 @@ def test_streaming_updates_equal_refit():
     est = FederatedRidge(sigma=0.1)
     est.partial_fit(A1, b1, client=0).partial_fit(A2[:5], b2[:5], client=1).partial_fit(A2[5:], b2[5:], client=1)
     assert float((est.coef_ - ref).norm() / ref.norm()) < 1e-12
+    server.drop("b")  # a client withdrawn after the fact
+    only_a = pooled_ridge(A1, b1, 0.1)
+    assert float((server.solve(0.1) - only_a).norm() / only_a.norm()) < 1e-10
+    server.receive("a", client_message(A2, b2))  # re-sending replaces, never double-counts
+    assert float((server.solve(0.1) - pooled_ridge(A2, b2, 0.1)).norm()) < 1e-10
 
 
 def test_malformed_messages_are_rejected_not_summed():

@@ -11,8 +11,8 @@ preconditioned conjugate gradient over all (k, σ) pairs at once, with
 preconditioner ``(G + σI)⁻¹`` (one Cholesky per σ, shared by all clients).
 The preconditioned operator is ``I − (G+σI)⁻¹G_k``, whose spectrum lies in
 ``[σ/(λ+σ), 1]`` and clusters at 1 when no client dominates — typically a
-handful of iterations, each a batched matrix product over clients
-(``[K, |Σ|, d] × [K, d, d]``) and a batched triangular solve, on CPU or GPU.
+handful of iterations, each one batched matrix product over clients
+(``[K, |Σ|, d] × [K, d, d]``) and one batched triangular solve, on CPU or GPU.
 Pairs whose relative residual has not reached ``tol`` after ``max_iter``
 iterations (one client carrying most of a direction) are finished by direct
 Cholesky solves, so the result always equals the naive loop
@@ -82,27 +82,29 @@ def loco_solutions(Gs: torch.Tensor, hs: torch.Tensor, sigmas, tol: float = 1e-1
 
 
 def _pcg(G, h, Gs, hs, s, L, tol, max_iter):
-    K, d = hs.shape
-    S = s.numel()
+    """PCG on ``(G + σ_j − G_k) x = h − h_k`` for a chunk of clients, all σ at once.
 
-    def op(X):  # (G + σ_j − G_k) X[k, j]
-        return X @ G + s[None, :, None] * X - torch.bmm(X, Gs)
+    Starts from the full-data solution ``x₀ = (G + σ_j)⁻¹(h − h_k)``, whose residual is ``G_k x₀``; keeps
+    ``Q = (G + σ_j) p`` by recurrence (``(G + σ_j) z = r`` for the preconditioned residual z), so an
+    iteration costs one batched product with the clients' ``G_k`` and one batched triangular solve.
+    """
+    K, d = hs.shape
 
     def prec(R):  # (G + σ_j)⁻¹ R[k, j]
         return torch.cholesky_solve(R.permute(1, 2, 0), L).permute(2, 0, 1)
 
-    rhs = (h[None] - hs)[:, None, :].expand(K, S, d).contiguous()
+    rhs = (h[None] - hs)[:, None, :].expand(K, s.numel(), d)
     bnorm = rhs.norm(dim=-1)
-    X = prec(rhs)
-    R = rhs - op(X)
+    X = prec(rhs.contiguous())
+    R = torch.bmm(X, Gs)                 # rhs − (G + σ − G_k) x₀ = G_k x₀
     Z = prec(R)
-    P = Z.clone()
+    P, Q = Z, R                          # Q = (G + σ) P
     rz = (R * Z).sum(-1)
     done = R.norm(dim=-1) <= tol * bnorm
     it = 0
     while not bool(done.all()) and it < max_iter:
         it += 1
-        AP = op(P)
+        AP = Q - torch.bmm(P, Gs)
         pAp = (P * AP).sum(-1)
         alpha = torch.where(done | (pAp <= 0), torch.zeros_like(rz), rz / torch.where(pAp > 0, pAp, torch.ones_like(pAp)))
         X = X + alpha[..., None] * P
@@ -112,6 +114,7 @@ def _pcg(G, h, Gs, hs, s, L, tol, max_iter):
         rz_new = (R * Z).sum(-1)
         beta = torch.where(done, torch.zeros_like(rz), rz_new / torch.where(rz != 0, rz, torch.ones_like(rz)))
         P = Z + beta[..., None] * P
+        Q = R + beta[..., None] * Q
         rz = rz_new
     n_direct = int((~done).sum())
     if n_direct:

@@ -102,7 +102,15 @@ class FusionServer:
         self.G = {}   # cid -> packed [q]
         self.h = {}   # cid -> [d]
         self.n = {}   # cid -> float or None
+        self._Gsum = None  # running sums (packed), so fusion never stacks K messages
+        self._hsum = None
         self.floats_up = 0
+
+    def _add(self, G, h, sign=1.0):
+        if self._Gsum is None:
+            self._Gsum, self._hsum = torch.zeros_like(G), torch.zeros_like(h)
+        self._Gsum.add_(G, alpha=sign)
+        self._hsum.add_(h, alpha=sign)
 
     # --- receiving -------------------------------------------------------------
     def _checked(self, cid, msg):
@@ -112,7 +120,10 @@ class FusionServer:
 
     def receive(self, cid, msg):
         msg = self._checked(cid, msg)
+        if cid in self.G:  # a client re-sending replaces its statistics
+            self._add(self.G[cid], self.h[cid], -1.0)
         self.G[cid], self.h[cid] = msg["G"], msg["h"]
+        self._add(msg["G"], msg["h"])
         self.n[cid] = float(msg["n"][0]) if "n" in msg else None
         self.floats_up += floats_in(msg)
 
@@ -123,6 +134,7 @@ class FusionServer:
         msg = self._checked(cid, msg)
         self.G[cid] = self.G[cid] + msg["G"]
         self.h[cid] = self.h[cid] + msg["h"]
+        self._add(msg["G"], msg["h"])
         if "n" in msg and self.n[cid] is not None:
             self.n[cid] += float(msg["n"][0])
         self.floats_up += floats_in(msg)
@@ -138,6 +150,8 @@ class FusionServer:
         return ok, bad
 
     def drop(self, cid):
+        if cid in self.G:
+            self._add(self.G[cid], self.h[cid], -1.0)
         for store in (self.G, self.h, self.n):
             store.pop(cid, None)
 
@@ -154,8 +168,7 @@ class FusionServer:
     def totals(self):
         """``(G [d, d], h [d])`` summed over the clients present."""
         self._need_clients()
-        Gp = torch.stack(list(self.G.values())).sum(0)
-        return linalg.unpack_upper(Gp, self.d), torch.stack(list(self.h.values())).sum(0)
+        return linalg.unpack_upper(self._Gsum, self.d), self._hsum.clone()
 
     def stacked(self):
         """Per-client ``(G_k [K, d, d], h_k [K, d])`` in :attr:`clients` order."""
