@@ -148,10 +148,10 @@ def test_every_optimizer_reduces_the_loss_of_a_tiny_pinn(optimizer, iters, facto
 
 def test_lm_solves_a_small_poisson_problem_accurately():
     pb, obj = tiny_pinn("poisson", hidden=(10, 10), dim=1, n_interior=20)
-    cfg = SolveConfig(optimizer="lm", max_iters=150)
-    theta, rows, info = solve_least_squares(obj, pb.init_params(1), pb.evaluate, cfg)
+    cfg = SolveConfig(optimizer="lm", max_iters=60)
+    theta, rows, info = solve_least_squares(obj, pb.init_params(1), no_eval, cfg)
     assert info["lm_solve"] == "kernel"  # 42 residuals < 141 parameters
-    assert rows[-1]["rel_l2"] < 1e-3, rows[-1]
+    assert pb.evaluate(theta)["rel_l2"] < 1e-3, rows[-1]
 
 
 def test_tolerance_and_iteration_cap_stop_the_solver():

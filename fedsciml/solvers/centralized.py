@@ -2,7 +2,8 @@
 
 * ``lm`` — Levenberg–Marquardt (:mod:`fedsciml.solvers.lm`), float64.
 * ``adam`` — Adam on the mean loss ``½‖r‖²/N`` (lr 1e-3 by default).
-* ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search.
+* ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
+  25 function evaluations, per step; restarted from steepest descent if it stops moving).
 
 Every solver stops on the first of: ``tol`` on the mean loss, ``max_iters``
 iterations, or ``budget`` seconds (solver time, evaluation excluded).
@@ -80,7 +81,11 @@ def run_torch_optimizer(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, c
     if cfg.optimizer == "adam":
         opt = torch.optim.Adam([p], lr=cfg.lr or 1e-3)
     else:
-        opt = torch.optim.LBFGS([p], lr=cfg.lr or 1.0, max_iter=1, history_size=50, line_search_fn="strong_wolfe")
+        # One L-BFGS iteration per step.  max_eval must be set: torch's default
+        # (max_iter·5//4 = 1) cuts the strong-Wolfe line search short and L-BFGS then
+        # stalls; torch's own tolerances are off (0) — the solver's stopping rules apply.
+        opt = torch.optim.LBFGS([p], lr=cfg.lr or 1.0, max_iter=1, max_eval=25, history_size=50,
+                                tolerance_grad=0.0, tolerance_change=0.0, line_search_fn="strong_wolfe")
 
     def closure():
         opt.zero_grad()
@@ -91,15 +96,32 @@ def run_torch_optimizer(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, c
     with torch.no_grad():
         rec.record(0, p.detach(), float(obj.loss(p)))
     it = 0
+    restarts = 0
     while (cfg.max_iters is None or it < cfg.max_iters) and not rec.out_of_time():
+        before = p.detach().clone() if cfg.optimizer == "lbfgs" else None
         opt.step(closure)
         it += 1
+        if before is not None and torch.equal(before, p.detach()):
+            # L-BFGS made no move: its memory gives a direction that is not a descent
+            # direction (torch then returns without stepping, and would do so forever).
+            # Restart from steepest descent, as a line-search quasi-Newton method should.
+            opt.state.clear()
+            restarts += 1
         with torch.no_grad():
             loss = float(obj.loss(p))
         rec.record(it, p.detach(), loss)
         if not loss == loss or loss / n <= cfg.tol:
             break
-    return p.detach(), {}
+    return p.detach(), ({"lbfgs_restarts": restarts} if cfg.optimizer == "lbfgs" else {})
+
+
+def _load_autodiff():
+    """Import what ``torch.func``'s first ``vjp``/``jacrev`` imports (``torch._dynamo``, seconds
+    on a busy machine) before the solver clock starts: a one-time library load, not solver work."""
+    try:
+        import torch._dynamo.compiled_autograd  # noqa: F401
+    except Exception:  # pragma: no cover - a torch build without dynamo
+        pass
 
 
 def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: SolveConfig,
@@ -109,6 +131,7 @@ def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: 
     ``evaluate(θ) -> dict`` gives the test metrics recorded at every step.
     """
     cfg.validate()
+    _load_autodiff()
     rec = Recorder(evaluate, obj.n_residuals, cfg.budget, progress, every, label)
     run = run_lm if cfg.optimizer == "lm" else run_torch_optimizer
     theta, info = run(obj, theta0, rec, cfg)
