@@ -27,9 +27,43 @@ from typing import Callable
 
 import torch
 
-from fedsciml.federated.aggregators import Aggregator
+from fedsciml.federated.aggregators import Aggregator, FIPAAggregator
 from fedsciml.federated.messages import Field, Schema
 from fedsciml.images.fisher import KFAC
+
+
+class FIPAComplementAggregator(FIPAAggregator):
+    """FIPA's thin-QR merge (Eq. 13, the federated layer's :class:`FIPAAggregator`, unchanged)
+    plus an orthogonal-complement correction: outside the span Q of the client sketches the
+    server has no curvature information, so it takes the FedAvg step there,
+    ``θ ← θ + γ Q z + η (I − QQᵀ) Σ (N_m/N) Δ_m``.  ``complement=0`` is plain Eq. 13.
+
+    ``beta_rel`` sets β per round relative to the largest weighted sketch eigenvalue,
+    ``β = beta_rel · max_m (N_m/N) λ_max,m`` (the paper gives no scale for β; an
+    absolute β would depend on the network and the data)."""
+
+    name = "fipa"
+
+    def __init__(self, beta_rel: float = 0.1, gamma: float = 1.0, complement: float = 1.0, **kw):
+        if not beta_rel > 0:
+            raise ValueError(f"FIPA beta_rel must be > 0, got {beta_rel}")
+        if complement < 0:
+            raise ValueError(f"FIPA complement step must be ≥ 0, got {complement}")
+        super().__init__(curvature="lowrank", merge="qr", beta=beta_rel, gamma=gamma, weighting="samples", **kw)
+        self.beta_rel, self.complement = beta_rel, complement
+
+    def aggregate(self, theta, messages):
+        if not messages:
+            raise ValueError("no client messages to aggregate")
+        w = self._weights(messages)
+        self.beta = self.beta_rel * max(wi * float(m["lam"].max()) for wi, m in zip(w, messages.values()))
+        self.beta = max(self.beta, torch.finfo(theta.dtype).tiny)
+        new = super().aggregate(theta, messages)
+        if self.complement > 0:
+            Q, _ = torch.linalg.qr(torch.cat([m["U"] for m in messages.values()], 1), mode="reduced")
+            avg = sum(wi * m["delta"] for wi, m in zip(w, messages.values()))
+            new = new + self.complement * (avg - Q @ (Q.T @ avg))
+        return new
 
 
 def _stack_weights(messages):

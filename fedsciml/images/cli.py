@@ -30,12 +30,16 @@ def add_parser(bench_subparsers):
                                                     "for one-shot; fedavg,fedprox,fipa,fipa-fc,fedfish otherwise)")
     p.add_argument("--seeds", type=int, default=1, help="number of seeds (0..S-1)")
     p.add_argument("--epochs", type=int, default=None, help="local epochs (default 30 one-shot, 2 multi-round)")
-    p.add_argument("--lr", type=float, default=None, help="client SGD learning rate (momentum 0.9, batch 64)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="client SGD learning rate, momentum 0.9, batch 64 (default 0.01 one-shot, 0.05 multi-round)")
     p.add_argument("--rounds", type=int, default=15, help="(refinement) rounds")
     p.add_argument("--warmup", type=int, default=30, help="FedAvg warm-up rounds for warmup-refine")
     p.add_argument("--participation", type=float, default=1.0, help="fraction of clients per round")
     p.add_argument("--rank", type=int, default=10, help="FIPA: eigenpairs per client")
-    p.add_argument("--beta", type=float, default=1e-3, help="FIPA: QR-merge regularization β")
+    p.add_argument("--beta", type=float, default=0.1,
+                   help="FIPA: QR-merge regularization, relative: β = beta · max_m (N_m/N) λ_max,m")
+    p.add_argument("--complement", type=float, default=1.0,
+                   help="FIPA: FedAvg step on the orthogonal complement of the client sketches (0 = plain Eq. 13)")
     p.add_argument("--gamma", type=float, default=1.0, help="FIPA: server step γ")
     p.add_argument("--modes", type=int, default=5, help="FedBEns: mixture components M per client")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the default suits a shared machine)")
@@ -55,14 +59,10 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
     if args.threads and args.threads > 0:
         torch.set_num_threads(args.threads)
     cfg = M.TrainConfig(epochs=args.epochs if args.epochs is not None else (30 if one_shot else 2),
-                        rank=args.rank, beta=args.beta, gamma=args.gamma, modes=args.modes,
+                        rank=args.rank, beta=args.beta, gamma=args.gamma, complement=args.complement,
+                        modes=args.modes,
                         device=str(resolve_device(args.device)))
-    if args.lr is not None:
-        cfg.lr = args.lr
-    elif one_shot:
-        cfg.lr = 0.05
-    else:
-        cfg.lr = 0.05
+    cfg.lr = args.lr if args.lr is not None else (0.01 if one_shot else 0.05)
     for name, v in (("clients", args.clients), ("seeds", args.seeds), ("rounds", args.rounds),
                     ("epochs", cfg.epochs), ("modes", args.modes), ("rank", args.rank)):
         if v is not None and v < 1:

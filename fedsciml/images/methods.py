@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 
 from fedsciml import linalg
-from fedsciml.federated.aggregators import FedAvgAggregator, FIPAAggregator
+from fedsciml.federated.aggregators import FedAvgAggregator
 from fedsciml.federated.messages import MessageRejected, floats_in
 from fedsciml.images import fisher as fz
 from fedsciml.images.aggregators import (FedBEnsAggregator, FedFishAggregator, FedFisherAggregator,
-                                         FisherMergeAggregator, RegMeanAggregator)
+                                         FIPAComplementAggregator, FisherMergeAggregator, RegMeanAggregator)
 from fedsciml.images.data import FederatedImages
 from fedsciml.images.models import FlatModel, build, head_names
 
@@ -44,8 +44,9 @@ class TrainConfig:
     rank: int = 10
     oversample: int = 10
     power_iters: int = 3
-    beta: float = 1e-3
+    beta: float = 0.1        # relative: β = beta · max_m (N_m/N) λ_max,m
     gamma: float = 1.0
+    complement: float = 1.0  # FedAvg step on the orthogonal complement of the sketches (0: plain Eq. 13)
     # FedFish
     fedfish_lr: float = 0.01
     # FedFisher
@@ -257,7 +258,7 @@ def _aggregator(meth, cfg):
         return FedAvgAggregator()
     if meth == "fedfish":
         return FedFishAggregator(cfg.fedfish_lr)
-    return FIPAAggregator(curvature="lowrank", merge="qr", beta=cfg.beta, gamma=cfg.gamma, weighting="samples")
+    return FIPAComplementAggregator(beta_rel=cfg.beta, gamma=cfg.gamma, complement=cfg.complement)
 
 
 def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: TrainConfig, rounds: int,
