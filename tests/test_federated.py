@@ -316,9 +316,9 @@ def test_adaptive_fipa_runs_with_per_client_ranks_and_steps():
 
 def test_fipa_beats_fedavg_on_heterogeneous_fit():
     objs = make_clients()
-    a, _, _ = run("fipa", objs, rounds=8, rank=10)
-    b, _, _ = run("fedavg", objs, rounds=8, local_steps=20, lr=1e-2)
-    assert evaluate(a)["mse"] < 0.5 * evaluate(b)["mse"]
+    a, _, _ = run("fipa", objs, rounds=25, rank=10)
+    b, _, _ = run("fedavg", objs, rounds=25, local_steps=20, lr=1e-2)
+    assert evaluate(a)["mse"] < 0.01 * evaluate(b)["mse"]
 
 
 def test_bad_options_are_named():

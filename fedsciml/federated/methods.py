@@ -26,6 +26,8 @@ from dataclasses import replace
 
 import torch
 
+from fedsciml import linalg
+
 from fedsciml.federated.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.federated.client import SKETCHES, AdaptiveSchedule, Client, ClientBatch, LocalConfig
 from fedsciml.federated.gn import GNAggregator, GNStrategy
@@ -73,6 +75,8 @@ class UpdateStrategy:
         self.complement = complement
         self.lm_tau = lm_tau
         self.beta = None
+        self.nu = 2.0
+        self.pred = 0.0
         self.batched = batched  # evaluate the round's clients in one vectorized Jacobian call (same numbers)
         self._batches = {}
         self.theta = None
@@ -119,18 +123,22 @@ class UpdateStrategy:
             complete = len(ok) == len(sim.clients)
             loss = sum(float(ok[c]["loss"][0]) for c in sorted(ok)) if complete else None
             bad_point = not ok and len(_bad) == len(answering)  # every answer was broken (non-finite) at this θ
-            if self.prev_theta is not None and (bad_point or (complete and not loss <= self.prev_loss)):
+            trial = self.prev_theta is not None and theta is not self.prev_theta  # θ is an unverified merged step
+            if trial and (bad_point or (complete and not loss < self.prev_loss)):
                 self.theta = self.prev_theta  # the last merged step made things worse: undo it
-                self.beta = min(1e20, self.beta * 10.0)
+                self.beta = min(1e20, self.beta * self.nu)
+                self.nu *= 2.0
                 self.rejected_steps += 1
                 extra.update(accepted=False, beta=self.beta)
                 return extra
-            if complete:
-                self.prev_theta, self.prev_loss = theta, loss
             if self.beta is None and ok:
                 self.beta = self.lm_tau * max(_max_diag(m) for m in ok.values())
-            elif complete:
-                self.beta = max(1e-20, self.beta / 3.0)
+            elif complete and trial:  # gain ratio of the accepted step (LM rule)
+                rho = (self.prev_loss - loss) / self.pred if self.pred > 0 else 1.0
+                self.beta = max(1e-20, self.beta * max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3))
+                self.nu = 2.0
+            if complete:
+                self.prev_theta, self.prev_loss = theta, loss
             extra.update(accepted=True, beta=self.beta)
             self.agg.beta = self.beta
         if not ok:
@@ -141,6 +149,9 @@ class UpdateStrategy:
             d = sum(w[c] * ok[c]["delta"] for c in sorted(ok))
             Q, _ = torch.linalg.qr(torch.cat([ok[c]["U"] for c in sorted(ok)], dim=1), mode="reduced")
             new = new + (d - Q @ (Q.T @ d))
+        if self.safeguard:  # predicted decrease of the merged step: ½ δᵀ(b + βδ), b = Σ Ĥ_m Δθ_m ≈ −g
+            step = new - theta
+            self.pred = 0.5 * float(step @ (_merge_rhs(ok, p) + self.beta * step))
         self.theta = new
         if self.adaptive is not None:
             w = self.agg.sample_weights(ok)
@@ -168,17 +179,30 @@ class UpdateStrategy:
             self.final_check = {"final_step_kept": self.theta is theta, "floats": sim._round_up + sim._round_down}
 
     def state_dict(self):
-        return {"theta": self.theta, "gnorm": self.gnorm, "beta": self.beta, "prev_theta": self.prev_theta,
+        return {"theta": self.theta, "gnorm": self.gnorm, "beta": self.beta, "nu": self.nu, "pred": self.pred,
+                "prev_theta": self.prev_theta,
                 "prev_loss": self.prev_loss, "rejected_steps": self.rejected_steps}
 
     def load_state_dict(self, d):
         self.theta, self.gnorm, self.beta = d["theta"], d["gnorm"], d["beta"]
+        self.nu, self.pred = d["nu"], d["pred"]
         self.prev_theta, self.prev_loss, self.rejected_steps = d["prev_theta"], d["prev_loss"], d["rejected_steps"]
 
     def info(self):
         if not self.safeguard:
             return {}
         return {"rejected_steps": self.rejected_steps, "final_beta": self.beta, **getattr(self, "final_check", {})}
+
+
+def _merge_rhs(msgs, p) -> torch.Tensor:
+    """``b = Σ_m Ĥ_m Δθ_m`` (sum-form weights)."""
+    b = 0.0
+    for m in msgs.values():
+        if "H" in m:
+            b = b + linalg.unpack_upper(m["H"], p) @ m["delta"]
+        else:
+            b = b + m["U"] @ (m["lam"] * (m["U"].T @ m["delta"]))
+    return b
 
 
 def _max_diag(msg) -> float:
