@@ -13,9 +13,11 @@ Calibration (the noise standard deviation for a target (ε, δ)):
   one-shot ridge paper's Algorithm 2 uses ``τ = √(2 ln(1.25/δ))`` and leaves
   ε and Δ out altogether; fedsciml does not reproduce that.)
 * ``rdp`` / ``prv`` / ``gdp`` — Opacus's accountants (Rényi DP, privacy-loss
-  random variables, Gaussian DP) through ``opacus.accountants.utils.
-  get_noise_multiplier``, for R compositions (``steps``) at a sampling rate;
-  used by DP-FedAvg, whose noise is composed over rounds.
+  random variables, Gaussian DP), for R compositions (``steps``) at a sampling
+  rate; used by DP-FedAvg, whose noise is composed over rounds.  The noise is
+  the smallest z (bisection, relative 1e-5) whose accounted ε is within budget;
+  the RDP orders extend Opacus's defaults up to 16384 so that small ε at small
+  δ is reachable.
 
 :func:`epsilon_of` inverts any of them (the ε a given noise spends), which is
 how the tests check the calibration: the analytic ε of the calibrated noise is
@@ -53,7 +55,7 @@ def analytic_delta(epsilon: float, noise_multiplier: float) -> float:
     return float(ndtr(a) - math.exp(min(epsilon + log_ndtr(b), 700.0)))
 
 
-def _bisect(fn, lo, hi, iters=200):
+def _bisect(fn, lo, hi, iters=200, rel=1e-12):
     """Smallest x in [lo, hi] with fn(x) true, fn monotone false→true (geometric bisection)."""
     while not fn(hi):
         hi *= 2.0
@@ -65,7 +67,7 @@ def _bisect(fn, lo, hi, iters=200):
             hi = mid
         else:
             lo = mid
-        if hi / lo < 1 + 1e-12:
+        if hi / lo < 1 + rel:
             break
     return hi
 
@@ -97,12 +99,13 @@ def noise_multiplier(epsilon: float, delta: float, method: str = "analytic", ste
         if steps != 1:
             raise ValueError("the classical formula calibrates one release")
         return math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
-    from opacus.accountants.utils import get_noise_multiplier
+    # smallest z whose accounted ε is within budget (ε decreases in z); a bisection of our own rather than
+    # opacus.accountants.utils.get_noise_multiplier, whose RDP orders stop at 256 and cannot reach ε ≈ 0.1
+    return _bisect(lambda z: epsilon_of(z, delta, method, steps, sample_rate) <= epsilon, 1e-3, 1.0, rel=1e-5)
 
-    with _quiet():
-        return float(get_noise_multiplier(target_epsilon=float(epsilon), target_delta=float(delta),
-                                          sample_rate=float(sample_rate), steps=int(steps), accountant=method,
-                                          epsilon_tolerance=0.001 * float(epsilon)))
+
+# Opacus's default RDP orders extended upwards: small ε at small δ needs large orders α
+RDP_ALPHAS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)) + [2 ** k for k in range(6, 15)]
 
 
 @contextlib.contextmanager
@@ -128,8 +131,11 @@ def epsilon_of(noise_mult: float, delta: float, method: str = "analytic", steps:
         return _bisect(lambda e: analytic_delta(e, noise_mult) <= delta, 1e-9, 1.0)
     if method == "classical":
         return math.sqrt(2.0 * math.log(1.25 / delta)) / noise_mult
+    acc = make_accountant(method, noise_mult, steps, sample_rate)
     with _quiet():
-        return make_accountant(method, noise_mult, steps, sample_rate).get_epsilon(delta=float(delta))
+        if method == "rdp":
+            return float(acc.get_epsilon(delta=float(delta), alphas=RDP_ALPHAS))
+        return float(acc.get_epsilon(delta=float(delta)))
 
 
 def make_accountant(method: str, noise_mult: float, steps: int, sample_rate: float = 1.0):
