@@ -27,7 +27,6 @@ and the plots come from the toolkit::
 """
 from __future__ import annotations
 
-import math
 from typing import ClassVar, Sequence
 
 import numpy as np
@@ -147,19 +146,6 @@ class PDE(PINNProblem):
     def boundary_points(self, client, n_clients, seed):
         return box_boundary_points(self.dim, self.lower, self.upper, client, n_clients, self.n_boundary,
                                    self.sampling, seed)
-
-    def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
-        self.check_clients(n_clients)
-        objs = []
-        for k in range(n_clients):
-            xi = self.interior_points(k, n_clients, [seed, k, 0]).to(device)
-            xb = self.boundary_points(k, n_clients, [seed, k, 1]).to(device)
-            parts = [ResidualPart("interior", self.interior_residual, xi, 1.0)]
-            if xb.shape[0]:
-                parts.append(ResidualPart("boundary", self.boundary_residual, (xb, self.boundary_value(xb)),
-                                          self.boundary_weight))
-            objs.append(self.objective(parts))
-        return objs
 
     def test_inputs(self):
         d = self.dim

@@ -67,6 +67,10 @@ class PINNProblem(FieldProblem):
         x, g = point
         return self.u(theta, x) - g
 
+    def boundary_value(self, x: torch.Tensor) -> torch.Tensor:
+        """Dirichlet data g at boundary points ``x [n, d]``: the exact solution."""
+        return self.exact(x)
+
     # --- the domain and its split among clients -------------------------------
     def interior_points(self, client: int, n_clients: int, seed) -> torch.Tensor:
         raise NotImplementedError
@@ -82,7 +86,7 @@ class PINNProblem(FieldProblem):
             xb = self.boundary_points(k, n_clients, [seed, k, 1]).to(device)
             parts = [ResidualPart("interior", self.interior_residual, xi, 1.0)]
             if xb.shape[0]:
-                parts.append(ResidualPart("boundary", self.boundary_residual, (xb, self.exact(xb)), self.boundary_weight))
+                parts.append(ResidualPart("boundary", self.boundary_residual, (xb, self.boundary_value(xb)), self.boundary_weight))
             objs.append(self.objective(parts))
         return objs
 
