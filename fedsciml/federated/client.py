@@ -257,7 +257,7 @@ class AdaptiveSchedule:
     ``k`` is the 1-based round number.
     """
 
-    C: float = 1.0
+    C: float = 1e-3
     C_tau: float = 1e-3
     tau_max: int = 200
 

@@ -265,7 +265,7 @@ def _local_config(local, local_steps, lr, damping, prox, default_solver):
 def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
              lr=None, rounds=None, rank=None, adaptive=False, merge=None, beta=None, gamma=None, local=None,
              local_steps=None, local_damping=None, sketch="auto", safeguard=None, complement=False, participation=None, dropout=None, checkpoint=None,
-             resume=False, adapt_c=1.0, adapt_ctau=1e-3, message_hook=None, **ignored):
+             resume=False, adapt_c=1e-3, adapt_ctau=1e-3, message_hook=None, **ignored):
     """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates."""
     rank = DEFAULT_RANK if rank is None else int(rank)
     if rank < 0:
