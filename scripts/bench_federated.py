@@ -92,7 +92,9 @@ def target_text(target):
     if target is None:
         return "report"
     kind, v = target
-    return {"<=": f"≤ {v:g}", "x_worse_than_fipa": f"≥ {v:g}× fipa", "below_fedavg": "< fedavg"}[kind]
+    if kind == "below_fedavg":
+        return "< fedavg"
+    return f"≤ {v:g}" if kind == "<=" else f"≥ {v:g}× fipa"
 
 
 def bench_overhead(args):
