@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import sys
-import time
 
 import torch
 

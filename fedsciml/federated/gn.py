@@ -21,12 +21,11 @@ Partial participation is therefore not offered for ``gn``.
 """
 from __future__ import annotations
 
-import torch
 
 from fedsciml import linalg
 from fedsciml.federated.aggregators import Aggregator
 from fedsciml.federated.client import ClientBatch
-from fedsciml.federated.messages import Field, Schema
+from fedsciml.federated.messages import Field, MessageRejected, Schema
 from fedsciml.objective import GNStats
 from fedsciml.solvers.lm import LevenbergMarquardt, LMConfig
 
@@ -49,8 +48,6 @@ class GNAggregator(Aggregator):
     def validate(self, messages, p, dtype=None):
         ok, bad = {}, {}
         schema = self.schema()
-        from fedsciml.federated.messages import MessageRejected
-
         for cid, msg in messages.items():
             try:
                 schema.validate(msg, cid, dtype=dtype, p=p, h=linalg.n_upper(p))

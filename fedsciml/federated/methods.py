@@ -22,8 +22,6 @@ With a ``budget`` and no ``rounds`` a run goes on until the budget is spent.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
 from fedsciml import linalg

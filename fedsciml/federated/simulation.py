@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from fedsciml.federated import checkpoint as ckpt
-from fedsciml.federated.messages import MessageRejected, floats_in
+from fedsciml.federated.messages import floats_in
 from fedsciml.solvers.history import Recorder
 
 
