@@ -107,6 +107,8 @@ def _jsonable(d: dict) -> dict:
             out[k] = list(v)
         elif isinstance(v, dict):
             out[k] = _jsonable(v)
+        elif isinstance(v, (list, tuple)) and all(isinstance(x, dict) for x in v):  # e.g. rejected messages
+            out[k] = [_jsonable(x) for x in v]
         else:
             out[k] = repr(v)
     return out

@@ -55,3 +55,15 @@ def test_bad_federated_options_exit_2_with_one_line(capsys):
         r = _run(capsys, *SMALL, *extra)
         assert r.returncode == 2, (extra, r.stderr)
         assert "Traceback" not in r.stderr and word in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_rejections_reach_the_result_json():
+    from fedsciml.problems import get_problem
+    from fedsciml.runner import solve
+
+    def hook(rnd, cid, msg):
+        return {**msg, "delta": msg["delta"] * float("nan")} if cid == 1 else msg
+
+    res = solve(get_problem("sin1d", n_samples=10), "fedavg", clients=2, rounds=1, local_steps=2, message_hook=hook)
+    d = res.to_dict()
+    assert d["extra"]["rejections"] == [{"round": 1, "client": 1, "reason": "field 'delta' contains non-finite values"}]
