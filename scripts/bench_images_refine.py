@@ -42,15 +42,15 @@ def main(argv=None):
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--rank", type=int, default=10)
-    ap.add_argument("--beta", type=float, default=0.1, help="relative to the largest sketch eigenvalue")
-    ap.add_argument("--complement", type=float, default=1.0)
+    ap.add_argument("--beta", type=float, default=0.0, help="relative to the largest sketch eigenvalue")
+    ap.add_argument("--no-tail", action="store_true", help="plain Eq. 13 (needs --beta > 0)")
     ap.add_argument("--gamma", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default="results/bench_images_refine.json")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     cfg = M.TrainConfig(epochs=a.epochs, lr=a.lr, rank=a.rank, beta=a.beta, gamma=a.gamma,
-                        complement=a.complement)
+                        tail=not a.no_tail)
     runs, t0 = {}, time.perf_counter()
     for al in [float(s) for s in a.alphas.split(",")]:
         res = bench.run_setting(model=a.model, clients=a.clients, alpha=al, protocol="warmup-refine",

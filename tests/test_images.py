@@ -385,3 +385,31 @@ def test_cli_bench_images_writes_json_and_png(tmp_path, capsys):
     assert any(f.endswith(".png") for f in os.listdir(tmp_path))
     assert "fishermerge" in capsys.readouterr().out
     assert main(["bench", "images", "--methods", "fipa", "--quiet"]) == 2
+
+
+def test_fipa_tail_floor_is_the_exact_merge_of_lowrank_plus_isotropic_curvatures():
+    from fedsciml.federated.aggregators import FIPAAggregator
+    from fedsciml.images.aggregators import FIPAComplementAggregator
+
+    torch.manual_seed(0)
+    p, r = 12, 3
+    th = torch.randn(p, dtype=torch.float64)
+    Us = [torch.linalg.qr(torch.randn(p, r, dtype=torch.float64))[0] for _ in range(2)]
+    lams = [torch.tensor([3.0, 2.0, 1.0], dtype=torch.float64), torch.tensor([5.0, 0.5, 0.2], dtype=torch.float64)]
+    msgs = {c: {"delta": torch.randn(p, dtype=torch.float64), "U": U, "lam": lam,
+                "n": torch.tensor([10.0 + c], dtype=torch.float64)} for c, (U, lam) in enumerate(zip(Us, lams))}
+    w = (10 / 21, 11 / 21)
+    # dense reference: Ĥ_m = U(Λ − τ)Uᵀ + τI, step = (Σ w Ĥ_m)⁻¹ Σ w Ĥ_m Δ_m
+    Hs = [(U * (lam - lam.min())) @ U.T + lam.min() * torch.eye(p, dtype=torch.float64) for U, lam in zip(Us, lams)]
+    H = sum(wi * Hi for wi, Hi in zip(w, Hs))
+    b = sum(wi * Hi @ m["delta"] for wi, Hi, m in zip(w, Hs, msgs.values()))
+    ref = th + torch.linalg.solve(H, b)
+    assert torch.allclose(FIPAComplementAggregator(tail=True).aggregate(th, msgs), ref, atol=1e-10)
+    # identical sketches on every client: the merge is FedAvg
+    same = {c: {**m, "U": Us[0], "lam": lams[0]} for c, m in msgs.items()}
+    avg = th + sum(wi * m["delta"] for wi, m in zip(w, same.values()))
+    assert torch.allclose(FIPAComplementAggregator(tail=True).aggregate(th, same), avg, atol=1e-10)
+    # without the floor it is the federated layer's Eq. 13 with β relative to the largest eigenvalue
+    beta = 0.1 * max(wi * float(lam.max()) for wi, lam in zip(w, lams))
+    plain = FIPAAggregator("lowrank", "qr", beta=beta, weighting="samples").aggregate(th, msgs)
+    assert torch.allclose(FIPAComplementAggregator(0.1, tail=False).aggregate(th, msgs), plain, atol=1e-12)

@@ -27,43 +27,59 @@ from typing import Callable
 
 import torch
 
+from fedsciml import linalg
 from fedsciml.federated.aggregators import Aggregator, FIPAAggregator
 from fedsciml.federated.messages import Field, Schema
 from fedsciml.images.fisher import KFAC
 
 
 class FIPAComplementAggregator(FIPAAggregator):
-    """FIPA's thin-QR merge (Eq. 13, the federated layer's :class:`FIPAAggregator`, unchanged)
-    plus an orthogonal-complement correction: outside the span Q of the client sketches the
-    server has no curvature information, so it takes the FedAvg step there,
-    ``θ ← θ + γ Q z + η (I − QQᵀ) Σ (N_m/N) Δ_m``.  ``complement=0`` is plain Eq. 13.
+    """FIPA's thin-QR merge (Eq. 13) with the orthogonal-complement correction, for sketches
+    whose truncated tail is kept as an isotropic floor.
 
-    ``beta_rel`` sets β per round relative to the largest weighted sketch eigenvalue,
-    ``β = beta_rel · max_m (N_m/N) λ_max,m`` (the paper gives no scale for β; an
-    absolute β would depend on the network and the data)."""
+    Client m's curvature is modelled as ``Ĥ_m = U_m(Λ_m − τ_m)U_mᵀ + τ_m I`` with τ_m its
+    smallest retained eigenvalue (``tail=True``), so a direction outside client m's sketch
+    still counts with curvature τ_m instead of 0.  Then ``Ĥ = Σ w_m Ĥ_m = Q K Qᵀ + β₀ I``
+    with β₀ = Σ w_m τ_m, ``b = Σ w_m Ĥ_m Δ_m``, and the step ``γ Ĥ⁻¹ b`` is
+    ``γ [Q (K + β₀I)⁻¹ Qᵀ b + (I − QQᵀ) b / β₀]`` — Eq. 13 plus the complement term, which is
+    the τ-weighted FedAvg step there.  ``tail=False`` is plain Eq. 13 with β = ``beta_rel ·
+    max_m w_m λ_max,m`` (the federated layer's :class:`FIPAAggregator`, unchanged), whose
+    step lies inside the ≤ Σ r_m-dimensional sketch span.
+    """
 
     name = "fipa"
 
-    def __init__(self, beta_rel: float = 0.1, gamma: float = 1.0, complement: float = 1.0, **kw):
-        if not beta_rel > 0:
-            raise ValueError(f"FIPA beta_rel must be > 0, got {beta_rel}")
-        if complement < 0:
-            raise ValueError(f"FIPA complement step must be ≥ 0, got {complement}")
-        super().__init__(curvature="lowrank", merge="qr", beta=beta_rel, gamma=gamma, weighting="samples", **kw)
-        self.beta_rel, self.complement = beta_rel, complement
+    def __init__(self, beta_rel: float = 0.0, gamma: float = 1.0, tail: bool = True, **kw):
+        if beta_rel < 0 or (not tail and beta_rel == 0):
+            raise ValueError(f"FIPA beta_rel must be ≥ 0 (> 0 without the tail floor), got {beta_rel}")
+        super().__init__(curvature="lowrank", merge="qr", beta=max(beta_rel, 1e-30), gamma=gamma,
+                         weighting="samples", **kw)
+        self.beta_rel, self.tail = beta_rel, tail
 
     def aggregate(self, theta, messages):
         if not messages:
             raise ValueError("no client messages to aggregate")
         w = self._weights(messages)
-        self.beta = self.beta_rel * max(wi * float(m["lam"].max()) for wi, m in zip(w, messages.values()))
-        self.beta = max(self.beta, torch.finfo(theta.dtype).tiny)
-        new = super().aggregate(theta, messages)
-        if self.complement > 0:
-            Q, _ = torch.linalg.qr(torch.cat([m["U"] for m in messages.values()], 1), mode="reduced")
-            avg = sum(wi * m["delta"] for wi, m in zip(w, messages.values()))
-            new = new + self.complement * (avg - Q @ (Q.T @ avg))
-        return new
+        msgs = list(messages.values())
+        lam_max = max(wi * float(m["lam"].max()) for wi, m in zip(w, msgs))
+        if not self.tail:
+            self.beta = max(self.beta_rel * lam_max, torch.finfo(theta.dtype).tiny)
+            return super().aggregate(theta, messages)
+        taus = [float(m["lam"].min()) for m in msgs]
+        beta0 = sum(wi * t for wi, t in zip(w, taus)) + self.beta_rel * lam_max
+        if not beta0 > 0:  # every sketch ends in a zero eigenvalue: no floor to speak of
+            return theta + sum(wi * m["delta"] for wi, m in zip(w, msgs))
+        V = torch.cat([m["U"] for m in msgs], 1)
+        sig = torch.cat([wi * (m["lam"] - t) for wi, m, t in zip(w, msgs, taus)])
+        b = sum(wi * (m["U"] @ ((m["lam"] - t) * (m["U"].T @ m["delta"])) + t * m["delta"])
+                for wi, m, t in zip(w, msgs, taus))
+        Q, R = torch.linalg.qr(V, mode="reduced")
+        K = (R * sig) @ R.T
+        K = 0.5 * (K + K.T)
+        qb = Q.T @ b
+        z = linalg.damped_solve(K, qb, beta0)
+        step = Q @ z + (b - Q @ qb) / beta0
+        return theta + self.eta * self.gamma * step
 
 
 def _stack_weights(messages):

@@ -36,10 +36,10 @@ def add_parser(bench_subparsers):
     p.add_argument("--warmup", type=int, default=30, help="FedAvg warm-up rounds for warmup-refine")
     p.add_argument("--participation", type=float, default=1.0, help="fraction of clients per round")
     p.add_argument("--rank", type=int, default=10, help="FIPA: eigenpairs per client")
-    p.add_argument("--beta", type=float, default=0.1,
-                   help="FIPA: QR-merge regularization, relative: β = beta · max_m (N_m/N) λ_max,m")
-    p.add_argument("--complement", type=float, default=1.0,
-                   help="FIPA: FedAvg step on the orthogonal complement of the client sketches (0 = plain Eq. 13)")
+    p.add_argument("--beta", type=float, default=0.0,
+                   help="FIPA: extra QR-merge regularization, relative: beta · max_m (N_m/N) λ_max,m")
+    p.add_argument("--no-tail", action="store_true",
+                   help="FIPA: plain Eq. 13 (no isotropic tail floor τ_m = λ_r,m, no complement step; needs --beta > 0)")
     p.add_argument("--gamma", type=float, default=1.0, help="FIPA: server step γ")
     p.add_argument("--modes", type=int, default=5, help="FedBEns: mixture components M per client")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the default suits a shared machine)")
@@ -59,7 +59,7 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
     if args.threads and args.threads > 0:
         torch.set_num_threads(args.threads)
     cfg = M.TrainConfig(epochs=args.epochs if args.epochs is not None else (30 if one_shot else 2),
-                        rank=args.rank, beta=args.beta, gamma=args.gamma, complement=args.complement,
+                        rank=args.rank, beta=args.beta, gamma=args.gamma, tail=not args.no_tail,
                         modes=args.modes,
                         device=str(resolve_device(args.device)))
     cfg.lr = args.lr if args.lr is not None else (0.01 if one_shot else 0.05)

@@ -44,9 +44,9 @@ class TrainConfig:
     rank: int = 10
     oversample: int = 10
     power_iters: int = 3
-    beta: float = 0.1        # relative: β = beta · max_m (N_m/N) λ_max,m
+    beta: float = 0.0        # extra regularization, relative: beta · max_m (N_m/N) λ_max,m
     gamma: float = 1.0
-    complement: float = 1.0  # FedAvg step on the orthogonal complement of the sketches (0: plain Eq. 13)
+    tail: bool = True        # isotropic tail floor τ_m = λ_r,m per client (complement correction)
     # FedFish
     fedfish_lr: float = 0.01
     # FedFisher
@@ -258,7 +258,7 @@ def _aggregator(meth, cfg):
         return FedAvgAggregator()
     if meth == "fedfish":
         return FedFishAggregator(cfg.fedfish_lr)
-    return FIPAComplementAggregator(beta_rel=cfg.beta, gamma=cfg.gamma, complement=cfg.complement)
+    return FIPAComplementAggregator(beta_rel=cfg.beta, gamma=cfg.gamma, tail=cfg.tail)
 
 
 def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: TrainConfig, rounds: int,
