@@ -8,7 +8,8 @@ down and ``|Σ|`` up per client.
 
 The K·|Σ| systems are solved together (:func:`loco_solutions`): a batched
 preconditioned conjugate gradient over all (k, σ) pairs at once, with
-preconditioner ``(G + σI)⁻¹`` (one Cholesky per σ, shared by all clients).
+preconditioner ``(G + σI)⁻¹`` (one Cholesky and inverse per σ, shared by all
+clients, applied as a batched matrix product).
 The preconditioned operator is ``I − (G+σI)⁻¹G_k``, whose spectrum lies in
 ``[σ/(λ+σ), 1]`` and clusters at 1 when no client dominates — typically a
 handful of iterations, each one batched matrix product over clients
@@ -51,7 +52,7 @@ def _unpacked(Gs: torch.Tensor, d: int) -> torch.Tensor:
     return linalg.unpack_upper(Gs, d) if Gs.ndim == 2 else Gs
 
 
-def loco_solutions(Gs: torch.Tensor, hs: torch.Tensor, sigmas, tol: float = 1e-14, max_iter: int = 60,
+def loco_solutions(Gs: torch.Tensor, hs: torch.Tensor, sigmas, tol: float = 1e-13, max_iter: int = 60,
                    chunk: int | None = None, return_info: bool = False):
     """``W [K, S, d]`` with ``W[k, j] = (G − G_k + σ_j I)⁻¹ (h − h_k)``, batched (see module docstring).
 
@@ -68,20 +69,22 @@ def loco_solutions(Gs: torch.Tensor, hs: torch.Tensor, sigmas, tol: float = 1e-1
     S = s.numel()
     G = linalg.unpack_upper(Gs.sum(0), d) if Gs.ndim == 2 else Gs.sum(0)
     h = hs.sum(0)
-    L = linalg.cholesky(linalg.add_diagonal(G.expand(S, d, d), s))          # [S, d, d], shared by all clients
+    L = linalg.cholesky(linalg.add_diagonal(G.expand(S, d, d), s))
+    Pinv = torch.cholesky_inverse(L)                                         # [S, d, d], shared by all clients
+    Pinv = 0.5 * (Pinv + Pinv.transpose(-1, -2))
     chunk = K if not chunk else max(1, int(chunk))
     X = torch.empty(K, S, d, dtype=hs.dtype, device=hs.device)
     info = {"iterations": 0, "direct_solves": 0, "pairs": K * S}
     for c0 in range(0, K, chunk):
         Gc = _unpacked(Gs[c0:c0 + chunk], d)
-        Xc, it, nd = _pcg(G, h, Gc, hs[c0:c0 + chunk], s, L, tol, max_iter)
+        Xc, it, nd = _pcg(G, h, Gc, hs[c0:c0 + chunk], s, Pinv, tol, max_iter)
         X[c0:c0 + chunk] = Xc
         info["iterations"] = max(info["iterations"], it)
         info["direct_solves"] += nd
     return (X, info) if return_info else X
 
 
-def _pcg(G, h, Gs, hs, s, L, tol, max_iter):
+def _pcg(G, h, Gs, hs, s, Pinv, tol, max_iter):
     """PCG on ``(G + σ_j − G_k) x = h − h_k`` for a chunk of clients, all σ at once.
 
     Starts from the full-data solution ``x₀ = (G + σ_j)⁻¹(h − h_k)``, whose residual is ``G_k x₀``; keeps
@@ -90,8 +93,8 @@ def _pcg(G, h, Gs, hs, s, L, tol, max_iter):
     """
     K, d = hs.shape
 
-    def prec(R):  # (G + σ_j)⁻¹ R[k, j]
-        return torch.cholesky_solve(R.permute(1, 2, 0), L).permute(2, 0, 1)
+    def prec(R):  # (G + σ_j)⁻¹ R[k, j]: a batched GEMM (faster than two triangular solves)
+        return torch.bmm(Pinv, R.permute(1, 2, 0)).permute(2, 0, 1)
 
     rhs = (h[None] - hs)[:, None, :].expand(K, s.numel(), d)
     bnorm = rhs.norm(dim=-1)
