@@ -69,7 +69,7 @@ def run(args, epsilons, name, title):
     fin = [r for r in table if r["epsilon"] != math.inf]
     xs = [r["epsilon"] for r in fin]
     for m, c in zip(METHODS, ("C2", "C8", "C1", "C4", "C0")):
-        ax.errorbar(xs, [r[m + "_mean"] for r in fin], [r[m + "_std"] for r in fin], label=LABELS[m], color=c,
+        ax.errorbar(xs, [r[m + "_mean"] for r in fin], [r[m + "_std"] for r in fin], label=LABELS[m].replace("-R", f"-{args.rounds}"), color=c,
                     marker="o", capsize=3)
     base = [r for r in table if r["epsilon"] == math.inf]
     if base:
