@@ -17,22 +17,44 @@ def n_upper(d: int) -> int:
     return d * (d + 1) // 2
 
 
+_TRIU_CACHE: dict = {}
+
+
+def _triu_flat(d: int, device):
+    """Cached flat indices (row-major) of the upper triangle of a d×d matrix and of its mirror.
+
+    Packing happens every round of federated GN and for every ridge client, so
+    the index computation (``triu_indices``, O(d²) allocations) is done once per
+    (d, device).
+    """
+    key = (int(d), str(device))
+    if key not in _TRIU_CACHE:
+        if len(_TRIU_CACHE) > 16:
+            _TRIU_CACHE.clear()
+        i, j = torch.triu_indices(d, d, device=device)
+        _TRIU_CACHE[key] = (i * d + j, j * d + i)
+    return _TRIU_CACHE[key]
+
+
 def pack_upper(H: torch.Tensor) -> torch.Tensor:
-    """Upper triangle (diagonal included) of a symmetric matrix, row-major; ``d(d+1)/2`` floats."""
+    """Upper triangle (diagonal included) of a symmetric matrix, row-major; ``d(d+1)/2`` floats.
+
+    Leading batch dimensions are kept: ``[..., d, d] → [..., d(d+1)/2]``.
+    """
     d = H.shape[-1]
-    i, j = torch.triu_indices(d, d, device=H.device)
-    return H[..., i, j]
+    flat = H.reshape(H.shape[:-2] + (d * d,))
+    return flat.index_select(-1, _triu_flat(d, H.device)[0])
 
 
 def unpack_upper(v: torch.Tensor, d: int) -> torch.Tensor:
-    """Inverse of :func:`pack_upper`: the full symmetric matrix."""
+    """Inverse of :func:`pack_upper`: the full symmetric matrix (batch dimensions kept)."""
     if v.shape[-1] != n_upper(d):
         raise ValueError(f"packed triangle has {v.shape[-1]} entries, a {d}×{d} matrix needs {n_upper(d)}")
-    i, j = torch.triu_indices(d, d, device=v.device)
-    H = v.new_zeros(v.shape[:-1] + (d, d))
-    H[..., i, j] = v
-    H[..., j, i] = v
-    return H
+    fij, fji = _triu_flat(d, v.device)
+    H = v.new_empty(v.shape[:-1] + (d * d,))
+    H.index_copy_(-1, fij, v)
+    H.index_copy_(-1, fji, v)
+    return H.view(v.shape[:-1] + (d, d))
 
 
 def dim_from_packed(n: int) -> int:
