@@ -349,11 +349,3 @@ def test_batched_client_evaluation_gives_each_client_its_own_statistics():
     b, _, _ = run("gn", objs, rounds=4, batched=False)
     assert float((a - b).norm() / a.norm()) < 1e-10
 
-
-def test_cached_triangle_packing_matches_linalg():
-    from fedsciml.federated.client import pack_upper, unpack_upper
-
-    A = torch.randn(7, 7, dtype=torch.float64)
-    H = A + A.T
-    assert torch.equal(pack_upper(H), linalg.pack_upper(H))
-    assert torch.equal(unpack_upper(linalg.pack_upper(H), 7), linalg.unpack_upper(linalg.pack_upper(H), 7))

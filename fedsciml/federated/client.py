@@ -71,37 +71,6 @@ class LocalConfig:
         return self
 
 
-_TRIU = {}
-
-
-def _triu_flat(p: int, device):
-    """Cached flat indices of the upper triangle (row-major, as :func:`linalg.pack_upper`) and its mirror."""
-    key = (p, str(device))
-    if key not in _TRIU:
-        if len(_TRIU) > 8:
-            _TRIU.clear()
-        i, j = torch.triu_indices(p, p, device=device)
-        _TRIU[key] = (i * p + j, j * p + i)
-    return _TRIU[key]
-
-
-def pack_upper(H: torch.Tensor) -> torch.Tensor:
-    """Same result as :func:`fedsciml.linalg.pack_upper`, with cached indices (a gn client packs every step)."""
-    p = H.shape[-1]
-    return H.reshape(-1).index_select(0, _triu_flat(p, H.device)[0])
-
-
-def unpack_upper(v: torch.Tensor, p: int) -> torch.Tensor:
-    """Same result as :func:`fedsciml.linalg.unpack_upper`, with cached indices."""
-    if v.shape[-1] != linalg.n_upper(p):
-        raise ValueError(f"packed triangle has {v.shape[-1]} entries, a {p}×{p} matrix needs {linalg.n_upper(p)}")
-    fij, fji = _triu_flat(p, v.device)
-    H = v.new_empty(p * p)
-    H.index_copy_(0, fij, v)
-    H.index_copy_(0, fji, v)
-    return H.view(p, p)
-
-
 def _scalar(x, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor([float(x)], dtype=like.dtype, device=like.device)
 
@@ -184,9 +153,9 @@ class Client:
         return {"loss": loss.reshape(1).to(theta.dtype), "n": self._n(theta)}
 
     def gn_message(self, theta: torch.Tensor) -> dict:
-        """``{"H": pack_upper(J_mᵀJ_m), "g": J_mᵀr_m, "loss": ½‖r_m‖², "n"}`` at θ."""
+        """``{"H": linalg.pack_upper(J_mᵀJ_m), "g": J_mᵀr_m, "loss": ½‖r_m‖², "n"}`` at θ."""
         s = self.objective.gn_stats(theta)
-        return {"H": pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": self._n(theta)}
+        return {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": self._n(theta)}
 
     # --- local training -----------------------------------------------------
     def adam_delta(self, theta: torch.Tensor, cfg: LocalConfig, steps: int | None = None) -> torch.Tensor:
@@ -251,7 +220,7 @@ class Client:
         msg["delta"] = delta
         # curvature at the broadcast θ
         if curvature == "full":
-            msg["H"] = pack_upper(gn_stats_from(spec.J, r_vec).H)
+            msg["H"] = linalg.pack_upper(gn_stats_from(spec.J, r_vec).H)
         elif curvature == "lowrank":
             if spec is not None:
                 U, lam = spec.top(rank)
@@ -355,7 +324,7 @@ class ClientBatch:
         for c in self.clients:
             idx = self.rows[c.cid].to(J.device)
             s = gn_stats_from(J.index_select(0, idx), r.index_select(0, idx))
-            out[c.cid] = {"H": pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": c._n(theta)}
+            out[c.cid] = {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": c._n(theta)}
         return out
 
     def residuals_and_jacobians(self, theta: torch.Tensor) -> dict:

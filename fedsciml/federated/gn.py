@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from fedsciml import linalg
 from fedsciml.federated.aggregators import Aggregator
-from fedsciml.federated.client import ClientBatch, pack_upper, unpack_upper
+from fedsciml.federated.client import ClientBatch
 from fedsciml.federated.messages import Field, MessageRejected, Schema
 from fedsciml.objective import GNStats
 from fedsciml.solvers.lm import LevenbergMarquardt, LMConfig
@@ -71,7 +71,7 @@ class GNAggregator(Aggregator):
             g += messages[c]["g"]
         loss = sum(messages[c]["loss"][0] for c in order)
         n = int(round(sum(float(messages[c]["n"][0]) for c in order)))
-        return GNStats(H=unpack_upper(Hp, p), g=g, loss=loss, n=n)
+        return GNStats(H=linalg.unpack_upper(Hp, p), g=g, loss=loss, n=n)
 
     def aggregate(self, theta, messages):  # pragma: no cover - gn aggregates statistics, not parameters
         raise NotImplementedError("federated GN sums statistics (aggregate_stats) and steps with LevenbergMarquardt")
@@ -148,7 +148,7 @@ class GNStrategy:
 
     def state_dict(self):
         lm = self.lm
-        return {"theta": lm.theta, "H": pack_upper(lm.stats.H), "g": lm.stats.g, "loss": lm.stats.loss,
+        return {"theta": lm.theta, "H": linalg.pack_upper(lm.stats.H), "g": lm.stats.g, "loss": lm.stats.loss,
                 "n": lm.stats.n, "mu": lm.mu, "nu": lm.nu, "accepted": lm.accepted_steps,
                 "rejected": lm.rejected_steps, "retries": self.retries}
 
@@ -156,7 +156,7 @@ class GNStrategy:
         self.lm = LevenbergMarquardt(self.lm_config)
         p = d["theta"].numel()
         self.lm.theta = d["theta"]
-        self.lm.stats = GNStats(H=unpack_upper(d["H"], p), g=d["g"], loss=d["loss"], n=d["n"])
+        self.lm.stats = GNStats(H=linalg.unpack_upper(d["H"], p), g=d["g"], loss=d["loss"], n=d["n"])
         self.lm.mu, self.lm.nu = d["mu"], d["nu"]
         self.lm.accepted_steps, self.lm.rejected_steps = d["accepted"], d["rejected"]
         self.retries = d["retries"]
