@@ -71,6 +71,24 @@ def test_loco_cv_selects_like_naive_and_explicit_refits():
     assert fast["floats_up"] == 6 * 7 and fast["floats_down"] == 6 * 7 * 10
 
 
+def test_repaired_loco_on_noisy_statistics():
+    from fedsciml.ridge import DPConfig, psd_repair, ridge_solve
+    from fedsciml.ridge.cv import loco_solutions_repaired
+
+    p = get_problem("ridge-linear", dim=6, n_samples=30)
+    data = p.client_data(4, seed=0)
+    Gs, hs = _stats(data)
+    # on exact statistics the repaired path is the plain LOCO
+    assert float((loco_solutions_repaired(Gs, hs, SIGMAS) - loco_solutions_naive(Gs, hs, SIGMAS)).abs().max()) < 1e-10
+    # on an indefinite LOCO Gram it is the repaired ridge solve
+    noisy = Gs + 50 * torch.eye(6, dtype=D64)[None] * torch.tensor([1.0, 1.0, 1.0, -30.0], dtype=D64)[:, None, None]
+    W = loco_solutions_repaired(noisy, hs, SIGMAS)
+    M, _ = psd_repair(noisy.sum(0) - noisy[0])
+    assert torch.allclose(W[0, 3], ridge_solve(M, hs.sum(0) - hs[0], float(SIGMAS[3])), rtol=1e-9, atol=1e-12)
+    est_w, info = one_shot(data, 0.0, dp=DPConfig(0.5), cv_sigmas=[1e-2, 1.0, 1e2])  # local DP + CV runs
+    assert torch.isfinite(est_w).all() and info["sigma"] in (1e-2, 1.0, 1e2)
+
+
 @pytest.mark.parametrize("kind", ["gaussian", "sparse", "srht"])
 def test_sketches(kind):
     R = sketch_matrix(20, 8, seed=3, kind=kind)

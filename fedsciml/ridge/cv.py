@@ -127,21 +127,45 @@ def _pcg(G, h, Gs, hs, s, Pinv, tol, max_iter):
     return X, it, n_direct
 
 
+def loco_solutions_repaired(Gs: torch.Tensor, hs: torch.Tensor, sigmas) -> torch.Tensor:
+    """LOCO models on *noisy* (DP) statistics: each ``G − G_k`` is projected on the PSD cone first.
+
+    The same eigenvalue-clipping repair as the DP fusion (:func:`fedsciml.ridge.dp.psd_repair`), so
+    ``w_{−k}(σ) = V_k (Λ_k⁺ + σ)⁻¹ V_kᵀ (h − h_k)`` for every σ from one batched ``eigh`` per client.
+    """
+    s = _as_sigmas(sigmas, hs)
+    d = hs.shape[-1]
+    Gs = _unpacked(Gs, d)
+    M = Gs.sum(0)[None] - Gs
+    lam, V = torch.linalg.eigh(0.5 * (M + M.transpose(-1, -2)))
+    coef = torch.einsum("kdi,kd->ki", V, hs.sum(0)[None] - hs)                 # V_kᵀ r_k
+    scaled = coef[:, None, :] / (lam.clamp_min(0)[:, None, :] + s[None, :, None])   # [K, S, d]
+    return torch.einsum("kdi,ksi->ksd", V, scaled)
+
+
 def validation_losses(A: torch.Tensor, b: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     """Client side: ``ℓ(σ_j) = ‖A W[j] − b‖²`` for its candidate models ``W [S, d]``."""
     R = A @ W.T - b[:, None]
     return (R * R).sum(0)
 
 
-def loco_cv(Gs, hs, sigmas, client_data, naive: bool = False, chunk: int | None = None) -> dict:
+def loco_cv(Gs, hs, sigmas, client_data, naive: bool = False, chunk: int | None = None,
+            repair: bool = False) -> dict:
     """Leave-one-client-out CV over a σ grid.
 
-    ``Gs`` may be packed (``[K, d(d+1)/2]``).  ``client_data`` is the list of each client's ``(A_k, b_k)`` (used only by
+    ``Gs`` may be packed (``[K, d(d+1)/2]``).  ``repair=True`` (noisy DP statistics) uses
+    :func:`loco_solutions_repaired`.  The validation losses are computed by the clients on their raw data:
+    under DP they are extra releases that the (ε, δ) of the statistics does not cover.  ``client_data`` is the list of each client's ``(A_k, b_k)`` (used only by
     the client itself to score the models the server sends it).  Returns
     ``{sigma, sigmas, loss [S], per_client [K, S], floats_down, floats_up}``.
     """
     d = hs.shape[-1]
-    W = loco_solutions_naive(_unpacked(Gs, d), hs, sigmas) if naive else loco_solutions(Gs, hs, sigmas, chunk=chunk)
+    if repair:
+        W = loco_solutions_repaired(Gs, hs, sigmas)
+    elif naive:
+        W = loco_solutions_naive(_unpacked(Gs, d), hs, sigmas)
+    else:
+        W = loco_solutions(Gs, hs, sigmas, chunk=chunk)
     losses = torch.stack([validation_losses(A, b, W[k]) for k, (A, b) in enumerate(client_data)])
     total = losses.sum(0)
     s = _as_sigmas(sigmas, hs)

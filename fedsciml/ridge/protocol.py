@@ -25,6 +25,9 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
     """Fit ``w`` from ``data = [(A_k, b_k)]`` in one round.  See the module docstring."""
     if not data:
         raise ValueError("no clients answered: at least one client's statistics are needed to fit a model")
+    if cv_sigmas is not None and dp is not None and dp.central and dp.epsilon != float("inf"):
+        raise ValueError("leave-one-client-out CV needs each client's statistics, which central DP (secure "
+                         "aggregation) hides from the server; choose σ without --cv or use local DP")
     t0 = time.perf_counter()
     A0 = data[0][0]
     d = int(A0.shape[1])
@@ -58,7 +61,8 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
             "floats_sent": server.floats_up + len(data) * d, "noise_std": std, "eig_clipped": 0}
     if cv_sigmas is not None:
         Gs, hs = server.stacked_packed()
-        res = _cv.loco_cv(Gs, hs, cv_sigmas, local, chunk=cv_chunk)
+        noisy = dp is not None and std > 0 and not dp.central
+        res = _cv.loco_cv(Gs, hs, cv_sigmas, local, chunk=cv_chunk, repair=noisy and repair)
         sigma = res["sigma"]
         info.update(cv_sigmas=res["sigmas"], cv_loss=res["loss"])
         info["floats_sent"] += res["floats_down"] + res["floats_up"]
