@@ -30,7 +30,7 @@ def main():
         curves["fedavg"].append([h["mse"] for h in ha])
         curves["fedprox"].append([h["mse"] for h in hp])
         rows = []
-        for r in (1, 10, 50, 100, 200, args.rounds):
+        for r in sorted({1, 10, 50, 100, 200, args.rounds}):
             if r <= args.rounds:
                 rows.append({"round": r, "one_shot": ev(w1), "fedavg": ha[r - 1]["mse"], "fedprox": hp[r - 1]["mse"],
                              "oracle": oracle})
