@@ -42,6 +42,9 @@ def _add_solve_parser(sub):
     p.add_argument("--optimizer", default="lm", choices=["lm", "adam", "lbfgs"], help="centralized optimizer")
     p.add_argument("--seed", type=int, default=0, help="seed for sampling, initialization and client selection")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for torch/BLAS (default: all cores, or 1 when the load average already "
+                        "exceeds the core count — oversubscribed BLAS threads spin and run several times slower)")
     p.add_argument("--budget", type=float, default=None, help="time budget in seconds (solver time)")
     p.add_argument("--max-iters", type=int, default=None, help="iteration cap (centralized)")
     p.add_argument("--tol", type=float, default=0.0, help="stop when the mean loss ½‖r‖²/N falls below this")
@@ -125,6 +128,7 @@ def cmd_solve(args):
         raise CLIError(f"--budget must be > 0 seconds, got {args.budget}")
     if args.clients is not None and args.clients < 1:
         raise CLIError(f"--clients must be ≥ 1, got {args.clients}")
+    _set_threads(args.threads, quiet=args.quiet)
     common = dict(budget=args.budget, tol=args.tol, lr=args.lr, every=args.every)
     fed = {k: getattr(args, k) for k in FED_KEYS if getattr(args, k) not in (None, False)}
     methods = [method] + ([m.strip() for m in args.compare.split(",") if m.strip() and m.strip() != method] if args.compare else [])
@@ -153,6 +157,25 @@ def cmd_solve(args):
     _print_summary(results)
     _write_outputs(problem, results, args)
     return 0
+
+
+def _set_threads(threads, quiet=False):
+    import torch
+
+    if threads is not None:
+        if threads < 1:
+            raise CLIError(f"--threads must be ≥ 1, got {threads}")
+        torch.set_num_threads(threads)
+        return
+    try:
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    except OSError:  # pragma: no cover - no load average on this platform
+        return
+    if cores > 1 and load >= cores and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+        if not quiet:
+            print(f"[fedsciml] load average {load:.1f} ≥ {cores} cores: using 1 thread (--threads N to override)",
+                  file=sys.stderr)
 
 
 def _describe(r) -> str:
