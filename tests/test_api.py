@@ -182,3 +182,17 @@ def test_helmholtz_example_runs_quick(tmp_path):
     for hc, hg in zip(c, g):
         assert abs(hc["rel_l2"] - hg["rel_l2"]) <= 1e-8 * max(1.0, hc["rel_l2"])
     assert runs["gn"]["final"]["rel_l2"] < 0.1 * runs["gn"]["history"][0]["rel_l2"]
+
+
+def test_ridge_table_example_quick():
+    """A user's table split by a column; DP ridge fusion with CV; ε = ∞ equals pooled scikit-learn."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "ridge_table_dp.py"
+    spec = importlib.util.spec_from_file_location("ridge_table_dp", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    results, mse_ref = mod.main(["--quick", "--epsilons", "inf,5"])
+    assert abs(results[math.inf][0] - mse_ref) <= 1e-8 * mse_ref
+    assert results[5.0][0] > results[math.inf][0]  # privacy costs utility on 355 rows
