@@ -18,7 +18,7 @@ from fedsciml.checks import check_objectives
 from fedsciml.objective import stack_objectives
 from fedsciml.results import Result
 from fedsciml.solvers.centralized import SolveConfig, solve_least_squares
-from fedsciml.solvers.lm import LMConfig
+from fedsciml.solvers.lm import LMConfig, default_tau
 
 METHODS: dict[str, Callable] = {}
 
@@ -45,7 +45,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 @register_method("centralized")
 def _run_centralized(problem, objectives, theta0, evaluate, *, optimizer="lm", budget=None, max_iters=None,
                      tol=0.0, lr=None, progress=False, every=10, **unused):
-    cfg = SolveConfig(optimizer=optimizer, max_iters=max_iters, budget=budget, tol=tol, lr=lr, lm=LMConfig())
+    cfg = SolveConfig(optimizer=optimizer, max_iters=max_iters, budget=budget, tol=tol, lr=lr, lm=LMConfig(tau=default_tau(objectives)))
     obj = stack_objectives(objectives)
     theta, rows, info = solve_least_squares(obj, theta0, evaluate, cfg, progress=progress, every=every,
                                             label=f"centralized/{optimizer}")

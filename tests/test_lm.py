@@ -107,8 +107,8 @@ def test_rejected_step_keeps_theta_and_raises_damping():
 def test_lm_configuration_errors_are_named():
     with pytest.raises(ValueError, match="solve must be one of"):
         LevenbergMarquardt(LMConfig(solve="qr"))
-    with pytest.raises(ValueError, match="tau must be > 0"):
-        LevenbergMarquardt(LMConfig(tau=0.0))
+    with pytest.raises(ValueError, match="tau must be ≥ 0"):
+        LevenbergMarquardt(LMConfig(tau=-1.0))
     with pytest.raises(ValueError, match="mu_min < mu_max"):
         LevenbergMarquardt(LMConfig(mu_min=1.0, mu_max=0.5))
     obj = LinearLeastSquares(torch.eye(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64))
@@ -171,3 +171,24 @@ def test_pooled_objective_of_one_client_is_the_client_objective():
     pooled = stack_objectives([c])
     theta = pb.init_params(2)
     torch.testing.assert_close(pooled.residual(theta), c.residual(theta), rtol=0, atol=0)
+
+
+def test_undamped_first_step_solves_linear_least_squares_and_damping_can_grow():
+    """τ = 0 (the default for linear residuals): one LM step is the exact least-squares solution."""
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(30, 5, generator=g, dtype=torch.float64)
+    b = torch.randn(30, generator=g, dtype=torch.float64)
+    obj = LinearLeastSquares(A, b)
+    x0 = torch.zeros(5, dtype=torch.float64)
+    lm = LevenbergMarquardt(LMConfig(tau=0.0))
+    lm.start(x0, obj.gn_stats(x0))
+    trial = lm.propose()
+    assert lm.observe(float(obj.loss(trial)), lambda: obj.gn_stats(trial))
+    ref = torch.linalg.lstsq(A, b).solution
+    assert float((lm.theta - ref).norm() / ref.norm()) < 1e-12
+    # a rejected undamped step must still increase the damping (μ = 0 · ν would stay 0)
+    lm2 = LevenbergMarquardt(LMConfig(tau=0.0))
+    lm2.start(x0, obj.gn_stats(x0))
+    lm2.propose()
+    assert not lm2.observe(float("inf"), lambda: None)
+    assert lm2.mu > 0

@@ -31,7 +31,7 @@ from fedsciml.federated.client import SKETCHES, AdaptiveSchedule, Client, Client
 from fedsciml.federated.gn import GNAggregator, GNStrategy
 from fedsciml.federated.simulation import RoundConfig, Simulation
 from fedsciml.runner import register_method
-from fedsciml.solvers.lm import LMConfig
+from fedsciml.solvers.lm import LMConfig, default_tau
 
 DEFAULT_ROUNDS = {"gn": 100, "fipa": 40, "fedavg": 30, "fedprox": 30}
 DEFAULT_RANK = 20
@@ -237,13 +237,15 @@ def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc,
 
 @register_method("gn")
 def run_gn(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
-           lr=None, rounds=None, participation=None, dropout=None, checkpoint=None, resume=False, lm_tau=1e-3,
+           lr=None, rounds=None, participation=None, dropout=None, checkpoint=None, resume=False, lm_tau=None,
            max_retries=20, batched=True, message_hook=None, **ignored):
     """Exact federated Gauss–Newton (Levenberg–Marquardt on summed client statistics)."""
     if participation is not None and participation < 1:
         raise ValueError(f"gn takes an exact step on every client's statistics; participation={participation} < 1 "
                          "is not possible (use fipa/fedavg for partial participation)")
     rc = _round_config(seed, rounds, budget, tol, None, dropout, checkpoint, resume, "gn")
+    if lm_tau is None:
+        lm_tau = default_tau(objectives)
     options = {"lm_tau": lm_tau}
     strategy = GNStrategy(LMConfig(tau=lm_tau, solve="normal"), max_retries=max_retries, batched=batched)
     theta, rows, info = _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,

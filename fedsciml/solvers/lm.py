@@ -44,8 +44,8 @@ class LMConfig:
     solve: str = "auto"        # "normal" (p×p), "kernel" (n×n, needs J in the stats) or "auto"
 
     def validate(self):
-        if not self.tau > 0:
-            raise ValueError(f"LM tau must be > 0, got {self.tau}")
+        if not self.tau >= 0:
+            raise ValueError(f"LM tau must be ≥ 0 (0: an undamped first step), got {self.tau}")
         if self.solve not in SOLVES:
             raise ValueError(f"LM solve must be one of {', '.join(SOLVES)}, got {self.solve!r}")
         if not 0 < self.mu_min < self.mu_max:
@@ -95,9 +95,14 @@ class LevenbergMarquardt:
     def start(self, theta: torch.Tensor, stats: GNStats):
         self.theta = theta.detach().clone()
         self.stats = stats
-        diag = stats.H.diagonal() if stats.H is not None else (stats.J * stats.J).sum(0)
-        self.mu = self.cfg.tau * float(diag.max().clamp_min(1e-300))
+        self.mu = self.cfg.tau * self._curvature_scale()
         self.nu = 2.0
+
+    def _curvature_scale(self) -> float:
+        """``max diag(JᵀJ)`` of the current statistics (the unit of the damping)."""
+        st = self.stats
+        diag = st.H.diagonal() if st.H is not None else (st.J * st.J).sum(0)
+        return float(diag.max().clamp_min(1e-300))
 
     def _solve(self, mu: float) -> torch.Tensor:
         st = self.stats
@@ -116,7 +121,7 @@ class LevenbergMarquardt:
                 delta = self._solve(self.mu)
                 break
             except linalg.NotPositiveDefinite:
-                self.mu = min(self.cfg.mu_max, max(self.mu * 10.0, 1e-12))
+                self.mu = min(self.cfg.mu_max, max(self.mu * 10.0, 1e-12 * self._curvature_scale()))
                 if self.mu >= self.cfg.mu_max:
                     raise
         if not bool(torch.isfinite(delta).all()):
@@ -141,8 +146,17 @@ class LevenbergMarquardt:
             self.nu = 2.0
             self.accepted_steps += 1
         else:
-            self.mu = min(self.cfg.mu_max, self.mu * self.nu)
+            self.mu = min(self.cfg.mu_max, max(self.mu * self.nu, 1e-12 * self._curvature_scale()))
             self.nu *= 2.0
             self.rejected_steps += 1
         self._trial = None
         return accepted
+
+
+def default_tau(objectives) -> float:
+    """Initial damping τ for these objectives: 0 when every residual is linear
+    (``LinearLeastSquares``: the Gauss–Newton model is exact, so the undamped
+    first step is the solution — ridge converges in one round), else 1e-3."""
+    from fedsciml.objective import LinearLeastSquares
+
+    return 0.0 if all(isinstance(o, LinearLeastSquares) for o in objectives) else 1e-3
