@@ -349,3 +349,65 @@ def test_batched_client_evaluation_gives_each_client_its_own_statistics():
     b, _, _ = run("gn", objs, rounds=4, batched=False)
     assert float((a - b).norm() / a.norm()) < 1e-10
 
+
+
+# --- square-root statistics for gn ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("sizes", [(8, 7, 9), (30, 30, 30)])  # fewer rows than p = 61 (kernel form), and more
+def test_gn_square_root_form_equals_normal_form_and_centralized_lm(sizes):
+    objs = make_clients(sizes)
+    th_s, rows_s, _ = run("gn", objs, rounds=6, form="sqrt")
+    th_n, rows_n, _ = run("gn", objs, rounds=6, form="normal")
+    th_c, _, _ = solve_least_squares(stack_objectives(objs), THETA0, evaluate, SolveConfig("lm", max_iters=6))
+    for a, b in zip(rows_s, rows_n):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-9, abs=1e-300)
+        assert a.get("accepted") == b.get("accepted")
+    assert float((th_s - th_n).norm() / th_n.norm()) < 1e-9
+    assert float((th_s - th_c).norm() / th_c.norm()) < 1e-9
+
+
+def test_square_root_message_carries_exactly_the_gn_statistics():
+    from fedsciml.federated.client import sqrt_gn_fields
+
+    obj = make_clients((12,))[0]
+    r, J = obj.residual_and_jacobian(THETA0)
+    f = sqrt_gn_fields(J, r)
+    assert f["R"].shape == (12, NET.n_params) and f["s"].shape == (12,)
+    torch.testing.assert_close(f["R"].T @ f["R"], J.T @ J, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(f["R"].T @ f["s"], J.T @ r, rtol=1e-10, atol=1e-12)
+
+
+def test_gn_auto_form_sends_fewer_floats_when_rows_are_few():
+    objs = make_clients((8, 7, 9))  # 24 rows < 61 parameters
+    _, rows_auto, _ = run("gn", objs, rounds=2)
+    _, rows_norm, _ = run("gn", objs, rounds=2, form="normal")
+    p = NET.n_params
+    # start: each client sends R_m (n_m×p), s_m (n_m), loss, n; θ₀ is broadcast to 3 clients
+    assert rows_auto[0]["floats_sent"] == sum(n * p + n + 2 for n in (8, 7, 9)) + 3 * p
+    assert rows_norm[0]["floats_sent"] == 3 * (linalg.n_upper(p) + p + 2) + 3 * p
+    assert rows_auto[0]["floats_sent"] < rows_norm[0]["floats_sent"]
+
+
+def test_gn_square_root_form_rejects_a_malformed_factor():
+    from fedsciml.federated.gn import GNAggregator
+
+    agg = GNAggregator(True, "sqrt")
+    p = NET.n_params
+    good = {"R": torch.zeros(4, p, dtype=torch.float64), "s": torch.zeros(4, dtype=torch.float64),
+            "loss": torch.ones(1, dtype=torch.float64), "n": torch.ones(1, dtype=torch.float64)}
+    bad_rows = {**good, "s": torch.zeros(5, dtype=torch.float64)}
+    bad_cols = {**good, "R": torch.zeros(4, p + 1, dtype=torch.float64)}
+    ok, bad = agg.validate({0: good, 1: bad_rows, 2: bad_cols}, p, torch.float64)
+    assert list(ok) == [0] and set(bad) == {1, 2}
+    with pytest.raises(ValueError, match="form must be one of"):
+        GNAggregator(True, "cholesky")
+
+
+def test_gn_square_root_form_resumes_with_the_same_numbers(tmp_path):
+    objs = make_clients((8, 7, 9))
+    full, rows_full, _ = run("gn", objs, rounds=5, form="sqrt")
+    run("gn", objs, rounds=2, form="sqrt", checkpoint=str(tmp_path))
+    resumed, rows_res, _ = run("gn", objs, rounds=5, form="sqrt", checkpoint=str(tmp_path), resume=True)
+    assert torch.equal(full, resumed)
+    assert [r["loss"] for r in rows_full] == [r["loss"] for r in rows_res]

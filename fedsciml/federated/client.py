@@ -152,8 +152,12 @@ class Client:
             loss = self.objective.loss(theta)
         return {"loss": loss.reshape(1).to(theta.dtype), "n": self._n(theta)}
 
-    def gn_message(self, theta: torch.Tensor) -> dict:
-        """``{"H": linalg.pack_upper(J_mᵀJ_m), "g": J_mᵀr_m, "loss": ½‖r_m‖², "n"}`` at θ."""
+    def gn_message(self, theta: torch.Tensor, form: str = "normal") -> dict:
+        """GN statistics at θ: ``{"H": pack_upper(J_mᵀJ_m), "g": J_mᵀr_m, "loss", "n"}`` (``form="normal"``)
+        or the square-root form ``{"R", "s", "loss", "n"}`` (:func:`sqrt_gn_fields`)."""
+        if form == "sqrt":
+            r, J = self.objective.residual_and_jacobian(theta)
+            return {**sqrt_gn_fields(J, r), "loss": (0.5 * (r @ r)).reshape(1), "n": self._n(theta)}
         s = self.objective.gn_stats(theta)
         return {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": self._n(theta)}
 
@@ -280,6 +284,20 @@ class AdaptiveSchedule:
         return rank, int(min(self.tau_max, max(1, tau)))
 
 
+def sqrt_gn_fields(J: torch.Tensor, r: torch.Tensor) -> dict:
+    """Square-root Gauss–Newton statistics: ``J_m = Q_m R_m`` (thin QR), ``s_m = Q_mᵀ r_m``.
+
+    ``R_mᵀR_m = J_mᵀJ_m`` and ``R_mᵀs_m = J_mᵀr_m``: the same information as the
+    pair ``(J_mᵀJ_m, J_mᵀr_m)`` (either is computable from the other when J_m
+    has full row rank), in ``min(n_m, p)·(p + 1)`` floats.  With fewer rows
+    than parameters this is smaller than the packed ``p(p+1)/2`` triangle, and
+    the server can take the same LM step in its n×n kernel form, never
+    factorizing a p×p matrix.
+    """
+    Q, R = torch.linalg.qr(J, mode="reduced")
+    return {"R": R, "s": Q.T @ r}
+
+
 class ClientBatch:
     """Evaluate several clients' residuals and Jacobians in *one* vectorized call (simulation speed-up).
 
@@ -315,15 +333,19 @@ class ClientBatch:
                             start += q.n_points
             self.rows = {cid: torch.cat(v) for cid, v in rows.items()}
 
-    def gn_messages(self, theta: torch.Tensor) -> dict:
-        """``{cid: Client.gn_message(θ)}`` for every client of the batch."""
+    def gn_messages(self, theta: torch.Tensor, form: str = "normal") -> dict:
+        """``{cid: Client.gn_message(θ, form)}`` for every client of the batch."""
         if self.pooled is None:
-            return {c.cid: c.gn_message(theta) for c in self.clients}
+            return {c.cid: c.gn_message(theta, form) for c in self.clients}
         r, J = self.pooled.residual_and_jacobian(theta)
         out = {}
         for c in self.clients:
             idx = self.rows[c.cid].to(J.device)
-            s = gn_stats_from(J.index_select(0, idx), r.index_select(0, idx))
+            Jm, rm = J.index_select(0, idx), r.index_select(0, idx)
+            if form == "sqrt":
+                out[c.cid] = {**sqrt_gn_fields(Jm, rm), "loss": (0.5 * (rm @ rm)).reshape(1), "n": c._n(theta)}
+                continue
+            s = gn_stats_from(Jm, rm)
             out[c.cid] = {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": c._n(theta)}
         return out
 

@@ -10,7 +10,12 @@ centralized solver drives:
    and its count); the server accepts or rejects from the *summed* loss
    (the LM gain ratio) and adapts μ;
 3. if accepted, every client sends ``{"H": pack_upper(J_mᵀJ_m), "g":
-   J_mᵀr_m, "loss", "n"}`` at the new point, and the server sums them.
+   J_mᵀr_m, "loss", "n"}`` at the new point, and the server sums them — or,
+   in the square-root form (``form="sqrt"``, the default when the clients
+   hold fewer residual rows in all than there are parameters), the thin-QR
+   factor ``R_m`` of ``J_m`` and ``s_m = Q_mᵀr_m``: the same information,
+   fewer floats, and the server stacks them and solves the damped system in
+   the n×n kernel form instead of factorizing a p×p matrix.
 
 Since ``Σ_m J_mᵀJ_m = JᵀJ`` and ``Σ_m J_mᵀr_m = Jᵀr`` for the pooled
 residual, the iterates equal centralized LM's to round-off.  An exact step
@@ -22,6 +27,8 @@ Partial participation is therefore not offered for ``gn``.
 from __future__ import annotations
 
 
+import torch
+
 from fedsciml import linalg
 from fedsciml.federated.aggregators import Aggregator
 from fedsciml.federated.client import ClientBatch
@@ -29,18 +36,26 @@ from fedsciml.federated.messages import Field, MessageRejected, Schema
 from fedsciml.objective import GNStats
 from fedsciml.solvers.lm import LevenbergMarquardt, LMConfig
 
+FORMS = ("normal", "sqrt")
+
 
 class GNAggregator(Aggregator):
     """Sums clients' Gauss–Newton statistics; never sees their data."""
 
     name = "gn"
 
-    def __init__(self, with_curvature: bool = True):
+    def __init__(self, with_curvature: bool = True, form: str = "normal"):
+        if form not in FORMS:
+            raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
         self.with_curvature = with_curvature
+        self.form = form
 
     def schema(self) -> Schema:
         f = {"loss": Field((1,)), "n": Field((1,), positive=True)}
-        if self.with_curvature:
+        if self.with_curvature and self.form == "sqrt":
+            f["R"] = Field(("m", "p"))
+            f["s"] = Field(("m",))
+        elif self.with_curvature:
             f["H"] = Field(("h",))
             f["g"] = Field(("p",))
         return Schema(f)
@@ -64,13 +79,20 @@ class GNAggregator(Aggregator):
 
     def aggregate_stats(self, messages, p: int) -> GNStats:
         order = sorted(messages)
+        loss = sum(messages[c]["loss"][0] for c in order)
+        n = int(round(sum(float(messages[c]["n"][0]) for c in order)))
+        if self.form == "sqrt":  # stack the square roots: RᵀR = ΣJ_mᵀJ_m, Rᵀs = ΣJ_mᵀr_m
+            R = torch.cat([messages[c]["R"] for c in order])
+            s = torch.cat([messages[c]["s"] for c in order])
+            if R.shape[0] < p:  # kernel-form LM on the stacked factor: no p×p matrix
+                return GNStats(H=None, g=R.T @ s, loss=loss, n=n, J=R, r=s)
+            H = R.T @ R
+            return GNStats(H=0.5 * (H + H.T), g=R.T @ s, loss=loss, n=n)
         Hp = messages[order[0]]["H"].clone()
         g = messages[order[0]]["g"].clone()
         for c in order[1:]:
             Hp += messages[c]["H"]
             g += messages[c]["g"]
-        loss = sum(messages[c]["loss"][0] for c in order)
-        n = int(round(sum(float(messages[c]["n"][0]) for c in order)))
         return GNStats(H=linalg.unpack_upper(Hp, p), g=g, loss=loss, n=n)
 
     def aggregate(self, theta, messages):  # pragma: no cover - gn aggregates statistics, not parameters
@@ -80,7 +102,11 @@ class GNAggregator(Aggregator):
 class GNStrategy:
     """Round logic of exact federated Gauss–Newton / Levenberg–Marquardt (see the module docstring)."""
 
-    def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, batched: bool = True):
+    def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, batched: bool = True,
+                 form: str = "normal"):
+        if form not in FORMS:
+            raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
+        self.form = form
         self.lm_config = lm_config or LMConfig()
         self.batched = batched  # evaluate the clients of an exchange in one vectorized call (same numbers)
         self._batches = {}
@@ -98,13 +124,13 @@ class GNStrategy:
         return self.lm.loss
 
     def _gather(self, sim, theta, with_curvature: bool) -> dict:
-        agg = GNAggregator(with_curvature)
+        agg = GNAggregator(with_curvature, self.form)
         p = theta.numel()
-        make = (lambda c: c.gn_message(theta)) if with_curvature else (lambda c: c.loss_message(theta))
+        make = (lambda c: c.gn_message(theta, self.form)) if with_curvature else (lambda c: c.loss_message(theta))
 
         def make_batch(clients):
             b = self._batch(clients)
-            return b.gn_messages(theta) if with_curvature else b.loss_messages(theta)
+            return b.gn_messages(theta, self.form) if with_curvature else b.loss_messages(theta)
         got: dict = {}
         missing = list(sim.clients)
         for attempt in range(self.max_retries + 1):
@@ -131,7 +157,7 @@ class GNStrategy:
         self.lm = LevenbergMarquardt(self.lm_config)
         msgs = self._gather(sim, theta0, True)
         sim._round_down += theta0.numel() * len(sim.clients)  # θ₀ broadcast
-        self.lm.start(theta0, GNAggregator().aggregate_stats(msgs, theta0.numel()))
+        self.lm.start(theta0, GNAggregator(True, self.form).aggregate_stats(msgs, theta0.numel()))
         return {"mu": self.lm.mu}
 
     def finished(self, sim):
@@ -143,20 +169,25 @@ class GNStrategy:
         trial = self.lm.propose()
         losses = self._gather(sim, trial, False)
         accepted = self.lm.observe(GNAggregator.total_loss(losses),
-                                   lambda: GNAggregator().aggregate_stats(self._gather(sim, trial, True), trial.numel()))
+                                   lambda: GNAggregator(True, self.form).aggregate_stats(self._gather(sim, trial, True),
+                                                                                      trial.numel()))
         return {"mu": self.lm.mu, "accepted": accepted}
 
     def state_dict(self):
         lm = self.lm
-        return {"theta": lm.theta, "H": linalg.pack_upper(lm.stats.H), "g": lm.stats.g, "loss": lm.stats.loss,
-                "n": lm.stats.n, "mu": lm.mu, "nu": lm.nu, "accepted": lm.accepted_steps,
-                "rejected": lm.rejected_steps, "retries": self.retries}
+        st = lm.stats
+        curv = {"H": linalg.pack_upper(st.H)} if st.H is not None else {"J": st.J, "r": st.r}
+        return {"theta": lm.theta, **curv, "g": st.g, "loss": st.loss, "n": st.n, "mu": lm.mu, "nu": lm.nu,
+                "accepted": lm.accepted_steps, "rejected": lm.rejected_steps, "retries": self.retries}
 
     def load_state_dict(self, d):
         self.lm = LevenbergMarquardt(self.lm_config)
         p = d["theta"].numel()
         self.lm.theta = d["theta"]
-        self.lm.stats = GNStats(H=linalg.unpack_upper(d["H"], p), g=d["g"], loss=d["loss"], n=d["n"])
+        if "H" in d:
+            self.lm.stats = GNStats(H=linalg.unpack_upper(d["H"], p), g=d["g"], loss=d["loss"], n=d["n"])
+        else:
+            self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"], J=d["J"], r=d["r"])
         self.lm.mu, self.lm.nu = d["mu"], d["nu"]
         self.lm.accepted_steps, self.lm.rejected_steps = d["accepted"], d["rejected"]
         self.retries = d["retries"]

@@ -238,7 +238,7 @@ def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc,
 @register_method("gn")
 def run_gn(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
            lr=None, rounds=None, participation=None, dropout=None, checkpoint=None, resume=False, lm_tau=None,
-           max_retries=20, batched=True, message_hook=None, **ignored):
+           max_retries=20, batched=True, message_hook=None, form="auto", **ignored):
     """Exact federated Gauss–Newton (Levenberg–Marquardt on summed client statistics)."""
     if participation is not None and participation < 1:
         raise ValueError(f"gn takes an exact step on every client's statistics; participation={participation} < 1 "
@@ -246,8 +246,11 @@ def run_gn(problem, objectives, theta0, evaluate, *, progress=False, seed=0, eve
     rc = _round_config(seed, rounds, budget, tol, None, dropout, checkpoint, resume, "gn")
     if lm_tau is None:
         lm_tau = default_tau(objectives)
-    options = {"lm_tau": lm_tau}
-    strategy = GNStrategy(LMConfig(tau=lm_tau, solve="normal"), max_retries=max_retries, batched=batched)
+    if form == "auto":  # square roots when all clients' rows together are fewer than the parameters
+        form = "sqrt" if sum(o.n_residuals for o in objectives) < theta0.numel() else "normal"
+    options = {"lm_tau": lm_tau, "form": form}
+    strategy = GNStrategy(LMConfig(tau=lm_tau, solve="auto" if form == "sqrt" else "normal"),
+                          max_retries=max_retries, batched=batched, form=form)
     theta, rows, info = _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
                                   options, message_hook)
     if ignored:
