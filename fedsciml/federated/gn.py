@@ -27,13 +27,15 @@ Partial participation is therefore not offered for ``gn``.
 from __future__ import annotations
 
 
+import dataclasses
+
 import torch
 
 from fedsciml import linalg
 from fedsciml.federated.aggregators import Aggregator
 from fedsciml.federated.client import ClientBatch
 from fedsciml.federated.messages import Field, MessageRejected, Schema
-from fedsciml.objective import GNStats
+from fedsciml.objective import GNStats, gn_stats_from
 from fedsciml.solvers.lm import LevenbergMarquardt, LMConfig
 
 FORMS = ("normal", "sqrt")
@@ -84,10 +86,10 @@ class GNAggregator(Aggregator):
         if self.form == "sqrt":  # stack the square roots: RᵀR = ΣJ_mᵀJ_m, Rᵀs = ΣJ_mᵀr_m
             R = torch.cat([messages[c]["R"] for c in order])
             s = torch.cat([messages[c]["s"] for c in order])
-            if R.shape[0] < p:  # kernel-form LM on the stacked factor: no p×p matrix
-                return GNStats(H=None, g=R.T @ s, loss=loss, n=n, J=R, r=s)
-            H = R.T @ R
-            return GNStats(H=0.5 * (H + H.T), g=R.T @ s, loss=loss, n=n)
+            kernel = R.shape[0] < p  # kernel-form LM on the stacked factor: no p×p matrix
+            st = gn_stats_from(R, s, form_gram=not kernel, keep_jacobian=kernel)
+            # ½‖s‖² omits the part of r_m outside range(J_m): keep the clients' own losses
+            return dataclasses.replace(st, loss=loss, n=n)
         Hp = messages[order[0]]["H"].clone()
         g = messages[order[0]]["g"].clone()
         for c in order[1:]:
