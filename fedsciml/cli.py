@@ -58,6 +58,14 @@ def _add_solve_parser(sub):
     fed.add_argument("--gamma", type=float, default=None, help="FIPA QR merge step γ")
     fed.add_argument("--local", default=None, choices=["adam", "gn"], help="local solver (FIPA/FedAvg/FedProx)")
     fed.add_argument("--local-steps", type=int, default=None, help="local steps τ per round")
+    fed.add_argument("--local-loss", default=None, choices=["mean", "parts"],
+                     help="local Adam loss: mean ½‖r_m‖²/n_m, or parts Σ mean(r_part²) (the FIPA reference code's)")
+    fed.add_argument("--pinv-rtol", type=float, default=None,
+                     help="FIPA: pseudo-inverse drops eigenvalues below this × λ_max (default p·eps)")
+    fed.add_argument("--preset", default=None, choices=["paper"],
+                     help="FIPA: the published algorithm with the authors' settings (local Adam lr 1e-4, τ=100, "
+                          "rank 20, pinv cutoff 1e-5, γ=0.3, no safeguard; 1D PDEs also 400 interior points, "
+                          "end points ×20, boundary weight 10); options given explicitly win")
     fed.add_argument("--mu", type=float, default=None, help="FedProx proximal weight μ")
     fed.add_argument("--participation", type=float, default=None, help="fraction of clients sampled per round")
     fed.add_argument("--dropout", type=float, default=None, help="probability a sampled client fails to answer")
@@ -76,7 +84,7 @@ def _add_solve_parser(sub):
 
 
 FED_KEYS = ("rounds", "rank", "adaptive", "merge", "beta", "gamma", "local", "local_steps", "mu", "participation",
-            "dropout", "checkpoint", "resume")
+            "dropout", "checkpoint", "resume", "local_loss", "pinv_rtol", "preset")
 
 
 def cmd_list(args):
@@ -122,6 +130,12 @@ def cmd_solve(args):
     from fedsciml.runner import available_methods, solve
 
     popts = {k[5:]: v for k, v in vars(args).items() if k.startswith("popt_") and v is not None}
+    if args.preset is not None:  # the preset's collocation settings, where the problem declares them
+        from fedsciml.problems import REGISTRY
+
+        cls = REGISTRY.get(args.problem)
+        for k, v in (getattr(cls, "paper_options", None) or {}).items():
+            popts.setdefault(k, v)
     problem = get_problem(args.problem, **popts)
     method = args.method or ("fipa" if args.clients and args.clients > 1 else "centralized")
     if args.budget is not None and args.budget <= 0:

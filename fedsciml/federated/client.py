@@ -34,6 +34,7 @@ from fedsciml import linalg
 from fedsciml.objective import LeastSquares, gn_stats_from
 
 LOCAL_SOLVERS = ("adam", "gn")
+LOCAL_LOSSES = ("mean", "parts")
 SKETCHES = ("auto", "dense", "matfree")
 DENSE_JACOBIAN_LIMIT = 60_000_000  # n_m·p entries above which sketch='auto' goes matrix-free
 
@@ -44,7 +45,11 @@ class LocalConfig:
 
     ``solver='adam'``: ``steps`` Adam steps (learning rate ``lr``) on the
     client's mean loss ``½‖r_m‖²/n_m`` (+ ``prox/2‖θ − θ_k‖²`` for FedProx),
-    a fresh optimizer each round (the paper's choice).
+    a fresh optimizer each round (the paper's choice).  ``loss='parts'``
+    trains instead on the sum over residual parts of each part's mean,
+    ``mean(r_int²) + β·mean(r_bc²)`` — the FIPA reference code's PINN loss,
+    which weighs the boundary far more than ``½‖r_m‖²/n_m`` does (its
+    curvature ``J_mᵀJ_m`` is the same either way).
     ``solver='gn'``: one exact damped Gauss–Newton step of the client's own
     linearized problem, ``Δθ_m = −(H_m + μ_m I)^{-1} g_m`` with
     ``μ_m = damping · λ_max(H_m)``; ``damping=0`` gives the minimum-norm
@@ -56,6 +61,7 @@ class LocalConfig:
     lr: float = 1e-3
     damping: float = 1e-8
     prox: float = 0.0
+    loss: str = "mean"
 
     def validate(self):
         if self.solver not in LOCAL_SOLVERS:
@@ -68,6 +74,8 @@ class LocalConfig:
             raise ValueError(f"local damping must be ≥ 0, got {self.damping}")
         if not self.prox >= 0:
             raise ValueError(f"FedProx μ must be ≥ 0, got {self.prox}")
+        if self.loss not in LOCAL_LOSSES:
+            raise ValueError(f"local loss must be one of {', '.join(LOCAL_LOSSES)}, got {self.loss!r}")
         return self
 
 
@@ -163,15 +171,20 @@ class Client:
 
     # --- local training -----------------------------------------------------
     def adam_delta(self, theta: torch.Tensor, cfg: LocalConfig, steps: int | None = None) -> torch.Tensor:
-        """``θ_m − θ`` after ``steps`` Adam steps on ``½‖r_m‖²/n_m (+ prox/2 ‖θ_m − θ‖²)``."""
+        """``θ_m − θ`` after ``steps`` Adam steps on ``½‖r_m‖²/n_m (+ prox/2 ‖θ_m − θ‖²)``
+        (``cfg.loss='parts'``: ``Σ_parts mean(r_part²)``, see :class:`LocalConfig`)."""
         steps = cfg.steps if steps is None else int(steps)
         x = theta.detach().clone().requires_grad_(True)
         opt = torch.optim.Adam([x], lr=cfg.lr)
         n = self.n
+        by_part = cfg.loss == "parts" and hasattr(self.objective, "part_residuals")
         for _ in range(steps):
             opt.zero_grad(set_to_none=True)
-            r = self.objective.residual(x)
-            loss = 0.5 * (r @ r) / n
+            if by_part:
+                loss = sum((q @ q) / q.numel() for q in self.objective.part_residuals(x))
+            else:
+                r = self.objective.residual(x)
+                loss = (0.5 / n if cfg.loss == "mean" else 1.0 / n) * (r @ r)
             if cfg.prox > 0:
                 d = x - theta
                 loss = loss + 0.5 * cfg.prox * (d @ d)

@@ -258,18 +258,48 @@ def run_gn(problem, objectives, theta0, evaluate, *, progress=False, seed=0, eve
     return theta, rows, info
 
 
-def _local_config(local, local_steps, lr, damping, prox, default_solver):
+def _local_config(local, local_steps, lr, damping, prox, default_solver, loss=None):
     return LocalConfig(solver=local or default_solver, steps=100 if local_steps is None else int(local_steps),
                        lr=1e-3 if lr is None else float(lr), damping=0.0 if damping is None else float(damping),
-                       prox=prox).validate()
+                       prox=prox, loss=loss or "mean").validate()
+
+
+#: The published FIPA for PDEs as the authors' code runs it (``run_fipa(preset="paper")``,
+#: ``solve --preset paper``): τ = 100 local Adam steps (lr 1e-4) on the per-part mean loss
+#: ``mean(r_int²) + β·mean(r_bc²)``, rank-20 curvature sketches, the merge ``γ Ĥ^† Σ Ĥ_m Δθ_m`` with a
+#: pseudo-inverse that drops eigenvalues below 1e-5·λ_max, a fixed γ = 0.3, no safeguard.  Options given
+#: explicitly win.  The reference code's collocation settings (400 interior points, each end point 20×,
+#: boundary weight 10) are problem options: ``problems.pinn.PDE1D.paper_options``.
+PAPER_PRESET = {"local": "adam", "lr": 1e-4, "local_steps": 100, "local_loss": "parts", "rank": 20, "merge": "qr",
+                "beta": 0.0, "gamma": 0.3, "pinv_rtol": 1e-5, "safeguard": False}
+FIPA_PRESETS = {"paper": PAPER_PRESET}
 
 
 @register_method("fipa")
 def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
              lr=None, rounds=None, rank=None, adaptive=False, merge=None, beta=None, gamma=None, local=None,
              local_steps=None, local_damping=None, sketch="auto", safeguard=None, complement=False, participation=None, dropout=None, checkpoint=None,
-             resume=False, adapt_c=1e-3, adapt_ctau=1e-3, message_hook=None, **ignored):
-    """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates."""
+             resume=False, adapt_c=1e-3, adapt_ctau=1e-3, pinv_rtol=None, local_loss=None, preset=None,
+             message_hook=None, **ignored):
+    """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates.
+
+    ``preset="paper"`` fills every option not given with :data:`PAPER_PRESET` (the published algorithm).
+    ``pinv_rtol``: eigenvalues of the merged curvature below ``pinv_rtol·λ_max`` are dropped by the
+    pseudo-inverse (default ``p·eps``).  Why the published β = 0, γ = 1 without a relative cutoff diverges
+    (the cutoff, not γ): README "The published FIPA".
+    """
+    if preset is not None:
+        if preset not in FIPA_PRESETS:
+            raise ValueError(f"FIPA preset must be one of {', '.join(FIPA_PRESETS)}, got {preset!r}")
+        given = {"local": local, "lr": lr, "local_steps": local_steps, "local_loss": local_loss, "rank": rank,
+                 "merge": merge, "beta": beta, "gamma": gamma, "pinv_rtol": pinv_rtol, "safeguard": safeguard}
+        given = {k: (FIPA_PRESETS[preset][k] if v is None else v) for k, v in given.items()}
+        local, lr, local_steps, local_loss, rank = (given[k] for k in ("local", "lr", "local_steps", "local_loss",
+                                                                        "rank"))
+        merge, beta, gamma, pinv_rtol, safeguard = (given[k] for k in ("merge", "beta", "gamma", "pinv_rtol",
+                                                                        "safeguard"))
+    if pinv_rtol is not None and not 0 <= float(pinv_rtol) < 1:
+        raise ValueError(f"FIPA pinv_rtol must be in [0, 1), got {pinv_rtol}")
     rank = DEFAULT_RANK if rank is None else int(rank)
     if rank < 0:
         raise ValueError(f"FIPA rank must be ≥ 1 (low rank) or 0 (full-rank H_m), got {rank}")
@@ -280,14 +310,21 @@ def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, e
         raise ValueError("adaptive FIPA chooses a rank per client; give --rank r ≥ 1 as its upper bound")
     merge = merge or ("pinv" if curvature == "full" else "qr")
     agg = FIPAAggregator(curvature=curvature, merge=merge, beta=0.0 if beta is None else float(beta),
-                         gamma=1.0 if gamma is None else float(gamma), weighting="sum")
-    lc = _local_config(local, local_steps, lr, local_damping, 0.0, "gn")
+                         gamma=1.0 if gamma is None else float(gamma), weighting="sum",
+                         rtol=None if pinv_rtol is None else float(pinv_rtol))
+    lc = _local_config(local, local_steps, lr, local_damping, 0.0, "gn", local_loss)
     sched = AdaptiveSchedule(C=float(adapt_c), C_tau=float(adapt_ctau)) if adaptive else None
     rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, "fipa")
     options = {"rank": rank, "curvature": curvature, "merge": merge, "beta": agg.beta, "gamma": agg.gamma,
                "local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "local_damping": lc.damping,
                "adaptive": bool(adaptive), "sketch": sketch, "participation": rc.participation,
                "dropout": rc.dropout}
+    if pinv_rtol is not None:
+        options["pinv_rtol"] = float(pinv_rtol)
+    if lc.loss != "mean":
+        options["local_loss"] = lc.loss
+    if preset is not None:
+        options["preset"] = preset
     if adaptive:
         options.update(adapt_c=sched.C, adapt_ctau=sched.C_tau)
     safeguard = (lc.solver == "gn") if safeguard is None else bool(safeguard)
