@@ -34,7 +34,7 @@ PAPER_PDE = {"n_interior": 400, "n_boundary": 20, "boundary_weight": 10.0}
 BRATU = {"variant": "manufactured"}
 
 
-def run(problem, popts, rounds, **opts):
+def run(problem, popts, **opts):
     pb = get_problem(problem, **popts)
     t = time.perf_counter()
     r = solve(pb, method="fipa", clients=2, seed=0, **opts)
@@ -49,7 +49,7 @@ def table(args):
         ("paper preset (--preset paper)", {**BRATU, **PAPER_PDE}, {"preset": "paper"}),
         ("fedsciml default FIPA", BRATU, {}),
     ]:
-        errs, secs, metric = run("bratu", popts, args.rounds, rounds=args.rounds, **opts)
+        errs, secs, metric = run("bratu", popts, rounds=args.rounds, **opts)
         row = {"method": label, "seconds": round(secs, 1)}
         row.update({f"round {k}": errs[k] for k in marks if k < len(errs)})
         rows.append(row)
@@ -86,7 +86,7 @@ def ablation(args):
         opts = {**P, **change}
         if opts["pinv_rtol"] == 0.0:
             opts["pinv_rtol"] = None  # the library default p·eps
-        errs, secs, metric = run(problem, popts, R, rounds=R, **opts)
+        errs, secs, metric = run(problem, popts, rounds=R, **opts)
         row = {"problem": problem, "setting": label, "metric": metric, "seconds": round(secs, 1)}
         row.update({f"round {k}": errs[k] for k in marks})
         rows.append(row)
