@@ -52,6 +52,8 @@ def write(name: str, columns: list[str], rows: list[dict], note: str = "", out: 
 
 
 def _cell(v) -> str:
+    if isinstance(v, float) and v == float("inf"):
+        return "non-finite"
     if isinstance(v, float):
         return f"{v:.3g}" if 1e-3 <= abs(v) < 1e4 or v == 0 else f"{v:.2e}"
     return str(v)
