@@ -2,7 +2,7 @@
 
 Every table is written as ``<name>.csv`` and ``<name>.md``; both start with the
 command that produced them and the commit it ran on (``+dirty`` when the
-working tree had uncommitted changes), so a README figure can be traced back
+code in the working tree had uncommitted changes), so a README figure can be traced back
 and rerun.
 """
 from __future__ import annotations
@@ -15,13 +15,14 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "reproductions")
+CODE = ("fedsciml", "problems", "scripts", "pyproject.toml")  # what can change a number (README edits cannot)
 
 
 def commit() -> str:
     try:
         h = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *CODE], cwd=ROOT,
                                capture_output=True, text=True, check=True).stdout.strip()
         return h + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
