@@ -128,12 +128,15 @@ def write_repro(args, table):
     import repro_common
 
     def ms(r, k):
-        return f"{r[k + '_mean']:.4f} ± {r[k + '_std']:.4f}" if (k + "_mean") in r else ""
+        if (k + "_mean") not in r:
+            return ""
+        m, sd = r[k + "_mean"], r[k + "_std"]
+        return f"{m:.4f} ± {sd:.4f}" if m < 1 else f"{m:.3g} ± {sd:.2g}"
 
     rows = []
     for r in table:
         pp = PAPER.get(r["epsilon"], ("", ""))
-        rows.append({"ε": r["epsilon"], "paper one-shot": pp[0],
+        rows.append({"ε": "∞" if r["epsilon"] == math.inf else r["epsilon"], "paper one-shot": pp[0],
                      "ours, paper setting (unclipped, textbook τ)": ms(r, "unclipped"),
                      "ours, default (clipped, local DP)": ms(r, "local"), "ours, central DP": ms(r, "central"),
                      "paper DP-FedAvg-100": pp[1], f"ours DP-FedAvg-{args.rounds}": ms(r, "dp_fedavg")})
