@@ -179,15 +179,24 @@ class Simulation:
         })
         self.rec._paused += time.perf_counter() - t  # writing checkpoints is not solver time
 
-    def restore(self, strategy, device) -> bool:
+    def restore(self, strategy, theta0) -> bool:
         if not (self.cfg.checkpoint and self.cfg.resume):
             return False
-        state = ckpt.load(self.cfg.checkpoint, self.fingerprint, map_location=device)
+        state = ckpt.load(self.cfg.checkpoint, self.fingerprint, map_location=theta0.device)
         if state is None:
             return False
+        try:  # a file that passed the checksum but holds the wrong structure: one line, not a traceback
+            self.rng.bit_generator.state = state["rng"]
+            strategy.load_state_dict(state["strategy"])
+            th = strategy.theta
+            ok = isinstance(th, torch.Tensor) and th.shape == theta0.shape and th.dtype == theta0.dtype
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
+            raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)} has a malformed "
+                                       f"state: {type(e).__name__}: {e}") from None
+        if not ok or not bool(torch.isfinite(th).all()):
+            raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)}: the stored parameters "
+                                       f"are not a finite {tuple(theta0.shape)} {theta0.dtype} tensor")
         self.round_index = int(state["round"])
-        self.rng.bit_generator.state = state["rng"]
-        strategy.load_state_dict(state["strategy"])
         self.rec.rows = list(state["rows"])
         self.floats_up, self.floats_down = int(state["floats_up"]), int(state["floats_down"])
         self.rec.floats_sent = self.floats_up + self.floats_down
@@ -199,7 +208,7 @@ class Simulation:
     # --- the loop -----------------------------------------------------------
     def run(self, strategy, theta0: torch.Tensor):
         """Run rounds until ``rounds``, the budget, ``tol`` or the strategy stops; returns ``(θ, rows, info)``."""
-        resumed = self.restore(strategy, theta0.device)
+        resumed = self.restore(strategy, theta0)
         if not resumed:
             self.begin_round(0)
             extra = strategy.start(self, theta0) or {}
