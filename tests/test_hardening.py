@@ -289,3 +289,79 @@ def test_malformed_cifar_batch_gives_one_clear_error_naming_the_file(tmp_path, c
     with pytest.raises(ValueError, match="test_batch") as e:
         D.load("cifar10", str(tmp_path))
     assert word in str(e.value) and len(str(e.value).splitlines()) == 1
+
+
+# --- item 10: the setup check looks at every point; a client rejected round after round stops the run -----
+
+
+def _nan_beyond(limit):
+    from test_federated import NET
+
+    def fn(theta, point):
+        x, y = point
+        r = NET(theta, x) - y
+        return torch.where(x[0] > limit, torch.full_like(r, float("nan")), r)
+    return fn
+
+
+def test_setup_check_finds_a_residual_bad_on_a_sliver_of_the_domain():
+    from fedsciml.checks import SetupError, check_objectives
+    from fedsciml.objective import PointwiseLeastSquares, ResidualPart
+
+    objs = make_clients()
+    x = torch.linspace(0, 1, 201, dtype=torch.float64).reshape(-1, 1)
+    bad = PointwiseLeastSquares([ResidualPart("data", _nan_beyond(0.99), (x, torch.sin(x[:, 0])))], THETA0.numel())
+    with pytest.raises(SetupError, match=r"client 3: residual part 'data' is not finite at the initial parameters "
+                                         r"at point 199 \(x = \[0\.995\]: residual nan; 2 of 201 points bad\)"):
+        check_objectives([*objs, bad], THETA0)
+    check_objectives(objs, THETA0)  # the good clients pass
+
+
+_SLIVER = """
+import math, torch
+import fedsciml as fs
+
+@fs.register
+class Sliver(fs.PDE):
+    \"\"\"−u″ = π² sin πx, with a residual that is NaN for x > 0.99 only\"\"\"
+    name = "hardening-sliver"
+    def exact(self, x):
+        return torch.sin(math.pi * x[..., 0])
+    def equation(self, u, x):
+        r = -u.laplacian(x) - math.pi ** 2 * torch.sin(math.pi * x[..., 0])
+        return torch.where(x[..., 0] > 0.99, torch.full_like(r, float("nan")), r)
+"""
+
+
+def test_setup_check_reaches_the_api_and_the_command_line(tmp_path, capsys):
+    import fedsciml as fs
+    from fedsciml.checks import SetupError
+
+    plugin = tmp_path / "sliver.py"
+    plugin.write_text(_SLIVER)
+    code, _, err = _cli(capsys, "--plugin", str(plugin), "solve", "hardening-sliver", "--n-interior", "400",
+                        "--clients", "2", "--method", "fedavg", "--rounds", "2", "--quiet")
+    assert code == 2
+    _one_line(err, "client 1", "'interior'", "point", "x = [0.99")
+    with pytest.raises(SetupError, match=r"client 1: residual part 'interior' is not finite .* at point \d+ \(x = \[0\.99"):
+        fs.solve(fs.get_problem("hardening-sliver", n_interior=400), method="fedavg", clients=2, rounds=1)
+
+
+def test_a_client_rejected_every_round_stops_the_run_after_a_bounded_number_of_rounds():
+    from fedsciml.federated.simulation import RoundConfig, RoundFailed
+
+    limit = RoundConfig().max_rejected_rounds
+    assert 1 < limit <= 20
+
+    def always(rnd, cid, msg):
+        return {**msg, "delta": msg["delta"] * float("nan")} if cid == 1 else msg
+
+    with pytest.raises(RoundFailed, match=rf"round {limit}: client 1 was rejected in {limit} consecutive rounds "
+                                          r"\(last reason: field 'delta' contains non-finite"):
+        run("fedavg", rounds=limit + 20, local_steps=2, message_hook=always)
+
+    def every_other(rnd, cid, msg):  # intermittent faults are dropped round by round, the run goes on
+        return always(rnd, cid, msg) if rnd % 2 else msg
+
+    _, rows, info = run("fedavg", rounds=limit + 5, local_steps=2, message_hook=every_other)
+    assert info["rounds"] == limit + 5 and len(info["rejections"]) == (limit + 6) // 2

@@ -48,6 +48,7 @@ class RoundConfig:
     seed: int = 0
     checkpoint: str | None = None
     resume: bool = False
+    max_rejected_rounds: int | None = 10  # stop when one client is rejected this many rounds in a row (None: never)
 
     def validate(self):
         if self.rounds is not None and (int(self.rounds) != self.rounds or self.rounds < 0):
@@ -87,6 +88,8 @@ class Simulation:
         self._round_down = 0
         self._round_rejected: dict = {}
         self._round_dropped: list = []
+        self._round_accepted: set = set()
+        self._rejected_streak: dict = {}  # client id -> consecutive rounds in which it was rejected
 
     # --- client sampling ----------------------------------------------------
     def sample(self) -> tuple[list, list]:
@@ -130,6 +133,7 @@ class Simulation:
                 self._round_up += floats_in(msg)
             msgs[c.cid] = msg
         ok, bad = validate(msgs)
+        self._round_accepted.update(ok)
         for cid, reason in bad.items():
             self._round_rejected[cid] = reason
             self.rejections.append({"round": self.round_index, "client": cid, "reason": reason})
@@ -142,11 +146,27 @@ class Simulation:
         self._round_up = self._round_down = 0
         self._round_rejected = {}
         self._round_dropped = []
+        self._round_accepted = set()
 
     def end_round(self):
         self.floats_up += self._round_up
         self.floats_down += self._round_down
         self.rec.floats_sent = self.floats_up + self.floats_down
+        self._check_rejection_streaks()
+
+    def _check_rejection_streaks(self):
+        """A client rejected ``max_rejected_rounds`` rounds in a row is broken, not unlucky: stop with its reason."""
+        for cid in self._round_accepted:
+            self._rejected_streak.pop(cid, None)
+        for cid in set(self._round_rejected) - self._round_accepted:
+            self._rejected_streak[cid] = self._rejected_streak.get(cid, 0) + 1
+        limit = self.cfg.max_rejected_rounds
+        worst = max(self._rejected_streak.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
+        if limit is not None and worst is not None and worst[1] >= limit:
+            cid = worst[0]
+            raise RoundFailed(f"round {self.round_index}: client {cid} was rejected in {worst[1]} consecutive rounds "
+                              f"(last reason: {self._round_rejected[cid]}); stopping instead of dropping it forever — "
+                              f"check that client's data and residual")
 
     def round_fields(self) -> dict:
         return {"floats_up": self._round_up, "floats_down": self._round_down,
