@@ -174,3 +174,49 @@ def test_deadline_cuts_adam_after_at_least_one_step():
                                                                      "damping": 0.0, "prox": 0.0},
                                                            "deadline_s": 0.0}))
     assert torch.equal(rep.message["delta"], full)
+
+
+# --- one-shot fusion of GN statistics (ridge) ---------------------------------------------------
+
+
+def _ridge(clients=5):
+    from fedsciml.problems import get_problem
+
+    prob = get_problem("ridge-linear", dim=12, n_samples=40)
+    return prob, prob.client_objectives(clients, seed=3), prob.init_params(3)
+
+
+def test_one_shot_equals_gn_single_round_and_one_shot_ridge():
+    from fedsciml.ridge import one_shot
+
+    prob, objs, w0 = _ridge()
+    a, rows_a, info_a = METHODS["one-shot"](prob, objs, w0, prob.evaluate)
+    b, rows_b, _ = METHODS["gn"](prob, objs, w0, prob.evaluate, rounds=1)
+    assert info_a["stopped_by"] == "one-shot" and len(rows_a) == 2 and rows_b[1]["accepted"]
+    assert torch.allclose(a, b, rtol=1e-12, atol=1e-14)
+    # the ridge package's one-shot protocol on the raw client data (σ as damping, not as rows)
+    w, _ = one_shot(prob.client_data(5, seed=3), sigma=prob.sigma)
+    assert torch.allclose(a, w, rtol=1e-10, atol=1e-12)
+    p, K = w0.numel(), 5
+    assert rows_a[1]["floats_down"] == K * p and rows_a[1]["floats_up"] == K * (p * (p + 1) // 2 + p + 2)
+
+
+def test_one_shot_fuses_the_answering_clients_and_crosses_bytes_bitwise():
+    from fedsciml.ridge import one_shot
+
+    prob, objs, w0 = _ridge(6)
+    seen = {}
+
+    def hook(rnd, cid, msg):
+        seen.setdefault(rnd, []).append(cid)
+        return msg
+
+    a, rows, info = METHODS["one-shot"](prob, objs, w0, prob.evaluate, dropout=0.4, seed=2, message_hook=hook)
+    got = seen[1]
+    assert 0 < len(got) < 6 and rows[1]["dropped"] == 6 - len(got)
+    data = prob.client_data(6, seed=3)
+    # the answering clients' penalty rows carry σ·|answering|/K of the penalty
+    w, _ = one_shot([data[c] for c in got], sigma=prob.sigma * len(got) / 6)
+    assert torch.allclose(a, w, rtol=1e-10, atol=1e-12)
+    b, rows_b, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, dropout=0.4, seed=2, transport="bytes")
+    assert torch.equal(a, b) and _strip_times(rows) == _strip_times(rows_b)  # bitwise: same bits, same operations
