@@ -47,6 +47,7 @@ class RoundConfig:
     seed: int = 0
     checkpoint: str | None = None
     resume: bool = False
+    max_rejected_rounds: int | None = 10  # stop when one client is rejected this many rounds in a row (None: never)
 
     def validate(self):
         if self.rounds is not None and (int(self.rounds) != self.rounds or self.rounds < 0):
@@ -94,6 +95,8 @@ class Simulation:
         self._round_down = 0
         self._round_rejected: dict = {}
         self._round_dropped: list = []
+        self._round_accepted: set = set()
+        self._rejected_streak: dict = {}  # client id -> consecutive rounds in which it was rejected
 
     # --- client sampling ----------------------------------------------------
     def sample(self) -> tuple[list, list]:
@@ -168,6 +171,7 @@ class Simulation:
             metrics[cid] = rep.metrics
         ok, invalid = ex.validate(msgs)
         bad.update(invalid)
+        self._round_accepted.update(ok)
         for cid, reason in bad.items():
             self._round_rejected[cid] = reason
             self.rejections.append({"round": self.round_index, "client": cid, "reason": reason})
@@ -180,11 +184,27 @@ class Simulation:
         self._round_up = self._round_down = 0
         self._round_rejected = {}
         self._round_dropped = []
+        self._round_accepted = set()
 
     def end_round(self):
         self.floats_up += self._round_up
         self.floats_down += self._round_down
         self.rec.floats_sent = self.floats_up + self.floats_down
+        self._check_rejection_streaks()
+
+    def _check_rejection_streaks(self):
+        """A client rejected ``max_rejected_rounds`` rounds in a row is broken, not unlucky: stop with its reason."""
+        for cid in self._round_accepted:
+            self._rejected_streak.pop(cid, None)
+        for cid in set(self._round_rejected) - self._round_accepted:
+            self._rejected_streak[cid] = self._rejected_streak.get(cid, 0) + 1
+        limit = self.cfg.max_rejected_rounds
+        worst = max(self._rejected_streak.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
+        if limit is not None and worst is not None and worst[1] >= limit:
+            cid = worst[0]
+            raise RoundFailed(f"round {self.round_index}: client {cid} was rejected in {worst[1]} consecutive rounds "
+                              f"(last reason: {self._round_rejected[cid]}); stopping instead of dropping it forever — "
+                              f"check that client's data and residual")
 
     def round_fields(self) -> dict:
         return {"floats_up": self._round_up, "floats_down": self._round_down,
@@ -220,15 +240,24 @@ class Simulation:
                 "skipped_rounds": self.skipped_rounds,
             })
 
-    def restore(self, strategy, device) -> bool:
+    def restore(self, strategy, theta0) -> bool:
         if not (self.cfg.checkpoint and self.cfg.resume):
             return False
-        state = ckpt.load(self.cfg.checkpoint, self.fingerprint, map_location=device)
+        state = ckpt.load(self.cfg.checkpoint, self.fingerprint, map_location=theta0.device)
         if state is None:
             return False
+        try:  # a file that passed the checksum but holds the wrong structure: one line, not a traceback
+            self.rng.bit_generator.state = state["rng"]
+            strategy.load_state_dict(state["strategy"])
+            th = strategy.theta
+            ok = isinstance(th, torch.Tensor) and th.shape == theta0.shape and th.dtype == theta0.dtype
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
+            raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)} has a malformed "
+                                       f"state: {type(e).__name__}: {e}") from None
+        if not ok or not bool(torch.isfinite(th).all()):
+            raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)}: the stored parameters "
+                                       f"are not a finite {tuple(theta0.shape)} {theta0.dtype} tensor")
         self.round_index = int(state["round"])
-        self.rng.bit_generator.state = state["rng"]
-        strategy.load_state_dict(state["strategy"])
         self.rec.rows = list(state["rows"])
         self.floats_up, self.floats_down = int(state["floats_up"]), int(state["floats_down"])
         self.rec.floats_sent = self.floats_up + self.floats_down
@@ -240,7 +269,7 @@ class Simulation:
     # --- the loop -----------------------------------------------------------
     def run(self, strategy: Strategy, theta0: torch.Tensor):
         """Run rounds until ``rounds``, the budget, ``tol`` or the strategy stops; returns ``(θ, rows, info)``."""
-        resumed = self.restore(strategy, theta0.device)
+        resumed = self.restore(strategy, theta0)
         if not resumed:
             self.begin_round(0)
             extra = strategy.start(self, theta0) or {}
