@@ -121,8 +121,11 @@ def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, e
     if adaptive and curvature == "full":
         raise ValueError("adaptive FIPA chooses a rank per client; give --rank r ≥ 1 as its upper bound")
     merge = merge or ("pinv" if curvature == "full" else "qr")
+    if complement and curvature == "lowrank" and merge != "qr":
+        raise ValueError("FIPA --complement is an option of the thin-QR merge; use --merge qr (the default)")
     agg = FIPAAggregator(curvature=curvature, merge=merge, beta=0.0 if beta is None else float(beta),
-                         gamma=1.0 if gamma is None else float(gamma), weighting="sum")
+                         gamma=1.0 if gamma is None else float(gamma), weighting="sum",
+                         complement="fedavg" if complement and curvature == "lowrank" else "none")
     lc = _local_config(local, local_steps, lr, local_damping, 0.0, "gn")
     sched = AdaptiveSchedule(C=float(adapt_c), C_tau=float(adapt_ctau)) if adaptive else None
     rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, "fipa")
