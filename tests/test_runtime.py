@@ -288,3 +288,48 @@ def test_fipa_complement_runs_through_the_merge_option():
     assert info["options"]["complement"] is True and not torch.allclose(a, b)
     with pytest.raises(ValueError, match="option of the thin-QR merge"):
         run("fipa", objs, rounds=1, rank=3, merge="pinv", complement=True)
+
+
+# --- images on the same loop -------------------------------------------------------------------
+
+
+def _fed(C=4):
+    from fedsciml.images import data as D
+
+    return D.federate(D.load("digits"), C, 0.5, seed=0)
+
+
+def test_image_rounds_log_dropout_rejections_and_floats_per_round():
+    from fedsciml.images import methods as M
+
+    fed = _fed()
+    cfg = M.TrainConfig(epochs=1, rank=2, oversample=2, power_iters=1)
+
+    def hook(rnd, cid, msg):  # client 2 sends a broken update every round
+        return {**msg, "delta": msg["delta"] * float("nan")} if cid == 2 else msg
+
+    res = M.run_rounds(fed, "linear", ["fedavg", "fipa"], 0, cfg, rounds=2, dropout=0.3, message_hook=hook)
+    p = 650
+    for meth in ("fedavg", "fipa"):
+        info = res[meth].info
+        assert [r["round"] for r in info["rounds"]] == [1, 2]
+        assert sum(r["dropped"] for r in info["rounds"]) > 0  # seeded: 0.3 over 8 client-rounds
+        for r in info["rounds"]:
+            assert r["dropped"] + r["answered"] + r["rejected"] == 4
+            assert r["floats_down"] == p * (4 - r["dropped"])  # θ to every client that did not drop out
+        assert all(e["client"] == 2 and "non-finite" in e["reason"] for e in info["rejections"])
+        assert len(info["rejections"]) == sum(r["rejected"] for r in info["rounds"]) > 0
+    ups = [r["floats_up"] for r in res["fedavg"].info["rounds"]]
+    assert all(u == (p + 1) * (4 - r["dropped"]) for u, r in zip(ups, res["fedavg"].info["rounds"]))
+
+
+def test_image_method_crosses_bytes_bitwise():
+    from fedsciml.images import methods as M
+
+    fed = _fed(3)
+    cfg = M.TrainConfig(epochs=1, rank=2, oversample=2, power_iters=1)
+    a = M.run_rounds(fed, "linear", ["fedavg", "fipa"], 0, cfg, rounds=1)
+    b = M.run_rounds(fed, "linear", ["fedavg", "fipa"], 0, cfg, rounds=1, transport="bytes")
+    for meth in ("fedavg", "fipa"):  # bitwise: the clients receive the same float32 bits and train alike
+        assert a[meth].history == b[meth].history and a[meth].floats_per_client == b[meth].floats_per_client
+        assert a[meth].info["rounds"] == b[meth].info["rounds"]
