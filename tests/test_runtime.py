@@ -333,3 +333,22 @@ def test_image_method_crosses_bytes_bitwise():
     for meth in ("fedavg", "fipa"):  # bitwise: the clients receive the same float32 bits and train alike
         assert a[meth].history == b[meth].history and a[meth].floats_per_client == b[meth].floats_per_client
         assert a[meth].info["rounds"] == b[meth].info["rounds"]
+
+
+def test_one_shot_image_methods_are_one_round_runs_with_rejections_logged():
+    from fedsciml.images import methods as M
+
+    fed = _fed(3)
+    cfg = M.TrainConfig(epochs=1)
+
+    def hook(rnd, cid, msg):  # client 1's Fisher is negative: rejected, logged, not merged
+        return {**msg, "fisher": -msg["fisher"] - 1.0} if cid == 1 and "fisher" in msg else msg
+
+    a = M.run_one_shot(fed, "linear", ["fedavg", "fishermerge"], 0, cfg, message_hook=hook)
+    assert a["fedavg"].info["rejections"] == [] and a["fedavg"].info["rounds"][0]["answered"] == 3
+    rej = a["fishermerge"].info["rejections"]
+    assert [(e["round"], e["client"]) for e in rej] == [(1, 1)] and "negative" in rej[0]["reason"]
+    assert a["fishermerge"].info["rounds"][0]["answered"] == 2
+    b = M.run_one_shot(fed, "linear", ["fedavg", "fishermerge"], 0, cfg, message_hook=hook, transport="bytes")
+    for meth in ("fedavg", "fishermerge"):  # bitwise: same float32 bits in, same operations
+        assert a[meth].accuracy == b[meth].accuracy and a[meth].floats_per_client == b[meth].floats_per_client
