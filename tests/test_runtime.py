@@ -352,3 +352,11 @@ def test_one_shot_image_methods_are_one_round_runs_with_rejections_logged():
     b = M.run_one_shot(fed, "linear", ["fedavg", "fishermerge"], 0, cfg, message_hook=hook, transport="bytes")
     for meth in ("fedavg", "fishermerge"):  # bitwise: same float32 bits in, same operations
         assert a[meth].accuracy == b[meth].accuracy and a[meth].floats_per_client == b[meth].floats_per_client
+
+
+def test_the_loop_records_the_strategy_summary():
+    _, _, info = run("fipa", rounds=1, rank=3)
+    assert info["strategy"]["name"] == "fipa" and info["strategy"]["rank"] == 3
+    assert info["strategy"]["curvature"] == "lowrank" and info["strategy"]["safeguard"] is True
+    _, _, info = run("gn", rounds=1)
+    assert info["strategy"] == {"name": "gn", "lm_tau": 1e-3, "form": "normal", "max_retries": 20}
