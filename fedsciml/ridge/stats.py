@@ -17,8 +17,13 @@ Messages (``dict`` of tensors, validated by :data:`SCHEMA` before use):
 * ``n`` — ``[1]`` sample count (> 0), optional: a DP message omits it, since
   the exact count of a private dataset is not itself private.
 
-A malformed message (wrong shape, non-finite, non-positive count) raises
+A malformed message (not a real floating dtype, wrong shape, non-finite,
+count not in (0, 2^53], or — for exact statistics, i.e. with a count — a
+``G`` that is not positive semidefinite by the cheap necessary conditions of
+:func:`fedsciml.federated.messages.psd_violation`) raises
 :class:`~fedsciml.federated.messages.MessageRejected`; it is never summed in.
+A DP message (no count) carries Gaussian noise, so its ``G`` may be
+indefinite: the server repairs the noisy sum instead (:func:`fedsciml.ridge.dp.psd_repair`).
 """
 from __future__ import annotations
 
@@ -32,7 +37,8 @@ from fedsciml.objective import LinearLeastSquares
 
 DTYPE = torch.float64
 
-SCHEMA = Schema({"G": Field(("q",)), "h": Field(("d",)), "n": Field((1,), positive=True, optional=True)})
+SCHEMA = Schema({"G": Field(("q",), psd="packed"), "h": Field(("d",)), "n": Field((1,), positive=True)})
+DP_SCHEMA = Schema({"G": Field(("q",)), "h": Field(("d",))})  # noisy statistics: no count, G may be indefinite
 
 
 class SingularGram(ValueError):
@@ -54,8 +60,10 @@ def message_dim(msg: Mapping) -> int:
 
 
 def validate(msg, client_id, d: int, dtype=None) -> dict:
-    """Check one message against :data:`SCHEMA` for dimension d (raises MessageRejected)."""
-    return SCHEMA.validate(msg, client_id, dtype=dtype, d=int(d), q=linalg.n_upper(int(d)))
+    """Check one message against :data:`SCHEMA` (:data:`DP_SCHEMA` without a count) for dimension d
+    (raises MessageRejected)."""
+    schema = SCHEMA if isinstance(msg, dict) and "n" in msg else DP_SCHEMA
+    return schema.validate(msg, client_id, dtype=dtype, d=int(d), q=linalg.n_upper(int(d)))
 
 
 def check_sigma(sigma) -> float:
