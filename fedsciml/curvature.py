@@ -135,22 +135,25 @@ class LowRank(Curvature):
 
 
 def fipa_merge_dense(Hs: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor],
-                     weights: Sequence[float] | None = None, rtol: float | None = None) -> torch.Tensor:
+                     weights: Sequence[float] | None = None, rtol: float | None = None,
+                     b: torch.Tensor | None = None) -> torch.Tensor:
     """FIPA Eq. (6) with dense curvatures: ``Σ_m B_m Δ_m``, ``B_m = (Σ_j w_j H_j)^† w_m H_m``.
 
     With sum-form curvatures (``H_m = J_mᵀJ_m``) pass ``weights=None`` (all 1):
     the paper's ``N_m/N`` factors cancel.  With mean-form curvatures pass
-    ``N_m/N``.
+    ``N_m/N``.  ``b`` replaces the right-hand side ``Σ w_m H_m Δ_m`` (a robust
+    combination of it, :mod:`fedsciml.federated.robust`).
     """
     w = [1.0] * len(Hs) if weights is None else list(weights)
     H = sum(wi * Hi for wi, Hi in zip(w, Hs))
-    b = sum(wi * (Hi @ di) for wi, Hi, di in zip(w, Hs, deltas))
+    if b is None:
+        b = sum(wi * (Hi @ di) for wi, Hi, di in zip(w, Hs, deltas))
     return linalg.pinv_solve(H, b, rtol)
 
 
 def fipa_merge_lowrank(Us: Sequence[torch.Tensor], lams: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor],
                        weights: Sequence[float] | None = None, beta: float = 0.0, gamma: float = 1.0,
-                       rtol: float | None = None) -> torch.Tensor:
+                       rtol: float | None = None, b: torch.Tensor | None = None) -> torch.Tensor:
     """FIPA's thin-QR merge (paper Eq. 13) — no p×p matrix is formed.
 
     ``V = [U_1 … U_M] = QR``, ``Σ = blkdiag(w_m Λ_m)``, ``K = R Σ Rᵀ``,
@@ -158,12 +161,15 @@ def fipa_merge_lowrank(Us: Sequence[torch.Tensor], lams: Sequence[torch.Tensor],
     ``(K + βI) z = Qᵀ b``.  Since ``b ∈ Range(Q)`` the orthogonal-complement
     term ``(I − QQᵀ) b / β`` vanishes identically.  With β = 0, K is
     pseudo-inverted (eigenvalues below ``rtol·λ_max`` dropped) and the result
-    equals the dense pseudo-inverse merge of the low-rank curvatures.
+    equals the dense pseudo-inverse merge of the low-rank curvatures.  ``b``
+    replaces the right-hand side (a robust combination of it; only its component
+    in the span of the ``U_m`` is used).
     """
     w = [1.0] * len(Us) if weights is None else list(weights)
     V = torch.cat(list(Us), dim=1)
     sig = torch.cat([wi * li for wi, li in zip(w, lams)])
-    b = sum(wi * (U @ (l * (U.T @ d))) for wi, U, l, d in zip(w, Us, lams, deltas))
+    if b is None:
+        b = sum(wi * (U @ (l * (U.T @ d))) for wi, U, l, d in zip(w, Us, lams, deltas))
     Q, R = torch.linalg.qr(V, mode="reduced")
     K = (R * sig) @ R.T
     K = 0.5 * (K + K.T)
