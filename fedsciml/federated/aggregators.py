@@ -33,7 +33,7 @@ from typing import Mapping
 import torch
 
 from fedsciml import linalg
-from fedsciml.curvature import fipa_merge_dense, fipa_merge_lowrank
+from fedsciml.curvature import COMPLEMENTS, fipa_merge_dense, fipa_merge_lowrank
 from fedsciml.federated import robust as _robust
 from fedsciml.federated.messages import Field, MessageRejected, Schema, floats_in, psd_tolerance
 
@@ -161,6 +161,8 @@ class FIPAAggregator(Aggregator):
     with regularization ``beta`` and step ``gamma`` (no p×p matrix; low rank only).
     ``weighting='sum'`` for sum-form curvatures ``J_mᵀJ_m`` (PDE/fitting; the
     ``N_m/N`` factors cancel), ``'samples'`` for mean-form curvatures (images).
+    ``complement`` (thin-QR merge only): the orthogonal-complement correction,
+    ``'none'``, ``'fedavg'`` or ``'tail'`` (see :func:`fedsciml.curvature.fipa_merge_lowrank`).
 
     Robust options (:mod:`fedsciml.federated.robust`): ``clip_norm`` (``None``
     or C > 0) bounds every ``Δθ_m`` to norm C before the merge; ``robust=
@@ -188,8 +190,8 @@ class FIPAAggregator(Aggregator):
     name = "fipa"
 
     def __init__(self, curvature: str = "lowrank", merge: str = "pinv", beta: float = 0.0, gamma: float = 1.0,
-                 eta: float = 1.0, weighting: str = "sum", rtol: float | None = None, robust: str = "mean",
-                 trim: float = 0.2, clip_norm: float | None = None, consistency: bool = False):
+                 eta: float = 1.0, weighting: str = "sum", rtol: float | None = None, complement: str = "none",
+                 robust: str = "mean", trim: float = 0.2, clip_norm: float | None = None, consistency: bool = False):
         if curvature not in ("full", "lowrank"):
             raise ValueError(f"FIPA curvature must be 'full' or 'lowrank', got {curvature!r}")
         if merge not in ("pinv", "qr"):
@@ -202,6 +204,11 @@ class FIPAAggregator(Aggregator):
             raise ValueError(f"FIPA steps must be > 0, got gamma={gamma}, eta={eta}")
         if weighting not in ("sum", "samples"):
             raise ValueError(f"weighting must be 'sum' or 'samples', got {weighting!r}")
+        if complement not in COMPLEMENTS:
+            raise ValueError(f"FIPA complement must be one of {', '.join(COMPLEMENTS)}, got {complement!r}")
+        if complement != "none" and merge != "qr":
+            raise ValueError("the orthogonal-complement correction is an option of the thin-QR merge (merge='qr')")
+        self.complement = complement
         self.curvature, self.merge = curvature, merge
         self.beta, self.gamma, self.eta, self.weighting, self.rtol = beta, gamma, eta, weighting, rtol
         self.rule = _robust.RobustRule(robust, float(trim), None if clip_norm is None else float(clip_norm))
@@ -249,14 +256,15 @@ class FIPAAggregator(Aggregator):
         w = self.sample_weights(messages)
         return [w[c] for c in messages]
 
-    def _robust_rhs(self, w, deltas, Hs=None, Us=None, lams=None):
-        """``(Σ w_m) · rule_m(Ĥ_m Δθ_m)`` for the median / trimmed-mean rules."""
-        if Hs is not None:
-            B = torch.stack([Hi @ di for Hi, di in zip(Hs, deltas)])
-        else:
-            B = torch.stack([U @ (lam * (U.T @ d)) for U, lam, d in zip(Us, lams, deltas)])
-        rule = _robust.RobustRule(self.rule.rule, self.rule.trim)  # clipping was applied to the deltas
-        return sum(w) * rule.combine(B, w)
+    def _rhs(self):
+        """The robust right-hand-side rule for the merges: ``(Σ w_m) · rule_m(C_m)``, or ``None`` (the plain sum)."""
+        if self.rule.rule == "mean":
+            return None
+        rule = _robust.RobustRule(self.rule.rule, self.rule.trim)  # the norm bound is applied to the deltas
+
+        def rhs(C, w):
+            return sum(w) * rule.combine(C, w)
+        return rhs
 
     def aggregate(self, theta, messages):
         if not messages:
@@ -265,26 +273,31 @@ class FIPAAggregator(Aggregator):
         deltas = [m["delta"] for m in messages.values()]
         if self.rule.clip_norm is not None:
             deltas = list(_robust.clip_rows(torch.stack(deltas), self.rule.clip_norm))
-        robust = self.rule.rule != "mean"
+        rhs = self._rhs()
         p = theta.numel()
         if self.curvature == "full":
             Hs = [linalg.unpack_upper(m["H"], p) for m in messages.values()]
-            b = self._robust_rhs(w, deltas, Hs=Hs) if robust else None
-            step = fipa_merge_dense(Hs, deltas, w, self.rtol, b=b)
+            step = fipa_merge_dense(Hs, deltas, w, self.rtol, rhs=rhs)
             if self.beta > 0:  # regularized dense merge
                 H = sum(wi * Hi for wi, Hi in zip(w, Hs))
-                if b is None:
+                if rhs is not None:
+                    b = rhs(torch.stack([Hi @ di for Hi, di in zip(Hs, deltas)]), w)
+                else:
                     b = sum(wi * (Hi @ di) for wi, Hi, di in zip(w, Hs, deltas))
                 step = linalg.damped_solve(H, b, self.beta)
             return theta + self.eta * self.gamma * step
         Us = [m["U"] for m in messages.values()]
         lams = [m["lam"] for m in messages.values()]
-        b = self._robust_rhs(w, deltas, Us=Us, lams=lams) if robust else None
         if self.merge == "qr":
-            step = fipa_merge_lowrank(Us, lams, deltas, w, beta=self.beta, gamma=self.gamma, rtol=self.rtol, b=b)
+            sw = None
+            if self.complement == "fedavg":
+                sw = self.sample_weights(messages)
+                sw = [sw[c] for c in messages]
+            step = fipa_merge_lowrank(Us, lams, deltas, w, beta=self.beta, gamma=self.gamma, rtol=self.rtol,
+                                      complement=self.complement, sample_weights=sw, rhs=rhs)
             return theta + self.eta * step
         Hs = [(U * l) @ U.T for U, l in zip(Us, lams)]
-        return theta + self.eta * self.gamma * fipa_merge_dense(Hs, deltas, w, self.rtol, b=b)
+        return theta + self.eta * self.gamma * fipa_merge_dense(Hs, deltas, w, self.rtol, rhs=rhs)
 
 
 def consistency_rtol(dtype, rtol64: float = CONSISTENCY_RTOL) -> float:

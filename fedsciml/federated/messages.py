@@ -88,6 +88,11 @@ def _packed_index(d: int, device):
     return _PACKED_CACHE[key]
 
 
+def packed_diagonal_index(d: int, device) -> torch.Tensor:
+    """Positions of the diagonal entries in a row-major packed upper triangle of a d×d matrix (cached)."""
+    return _packed_index(d, device)[2]
+
+
 def psd_violation(t: torch.Tensor, kind: str) -> str | None:
     """Why ``t`` is not positive semidefinite by the necessary conditions above, or ``None``."""
     tol = psd_tolerance(t.dtype)
