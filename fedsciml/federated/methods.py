@@ -1,4 +1,5 @@
-"""Federated methods registered in :data:`fedsciml.runner.METHODS`: ``gn``, ``fipa``, ``fedavg``, ``fedprox``.
+"""Federated methods registered in :data:`fedsciml.runner.METHODS`: ``gn``, ``fipa``, ``fedavg``, ``fedprox``,
+``one-shot``.
 
 Every runner has the runner signature
 ``fn(problem, objectives, theta0, evaluate, *, progress, seed, every, budget, tol, lr, rounds, ..., **opts)
@@ -17,6 +18,8 @@ accurate and finishes well within a minute; see the README section
   ``rounds=30``; FedProx ``mu=0.01``.
 * ``gn``: LM with the centralized solver's settings, ``rounds=100``
   (iterations).
+* ``one-shot``: one exchange of GN statistics at θ₀ and one fused step
+  (ridge fusion for linear residuals), ``sigma=0`` extra damping.
 
 With a ``budget`` and no ``rounds`` a run goes on until the budget is spent.
 """
@@ -27,12 +30,13 @@ from fedsciml.federated.averaging import AveragingStrategy
 from fedsciml.federated.client import SKETCHES, AdaptiveSchedule, Client, LocalConfig
 from fedsciml.federated.fipa import FIPAStrategy
 from fedsciml.federated.gn import GNStrategy
+from fedsciml.federated.oneshot import OneShotStrategy
 from fedsciml.federated.simulation import RoundConfig, Simulation
 from fedsciml.federated.transport import BytesTransport, LocalTransport, Transport
 from fedsciml.runner import register_method
 from fedsciml.solvers.lm import LMConfig, default_tau
 
-DEFAULT_ROUNDS = {"gn": 100, "fipa": 40, "fedavg": 30, "fedprox": 30}
+DEFAULT_ROUNDS = {"gn": 100, "fipa": 40, "fedavg": 30, "fedprox": 30, "one-shot": None}  # one-shot: one round
 DEFAULT_RANK = 20
 TRANSPORTS = ("local", "bytes")
 
@@ -121,8 +125,11 @@ def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, e
     if adaptive and curvature == "full":
         raise ValueError("adaptive FIPA chooses a rank per client; give --rank r ≥ 1 as its upper bound")
     merge = merge or ("pinv" if curvature == "full" else "qr")
+    if complement and curvature == "lowrank" and merge != "qr":
+        raise ValueError("FIPA --complement is an option of the thin-QR merge; use --merge qr (the default)")
     agg = FIPAAggregator(curvature=curvature, merge=merge, beta=0.0 if beta is None else float(beta),
-                         gamma=1.0 if gamma is None else float(gamma), weighting="sum")
+                         gamma=1.0 if gamma is None else float(gamma), weighting="sum",
+                         complement="fedavg" if complement and curvature == "lowrank" else "none")
     lc = _local_config(local, local_steps, lr, local_damping, 0.0, "gn")
     sched = AdaptiveSchedule(C=float(adapt_c), C_tau=float(adapt_ctau)) if adaptive else None
     rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, "fipa")
@@ -190,3 +197,18 @@ def run_fedprox(problem, objectives, theta0, evaluate, *, progress=False, seed=0
                     local_damping=local_damping, participation=participation, dropout=dropout, checkpoint=checkpoint,
                     resume=resume, prox=mu, server_lr=server_lr, message_hook=message_hook, ignored=ignored,
                     transport=transport)
+
+
+@register_method("one-shot")
+def run_one_shot(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
+                 lr=None, rounds=None, participation=None, dropout=None, checkpoint=None, resume=False, sigma=0.0,
+                 message_hook=None, transport="local", **ignored):
+    """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)."""
+    rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, "one-shot")
+    strategy = OneShotStrategy(0.0 if sigma is None else sigma)
+    options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
+    theta, rows, info = _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
+                                  every, options, message_hook, transport)
+    if ignored:
+        info["ignored_options"] = sorted(ignored)
+    return theta, rows, info

@@ -3,7 +3,10 @@
 * :func:`run_one_shot` — every client trains from one shared initialization, sends one
   message, the server merges once: FedAvg, FisherMerge, RegMean, FedFisher (Diag, K-FAC),
   FedBEns (K-FAC / diag / diag+full last layer, M modes from M shared initializations).
-* :func:`run_rounds` — multi-round FedAvg, FedProx, FIPA (full or FC-only) and FedFish;
+* :func:`run_rounds` — multi-round FedAvg, FedProx, FIPA (full or FC-only) and FedFish
+  on the federated round loop (:class:`~fedsciml.federated.simulation.Simulation`, an
+  :class:`ImageRoundStrategy` per method, :class:`ImageClient` behind the transport):
+  dropout, validation with rejections logged, float accounting per round;
   with ``warmup > 0`` a FedAvg warm-up checkpoint is shared by every method and the
   refinement rounds are compared from it (FIPA Tables 1–2).
 
@@ -13,6 +16,7 @@ rounds, from the validated messages) and client / server compute seconds
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -22,6 +26,9 @@ import torch.nn.functional as F
 from fedsciml import linalg
 from fedsciml.federated.aggregators import FedAvgAggregator
 from fedsciml.federated.messages import MessageRejected, floats_in
+from fedsciml.federated.simulation import RoundConfig, Simulation
+from fedsciml.federated.strategy import Exchange, Strategy
+from fedsciml.federated.transport import BytesTransport, LocalTransport, Reply, Request
 from fedsciml.images import fisher as fz
 from fedsciml.images.aggregators import (FedBEnsAggregator, FedFishAggregator, FedFisherAggregator,
                                          FIPAComplementAggregator, FisherMergeAggregator, RegMeanAggregator)
@@ -119,8 +126,12 @@ def accuracy(model, thetas, x, y) -> float:
     return float((predict_proba(model, thetas, x).argmax(-1) == y).float().mean())
 
 
-def _validated(agg, msgs, p, dtype):
+def _validated(agg, msgs, p, dtype, log: list | None = None):
+    """The accepted messages; each rejected one is appended to ``log`` as ``{client, reason}``
+    (none accepted: :class:`MessageRejected`)."""
     ok, bad = agg.validate(msgs, p, dtype)
+    if log is not None:
+        log.extend({"client": cid, "reason": reason} for cid, reason in bad.items())
     if bad:
         cid, reason = next(iter(bad.items()))
         if not ok:
@@ -193,12 +204,13 @@ def run_one_shot(fed: FederatedImages, model_name: str, methods, seed: int, cfg:
                 model.module)]).to(dev)
             agg = FedBEnsAggregator(approx, modes, template, last, cfg.temperature, cfg.prior_var,
                                     cfg.fedbens_steps, cfg.fedbens_lr, evaluate=val)
-        ok = _validated(agg, msgs, p, model.dtype)
+        rejections = []
+        ok = _validated(agg, msgs, p, model.dtype, rejections)
         floats = sum(floats_in(m) for m in ok.values()) / len(ok)
         with clock_s:
             theta = agg.aggregate(inits[0], ok)
         acc = test(theta)
-        info = {}
+        info = {"rejections": rejections}
         if meth == "regmean":
             info["alpha"] = agg.chosen_alpha
         results[meth] = MethodResult(meth, acc, floats, train_s + clock_c.t / C, clock_s.t, info=info)
@@ -261,49 +273,136 @@ def _aggregator(meth, cfg):
     return FIPAComplementAggregator(beta_rel=cfg.beta, gamma=cfg.gamma, tail=cfg.tail)
 
 
+class ImageClient:
+    """One image client behind a :class:`~fedsciml.federated.transport.Transport`: its own samples and model.
+
+    Answers ``update`` (config ``method``, ``seed``, ``train`` — the
+    :class:`TrainConfig` fields) with :func:`_client_round`'s message, its
+    local-training seconds as a metric, and ``loss`` with its summed training
+    cross-entropy at θ (monitoring).  ``model`` is the network the exchanged
+    parameters belong to (for FIPA-FC: the classifier head, the frozen body set
+    up at enrollment).
+    """
+
+    def __init__(self, cid: int, x, y, model: FlatModel):
+        self.cid, self.x, self.y, self.model = cid, x, y, model
+        self.n = int(len(y))
+
+    def answer(self, request, pre=None, deadline=None):
+        theta, cfg = request.tensors["theta"], request.config
+        n = torch.tensor([float(self.n)], device=theta.device)
+        if request.query == "loss":
+            with torch.no_grad():
+                loss = sum(float(F.cross_entropy(self.model(theta, self.x[a:a + 1024]), self.y[a:a + 1024],
+                                                 reduction="sum")) for a in range(0, self.n, 1024))
+            return Reply({"loss": torch.tensor([loss], dtype=theta.dtype, device=theta.device), "n": n})
+        if request.query == "update":
+            tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
+            t0 = time.perf_counter()
+            msg = _client_round(cfg["method"], self.model, theta, self.x, self.y, tc, int(cfg["seed"]) + self.cid, n)
+            return Reply(msg, {"seconds": time.perf_counter() - t0})
+        raise ValueError(f"image client {self.cid}: unknown query {request.query!r}")
+
+
+class ImageRoundStrategy(Strategy):
+    """Multi-round image methods on the one round loop: the cohort of each round (seeded, shared by every
+    method), dropout from the loop, ``update`` requests, the method's aggregator on the validated replies."""
+
+    def __init__(self, meth: str, agg, cfg: TrainConfig, cohorts, r0: int, seed: int):
+        self.meth, self.agg, self.cfg, self.cohorts, self.r0, self.seed = meth, agg, cfg, cohorts, r0, seed
+        self.name = meth
+        self.floats, self.client_s, self.server_s = [], 0.0, 0.0
+
+    def configure_round(self, run, k):
+        r = self.r0 + k - 1
+        answering, _ = run.drop_out(self.cohorts[r])
+        if not answering:
+            return None
+        theta = self.theta
+        cfg = {"method": self.meth, "seed": self.seed * 100003 + r * 101, "train": dataclasses.asdict(self.cfg),
+               "vectorize": False}
+        return Exchange(answering, Request("update", {"theta": theta}, cfg),
+                        lambda m: self.agg.validate(m, theta.numel(), theta.dtype))
+
+    def aggregate_round(self, run, k, replies):
+        ok = replies.ok
+        if not ok:
+            run.fail("aggregation")
+        self.floats.append(sum(floats_in(m) for m in ok.values()) / len(ok))
+        self.client_s += sum(replies.metrics[c]["seconds"] for c in ok)
+        t0 = time.perf_counter()
+        self.theta = self.agg.aggregate(self.theta, ok)
+        self.server_s += time.perf_counter() - t0
+        return {"answered": len(ok)}
+
+    def state_dict(self):
+        return {"theta": self.theta}
+
+    def load_state_dict(self, d):
+        self.theta = d["theta"]
+
+    def summary(self):
+        return {"method": self.meth, **{k: v for k, v in dataclasses.asdict(self.cfg).items()
+                                         if k in ("epochs", "lr", "momentum", "batch_size", "prox_mu", "rank")}}
+
+
 def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: TrainConfig, rounds: int,
-               warmup: int = 0, participation: float = 1.0, progress=None, eval_every: int = 1) -> dict:
-    """Multi-round training; with ``warmup`` FedAvg rounds first, shared by every method."""
+               warmup: int = 0, participation: float = 1.0, progress=None, eval_every: int = 1,
+               dropout: float = 0.0, transport: str = "local", message_hook=None) -> dict:
+    """Multi-round training on the federated round loop; with ``warmup`` FedAvg rounds first, shared by every
+    method.  Each method's ``info`` records per round the floats sent up and down, the dropped and rejected
+    clients (``info["rounds"]``) and every rejection with its reason (``info["rejections"]``)."""
     bad = [m for m in methods if m not in MULTI_ROUND]
     if bad:
         raise ValueError(f"unknown multi-round method(s) {bad}; choose from {list(MULTI_ROUND)}")
     if not 0 < participation <= 1:
         raise ValueError(f"participation must be in (0, 1], got {participation}")
+    if transport not in ("local", "bytes"):
+        raise ValueError(f"transport must be one of local, bytes, got {transport!r}")
     dev = torch.device(cfg.device)
     say = progress or (lambda s: None)
     full = FlatModel(build(model_name, fed.shape, fed.n_classes, seed), device=dev)
     theta0 = full.theta()
     C = len(fed.clients)
     k = max(1, int(round(participation * C)))
-    n = {c: torch.tensor([float(len(y))], device=dev) for c, (_, y) in enumerate(fed.clients)}
     sched = torch.Generator().manual_seed(seed + 101)
     cohorts = [sorted(torch.randperm(C, generator=sched)[:k].tolist()) for _ in range(warmup + rounds)]
 
     def run(meth, model, theta, r0, r1, lift):
-        agg = _aggregator(meth, cfg)
-        clock_c, clock_s, floats, hist = _Clock(), _Clock(), [], []
-        for r in range(r0, r1):
-            msgs = {}
-            for c in cohorts[r]:
-                x, y = fed.clients[c]
-                with clock_c:
-                    msgs[c] = _client_round(meth, model, theta, x, y, cfg, seed * 100003 + r * 101 + c, n[c])
-            ok = _validated(agg, msgs, model.p, model.dtype)
-            floats.append(sum(floats_in(m) for m in ok.values()) / len(ok))
-            with clock_s:
-                theta = agg.aggregate(theta, ok)
-            if (r + 1 - r0) % eval_every == 0 or r + 1 == r1:
-                hist.append((r + 1, accuracy(full, lift(theta), fed.x_test, fed.y_test)))
-                say(f"  {meth:8s} round {r + 1:4d}  test acc {hist[-1][1]:.4f}")
-        return theta, hist, floats, clock_c.t / max(1, (r1 - r0) * k), clock_s.t / max(1, r1 - r0)
+        clients = [ImageClient(c, x, y, model) for c, (x, y) in enumerate(fed.clients)]
+        tr = LocalTransport(clients, vectorize=False)
+        if transport == "bytes":
+            tr = BytesTransport(tr, device=dev)
+        strategy = ImageRoundStrategy(meth, _aggregator(meth, cfg), cfg, cohorts, r0, seed)
+        sim = None
+
+        def evaluate(t):
+            kk = sim.round_index
+            if kk == 0 or not (kk % eval_every == 0 or kk == r1 - r0):
+                return {}
+            acc = accuracy(full, lift(t), fed.x_test, fed.y_test)
+            say(f"  {meth:8s} round {r0 + kk:4d}  test acc {acc:.4f}")
+            return {"accuracy": acc}
+
+        sim = Simulation(tr, evaluate, RoundConfig(rounds=r1 - r0, dropout=dropout, seed=seed), label=meth,
+                         message_hook=message_hook)
+        theta, rows, info = sim.run(strategy, theta)
+        hist = [(r0 + row["round"], row["accuracy"]) for row in rows if "accuracy" in row]
+        per_round = [{"round": r0 + row["round"], **{f: row[f] for f in ("floats_up", "floats_down", "dropped",
+                                                                         "rejected", "answered") if f in row}}
+                     for row in rows[1:]]
+        rinfo = {"rounds": per_round, "rejections": [{**e, "round": r0 + e["round"]} for e in info["rejections"]],
+                 "skipped_rounds": info["skipped_rounds"]}
+        return (theta, hist, strategy.floats, strategy.client_s / max(1, (r1 - r0) * k),
+                strategy.server_s / max(1, r1 - r0), rinfo)
 
     ident = lambda t: t  # noqa: E731
     theta = theta0
     out = {}
     if warmup:
         say(f"FedAvg warm-up: {warmup} rounds")
-        theta, hist, floats, cs, ss = run("fedavg", full, theta0, 0, warmup, ident)
-        out["warmup"] = MethodResult("warmup", hist[-1][1], sum(floats) / len(floats), cs, ss, history=hist)
+        theta, hist, floats, cs, ss, rinfo = run("fedavg", full, theta0, 0, warmup, ident)
+        out["warmup"] = MethodResult("warmup", hist[-1][1], _mean(floats), cs, ss, history=hist, info=rinfo)
     for meth in methods:
         if meth == "fipa-fc":
             heads = head_names(full.module)
@@ -316,9 +415,13 @@ def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: T
                 b = base.clone()
                 b[idx] = t
                 return b
-            tfin, hist, floats, cs, ss = run("fipa", sub, theta[idx], warmup, warmup + rounds, lift)
+            tfin, hist, floats, cs, ss, rinfo = run("fipa", sub, theta[idx], warmup, warmup + rounds, lift)
         else:
-            tfin, hist, floats, cs, ss = run(meth, full, theta, warmup, warmup + rounds, ident)
+            tfin, hist, floats, cs, ss, rinfo = run(meth, full, theta, warmup, warmup + rounds, ident)
         acc = hist[-1][1]
-        out[meth] = MethodResult(meth, acc, sum(floats) / len(floats), cs, ss, history=hist)
+        out[meth] = MethodResult(meth, acc, _mean(floats), cs, ss, history=hist, info=rinfo)
     return out
+
+
+def _mean(xs):
+    return sum(xs) / len(xs) if xs else 0.0
