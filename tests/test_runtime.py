@@ -173,7 +173,7 @@ def test_deadline_cuts_adam_after_at_least_one_step():
     rep = c.answer(Request("update", {"theta": THETA0}, {"local": {"solver": "adam", "steps": 10**8, "lr": 1e-3,
                                                                      "damping": 0.0, "prox": 0.0},
                                                            "deadline_s": 0.0}))
-    assert torch.equal(rep.message["delta"], full)
+    assert torch.equal(rep.message["delta"], full)  # bitwise: the same single Adam step
 
 
 # --- one-shot fusion of GN statistics (ridge) ---------------------------------------------------
