@@ -32,7 +32,7 @@ from fedsciml.federated.fipa import FIPAStrategy
 from fedsciml.federated.gn import GNStrategy
 from fedsciml.federated.oneshot import OneShotStrategy
 from fedsciml.federated.simulation import RoundConfig, Simulation
-from fedsciml.federated.transport import BytesTransport, LocalTransport
+from fedsciml.federated.transport import BytesTransport, LocalTransport, Transport
 from fedsciml.runner import register_method
 from fedsciml.solvers.lm import LMConfig, default_tau
 
@@ -58,7 +58,11 @@ def _fingerprint(problem, method, objectives, theta0, seed, options):
 
 def make_transport(objectives, transport="local", vectorize: bool = True, device="cpu"):
     """The clients of ``objectives`` behind a transport: ``"local"`` (in-process, vectorized across clients)
-    or ``"bytes"`` (the same, with every request and reply round-tripped through bytes)."""
+    or ``"bytes"`` (the same, with every request and reply round-tripped through bytes); a
+    :class:`~fedsciml.federated.transport.Transport` instance is used as it is (e.g. Flower's, whose
+    clients live on other nodes)."""
+    if isinstance(transport, Transport):
+        return transport
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
     local = LocalTransport([Client(i, o) for i, o in enumerate(objectives)], vectorize=vectorize)

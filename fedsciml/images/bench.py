@@ -50,7 +50,7 @@ def run_setting(dataset="digits", data_dir=None, model="lenet5", clients=5, alph
                  f"{'IID' if alpha is None else f'Dirichlet α={alpha} ({split_kind})'}, model {model}, {protocol}")
         fed = imdata.federate(d, clients, alpha, s, split_kind, device=cfg.device)
         if protocol == "one-shot":
-            per_seed.append(M.run_one_shot(fed, model, methods, s, cfg, progress))
+            per_seed.append(M.run_one_shot(fed, model, methods, s, cfg, progress, dropout=dropout))
         else:
             per_seed.append(M.run_rounds(fed, model, methods, s, cfg, rounds,
                                          warmup if protocol == "warmup-refine" else 0, participation, progress,

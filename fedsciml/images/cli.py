@@ -36,7 +36,7 @@ def add_parser(bench_subparsers):
     p.add_argument("--warmup", type=int, default=30, help="FedAvg warm-up rounds for warmup-refine")
     p.add_argument("--participation", type=float, default=1.0, help="fraction of clients per round")
     p.add_argument("--dropout", type=float, default=0.0,
-                   help="multi-round protocols: probability that a sampled client fails to answer a round")
+                   help="probability that a sampled client fails to answer (a round, or the one-shot exchange)")
     p.add_argument("--rank", type=int, default=10, help="FIPA: eigenpairs per client")
     p.add_argument("--beta", type=float, default=0.0,
                    help="FIPA: extra QR-merge regularization, relative: beta · max_m (N_m/N) λ_max,m")
@@ -71,8 +71,6 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
             raise ValueError(f"--{name} must be ≥ 1, got {v}")
     if not 0.0 <= args.dropout < 1.0:
         raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}")
-    if args.dropout and one_shot:
-        raise ValueError("--dropout applies to the multi-round protocols (rounds, warmup-refine), not one-shot")
     if args.warmup < 0:
         raise ValueError(f"--warmup must be ≥ 0, got {args.warmup}")
     methods = None
