@@ -32,7 +32,7 @@ from fedsciml.federated.fipa import FIPAStrategy
 from fedsciml.federated.gn import GNStrategy
 from fedsciml.federated.oneshot import OneShotStrategy
 from fedsciml.federated.simulation import RoundConfig, Simulation
-from fedsciml.federated.transport import BytesTransport, LocalTransport
+from fedsciml.federated.transport import BytesTransport, LocalTransport, Transport
 from fedsciml.runner import register_method
 from fedsciml.solvers.lm import LMConfig, default_tau
 
@@ -58,7 +58,11 @@ def _fingerprint(problem, method, objectives, theta0, seed, options):
 
 def make_transport(objectives, transport="local", vectorize: bool = True, device="cpu"):
     """The clients of ``objectives`` behind a transport: ``"local"`` (in-process, vectorized across clients)
-    or ``"bytes"`` (the same, with every request and reply round-tripped through bytes)."""
+    or ``"bytes"`` (the same, with every request and reply round-tripped through bytes); a
+    :class:`~fedsciml.federated.transport.Transport` instance is used as it is (e.g. Flower's, whose
+    clients live on other nodes)."""
+    if isinstance(transport, Transport):
+        return transport
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
     local = LocalTransport([Client(i, o) for i, o in enumerate(objectives)], vectorize=vectorize)
@@ -110,8 +114,11 @@ def _local_config(local, local_steps, lr, damping, prox, default_solver):
 def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
              lr=None, rounds=None, rank=None, adaptive=False, merge=None, beta=None, gamma=None, local=None,
              local_steps=None, local_damping=None, sketch="auto", safeguard=None, complement=False, participation=None, dropout=None, checkpoint=None,
-             resume=False, adapt_c=1e-3, adapt_ctau=1e-3, message_hook=None, transport="local", **ignored):
-    """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates."""
+             resume=False, adapt_c=1e-3, adapt_ctau=1e-3, message_hook=None, transport="local", robust="mean",
+             trim=0.2, clip_norm=None, **ignored):
+    """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates.
+
+    ``robust`` / ``trim`` / ``clip_norm``: see :class:`~fedsciml.federated.aggregators.FIPAAggregator`."""
     rank = DEFAULT_RANK if rank is None else int(rank)
     if rank < 0:
         raise ValueError(f"FIPA rank must be ≥ 1 (low rank) or 0 (full-rank H_m), got {rank}")
@@ -123,10 +130,11 @@ def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, e
     merge = merge or ("pinv" if curvature == "full" else "qr")
     if complement and curvature == "lowrank" and merge != "qr":
         raise ValueError("FIPA --complement is an option of the thin-QR merge; use --merge qr (the default)")
+    lc = _local_config(local, local_steps, lr, local_damping, 0.0, "gn")
     agg = FIPAAggregator(curvature=curvature, merge=merge, beta=0.0 if beta is None else float(beta),
                          gamma=1.0 if gamma is None else float(gamma), weighting="sum",
-                         complement="fedavg" if complement and curvature == "lowrank" else "none")
-    lc = _local_config(local, local_steps, lr, local_damping, 0.0, "gn")
+                         complement="fedavg" if complement and curvature == "lowrank" else "none",
+                         robust=robust, trim=trim, clip_norm=clip_norm, consistency=lc.solver == "gn")
     sched = AdaptiveSchedule(C=float(adapt_c), C_tau=float(adapt_ctau)) if adaptive else None
     rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, "fipa")
     options = {"rank": rank, "curvature": curvature, "merge": merge, "beta": agg.beta, "gamma": agg.gamma,
@@ -137,6 +145,8 @@ def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, e
         options.update(adapt_c=sched.C, adapt_ctau=sched.C_tau)
     safeguard = (lc.solver == "gn") if safeguard is None else bool(safeguard)
     options.update(safeguard=safeguard, complement=bool(complement))
+    if not agg.rule.plain:
+        options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
     strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), sketch, sched, seed, safeguard=safeguard,
                             complement=bool(complement))
     theta, rows, info = _simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
@@ -148,12 +158,15 @@ def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, e
 
 def _run_avg(method, problem, objectives, theta0, evaluate, *, progress, seed, every, budget, tol, lr, rounds, local,
              local_steps, local_damping, participation, dropout, checkpoint, resume, prox, server_lr, message_hook,
-             ignored, transport="local"):
+             ignored, transport="local", robust="mean", trim=0.2, clip_norm=None):
     lc = _local_config(local, local_steps, lr, local_damping, prox, "adam")
-    agg = FedAvgAggregator(server_lr=1.0 if server_lr is None else float(server_lr))
+    agg = FedAvgAggregator(server_lr=1.0 if server_lr is None else float(server_lr), robust=robust, trim=trim,
+                           clip_norm=clip_norm)
     rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, method)
     options = {"local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "server_lr": agg.server_lr,
                "participation": rc.participation, "dropout": rc.dropout}
+    if not agg.rule.plain:
+        options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
     if method == "fedprox":
         options["mu"] = prox
     if lc.solver == "gn":
@@ -170,21 +183,25 @@ def _run_avg(method, problem, objectives, theta0, evaluate, *, progress, seed, e
 def run_fedavg(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
                lr=None, rounds=None, local=None, local_steps=None, local_damping=None, participation=None,
                dropout=None, checkpoint=None, resume=False, server_lr=None, message_hook=None, transport="local",
-               **ignored):
-    """FedAvg (paper Eq. 3): data-size weighted average of local updates."""
+               robust="mean", trim=0.2, clip_norm=None, **ignored):
+    """FedAvg (paper Eq. 3): data-size weighted average of local updates.
+
+    ``robust`` / ``trim`` / ``clip_norm``: see :class:`~fedsciml.federated.aggregators.FedAvgAggregator`."""
     return _run_avg("fedavg", problem, objectives, theta0, evaluate, progress=progress, seed=seed, every=every,
                     budget=budget, tol=tol, lr=lr, rounds=rounds, local=local, local_steps=local_steps,
                     local_damping=local_damping, participation=participation, dropout=dropout, checkpoint=checkpoint,
                     resume=resume, prox=0.0, server_lr=server_lr, message_hook=message_hook, ignored=ignored,
-                    transport=transport)
+                    transport=transport, robust=robust, trim=trim, clip_norm=clip_norm)
 
 
 @register_method("fedprox")
 def run_fedprox(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
                 lr=None, rounds=None, mu=None, local=None, local_steps=None, local_damping=None, participation=None,
                 dropout=None, checkpoint=None, resume=False, server_lr=None, message_hook=None, transport="local",
-               **ignored):
-    """FedProx: FedAvg whose local loss carries the proximal term ``μ/2 ‖θ_m − θ_k‖²``."""
+                robust="mean", trim=0.2, clip_norm=None, **ignored):
+    """FedProx: FedAvg whose local loss carries the proximal term ``μ/2 ‖θ_m − θ_k‖²``.
+
+    ``robust`` / ``trim`` / ``clip_norm``: see :class:`~fedsciml.federated.aggregators.FedAvgAggregator`."""
     mu = 0.01 if mu is None else float(mu)
     if not mu >= 0:
         raise ValueError(f"FedProx μ must be ≥ 0, got {mu}")
@@ -192,7 +209,7 @@ def run_fedprox(problem, objectives, theta0, evaluate, *, progress=False, seed=0
                     budget=budget, tol=tol, lr=lr, rounds=rounds, local=local, local_steps=local_steps,
                     local_damping=local_damping, participation=participation, dropout=dropout, checkpoint=checkpoint,
                     resume=resume, prox=mu, server_lr=server_lr, message_hook=message_hook, ignored=ignored,
-                    transport=transport)
+                    transport=transport, robust=robust, trim=trim, clip_norm=clip_norm)
 
 
 @register_method("one-shot")
