@@ -42,6 +42,9 @@ def _add_solve_parser(sub):
     p.add_argument("--optimizer", default="lm", choices=["lm", "adam", "lbfgs"], help="centralized optimizer")
     p.add_argument("--seed", type=int, default=0, help="seed for sampling, initialization and client selection")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--engine", default="local", choices=["local", "flower"],
+                   help="who carries the clients' messages: this process, or Flower's simulation engine "
+                        "(pip install \"fedsciml[flower]\"; same strategy, same numbers)")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads for torch/BLAS (default: all cores, or 1 when the load average already "
                         "exceeds the core count — oversubscribed BLAS threads spin and run several times slower)")
@@ -157,6 +160,8 @@ def cmd_solve(args):
             opts.update(optimizer=args.optimizer, max_iters=args.max_iters)
         else:
             opts.update(fed)
+            if args.engine != "local":  # the pooled centralized reference always runs in this process
+                opts["engine"] = args.engine
             if len(methods) > 1 and "checkpoint" in opts:  # one checkpoint directory per compared method
                 opts["checkpoint"] = os.path.join(opts["checkpoint"], m)
         if not args.quiet:

@@ -21,6 +21,7 @@ from fedsciml.solvers.centralized import SolveConfig, solve_least_squares
 from fedsciml.solvers.lm import LMConfig, default_tau
 
 METHODS: dict[str, Callable] = {}
+ENGINES = ("local", "flower")  # who carries the clients' messages: this process, or Flower (fedsciml.flower)
 
 
 def register_method(name: str):
@@ -77,6 +78,14 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
     _ensure_methods_loaded()
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; available: {', '.join(sorted(METHODS))}")
+    engine = options.pop("engine", "local")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "flower":  # the same strategy and round loop; Flower's simulation engine carries the messages
+        from fedsciml.flower.simulation import solve as solve_on_flower
+
+        return solve_on_flower(problem, method, clients=clients, seed=seed, device=device, progress=progress,
+                               **options)
     dev = resolve_device(device)
     if clients is None:
         clients = problem.default_clients

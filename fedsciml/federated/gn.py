@@ -26,15 +26,16 @@ Partial participation is therefore not offered for ``gn``.
 """
 from __future__ import annotations
 
-
 import dataclasses
 
 import torch
 
 from fedsciml import linalg
-from fedsciml.federated.aggregators import Aggregator
-from fedsciml.federated.client import ClientBatch
+from fedsciml.federated import robust as _robust
+from fedsciml.federated.aggregators import Aggregator, _consistent, consistency_rtol
 from fedsciml.federated.messages import Field, MessageRejected, Schema
+from fedsciml.federated.strategy import Exchange, Strategy
+from fedsciml.federated.transport import Request
 from fedsciml.objective import GNStats, gn_stats_from
 from fedsciml.solvers.lm import LevenbergMarquardt, LMConfig
 
@@ -42,38 +43,61 @@ FORMS = ("normal", "sqrt")
 
 
 class GNAggregator(Aggregator):
-    """Sums clients' Gauss–Newton statistics; never sees their data."""
+    """Sums clients' Gauss–Newton statistics; never sees their data.
+
+    Beyond the schema (loss ≥ 0), statistics must be consistent with the
+    client's own loss (``consistency``, default on): ``gᵀH⁺g = ‖P_J r‖² ≤ ‖r‖²
+    = 2·loss`` — checked through the lower bound ``gᵀ(H + εI)⁻¹g`` (one p×p
+    Cholesky per message, as costly as the server's own LM solve and a third of
+    forming ``J_mᵀJ_m`` with n_m ≥ p rows; it also rejects an indefinite H, and
+    a negative diagonal by name) — and in square-root form ``‖s‖² = ‖Qᵀr‖² ≤
+    ‖r‖²`` (O(m)).  Without the consistency check, H gets the schema's entrywise
+    PSD test.
+    A rejected client is asked again like a dropped one; one that never sends
+    consistent statistics ends the run with ``RoundFailed``.
+    """
 
     name = "gn"
 
-    def __init__(self, with_curvature: bool = True, form: str = "normal"):
+    def __init__(self, with_curvature: bool = True, form: str = "normal", consistency: bool = True):
         if form not in FORMS:
             raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
         self.with_curvature = with_curvature
         self.form = form
+        self.consistency = bool(consistency)
 
     def schema(self) -> Schema:
-        f = {"loss": Field((1,)), "n": Field((1,), positive=True)}
+        f = {"loss": Field((1,), nonneg=True), "n": Field((1,), positive=True)}
         if self.with_curvature and self.form == "sqrt":
             f["R"] = Field(("m", "p"))
             f["s"] = Field(("m",))
         elif self.with_curvature:
-            f["H"] = Field(("h",))
+            # with the consistency check, one Cholesky of H + εI (in check) replaces the entrywise PSD test
+            f["H"] = Field(("h",), psd=None if self.consistency else "packed")
             f["g"] = Field(("p",))
         return Schema(f)
 
-    def validate(self, messages, p, dtype=None):
-        ok, bad = {}, {}
-        schema = self.schema()
-        for cid, msg in messages.items():
-            try:
-                schema.validate(msg, cid, dtype=dtype, p=p, h=linalg.n_upper(p))
-                if bool((msg["loss"] < 0).any()):
-                    raise MessageRejected(cid, f"field 'loss' is negative ({float(msg['loss'][0])}); ½‖r‖² ≥ 0")
-                ok[cid] = msg
-            except MessageRejected as e:
-                bad[cid] = e.reason
-        return ok, bad
+    def context(self, p):
+        return {"p": p, "h": linalg.n_upper(p)}
+
+    def check(self, cid, msg, p):
+        if not (self.with_curvature and self.consistency):
+            return
+        loss = float(msg["loss"][0])
+        rtol = consistency_rtol(msg["loss"].dtype)
+        if self.form == "sqrt":
+            s = msg["s"]
+            _consistent(cid, float(s @ s), loss, "‖s‖²", "‖Qᵀr‖² ≤ ‖r‖² = 2·loss", rtol)
+            return
+        H = linalg.unpack_upper(msg["H"], p)
+        dg = torch.diagonal(H)
+        if bool((dg < 0).any()):
+            raise MessageRejected(cid, f"field 'H' has a negative diagonal entry ({float(dg.min()):.3g}); a "
+                                       "curvature/Gram matrix is positive semidefinite")
+        q = _robust.pinv_quadratic_lower(H, msg["g"])
+        if q is None:
+            raise MessageRejected(cid, "field 'H' is not positive semidefinite (Cholesky of H + εI failed)")
+        _consistent(cid, q, loss, "gᵀH⁺g", "gᵀH⁺g = ‖P_J r‖² ≤ ‖r‖² = 2·loss", rtol)
 
     @staticmethod
     def total_loss(messages) -> float:
@@ -82,7 +106,7 @@ class GNAggregator(Aggregator):
     def aggregate_stats(self, messages, p: int) -> GNStats:
         order = sorted(messages)
         loss = sum(messages[c]["loss"][0] for c in order)
-        n = int(round(sum(float(messages[c]["n"][0]) for c in order)))
+        n = int(round(sum(float(messages[c]["n"][0]) for c in order)))  # counts ≤ 2^53 each (schema): finite
         if self.form == "sqrt":  # stack the square roots: RᵀR = ΣJ_mᵀJ_m, Rᵀs = ΣJ_mᵀr_m
             R = torch.cat([messages[c]["R"] for c in order])
             s = torch.cat([messages[c]["s"] for c in order])
@@ -101,20 +125,26 @@ class GNAggregator(Aggregator):
         raise NotImplementedError("federated GN sums statistics (aggregate_stats) and steps with LevenbergMarquardt")
 
 
-class GNStrategy:
-    """Round logic of exact federated Gauss–Newton / Levenberg–Marquardt (see the module docstring)."""
+class GNStrategy(Strategy):
+    """Round logic of exact federated Gauss–Newton / Levenberg–Marquardt (see the module docstring).
 
-    def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, batched: bool = True,
-                 form: str = "normal"):
+    A round is two kinds of exchange — ``gn_loss`` at the trial point, then
+    (if the LM gain ratio accepts it) ``gn_stats`` there — each repeated for
+    the clients that dropped out or were rejected, so it overrides
+    :meth:`Strategy.round`.
+    """
+
+    name = "gn"
+
+    def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, form: str = "normal"):
         if form not in FORMS:
             raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
         self.form = form
         self.lm_config = lm_config or LMConfig()
-        self.batched = batched  # evaluate the clients of an exchange in one vectorized call (same numbers)
-        self._batches = {}
         self.max_retries = int(max_retries)
         self.lm: LevenbergMarquardt | None = None
         self.retries = 0
+        self.enrolled = {}  # client id → sample count of its first valid message (fixed from then on)
 
     # the simulation's view
     @property
@@ -125,53 +155,48 @@ class GNStrategy:
     def loss_sum(self):
         return self.lm.loss
 
-    def _gather(self, sim, theta, with_curvature: bool) -> dict:
-        agg = GNAggregator(with_curvature, self.form)
-        p = theta.numel()
-        make = (lambda c: c.gn_message(theta, self.form)) if with_curvature else (lambda c: c.loss_message(theta))
+    def summary(self) -> dict:
+        return {"lm_tau": self.lm_config.tau, "form": self.form, "max_retries": self.max_retries}
 
-        def make_batch(clients):
-            b = self._batch(clients)
-            return b.gn_messages(theta, self.form) if with_curvature else b.loss_messages(theta)
+    def _gather(self, run, theta, with_curvature: bool) -> dict:
+        """Every client's ``gn_stats`` (or ``gn_loss``) at θ, asking again whoever did not answer validly."""
+        agg = GNAggregator(with_curvature, self.form)
+        agg.enrolled = self.enrolled
+        p = theta.numel()
+        req = (Request("gn_stats", {"theta": theta}, {"form": self.form}) if with_curvature
+               else Request("gn_loss", {"theta": theta}))
+        # the stats are asked at a point the clients already hold (the trial θ or θ₀): nothing is sent down
+        ex = Exchange([], req, lambda m: agg.validate(m, p, theta.dtype), down_floats=0 if with_curvature else p,
+                      dropout=True)
         got: dict = {}
-        missing = list(sim.clients)
+        missing = list(run.client_ids)
         for attempt in range(self.max_retries + 1):
-            answering, dropped = sim.drops(missing)
-            sim._round_dropped += dropped
-            ok, _bad = sim.ask(answering, make, lambda m: agg.validate(m, p, theta.dtype),
-                               down_floats=p if not with_curvature else 0,
-                               make_batch=make_batch if self.batched else None)
-            got.update(ok)
-            missing = [c for c in sim.clients if c.cid not in got]
+            ex.clients = missing
+            got.update(run.exchange(ex).ok)
+            missing = [c for c in run.client_ids if c not in got]
             if not missing:
                 return got
             self.retries += 1
-        sim.fail(f"an exact Gauss–Newton step (clients {[c.cid for c in missing]} never answered validly "
+        run.fail(f"an exact Gauss–Newton step (clients {missing} never answered validly "
                  f"in {self.max_retries + 1} attempts)")
 
-    def _batch(self, clients):
-        key = tuple(c.cid for c in clients)
-        if key not in self._batches:
-            self._batches[key] = ClientBatch(clients)
-        return self._batches[key]
-
-    def start(self, sim, theta0):
+    def start(self, run, theta0):
         self.lm = LevenbergMarquardt(self.lm_config)
-        msgs = self._gather(sim, theta0, True)
-        sim._round_down += theta0.numel() * len(sim.clients)  # θ₀ broadcast
+        msgs = self._gather(run, theta0, True)
+        run.count_sent(down=theta0.numel() * len(run.client_ids))  # θ₀ broadcast
         self.lm.start(theta0, GNAggregator(True, self.form).aggregate_stats(msgs, theta0.numel()))
         return {"mu": self.lm.mu}
 
-    def finished(self, sim):
+    def finished(self, run):
         if self.lm.mu >= self.lm.cfg.mu_max:
             return "damping"
         return None
 
-    def round(self, sim, k):
+    def round(self, run, k):
         trial = self.lm.propose()
-        losses = self._gather(sim, trial, False)
+        losses = self._gather(run, trial, False)
         accepted = self.lm.observe(GNAggregator.total_loss(losses),
-                                   lambda: GNAggregator(True, self.form).aggregate_stats(self._gather(sim, trial, True),
+                                   lambda: GNAggregator(True, self.form).aggregate_stats(self._gather(run, trial, True),
                                                                                       trial.numel()))
         return {"mu": self.lm.mu, "accepted": accepted}
 
@@ -180,7 +205,8 @@ class GNStrategy:
         st = lm.stats
         curv = {"H": linalg.pack_upper(st.H)} if st.H is not None else {"J": st.J, "r": st.r}
         return {"theta": lm.theta, **curv, "g": st.g, "loss": st.loss, "n": st.n, "mu": lm.mu, "nu": lm.nu,
-                "accepted": lm.accepted_steps, "rejected": lm.rejected_steps, "retries": self.retries}
+                "accepted": lm.accepted_steps, "rejected": lm.rejected_steps, "retries": self.retries,
+                "enrolled": dict(self.enrolled)}
 
     def load_state_dict(self, d):
         self.lm = LevenbergMarquardt(self.lm_config)
@@ -193,6 +219,7 @@ class GNStrategy:
         self.lm.mu, self.lm.nu = d["mu"], d["nu"]
         self.lm.accepted_steps, self.lm.rejected_steps = d["accepted"], d["rejected"]
         self.retries = d["retries"]
+        self.enrolled = dict(d.get("enrolled", {}))
 
     def info(self):
         return {"accepted_steps": self.lm.accepted_steps, "rejected_steps": self.lm.rejected_steps,

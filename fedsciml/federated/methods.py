@@ -1,4 +1,5 @@
-"""Federated methods registered in :data:`fedsciml.runner.METHODS`: ``gn``, ``fipa``, ``fedavg``, ``fedprox``.
+"""Federated methods registered in :data:`fedsciml.runner.METHODS`: ``gn``, ``fipa``, ``fedavg``, ``fedprox``,
+``one-shot``.
 
 Every runner has the runner signature
 ``fn(problem, objectives, theta0, evaluate, *, progress, seed, every, budget, tol, lr, rounds, ..., **opts)
@@ -19,196 +20,27 @@ accurate and finishes well within a minute; see the README section
   (iterations).
 * ``fipa`` with ``preset="paper"``: the published algorithm with the
   authors' settings (:data:`PAPER_PRESET`).
+* ``one-shot``: one exchange of GN statistics at θ₀ and one fused step
+  (ridge fusion for linear residuals), ``sigma=0`` extra damping.
 
 With a ``budget`` and no ``rounds`` a run goes on until the budget is spent.
 """
 from __future__ import annotations
 
-import torch
-
-from fedsciml import linalg
-
 from fedsciml.federated.aggregators import FedAvgAggregator, FIPAAggregator
-from fedsciml.federated.client import SKETCHES, AdaptiveSchedule, Client, ClientBatch, LocalConfig
-from fedsciml.federated.gn import GNAggregator, GNStrategy
+from fedsciml.federated.averaging import AveragingStrategy
+from fedsciml.federated.client import SKETCHES, AdaptiveSchedule, Client, LocalConfig
+from fedsciml.federated.fipa import FIPAStrategy
+from fedsciml.federated.gn import GNStrategy
+from fedsciml.federated.oneshot import OneShotStrategy
 from fedsciml.federated.simulation import RoundConfig, Simulation
+from fedsciml.federated.transport import BytesTransport, LocalTransport, Transport
 from fedsciml.runner import register_method
 from fedsciml.solvers.lm import LMConfig, default_tau
 
-DEFAULT_ROUNDS = {"gn": 100, "fipa": 40, "fedavg": 30, "fedprox": 30}
+DEFAULT_ROUNDS = {"gn": 100, "fipa": 40, "fedavg": 30, "fedprox": 30, "one-shot": None}  # one-shot: one round
 DEFAULT_RANK = 20
-
-
-class UpdateStrategy:
-    """Round logic of FIPA / FedAvg / FedProx: sampled clients send updates, the aggregator merges them.
-
-    ``safeguard`` (FIPA with local Gauss–Newton steps): the server merge is
-    regularized, ``(Ĥ + βI)^† Σ Ĥ_m Δθ_m`` (paper Eq. 13's β), with β adapted
-    by the Levenberg–Marquardt rule from the losses the clients report at the
-    broadcast θ (one float each): β₀ = ``lm_tau`` · max_m max diag(Ĥ_m) (LM's
-    μ₀ = τ·max diag(JᵀJ)); when
-    every client answered and the summed loss went *up* (or is not finite),
-    the server discards the last merged step (returns to the previous global
-    parameters) and multiplies β by 10; otherwise it divides β by 3 (down to
-    1e-20).  With full-rank curvature and exact local solves
-    ``Δθ_m = −H_m^† g_m`` the merged step is then exactly the LM step
-    ``−(H + βI)^{-1} g``.  With partial participation or dropout the losses of
-    different rounds are not comparable and every step is kept.
-
-    ``complement``: add the FedAvg average of the updates' components outside
-    the span ``Q`` of the clients' sketches, ``(I − QQᵀ) Σ (N_m/N) Δθ_m`` —
-    directions no client's curvature informs (the paper's "orthogonal
-    complement correction"; off by default).
-    """
-
-    def __init__(self, aggregator, local: LocalConfig, curvature: str | None, rank: int, sketch: str,
-                 adaptive: AdaptiveSchedule | None, seed: int, safeguard: bool = False, complement: bool = False,
-                 lm_tau: float = 1e-3, batched: bool = True):
-        self.agg = aggregator
-        self.local = local
-        self.curvature = curvature
-        self.rank = rank
-        self.sketch = sketch
-        self.adaptive = adaptive
-        self.seed = seed
-        self.safeguard = safeguard
-        self.complement = complement
-        self.lm_tau = lm_tau
-        self.beta = None
-        self.nu = 2.0
-        self.pred = 0.0
-        self.batched = batched  # evaluate the round's clients in one vectorized Jacobian call (same numbers)
-        self._batches = {}
-        self.theta = None
-        self.loss_sum = None
-        self.gnorm = None  # adaptive FIPA: global gradient-norm estimate of the last round
-        self.prev_theta = None
-        self.prev_loss = None
-        self.rejected_steps = 0
-
-    def start(self, sim, theta0):
-        self.theta = theta0.detach().clone()
-
-    def finished(self, sim):
-        return None
-
-    def round(self, sim, k):
-        answering, dropped = sim.sample()
-        if not answering:
-            sim.skipped_rounds += 1
-            return {"skipped": True}
-        p = self.theta.numel()
-        theta = self.theta
-
-        rjs = {}
-        if self.batched and (self.local.solver == "gn" or self.curvature == "full" or self.adaptive is not None
-                             or (self.curvature == "lowrank" and self.sketch != "matfree")):
-            key = tuple(c.cid for c in answering)
-            if key not in self._batches:
-                self._batches[key] = ClientBatch(answering)
-            rjs = self._batches[key].residuals_and_jacobians(theta)
-
-        def make(c: Client):
-            msg = c.update_message(theta, self.local, curvature=self.curvature, rank=self.rank, sketch=self.sketch,
-                                   seed=(self.seed * 1_000_003 + k * 1009 + c.cid) % (2**31), adaptive=self.adaptive,
-                                   rnd=k, global_grad_norm=self.gnorm, report_loss=self.safeguard, rj=rjs.get(c.cid))
-            if self.adaptive is not None:
-                msg["gnorm"] = torch.tensor([c.last_info["gnorm"]], dtype=theta.dtype, device=theta.device)
-            return msg
-
-        down = p + (1 if self.adaptive is not None else 0) + (1 if self.safeguard else 0)
-        ok, _bad = sim.ask(answering, make, lambda m: self.agg.validate(m, p, theta.dtype), down_floats=down)
-        extra = {"answered": len(ok)}
-        if self.safeguard:
-            complete = len(ok) == len(sim.clients)
-            loss = sum(float(ok[c]["loss"][0]) for c in sorted(ok)) if complete else None
-            bad_point = not ok and len(_bad) == len(answering)  # every answer was broken (non-finite) at this θ
-            trial = self.prev_theta is not None and theta is not self.prev_theta  # θ is an unverified merged step
-            if trial and (bad_point or (complete and not loss < self.prev_loss)):
-                self.theta = self.prev_theta  # the last merged step made things worse: undo it
-                self.beta = min(1e20, self.beta * self.nu)
-                self.nu *= 2.0
-                self.rejected_steps += 1
-                extra.update(accepted=False, beta=self.beta)
-                return extra
-            if self.beta is None and ok:
-                self.beta = self.lm_tau * max(_max_diag(m) for m in ok.values())
-            elif complete and trial:  # gain ratio of the accepted step (LM rule)
-                rho = (self.prev_loss - loss) / self.pred if self.pred > 0 else 1.0
-                self.beta = max(1e-20, self.beta * max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3))
-                self.nu = 2.0
-            if complete:
-                self.prev_theta, self.prev_loss = theta, loss
-            extra.update(accepted=True, beta=self.beta)
-            self.agg.beta = self.beta
-        if not ok:
-            sim.fail("aggregation")
-        new = self.agg.aggregate(theta, ok)
-        if self.complement and self.curvature == "lowrank":
-            w = self.agg.sample_weights(ok)
-            d = sum(w[c] * ok[c]["delta"] for c in sorted(ok))
-            Q, _ = torch.linalg.qr(torch.cat([ok[c]["U"] for c in sorted(ok)], dim=1), mode="reduced")
-            new = new + (d - Q @ (Q.T @ d))
-        if self.safeguard:  # predicted decrease of the merged step: ½ δᵀ(b + βδ), b = Σ Ĥ_m Δθ_m ≈ −g
-            step = new - theta
-            self.pred = 0.5 * float(step @ (_merge_rhs(ok, p) + self.beta * step))
-        self.theta = new
-        if self.adaptive is not None:
-            w = self.agg.sample_weights(ok)
-            self.gnorm = sum(w[c] * float(m["gnorm"][0]) for c, m in ok.items())
-            ranks = [int(ok[c]["lam"].numel()) for c in sorted(ok)] if self.curvature == "lowrank" else []
-            steps = [c.last_info.get("steps") for c in answering if c.cid in ok]
-            extra.update(ranks=" ".join(map(str, ranks)), local_steps=" ".join(map(str, steps)))
-        return extra
-
-    def finalize(self, sim):
-        """Safeguard: check the last, not yet validated merged step with one loss query; undo it if worse."""
-        if not (self.safeguard and self.prev_theta is not None and self.theta is not self.prev_theta):
-            return
-        theta = self.theta
-        sim.begin_round(sim.round_index)
-        ok, _ = sim.ask(sim.clients, lambda c: c.loss_message(theta),
-                        lambda m: GNAggregator(False).validate(m, theta.numel(), theta.dtype), theta.numel())
-        sim.end_round()
-        complete = len(ok) == len(sim.clients)
-        if complete:
-            loss = GNAggregator.total_loss(ok)
-            if not loss <= self.prev_loss:
-                self.theta = self.prev_theta
-                self.rejected_steps += 1
-            self.final_check = {"final_step_kept": self.theta is theta, "floats": sim._round_up + sim._round_down}
-
-    def state_dict(self):
-        return {"theta": self.theta, "gnorm": self.gnorm, "beta": self.beta, "nu": self.nu, "pred": self.pred,
-                "prev_theta": self.prev_theta,
-                "prev_loss": self.prev_loss, "rejected_steps": self.rejected_steps}
-
-    def load_state_dict(self, d):
-        self.theta, self.gnorm, self.beta = d["theta"], d["gnorm"], d["beta"]
-        self.nu, self.pred = d["nu"], d["pred"]
-        self.prev_theta, self.prev_loss, self.rejected_steps = d["prev_theta"], d["prev_loss"], d["rejected_steps"]
-
-    def info(self):
-        if not self.safeguard:
-            return {}
-        return {"rejected_steps": self.rejected_steps, "final_beta": self.beta, **getattr(self, "final_check", {})}
-
-
-def _merge_rhs(msgs, p) -> torch.Tensor:
-    """``b = Σ_m Ĥ_m Δθ_m`` (sum-form weights)."""
-    b = 0.0
-    for m in msgs.values():
-        if "H" in m:
-            b = b + linalg.unpack_upper(m["H"], p) @ m["delta"]
-        else:
-            b = b + m["U"] @ (m["lam"] * (m["U"].T @ m["delta"]))
-    return b
-
-
-def _max_diag(msg) -> float:
-    if "H" in msg:  # the largest entry of a PSD matrix sits on its diagonal
-        return float(msg["H"].max())
-    return float(((msg["U"] ** 2) @ msg["lam"]).max())
+TRANSPORTS = ("local", "bytes")
 
 
 def _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, method):
@@ -226,9 +58,23 @@ def _fingerprint(problem, method, objectives, theta0, seed, options):
             "n_params": int(theta0.numel()), "n_residuals": [int(o.n_residuals) for o in objectives]}
 
 
-def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every, options, message_hook):
-    clients = [Client(i, o) for i, o in enumerate(objectives)]
-    sim = Simulation(clients, evaluate, rc, label=method, progress=progress, every=every,
+def make_transport(objectives, transport="local", vectorize: bool = True, device="cpu"):
+    """The clients of ``objectives`` behind a transport: ``"local"`` (in-process, vectorized across clients)
+    or ``"bytes"`` (the same, with every request and reply round-tripped through bytes); a
+    :class:`~fedsciml.federated.transport.Transport` instance is used as it is (e.g. Flower's, whose
+    clients live on other nodes)."""
+    if isinstance(transport, Transport):
+        return transport
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+    local = LocalTransport([Client(i, o) for i, o in enumerate(objectives)], vectorize=vectorize)
+    return BytesTransport(local, device=device) if transport == "bytes" else local
+
+
+def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every, options, message_hook,
+              transport="local", vectorize=True):
+    sim = Simulation(make_transport(objectives, transport, vectorize, theta0.device), evaluate, rc, label=method, progress=progress,
+                     every=every,
                      fingerprint=_fingerprint(problem, method, objectives, theta0, seed, options),
                      message_hook=message_hook)
     theta, rows, info = sim.run(strategy, theta0)
@@ -240,7 +86,7 @@ def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc,
 @register_method("gn")
 def run_gn(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
            lr=None, rounds=None, participation=None, dropout=None, checkpoint=None, resume=False, lm_tau=None,
-           max_retries=20, batched=True, message_hook=None, form="auto", **ignored):
+           max_retries=20, batched=True, message_hook=None, form="auto", transport="local", **ignored):
     """Exact federated Gauss–Newton (Levenberg–Marquardt on summed client statistics)."""
     if participation is not None and participation < 1:
         raise ValueError(f"gn takes an exact step on every client's statistics; participation={participation} < 1 "
@@ -252,9 +98,9 @@ def run_gn(problem, objectives, theta0, evaluate, *, progress=False, seed=0, eve
         form = "sqrt" if sum(o.n_residuals for o in objectives) < theta0.numel() else "normal"
     options = {"lm_tau": lm_tau, "form": form}
     strategy = GNStrategy(LMConfig(tau=lm_tau, solve="auto" if form == "sqrt" else "normal"),
-                          max_retries=max_retries, batched=batched, form=form)
+                          max_retries=max_retries, form=form)
     theta, rows, info = _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                                  options, message_hook)
+                                  options, message_hook, transport, batched)
     if ignored:
         info["ignored_options"] = sorted(ignored)
     return theta, rows, info
@@ -289,13 +135,14 @@ def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, e
              lr=None, rounds=None, rank=None, adaptive=False, merge=None, beta=None, gamma=None, local=None,
              local_steps=None, local_damping=None, sketch="auto", safeguard=None, complement=False, participation=None, dropout=None, checkpoint=None,
              resume=False, adapt_c=1e-3, adapt_ctau=1e-3, pinv_rtol=None, local_loss=None, preset=None,
-             message_hook=None, **ignored):
+             message_hook=None, transport="local", robust="mean", trim=0.2, clip_norm=None, **ignored):
     """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates.
 
     ``preset="paper"`` fills every option not given with :data:`PAPER_PRESET` (the published algorithm).
     ``pinv_rtol``: eigenvalues of the merged curvature below ``pinv_rtol·λ_max`` are dropped by the
     pseudo-inverse (default ``p·eps``).  Why the published β = 0, γ = 1 without a relative cutoff diverges
     (the cutoff, not γ): README "The published FIPA".
+    ``robust`` / ``trim`` / ``clip_norm``: see :class:`~fedsciml.federated.aggregators.FIPAAggregator`.
     """
     if preset is not None:
         if preset not in FIPA_PRESETS:
@@ -318,10 +165,14 @@ def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, e
     if adaptive and curvature == "full":
         raise ValueError("adaptive FIPA chooses a rank per client; give --rank r ≥ 1 as its upper bound")
     merge = merge or ("pinv" if curvature == "full" else "qr")
+    if complement and curvature == "lowrank" and merge != "qr":
+        raise ValueError("FIPA --complement is an option of the thin-QR merge; use --merge qr (the default)")
+    lc = _local_config(local, local_steps, lr, local_damping, 0.0, "gn", local_loss)
     agg = FIPAAggregator(curvature=curvature, merge=merge, beta=0.0 if beta is None else float(beta),
                          gamma=1.0 if gamma is None else float(gamma), weighting="sum",
+                         complement="fedavg" if complement and curvature == "lowrank" else "none",
+                         robust=robust, trim=trim, clip_norm=clip_norm, consistency=lc.solver == "gn",
                          rtol=None if pinv_rtol is None else float(pinv_rtol))
-    lc = _local_config(local, local_steps, lr, local_damping, 0.0, "gn", local_loss)
     sched = AdaptiveSchedule(C=float(adapt_c), C_tau=float(adapt_ctau)) if adaptive else None
     rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, "fipa")
     options = {"rank": rank, "curvature": curvature, "merge": merge, "beta": agg.beta, "gamma": agg.gamma,
@@ -338,10 +189,12 @@ def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, e
         options.update(adapt_c=sched.C, adapt_ctau=sched.C_tau)
     safeguard = (lc.solver == "gn") if safeguard is None else bool(safeguard)
     options.update(safeguard=safeguard, complement=bool(complement))
-    strategy = UpdateStrategy(agg, lc, curvature, max(rank, 1), sketch, sched, seed, safeguard=safeguard,
-                              complement=bool(complement))
+    if not agg.rule.plain:
+        options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
+    strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), sketch, sched, seed, safeguard=safeguard,
+                            complement=bool(complement))
     theta, rows, info = _simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                                  options, message_hook)
+                                  options, message_hook, transport)
     if ignored:
         info["ignored_options"] = sorted(ignored)
     return theta, rows, info
@@ -349,19 +202,22 @@ def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, e
 
 def _run_avg(method, problem, objectives, theta0, evaluate, *, progress, seed, every, budget, tol, lr, rounds, local,
              local_steps, local_damping, participation, dropout, checkpoint, resume, prox, server_lr, message_hook,
-             ignored):
+             ignored, transport="local", robust="mean", trim=0.2, clip_norm=None):
     lc = _local_config(local, local_steps, lr, local_damping, prox, "adam")
-    agg = FedAvgAggregator(server_lr=1.0 if server_lr is None else float(server_lr))
+    agg = FedAvgAggregator(server_lr=1.0 if server_lr is None else float(server_lr), robust=robust, trim=trim,
+                           clip_norm=clip_norm)
     rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, method)
     options = {"local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "server_lr": agg.server_lr,
                "participation": rc.participation, "dropout": rc.dropout}
+    if not agg.rule.plain:
+        options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
     if method == "fedprox":
         options["mu"] = prox
     if lc.solver == "gn":
         options["local_damping"] = lc.damping
-    strategy = UpdateStrategy(agg, lc, None, 1, "auto", None, seed)
+    strategy = AveragingStrategy(agg, lc, seed)
     theta, rows, info = _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                                  options, message_hook)
+                                  options, message_hook, transport)
     if ignored:
         info["ignored_options"] = sorted(ignored)
     return theta, rows, info
@@ -370,23 +226,46 @@ def _run_avg(method, problem, objectives, theta0, evaluate, *, progress, seed, e
 @register_method("fedavg")
 def run_fedavg(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
                lr=None, rounds=None, local=None, local_steps=None, local_damping=None, participation=None,
-               dropout=None, checkpoint=None, resume=False, server_lr=None, message_hook=None, **ignored):
-    """FedAvg (paper Eq. 3): data-size weighted average of local updates."""
+               dropout=None, checkpoint=None, resume=False, server_lr=None, message_hook=None, transport="local",
+               robust="mean", trim=0.2, clip_norm=None, **ignored):
+    """FedAvg (paper Eq. 3): data-size weighted average of local updates.
+
+    ``robust`` / ``trim`` / ``clip_norm``: see :class:`~fedsciml.federated.aggregators.FedAvgAggregator`."""
     return _run_avg("fedavg", problem, objectives, theta0, evaluate, progress=progress, seed=seed, every=every,
                     budget=budget, tol=tol, lr=lr, rounds=rounds, local=local, local_steps=local_steps,
                     local_damping=local_damping, participation=participation, dropout=dropout, checkpoint=checkpoint,
-                    resume=resume, prox=0.0, server_lr=server_lr, message_hook=message_hook, ignored=ignored)
+                    resume=resume, prox=0.0, server_lr=server_lr, message_hook=message_hook, ignored=ignored,
+                    transport=transport, robust=robust, trim=trim, clip_norm=clip_norm)
 
 
 @register_method("fedprox")
 def run_fedprox(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
                 lr=None, rounds=None, mu=None, local=None, local_steps=None, local_damping=None, participation=None,
-                dropout=None, checkpoint=None, resume=False, server_lr=None, message_hook=None, **ignored):
-    """FedProx: FedAvg whose local loss carries the proximal term ``μ/2 ‖θ_m − θ_k‖²``."""
+                dropout=None, checkpoint=None, resume=False, server_lr=None, message_hook=None, transport="local",
+                robust="mean", trim=0.2, clip_norm=None, **ignored):
+    """FedProx: FedAvg whose local loss carries the proximal term ``μ/2 ‖θ_m − θ_k‖²``.
+
+    ``robust`` / ``trim`` / ``clip_norm``: see :class:`~fedsciml.federated.aggregators.FedAvgAggregator`."""
     mu = 0.01 if mu is None else float(mu)
     if not mu >= 0:
         raise ValueError(f"FedProx μ must be ≥ 0, got {mu}")
     return _run_avg("fedprox", problem, objectives, theta0, evaluate, progress=progress, seed=seed, every=every,
                     budget=budget, tol=tol, lr=lr, rounds=rounds, local=local, local_steps=local_steps,
                     local_damping=local_damping, participation=participation, dropout=dropout, checkpoint=checkpoint,
-                    resume=resume, prox=mu, server_lr=server_lr, message_hook=message_hook, ignored=ignored)
+                    resume=resume, prox=mu, server_lr=server_lr, message_hook=message_hook, ignored=ignored,
+                    transport=transport, robust=robust, trim=trim, clip_norm=clip_norm)
+
+
+@register_method("one-shot")
+def run_one_shot(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
+                 lr=None, rounds=None, participation=None, dropout=None, checkpoint=None, resume=False, sigma=0.0,
+                 message_hook=None, transport="local", **ignored):
+    """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)."""
+    rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, "one-shot")
+    strategy = OneShotStrategy(0.0 if sigma is None else sigma)
+    options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
+    theta, rows, info = _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
+                                  every, options, message_hook, transport)
+    if ignored:
+        info["ignored_options"] = sorted(ignored)
+    return theta, rows, info

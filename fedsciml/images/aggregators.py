@@ -18,7 +18,11 @@ messages are model + Fisher summaries:
   median of the client modes; returns the ensemble ``[M, p]``.
 
 A message's curvature is always the *mean-form* Fisher of its client
-(``(1/n) Σ_n J_nᵀΛ_nJ_n``); sample counts ``n`` give the weights.
+(``(1/n) Σ_n J_nᵀΛ_nJ_n``); sample counts ``n`` give the weights.  The schemas
+declare what the curvature must satisfy: Fisher diagonals ≥ 0, K-FAC factors,
+Gram matrices and dense Fisher blocks positive semidefinite (``psd="square"``,
+:mod:`fedsciml.federated.messages`), eigenvalues ≥ 0; a violating message is
+rejected by name.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from typing import Callable
 import torch
 
 from fedsciml import linalg
+from fedsciml.curvature import fipa_merge_lowrank
 from fedsciml.federated.aggregators import Aggregator, FIPAAggregator
 from fedsciml.federated.messages import Field, Schema
 from fedsciml.images.fisher import KFAC
@@ -42,7 +47,8 @@ class FIPAComplementAggregator(FIPAAggregator):
     still counts with curvature τ_m instead of 0.  Then ``Ĥ = Σ w_m Ĥ_m = Q K Qᵀ + β₀ I``
     with β₀ = Σ w_m τ_m, ``b = Σ w_m Ĥ_m Δ_m``, and the step ``γ Ĥ⁻¹ b`` is
     ``γ [Q (K + β₀I)⁻¹ Qᵀ b + (I − QQᵀ) b / β₀]`` — Eq. 13 plus the complement term, which is
-    the τ-weighted FedAvg step there.  ``tail=False`` is plain Eq. 13 with β = ``beta_rel ·
+    the τ-weighted FedAvg step there: :func:`fedsciml.curvature.fipa_merge_lowrank` with
+    ``complement='tail'`` (the one thin-QR merge).  ``tail=False`` is plain Eq. 13 with β = ``beta_rel ·
     max_m w_m λ_max,m`` (the federated layer's :class:`FIPAAggregator`, unchanged), whose
     step lies inside the ≤ Σ r_m-dimensional sketch span.
     """
@@ -69,32 +75,14 @@ class FIPAComplementAggregator(FIPAAggregator):
         beta0 = sum(wi * t for wi, t in zip(w, taus)) + self.beta_rel * lam_max
         if not beta0 > 0:  # every sketch ends in a zero eigenvalue: no floor to speak of
             return theta + sum(wi * m["delta"] for wi, m in zip(w, msgs))
-        V = torch.cat([m["U"] for m in msgs], 1)
-        sig = torch.cat([wi * (m["lam"] - t) for wi, m, t in zip(w, msgs, taus)])
-        b = sum(wi * (m["U"] @ ((m["lam"] - t) * (m["U"].T @ m["delta"])) + t * m["delta"])
-                for wi, m, t in zip(w, msgs, taus))
-        Q, R = torch.linalg.qr(V, mode="reduced")
-        K = (R * sig) @ R.T
-        K = 0.5 * (K + K.T)
-        qb = Q.T @ b
-        z = linalg.damped_solve(K, qb, beta0)
-        step = Q @ z + (b - Q @ qb) / beta0
-        return theta + self.eta * self.gamma * step
+        step = fipa_merge_lowrank([m["U"] for m in msgs], [m["lam"] for m in msgs], [m["delta"] for m in msgs], w,
+                                  beta=self.beta_rel * lam_max, gamma=self.gamma, complement="tail")
+        return theta + self.eta * step
 
 
 def _stack_weights(messages):
     w = Aggregator.sample_weights(messages)
     return [w[c] for c in messages]
-
-
-def _check_nonneg(ok, bad, fields):
-    for cid in list(ok):
-        for f in fields:
-            if f in ok[cid] and bool((ok[cid][f] < 0).any()):
-                bad[cid] = f"field {f!r} has negative entries; a Fisher diagonal is ≥ 0"
-                del ok[cid]
-                break
-    return ok, bad
 
 
 class FedFishAggregator(Aggregator):
@@ -111,10 +99,7 @@ class FedFishAggregator(Aggregator):
         self._param = None
 
     def schema(self):
-        return Schema({"delta": Field(("p",)), "fisher": Field(("p",)), "n": Field((1,), positive=True)})
-
-    def validate(self, messages, p, dtype=None):
-        return _check_nonneg(*super().validate(messages, p, dtype), ["fisher"])
+        return Schema({"delta": Field(("p",)), "fisher": Field(("p",), nonneg=True), "n": Field((1,), positive=True)})
 
     def merged_delta(self, messages):
         w = _stack_weights(messages)
@@ -147,10 +132,7 @@ class FisherMergeAggregator(Aggregator):
         self.floor = fisher_floor
 
     def schema(self):
-        return Schema({"w": Field(("p",)), "fisher": Field(("p",)), "n": Field((1,), positive=True)})
-
-    def validate(self, messages, p, dtype=None):
-        return _check_nonneg(*super().validate(messages, p, dtype), ["fisher"])
+        return Schema({"w": Field(("p",)), "fisher": Field(("p",), nonneg=True), "n": Field((1,), positive=True)})
 
     def aggregate(self, theta, messages):
         if not messages:
@@ -210,16 +192,13 @@ class FedFisherAggregator(Aggregator):
     def schema(self):
         f = {"w": Field(("p",)), "n": Field((1,), positive=True)}
         if self.curvature == "diag":
-            f["fisher"] = Field(("p",))
+            f["fisher"] = Field(("p",), nonneg=True)
         else:
             for i, (a, g) in enumerate(self.template.factor_shapes()):
-                f[f"A{i}"] = Field((a, a))
-                f[f"G{i}"] = Field((g, g))
-            f["rest"] = Field((self.template.rest_idx.numel(),))
+                f[f"A{i}"] = Field((a, a), psd="square")
+                f[f"G{i}"] = Field((g, g), psd="square")
+            f["rest"] = Field((self.template.rest_idx.numel(),), nonneg=True)
         return Schema(f)
-
-    def validate(self, messages, p, dtype=None):
-        return _check_nonneg(*super().validate(messages, p, dtype), ["fisher", "rest"])
 
     def operators(self, messages):
         """``(weights, [F_i as a matvec])``."""
@@ -288,7 +267,7 @@ class RegMeanAggregator(Aggregator):
     def schema(self):
         f = {"w": Field(("p",)), "n": Field((1,), positive=True)}
         for i, (a, _) in enumerate(self.template.factor_shapes()):
-            f[f"gram{i}"] = Field((a, a))
+            f[f"gram{i}"] = Field((a, a), psd="square")
         return Schema(f)
 
     def merge(self, messages, alpha):
@@ -352,18 +331,15 @@ class FedBEnsAggregator(Aggregator):
         f = {"w": Field((M, "p")), "n": Field((1,), positive=True)}
         if self.approx == "kfac":
             for i, (a, g) in enumerate(self.template.factor_shapes()):
-                f[f"A{i}"] = Field((M, a, a))
-                f[f"G{i}"] = Field((M, g, g))
-            f["rest"] = Field((M, self.template.rest_idx.numel()))
+                f[f"A{i}"] = Field((M, a, a), psd="square")
+                f[f"G{i}"] = Field((M, g, g), psd="square")
+            f["rest"] = Field((M, self.template.rest_idx.numel()), nonneg=True)
         else:
-            f["diag"] = Field((M, "p"))
+            f["diag"] = Field((M, "p"), nonneg=True)
             if self.approx == "diagfull":
                 q = self.last.numel()
-                f["last"] = Field((M, q, q))
+                f["last"] = Field((M, q, q), psd="square")
         return Schema(f)
-
-    def validate(self, messages, p, dtype=None):
-        return _check_nonneg(*super().validate(messages, p, dtype), ["diag", "rest"])
 
     def neg_log_posterior(self, messages):
         """``w ↦ −L(w)`` of Eq. 5, vectorized over all (client, mode) Gaussians."""
