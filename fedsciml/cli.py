@@ -333,6 +333,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_USAGE
     from fedsciml.federated.messages import MessageRejected
+    from fedsciml.federated.simulation import RoundFailed
     from fedsciml.problems import ProblemError
 
     try:
@@ -350,7 +351,7 @@ def main(argv=None) -> int:
 
                 return images_cli.run(args)
             parser.parse_args(["bench", "--help"])
-    except (CLIError, ProblemError, MessageRejected, ValueError) as e:
+    except (CLIError, ProblemError, MessageRejected, RoundFailed, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -578,8 +578,6 @@ return fs.solve(P(n_interior=20), max_iters=2).final''', expect="any",
         "a list": 'return [1, 2] if cid == 1 else msg',
         "a string": 'return "hello" if cid == 1 else msg',
         "numpy arrays": 'return {k: v.numpy() for k, v in msg.items()} if cid == 1 else msg',
-        "tensor requiring grad": 'if cid == 1:\n    msg = {k: v.clone().requires_grad_(v.is_floating_point()) '
-                                 'for k, v in msg.items()}\nreturn msg',
         "negative sample count": 'if cid == 1 and "n" in msg:\n    msg = {**msg, "n": -msg["n"]}\nreturn msg',
         "zero sample count": 'if cid == 1 and "n" in msg:\n    msg = {**msg, "n": msg["n"] * 0}\nreturn msg',
         "NaN sample count": 'if cid == 1 and "n" in msg:\n    msg = {**msg, "n": msg["n"] * float("nan")}\nreturn msg',
@@ -587,6 +585,10 @@ return fs.solve(P(n_interior=20), max_iters=2).final''', expect="any",
         "negative curvature lam": 'if cid == 1 and "lam" in msg:\n    msg = {**msg, "lam": -msg["lam"].abs() - 1}\n'
                                   'return msg',
     }
+    for method in ("fedavg", "fipa", "gn"):  # valid values, only marked for autograd: rejected or harmless
+        cases.append(_hook_case(method, 'if cid == 1:\n    msg = {k: v.clone().requires_grad_(v.is_floating_point()) '
+                                        'for k, v in msg.items()}\nreturn msg', check=api_value(robust(1.5)),
+                                name=f"{method}: client 1 sends tensors requiring grad", group=M))
     only = {"negative loss": ("fipa", "gn"), "negative curvature lam": ("fipa",)}
     for label, body in corrupt.items():
         for method in only.get(label, ("fedavg", "fipa", "gn")):

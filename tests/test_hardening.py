@@ -513,3 +513,10 @@ def test_client_data_that_is_not_numeric_is_named():
         fs.ClientData([(np.array([["a"], ["b"]]), np.ones(2)), (np.ones((2, 1)), np.ones(2))])
     with pytest.raises(fs.ProblemError, match="numeric arrays"):
         fs.ClientData([(np.ones((2, 1)), [1.0, [2.0, 3.0]])])
+
+
+def test_a_failed_round_in_bench_images_is_one_line(capsys):
+    code, _, err = _cli(capsys, "bench", "images", "--dataset", "digits", "--methods", "fedavg", "--clients", "2",
+                        "--protocol", "rounds", "--rounds", "1", "--epochs", "1", "--lr", "-1", "--quiet")
+    assert code == 2
+    _one_line(err, "error:")
