@@ -1,9 +1,10 @@
 """Up-front checks of a problem's client objectives, with errors that name the fault.
 
-Run before any solver starts, on a few points per residual part (cheap):
-an empty client, a residual that is not one scalar per point, a non-finite
-residual at the initial parameters, a Jacobian whose column count does not
-match the parameter vector.
+Run before any solver starts: an empty client, a residual that is not one
+scalar per point, a residual that is not finite at the initial parameters
+(checked at *every* point: one vectorized residual evaluation per residual
+part, naming the client, the part and the first bad point), a Jacobian whose
+column count does not match the parameter vector (checked on a few points).
 """
 from __future__ import annotations
 
@@ -19,6 +20,20 @@ class SetupError(ValueError):
 
 def _head(points, k=4):
     return tuple(t[:k] for t in points) if isinstance(points, tuple) else points[:k]
+
+
+def _point(points, i) -> str:
+    """Point ``i`` of a part, for an error message (its first component when points are a tuple)."""
+    x = points[0][i] if isinstance(points, tuple) else points[i]
+    vals = x.reshape(-1).tolist()
+    text = ", ".join(f"{v:.6g}" for v in vals[:6]) + (", …" if len(vals) > 6 else "")
+    return f"[{text}]"
+
+
+def _first_bad(out) -> tuple[int, float, int]:
+    bad = ~torch.isfinite(out)
+    i = int(torch.nonzero(bad)[0, 0])
+    return i, float(out[i]), int(bad.sum())
 
 
 def check_objectives(objectives, theta0: torch.Tensor):
@@ -38,8 +53,8 @@ def check_objectives(objectives, theta0: torch.Tensor):
         if isinstance(obj, PointwiseLeastSquares):
             for part in obj.parts:
                 head = _head(part.points)
-                try:
-                    out = vmap(part.fn, in_dims=(None, 0))(theta0, head)
+                try:  # every point, one vectorized call: a residual bad only on part of the domain is caught
+                    out = vmap(part.fn, in_dims=(None, 0))(theta0, part.points)
                 except Exception as e:  # the user's residual failed: name the part
                     raise SetupError(f"client {cid}: residual part {part.name!r} failed at the initial parameters: "
                                      f"{type(e).__name__}: {e}") from e
@@ -47,7 +62,10 @@ def check_objectives(objectives, theta0: torch.Tensor):
                     raise SetupError(f"client {cid}: residual part {part.name!r} returns shape {tuple(out.shape[1:])} per "
                                      f"point; a residual must be one scalar per point")
                 if not bool(torch.isfinite(out).all()):
-                    raise SetupError(f"client {cid}: residual part {part.name!r} is not finite at the initial parameters")
+                    i, v, k = _first_bad(out)
+                    raise SetupError(f"client {cid}: residual part {part.name!r} is not finite at the initial parameters "
+                                     f"at point {i} (x = {_point(part.points, i)}: residual {v}; {k} of {out.numel()} "
+                                     f"points bad)")
                 J = obj._part_jacobian(type(part)(part.name, part.fn, head, part.weight), theta0)
                 if J.shape[-1] != p:
                     raise SetupError(f"client {cid}: Jacobian of part {part.name!r} has {J.shape[-1]} columns, expected {p}")
@@ -56,4 +74,6 @@ def check_objectives(objectives, theta0: torch.Tensor):
             if r.ndim != 1 or r.shape[0] != n:
                 raise SetupError(f"client {cid}: residual has shape {tuple(r.shape)}, expected ({n},)")
             if not bool(torch.isfinite(r).all()):
-                raise SetupError(f"client {cid}: residual is not finite at the initial parameters")
+                i, v, k = _first_bad(r)
+                raise SetupError(f"client {cid}: residual is not finite at the initial parameters at row {i} "
+                                 f"(residual {v}; {k} of {r.numel()} rows bad)")

@@ -232,6 +232,9 @@ class RoundOptions(StopOptions):
     checkpoint: str | None = option(None, "directory for per-round checkpoints", PATH, none="no checkpoints",
                                     metavar="DIR")
     resume: bool = option(False, "resume from the checkpoint in --checkpoint", bool)
+    transport: str = option("local", "how requests reach the clients: local (in-process, clients evaluated together) "
+                                     "or bytes (the same, every request and reply round-tripped through bytes)",
+                            str, choices=("local", "bytes"))
 
     def _resolve(self):
         super()._resolve()

@@ -166,6 +166,7 @@ def test_fedavg_is_sample_weighted_average_of_local_adam_updates():
     agg = FedAvgAggregator()
     msgs = {0: {"delta": d[0], "n": torch.tensor([10.0], dtype=torch.float64)},
             1: {"delta": d[1], "n": torch.tensor([30.0], dtype=torch.float64)}}
+    # bitwise: FedAvg clients are not batched, so the run computed these very deltas and this very average
     assert torch.equal(agg.aggregate(THETA0, msgs), th)
 
 
@@ -242,10 +243,13 @@ def test_round_fails_clearly_when_every_message_is_bad():
 
 def test_gn_repeats_requests_of_dropped_clients_so_iterates_are_unchanged():
     objs = make_clients()
-    a, _, _ = run("gn", objs, rounds=4)
-    b, _, info = run("gn", objs, rounds=4, dropout=0.4, seed=5)
+    a, rows_a, _ = run("gn", objs, rounds=4)
+    b, rows_b, info = run("gn", objs, rounds=4, dropout=0.4, seed=5)
     assert info["retried_requests"] > 0
-    assert torch.equal(a, b)
+    # Not bitwise: a retry evaluates a different batch of clients (another vmap batch size), which changes the
+    # round-off of the statistics (1.7e-14 relative seen on an AMD EPYC); the same steps are taken.
+    assert [r.get("accepted") for r in rows_a] == [r.get("accepted") for r in rows_b]
+    assert float((a - b).norm()) <= 1e-10 * float(a.norm())
     with pytest.raises(ValueError, match="participation"):
         run("gn", objs, rounds=1, participation=0.5)
 
@@ -275,6 +279,7 @@ def test_resume_after_interruption_ends_with_the_same_numbers(tmp_path, method, 
     run(method, objs, rounds=3, seed=2, checkpoint=d, **opts)  # "killed" after 3 rounds
     th, rows, info = run(method, objs, rounds=6, seed=2, checkpoint=d, resume=True, **opts)
     assert info["resumed"] and info["rounds"] == 6
+    # bitwise: the resumed run performs the same operations, on the same client batches, in the same order
     assert torch.equal(th, full)
     assert [r["loss"] for r in rows] == [r["loss"] for r in rows_full]
     assert [r["floats_sent"] for r in rows] == [r["floats_sent"] for r in rows_full]
@@ -408,5 +413,5 @@ def test_gn_square_root_form_resumes_with_the_same_numbers(tmp_path):
     full, rows_full, _ = run("gn", objs, rounds=5, form="sqrt")
     run("gn", objs, rounds=2, form="sqrt", checkpoint=str(tmp_path))
     resumed, rows_res, _ = run("gn", objs, rounds=5, form="sqrt", checkpoint=str(tmp_path), resume=True)
-    assert torch.equal(full, resumed)
+    assert torch.equal(full, resumed)  # bitwise: same operations in the same order as the uninterrupted run
     assert [r["loss"] for r in rows_full] == [r["loss"] for r in rows_res]

@@ -44,6 +44,7 @@ def test_checkpoint_resume_from_the_command_line(tmp_path, capsys):
     r = _run(capsys, *args, "--rounds", "4", "--checkpoint", ck, "--resume", "--json", str(part))
     assert r.returncode == 0, r.stderr
     a, b = json.loads(full.read_text()), json.loads(part.read_text())
+    # bitwise: the resumed run performs the same operations in the same order as the uninterrupted one
     assert a["final"]["mse"] == b["final"]["mse"] and b["extra"]["resumed"]
 
 

@@ -312,7 +312,7 @@ def test_fedbens_one_client_one_mode_returns_that_mode():
         ok, bad = agg.validate({0: mm}, m.p, torch.float32)
         assert not bad
         out = agg.aggregate(ws[0], ok)
-        assert out.shape == (1, m.p) and torch.equal(out[0], ws[0])
+        assert out.shape == (1, m.p) and torch.equal(out[0], ws[0])  # bitwise: the gradient is exactly 0 at the mode
 
 
 def test_fedbens_unimodal_objective_has_the_gaussian_product_optimum():

@@ -170,7 +170,8 @@ def test_pooled_objective_of_one_client_is_the_client_objective():
     (c,) = pb.client_objectives(1, seed=3)
     pooled = stack_objectives([c])
     theta = pb.init_params(2)
-    torch.testing.assert_close(pooled.residual(theta), c.residual(theta), rtol=0, atol=0)
+    # not bitwise: the pooled points are a copy (other alignment), and BLAS kernels may then sum in another order
+    torch.testing.assert_close(pooled.residual(theta), c.residual(theta), rtol=1e-13, atol=1e-14)
 
 
 def test_undamped_first_step_solves_linear_least_squares_and_damping_can_grow():

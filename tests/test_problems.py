@@ -62,7 +62,9 @@ def test_residual_vanishes_when_the_network_is_replaced_by_the_exact_solution(na
     pooled = stack_objectives(pb_net.client_objectives(3, seed=2))
     bnd = [p for p in pooled.parts if p.name == "boundary"][0]
     xb, g = bnd.points
-    torch.testing.assert_close(g, pb_net.exact(xb), rtol=0, atol=0)
+    # not bitwise: g was evaluated per client, in batches of other sizes (vectorized and scalar tails of sin/exp
+    # may differ in the last bit)
+    torch.testing.assert_close(g, pb_net.exact(xb), rtol=1e-14, atol=1e-15)
 
 
 def test_zero_dirichlet_data_where_the_paper_says_so():
@@ -188,7 +190,7 @@ def test_relative_l2_of_the_exact_interpolant_is_zero():
     pb = get_problem("allen-cahn")
     X, u = pb._test()
     assert X.shape == (1001, 1)
-    assert float((pb.exact(X) - u).norm() / u.norm()) == 0.0
+    assert float((pb.exact(X) - u).norm() / u.norm()) == 0.0  # bitwise: u is exact(X), the same call
 
 
 # --- client splits -----------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def test_message_is_the_gauss_newton_statistics():
     A, b = _iid(1, 30, 6)[0]
     msg = client_message(A, b)
     st = LinearLeastSquares(A, b).gn_stats(torch.zeros(6, dtype=D64))
-    assert torch.equal(linalg.unpack_upper(msg["G"], 6), st.H)
+    assert torch.equal(linalg.unpack_upper(msg["G"], 6), st.H)  # bitwise: the message packs this very gn_stats H
     assert torch.allclose(msg["h"], A.T @ b, rtol=1e-14, atol=1e-13)
     assert msg["G"].numel() == 21 and msg["n"].item() == 30
 
@@ -100,7 +100,7 @@ def test_malformed_messages_are_rejected_not_summed():
     ok, rejected = server.receive_all(bad)
     assert ok == [0, 1, 2] and set(rejected) == {"nan", "shape", "dim", "count", "extra"}
     assert "non-finite" in rejected["nan"] and "> 0" in rejected["count"]
-    assert torch.equal(server.solve(0.1), fuse(good, 0.1))
+    assert torch.equal(server.solve(0.1), fuse(good, 0.1))  # bitwise: the same sums in the same order, same solve
     with pytest.raises(MessageRejected):
         fuse(bad, 0.1)
 

@@ -2,51 +2,166 @@
 
 After every round the simulation writes ``DIR/state.pt`` (atomically: a
 temporary file, then ``os.replace``, so a run killed mid-write leaves the
-previous round's checkpoint intact).  It holds everything the next round
-depends on: the global parameters, the round counter, the client-sampling
-RNG state, the method's own state (the Levenberg–Marquardt damping and
-statistics for ``gn``, the last global gradient norm for adaptive FIPA), the
-history rows, the communication counters and the solver clock.  A
-*fingerprint* (problem, its options, method, method options, clients, seed,
-parameter count) is stored with it; resuming with a different setup is an
-error naming the first difference.
+previous round's checkpoint intact; a leftover ``state.pt.tmp`` is removed).
+It holds everything the next round depends on: the global parameters, the
+round counter, the client-sampling RNG state, the method's own state (the
+Levenberg–Marquardt damping and statistics for ``gn``, the last global
+gradient norm for adaptive FIPA), the history rows, the communication
+counters and the solver clock.  A *fingerprint* (problem, its options,
+method, method options, clients, seed, parameter count) is stored with it;
+resuming with a different setup is an error naming the first difference.
+
+Safety and integrity:
+
+* only plain data is stored — tensors, numbers, strings, ``None``, lists and
+  dicts (numpy scalars and arrays are converted on save; anything else is a
+  programming error raised at save time) — and the file is read back with
+  ``torch.load(..., weights_only=True)``, which refuses every other object, so
+  a crafted file cannot run code;
+* the file starts with one header line holding the SHA-256 of the serialized
+  payload; a truncated, garbage or modified file fails the check and gives
+  one :class:`CheckpointError` naming the file (CLI: exit 2).
 """
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import numbers
 import os
 
+import numpy as np
 import torch
 
 FILENAME = "state.pt"
+MAGIC = b"fedsciml-checkpoint v1 sha256="
+_HEADER_LEN = len(MAGIC) + 64 + 1  # magic, hex digest, newline
+
+# top-level entries the round loop writes, and their types
+REQUIRED = {"fingerprint": dict, "round": int, "rng": dict, "strategy": dict, "rows": list, "floats_up": int,
+            "floats_down": int, "elapsed": (int, float), "rejections": list}
 
 
-class CheckpointMismatch(ValueError):
-    pass
+class CheckpointError(ValueError):
+    """A checkpoint cannot be written or read back (corrupt, foreign, or unsafe)."""
+
+
+class CheckpointMismatch(CheckpointError):
+    """The checkpoint was written by a run with different settings."""
 
 
 def path_in(directory: str) -> str:
     return os.path.join(directory, FILENAME)
 
 
+def plain(obj, where: str = "state"):
+    """``obj`` with numpy scalars/arrays converted to Python numbers/tensors and tuples to lists.
+
+    Raises ``TypeError`` for anything that is not a tensor, number, string,
+    ``None``, list or dict with string/int keys: such objects could not be
+    read back with ``weights_only=True``.
+    """
+    if obj is None or isinstance(obj, (bool, str, torch.Tensor)):
+        return obj
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, numbers.Integral):
+        return int(obj)
+    if isinstance(obj, numbers.Real):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        if obj.dtype == object:
+            raise TypeError(f"checkpoint entry {where} is a numpy object array; store plain data")
+        return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, (list, tuple)):
+        return [plain(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if not isinstance(k, (str, int)):
+                raise TypeError(f"checkpoint entry {where} has a key of type {type(k).__name__}; use str or int")
+            out[k] = plain(v, f"{where}[{k!r}]")
+        return out
+    raise TypeError(f"checkpoint entry {where} is a {type(obj).__module__}.{type(obj).__name__}; a checkpoint "
+                    f"holds only tensors, numbers, strings, None, lists and dicts")
+
+
+def _normalized(fingerprint) -> dict:
+    return json.loads(json.dumps(fingerprint, default=str))
+
+
+def _remove_leftover(directory: str):
+    tmp = path_in(directory) + ".tmp"
+    if os.path.isfile(tmp):  # a write interrupted before os.replace: never a valid checkpoint
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+
+
 def save(directory: str, state: dict) -> str:
-    os.makedirs(directory, exist_ok=True)
     final = path_in(directory)
     tmp = final + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, final)
+    state = dict(state)
+    if "fingerprint" in state:  # stored in the normalized form it is compared in
+        state["fingerprint"] = _normalized(state["fingerprint"])
+    buf = io.BytesIO()
+    torch.save(plain(state), buf)
+    payload = buf.getvalue()
+    header = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n"
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(header)
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except OSError as e:
+        _remove_leftover(directory)
+        raise CheckpointError(f"cannot write checkpoint {final}: {e.strerror or e}") from None
     return final
+
+
+def read(path: str, map_location=None) -> dict:
+    """The state stored in ``path``, checksum verified, loaded without running code."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror or e}") from None
+    if not raw.startswith(MAGIC) or len(raw) < _HEADER_LEN or raw[_HEADER_LEN - 1:_HEADER_LEN] != b"\n":
+        raise CheckpointError(f"{path} is not a fedsciml checkpoint (no checksum header; garbage, or written by an "
+                              f"older version); delete it or use another --checkpoint directory")
+    digest, payload = raw[len(MAGIC):_HEADER_LEN - 1].decode("ascii", "replace"), raw[_HEADER_LEN:]
+    if hashlib.sha256(payload).hexdigest() != digest:
+        raise CheckpointError(f"checkpoint {path} is corrupt (SHA-256 mismatch: truncated or modified); "
+                              f"delete it or use another --checkpoint directory")
+    try:
+        state = torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - weights_only refusal or a broken archive: one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"checkpoint {path} was refused: it holds something other than tensors, numbers, "
+                              f"strings, lists and dicts, or is malformed ({first[:160]})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path} does not hold a state dictionary")
+    for key, typ in REQUIRED.items():
+        if key not in state:
+            raise CheckpointError(f"checkpoint {path} lacks the entry {key!r}")
+        if not isinstance(state[key], typ) or isinstance(state[key], bool):
+            raise CheckpointError(f"checkpoint {path}: entry {key!r} has type {type(state[key]).__name__}")
+    return state
 
 
 def load(directory: str, fingerprint: dict, map_location=None) -> dict | None:
     """The saved state, or ``None`` when the directory holds no checkpoint yet."""
+    _remove_leftover(directory)
     path = path_in(directory)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return None
-    state = torch.load(path, map_location=map_location, weights_only=False)
-    saved = state.get("fingerprint", {})
-    want = json.loads(json.dumps(fingerprint, default=str))
-    have = json.loads(json.dumps(saved, default=str))
+    state = read(path, map_location)
+    saved = state["fingerprint"]
+    want, have = _normalized(fingerprint), _normalized(saved)
     for key in sorted(set(want) | set(have)):
         if want.get(key) != have.get(key):
             raise CheckpointMismatch(

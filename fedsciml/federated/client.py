@@ -25,6 +25,7 @@ Rayleigh–Ritz (paper Eqs. 10–12) on ``jvp``/``vjp`` products.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -161,14 +162,60 @@ class Client:
         s = self.objective.gn_stats(theta)
         return {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": self._n(theta)}
 
+    # --- answering a request (the transport seam) --------------------------------
+    def answer(self, request, pre=None, deadline: float | None = None):
+        """Answer a :class:`~fedsciml.federated.transport.Request` from this client's own data.
+
+        Dispatches on ``request.query``: ``"loss"`` / ``"gn_loss"`` → ``{"loss", "n"}``
+        at ``theta``; ``"gn_stats"`` → :meth:`gn_message` (config ``form``);
+        ``"update"`` → :meth:`update_message` (config: ``local`` — the
+        :class:`LocalConfig` fields —, ``curvature``, ``rank``, ``sketch``,
+        ``seed``, ``adaptive``, ``round``, ``global_grad_norm``, ``report_loss``).
+        ``pre`` is what a :class:`ClientBatch` already computed for this client
+        (a ready message, or ``(r_m, J_m)``); ``deadline`` a ``time.perf_counter()``
+        instant at which local training stops (else ``config["deadline_s"]``
+        seconds from now).  Returns a :class:`~fedsciml.federated.transport.Reply`.
+        """
+        from fedsciml.federated.transport import Reply
+
+        q, cfg = request.query, request.config
+        theta = request.tensors["theta"]
+        if deadline is None and cfg.get("deadline_s") is not None:
+            deadline = time.perf_counter() + float(cfg["deadline_s"])
+        if q in ("loss", "gn_loss"):
+            return Reply(pre if pre is not None else self.loss_message(theta))
+        if q == "gn_stats":
+            return Reply(pre if pre is not None else self.gn_message(theta, cfg.get("form", "normal")))
+        if q == "update":
+            ad = cfg.get("adaptive")
+            msg = self.update_message(
+                theta, LocalConfig(**cfg["local"]), curvature=cfg.get("curvature"), rank=int(cfg.get("rank", 20)),
+                sketch=cfg.get("sketch", "auto"), seed=(int(cfg.get("seed", 0)) + self.cid) % (2**31),
+                adaptive=AdaptiveSchedule(**ad) if ad is not None else None, rnd=int(cfg.get("round", 0)),
+                global_grad_norm=cfg.get("global_grad_norm"), report_loss=bool(cfg.get("report_loss", False)),
+                rj=pre, deadline=deadline)
+            metrics = {}
+            if ad is not None:
+                msg["gnorm"] = _scalar(self.last_info["gnorm"], theta)
+                metrics["steps"] = self.last_info.get("steps")
+            return Reply(msg, metrics)
+        raise ValueError(f"client {self.cid}: unknown query {q!r}")
+
     # --- local training -----------------------------------------------------
-    def adam_delta(self, theta: torch.Tensor, cfg: LocalConfig, steps: int | None = None) -> torch.Tensor:
-        """``θ_m − θ`` after ``steps`` Adam steps on ``½‖r_m‖²/n_m (+ prox/2 ‖θ_m − θ‖²)``."""
+    def adam_delta(self, theta: torch.Tensor, cfg: LocalConfig, steps: int | None = None,
+                   deadline: float | None = None) -> torch.Tensor:
+        """``θ_m − θ`` after ``steps`` Adam steps on ``½‖r_m‖²/n_m (+ prox/2 ‖θ_m − θ‖²)``.
+
+        ``deadline`` (a ``time.perf_counter()`` instant, from the run's budget):
+        stop early once it has passed, after at least one step.
+        """
         steps = cfg.steps if steps is None else int(steps)
         x = theta.detach().clone().requires_grad_(True)
         opt = torch.optim.Adam([x], lr=cfg.lr)
         n = self.n
-        for _ in range(steps):
+        for i in range(steps):
+            if deadline is not None and i > 0 and time.perf_counter() >= deadline:
+                break
             opt.zero_grad(set_to_none=True)
             r = self.objective.residual(x)
             loss = 0.5 * (r @ r) / n
@@ -192,7 +239,7 @@ class Client:
 
     def update_message(self, theta: torch.Tensor, cfg: LocalConfig, *, curvature: str | None = None, rank: int = 20,
                        sketch: str = "auto", seed: int = 0, adaptive=None, rnd: int = 0, global_grad_norm=None,
-                       report_loss: bool = False, rj=None) -> dict:
+                       report_loss: bool = False, rj=None, deadline: float | None = None) -> dict:
         """A FIPA (``curvature='full'|'lowrank'``) or FedAvg/FedProx (``curvature=None``) message.
 
         ``adaptive`` (an :class:`AdaptiveSchedule`) picks this client's rank and
@@ -220,7 +267,7 @@ class Client:
             mu = cfg.damping * spec.lam_max
             delta = spec.damped_step(r_vec, mu)
         else:
-            delta = self.adam_delta(theta, cfg, steps)
+            delta = self.adam_delta(theta, cfg, steps, deadline)
         msg["delta"] = delta
         # curvature at the broadcast θ
         if curvature == "full":
@@ -348,6 +395,24 @@ class ClientBatch:
             s = gn_stats_from(Jm, rm)
             out[c.cid] = {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": c._n(theta)}
         return out
+
+    def precompute(self, request) -> dict:
+        """What one vectorized call can compute for every client of the batch, for
+        :meth:`Client.answer`: ready ``{"loss", "n"}`` messages (``gn_loss``), GN
+        statistics (``gn_stats``), or each client's ``(r_m, J_m)`` when an ``update``
+        needs them (local GN step, full-rank or dense low-rank curvature,
+        adaptive rank); ``{}`` when nothing is shared."""
+        theta, cfg = request.tensors["theta"], request.config
+        if request.query == "gn_loss":
+            return self.loss_messages(theta)
+        if request.query == "gn_stats":
+            return self.gn_messages(theta, cfg.get("form", "normal"))
+        if request.query == "update":
+            curvature = cfg.get("curvature")
+            if (cfg["local"]["solver"] == "gn" or curvature == "full" or cfg.get("adaptive") is not None
+                    or (curvature == "lowrank" and cfg.get("sketch", "auto") != "matfree")):
+                return self.residuals_and_jacobians(theta)
+        return {}
 
     def residuals_and_jacobians(self, theta: torch.Tensor) -> dict:
         """``{cid: (r_m, J_m)}`` — each client's own rows."""

@@ -26,15 +26,15 @@ Partial participation is therefore not offered for ``gn``.
 """
 from __future__ import annotations
 
-
 import dataclasses
 
 import torch
 
 from fedsciml import linalg
 from fedsciml.federated.aggregators import Aggregator
-from fedsciml.federated.client import ClientBatch
 from fedsciml.federated.messages import Field, MessageRejected, Schema
+from fedsciml.federated.strategy import Exchange, Strategy
+from fedsciml.federated.transport import Request
 from fedsciml.objective import GNStats, gn_stats_from
 from fedsciml.solvers.lm import LevenbergMarquardt, LMConfig
 
@@ -101,17 +101,22 @@ class GNAggregator(Aggregator):
         raise NotImplementedError("federated GN sums statistics (aggregate_stats) and steps with LevenbergMarquardt")
 
 
-class GNStrategy:
-    """Round logic of exact federated Gauss–Newton / Levenberg–Marquardt (see the module docstring)."""
+class GNStrategy(Strategy):
+    """Round logic of exact federated Gauss–Newton / Levenberg–Marquardt (see the module docstring).
 
-    def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, batched: bool = True,
-                 form: str = "normal"):
+    A round is two kinds of exchange — ``gn_loss`` at the trial point, then
+    (if the LM gain ratio accepts it) ``gn_stats`` there — each repeated for
+    the clients that dropped out or were rejected, so it overrides
+    :meth:`Strategy.round`.
+    """
+
+    name = "gn"
+
+    def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, form: str = "normal"):
         if form not in FORMS:
             raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
         self.form = form
         self.lm_config = lm_config or LMConfig()
-        self.batched = batched  # evaluate the clients of an exchange in one vectorized call (same numbers)
-        self._batches = {}
         self.max_retries = int(max_retries)
         self.lm: LevenbergMarquardt | None = None
         self.retries = 0
@@ -125,53 +130,47 @@ class GNStrategy:
     def loss_sum(self):
         return self.lm.loss
 
-    def _gather(self, sim, theta, with_curvature: bool) -> dict:
+    def summary(self) -> dict:
+        return {"lm_tau": self.lm_config.tau, "form": self.form, "max_retries": self.max_retries}
+
+    def _gather(self, run, theta, with_curvature: bool) -> dict:
+        """Every client's ``gn_stats`` (or ``gn_loss``) at θ, asking again whoever did not answer validly."""
         agg = GNAggregator(with_curvature, self.form)
         p = theta.numel()
-        make = (lambda c: c.gn_message(theta, self.form)) if with_curvature else (lambda c: c.loss_message(theta))
-
-        def make_batch(clients):
-            b = self._batch(clients)
-            return b.gn_messages(theta, self.form) if with_curvature else b.loss_messages(theta)
+        req = (Request("gn_stats", {"theta": theta}, {"form": self.form}) if with_curvature
+               else Request("gn_loss", {"theta": theta}))
+        # the stats are asked at a point the clients already hold (the trial θ or θ₀): nothing is sent down
+        ex = Exchange([], req, lambda m: agg.validate(m, p, theta.dtype), down_floats=0 if with_curvature else p,
+                      dropout=True)
         got: dict = {}
-        missing = list(sim.clients)
+        missing = list(run.client_ids)
         for attempt in range(self.max_retries + 1):
-            answering, dropped = sim.drops(missing)
-            sim._round_dropped += dropped
-            ok, _bad = sim.ask(answering, make, lambda m: agg.validate(m, p, theta.dtype),
-                               down_floats=p if not with_curvature else 0,
-                               make_batch=make_batch if self.batched else None)
-            got.update(ok)
-            missing = [c for c in sim.clients if c.cid not in got]
+            ex.clients = missing
+            got.update(run.exchange(ex).ok)
+            missing = [c for c in run.client_ids if c not in got]
             if not missing:
                 return got
             self.retries += 1
-        sim.fail(f"an exact Gauss–Newton step (clients {[c.cid for c in missing]} never answered validly "
+        run.fail(f"an exact Gauss–Newton step (clients {missing} never answered validly "
                  f"in {self.max_retries + 1} attempts)")
 
-    def _batch(self, clients):
-        key = tuple(c.cid for c in clients)
-        if key not in self._batches:
-            self._batches[key] = ClientBatch(clients)
-        return self._batches[key]
-
-    def start(self, sim, theta0):
+    def start(self, run, theta0):
         self.lm = LevenbergMarquardt(self.lm_config)
-        msgs = self._gather(sim, theta0, True)
-        sim._round_down += theta0.numel() * len(sim.clients)  # θ₀ broadcast
+        msgs = self._gather(run, theta0, True)
+        run.count_sent(down=theta0.numel() * len(run.client_ids))  # θ₀ broadcast
         self.lm.start(theta0, GNAggregator(True, self.form).aggregate_stats(msgs, theta0.numel()))
         return {"mu": self.lm.mu}
 
-    def finished(self, sim):
+    def finished(self, run):
         if self.lm.mu >= self.lm.cfg.mu_max:
             return "damping"
         return None
 
-    def round(self, sim, k):
+    def round(self, run, k):
         trial = self.lm.propose()
-        losses = self._gather(sim, trial, False)
+        losses = self._gather(run, trial, False)
         accepted = self.lm.observe(GNAggregator.total_loss(losses),
-                                   lambda: GNAggregator(True, self.form).aggregate_stats(self._gather(sim, trial, True),
+                                   lambda: GNAggregator(True, self.form).aggregate_stats(self._gather(run, trial, True),
                                                                                       trial.numel()))
         return {"mu": self.lm.mu, "accepted": accepted}
 

@@ -1,15 +1,13 @@
 """The round loop of a federated run: participation, dropout, validation, history, checkpoints.
 
-:class:`Simulation` holds what every method shares; a method (see
-:mod:`fedsciml.federated.methods`) supplies a *strategy* with
-
-* ``start(sim, theta0)`` — the initial state,
-* ``round(sim, k) -> dict`` — one communication round (``k`` = 1, 2, …),
-  returning extra history fields; it uses :meth:`Simulation.ask` to query
-  clients,
-* ``theta`` (current global parameters), ``loss_sum`` (global ½‖r‖² at
-  ``theta`` or ``None``), ``finished(sim) -> reason or None``,
-* ``state_dict()`` / ``load_state_dict(d)`` for checkpoints.
+:class:`Simulation` is the one round loop.  A method supplies a
+:class:`~fedsciml.federated.strategy.Strategy` (the declared protocol: it
+configures exchanges and aggregates validated replies) and the loop asks the
+clients through a :class:`~fedsciml.federated.transport.Transport` with
+plain-data requests.  Strategies use only the loop's public surface
+(:meth:`Simulation.sample`, :meth:`Simulation.drop_out`,
+:meth:`Simulation.exchange`, :meth:`Simulation.count_sent`,
+:meth:`Simulation.skip_round`, :meth:`Simulation.time_left`, …).
 
 Clients are sampled each round with a seeded ``numpy`` generator: a
 fraction ``participation`` of them (at least one), then each sampled client
@@ -23,7 +21,6 @@ client) and up (every message received, rejected ones included).
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +28,8 @@ import torch
 
 from fedsciml.federated import checkpoint as ckpt
 from fedsciml.federated.messages import floats_in
+from fedsciml.federated.strategy import Exchange, Replies, Strategy
+from fedsciml.federated.transport import Failure, LocalTransport, Request, Transport
 from fedsciml.solvers.history import Recorder
 
 
@@ -48,6 +47,7 @@ class RoundConfig:
     seed: int = 0
     checkpoint: str | None = None
     resume: bool = False
+    max_rejected_rounds: int | None = 10  # stop when one client is rejected this many rounds in a row (None: never)
 
     def validate(self):
         if self.rounds is not None and (int(self.rounds) != self.rounds or self.rounds < 0):
@@ -64,14 +64,22 @@ class RoundConfig:
 
 
 class Simulation:
-    """Shared state of one federated run (see the module docstring)."""
+    """One federated run: the round loop and its public accounting (see the module docstring).
 
-    def __init__(self, clients, evaluate, cfg: RoundConfig, *, label: str = "", progress: bool = False,
+    ``transport`` is a :class:`~fedsciml.federated.transport.Transport`, or a
+    list of :class:`~fedsciml.federated.client.Client` (then a
+    :class:`~fedsciml.federated.transport.LocalTransport` over them).
+    """
+
+    def __init__(self, transport, evaluate, cfg: RoundConfig, *, label: str = "", progress: bool = False,
                  every: int = 10, fingerprint: dict | None = None, message_hook=None):
-        self.clients = list(clients)
+        if not isinstance(transport, Transport):
+            transport = LocalTransport(list(transport))
+        self.transport = transport
+        self.client_ids = list(transport.client_ids)
         self.cfg = cfg.validate()
         self.evaluate = evaluate
-        self.n_total = sum(c.n for c in self.clients)
+        self.n_total = sum(int(transport.sample_counts[c]) for c in self.client_ids)
         self.rec = Recorder(evaluate, self.n_total, cfg.budget, progress, every, label)
         self.label = label
         self.progress = progress
@@ -87,66 +95,116 @@ class Simulation:
         self._round_down = 0
         self._round_rejected: dict = {}
         self._round_dropped: list = []
+        self._round_accepted: set = set()
+        self._rejected_streak: dict = {}  # client id -> consecutive rounds in which it was rejected
 
     # --- client sampling ----------------------------------------------------
     def sample(self) -> tuple[list, list]:
-        """``(answering, dropped)`` client lists for one round (seeded)."""
-        K = len(self.clients)
+        """``(answering, dropped)`` client ids for one round (seeded): a fraction
+        ``participation`` of the clients (at least one), then dropout."""
+        K = len(self.client_ids)
         m = max(1, int(round(self.cfg.participation * K)))
         chosen = sorted(self.rng.choice(K, size=m, replace=False).tolist()) if m < K else list(range(K))
-        answering, dropped = self.drops([self.clients[i] for i in chosen])
-        self._round_dropped += dropped
-        return answering, dropped
+        return self.drop_out([self.client_ids[i] for i in chosen])
 
-    def drops(self, clients) -> tuple[list, list]:
-        """Split ``clients`` into ``(answering, dropped)`` with the dropout probability (seeded)."""
+    def drop_out(self, client_ids) -> tuple[list, list]:
+        """Split ``client_ids`` into ``(answering, dropped)`` with the dropout probability (seeded);
+        the dropped ones are recorded for the round."""
+        client_ids = list(client_ids)
         if self.cfg.dropout <= 0:
-            return list(clients), []
-        fail = self.rng.random(len(clients)) < self.cfg.dropout
-        return [c for c, f in zip(clients, fail) if not f], [c.cid for c, f in zip(clients, fail) if f]
+            return client_ids, []
+        fail = self.rng.random(len(client_ids)) < self.cfg.dropout
+        dropped = [c for c, f in zip(client_ids, fail) if f]
+        self._round_dropped += dropped
+        return [c for c, f in zip(client_ids, fail) if not f], dropped
+
+    # --- public accounting ----------------------------------------------------
+    def count_sent(self, down: int = 0, up: int = 0):
+        """Count floats sent outside an exchange (e.g. the broadcast of θ₀)."""
+        self._round_down += int(down)
+        self._round_up += int(up)
+
+    def skip_round(self):
+        """The round had nobody to ask (every sampled client dropped out)."""
+        self.skipped_rounds += 1
+
+    @property
+    def round_floats(self) -> int:
+        """Floats sent so far in the current round (up and down)."""
+        return self._round_up + self._round_down
+
+    def time_left(self) -> float | None:
+        """Seconds of the budget left (``None`` without a budget); sent to clients as a deadline."""
+        return self.rec.time_left()
+
+    def paused(self):
+        """Context manager: time inside is not solver time (monitoring, checkpoint writing)."""
+        return self.rec.paused()
 
     # --- one exchange -------------------------------------------------------
-    def ask(self, clients, make_message, validate, down_floats: int, make_batch=None) -> tuple[dict, dict]:
-        """Broadcast ``down_floats`` to each client, collect ``make_message(client)``, validate.
+    def exchange(self, ex: Exchange) -> Replies:
+        """Ask ``ex.clients`` through the transport, validate, count and log; returns :class:`Replies`.
 
-        ``make_batch(clients) -> {cid: message}``, when given, computes the
-        same messages in one vectorized call (see
-        :class:`~fedsciml.federated.client.ClientBatch`).
-        ``validate(messages) -> (accepted, rejected)``.  Returns
-        ``(accepted, rejected)`` keyed by client id.
+        Each client asked is counted ``ex.down_floats`` (default: the request's
+        tensors) floats down; each message received (rejected ones included)
+        its floats up.  A client whose computation failed, or whose message the
+        schema rejects, is logged with its id and the reason and left out.
         """
-        msgs = {}
-        batch = make_batch(clients) if (make_batch is not None and clients) else None
-        for c in clients:
-            self._round_down += down_floats
-            try:
-                msg = batch[c.cid] if batch is not None else make_message(c)
-            except (FloatingPointError, RuntimeError) as e:  # a client that fails locally sends nothing
-                self._round_rejected[c.cid] = f"client failed: {type(e).__name__}: {e}"
+        clients, dropped = list(ex.clients), []
+        if ex.dropout:
+            clients, dropped = self.drop_out(clients)
+        down = ex.request.floats if ex.down_floats is None else int(ex.down_floats)
+        got = self.transport.ask(clients, ex.request) if clients else {}
+        msgs, metrics, bad = {}, {}, {}
+        for cid in clients:
+            self._round_down += down
+            rep = got.get(cid, Failure("no reply"))
+            if isinstance(rep, Failure):
+                bad[cid] = rep.reason
                 continue
+            msg = rep.message
             if self.message_hook is not None:
-                msg = self.message_hook(self.round_index, c.cid, msg)
+                msg = self.message_hook(self.round_index, cid, msg)
             if isinstance(msg, dict):
                 self._round_up += floats_in(msg)
-            msgs[c.cid] = msg
-        ok, bad = validate(msgs)
+            msgs[cid] = msg
+            metrics[cid] = rep.metrics
+        ok, invalid = ex.validate(msgs)
+        bad.update(invalid)
+        self._round_accepted.update(ok)
         for cid, reason in bad.items():
             self._round_rejected[cid] = reason
             self.rejections.append({"round": self.round_index, "client": cid, "reason": reason})
             if self.progress:
                 print(f"  {self.label} round {self.round_index}: rejected client {cid}: {reason}", file=sys.stderr)
-        return ok, bad
+        return Replies(ok=ok, rejected=bad, dropped=dropped, metrics={c: metrics[c] for c in ok}, asked=clients)
 
     def begin_round(self, k: int):
         self.round_index = k
         self._round_up = self._round_down = 0
         self._round_rejected = {}
         self._round_dropped = []
+        self._round_accepted = set()
 
     def end_round(self):
         self.floats_up += self._round_up
         self.floats_down += self._round_down
         self.rec.floats_sent = self.floats_up + self.floats_down
+        self._check_rejection_streaks()
+
+    def _check_rejection_streaks(self):
+        """A client rejected ``max_rejected_rounds`` rounds in a row is broken, not unlucky: stop with its reason."""
+        for cid in self._round_accepted:
+            self._rejected_streak.pop(cid, None)
+        for cid in set(self._round_rejected) - self._round_accepted:
+            self._rejected_streak[cid] = self._rejected_streak.get(cid, 0) + 1
+        limit = self.cfg.max_rejected_rounds
+        worst = max(self._rejected_streak.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
+        if limit is not None and worst is not None and worst[1] >= limit:
+            cid = worst[0]
+            raise RoundFailed(f"round {self.round_index}: client {cid} was rejected in {worst[1]} consecutive rounds "
+                              f"(last reason: {self._round_rejected[cid]}); stopping instead of dropping it forever — "
+                              f"check that client's data and residual")
 
     def round_fields(self) -> dict:
         return {"floats_up": self._round_up, "floats_down": self._round_down,
@@ -160,46 +218,58 @@ class Simulation:
 
     def global_loss(self, theta) -> float:
         """Monitoring only: the global training loss at θ (clock paused, nothing counted as sent)."""
-        t = time.perf_counter()
-        with torch.no_grad():
-            v = float(sum(float(c.objective.loss(theta)) for c in self.clients))
-        self.rec._paused += time.perf_counter() - t
-        return v
+        with self.paused(), torch.no_grad():
+            got = self.transport.ask(self.client_ids, Request("loss", {"theta": theta}, {"vectorize": False}))
+            v = 0.0
+            for cid in self.client_ids:
+                rep = got[cid]
+                if isinstance(rep, Failure):
+                    raise RoundFailed(f"round {self.round_index}: client {cid} could not report its loss: {rep.reason}")
+                v += float(rep.message["loss"][0])
+        return float(v)
 
     # --- checkpoints --------------------------------------------------------
     def save(self, strategy):
         if not self.cfg.checkpoint:
             return
-        t = time.perf_counter()
-        ckpt.save(self.cfg.checkpoint, {
-            "fingerprint": self.fingerprint, "round": self.round_index, "rng": self.rng.bit_generator.state,
-            "strategy": strategy.state_dict(), "rows": self.rec.rows, "floats_up": self.floats_up,
-            "floats_down": self.floats_down, "elapsed": self.rec.elapsed(), "rejections": self.rejections,
-            "skipped_rounds": self.skipped_rounds,
-        })
-        self.rec._paused += time.perf_counter() - t  # writing checkpoints is not solver time
+        with self.paused():  # writing checkpoints is not solver time
+            ckpt.save(self.cfg.checkpoint, {
+                "fingerprint": self.fingerprint, "round": self.round_index, "rng": self.rng.bit_generator.state,
+                "strategy": strategy.state_dict(), "rows": self.rec.rows, "floats_up": self.floats_up,
+                "floats_down": self.floats_down, "elapsed": self.rec.elapsed(), "rejections": self.rejections,
+                "skipped_rounds": self.skipped_rounds,
+            })
 
-    def restore(self, strategy, device) -> bool:
+    def restore(self, strategy, theta0) -> bool:
         if not (self.cfg.checkpoint and self.cfg.resume):
             return False
-        state = ckpt.load(self.cfg.checkpoint, self.fingerprint, map_location=device)
+        state = ckpt.load(self.cfg.checkpoint, self.fingerprint, map_location=theta0.device)
         if state is None:
             return False
+        try:  # a file that passed the checksum but holds the wrong structure: one line, not a traceback
+            self.rng.bit_generator.state = state["rng"]
+            strategy.load_state_dict(state["strategy"])
+            th = strategy.theta
+            ok = isinstance(th, torch.Tensor) and th.shape == theta0.shape and th.dtype == theta0.dtype
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
+            raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)} has a malformed "
+                                       f"state: {type(e).__name__}: {e}") from None
+        if not ok or not bool(torch.isfinite(th).all()):
+            raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)}: the stored parameters "
+                                       f"are not a finite {tuple(theta0.shape)} {theta0.dtype} tensor")
         self.round_index = int(state["round"])
-        self.rng.bit_generator.state = state["rng"]
-        strategy.load_state_dict(state["strategy"])
         self.rec.rows = list(state["rows"])
         self.floats_up, self.floats_down = int(state["floats_up"]), int(state["floats_down"])
         self.rec.floats_sent = self.floats_up + self.floats_down
-        self.rec._t0 -= float(state["elapsed"])  # the clock (and the budget) continue where they stopped
+        self.rec.credit(float(state["elapsed"]))  # the clock (and the budget) continue where they stopped
         self.rejections = list(state["rejections"])
         self.skipped_rounds = int(state.get("skipped_rounds", 0))
         return True
 
     # --- the loop -----------------------------------------------------------
-    def run(self, strategy, theta0: torch.Tensor):
+    def run(self, strategy: Strategy, theta0: torch.Tensor):
         """Run rounds until ``rounds``, the budget, ``tol`` or the strategy stops; returns ``(θ, rows, info)``."""
-        resumed = self.restore(strategy, theta0.device)
+        resumed = self.restore(strategy, theta0)
         if not resumed:
             self.begin_round(0)
             extra = strategy.start(self, theta0) or {}
@@ -229,18 +299,20 @@ class Simulation:
             loss = strategy.loss_sum if strategy.loss_sum is not None else self.global_loss(strategy.theta)
             self.rec.record(k, strategy.theta, loss, round=k, **self.round_fields(), **extra)
             self.save(strategy)
-        if hasattr(strategy, "finalize"):  # e.g. a last acceptance check of an unvalidated step
-            before = strategy.theta
-            strategy.finalize(self)
-            self.rec.floats_sent = self.floats_up + self.floats_down
-            if self.rec.rows and strategy.theta is before:
+        # e.g. a last acceptance check of an unvalidated step (its exchange counts as part of the last round)
+        before, sent = strategy.theta, self.floats_up + self.floats_down
+        self.begin_round(self.round_index)
+        strategy.finalize(self)
+        self.end_round()
+        if self.rec.rows and strategy.theta is before:
+            if self.floats_up + self.floats_down != sent:
                 self.rec.rows[-1]["floats_sent"] = self.rec.floats_sent
-            elif self.rec.rows:  # the last step was undone: the last row describes the parameters kept
-                last = self.rec.rows.pop()
-                keep = {k: last[k] for k in ("round", "floats_up", "floats_down", "rejected", "dropped", "answered")
-                        if k in last}
-                loss = strategy.loss_sum if strategy.loss_sum is not None else self.global_loss(strategy.theta)
-                self.rec.record(last["step"], strategy.theta, loss, **keep, final_check="last step undone")
+        elif self.rec.rows:  # the last step was undone: the last row describes the parameters kept
+            last = self.rec.rows.pop()
+            keep = {k: last[k] for k in ("round", "floats_up", "floats_down", "rejected", "dropped", "answered")
+                    if k in last}
+            loss = strategy.loss_sum if strategy.loss_sum is not None else self.global_loss(strategy.theta)
+            self.rec.record(last["step"], strategy.theta, loss, **keep, final_check="last step undone")
         info = {
             "rounds": self.round_index, "stopped_by": reason, "resumed": resumed,
             "floats_up": self.floats_up, "floats_down": self.floats_down,

@@ -4,7 +4,9 @@
 * ``cifar10`` / ``cifar100`` — the standard python pickle batches
   (``data_batch_1..5``/``test_batch``, or ``train``/``test`` for CIFAR-100) from a
   directory the user names; ``fmnist`` — the IDX files (``train-images-idx3-ubyte``
-  etc., optionally ``.gz``).  Nothing is downloaded.
+  etc., optionally ``.gz``).  Nothing is downloaded.  CIFAR batches are read with a
+  restricted unpickler that admits only dicts, lists, bytes, strings and numpy
+  arrays: a hostile file in ``--data-dir`` is refused, never run.
 
 Splits: IID, the plain Dirichlet label split of Hsu et al. (per class, client
 shares ~ Dir(α)), and the balanced-size Dirichlet split used by FedRCL (equal
@@ -71,14 +73,70 @@ def _need(path):
     return path
 
 
+def _latin1_encode(text, encoding="latin1", errors="strict"):
+    """``_codecs.encode`` as Python 3 pickles of bytes use it (protocol ≤ 2), for latin-1 only."""
+    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
+        raise pickle.UnpicklingError(f"_codecs.encode with encoding {encoding!r} is not part of a CIFAR batch")
+    return text.encode("latin1", errors)
+
+
+def _numpy_allowed() -> dict:
+    core = getattr(np, "_core", None) or np.core
+    allowed = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype, ("_codecs", "encode"): _latin1_encode}
+    for mod in ("numpy.core", "numpy._core"):  # Python 2 era files name numpy.core, numpy ≥ 2 writes numpy._core
+        allowed[(f"{mod}.multiarray", "_reconstruct")] = core.multiarray._reconstruct
+        allowed[(f"{mod}.multiarray", "scalar")] = core.multiarray.scalar
+        allowed[(f"{mod}.numeric", "_frombuffer")] = core.numeric._frombuffer
+    return allowed
+
+
+class _BatchUnpickler(pickle.Unpickler):
+    """Admits only what CIFAR batches hold: dicts, lists, bytes, strings, numbers and numpy arrays.
+
+    Any other global (a class, a function such as ``os.system``) is refused
+    before it is looked up, so a hostile file in ``--data-dir`` cannot run code.
+    """
+
+    ALLOWED = _numpy_allowed()
+
+    def find_class(self, module, name):
+        try:
+            return self.ALLOWED[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(f"it references {module}.{name}; a CIFAR batch holds only dicts, lists, "
+                                         f"bytes, strings and numpy arrays") from None
+
+
 def _unpickle(path):
     with open(_need(path), "rb") as f:
-        return pickle.load(f, encoding="bytes")
+        try:
+            d = _BatchUnpickler(f, encoding="bytes").load()
+        except Exception as e:  # noqa: BLE001 - refused or malformed: one line naming the file
+            raise ValueError(f"{path!r} is not a CIFAR python batch (refused): {type(e).__name__}: {e}") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"{path!r} is not a CIFAR python batch: it holds a {type(d).__name__}, not a dict")
+    return {k.encode() if isinstance(k, str) else k: v for k, v in d.items()}
 
 
-def _cifar_arrays(d, label_key):
-    x = np.asarray(d[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).astype(np.float32) / 255.0
-    return x, np.asarray(d[label_key], dtype=np.int64)
+def _cifar_arrays(d, label_key, path="", n_classes=None):
+    if b"data" not in d or label_key not in d:
+        raise ValueError(f"{path!r} is not a CIFAR python batch: it lacks {b'data'!r} or {label_key!r}")
+    x, y = d[b"data"], d[label_key]
+    if not (isinstance(x, np.ndarray) and x.dtype == np.uint8 and x.ndim == 2 and x.shape[1] == 3 * 32 * 32):
+        desc = f"{x.dtype} array of shape {x.shape}" if isinstance(x, np.ndarray) else type(x).__name__
+        raise ValueError(f"{path!r}: {b'data'!r} must be a uint8 array of shape (N, 3072), got a {desc}")
+    try:
+        y = np.asarray(y)
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"{path!r}: labels {label_key!r} are not a list of integers: {e}") from None
+    if y.ndim != 1 or y.dtype.kind not in "iu" or len(y) != len(x):
+        raise ValueError(f"{path!r}: labels {label_key!r} must be {len(x)} integers, got {y.dtype} of shape {y.shape}")
+    if len(y) and (y.min() < 0 or (n_classes is not None and y.max() >= n_classes)):
+        raise ValueError(f"{path!r}: labels {label_key!r} must lie in [0, {n_classes}), got [{y.min()}, {y.max()}]")
+    if len(x) == 0:
+        raise ValueError(f"{path!r} holds no images")
+    x = x.reshape(-1, 3, 32, 32).astype(np.float32) / 255.0
+    return x, y.astype(np.int64)
 
 
 def _find(data_dir, *names):
@@ -89,20 +147,25 @@ def _find(data_dir, *names):
     return data_dir
 
 
+def _batch(base, name, label_key, k):
+    path = os.path.join(base, name)
+    return _cifar_arrays(_unpickle(path), label_key, path, k)
+
+
 def load_cifar10(data_dir: str) -> ImageData:
     base = _find(data_dir, "data_batch_1", "test_batch")
-    parts = [_cifar_arrays(_unpickle(os.path.join(base, f"data_batch_{i}")), b"labels") for i in range(1, 6)
+    parts = [_batch(base, f"data_batch_{i}", b"labels", 10) for i in range(1, 6)
              if i == 1 or os.path.exists(os.path.join(base, f"data_batch_{i}"))]
     xtr = np.concatenate([p[0] for p in parts])
     ytr = np.concatenate([p[1] for p in parts])
-    xte, yte = _cifar_arrays(_unpickle(os.path.join(base, "test_batch")), b"labels")
+    xte, yte = _batch(base, "test_batch", b"labels", 10)
     return _finish(xtr, ytr, xte, yte, 10, "cifar10")
 
 
 def load_cifar100(data_dir: str) -> ImageData:
     base = _find(data_dir, "train", "test")
-    xtr, ytr = _cifar_arrays(_unpickle(os.path.join(base, "train")), b"fine_labels")
-    xte, yte = _cifar_arrays(_unpickle(os.path.join(base, "test")), b"fine_labels")
+    xtr, ytr = _batch(base, "train", b"fine_labels", 100)
+    xte, yte = _batch(base, "test", b"fine_labels", 100)
     return _finish(xtr, ytr, xte, yte, 100, "cifar100")
 
 

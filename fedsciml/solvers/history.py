@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import contextmanager
 
 
 class Recorder:
@@ -28,6 +29,23 @@ class Recorder:
     def elapsed(self) -> float:
         return time.perf_counter() - self._t0 - self._paused
 
+    @contextmanager
+    def paused(self):
+        """A block whose time is not solver time (monitoring, checkpoint writing)."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._paused += time.perf_counter() - t
+
+    def credit(self, seconds: float):
+        """Count ``seconds`` already spent (a resumed run: the clock and the budget continue)."""
+        self._t0 -= float(seconds)
+
+    def time_left(self) -> float | None:
+        """Seconds of the budget left (``None`` without a budget)."""
+        return None if self.budget is None else max(0.0, self.budget - self.elapsed())
+
     def out_of_time(self) -> bool:
         return self.budget is not None and self.elapsed() >= self.budget
 
@@ -37,9 +55,8 @@ class Recorder:
         ``loss_sum`` is ½‖r‖² over all clients; it is stored as the mean ½‖r‖²/N.
         """
         t = self.elapsed()
-        t_eval = time.perf_counter()
-        metrics = self.evaluate(theta)
-        self._paused += time.perf_counter() - t_eval
+        with self.paused():
+            metrics = self.evaluate(theta)
         row = {"step": int(step), "time_s": t, "loss": float(loss_sum) / self.n_residuals, **metrics,
                "floats_sent": int(self.floats_sent), **extra}
         self.rows.append(row)

@@ -55,6 +55,17 @@ class LMConfig:
 SOLVES = ("auto", "normal", "kernel")
 
 
+def damping_after_success(mu: float, rho: float, mu_min: float) -> tuple[float, float]:
+    """The damping rule after an accepted step with gain ratio ``ρ``:
+    ``(μ·max(⅓, 1 − (2ρ−1)³) floored at mu_min, ν = 2)`` (Madsen–Nielsen–Tingleff §3.2)."""
+    return max(mu_min, mu * max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3)), 2.0
+
+
+def damping_after_failure(mu: float, nu: float, mu_max: float, floor: float = 0.0) -> tuple[float, float]:
+    """The damping rule after a rejected step: ``(min(mu_max, max(μ·ν, floor)), 2ν)``."""
+    return min(mu_max, max(mu * nu, floor)), nu * 2.0
+
+
 class LevenbergMarquardt:
     """Drive with :meth:`start` once, then alternate :meth:`propose` / :meth:`observe`."""
 
@@ -142,12 +153,11 @@ class LevenbergMarquardt:
         if accepted:
             self.theta = self._trial
             self.stats = stats_fn()
-            self.mu = max(self.cfg.mu_min, self.mu * max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3))
-            self.nu = 2.0
+            self.mu, self.nu = damping_after_success(self.mu, rho, self.cfg.mu_min)
             self.accepted_steps += 1
         else:
-            self.mu = min(self.cfg.mu_max, max(self.mu * self.nu, 1e-12 * self._curvature_scale()))
-            self.nu *= 2.0
+            self.mu, self.nu = damping_after_failure(self.mu, self.nu, self.cfg.mu_max,
+                                                     1e-12 * self._curvature_scale())
             self.rejected_steps += 1
         self._trial = None
         return accepted

@@ -1,0 +1,175 @@
+"""The federated runtime: the strategy protocol, the transport seam (bytes round trip bitwise equal to
+in-process), the loop's public accounting, and budgets that hold inside local training."""
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from fedsciml.federated.aggregators import FedAvgAggregator
+from fedsciml.federated.averaging import AveragingStrategy
+from fedsciml.federated.client import Client, LocalConfig
+from fedsciml.federated.simulation import RoundConfig, Simulation
+from fedsciml.federated.strategy import Strategy
+from fedsciml.federated.transport import (BytesTransport, Failure, LocalTransport, Reply, Request,
+                                          reply_from_bytes, reply_to_bytes, request_from_bytes, request_to_bytes)
+from fedsciml.runner import METHODS
+from fedsciml.solvers.lm import damping_after_failure, damping_after_success
+
+from test_federated import THETA0, evaluate, make_clients
+
+
+def run(method, objs=None, **opts):
+    objs = objs if objs is not None else make_clients()
+    return METHODS[method](None, objs, THETA0, evaluate, **opts)
+
+
+def _strip_times(rows):
+    return [{k: v for k, v in r.items() if k != "time_s"} for r in rows]
+
+
+# --- the transport seam ---------------------------------------------------------------------
+
+
+def test_request_and_reply_round_trip_through_bytes_exactly():
+    theta = torch.randn(7, dtype=torch.float64)
+    req = Request("update", {"theta": theta}, {"local": {"solver": "adam", "lr": 1e-3}, "seed": 2**40 + 3,
+                                               "deadline_s": None, "x": 0.1 + 0.2})
+    back = request_from_bytes(request_to_bytes(req))
+    assert back.query == "update" and back.config == req.config
+    assert back.tensors["theta"].dtype == torch.float64 and torch.equal(back.tensors["theta"], theta)
+    rep = Reply({"delta": theta, "U": torch.randn(7, 3, dtype=torch.float32), "n": torch.tensor([5.0])},
+                {"steps": 12})
+    got = reply_from_bytes(reply_to_bytes(rep))
+    assert set(got.message) == set(rep.message) and got.metrics == {"steps": 12}
+    for k in rep.message:  # bitwise: numpy.save stores the raw bytes and the dtype
+        assert got.message[k].dtype == rep.message[k].dtype and torch.equal(got.message[k], rep.message[k])
+    assert reply_from_bytes(reply_to_bytes(Failure("client failed: x"))) == Failure("client failed: x")
+
+
+def test_bytes_never_pickle():
+    data = request_to_bytes(Request("gn_loss", {"theta": torch.zeros(3, dtype=torch.float64)}))
+    assert b"pickle" not in data
+    # an object array cannot be sent: numpy.save refuses it without pickling
+    with pytest.raises(ValueError):
+        np.save(__import__("io").BytesIO(), np.array([object()]), allow_pickle=False)
+
+
+@pytest.mark.parametrize("method, opts", [
+    ("gn", {"rounds": 3}),
+    ("gn", {"rounds": 3, "form": "sqrt", "dropout": 0.3, "seed": 4}),
+    ("fipa", {"rounds": 3, "rank": 4}),                                        # local GN, safeguard, QR merge
+    ("fipa", {"rounds": 2, "rank": 0, "local": "adam", "local_steps": 3}),       # full rank
+    ("fipa", {"rounds": 2, "rank": 3, "adaptive": True, "local": "adam", "local_steps": 3}),
+    ("fedavg", {"rounds": 2, "local_steps": 3, "participation": 0.67, "dropout": 0.2, "seed": 1}),
+])
+def test_bytes_transport_is_bitwise_identical_to_local(method, opts):
+    objs = make_clients()
+    a, rows_a, info_a = run(method, objs, **opts)
+    b, rows_b, info_b = run(method, objs, transport="bytes", **opts)
+    # bitwise is the point and guaranteed: the clients get the same bits (numpy.save/load and JSON
+    # round-trip float64 exactly) and run the same operations in the same order
+    assert torch.equal(a, b)
+    assert _strip_times(rows_a) == _strip_times(rows_b)
+    assert info_a["floats_up"] == info_b["floats_up"] and info_a["rejections"] == info_b["rejections"]
+
+
+def test_message_hook_sees_replies_of_the_bytes_transport():
+    seen = []
+
+    def hook(rnd, cid, msg):
+        seen.append((rnd, cid, sorted(msg)))
+        return {**msg, "delta": msg["delta"] * float("nan")} if cid == 1 else msg
+
+    _, rows, info = run("fedavg", rounds=1, local_steps=2, transport="bytes", message_hook=hook)
+    assert seen == [(1, 0, ["delta", "n"]), (1, 1, ["delta", "n"]), (1, 2, ["delta", "n"])]
+    assert [r["client"] for r in info["rejections"]] == [1] and rows[1]["rejected"] == 1
+
+
+def test_unknown_query_and_transport_are_refused():
+    t = LocalTransport([Client(0, make_clients((5,))[0])])
+    with pytest.raises(ValueError, match="unknown query 'gn_hessian'"):
+        t.ask([0], Request("gn_hessian", {"theta": THETA0}))
+    with pytest.raises(ValueError, match="transport must be one of local, bytes"):
+        run("fedavg", rounds=1, transport="grpc")
+
+
+class _FailingTransport(LocalTransport):
+    """Client 1's local training fails every time (as a raising residual would)."""
+
+    def ask(self, client_ids, request):
+        out = super().ask(client_ids, request)
+        if 1 in out and request.query == "update":
+            out[1] = Failure("client failed: RuntimeError: out of memory")
+        return out
+
+
+def test_a_failing_client_is_logged_by_the_loop_and_left_out():
+    objs = make_clients()
+    clients = [Client(i, o) for i, o in enumerate(objs)]
+    strat = AveragingStrategy(FedAvgAggregator(), LocalConfig("adam", 2))
+    sim = Simulation(_FailingTransport(clients), evaluate, RoundConfig(rounds=2))
+    th, rows, info = sim.run(strat, THETA0)
+    assert [(r["round"], r["client"]) for r in info["rejections"]] == [(1, 1), (2, 1)]
+    assert "out of memory" in info["rejections"][0]["reason"]
+    assert rows[1]["rejected"] == 1
+    # the average is over clients 0 and 2 only
+    d = {c: {"delta": clients[c].adam_delta(THETA0, LocalConfig("adam", 2)), "n": torch.tensor([30.0], dtype=torch.float64)}
+         for c in (0, 2)}
+    sim2 = Simulation(_FailingTransport(clients), evaluate, RoundConfig(rounds=1))
+    th1, _, _ = sim2.run(AveragingStrategy(FedAvgAggregator(), LocalConfig("adam", 2)), THETA0)
+    assert torch.allclose(th1, FedAvgAggregator().aggregate(THETA0, d), rtol=0, atol=1e-14)
+
+
+# --- the strategy protocol --------------------------------------------------------------------
+
+
+def test_strategy_protocol_is_declared():
+    class Incomplete(Strategy):
+        pass
+
+    with pytest.raises(TypeError, match="abstract"):
+        Incomplete()
+    from fedsciml.federated.fipa import FIPAStrategy
+    from fedsciml.federated.gn import GNStrategy
+
+    for cls in (AveragingStrategy, FIPAStrategy, GNStrategy):
+        assert issubclass(cls, Strategy)
+    assert issubclass(FIPAStrategy, AveragingStrategy)  # FIPA is the averaging exchange plus curvature
+
+
+def test_fipa_safeguard_uses_the_lm_damping_rule():
+    # the one rule, shared by solvers.lm and the FIPA safeguard
+    assert damping_after_success(1.0, 1.0, 1e-20) == (1.0 / 3.0, 2.0)
+    mu, nu = damping_after_success(2.0, 0.5, 1e-20)
+    assert mu == 2.0 and nu == 2.0  # ρ = ½: 1 − 0³ = 1
+    assert damping_after_failure(1.0, 2.0, 1e20) == (2.0, 4.0)
+    assert damping_after_failure(1e19, 64.0, 1e20) == (1e20, 128.0)
+    assert damping_after_failure(0.0, 2.0, 1e20, floor=1e-12) == (1e-12, 4.0)
+    _, rows, info = run("fipa", rounds=6, rank=4)
+    betas = [r["beta"] for r in rows[1:]]
+    assert all(b > 0 for b in betas) and info["final_beta"] == betas[-1]
+
+
+# --- budgets inside long loops --------------------------------------------------------------
+
+
+def test_budget_stops_local_training():
+    t = time.perf_counter()
+    _, rows, info = run("fedavg", rounds=3, budget=0.5, local_steps=10**8)
+    wall = time.perf_counter() - t
+    assert info["stopped_by"] == "budget" and len(rows) == 2
+    # one round, its local Adam loops cut at the deadline (a few steps of overshoot, plus evaluation)
+    assert wall < 15, wall
+
+
+def test_deadline_cuts_adam_after_at_least_one_step():
+    obj = make_clients((10,))[0]
+    c = Client(0, obj)
+    full = c.adam_delta(THETA0, LocalConfig("adam", 1))
+    cut = c.adam_delta(THETA0, LocalConfig("adam", 10**8), deadline=time.perf_counter() - 1.0)
+    assert torch.equal(full, cut)  # the deadline had passed: exactly one step
+    rep = c.answer(Request("update", {"theta": THETA0}, {"local": {"solver": "adam", "steps": 10**8, "lr": 1e-3,
+                                                                     "damping": 0.0, "prox": 0.0},
+                                                           "deadline_s": 0.0}))
+    assert torch.equal(rep.message["delta"], full)
