@@ -158,7 +158,7 @@ def cmd_solve(args):
     from fedsciml.problems import get_problem
     from fedsciml.results import check_output_dir, check_output_file
     from fedsciml.solvers.centralized import Diverged
-    from fedsciml.runner import check_clients, get_method, resolve_device, solve
+    from fedsciml.runner import check_clients, check_run_memory, get_method, resolve_device, solve
 
     popts = {k[5:]: v for k, v in vars(args).items() if k.startswith("popt_") and v is not None}
     problem = get_problem(args.problem, **popts)
@@ -166,7 +166,7 @@ def cmd_solve(args):
     check_clients(args.clients)
     if args.every < 1:
         raise CLIError(f"--every must be an integer ≥ 1, got {args.every}")
-    resolve_device(args.device)
+    dev = resolve_device(args.device)
     methods = [method] + ([m.strip() for m in args.compare.split(",") if m.strip() and m.strip() != method]
                           if args.compare else [])
     for m in methods:
@@ -176,7 +176,8 @@ def cmd_solve(args):
     for m in methods:
         if len(methods) > 1 and "checkpoint" in per_method[m]:  # one checkpoint directory per compared method
             per_method[m]["checkpoint"] = os.path.join(per_method[m]["checkpoint"], m)
-        get_method(m).make_config(per_method[m])  # every option checked before anything runs
+        cfg = get_method(m).make_config(per_method[m])  # every option checked before anything runs
+        check_run_memory(problem, m, args.clients or problem.default_clients, cfg, dev)
     if args.json:
         check_output_file(args.json, "--json")
     if args.out:
@@ -296,7 +297,9 @@ def load_plugins(specs) -> list[str]:
     Sources, in order: installed packages' entry points in the group
     ``fedsciml.problems``, the ``FEDSCIML_PLUGINS`` environment variable
     (``os.pathsep``-separated), and ``--plugin`` options.  Each is a module
-    name or a path to a ``.py`` file.
+    name or a path to a ``.py`` file.  Any fault — an empty name, the same
+    plugin twice, a file that does not exist, a syntax error, an exception
+    raised while importing — is a :class:`CLIError` naming the plugin.
     """
     import importlib
     import importlib.metadata
@@ -304,25 +307,47 @@ def load_plugins(specs) -> list[str]:
 
     loaded = []
     for ep in importlib.metadata.entry_points(group="fedsciml.problems"):
-        ep.load()
+        _load_one(f"entry point {ep.name!r}", ep.load)
         loaded.append(ep.name)
     env = [s for s in os.environ.get("FEDSCIML_PLUGINS", "").split(os.pathsep) if s]
+    seen = {}
     for spec in env + list(specs or []):
-        if spec.endswith(".py") or os.path.sep in spec:
+        if not spec.strip():
+            raise CLIError("--plugin needs a module name or a path to a .py file, got an empty string")
+        is_file = spec.endswith(".py") or os.path.sep in spec
+        key = os.path.realpath(spec) if is_file else spec
+        if key in seen:
+            raise CLIError(f"plugin {spec!r} is given twice (also as {seen[key]!r}); load each plugin once")
+        seen[key] = spec
+        if is_file:
             if not os.path.isfile(spec):
                 raise CLIError(f"plugin file {spec!r} does not exist")
             name = "fedsciml_plugin_" + os.path.splitext(os.path.basename(spec))[0]
             mod_spec = importlib.util.spec_from_file_location(name, spec)
+            if mod_spec is None or mod_spec.loader is None:
+                raise CLIError(f"plugin file {spec!r} cannot be imported as a Python module")
             module = importlib.util.module_from_spec(mod_spec)
             sys.modules[name] = module
-            mod_spec.loader.exec_module(module)
-        else:
             try:
-                importlib.import_module(spec)
-            except ImportError as e:
-                raise CLIError(f"cannot import plugin module {spec!r}: {e}")
+                _load_one(f"plugin file {spec!r}", lambda: mod_spec.loader.exec_module(module))
+            except CLIError:
+                sys.modules.pop(name, None)
+                raise
+        else:
+            _load_one(f"plugin module {spec!r}", lambda: importlib.import_module(spec))
         loaded.append(spec)
     return loaded
+
+
+def _load_one(what: str, load):
+    try:
+        load()
+    except SyntaxError as e:
+        raise CLIError(f"{what} has a syntax error at line {e.lineno}: {e.msg}") from None
+    except ImportError as e:
+        raise CLIError(f"cannot import {what}: {e}") from None
+    except Exception as e:  # a plugin is user code: any failure is reported, in one line
+        raise CLIError(f"{what} failed while loading: {type(e).__name__}: {e}") from None
 
 
 def _pre_scan_plugins(argv):

@@ -85,8 +85,9 @@ class Spec:
     cli: bool = True             # has a command-line flag
     metavar: str | None = None
 
-    def allowed(self) -> str:
-        """The allowed values in words, e.g. ``an integer ≥ 0`` or ``a number in (0, 1]``."""
+    def allowed(self, with_none: bool = True) -> str:
+        """The allowed values in words, e.g. ``an integer ≥ 0`` or ``a number in (0, 1]``; ``with_none``: add
+        what leaving the option out (``None``) means."""
         if self.type is bool:
             s = "True or False"
         elif self.choices is not None:
@@ -108,7 +109,7 @@ class Spec:
                 s = kind
             if self.type is float and self.finite:
                 s = s.replace("a number", "a finite number", 1)
-        if self.none is not None:
+        if self.none is not None and with_none:
             s += f"; if not given: {self.none}" if _STYLE["cli"] else f", or None ({self.none})"
         return s
 
@@ -146,25 +147,25 @@ def check_value(name: str, value, spec: Spec, owner: str = ""):
         return value
     if t is str:
         if not isinstance(value, str):
-            raise OptionTypeError(f"{where}{name} must be {spec.allowed()}, got {value!r} ({type(value).__name__})")
+            raise OptionTypeError(f"{where}{name} must be {spec.allowed(False)}, got {value!r} ({type(value).__name__})")
     elif t is int:
         ok = isinstance(value, numbers.Integral) or (isinstance(value, numbers.Real) and float(value).is_integer())
         if isinstance(value, bool) or not ok:
-            raise OptionTypeError(f"{where}{name} must be {spec.allowed()}, got {value!r} ({type(value).__name__})")
+            raise OptionTypeError(f"{where}{name} must be {spec.allowed(False)}, got {value!r} ({type(value).__name__})")
         value = int(value)
     elif t is float:
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise OptionTypeError(f"{where}{name} must be {spec.allowed()}, got {value!r} ({type(value).__name__})")
+            raise OptionTypeError(f"{where}{name} must be {spec.allowed(False)}, got {value!r} ({type(value).__name__})")
         value = float(value)
         if math.isnan(value) or (spec.finite and math.isinf(value)):
-            raise OptionError(f"{where}{name} must be {spec.allowed()}, got {value}")
+            raise OptionError(f"{where}{name} must be {spec.allowed(False)}, got {value}")
     if spec.choices is not None and value not in spec.choices:
-        raise OptionError(f"{where}{name} must be {spec.allowed()}, got {value!r}")
+        raise OptionError(f"{where}{name} must be {spec.allowed(False)}, got {value!r}")
     if t in (int, float):
         bad = (spec.lo is not None and (value <= spec.lo if spec.lo_open else value < spec.lo)) or \
               (spec.hi is not None and (value >= spec.hi if spec.hi_open else value > spec.hi))
         if bad:
-            raise OptionError(f"{where}{name} must be {spec.allowed()}, got {value}")
+            raise OptionError(f"{where}{name} must be {spec.allowed(False)}, got {value}")
     return value
 
 
@@ -206,6 +207,10 @@ class MethodConfig:
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def forms_jacobians(self) -> bool:
+        """Whether the method holds every client's residual Jacobian at once (for the memory estimate)."""
+        return True
 
 
 # --- shared parts -------------------------------------------------------------------------------
@@ -275,6 +280,9 @@ class CentralizedConfig(StopOptions):
                                    none="lm 500, adam 20000, lbfgs 5000; with a budget, until it is spent")
     lr: float | None = option(None, "learning rate of adam / lbfgs", float, lo=0, lo_open=True,
                               none="adam 1e-3, lbfgs 1.0")
+
+    def forms_jacobians(self) -> bool:
+        return self.optimizer == "lm"
 
     def _resolve(self):
         if self.max_iters is None and self.budget is None:
@@ -346,6 +354,9 @@ class FedAvgConfig(LocalOptions, RoundOptions):
     default_rounds: ClassVar[int] = 30
 
     server_lr: float = option(1.0, "server step applied to the averaged update", float, lo=0, lo_open=True)
+
+    def forms_jacobians(self) -> bool:
+        return self.local == "gn"
 
 
 @dataclass(frozen=True)

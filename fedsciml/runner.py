@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import numbers
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -134,6 +135,65 @@ def check_clients(clients) -> int | None:
     return int(clients)
 
 
+class OutOfMemory(ValueError):
+    """A run that cannot fit in the memory available (refused before anything is allocated)."""
+
+
+def available_memory(device: torch.device | None = None) -> int | None:
+    """Bytes of memory available now: free GPU memory for a CUDA device, else the OS's MemAvailable
+    (``None`` where it cannot be read)."""
+    if device is not None and torch.device(device).type == "cuda":
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - no such sysconf names here
+        return None
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.3g} GB"
+
+
+def check_memory(n_bytes: float, what: str, device=None, hint: str = "") -> None:
+    """Refuse (:class:`OutOfMemory`, one line with both figures) a run whose estimated memory
+    ``n_bytes`` exceeds what the machine has available."""
+    avail = available_memory(device)
+    if avail is not None and n_bytes > avail:
+        raise OutOfMemory(f"{what} needs about {_gb(n_bytes)} of memory, but this machine has {_gb(avail)} "
+                          f"available{'; ' + hint if hint else ''}")
+
+
+def estimate_memory(problem, clients: int, config: MethodConfig) -> tuple[float, str] | None:
+    """``(bytes, how)``: the data of every client, and their residual Jacobians when the method forms them
+    (8-byte floats), or ``None`` when the problem cannot say how many rows a client holds."""
+    rows = problem.rows_per_client(clients)
+    if rows is None:
+        return None
+    net = problem.network()
+    p = int(net.n_params)
+    d_in = int(net.sizes[0]) if hasattr(net, "sizes") else 1
+    jac = config.forms_jacobians() and problem.kind != "ridge"  # a linear residual's Jacobian is its data
+    per_row = d_in + 1 + (p if jac else 0)
+    how = f"{clients:,} client(s) × {rows:,} rows × ({d_in + 1:,}" + \
+          (f" + {p:,} Jacobian columns" if jac else "") + ") × 8 bytes"
+    return 8.0 * clients * rows * per_row, how
+
+
+def check_run_memory(problem, method: str, clients: int, config: MethodConfig, device=None) -> None:
+    """Refuse, before any data is built, a run whose estimated memory exceeds what is available."""
+    est = estimate_memory(problem, clients, config)
+    if est is not None:
+        check_memory(est[0], f"{problem.name} with {method} ({est[1]})", device,
+                     "use fewer clients or fewer points per client")
+
+
 def solve(problem, method: str = "centralized", clients: int | None = None, seed: int = 0, device="cpu",
           progress: bool = False, every: int = 10, message_hook=None, config: MethodConfig | None = None,
           **options: Any) -> Result:
@@ -163,6 +223,7 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
         clients = problem.default_clients
     from fedsciml.checks import check_objectives
 
+    check_run_memory(problem, method, clients, config, dev)
     torch.manual_seed(seed)
     objectives = problem.client_objectives(clients, seed=seed, device=dev)
     theta0 = problem.init_params(seed, device=dev)
