@@ -29,7 +29,8 @@ _PUBLIC = {
     "register_method": "fedsciml.runner",
     # method configurations (one frozen dataclass per method; see fedsciml.config)
     "CentralizedConfig": "fedsciml.config", "GNConfig": "fedsciml.config", "FIPAConfig": "fedsciml.config",
-    "FedAvgConfig": "fedsciml.config", "FedProxConfig": "fedsciml.config", "MethodConfig": "fedsciml.config",
+    "FedAvgConfig": "fedsciml.config", "FedProxConfig": "fedsciml.config", "OneShotConfig": "fedsciml.config",
+    "MethodConfig": "fedsciml.config",
     "RoundOptions": "fedsciml.config", "LocalOptions": "fedsciml.config", "option": "fedsciml.config",
     # problems
     "Problem": "fedsciml.problems.base", "FieldProblem": "fedsciml.problems.base", "Param": "fedsciml.problems.base",

@@ -93,7 +93,8 @@ def _add_solve_parser(sub):
     p.add_argument("--method", default=None, help="centralized | gn | fipa | fedavg | fedprox "
                    "(see `list`; default: fipa with --clients K > 1, else centralized)")
     p.add_argument("--clients", type=int, default=None, help="number of clients K (default: the problem's, usually 1)")
-    p.add_argument("--compare", default=None, help="comma-separated methods to run side by side, e.g. fedavg,gn,fipa")
+    p.add_argument("--compare", default=None, help="comma-separated methods to run side by side, e.g. fedavg,gn,fipa "
+                   "(with --method M: M first, then these)")
     p.add_argument("--seed", type=int, default=0, help="seed for sampling, initialization and client selection "
                    "(an integer ≥ 0; default 0)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto: cuda when available)")
@@ -167,8 +168,11 @@ def cmd_solve(args):
     if args.every < 1:
         raise CLIError(f"--every must be an integer ≥ 1, got {args.every}")
     dev = resolve_device(args.device)
-    methods = [method] + ([m.strip() for m in args.compare.split(",") if m.strip() and m.strip() != method]
-                          if args.compare else [])
+    compare = [m.strip() for m in args.compare.split(",") if m.strip()] if args.compare else []
+    if compare and args.method is None:  # --compare alone: exactly the methods named, in that order
+        methods = list(dict.fromkeys(compare))
+    else:  # --method first, then the others named
+        methods = list(dict.fromkeys([method] + compare))
     for m in methods:
         get_method(m)
     given = {k[5:]: v for k, v in vars(args).items() if k.startswith("mopt_") and v is not None}
@@ -234,6 +238,8 @@ def _describe(r) -> str:
         return f"pooled data, {r.options.get('optimizer', 'lm')}"
     if r.method == "gn":
         return "LM on ΣH_m, Σg_m"
+    if r.method == "one-shot":
+        return f"one fused step on ΣH_m, Σg_m, σ={r.options.get('sigma')}"
     parts = []
     if r.method == "fipa":
         parts.append("full H_m" if o.get("rank") == 0 else f"rank {o.get('rank')}" + (" adaptive" if o.get("adaptive") else ""))

@@ -228,10 +228,10 @@ class RoundOptions(StopOptions):
     """Options of the federated round loop.  ``rounds=None``: :attr:`default_rounds`, or with a ``budget``
     as many rounds as fit in it."""
 
-    default_rounds: ClassVar[int] = 30
+    default_rounds: ClassVar[int | None] = 30  # None: the strategy decides when it is done
 
     rounds: int | None = option(None, "communication rounds (0: evaluate θ₀ and stop)", int, lo=0,
-                                none="the method's default; with a budget, until it is spent")
+                                none="the method's default (one-shot: 1); with a budget, until it is spent")
     participation: float = option(1.0, "fraction of the clients sampled per round", float, lo=0, lo_open=True, hi=1)
     dropout: float = option(0.0, "probability that a sampled client fails to answer", float, lo=0, hi=1, hi_open=True)
     checkpoint: str | None = option(None, "directory for per-round checkpoints", PATH, none="no checkpoints",
@@ -344,6 +344,9 @@ class FIPAConfig(LocalOptions, RoundOptions):
             self._set("merge", "pinv" if self.rank == 0 else "qr")
         if self.safeguard is None:
             self._set("safeguard", self.local == "gn")
+        if self.complement and self.rank > 0 and self.merge != "qr":
+            raise OptionError(f"fipa option {display('complement')} is an option of the thin-QR merge; use "
+                              f"{display('merge')} qr (the default for low rank)")
 
 
 @dataclass(frozen=True)
@@ -351,7 +354,7 @@ class FedAvgConfig(LocalOptions, RoundOptions):
     """FedAvg: data-size weighted average of local updates."""
 
     method: ClassVar[str] = "fedavg"
-    default_rounds: ClassVar[int] = 30
+    default_rounds: ClassVar[int | None] = 30  # None: the strategy decides when it is done
 
     server_lr: float = option(1.0, "server step applied to the averaged update", float, lo=0, lo_open=True)
 
@@ -366,3 +369,17 @@ class FedProxConfig(FedAvgConfig):
     method: ClassVar[str] = "fedprox"
 
     mu: float = option(0.01, "proximal weight μ (0: FedAvg's local loss)", float, lo=0)
+
+
+@dataclass(frozen=True)
+class OneShotConfig(RoundOptions):
+    """One-shot fusion of the clients' Gauss–Newton statistics at θ₀: one round, one fused step."""
+
+    method: ClassVar[str] = "one-shot"
+    default_rounds: ClassVar[int | None] = None  # one round: the strategy is done after it
+
+    sigma: float = option(0.0, "extra damping σ of the fused step (ridge: the regularization added at the server)",
+                          float, lo=0)
+
+    def forms_jacobians(self) -> bool:
+        return True

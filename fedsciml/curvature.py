@@ -1,18 +1,50 @@
-"""Curvature representations and the FIPA merge rules built on them.
+"""Curvature representations, the matrix-free GGN product, and the FIPA merge rules built on them.
 
 One small interface — ``matvec``, ``+``, ``scaled``, damped ``solve``, ``top(r)``
 eigenpairs and ``n_floats`` (what it costs to send) — with dense, low-rank
 ``U diag(λ) Uᵀ`` and diagonal forms.  Aggregators work on these, never on
 client data.
+
+:func:`ggn_matmat` is the one matrix-free generalized Gauss–Newton product
+``V ↦ J(θ)ᵀ Λ J(θ) V`` of a map ``f: θ ↦ outputs``, with the loss Hessian
+``Λ`` (in output space) as an argument: the identity for least squares
+(``f`` the residual: ``JᵀJ``, the federated clients' sketches) and
+:func:`softmax_ce_hessian` (``diag p − ppᵀ``) for cross-entropy on logits
+(the image clients' sketches).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
+from torch.func import jvp, vjp, vmap
 
 from fedsciml import linalg
+
+
+def softmax_ce_hessian(logits: torch.Tensor) -> Callable:
+    """The Hessian of cross-entropy in the logits, ``u ↦ (diag p − ppᵀ) u`` per row (``p = softmax``)."""
+    prob = torch.softmax(logits.detach(), -1)
+    return lambda u: prob * u - prob * (prob * u).sum(-1, keepdim=True)
+
+
+def ggn_matmat(f: Callable, theta: torch.Tensor, loss_hessian: Callable | None = None) -> Callable:
+    """``V [p, L] ↦ J(θ)ᵀ Λ J(θ) V`` from ``jvp``/``vjp`` only (no J, no p×p matrix).
+
+    ``loss_hessian(outputs) -> (u ↦ Λu)`` builds the loss Hessian's action at
+    ``f(θ)``; ``None`` is the identity (least squares, ``JᵀJ``).  Columns are
+    vmapped: one ``jvp``, the Hessian, one ``vjp`` each.
+    """
+    theta = theta.detach()
+    out, pullback = vjp(f, theta)
+    lam = loss_hessian(out) if loss_hessian is not None else None
+
+    def col(v):
+        jv = jvp(f, (theta,), (v,))[1]
+        return pullback(lam(jv) if lam is not None else jv)[0]
+
+    return lambda V: vmap(col, in_dims=1, out_dims=1)(V)
 
 
 class Curvature:
@@ -148,10 +180,14 @@ def fipa_merge_dense(Hs: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor],
     return linalg.pinv_solve(H, b, rtol)
 
 
+COMPLEMENTS = ("none", "fedavg", "tail")
+
+
 def fipa_merge_lowrank(Us: Sequence[torch.Tensor], lams: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor],
                        weights: Sequence[float] | None = None, beta: float = 0.0, gamma: float = 1.0,
-                       rtol: float | None = None) -> torch.Tensor:
-    """FIPA's thin-QR merge (paper Eq. 13) — no p×p matrix is formed.
+                       rtol: float | None = None, complement: str = "none",
+                       sample_weights: Sequence[float] | None = None) -> torch.Tensor:
+    """FIPA's thin-QR merge (paper Eq. 13) — no p×p matrix is formed; the one implementation.
 
     ``V = [U_1 … U_M] = QR``, ``Σ = blkdiag(w_m Λ_m)``, ``K = R Σ Rᵀ``,
     ``b = Σ w_m U_m Λ_m U_mᵀ Δ_m``; returns ``γ Q z`` with
@@ -159,11 +195,38 @@ def fipa_merge_lowrank(Us: Sequence[torch.Tensor], lams: Sequence[torch.Tensor],
     term ``(I − QQᵀ) b / β`` vanishes identically.  With β = 0, K is
     pseudo-inverted (eigenvalues below ``rtol·λ_max`` dropped) and the result
     equals the dense pseudo-inverse merge of the low-rank curvatures.
+
+    ``complement`` — what the step does in the directions ``(I − QQᵀ)`` that no
+    client's sketch spans (the paper's "orthogonal-complement correction");
+    both corrections add ``(I − QQᵀ)`` times a weighted mean of the updates:
+
+    * ``"none"`` — nothing (the step lies in the ≤ Σ r_m-dimensional span);
+    * ``"fedavg"`` — add ``(I − QQᵀ) Σ s_m Δ_m`` with the sample weights
+      ``s_m = N_m/N`` (``sample_weights``): FedAvg where curvature is unknown;
+      the in-span solve is unchanged (the federated ``fipa --complement``);
+    * ``"tail"`` — model each client's truncated spectrum as an isotropic floor
+      ``τ_m = min λ_m``: ``Ĥ_m = U_m(Λ_m − τ_m)U_mᵀ + τ_m I``.  Then
+      ``Ĥ = Q K Qᵀ + β₀ I`` with ``β₀ = Σ w_m τ_m + β`` and the step is
+      ``γ [Q (K + β₀I)⁻¹ Qᵀ b + (I − QQᵀ) b / β₀]``, ``b = Σ w_m Ĥ_m Δ_m``: the
+      complement term is the τ-weighted mean of the updates (the image
+      benchmarks' FIPA).  Needs ``β₀ > 0``.
     """
+    if complement not in COMPLEMENTS:
+        raise ValueError(f"FIPA complement must be one of {', '.join(COMPLEMENTS)}, got {complement!r}")
     w = [1.0] * len(Us) if weights is None else list(weights)
+    tails = None
+    if complement == "tail":
+        tails = [float(l.min()) for l in lams]
+        lams = [l - t for l, t in zip(lams, tails)]
+        beta = sum(wi * t for wi, t in zip(w, tails)) + beta
+        if not beta > 0:
+            raise ValueError("the isotropic tail needs β₀ = Σ w_m τ_m + β > 0 (every sketch ends in a zero eigenvalue)")
     V = torch.cat(list(Us), dim=1)
     sig = torch.cat([wi * li for wi, li in zip(w, lams)])
-    b = sum(wi * (U @ (l * (U.T @ d))) for wi, U, l, d in zip(w, Us, lams, deltas))
+    if tails is None:
+        b = sum(wi * (U @ (l * (U.T @ d))) for wi, U, l, d in zip(w, Us, lams, deltas))
+    else:
+        b = sum(wi * (U @ (l * (U.T @ d)) + t * d) for wi, U, l, d, t in zip(w, Us, lams, deltas, tails))
     Q, R = torch.linalg.qr(V, mode="reduced")
     K = (R * sig) @ R.T
     K = 0.5 * (K + K.T)
@@ -172,4 +235,12 @@ def fipa_merge_lowrank(Us: Sequence[torch.Tensor], lams: Sequence[torch.Tensor],
         z = linalg.damped_solve(K, rhs, beta)
     else:
         z = linalg.pinv_solve(K, rhs, rtol)
-    return gamma * (Q @ z)
+    if complement == "tail":
+        return gamma * (Q @ z + (b - Q @ rhs) / beta)
+    step = gamma * (Q @ z)
+    if complement == "fedavg":
+        if sample_weights is None:
+            raise ValueError("complement='fedavg' needs the clients' sample weights N_m/N")
+        d = sum(si * di for si, di in zip(sample_weights, deltas))
+        step = step + (d - Q @ (Q.T @ d))
+    return step

@@ -46,6 +46,49 @@ def pack_upper(H: torch.Tensor) -> torch.Tensor:
     return flat.index_select(-1, _triu_flat(d, H.device)[0])
 
 
+_GRAM_BLOCKS: dict = {}
+
+
+def _gram_blocks(d: int, block: int, device):
+    """Cached block rows of the packed upper triangle: ``(i0, i1, o0, o1, idx)`` per block of rows.
+
+    Rows ``i0 ≤ i < i1`` of the packed triangle occupy ``[o0, o1)``; ``idx`` are the flat indices of their
+    upper entries inside the ``(i1 − i0) × (d − i0)`` block product ``G[i0:i1, i0:]``.
+    """
+    key = (int(d), int(block), str(device))
+    if key not in _GRAM_BLOCKS:
+        if len(_GRAM_BLOCKS) > 16:
+            _GRAM_BLOCKS.clear()
+        rows, off = [], 0
+        for i0 in range(0, d, block):
+            i1, w = min(d, i0 + block), d - i0
+            i, j = torch.triu_indices(i1 - i0, w, device=device)
+            idx = i * w + j
+            rows.append((i0, i1, off, off + idx.numel(), idx))
+            off += idx.numel()
+        _GRAM_BLOCKS[key] = rows
+    return _GRAM_BLOCKS[key]
+
+
+def gram_packed(A: torch.Tensor, block: int = 256) -> torch.Tensor:
+    """``pack_upper(AᵀA)`` without forming the lower triangle (a blocked ``syrk``).
+
+    Block row ``i0:i1`` is the product ``A[:, i0:i1]ᵀ A[:, i0:]`` (only the columns from the diagonal on),
+    about ``½ + block/(2d)`` of the flops of ``AᵀA``; each block is written straight into its slice of the
+    packed vector by one gather with cached indices.  Exactly symmetric by construction (one triangle is
+    stored), so no symmetrization pass is needed.  Each entry is the same dot product as in ``AᵀA``, so the
+    result equals ``pack_upper(A.T @ A)`` to round-off (BLAS may block the sum differently).
+    """
+    if A.ndim != 2:
+        raise ValueError(f"need a matrix [n, d], got shape {tuple(A.shape)}")
+    d = A.shape[1]
+    out = A.new_empty(n_upper(d))
+    for i0, i1, o0, o1, idx in _gram_blocks(d, max(1, int(block)), A.device):
+        B = A[:, i0:i1].T @ A[:, i0:]
+        torch.index_select(B.reshape(-1), 0, idx, out=out[o0:o1])
+    return out
+
+
 def unpack_upper(v: torch.Tensor, d: int) -> torch.Tensor:
     """Inverse of :func:`pack_upper`: the full symmetric matrix (batch dimensions kept)."""
     if v.shape[-1] != n_upper(d):
@@ -72,20 +115,43 @@ def add_diagonal(H: torch.Tensor, mu) -> torch.Tensor:
     return H + mu[..., None, None] * eye
 
 
-def cholesky(A: torch.Tensor) -> torch.Tensor:
-    """Lower Cholesky factor, or :class:`NotPositiveDefinite` naming the failing pivot."""
+def cholesky(A: torch.Tensor, rtol: float | None = None) -> torch.Tensor:
+    """Lower Cholesky factor, or :class:`NotPositiveDefinite` naming the failing pivot.
+
+    With ``rtol``, a factorization that succeeds on a numerically singular matrix is also refused: when the
+    smallest eigenvalue is ≤ ``rtol · max_j A_jj``.  Every pivot ``L_ii²`` bounds λ_min from above (checked
+    for free), but unpivoted Cholesky is not rank-revealing, so λ_min is also estimated by two steps of
+    inverse iteration on the factor (``O(d²)``, a lower bound on ``‖A⁻¹‖``).  ``rtol = d·eps`` is LAPACK's
+    default rank tolerance for pivoted Cholesky (``?pstrf``): below it, the solve amplifies round-off by at
+    least ``1/(d·eps)``.
+    """
     L, info = torch.linalg.cholesky_ex(A)
     bad = info.reshape(-1)
     if bool((bad != 0).any()):
         raise NotPositiveDefinite(
             f"matrix is not positive definite (Cholesky failed at pivot {int(bad[bad != 0][0])} of {A.shape[-1]})"
         )
+    if rtol is not None:
+        scale = A.diagonal(dim1=-2, dim2=-1).amax(-1)
+        lam = L.diagonal(dim1=-2, dim2=-1).square().amin(-1)   # λ_min ≤ every pivot
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        x = torch.randn(A.shape[:-1] + (1,), generator=gen, dtype=torch.float64).to(dtype=A.dtype, device=A.device)
+        for _ in range(2):                                        # ‖A⁻¹x‖/‖x‖ ≤ 1/λ_min
+            x = x / torch.linalg.vector_norm(x, dim=-2, keepdim=True)
+            x = torch.cholesky_solve(x, L)
+        lam = torch.minimum(lam, 1.0 / torch.linalg.vector_norm(x, dim=-2).squeeze(-1))
+        rel = (lam / scale).reshape(-1)
+        small = ~(rel > rtol)
+        if bool(small.any()):
+            raise NotPositiveDefinite(
+                f"matrix is numerically singular (smallest eigenvalue ≈ {float(rel[small][0]):.1e} of the largest "
+                f"diagonal entry, at most {rtol:.1e} allowed)")
     return L
 
 
-def damped_solve(H: torch.Tensor, b: torch.Tensor, mu=0.0) -> torch.Tensor:
-    """Solve ``(H + μI) x = b`` by Cholesky (batched over leading dims of H and μ)."""
-    L = cholesky(add_diagonal(H, mu) if (torch.is_tensor(mu) or mu != 0) else H)
+def damped_solve(H: torch.Tensor, b: torch.Tensor, mu=0.0, rtol: float | None = None) -> torch.Tensor:
+    """Solve ``(H + μI) x = b`` by Cholesky (batched over leading dims of H and μ); ``rtol`` as in :func:`cholesky`."""
+    L = cholesky(add_diagonal(H, mu) if (torch.is_tensor(mu) or mu != 0) else H, rtol)
     if b.ndim == H.ndim - 1:
         return torch.cholesky_solve(b.unsqueeze(-1), L).squeeze(-1)
     return torch.cholesky_solve(b, L)

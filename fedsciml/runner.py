@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 import torch
 
-from fedsciml.config import CentralizedConfig, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, MethodConfig
+from fedsciml.config import (CentralizedConfig, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, MethodConfig,
+                             OneShotConfig)
 from fedsciml.results import Result, jsonable
 
 
@@ -82,6 +83,8 @@ register_method("fedavg", FedAvgConfig, "fedsciml.federated.methods:run_fedavg",
                 "FedAvg, data-size weighted average of local updates")
 register_method("fedprox", FedProxConfig, "fedsciml.federated.methods:run_fedprox",
                 "FedProx, FedAvg with a proximal term μ")
+register_method("one-shot", OneShotConfig, "fedsciml.federated.methods:run_one_shot",
+                "one-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)")
 
 
 def available_methods() -> list[str]:

@@ -1,18 +1,34 @@
-"""Speed of one-shot ridge: fusion at scale and leave-one-client-out CV against the naive loop and sklearn.
+"""Speed of one-shot ridge at scale, each figure beside its floor measured in the same run (issue 14).
 
-Part 1 (``--fusion-clients`` 500, ``--fusion-dim`` 1000, n_k = 200): time of the client statistics (per client,
-as clients work in parallel, and all of them sequentially), of the server fusion (validate + sum + Cholesky),
-and of one LOCO-CV sweep over ``--fusion-sigmas`` σ values.
-Part 2 (``--cv-clients`` 100, ``--cv-dim`` 500, ``--cv-sigmas`` 30 σ values, log grid 1e-3..1e4): batched LOCO CV
-vs the naive loop of K·|Σ| Cholesky solves (speed-up, max relative difference), and scikit-learn's ``RidgeCV``
-(efficient per-sample LOO/GCV) on the pooled data: time and chosen σ.
-Usage: ``python scripts/ridge_bench_fusion.py [--device cpu|cuda] [--threads 1]``.
+Default: K = 500 clients of the ``ridge-linear`` generator, n_k = 160 training rows (``--samples 200``, 20 %
+held out), d = 1000, 10 σ for leave-one-client-out CV, ``--threads 1``; about a minute on a quiet machine.
+Rows (time, floor, ratio):
+
+* client statistics, Gram form (``client_message``) vs the bare products ``A.T @ A`` and ``A.T @ b`` on the
+  same clients (median over ``--stat-clients`` clients, each the best of 3, interleaved); the square-root
+  form (thin QR) against the same floor;
+* server fusion (``FusionServer.receive_all`` + ``solve``) of the K Gram-form messages vs summing the K
+  packed vectors alone (best of 3, interleaved); the same for square-root messages, whose server must form
+  ``ΣR_kᵀR_k`` itself, vs the bare Gram ``RᵀR`` of the stacked factors;
+* LOCO-CV (``loco_solutions`` on the clients' factors, the default chunk and each ``--chunks`` setting) vs
+  its flop/traffic floor: (iterations + 1) × (one GEMM of every (k, σ) vector with its σ's d×d
+  preconditioner + one read of all factors), plus the one-time factorizations of ``G + σI``;
+* exactness: fusion vs pooled scikit-learn ``Ridge`` (relative), CV vs the naive per-pair Cholesky solve on
+  ``--naive-pairs`` sampled (k, σ) pairs.
+
+``--compare`` adds the older comparison (K = 100, d = 500, 30 σ): batched LOCO vs the naive loop of K·|Σ|
+Cholesky solves and scikit-learn's ``RidgeCV`` on the pooled data.  The machine's load average is recorded
+at the start and the end (figures taken under load are slower; the ratios come from the same run).
+Usage: ``python scripts/ridge_bench_fusion.py [--device cpu|cuda] [--threads 1] [--compare]``.
 """
+import os
+import statistics
 import time
 
 import torch
 
 import ridge_common as rc
+from fedsciml import linalg
 from fedsciml.problems import get_problem
 from fedsciml.ridge import FusionServer, client_message
 from fedsciml.ridge.cv import loco_cv, loco_solutions, loco_solutions_naive
@@ -28,55 +44,184 @@ def _clients(K, d, n, seed, dev):
     return prob.client_data(K, seed, dev)
 
 
-def fusion(args, dev):
-    K, d = args.fusion_clients, args.fusion_dim
-    data = _clients(K, d, 200, 0, dev)
-    _sync(dev)
-    per = []
-    msgs = {}
-    for k, (A, b) in enumerate(data):
-        t0 = time.perf_counter()
-        msgs[k] = client_message(A, b)
+def _best(f, dev, repeat=3):
+    """Best wall time of ``repeat`` calls (after the first, which also warms up) and the last result."""
+    out, best = None, float("inf")
+    for _ in range(repeat + 1):
         _sync(dev)
-        per.append(time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    server = FusionServer(d, device=dev)
-    server.receive_all(msgs)
-    w = server.solve(0.01)
-    _sync(dev)
-    t_fuse = time.perf_counter() - t0
-    sig = torch.logspace(-2, 3, args.fusion_sigmas, dtype=torch.float64).tolist()
-    t0 = time.perf_counter()
-    Gs, hs = server.stacked_packed()
-    res = loco_cv(Gs, hs, sig, data, chunk=args.chunk)
-    _sync(dev)
-    t_cv = time.perf_counter() - t0
-    rows = [{"step": "client statistics, one client (max)", "seconds": max(per)},
-            {"step": "client statistics, all clients sequentially", "seconds": sum(per)},
-            {"step": "server fusion (validate + sum + Cholesky)", "seconds": t_fuse},
-            {"step": f"one LOCO-CV sweep ({len(sig)} σ, incl. client scoring)", "seconds": t_cv},
-            {"step": "total with parallel clients", "seconds": max(per) + t_fuse + t_cv}]
-    meta = {"K": K, "d": d, "n_k_train": int(data[0][0].shape[0]), "cv_sigma": res["sigma"],
-            "floats_up_per_client": server.floats_up // K, "w_finite": bool(torch.isfinite(w).all())}
-    return rows, meta
+        t0 = time.perf_counter()
+        out = f()
+        _sync(dev)
+        best = min(best, time.perf_counter() - t0)
+    return best, out
 
 
-def cv_speed(args, dev):
-    K, d, S = args.cv_clients, args.cv_dim, args.cv_sigmas
+def client_stats(data, dev, n_clients):
+    """Median over clients of (best-of-3) times: Gram message, square-root message, bare products."""
+    gram, sqrt, bare = [], [], []
+    for A, b in data[:n_clients]:
+        bare.append(_best(lambda: (A.T @ A, A.T @ b), dev)[0])
+        gram.append(_best(lambda: client_message(A, b), dev)[0])
+        sqrt.append(_best(lambda: client_message(A, b, form="sqrt"), dev)[0])
+    return statistics.median(gram), statistics.median(sqrt), statistics.median(bare)
+
+
+def fusion(msgs, d, sigma, dev, repeat=3):
+    """Best-of-``repeat`` fusion time and summation floor, interleaved; returns the last model too."""
+    vecs = [m["G"] for m in msgs.values()]
+
+    def floor():
+        acc = vecs[0].clone()
+        for v in vecs[1:]:
+            acc.add_(v)
+        return acc
+
+    def fuse():
+        server = FusionServer(d, device=dev)
+        ok, bad = server.receive_all(msgs)
+        assert not bad, bad
+        return server, server.solve(sigma)
+
+    t_floor = t_fuse = float("inf")
+    out = None
+    for _ in range(repeat):
+        t_floor = min(t_floor, _best(floor, dev, 1)[0])
+        t, out = _best(fuse, dev, 1)
+        t_fuse = min(t_fuse, t)
+    return t_fuse, t_floor, out
+
+
+def main():
+    p = rc.parser(__doc__, seeds=1)
+    p.add_argument("--clients", type=int, default=500)
+    p.add_argument("--dim", type=int, default=1000)
+    p.add_argument("--samples", type=int, default=200, help="rows per client before the 20 %% test split")
+    p.add_argument("--sigmas", type=int, default=10, help="σ values in the CV grid (log grid 1e-2..1e3)")
+    p.add_argument("--sigma", type=float, default=0.01, help="σ of the timed fusion")
+    p.add_argument("--stat-clients", type=int, default=20, help="clients whose statistics are timed")
+    p.add_argument("--chunks", default="100,500", help="explicit CV chunk sizes timed beside the default")
+    p.add_argument("--naive-pairs", type=int, default=20, help="(k, σ) pairs checked against direct solves")
+    p.add_argument("--no-sklearn", action="store_true", help="skip the pooled scikit-learn reference")
+    p.add_argument("--compare", action="store_true", help="also the K=100, d=500, 30 σ comparison with the naive "
+                                                           "loop and scikit-learn's RidgeCV")
+    args = p.parse_args()
+    dev = rc.setup(args)
+    load0 = os.getloadavg()
+    K, d, S = args.clients, args.dim, args.sigmas
+    tag = f"{dev.type}" + (f"_{torch.cuda.get_device_name(dev).replace(' ', '_')}" if dev.type == "cuda" else "")
+    t_all = time.perf_counter()
+    data = _clients(K, d, args.samples, 0, dev)
+    n_k = int(data[0][0].shape[0])
+    rows = []
+
+    def row(path, seconds, floor, floor_is, target=None, note=""):
+        r = {"path": path, "seconds": seconds, "floor_seconds": floor, "ratio": seconds / floor if floor else None,
+             "floor": floor_is, "target": target or "", "note": note}
+        rows.append(r)
+        return r
+
+    # 1. client statistics
+    t_gram, t_sqrt, t_bare = client_stats(data, dev, min(K, args.stat_clients))
+    row("client statistics, Gram form (client_message)", t_gram, t_bare, "bare A.T@A + A.T@b", "≤ 1.3×",
+        f"median of {min(K, args.stat_clients)} clients")
+    row("client statistics, square-root form (thin QR)", t_sqrt, t_bare, "bare A.T@A + A.T@b", "",
+        f"{min(n_k, d) * (d + 1)} floats instead of {linalg.n_upper(d) + d}")
+
+    # 2. fusion, Gram form
+    msgs = {k: client_message(A, b) for k, (A, b) in enumerate(data)}
+    t_fuse, t_sum, (server, w) = fusion(msgs, d, args.sigma, dev)
+    row(f"fusion, Gram form (receive_all + solve, K={K})", t_fuse, t_sum, f"sum of the {K} packed vectors",
+        "≤ 1.5×")
+    G, h = server.totals()
+    del msgs, server
+
+    # 3. fusion, square-root form
+    sq = {k: client_message(A, b, form="sqrt") for k, (A, b) in enumerate(data)}
+    Rall = torch.cat([m["R"] for m in sq.values()])
+
+    def fuse_sqrt():
+        s = FusionServer(d, device=dev)
+        s.receive_all(sq)
+        return s, s.solve(args.sigma)
+
+    t_fs, (sserver, w_sqrt) = _best(fuse_sqrt, dev, 1)
+    t_rr, _ = _best(lambda: Rall.T @ Rall, dev, 1)
+    row("fusion, square-root form (server forms ΣR_kᵀR_k)", t_fs, t_rr, "bare RᵀR of the stacked factors", "",
+        f"model vs Gram form {float((w_sqrt - w).norm() / w.norm()):.1e}")
+    del Rall
+
+    # 4. LOCO-CV on the factors
+    Rs, hs = sserver.stacked_factors()
+    total = sserver.totals()
+    sig = torch.logspace(-2, 3, S, dtype=torch.float64, device=dev)
+    V = torch.randn(S, K, d, dtype=torch.float64, device=dev)
+    Pm = torch.randn(S, d, d, dtype=torch.float64, device=dev)
+    t_prec, _ = _best(lambda: torch.bmm(V, Pm), dev, 2)
+    del V, Pm
+    t_read, _ = _best(lambda: Rs.sum(), dev, 2)
+    t_fact, _ = _best(lambda: torch.cholesky_inverse(torch.linalg.cholesky(
+        linalg.add_diagonal(total[0].expand(S, d, d), sig))), dev, 1)
+    t_cv, (W, info) = _best(lambda: loco_solutions(Rs, hs, sig, sqrt=True, total=total, return_info=True), dev, 1)
+    its = info["iterations"]
+    floor_cv = (its + 1) * (t_prec + t_read) + t_fact
+    row(f"LOCO-CV, {S} σ, default (chunk {info['chunk']})", t_cv, floor_cv,
+        f"{its + 1} × (preconditioner GEMM {t_prec:.3f} s + factor read {t_read:.3f} s) + factorizations "
+        f"{t_fact:.3f} s", "≤ 2 s", f"{its} PCG iterations, {info['direct_solves']} direct solves")
+    for ch in [int(c) for c in args.chunks.split(",") if c.strip()]:
+        if ch != info["chunk"]:
+            t_c, _ = _best(lambda: loco_solutions(Rs, hs, sig, sqrt=True, total=total, chunk=ch), dev, 1)
+            row(f"LOCO-CV, {S} σ, chunk {ch}", t_c, floor_cv, "as above", "")
+    # exactness of CV on sampled pairs: the naive per-pair Cholesky solve
+    g = torch.Generator().manual_seed(0)
+    kk = torch.randint(0, K, (args.naive_pairs,), generator=g).tolist()
+    jj = torch.randint(0, S, (args.naive_pairs,), generator=g).tolist()
+    cv_err = 0.0
+    for k, j in zip(kk, jj):
+        Mk = linalg.add_diagonal(total[0] - Rs[k].T @ Rs[k], float(sig[j]))
+        ref = torch.cholesky_solve((total[1] - hs[k])[:, None], torch.linalg.cholesky(Mk))[:, 0]
+        cv_err = max(cv_err, float((W[k, j] - ref).norm() / ref.norm()))
+    del Rs, hs, sserver, W
+
+    # exactness of fusion against pooled scikit-learn
+    fuse_err = None
+    if not args.no_sklearn and dev.type == "cpu":
+        from sklearn.linear_model import Ridge
+
+        A = torch.cat([a for a, _ in data]).numpy()
+        b = torch.cat([y for _, y in data]).numpy()
+        ref = torch.as_tensor(Ridge(alpha=args.sigma, fit_intercept=False, solver="cholesky").fit(A, b).coef_)
+        fuse_err = float((w - ref).norm() / ref.norm())
+        del A, b
+    load1 = os.getloadavg()
+    meta = {"K": K, "d": d, "n_k_train": n_k, "sigmas": S, "threads": args.threads, "device": str(dev),
+            "torch": torch.__version__, "load_start": load0, "load_end": load1,
+            "fusion_vs_sklearn_rel": fuse_err, "cv_vs_naive_max_rel": cv_err, "cv_pairs_checked": args.naive_pairs,
+            "cv_iterations": its, "cv_direct_solves": info["direct_solves"],
+            "seconds_total": time.perf_counter() - t_all}
+    print(f"K={K}, n_k={n_k}, d={d}, {S} σ, {args.threads} thread(s), {dev}; load average "
+          f"{load0[0]:.2f} at start, {load1[0]:.2f} at end" + ("  (LOADED: > 1.5)" if max(load0[0], load1[0]) > 1.5
+                                                             else ""))
+    print(f"exactness: fusion vs pooled scikit-learn {fuse_err if fuse_err is None else f'{fuse_err:.1e}'}, "
+          f"CV vs naive Cholesky (max over {args.naive_pairs} pairs) {cv_err:.1e}")
+    for r in rows:
+        r["ratio_str"] = f"{r['ratio']:.2f}×"
+    rc.write_table(args, f"bench_fusion_{tag}", [("path", "path"), ("seconds", "seconds"),
+                                                 ("floor s", "floor_seconds"), ("ratio", "ratio_str"),
+                                                 ("target", "target"), ("floor is", "floor"), ("note", "note")],
+                   rows, {**meta, **vars(args)}, digits=3)
+    if args.compare:
+        compare(args, dev, tag)
+
+
+def compare(args, dev, tag, K=100, d=500, S=30):
+    """Batched LOCO vs the naive loop and scikit-learn's RidgeCV (the older comparison)."""
     data = _clients(K, d, 500, 1, dev)
     server = FusionServer(d, device=dev)
     server.receive_all({k: client_message(A, b) for k, (A, b) in enumerate(data)})
     Gs, hs = server.stacked()
     sig = torch.logspace(-3, 4, S, dtype=torch.float64)
-    _sync(dev)
-    t0 = time.perf_counter()
-    W, info = loco_solutions(Gs, hs, sig, return_info=True)
-    _sync(dev)
-    t_fast = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ref = loco_solutions_naive(Gs, hs, sig)
-    _sync(dev)
-    t_naive = time.perf_counter() - t0
+    t_fast, (W, info) = _best(lambda: loco_solutions(Gs, hs, sig, return_info=True), dev, 1)
+    t_naive, ref = _best(lambda: loco_solutions_naive(Gs, hs, sig), dev, 0)
     diff = float(((W - ref).norm(dim=-1) / ref.norm(dim=-1)).max())
     fast = loco_cv(Gs, hs, sig, data)
     from sklearn.linear_model import RidgeCV
@@ -92,39 +237,9 @@ def cv_speed(args, dev):
              "note": f"speed-up of batched: {t_naive / t_fast:.1f}x"},
             {"method": "sklearn RidgeCV, pooled data (per-sample LOO)", "seconds": t_sk, "chosen_sigma": float(sk.alpha_),
              "note": "not federated: needs all rows on one machine"}]
-    return rows, {"K": K, "d": d, "S": S, "max_rel_diff": diff, "speedup": t_naive / t_fast, **info}
-
-
-def main():
-    p = rc.parser(__doc__, seeds=1)
-    p.add_argument("--fusion-clients", type=int, default=500)
-    p.add_argument("--fusion-dim", type=int, default=1000)
-    p.add_argument("--fusion-sigmas", type=int, default=10)
-    p.add_argument("--chunk", type=int, default=25, help="clients whose d×d Grams are unpacked at once in CV")
-    p.add_argument("--cv-clients", type=int, default=100)
-    p.add_argument("--cv-dim", type=int, default=500)
-    p.add_argument("--cv-sigmas", type=int, default=30)
-    p.add_argument("--skip-fusion", action="store_true")
-    args = p.parse_args()
-    dev = rc.setup(args)
-    tag = f"{dev.type}" + (f"_{torch.cuda.get_device_name(dev).replace(' ', '_')}" if dev.type == "cuda" else "")
-    if not args.skip_fusion:
-        rows, meta = fusion(args, dev)
-        print(meta)
-        rc.write_table(args, f"bench_fusion_{tag}", [("step", "step"), ("seconds", "seconds")], rows,
-                       {**meta, **vars(args), "device": str(dev)}, digits=4)
-    rows, meta = cv_speed(args, dev)
-    print(meta)
     rc.write_table(args, f"bench_cv_{tag}", [("method", "method"), ("seconds", "seconds"), ("chosen σ", "chosen_sigma"),
-                                              ("note", "note")], rows, {**meta, **vars(args), "device": str(dev)},
-                   digits=4)
-    plt = rc.plt()
-    fig, ax = plt.subplots(figsize=(6, 3))
-    ax.barh([r["method"] for r in rows], [r["seconds"] for r in rows], color=["C2", "C0", "C7"])
-    ax.set_xscale("log")
-    ax.set_xlabel("seconds")
-    ax.set_title(f"LOCO CV, K={meta['K']}, d={meta['d']}, {meta['S']} σ ({dev.type})")
-    rc.save_fig(fig, args, f"bench_cv_{tag}")
+                                              ("note", "note")], rows,
+                   {"K": K, "d": d, "S": S, "max_rel_diff": diff, **info, **vars(args), "device": str(dev)}, digits=4)
 
 
 if __name__ == "__main__":

@@ -174,7 +174,7 @@ def test_cli_flags_are_generated_from_the_configurations():
 
 def test_registry_without_import_cycle():
     code = ("import sys, fedsciml.federated.methods; assert 'fedsciml.runner' not in sys.modules; "
-            "import fedsciml.runner as r; assert sorted(r.METHODS) == ['centralized', 'fedavg', 'fedprox', 'fipa', 'gn']")
+            "import fedsciml.runner as r; assert sorted(r.METHODS) == ['centralized', 'fedavg', 'fedprox', 'fipa', 'gn', 'one-shot']")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, env={"PYTHONPATH": str(ROOT)})
     code = "import sys, fedsciml.runner; assert 'fedsciml.federated.methods' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, env={"PYTHONPATH": str(ROOT)})

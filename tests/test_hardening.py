@@ -4,6 +4,7 @@ Checkpoints are read with ``weights_only=True`` behind a SHA-256 header; CIFAR
 batches with a restricted unpickler; the setup check looks at every point.
 """
 import hashlib
+import math
 import io
 import os
 import pickle
@@ -364,3 +365,117 @@ def test_a_client_rejected_every_round_stops_the_run_after_a_bounded_number_of_r
 
     _, rows, info = run("fedavg", rounds=limit + 5, local_steps=2, message_hook=every_other)
     assert info["rounds"] == limit + 5 and len(info["rejections"]) == (limit + 6) // 2
+
+
+# --- item 12: examples/ridge_table_dp.py with a user's table ------------------------------------------
+
+
+def _example():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "ridge_table_dp.py"
+    spec = importlib.util.spec_from_file_location("ridge_table_dp_hardening", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _good_rows(n=60, sites=4, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = [["site", "x1", "x2", "x3", "y"]]
+    for i in range(n):
+        x = rng.normal(size=3)
+        rows.append([f"s{i % sites}", *[f"{v:.6f}" for v in x], f"{x @ [1.0, -2.0, 0.5] + 0.1 * rng.normal():.6f}"])
+    return rows
+
+
+def _csv(rows):
+    return "\n".join(",".join(r) for r in rows) + "\n"
+
+
+def _edit(fn):
+    rows = _good_rows()
+    fn(rows)
+    return _csv(rows)
+
+
+def _set(i, j, v):
+    def fn(rows):
+        rows[i][j] = v
+    return fn
+
+
+BAD_TABLES = {
+    "empty file": "",
+    "header only": "site,x1,x2,x3,y\n",
+    "header and blank lines": "site,x1,x2,x3,y\n\n\n",
+    "no target column": _csv([[c for c in r[:-1]] for r in _good_rows()]),
+    "no client column": _csv([r[1:] for r in _good_rows()]),
+    "NaN feature": _edit(_set(5, 1, "nan")),
+    "inf target": _edit(_set(7, 4, "inf")),
+    "string feature": _edit(_set(3, 2, "abc")),
+    "empty feature cell": _edit(_set(3, 3, "")),
+    "empty client id": _edit(_set(9, 0, "")),
+    "one row": _csv(_good_rows()[:2]),
+    "two rows": _csv(_good_rows()[:3]),
+    "one group": _csv([_good_rows()[0]] + [["s0", *r[1:]] for r in _good_rows()[1:]]),
+    "duplicate column": _csv([["site", "x1", "x1", "x3", "y"]] + _good_rows()[1:]),
+    "short row": _edit(lambda rows: rows[4].pop()),
+    "long row": _edit(lambda rows: rows[4].append("1.0")),
+    "no feature columns": _csv([[r[0], r[4]] for r in _good_rows()]),
+    "all-zero features": _csv([_good_rows()[0]] + [[r[0], "0", "0", "0", r[4]] for r in _good_rows()[1:]]),
+    "all-zero target": _csv([_good_rows()[0]] + [r[:4] + ["0"] for r in _good_rows()[1:]]),
+    "overflowing feature": _edit(_set(2, 1, "1.5e308")),
+    "overflowing target": _edit(_set(2, 4, "1e200")),
+    "empty header names": ",,,,\n" + _csv(_good_rows()[1:]),
+    "semicolon separated": _csv(_good_rows()).replace(",", ";"),
+    "binary garbage": bytes(range(256)) * 4,
+    "NUL byte in a value": _edit(_set(3, 1, "1\x000")),
+    "quote not closed": _edit(_set(6, 2, '"1.0')),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_TABLES))
+def test_every_bad_table_gives_one_line_and_exit_2(tmp_path, capsys, name):
+    mod = _example()
+    p = tmp_path / "t.csv"
+    content = BAD_TABLES[name]
+    p.write_bytes(content if isinstance(content, bytes) else content.encode())
+    capsys.readouterr()
+    assert mod.cli(["--csv", str(p), "--epsilons", "inf", "--quick"]) == 2, name
+    err = capsys.readouterr().err
+    _one_line(err, "error:")
+
+
+@pytest.mark.parametrize("args,word", [
+    (["--csv", "/nonexistent/t.csv"], "no such file"),
+    (["--csv", "."], "cannot read"),
+    (["--target", "site"], "same column"),
+    (["--epsilons", "0"], "--epsilons"),
+    (["--epsilons", "nan"], "--epsilons"),
+    (["--epsilons", "1,,2"], "--epsilons"),
+    (["--epsilons", "-1"], "--epsilons"),
+    (["--delta", "1"], "--delta"),
+    (["--seeds", "0"], "--seeds"),
+])
+def test_bad_example_options_give_one_line_and_exit_2(tmp_path, capsys, args, word):
+    mod = _example()
+    p = tmp_path / "t.csv"
+    p.write_text(_csv(_good_rows()))
+    capsys.readouterr()
+    argv = ["--csv", str(p), "--quick", *args] if args[0] != "--csv" else ["--quick", *args]
+    assert mod.cli(argv) == 2
+    _one_line(capsys.readouterr().err, word)
+
+
+def test_example_without_inf_epsilon_and_with_a_bom_header(tmp_path, capsys):
+    mod = _example()
+    p = tmp_path / "t.csv"
+    p.write_bytes(b"\xef\xbb\xbf" + _csv(_good_rows(n=80)).encode())  # a spreadsheet's UTF-8 export
+    results, mse_ref = mod.main(["--csv", str(p), "--epsilons", "2", "--quick"])  # was KeyError: inf
+    assert set(results) == {2.0} and math.isfinite(mse_ref) and mse_ref > 0
+    assert math.isfinite(results[2.0][0])
+    r_inf, ref_inf = mod.main(["--csv", str(p), "--epsilons", "inf", "--quick"])
+    assert ref_inf == mse_ref  # the reference's σ comes from the same noise-free CV either way
+    assert abs(r_inf[math.inf][0] - ref_inf) <= 1e-8 * ref_inf  # ε = ∞ is the pooled model

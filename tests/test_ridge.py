@@ -62,9 +62,62 @@ def test_message_is_the_gauss_newton_statistics():
     A, b = _iid(1, 30, 6)[0]
     msg = client_message(A, b)
     st = LinearLeastSquares(A, b).gn_stats(torch.zeros(6, dtype=D64))
-    assert torch.equal(linalg.unpack_upper(msg["G"], 6), st.H)  # bitwise: the message packs this very gn_stats H
+    # the blocked syrk computes each entry as the same dot product as AᵀA, but BLAS may block the sum
+    # differently: equal to round-off, not bitwise
+    assert torch.allclose(linalg.unpack_upper(msg["G"], 6), st.H, rtol=1e-14, atol=1e-13)
     assert torch.allclose(msg["h"], A.T @ b, rtol=1e-14, atol=1e-13)
     assert msg["G"].numel() == 21 and msg["n"].item() == 30
+    # square-root form: RᵀR = AᵀA and Rᵀz = Aᵀb, in min(n, d)·(d + 1) floats
+    for rows in (4, 30):
+        sq = client_message(A[:rows], b[:rows], form="sqrt")
+        m = min(rows, 6)
+        assert sq["R"].shape == (m, 6) and sq["z"].shape == (m,) and sq["n"].item() == rows
+        G = A[:rows].T @ A[:rows]
+        assert torch.allclose(sq["R"].T @ sq["R"], G, rtol=1e-13, atol=1e-12)
+        assert torch.allclose(sq["R"].T @ sq["z"], A[:rows].T @ b[:rows], rtol=1e-13, atol=1e-12)
+    with pytest.raises(ValueError, match="form"):
+        client_message(A, b, form="dense")
+
+
+@pytest.mark.parametrize("d,block", [(1, 256), (7, 3), (300, 64), (300, 256), (513, 256)])
+def test_gram_packed_is_the_packed_gram(d, block):
+    A = torch.randn(40, d, generator=torch.Generator().manual_seed(d), dtype=D64)
+    ref = A.T @ A
+    got = linalg.gram_packed(A, block=block)
+    assert got.shape == (linalg.n_upper(d),)
+    assert torch.allclose(linalg.unpack_upper(got, d), 0.5 * (ref + ref.T), rtol=1e-13, atol=1e-12)
+
+
+def test_fusion_of_both_forms_equals_sklearn_to_1e12():
+    data = _iid(12, 30, 10, seed=4)  # well conditioned: scikit-learn's own round-off is ~1e-15
+    ref = _sk(data, 0.2)
+    gram = {k: client_message(A, b) for k, (A, b) in enumerate(data)}
+    sqrt = {k: client_message(A, b, form="sqrt") for k, (A, b) in enumerate(data)}
+    mixed = {k: (sqrt if k % 2 else gram)[k] for k in gram}
+    for msgs in (gram, sqrt, mixed):
+        server = FusionServer(10)
+        ok, bad = server.receive_all(msgs)
+        assert len(ok) == 12 and not bad
+        assert float((server.solve(0.2) - ref).norm() / ref.norm()) < 1e-12
+    # the per-client statistics agree whatever the form
+    s_gram, s_sqrt = FusionServer(10), FusionServer(10)
+    s_gram.receive_all(gram)
+    s_sqrt.receive_all(sqrt)
+    assert s_sqrt.factored and not s_gram.factored
+    assert torch.allclose(s_sqrt.stacked_packed()[0], s_gram.stacked_packed()[0], rtol=1e-12, atol=1e-11)
+    assert torch.allclose(s_sqrt.stacked()[1], s_gram.stacked()[1], rtol=1e-12, atol=1e-11)
+    # factors are zero-padded to the largest m: the padding adds nothing to RᵀR
+    s_sqrt.receive(99, client_message(*_iid(1, 3, 10, seed=5)[0], form="sqrt"))
+    Rs, hs = s_sqrt.stacked_factors()
+    assert Rs.shape == (13, 10, 10) and not Rs[-1, 3:].any()
+    assert torch.allclose(Rs.transpose(1, 2) @ Rs, s_sqrt.stacked()[0], rtol=1e-12, atol=1e-11)
+    with pytest.raises(ValueError, match="Gram form"):
+        s_gram.stacked_factors()
+    # no copy when the message already has the server's dtype and device
+    assert s_gram.G[0] is gram[0]["G"] and s_gram.h[0] is gram[0]["h"]
+    s32 = FusionServer(10)
+    s32.receive(0, {k: v.float() for k, v in gram[0].items()})
+    assert s32.G[0].dtype == D64
 
 
 def test_streaming_updates_equal_refit():
@@ -85,6 +138,17 @@ def test_streaming_updates_equal_refit():
     assert float((server.solve(0.1) - only_a).norm() / only_a.norm()) < 1e-10
     server.receive("a", client_message(A2, b2))  # re-sending replaces, never double-counts
     assert float((server.solve(0.1) - pooled_ridge(A2, b2, 0.1)).norm()) < 1e-10
+    # square-root increments are stacked under the client's factor; mixing forms falls back to the Gram form
+    sq = FusionServer(8)
+    sq.receive("a", client_message(A1[:10], b1[:10], form="sqrt"))
+    sq.update("a", client_message(A1[10:], b1[10:], form="sqrt"))
+    sq.update("b", client_message(A2[:5], b2[:5], form="sqrt"))
+    sq.update("b", client_message(A2[5:], b2[5:]))
+    assert sq.R["a"].shape == (16, 8) and "b" in sq.G and "b" not in sq.R and sq.n["a"] == 25
+    assert float((sq.solve(0.1) - ref).norm() / ref.norm()) < 1e-12
+    sq.receive("a", client_message(A2, b2, form="sqrt"))  # replace a factor: its Gram leaves the sum
+    sq.drop("b")
+    assert float((sq.solve(0.1) - pooled_ridge(A2, b2, 0.1)).norm()) < 1e-10
 
 
 def test_malformed_messages_are_rejected_not_summed():
@@ -92,17 +156,58 @@ def test_malformed_messages_are_rejected_not_summed():
     good = {k: client_message(A, b) for k, (A, b) in enumerate(data)}
     bad = dict(good)
     bad["nan"] = {**good[0], "h": torch.full((5,), float("nan"), dtype=D64)}
+    bad["inf"] = {**good[1], "G": good[1]["G"].clone().index_fill_(0, torch.tensor([3]), float("inf"))}
     bad["shape"] = {**good[0], "G": good[0]["G"][:-1]}
     bad["dim"] = client_message(torch.ones(4, 6, dtype=D64), torch.ones(4, dtype=D64))
     bad["count"] = {**good[0], "n": torch.tensor([0.0], dtype=D64)}
     bad["extra"] = {**good[0], "x": torch.zeros(1, dtype=D64)}
+    bad["int"] = {**good[0], "G": good[0]["G"].long()}
+    bad["complex"] = {**good[0], "h": good[0]["h"].to(torch.complex128)}
+    bad["mixed"] = {**good[0], "R": torch.ones(2, 5, dtype=D64)}
+    sq = client_message(*data[2], form="sqrt")
+    bad["sqrt-nan"] = {**sq, "R": sq["R"].clone().fill_(float("nan"))}
+    bad["sqrt-shape"] = {**sq, "z": sq["z"][:-1]}
     server = FusionServer(5)
     ok, rejected = server.receive_all(bad)
-    assert ok == [0, 1, 2] and set(rejected) == {"nan", "shape", "dim", "count", "extra"}
-    assert "non-finite" in rejected["nan"] and "> 0" in rejected["count"]
-    assert torch.equal(server.solve(0.1), fuse(good, 0.1))  # bitwise: the same sums in the same order, same solve
+    assert ok == [0, 1, 2]
+    assert set(rejected) == {"nan", "inf", "shape", "dim", "count", "extra", "int", "complex", "mixed", "sqrt-nan",
+                             "sqrt-shape"}
+    assert "non-finite" in rejected["nan"] and "'h'" in rejected["nan"] and "'G'" in rejected["inf"]
+    assert "'R'" in rejected["sqrt-nan"] and "> 0" in rejected["count"] and "dtype" in rejected["int"]
+    # the round's finiteness is checked through its sum; after rejecting the culprits the sum is rebuilt from
+    # the others in the same order, so the model is bitwise that of the good messages alone
+    assert torch.equal(server.solve(0.1), fuse(good, 0.1))
     with pytest.raises(MessageRejected):
         fuse(bad, 0.1)
+    with pytest.raises(MessageRejected, match="non-finite"):
+        FusionServer(5).receive("x", bad["inf"])
+    # finite messages whose sum overflows: the largest is rejected, the rest is fused
+    huge = {**good[2], "G": good[2]["G"] / good[2]["G"].abs().max() * 1e308}
+    server = FusionServer(5)
+    ok, rejected = server.receive_all({0: good[0], "huge": huge, "huge2": {**huge}})
+    assert ok == [0, "huge2"] and "overflow" in rejected["huge"]
+    assert torch.isfinite(server.totals()[0]).all()
+
+
+def test_singular_gram_is_refused_not_solved():
+    # 4 rows, 5 features, σ = 0: Cholesky of the rank-4 pooled Gram can pass on a round-off pivot
+    # (~1e-15 relative); every seed must be refused, as the pooled reference is
+    for seed in range(40):
+        A, b = _iid(1, 4, 5, seed=seed)[0]
+        msgs = {0: client_message(A[:2], b[:2]), 1: client_message(A[2:], b[2:], form="sqrt")}
+        with pytest.raises(SingularGram, match="use σ > 0"):
+            fuse(msgs, 0.0)
+        with pytest.raises(SingularGram):
+            pooled_ridge(A, b, 0.0)
+        assert torch.isfinite(fuse(msgs, 1e-3)).all()
+    # full rank but ill-conditioned (κ ≈ 1e10) is still solved, and equals least squares
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(60, 5, generator=g, dtype=D64)
+    A[:, 4] = A[:, 3] + 1e-5 * torch.randn(60, generator=g, dtype=D64)
+    b = torch.randn(60, generator=g, dtype=D64)
+    w = fuse({0: client_message(A[:30], b[:30]), 1: client_message(A[30:], b[30:])}, 0.0)
+    ref = torch.linalg.lstsq(A, b.unsqueeze(-1), driver="gelsd").solution.squeeze(-1)
+    assert float((w - ref).norm() / ref.norm()) < 1e-4  # κ(G)·eps ≈ 1e-6: agreement to the conditioning
 
 
 def test_bad_sigma_and_dimensions():
@@ -199,7 +304,8 @@ def test_ridge_cli_table_and_json(tmp_path, capsys):
     one = res["rows"][0]
     assert one["rel_error"] < 1e-10 and abs(one["mse"] - one["mse_central"]) < 1e-12
     assert one["floats_sent"] == 3 * (21 + 6 + 1) + 3 * 6
-    for bad in (["--sigma", "-1"], ["--dropout", "1"], ["--heterogeneity", "2"], ["--cv", "0:1:3"]):
+    for bad in (["--sigma", "-1"], ["--dropout", "1"], ["--heterogeneity", "2"], ["--cv", "0:1:3"],
+                ["--clients", "1", "--cv", "1e-3:1:3"]):
         code = main(["ridge", "--clients", "2", "--dim", "3", "--samples", "10", "--device", "cpu", *bad])
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("error:") and err.count("\n") == 1, (bad, err)

@@ -33,6 +33,52 @@ def test_batched_loco_equals_naive_loop(gamma):
     assert float(((W2 - ref).norm(dim=-1) / ref.norm(dim=-1)).max()) < 1e-10
 
 
+def _factors(data, d):
+    server = FusionServer(d)
+    server.receive_all({k: client_message(A, b, form="sqrt") for k, (A, b) in enumerate(data)})
+    return server
+
+
+@pytest.mark.parametrize("gamma", [0.0, 1.0])
+def test_loco_on_square_root_factors_equals_naive_loop(gamma):
+    p = get_problem("ridge-linear", dim=30, n_samples=12, heterogeneity=gamma)
+    data = p.client_data(11, seed=1)
+    n = data[0][0].shape[0]
+    assert 2 * n <= 30  # fewer training rows than d/2
+    server = _factors(data, 30)
+    Rs, hs = server.stacked_factors()
+    Gs, hs2 = _stats(data)
+    ref = loco_solutions_naive(Gs, hs2, SIGMAS)
+    err = lambda W: float(((W - ref).norm(dim=-1) / ref.norm(dim=-1)).max())  # noqa: E731
+    W, info = loco_solutions(Rs, hs, SIGMAS, sqrt=True, total=server.totals(), return_info=True)
+    assert err(W) < 1e-10 and info["direct_solves"] == 0
+    assert err(loco_solutions(Rs, hs, SIGMAS, sqrt=True, chunk=3)) < 1e-10       # totals summed from the factors
+    assert err(loco_solutions(Gs, hs2, SIGMAS, total=server.totals())) < 1e-10   # Gram form, given totals
+    with pytest.raises(ValueError, match="factors"):
+        loco_solutions(Gs.reshape(11, -1), hs, SIGMAS, sqrt=True)
+    # one_shot: with CV and few rows per client, the clients send factors; same σ and model as the Gram form
+    w_auto, i_auto = one_shot(data, cv_sigmas=SIGMAS)
+    w_gram, i_gram = one_shot(data, cv_sigmas=SIGMAS, form="gram")
+    assert i_auto["form"] == "sqrt" and i_gram["form"] == "gram" and i_auto["sigma"] == i_gram["sigma"]
+    assert i_auto["floats_up_per_client"] == n * 31 + 1 < i_gram["floats_up_per_client"]
+    assert torch.allclose(torch.tensor(i_auto["cv_loss"]), torch.tensor(i_gram["cv_loss"]), rtol=1e-10)
+    assert float((w_auto - w_gram).norm() / w_gram.norm()) < 1e-12
+
+
+def test_loco_cv_needs_two_clients():
+    p = get_problem("ridge-linear", dim=5, n_samples=20)
+    data = p.client_data(1, seed=0)
+    Gs, hs = _stats(data)
+    with pytest.raises(ValueError, match="at least 2 clients"):
+        loco_cv(Gs, hs, SIGMAS, data)
+    with pytest.raises(ValueError, match="at least 2 clients"):
+        one_shot(data, cv_sigmas=SIGMAS)
+    from fedsciml.ridge import FederatedRidge
+
+    with pytest.raises(ValueError, match="at least 2 clients"):
+        FederatedRidge(sigma="cv").fit(*data[0])
+
+
 def test_loco_fallback_and_dominant_client():
     # client 0 alone covers feature 0: the preconditioned operator is ill-conditioned there
     g = torch.Generator().manual_seed(0)
@@ -44,10 +90,13 @@ def test_loco_fallback_and_dominant_client():
         data.append((A, torch.randn(8, generator=g, dtype=D64)))
     Gs, hs = _stats(data)
     ref = loco_solutions_naive(Gs, hs, SIGMAS)
+    Rs, hs_r = _factors(data, 6).stacked_factors()
     for max_iter in (60, 1):  # 1 iteration forces the direct-solve fallback
         W, info = loco_solutions(Gs, hs, SIGMAS, max_iter=max_iter, return_info=True)
         assert float(((W - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-300)).max()) < 1e-10
-    assert info["direct_solves"] > 0
+        W, info_r = loco_solutions(Rs, hs_r, SIGMAS, max_iter=max_iter, return_info=True, sqrt=True)
+        assert float(((W - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-300)).max()) < 1e-10
+    assert info["direct_solves"] > 0 and info_r["direct_solves"] > 0
     # K = 1: leaving the only client out gives w = 0
     W1 = loco_solutions(Gs[:1], hs[:1], SIGMAS)
     assert not W1.any()

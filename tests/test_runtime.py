@@ -173,3 +173,117 @@ def test_deadline_cuts_adam_after_at_least_one_step():
                                                                      "damping": 0.0, "prox": 0.0},
                                                            "deadline_s": 0.0}))
     assert torch.equal(rep.message["delta"], full)
+
+
+# --- one-shot fusion of GN statistics (ridge) ---------------------------------------------------
+
+
+def _ridge(clients=5):
+    from fedsciml.problems import get_problem
+
+    prob = get_problem("ridge-linear", dim=12, n_samples=40)
+    return prob, prob.client_objectives(clients, seed=3), prob.init_params(3)
+
+
+def test_one_shot_equals_gn_single_round_and_one_shot_ridge():
+    from fedsciml.ridge import one_shot
+
+    prob, objs, w0 = _ridge()
+    a, rows_a, info_a = METHODS["one-shot"](prob, objs, w0, prob.evaluate)
+    b, rows_b, _ = METHODS["gn"](prob, objs, w0, prob.evaluate, rounds=1)
+    assert info_a["stopped_by"] == "one-shot" and len(rows_a) == 2 and rows_b[1]["accepted"]
+    assert torch.allclose(a, b, rtol=1e-12, atol=1e-14)
+    # the ridge package's one-shot protocol on the raw client data (σ as damping, not as rows)
+    w, _ = one_shot(prob.client_data(5, seed=3), sigma=prob.sigma)
+    assert torch.allclose(a, w, rtol=1e-10, atol=1e-12)
+    p, K = w0.numel(), 5
+    assert rows_a[1]["floats_down"] == K * p and rows_a[1]["floats_up"] == K * (p * (p + 1) // 2 + p + 2)
+
+
+def test_one_shot_fuses_the_answering_clients_and_crosses_bytes_bitwise():
+    from fedsciml.ridge import one_shot
+
+    prob, objs, w0 = _ridge(6)
+    seen = {}
+
+    def hook(rnd, cid, msg):
+        seen.setdefault(rnd, []).append(cid)
+        return msg
+
+    a, rows, info = METHODS["one-shot"](prob, objs, w0, prob.evaluate, dropout=0.4, seed=2, message_hook=hook)
+    got = seen[1]
+    assert 0 < len(got) < 6 and rows[1]["dropped"] == 6 - len(got)
+    data = prob.client_data(6, seed=3)
+    # the answering clients' penalty rows carry σ·|answering|/K of the penalty
+    w, _ = one_shot([data[c] for c in got], sigma=prob.sigma * len(got) / 6)
+    assert torch.allclose(a, w, rtol=1e-10, atol=1e-12)
+    b, rows_b, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, dropout=0.4, seed=2, transport="bytes")
+    assert torch.equal(a, b) and _strip_times(rows) == _strip_times(rows_b)  # bitwise: same bits, same operations
+
+
+# --- curvature as the currency -------------------------------------------------------------------
+
+
+def test_one_ggn_operator_for_least_squares_and_softmax():
+    from fedsciml.curvature import ggn_matmat, softmax_ce_hessian
+
+    obj = make_clients((20,))[0]
+    V = torch.randn(THETA0.numel(), 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    r, J = obj.residual_and_jacobian(THETA0)
+    assert torch.allclose(ggn_matmat(obj.residual, THETA0)(V), J.T @ (J @ V), rtol=1e-12, atol=1e-12)
+    # softmax: a linear model, logits = X W, Λ = diag p − ppᵀ per row (independent dense reference)
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(7, 4, dtype=torch.float64, generator=g)
+    w = torch.randn(12, dtype=torch.float64, generator=g)
+    f = lambda t: X @ t.reshape(4, 3)  # noqa: E731
+    P = torch.softmax(f(w), -1)
+    Jf = torch.func.jacrev(f)(w)                                   # [7, 3, 12]
+    Lam = torch.diag_embed(P) - P[:, :, None] * P[:, None, :]
+    H = torch.einsum("ncp,ncd,ndq->pq", Jf, Lam, Jf)
+    V = torch.randn(12, 5, dtype=torch.float64, generator=g)
+    assert torch.allclose(ggn_matmat(f, w, softmax_ce_hessian)(V), H @ V, rtol=1e-12, atol=1e-12)
+
+
+def _sketches(p=30, m=3, r=4, seed=2):
+    g = torch.Generator().manual_seed(seed)
+    Us, lams, ds = [], [], []
+    for _ in range(m):
+        U, _ = torch.linalg.qr(torch.randn(p, r, dtype=torch.float64, generator=g))
+        Us.append(U)
+        lams.append(torch.rand(r, dtype=torch.float64, generator=g).sort(descending=True).values + 0.2)
+        ds.append(torch.randn(p, dtype=torch.float64, generator=g))
+    return Us, lams, ds
+
+
+def test_thin_qr_merge_complement_options_match_dense_references():
+    from fedsciml.curvature import fipa_merge_lowrank
+
+    Us, lams, ds = _sketches()
+    p = ds[0].numel()
+    w = [0.2, 0.3, 0.5]
+    # 'tail': the dense model Ĥ_m = U(Λ − τ)Uᵀ + τI, step Ĥ⁻¹ Σ w_m Ĥ_m Δ_m (+ β in Ĥ)
+    beta = 0.05
+    Hm = [(U * (l - l.min())) @ U.T + float(l.min()) * torch.eye(p, dtype=torch.float64) for U, l in zip(Us, lams)]
+    H = sum(wi * h for wi, h in zip(w, Hm)) + beta * torch.eye(p, dtype=torch.float64)
+    want = torch.linalg.solve(H, sum(wi * (h @ d) for wi, h, d in zip(w, Hm, ds)))
+    got = fipa_merge_lowrank(Us, lams, ds, w, beta=beta, complement="tail")
+    assert torch.allclose(got, want, rtol=1e-10, atol=1e-12)
+    # 'fedavg': the in-span merge plus (I − QQᵀ) Σ s_m Δ_m
+    s = [0.5, 0.25, 0.25]
+    Q, _ = torch.linalg.qr(torch.cat(Us, 1))
+    d = sum(si * di for si, di in zip(s, ds))
+    base = fipa_merge_lowrank(Us, lams, ds, w, beta=beta)
+    got = fipa_merge_lowrank(Us, lams, ds, w, beta=beta, complement="fedavg", sample_weights=s)
+    assert torch.allclose(got, base + d - Q @ (Q.T @ d), rtol=1e-12, atol=1e-12)
+    assert float((Q.T @ (got - base)).abs().max()) < 1e-12  # the correction lives outside the span
+    with pytest.raises(ValueError, match="complement must be one of none, fedavg, tail"):
+        fipa_merge_lowrank(Us, lams, ds, complement="both")
+
+
+def test_fipa_complement_runs_through_the_merge_option():
+    objs = make_clients()
+    a, _, info = run("fipa", objs, rounds=2, rank=3, local="adam", local_steps=3, complement=True)
+    b, _, _ = run("fipa", objs, rounds=2, rank=3, local="adam", local_steps=3)
+    assert info["options"]["complement"] is True and not torch.allclose(a, b)
+    with pytest.raises(ValueError, match="option of the thin-QR merge"):
+        run("fipa", objs, rounds=1, rank=3, merge="pinv", complement=True)

@@ -22,7 +22,7 @@ from typing import Mapping
 import torch
 
 from fedsciml import linalg
-from fedsciml.curvature import fipa_merge_dense, fipa_merge_lowrank
+from fedsciml.curvature import COMPLEMENTS, fipa_merge_dense, fipa_merge_lowrank
 from fedsciml.federated.messages import Field, MessageRejected, Schema, floats_in
 
 
@@ -88,12 +88,14 @@ class FIPAAggregator(Aggregator):
     with regularization ``beta`` and step ``gamma`` (no p×p matrix; low rank only).
     ``weighting='sum'`` for sum-form curvatures ``J_mᵀJ_m`` (PDE/fitting; the
     ``N_m/N`` factors cancel), ``'samples'`` for mean-form curvatures (images).
+    ``complement`` (thin-QR merge only): the orthogonal-complement correction,
+    ``'none'``, ``'fedavg'`` or ``'tail'`` (see :func:`fedsciml.curvature.fipa_merge_lowrank`).
     """
 
     name = "fipa"
 
     def __init__(self, curvature: str = "lowrank", merge: str = "pinv", beta: float = 0.0, gamma: float = 1.0,
-                 eta: float = 1.0, weighting: str = "sum", rtol: float | None = None):
+                 eta: float = 1.0, weighting: str = "sum", rtol: float | None = None, complement: str = "none"):
         if curvature not in ("full", "lowrank"):
             raise ValueError(f"FIPA curvature must be 'full' or 'lowrank', got {curvature!r}")
         if merge not in ("pinv", "qr"):
@@ -106,6 +108,11 @@ class FIPAAggregator(Aggregator):
             raise ValueError(f"FIPA steps must be > 0, got gamma={gamma}, eta={eta}")
         if weighting not in ("sum", "samples"):
             raise ValueError(f"weighting must be 'sum' or 'samples', got {weighting!r}")
+        if complement not in COMPLEMENTS:
+            raise ValueError(f"FIPA complement must be one of {', '.join(COMPLEMENTS)}, got {complement!r}")
+        if complement != "none" and merge != "qr":
+            raise ValueError("the orthogonal-complement correction is an option of the thin-QR merge (merge='qr')")
+        self.complement = complement
         self.curvature, self.merge = curvature, merge
         self.beta, self.gamma, self.eta, self.weighting, self.rtol = beta, gamma, eta, weighting, rtol
 
@@ -158,7 +165,12 @@ class FIPAAggregator(Aggregator):
         Us = [m["U"] for m in messages.values()]
         lams = [m["lam"] for m in messages.values()]
         if self.merge == "qr":
-            step = fipa_merge_lowrank(Us, lams, deltas, w, beta=self.beta, gamma=self.gamma, rtol=self.rtol)
+            sw = None
+            if self.complement == "fedavg":
+                sw = self.sample_weights(messages)
+                sw = [sw[c] for c in messages]
+            step = fipa_merge_lowrank(Us, lams, deltas, w, beta=self.beta, gamma=self.gamma, rtol=self.rtol,
+                                      complement=self.complement, sample_weights=sw)
             return theta + self.eta * step
         Hs = [(U * l) @ U.T for U, l in zip(Us, lams)]
         return theta + self.eta * self.gamma * fipa_merge_dense(Hs, deltas, w, self.rtol)

@@ -29,9 +29,9 @@ import time
 from dataclasses import dataclass
 
 import torch
-from torch.func import jvp, vjp, vmap
 
 from fedsciml import linalg
+from fedsciml.curvature import ggn_matmat
 from fedsciml.objective import LeastSquares, gn_stats_from
 
 LOCAL_SOLVERS = ("adam", "gn")
@@ -120,17 +120,9 @@ class Spectrum:
 
 
 def gram_matmat(obj: LeastSquares, theta: torch.Tensor):
-    """``V ↦ J(θ)ᵀ J(θ) V`` for a block ``V [p, L]`` from ``jvp``/``vjp`` only (no J, no H)."""
-    _, pullback = vjp(obj.residual, theta)
-
-    def jv(v):
-        return jvp(obj.residual, (theta,), (v,))[1]
-
-    def mm(V):
-        JV = vmap(jv, in_dims=1, out_dims=1)(V)
-        return vmap(lambda u: pullback(u)[0], in_dims=1, out_dims=1)(JV)
-
-    return mm
+    """``V ↦ J(θ)ᵀ J(θ) V`` for a block ``V [p, L]`` from ``jvp``/``vjp`` only (no J, no H): the shared
+    :func:`fedsciml.curvature.ggn_matmat` with the identity loss Hessian (least squares)."""
+    return ggn_matmat(obj.residual, theta)
 
 
 class Client:

@@ -33,7 +33,9 @@ merged step is then exactly the LM step ``−(H + βI)^{-1} g``.
 ``complement``: add the FedAvg average of the updates' components outside the
 span ``Q`` of the clients' sketches, ``(I − QQᵀ) Σ (N_m/N) Δθ_m`` —
 directions no client's curvature informs (the paper's "orthogonal complement
-correction"; off by default).
+correction"; off by default).  It is the ``complement='fedavg'`` option of the
+one thin-QR merge, :func:`fedsciml.curvature.fipa_merge_lowrank` (set on the
+aggregator), beside the image benchmarks' isotropic ``'tail'``.
 
 ``adaptive`` (an :class:`~fedsciml.federated.client.AdaptiveSchedule`): each
 client picks its rank and Adam step count (paper Fig. 2B); the server
@@ -90,15 +92,6 @@ class FIPAStrategy(AveragingStrategy):
     def down_floats(self, p):
         # θ, plus one float each for the global gradient norm (adaptive) and the loss-report request (safeguard)
         return p + (1 if self.adaptive is not None else 0) + (1 if self.safeguard else 0)
-
-    def merge(self, theta, ok):
-        new = self.agg.aggregate(theta, ok)
-        if self.complement and self.curvature == "lowrank":
-            w = self.agg.sample_weights(ok)
-            d = sum(w[c] * ok[c]["delta"] for c in sorted(ok))
-            Q, _ = torch.linalg.qr(torch.cat([ok[c]["U"] for c in sorted(ok)], dim=1), mode="reduced")
-            new = new + (d - Q @ (Q.T @ d))
-        return new
 
     def aggregate_round(self, run, k, replies: Replies):
         ok, bad = replies.ok, replies.rejected

@@ -1,11 +1,12 @@
-"""Federated methods ``gn``, ``fipa``, ``fedavg``, ``fedprox`` (registered in :data:`fedsciml.runner.METHODS`).
+"""Federated methods ``gn``, ``fipa``, ``fedavg``, ``fedprox``, ``one-shot`` (registered in
+:data:`fedsciml.runner.METHODS`).
 
 Every runner has the signature
 ``fn(problem, objectives, theta0, evaluate, config=None, *, progress, seed, every, message_hook, **options)
 -> (θ, history rows, info)`` and runs a :class:`~fedsciml.federated.simulation.Simulation`: ``config`` is
 the method's typed configuration (:mod:`fedsciml.config`: :class:`~fedsciml.config.GNConfig`,
 :class:`~fedsciml.config.FIPAConfig`, :class:`~fedsciml.config.FedAvgConfig`,
-:class:`~fedsciml.config.FedProxConfig`), or it is built from ``options``
+:class:`~fedsciml.config.FedProxConfig`, :class:`~fedsciml.config.OneShotConfig`), or it is built from ``options``
 (unknown keys and values out of range are refused).  The defaults live there,
 once (chosen so that ``python -m fedsciml solve bratu --clients 4`` is
 accurate and finishes well within a minute; see the README section
@@ -20,17 +21,20 @@ accurate and finishes well within a minute; see the README section
   ``rounds=30``; FedProx ``mu=0.01``.
 * ``gn``: LM with the centralized solver's settings, ``rounds=100``
   (iterations).
+* ``one-shot``: one exchange of GN statistics at θ₀ and one fused step
+  (ridge fusion for linear residuals), ``sigma=0`` extra damping.
 
 With a ``budget`` and no ``rounds`` a run goes on until the budget is spent.
 """
 from __future__ import annotations
 
-from fedsciml.config import FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig
+from fedsciml.config import FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig
 from fedsciml.federated.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.federated.averaging import AveragingStrategy
 from fedsciml.federated.client import AdaptiveSchedule, Client, LocalConfig
 from fedsciml.federated.fipa import FIPAStrategy
 from fedsciml.federated.gn import GNStrategy
+from fedsciml.federated.oneshot import OneShotStrategy
 from fedsciml.federated.simulation import RoundConfig, Simulation
 from fedsciml.federated.transport import BytesTransport, LocalTransport
 from fedsciml.solvers.lm import LMConfig, default_tau
@@ -109,7 +113,8 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
     cfg = _config(FIPAConfig, config, options)
     rank = cfg.rank
     curvature = "full" if rank == 0 else "lowrank"
-    agg = FIPAAggregator(curvature=curvature, merge=cfg.merge, beta=cfg.beta, gamma=cfg.gamma, weighting="sum")
+    agg = FIPAAggregator(curvature=curvature, merge=cfg.merge, beta=cfg.beta, gamma=cfg.gamma, weighting="sum",
+                         complement="fedavg" if cfg.complement and curvature == "lowrank" else "none")
     lc = _local_config(cfg, 0.0)
     sched = AdaptiveSchedule(C=cfg.adapt_c, C_tau=cfg.adapt_ctau) if cfg.adaptive else None
     rc = _round_config(cfg, seed)
@@ -155,3 +160,14 @@ def run_fedprox(problem, objectives, theta0, evaluate, config: FedProxConfig | N
     cfg = _config(FedProxConfig, config, options)
     return _run_avg("fedprox", cfg, cfg.mu, problem, objectives, theta0, evaluate, progress=progress, seed=seed,
                     every=every, message_hook=message_hook)
+
+
+def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | None = None, *, progress=False,
+                 seed=0, every=10, message_hook=None, **options):
+    """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)."""
+    cfg = _config(OneShotConfig, config, options)
+    rc = _round_config(cfg, seed)
+    strategy = OneShotStrategy(cfg.sigma)
+    options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
+    return _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
+                     every, options, message_hook, cfg.transport)

@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 
 from fedsciml import linalg
+from fedsciml.curvature import fipa_merge_lowrank
 from fedsciml.federated.aggregators import Aggregator, FIPAAggregator
 from fedsciml.federated.messages import Field, Schema
 from fedsciml.images.fisher import KFAC
@@ -42,7 +43,8 @@ class FIPAComplementAggregator(FIPAAggregator):
     still counts with curvature τ_m instead of 0.  Then ``Ĥ = Σ w_m Ĥ_m = Q K Qᵀ + β₀ I``
     with β₀ = Σ w_m τ_m, ``b = Σ w_m Ĥ_m Δ_m``, and the step ``γ Ĥ⁻¹ b`` is
     ``γ [Q (K + β₀I)⁻¹ Qᵀ b + (I − QQᵀ) b / β₀]`` — Eq. 13 plus the complement term, which is
-    the τ-weighted FedAvg step there.  ``tail=False`` is plain Eq. 13 with β = ``beta_rel ·
+    the τ-weighted FedAvg step there: :func:`fedsciml.curvature.fipa_merge_lowrank` with
+    ``complement='tail'`` (the one thin-QR merge).  ``tail=False`` is plain Eq. 13 with β = ``beta_rel ·
     max_m w_m λ_max,m`` (the federated layer's :class:`FIPAAggregator`, unchanged), whose
     step lies inside the ≤ Σ r_m-dimensional sketch span.
     """
@@ -69,17 +71,9 @@ class FIPAComplementAggregator(FIPAAggregator):
         beta0 = sum(wi * t for wi, t in zip(w, taus)) + self.beta_rel * lam_max
         if not beta0 > 0:  # every sketch ends in a zero eigenvalue: no floor to speak of
             return theta + sum(wi * m["delta"] for wi, m in zip(w, msgs))
-        V = torch.cat([m["U"] for m in msgs], 1)
-        sig = torch.cat([wi * (m["lam"] - t) for wi, m, t in zip(w, msgs, taus)])
-        b = sum(wi * (m["U"] @ ((m["lam"] - t) * (m["U"].T @ m["delta"])) + t * m["delta"])
-                for wi, m, t in zip(w, msgs, taus))
-        Q, R = torch.linalg.qr(V, mode="reduced")
-        K = (R * sig) @ R.T
-        K = 0.5 * (K + K.T)
-        qb = Q.T @ b
-        z = linalg.damped_solve(K, qb, beta0)
-        step = Q @ z + (b - Q @ qb) / beta0
-        return theta + self.eta * self.gamma * step
+        step = fipa_merge_lowrank([m["U"] for m in msgs], [m["lam"] for m in msgs], [m["delta"] for m in msgs], w,
+                                  beta=self.beta_rel * lam_max, gamma=self.gamma, complement="tail")
+        return theta + self.eta * step
 
 
 def _stack_weights(messages):

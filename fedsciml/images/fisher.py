@@ -28,8 +28,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import jvp, vjp, vmap
+from torch.func import vjp, vmap
 
+from fedsciml.curvature import ggn_matmat as ggn_matmat_of
+from fedsciml.curvature import softmax_ce_hessian
 from fedsciml.images.models import FlatModel
 
 
@@ -46,7 +48,8 @@ def _lambda_factor(p: torch.Tensor) -> torch.Tensor:
 
 
 def ggn_matmat(model: FlatModel, theta: torch.Tensor, x: torch.Tensor, chunk: int = 256):
-    """``V [p, L] ↦ H V`` with ``H = (1/N) Σ Jᵀ(diag p − ppᵀ)J`` at ``theta``."""
+    """``V [p, L] ↦ H V`` with ``H = (1/N) Σ Jᵀ(diag p − ppᵀ)J`` at ``theta``: the shared
+    :func:`fedsciml.curvature.ggn_matmat` with the softmax cross-entropy Hessian, summed over chunks."""
     theta = theta.detach()
     n = x.shape[0]
 
@@ -54,16 +57,7 @@ def ggn_matmat(model: FlatModel, theta: torch.Tensor, x: torch.Tensor, chunk: in
         out = torch.zeros_like(V)
         for a, b in _chunks(n, chunk):
             xb = x[a:b]
-            f = lambda t: model(t, xb)  # noqa: E731
-            logits, vjp_fn = vjp(f, theta)
-            prob = torch.softmax(logits.detach(), -1)
-
-            def col(v):
-                jv = jvp(f, (theta,), (v,))[1]
-                u = prob * jv - prob * (prob * jv).sum(-1, keepdim=True)
-                return vjp_fn(u)[0]
-
-            out += vmap(col, in_dims=1, out_dims=1)(V)
+            out += ggn_matmat_of(lambda t: model(t, xb), theta, softmax_ce_hessian)(V)
         return out / n
 
     return matmat

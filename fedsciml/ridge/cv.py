@@ -9,14 +9,21 @@ down and ``|Σ|`` up per client.
 The K·|Σ| systems are solved together (:func:`loco_solutions`): a batched
 preconditioned conjugate gradient over all (k, σ) pairs at once, with
 preconditioner ``(G + σI)⁻¹`` (one Cholesky and inverse per σ, shared by all
-clients, applied as a batched matrix product).
-The preconditioned operator is ``I − (G+σI)⁻¹G_k``, whose spectrum lies in
-``[σ/(λ+σ), 1]`` and clusters at 1 when no client dominates — typically a
-handful of iterations, each one batched matrix product over clients
-(``[K, |Σ|, d] × [K, d, d]``) and one batched triangular solve, on CPU or GPU.
-Pairs whose relative residual has not reached ``tol`` after ``max_iter``
-iterations (one client carrying most of a direction) are finished by direct
-Cholesky solves, so the result always equals the naive loop
+clients, applied as one matrix product per σ).  The preconditioned operator is
+``I − (G+σI)⁻¹G_k``: the identity plus a rank-``n_k`` term whose eigenvalues
+lie in ``[σ/(λ+σ), 1]`` and cluster at 1 when no client dominates — typically
+5 iterations to 1e-13.  Each iteration costs one product per σ with the d×d
+preconditioner (``2d²·K·|Σ|`` flops, the floor of the method) and one product
+with each client's ``G_k``: with the clients' square-root factors
+(``sqrt=True``, ``G_k = R_kᵀR_k``, ``R_k`` ``[n_k, d]``) that is
+``4·n_k·d`` flops per vector instead of ``2d²``, and ``n_k·d`` floats to read
+instead of a d×d matrix.  The residual ``rhs − (G + σ − G_k)x`` is kept by
+recurrence (``(G+σ)p`` is updated from the preconditioned residual), so no
+product with G is needed.  Clients are processed in chunks so that the
+working arrays stay in cache.  Pairs whose relative residual has not reached
+``tol`` after ``max_iter`` iterations (one client carrying most of a
+direction, so ``G − G_k + σI`` is ill-conditioned there) are finished by
+direct Cholesky solves, so the result always equals the naive loop
 (:func:`loco_solutions_naive`, K·|Σ| separate Cholesky solves) to round-off.
 """
 from __future__ import annotations
@@ -24,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from fedsciml import linalg
-from fedsciml.ridge.stats import ridge_solve
+from fedsciml.ridge.stats import SingularGram, ridge_solve
 
 
 def _as_sigmas(sigmas, like: torch.Tensor) -> torch.Tensor:
@@ -37,7 +44,7 @@ def _as_sigmas(sigmas, like: torch.Tensor) -> torch.Tensor:
 
 
 def loco_solutions_naive(Gs: torch.Tensor, hs: torch.Tensor, sigmas) -> torch.Tensor:
-    """Reference: ``W [K, S, d]`` by K·S separate Cholesky solves."""
+    """Reference: ``W [K, S, d]`` by K·S separate Cholesky solves (``Gs`` full Grams ``[K, d, d]``)."""
     s = _as_sigmas(sigmas, Gs)
     G, h = Gs.sum(0), hs.sum(0)
     out = torch.empty(Gs.shape[0], s.numel(), Gs.shape[-1], dtype=Gs.dtype, device=Gs.device)
@@ -52,78 +59,125 @@ def _unpacked(Gs: torch.Tensor, d: int) -> torch.Tensor:
     return linalg.unpack_upper(Gs, d) if Gs.ndim == 2 else Gs
 
 
+def _check_stats(Gs, hs, sqrt):
+    ok = hs.ndim == 2 and Gs.shape[0] == hs.shape[0]
+    if sqrt:
+        ok = ok and Gs.ndim == 3 and Gs.shape[2] == hs.shape[1]
+    else:
+        ok = ok and ((Gs.ndim == 3 and Gs.shape[1:] == (hs.shape[1], hs.shape[1]))
+                     or (Gs.ndim == 2 and Gs.shape[1] == linalg.n_upper(hs.shape[1])))
+    if not ok:
+        want = "factors [K, m, d]" if sqrt else "Grams [K, d, d] (or packed [K, d(d+1)/2])"
+        raise ValueError(f"need per-client {want} and moments [K, d], got {tuple(Gs.shape)} and {tuple(hs.shape)}")
+
+
+def default_chunk(K: int, S: int, d: int, unpack: bool = False) -> int:
+    """Clients per chunk: the PCG's working arrays (6 of ``S·chunk·d`` floats, plus ``chunk·d²`` when packed
+    Grams are unpacked) within about 256 MB.
+
+    Larger chunks give the per-σ preconditioner product a taller GEMM; the clients' own products are done
+    one client at a time anyway (its factor or Gram stays in cache between its two uses)."""
+    return int(max(1, min(K, (256 << 20) // (8 * (6 * S * d + (d * d if unpack else 0))))))
+
+
 def loco_solutions(Gs: torch.Tensor, hs: torch.Tensor, sigmas, tol: float = 1e-13, max_iter: int = 60,
-                   chunk: int | None = None, return_info: bool = False):
+                   chunk: int | None = None, return_info: bool = False, *, sqrt: bool = False, total=None):
     """``W [K, S, d]`` with ``W[k, j] = (G − G_k + σ_j I)⁻¹ (h − h_k)``, batched (see module docstring).
 
-    ``Gs`` is ``[K, d, d]`` or packed upper triangles ``[K, d(d+1)/2]``; ``chunk`` bounds how many clients'
-    full Gram matrices are unpacked at once (memory: ``chunk·d²`` floats).
+    ``Gs`` is ``[K, d, d]``, packed upper triangles ``[K, d(d+1)/2]``, or with ``sqrt=True`` the clients'
+    square-root factors ``R_k`` ``[K, m, d]`` (``R_kᵀR_k = G_k``, zero rows allowed — the form
+    :meth:`~fedsciml.ridge.stats.FusionServer.stacked_factors` returns); ``hs`` is ``[K, d]``.  ``total``:
+    the fused ``(G [d, d], h [d])`` when the caller already has it (the server does), else it is summed
+    here (from factors that costs ``2·K·m·d²`` flops).  ``chunk`` bounds how many clients are processed at
+    once (default :func:`default_chunk`, as fast as any setting measured).
     """
-    if hs.ndim != 2 or Gs.shape[0] != hs.shape[0] or Gs.ndim not in (2, 3) or (
-            Gs.ndim == 3 and Gs.shape[1:] != (hs.shape[1], hs.shape[1])) or (
-            Gs.ndim == 2 and Gs.shape[1] != linalg.n_upper(hs.shape[1])):
-        raise ValueError(f"need per-client Grams [K, d, d] (or packed [K, d(d+1)/2]) and moments [K, d], "
-                         f"got {tuple(Gs.shape)} and {tuple(hs.shape)}")
-    s = _as_sigmas(sigmas, Gs)
+    _check_stats(Gs, hs, sqrt)
+    s = _as_sigmas(sigmas, hs)
     K, d = hs.shape
     S = s.numel()
-    G = linalg.unpack_upper(Gs.sum(0), d) if Gs.ndim == 2 else Gs.sum(0)
-    h = hs.sum(0)
-    L = linalg.cholesky(linalg.add_diagonal(G.expand(S, d, d), s))
-    Pinv = torch.cholesky_inverse(L)                                         # [S, d, d], shared by all clients
-    Pinv = 0.5 * (Pinv + Pinv.transpose(-1, -2))
-    chunk = K if not chunk else max(1, int(chunk))
+    if total is not None:
+        G, h = total
+    elif sqrt:
+        G, h = linalg.unpack_upper(linalg.gram_packed(Gs.reshape(-1, d)), d), hs.sum(0)
+    else:
+        G, h = (linalg.unpack_upper(Gs.sum(0), d) if Gs.ndim == 2 else Gs.sum(0)), hs.sum(0)
+    try:
+        L = linalg.cholesky(linalg.add_diagonal(G.expand(S, d, d), s))
+    except linalg.NotPositiveDefinite as e:
+        raise SingularGram(f"G + σI is not positive definite for the CV grid ({e}); use larger σ values") from None
+    Pinv = torch.cholesky_inverse(L)                      # [S, d, d], exactly symmetric, shared by all clients
+    x_full = torch.cholesky_solve(h.expand(S, d).unsqueeze(-1), L).squeeze(-1)   # (G + σ_j)⁻¹ h  [S, d]
+    chunk = default_chunk(K, S, d, unpack=not sqrt and Gs.ndim == 2) if not chunk else max(1, int(chunk))
     X = torch.empty(K, S, d, dtype=hs.dtype, device=hs.device)
-    info = {"iterations": 0, "direct_solves": 0, "pairs": K * S}
+    info = {"iterations": 0, "direct_solves": 0, "pairs": K * S, "chunk": chunk}
     for c0 in range(0, K, chunk):
-        Gc = _unpacked(Gs[c0:c0 + chunk], d)
-        Xc, it, nd = _pcg(G, h, Gc, hs[c0:c0 + chunk], s, Pinv, tol, max_iter)
-        X[c0:c0 + chunk] = Xc
+        Xc, it, nd = _pcg(G, h, x_full, Gs[c0:c0 + chunk], hs[c0:c0 + chunk], s, Pinv, tol, max_iter, sqrt)
+        X[c0:c0 + chunk] = Xc.transpose(0, 1)
         info["iterations"] = max(info["iterations"], it)
         info["direct_solves"] += nd
     return (X, info) if return_info else X
 
 
-def _pcg(G, h, Gs, hs, s, Pinv, tol, max_iter):
-    """PCG on ``(G + σ_j − G_k) x = h − h_k`` for a chunk of clients, all σ at once.
+def _vdot(x, y):
+    """Row-wise dot products of ``[..., d]`` arrays without a temporary of their size."""
+    return torch.matmul(x.unsqueeze(-2), y.unsqueeze(-1)).squeeze(-1).squeeze(-1)
 
-    Starts from the full-data solution ``x₀ = (G + σ_j)⁻¹(h − h_k)``, whose residual is ``G_k x₀``; keeps
-    ``Q = (G + σ_j) p`` by recurrence (``(G + σ_j) z = r`` for the preconditioned residual z), so an
-    iteration costs one batched product with the clients' ``G_k`` and one batched triangular solve.
+
+def _client_products(Gs, d, sqrt):
+    """``V ↦ V[j, k] G_k`` for ``V [S, c, d]``, one client at a time (its statistics stay in cache)."""
+    Gc = Gs if sqrt else _unpacked(Gs, d)
+
+    def apply(V, out):
+        for k in range(V.shape[1]):
+            if sqrt:
+                torch.mm(torch.mm(V[:, k], Gc[k].T), Gc[k], out=out[:, k])
+            else:
+                torch.mm(V[:, k], Gc[k], out=out[:, k])
+        return out
+
+    return apply
+
+
+def _pcg(G, h, x_full, Gs, hs, s, Pinv, tol, max_iter, sqrt):
+    """PCG on ``(G + σ_j − G_k) x = h − h_k`` for a chunk of clients, all σ at once; arrays are ``[S, c, d]``.
+
+    Starts from the full-data solution ``x₀ = (G + σ_j)⁻¹h`` (shared by all clients, no product per client),
+    whose residual is ``G_k x₀ − h_k``; keeps ``Q = (G + σ_j) p`` by recurrence (``(G + σ_j) z = r`` for the
+    preconditioned residual z), so an iteration costs one product with each client's ``G_k`` (or
+    ``R_kᵀR_k``) and one with the preconditioner, with no product with G.
     """
-    K, d = hs.shape
-
-    def prec(R):  # (G + σ_j)⁻¹ R[k, j]: a batched GEMM (faster than two triangular solves)
-        return torch.bmm(Pinv, R.permute(1, 2, 0)).permute(2, 0, 1)
-
-    rhs = (h[None] - hs)[:, None, :].expand(K, s.numel(), d)
-    bnorm = rhs.norm(dim=-1)
-    X = prec(rhs.contiguous())
-    R = torch.bmm(X, Gs)                 # rhs − (G + σ − G_k) x₀ = G_k x₀
-    Z = prec(R)
-    P, Q = Z, R                          # Q = (G + σ) P
-    rz = (R * Z).sum(-1)
-    done = R.norm(dim=-1) <= tol * bnorm
+    c, d = hs.shape
+    S = s.numel()
+    Gk = _client_products(Gs, d, sqrt)
+    bnorm = torch.linalg.vector_norm(h[None] - hs, dim=-1).expand(S, c)
+    X = x_full[:, None, :].expand(S, c, d).contiguous()
+    R = Gk(X, torch.empty_like(X)).sub_(hs)   # rhs − (G + σ − G_k) x₀ = G_k x₀ − h_k
+    Z = torch.bmm(R, Pinv)                  # (G + σ_j)⁻¹ R[j, k]: one GEMM per σ
+    P, Q = Z.clone(), R.clone()             # Q = (G + σ) P
+    AP = torch.empty_like(R)
+    rz = _vdot(R, Z)
+    done = torch.linalg.vector_norm(R, dim=-1) <= tol * bnorm
     it = 0
     while not bool(done.all()) and it < max_iter:
         it += 1
-        AP = Q - torch.bmm(P, Gs)
-        pAp = (P * AP).sum(-1)
-        alpha = torch.where(done | (pAp <= 0), torch.zeros_like(rz), rz / torch.where(pAp > 0, pAp, torch.ones_like(pAp)))
-        X = X + alpha[..., None] * P
-        R = R - alpha[..., None] * AP
-        done = done | (R.norm(dim=-1) <= tol * bnorm)
-        Z = prec(R)
-        rz_new = (R * Z).sum(-1)
-        beta = torch.where(done, torch.zeros_like(rz), rz_new / torch.where(rz != 0, rz, torch.ones_like(rz)))
-        P = Z + beta[..., None] * P
-        Q = R + beta[..., None] * Q
+        torch.sub(Q, Gk(P, AP), out=AP)
+        pAp = _vdot(P, AP)
+        alpha = torch.where(done | (pAp <= 0), 0.0, rz / torch.where(pAp > 0, pAp, 1.0))[..., None]
+        X.addcmul_(alpha, P)
+        R.addcmul_(alpha, AP, value=-1.0)
+        done = done | (torch.linalg.vector_norm(R, dim=-1) <= tol * bnorm)
+        torch.bmm(R, Pinv, out=Z)
+        rz_new = _vdot(R, Z)
+        beta = torch.where(done, 0.0, rz_new / torch.where(rz != 0, rz, 1.0))[..., None]
+        torch.addcmul(Z, beta, P, out=P)
+        torch.addcmul(R, beta, Q, out=Q)
         rz = rz_new
     n_direct = int((~done).sum())
     if n_direct:
-        kk, jj = torch.nonzero(~done, as_tuple=True)
-        M = linalg.add_diagonal((G[None] - Gs[kk]), s[jj])
-        X[kk, jj] = linalg.damped_solve(M, (h[None] - hs[kk]))
+        jj, kk = torch.nonzero(~done, as_tuple=True)
+        Gk_full = (Gs[kk].transpose(1, 2) @ Gs[kk]) if sqrt else _unpacked(Gs[kk], d)
+        M = linalg.add_diagonal(G[None] - Gk_full, s[jj])
+        X[jj, kk] = linalg.damped_solve(M, h[None] - hs[kk])
     return X, it, n_direct
 
 
@@ -150,26 +204,34 @@ def validation_losses(A: torch.Tensor, b: torch.Tensor, W: torch.Tensor) -> torc
 
 
 def loco_cv(Gs, hs, sigmas, client_data, naive: bool = False, chunk: int | None = None,
-            repair: bool = False) -> dict:
-    """Leave-one-client-out CV over a σ grid.
+            repair: bool = False, *, sqrt: bool = False, total=None) -> dict:
+    """Leave-one-client-out CV over a σ grid (at least 2 clients).
 
-    ``Gs`` may be packed (``[K, d(d+1)/2]``).  ``repair=True`` (noisy DP statistics) uses
+    ``Gs`` may be packed (``[K, d(d+1)/2]``) or, with ``sqrt=True``, the clients' factors ``[K, m, d]``;
+    ``total`` as in :func:`loco_solutions`.  ``repair=True`` (noisy DP statistics) uses
     :func:`loco_solutions_repaired`.  The validation losses are computed by the clients on their raw data:
     under DP they are extra releases that the (ε, δ) of the statistics does not cover.  ``client_data`` is the list of each client's ``(A_k, b_k)`` (used only by
     the client itself to score the models the server sends it).  Returns
     ``{sigma, sigmas, loss [S], per_client [K, S], floats_down, floats_up}``.
     """
-    d = hs.shape[-1]
+    K, d = hs.shape[0], hs.shape[-1]
+    if K < 2:
+        raise ValueError(f"leave-one-client-out CV needs at least 2 clients (each is scored on a model fitted "
+                         f"without it), got {K}; give σ directly")
+    if len(client_data) != K:
+        raise ValueError(f"{len(client_data)} clients' data for {K} clients' statistics")
+    if sqrt and (repair or naive):
+        Gs = torch.stack([R.T @ R for R in Gs])
     if repair:
         W = loco_solutions_repaired(Gs, hs, sigmas)
     elif naive:
         W = loco_solutions_naive(_unpacked(Gs, d), hs, sigmas)
     else:
-        W = loco_solutions(Gs, hs, sigmas, chunk=chunk)
+        W = loco_solutions(Gs, hs, sigmas, chunk=chunk, sqrt=sqrt, total=total)
     losses = torch.stack([validation_losses(A, b, W[k]) for k, (A, b) in enumerate(client_data)])
-    total = losses.sum(0)
+    total_loss = losses.sum(0)
     s = _as_sigmas(sigmas, hs)
-    j = int(torch.argmin(total))
+    j = int(torch.argmin(total_loss))
     K, S, d = W.shape
-    return {"sigma": float(s[j]), "sigmas": s.tolist(), "loss": total.tolist(), "per_client": losses,
+    return {"sigma": float(s[j]), "sigmas": s.tolist(), "loss": total_loss.tolist(), "per_client": losses,
             "floats_down": K * S * d, "floats_up": K * S}
