@@ -144,3 +144,11 @@ def test_adam_whose_loss_becomes_non_finite_stops_with_a_clear_error(capsys):
              want=["the loss became inf", "smaller --lr"], code=1)
     with pytest.raises(Diverged, match="iteration 1"):
         fs.solve("ridge-linear", optimizer="adam", lr=1e200, max_iters=5)
+
+
+@pytest.mark.parametrize("extra,want", [(["--delta", "2"], "--delta must be a finite number in (0, 1)"),
+                                        (["--clip-a", "inf"], "--clip-a must be a finite number > 0"),
+                                        (["--sigma", "inf"], "--sigma must be a finite number ≥ 0"),
+                                        (["--dropout", "1"], "--dropout must be a finite number in [0, 1)")])
+def test_ridge_values_out_of_range(capsys, extra, want):
+    _refused(capsys, *RIDGE, *extra, want=want)

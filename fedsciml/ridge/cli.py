@@ -6,6 +6,7 @@ seconds; ``--json FILE`` writes the same as JSON.
 """
 from __future__ import annotations
 
+import argparse
 import math
 import time
 
@@ -33,7 +34,8 @@ def add_parser(subparsers):
     p = subparsers.add_parser(
         "ridge", help="one-shot federated ridge regression (sufficient statistics, DP, projection, CV)",
         description="One-shot federated ridge on the paper's synthetic heterogeneous data: each client sends "
-                    "(A_kᵀA_k, A_kᵀb_k) once, the server solves (ΣG_k + σI) w = Σh_k.")
+                    "(A_kᵀA_k, A_kᵀb_k) once, the server solves (ΣG_k + σI) w = Σh_k.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--clients", type=int, default=20, help="number of clients K")
     p.add_argument("--dim", type=int, default=100, help="feature dimension d (linear features)")
     p.add_argument("--samples", type=int, default=500, help="samples per client (20%% held out for the test set)")
@@ -91,6 +93,11 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
         raise ValueError(f"--clients must be a positive integer, got {clients}")
     if sigma is not None and not (sigma >= 0 and math.isfinite(sigma)):
         raise ValueError(f"--sigma must be a finite number ≥ 0, got {sigma}")
+    for name, v, ok, allowed in (("delta", delta, lambda x: 0 < x < 1, "in (0, 1)"),
+                                 ("clip-a", clip_a, lambda x: x > 0, "> 0"), ("clip-b", clip_b, lambda x: x > 0, "> 0"),
+                                 ("dropout", dropout, lambda x: 0 <= x < 1, "in [0, 1)")):
+        if not (math.isfinite(v) and ok(v)):
+            raise ValueError(f"--{name} must be a finite number {allowed}, got {v}")
     dev = resolve_device(device)
     problem = make_problem(features, dim, samples, heterogeneity, sigma or 0.0, rff_dim, **(problem_options or {}))
     d = problem.n_features()
