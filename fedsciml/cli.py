@@ -20,7 +20,8 @@ class CLIError(Exception):
     pass
 
 
-SOLVE_FLAGS = ("method", "clients", "compare", "seed", "device", "threads", "json", "out", "quiet", "every", "plugin")
+SOLVE_FLAGS = ("method", "clients", "compare", "seed", "device", "engine", "threads", "json", "out", "quiet", "every",
+               "plugin")
 
 
 def _problem_param_flags():
@@ -98,6 +99,9 @@ def _add_solve_parser(sub):
     p.add_argument("--seed", type=int, default=0, help="seed for sampling, initialization and client selection "
                    "(an integer ≥ 0; default 0)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto: cuda when available)")
+    p.add_argument("--engine", default="local", choices=["local", "flower"],
+                   help="who carries the clients' messages: this process, or Flower's simulation engine "
+                        "(pip install \"fedsciml[flower]\"; same strategy, same numbers; default local)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     taken = set(SOLVE_FLAGS)
     _add_method_flags(p.add_argument_group("method options (generated from fedsciml.config)"), taken)
@@ -193,8 +197,9 @@ def cmd_solve(args):
             print(f"[fedsciml] {problem.name} · method={m} · clients={args.clients or problem.default_clients} · "
                   f"params={problem.network().n_params if hasattr(problem, 'network') else '?'}", file=sys.stderr)
         try:
+            engine = args.engine if m != "centralized" else "local"  # the pooled reference runs in this process
             res = solve(problem, method=m, clients=args.clients, seed=args.seed, device=args.device,
-                        progress=not args.quiet, every=args.every, **per_method[m])
+                        progress=not args.quiet, every=args.every, engine=engine, **per_method[m])
         except (RoundFailed, Diverged) as e:  # the run cannot go on
             raise RunFailed(f"{m}: {e}")
         results.append(res)

@@ -262,6 +262,18 @@ class LocalOptions(MethodConfig):
                                   float, lo=0)
 
 
+@dataclass(frozen=True)
+class RobustOptions(MethodConfig):
+    """How the server combines the clients' updates (see :mod:`fedsciml.federated.robust`)."""
+
+    robust: str = option("mean", "combination of the clients' updates: mean (the plain method), median "
+                                 "(coordinate-wise) or trimmed (coordinate-wise trimmed mean)", str,
+                         choices=("mean", "median", "trimmed"))
+    trim: float = option(0.2, "fraction trimmed per side by robust=trimmed", float, lo=0, hi=0.5, hi_open=True)
+    clip_norm: float | None = option(None, "bound C on the norm of each client's update", float, lo=0, lo_open=True,
+                                     none="no bound")
+
+
 # --- the methods ----------------------------------------------------------------------------------
 
 
@@ -315,7 +327,7 @@ class GNConfig(RoundOptions):
 
 
 @dataclass(frozen=True)
-class FIPAConfig(LocalOptions, RoundOptions):
+class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
     """FIPA.  ``merge=None``: pinv for full rank, qr for low rank; ``safeguard=None``: on with local gn."""
 
     method: ClassVar[str] = "fipa"
@@ -350,7 +362,7 @@ class FIPAConfig(LocalOptions, RoundOptions):
 
 
 @dataclass(frozen=True)
-class FedAvgConfig(LocalOptions, RoundOptions):
+class FedAvgConfig(RobustOptions, LocalOptions, RoundOptions):
     """FedAvg: data-size weighted average of local updates."""
 
     method: ClassVar[str] = "fedavg"

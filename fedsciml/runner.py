@@ -50,12 +50,15 @@ class MethodSpec:
 
     def __call__(self, problem, objectives, theta0, evaluate, config: MethodConfig | None = None, *, seed: int = 0,
                  progress: bool = False, every: int = 10, message_hook=None, **options):
+        runtime = {}
+        if "transport" in options and not isinstance(options["transport"], str):  # a Transport object (Flower's)
+            runtime["transport"] = options.pop("transport")
         if config is None:
             config = self.make_config(options)
         elif options:
             raise TypeError(f"give the {self.name} options either as config or as keywords, not both")
         return self.load()(problem, objectives, theta0, evaluate, config, seed=seed, progress=progress, every=every,
-                           message_hook=message_hook)
+                           message_hook=message_hook, **runtime)
 
 
 METHODS: dict[str, MethodSpec] = {}
@@ -98,6 +101,7 @@ def get_method(name: str) -> MethodSpec:
 
 
 DEVICES = ("auto", "cpu", "cuda")
+ENGINES = ("local", "flower")  # who carries the clients' messages: this process, or Flower (fedsciml.flower)
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -199,7 +203,7 @@ def check_run_memory(problem, method: str, clients: int, config: MethodConfig, d
 
 def solve(problem, method: str = "centralized", clients: int | None = None, seed: int = 0, device="cpu",
           progress: bool = False, every: int = 10, message_hook=None, config: MethodConfig | None = None,
-          **options: Any) -> Result:
+          engine: str = "local", **options: Any) -> Result:
     """Solve ``problem`` (a :class:`~fedsciml.problems.Problem`) with ``method``.
 
     ``clients`` defaults to the problem's own default (1 for most).  The method's
@@ -207,8 +211,12 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
     :mod:`fedsciml.config`) or as a ready ``config``; unknown options and values
     out of range raise before anything runs.  ``message_hook(round, client, msg)
     -> msg`` (federated methods; tests) alters the messages clients send.
+    ``engine="flower"`` runs the same method with Flower's simulation engine
+    carrying the messages (:mod:`fedsciml.flower`).
     """
     spec = get_method(method)
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if config is None:
         config = spec.make_config(options)
     elif options:
@@ -222,6 +230,13 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
     if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
         raise ValueError(f"every must be an integer ≥ 1, got {every!r}")
     dev = resolve_device(device)
+    if engine == "flower":  # the same strategy and round loop; Flower's simulation engine carries the messages
+        from fedsciml.flower.simulation import solve as solve_on_flower
+
+        if message_hook is not None:
+            raise ValueError("message_hook runs in this process; it does not apply to engine 'flower'")
+        return solve_on_flower(problem, method, clients=clients, seed=seed, device=device, progress=progress,
+                               **config.to_dict())
     if clients is None:
         clients = problem.default_clients
     from fedsciml.checks import check_objectives

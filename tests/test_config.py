@@ -211,3 +211,19 @@ def test_top_level_problems_import_is_refused():
     assert r.returncode != 0 and "import fedsciml.problems" in r.stderr
     r = subprocess.run([sys.executable, "-m", "fedsciml", "list"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0 and "bratu" in r.stdout and "fipa" in r.stdout
+
+
+def test_a_transport_object_replaces_the_configured_one():
+    """What the Flower engine does (fedsciml.flower.apps.run_on_grid): the runner receives a Transport instance."""
+    from fedsciml.federated.client import Client
+    from fedsciml.federated.transport import LocalTransport
+
+    prob = fs.get_problem("sin1d", n_samples=10)
+    objs = prob.client_objectives(2, seed=0)
+    theta0 = prob.init_params(0)
+    a, rows_a, _ = METHODS["gn"](prob, objs, theta0, prob.evaluate, rounds=2, batched=False)
+    t = LocalTransport([Client(i, o) for i, o in enumerate(objs)], vectorize=False)
+    b, rows_b, _ = METHODS["gn"](prob, objs, theta0, prob.evaluate, rounds=2, transport=t)
+    assert [r["loss"] for r in rows_a] == [r["loss"] for r in rows_b]  # the same transport, the same operations
+    with pytest.raises(OptionError, match="transport must be one of local, bytes"):
+        METHODS["gn"](prob, objs, theta0, prob.evaluate, rounds=2, transport="grpc")

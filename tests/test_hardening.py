@@ -479,3 +479,27 @@ def test_example_without_inf_epsilon_and_with_a_bom_header(tmp_path, capsys):
     r_inf, ref_inf = mod.main(["--csv", str(p), "--epsilons", "inf", "--quick"])
     assert ref_inf == mse_ref  # the reference's σ comes from the same noise-free CV either way
     assert abs(r_inf[math.inf][0] - ref_inf) <= 1e-8 * ref_inf  # ε = ∞ is the pooled model
+
+
+def test_missing_or_unreadable_image_files_give_one_line(tmp_path, capsys):
+    import gzip
+
+    from fedsciml.images import data as D
+
+    _write_cifar10(tmp_path, lambda b: pickle.dumps(b, protocol=2))
+    (tmp_path / "test_batch").unlink()
+    (tmp_path / "test_batch").mkdir()
+    with pytest.raises(ValueError, match="test_batch.*not a regular file"):
+        D.load("cifar10", str(tmp_path))
+    (tmp_path / "test_batch").rmdir()
+    code, _, err = _cli(capsys, "bench", "images", "--dataset", "cifar10", "--data-dir", str(tmp_path), "--quiet")
+    assert code == 2
+    _one_line(err, "test_batch", "--data-dir")
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(ValueError, match="train-images-idx3-ubyte.gz"):
+        D.read_idx(str(tmp_path / "train-images-idx3-ubyte"))
+    with gzip.open(tmp_path / "t.gz", "wb") as f:
+        f.write(b"\x00\x00\x08\x01")
+    (tmp_path / "t.gz").write_bytes((tmp_path / "t.gz").read_bytes()[:-6])  # truncated gzip stream
+    with pytest.raises(ValueError, match="t.gz"):
+        D.read_idx(str(tmp_path / "t.gz"))

@@ -172,7 +172,7 @@ def test_deadline_cuts_adam_after_at_least_one_step():
     rep = c.answer(Request("update", {"theta": THETA0}, {"local": {"solver": "adam", "steps": 10**8, "lr": 1e-3,
                                                                      "damping": 0.0, "prox": 0.0},
                                                            "deadline_s": 0.0}))
-    assert torch.equal(rep.message["delta"], full)
+    assert torch.equal(rep.message["delta"], full)  # bitwise: the same single Adam step
 
 
 # --- one-shot fusion of GN statistics (ridge) ---------------------------------------------------
@@ -287,3 +287,75 @@ def test_fipa_complement_runs_through_the_merge_option():
     assert info["options"]["complement"] is True and not torch.allclose(a, b)
     with pytest.raises(ValueError, match="option of the thin-QR merge"):
         run("fipa", objs, rounds=1, rank=3, merge="pinv", complement=True)
+
+
+# --- images on the same loop -------------------------------------------------------------------
+
+
+def _fed(C=4):
+    from fedsciml.images import data as D
+
+    return D.federate(D.load("digits"), C, 0.5, seed=0)
+
+
+def test_image_rounds_log_dropout_rejections_and_floats_per_round():
+    from fedsciml.images import methods as M
+
+    fed = _fed()
+    cfg = M.TrainConfig(epochs=1, rank=2, oversample=2, power_iters=1)
+
+    def hook(rnd, cid, msg):  # client 2 sends a broken update every round
+        return {**msg, "delta": msg["delta"] * float("nan")} if cid == 2 else msg
+
+    res = M.run_rounds(fed, "linear", ["fedavg", "fipa"], 0, cfg, rounds=2, dropout=0.3, message_hook=hook)
+    p = 650
+    for meth in ("fedavg", "fipa"):
+        info = res[meth].info
+        assert [r["round"] for r in info["rounds"]] == [1, 2]
+        assert sum(r["dropped"] for r in info["rounds"]) > 0  # seeded: 0.3 over 8 client-rounds
+        for r in info["rounds"]:
+            assert r["dropped"] + r["answered"] + r["rejected"] == 4
+            assert r["floats_down"] == p * (4 - r["dropped"])  # θ to every client that did not drop out
+        assert all(e["client"] == 2 and "non-finite" in e["reason"] for e in info["rejections"])
+        assert len(info["rejections"]) == sum(r["rejected"] for r in info["rounds"]) > 0
+    ups = [r["floats_up"] for r in res["fedavg"].info["rounds"]]
+    assert all(u == (p + 1) * (4 - r["dropped"]) for u, r in zip(ups, res["fedavg"].info["rounds"]))
+
+
+def test_image_method_crosses_bytes_bitwise():
+    from fedsciml.images import methods as M
+
+    fed = _fed(3)
+    cfg = M.TrainConfig(epochs=1, rank=2, oversample=2, power_iters=1)
+    a = M.run_rounds(fed, "linear", ["fedavg", "fipa"], 0, cfg, rounds=1)
+    b = M.run_rounds(fed, "linear", ["fedavg", "fipa"], 0, cfg, rounds=1, transport="bytes")
+    for meth in ("fedavg", "fipa"):  # bitwise: the clients receive the same float32 bits and train alike
+        assert a[meth].history == b[meth].history and a[meth].floats_per_client == b[meth].floats_per_client
+        assert a[meth].info["rounds"] == b[meth].info["rounds"]
+
+
+def test_one_shot_image_methods_are_one_round_runs_with_rejections_logged():
+    from fedsciml.images import methods as M
+
+    fed = _fed(3)
+    cfg = M.TrainConfig(epochs=1)
+
+    def hook(rnd, cid, msg):  # client 1's Fisher is negative: rejected, logged, not merged
+        return {**msg, "fisher": -msg["fisher"] - 1.0} if cid == 1 and "fisher" in msg else msg
+
+    a = M.run_one_shot(fed, "linear", ["fedavg", "fishermerge"], 0, cfg, message_hook=hook)
+    assert a["fedavg"].info["rejections"] == [] and a["fedavg"].info["rounds"][0]["answered"] == 3
+    rej = a["fishermerge"].info["rejections"]
+    assert [(e["round"], e["client"]) for e in rej] == [(1, 1)] and "negative" in rej[0]["reason"]
+    assert a["fishermerge"].info["rounds"][0]["answered"] == 2
+    b = M.run_one_shot(fed, "linear", ["fedavg", "fishermerge"], 0, cfg, message_hook=hook, transport="bytes")
+    for meth in ("fedavg", "fishermerge"):  # bitwise: same float32 bits in, same operations
+        assert a[meth].accuracy == b[meth].accuracy and a[meth].floats_per_client == b[meth].floats_per_client
+
+
+def test_the_loop_records_the_strategy_summary():
+    _, _, info = run("fipa", rounds=1, rank=3)
+    assert info["strategy"]["name"] == "fipa" and info["strategy"]["rank"] == 3
+    assert info["strategy"]["curvature"] == "lowrank" and info["strategy"]["safeguard"] is True
+    _, _, info = run("gn", rounds=1)
+    assert info["strategy"] == {"name": "gn", "lm_tau": 1e-3, "form": "normal", "max_retries": 20}

@@ -36,7 +36,7 @@ from fedsciml.federated.fipa import FIPAStrategy
 from fedsciml.federated.gn import GNStrategy
 from fedsciml.federated.oneshot import OneShotStrategy
 from fedsciml.federated.simulation import RoundConfig, Simulation
-from fedsciml.federated.transport import BytesTransport, LocalTransport
+from fedsciml.federated.transport import BytesTransport, LocalTransport, Transport
 from fedsciml.solvers.lm import LMConfig, default_tau
 
 TRANSPORTS = ("local", "bytes")
@@ -55,7 +55,11 @@ def _fingerprint(problem, method, objectives, theta0, seed, options):
 
 def make_transport(objectives, transport="local", vectorize: bool = True, device="cpu"):
     """The clients of ``objectives`` behind a transport: ``"local"`` (in-process, vectorized across clients)
-    or ``"bytes"`` (the same, with every request and reply round-tripped through bytes)."""
+    or ``"bytes"`` (the same, with every request and reply round-tripped through bytes); a
+    :class:`~fedsciml.federated.transport.Transport` instance is used as it is (e.g. Flower's, whose
+    clients live on other nodes)."""
+    if isinstance(transport, Transport):
+        return transport
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
     local = LocalTransport([Client(i, o) for i, o in enumerate(objectives)], vectorize=vectorize)
@@ -74,8 +78,19 @@ def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc,
     return theta, rows, info
 
 
-def _config(cls, config, options):
-    """The method's typed configuration: ``config`` as given, or built (and checked) from keyword ``options``."""
+def _config(cls, config, options, transport=None):
+    """``(config, transport)``: the method's typed configuration — ``config`` as given, or built (and checked)
+    from keyword ``options`` — and a :class:`Transport` instance that replaces ``config.transport`` (e.g.
+    Flower's; ``None``: the one the configuration names).  A transport given by name is a config option."""
+    if isinstance(transport, str):
+        options = {**options, "transport": transport}
+        transport = None
+    elif transport is not None and not isinstance(transport, Transport):
+        raise TypeError(f"transport must be 'local', 'bytes' or a Transport, got {type(transport).__name__}")
+    return _typed_config(cls, config, options), transport
+
+
+def _typed_config(cls, config, options):
     if config is None:
         return cls.from_options(options)
     if options:
@@ -87,9 +102,9 @@ def _config(cls, config, options):
 
 
 def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None, *, progress=False, seed=0,
-           every=10, message_hook=None, **options):
+           every=10, message_hook=None, transport=None, **options):
     """Exact federated Gauss–Newton (Levenberg–Marquardt on summed client statistics)."""
-    cfg = _config(GNConfig, config, options)
+    cfg, transport = _config(GNConfig, config, options, transport)
     rc = _round_config(cfg, seed)
     lm_tau = default_tau(objectives) if cfg.lm_tau is None else cfg.lm_tau
     form = cfg.form
@@ -99,7 +114,7 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     strategy = GNStrategy(LMConfig(tau=lm_tau, solve="auto" if form == "sqrt" else "normal"),
                           max_retries=cfg.max_retries, form=form)
     return _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, cfg.transport, cfg.batched)
+                     options, message_hook, transport or cfg.transport, cfg.batched)
 
 
 def _local_config(cfg, prox) -> LocalConfig:
@@ -108,14 +123,15 @@ def _local_config(cfg, prox) -> LocalConfig:
 
 
 def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = None, *, progress=False, seed=0,
-             every=10, message_hook=None, **options):
+             every=10, message_hook=None, transport=None, **options):
     """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates."""
-    cfg = _config(FIPAConfig, config, options)
+    cfg, transport = _config(FIPAConfig, config, options, transport)
     rank = cfg.rank
     curvature = "full" if rank == 0 else "lowrank"
-    agg = FIPAAggregator(curvature=curvature, merge=cfg.merge, beta=cfg.beta, gamma=cfg.gamma, weighting="sum",
-                         complement="fedavg" if cfg.complement and curvature == "lowrank" else "none")
     lc = _local_config(cfg, 0.0)
+    agg = FIPAAggregator(curvature=curvature, merge=cfg.merge, beta=cfg.beta, gamma=cfg.gamma, weighting="sum",
+                         complement="fedavg" if cfg.complement and curvature == "lowrank" else "none",
+                         robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, consistency=lc.solver == "gn")
     sched = AdaptiveSchedule(C=cfg.adapt_c, C_tau=cfg.adapt_ctau) if cfg.adaptive else None
     rc = _round_config(cfg, seed)
     options = {"rank": rank, "curvature": curvature, "merge": cfg.merge, "beta": agg.beta, "gamma": agg.gamma,
@@ -125,49 +141,54 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
     if cfg.adaptive:
         options.update(adapt_c=sched.C, adapt_ctau=sched.C_tau)
     options.update(safeguard=cfg.safeguard, complement=cfg.complement)
+    if not agg.rule.plain:
+        options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
     strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), cfg.sketch, sched, seed, safeguard=cfg.safeguard,
                             complement=cfg.complement)
     return _simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, cfg.transport)
+                     options, message_hook, transport or cfg.transport)
 
 
-def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progress, seed, every, message_hook):
+def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progress, seed, every, message_hook,
+             transport):
     lc = _local_config(cfg, prox)
-    agg = FedAvgAggregator(server_lr=cfg.server_lr)
+    agg = FedAvgAggregator(server_lr=cfg.server_lr, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm)
     rc = _round_config(cfg, seed)
     options = {"local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "server_lr": agg.server_lr,
                "participation": rc.participation, "dropout": rc.dropout}
+    if not agg.rule.plain:
+        options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
     if method == "fedprox":
         options["mu"] = prox
     if lc.solver == "gn":
         options["local_damping"] = lc.damping
     strategy = AveragingStrategy(agg, lc, seed)
     return _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, cfg.transport)
+                     options, message_hook, transport or cfg.transport)
 
 
 def run_fedavg(problem, objectives, theta0, evaluate, config: FedAvgConfig | None = None, *, progress=False, seed=0,
-               every=10, message_hook=None, **options):
+               every=10, message_hook=None, transport=None, **options):
     """FedAvg (paper Eq. 3): data-size weighted average of local updates."""
-    cfg = _config(FedAvgConfig, config, options)
+    cfg, transport = _config(FedAvgConfig, config, options, transport)
     return _run_avg("fedavg", cfg, 0.0, problem, objectives, theta0, evaluate, progress=progress, seed=seed,
-                    every=every, message_hook=message_hook)
+                    every=every, message_hook=message_hook, transport=transport)
 
 
 def run_fedprox(problem, objectives, theta0, evaluate, config: FedProxConfig | None = None, *, progress=False,
-                seed=0, every=10, message_hook=None, **options):
+                seed=0, every=10, message_hook=None, transport=None, **options):
     """FedProx: FedAvg whose local loss carries the proximal term ``μ/2 ‖θ_m − θ_k‖²``."""
-    cfg = _config(FedProxConfig, config, options)
+    cfg, transport = _config(FedProxConfig, config, options, transport)
     return _run_avg("fedprox", cfg, cfg.mu, problem, objectives, theta0, evaluate, progress=progress, seed=seed,
-                    every=every, message_hook=message_hook)
+                    every=every, message_hook=message_hook, transport=transport)
 
 
 def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | None = None, *, progress=False,
-                 seed=0, every=10, message_hook=None, **options):
+                 seed=0, every=10, message_hook=None, transport=None, **options):
     """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)."""
-    cfg = _config(OneShotConfig, config, options)
+    cfg, transport = _config(OneShotConfig, config, options, transport)
     rc = _round_config(cfg, seed)
     strategy = OneShotStrategy(cfg.sigma)
     options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
     return _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
-                     every, options, message_hook, cfg.transport)
+                     every, options, message_hook, transport or cfg.transport)

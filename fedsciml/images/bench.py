@@ -35,7 +35,7 @@ def summarize(per_seed: list[dict]) -> dict:
 
 def run_setting(dataset="digits", data_dir=None, model="lenet5", clients=5, alpha=0.1, split_kind="balanced",
                 protocol="one-shot", methods=None, seeds=(0,), cfg: M.TrainConfig | None = None, rounds=15,
-                warmup=0, participation=1.0, progress=print, eval_every=1) -> dict:
+                warmup=0, participation=1.0, progress=print, eval_every=1, dropout=0.0) -> dict:
     cfg = cfg or M.TrainConfig()
     if protocol not in ("one-shot", "warmup-refine", "rounds"):
         raise ValueError(f"protocol must be one-shot, warmup-refine or rounds, got {protocol!r}")
@@ -49,15 +49,15 @@ def run_setting(dataset="digits", data_dir=None, model="lenet5", clients=5, alph
                  f"{'IID' if alpha is None else f'Dirichlet α={alpha} ({split_kind})'}, model {model}, {protocol}")
         fed = imdata.federate(d, clients, alpha, s, split_kind, device=cfg.device)
         if protocol == "one-shot":
-            per_seed.append(M.run_one_shot(fed, model, methods, s, cfg, progress))
+            per_seed.append(M.run_one_shot(fed, model, methods, s, cfg, progress, dropout=dropout))
         else:
             per_seed.append(M.run_rounds(fed, model, methods, s, cfg, rounds,
                                          warmup if protocol == "warmup-refine" else 0, participation, progress,
-                                         eval_every))
+                                         eval_every, dropout=dropout))
     summ = summarize(per_seed)
     return {"setting": {"dataset": dataset, "model": model, "clients": clients, "alpha": alpha, "split": split_kind,
                         "protocol": protocol, "seeds": list(seeds), "rounds": rounds, "warmup": warmup,
-                        "participation": participation, "config": {k: v for k, v in vars(cfg).items()}},
+                        "participation": participation, "dropout": dropout, "config": {k: v for k, v in vars(cfg).items()}},
             "results": summ, "wall_s": time.perf_counter() - t0}
 
 

@@ -38,6 +38,8 @@ def add_parser(bench_subparsers):
     p.add_argument("--rounds", type=int, default=15, help="(refinement) rounds")
     p.add_argument("--warmup", type=int, default=30, help="FedAvg warm-up rounds for warmup-refine")
     p.add_argument("--participation", type=float, default=1.0, help="fraction of clients per round")
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="probability that a sampled client fails to answer (a round, or the one-shot exchange)")
     p.add_argument("--rank", type=int, default=10, help="FIPA: eigenpairs per client")
     p.add_argument("--beta", type=float, default=0.0,
                    help="FIPA: extra QR-merge regularization, relative: beta · max_m (N_m/N) λ_max,m")
@@ -87,6 +89,8 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
                     ("epochs", cfg.epochs), ("modes", args.modes), ("rank", args.rank)):
         if v is not None and v < 1:
             raise ValueError(f"--{name} must be ≥ 1, got {v}")
+    if not 0.0 <= args.dropout < 1.0:
+        raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}")
     if args.warmup < 0:
         raise ValueError(f"--warmup must be ≥ 0, got {args.warmup}")
     methods = None
@@ -100,7 +104,7 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
                    model=args.model or ("lenet5" if one_shot else "cnn23k"),
                    clients=args.clients or (5 if one_shot else 20), alpha=None if args.iid else args.alpha,
                    split_kind=args.split, protocol=args.protocol, methods=methods, seeds=tuple(range(args.seeds)),
-                   rounds=args.rounds, warmup=args.warmup, participation=args.participation)
+                   rounds=args.rounds, warmup=args.warmup, participation=args.participation, dropout=args.dropout)
     return cfg, setting
 
 

@@ -67,9 +67,15 @@ def load_digits_data(test_fraction: float = 0.2, seed: int = 0) -> ImageData:
     return _finish(x[~test], y[~test], x[test], y[test], 10, "digits")
 
 
+class DataFileMissing(FileNotFoundError, ValueError):
+    """A data file is missing (a ``ValueError`` too, so the CLI reports it in one line)."""
+
+
 def _need(path):
     if not os.path.exists(path):
-        raise FileNotFoundError(f"expected data file {path!r}; pass --data-dir pointing at the extracted files")
+        raise DataFileMissing(f"expected data file {path!r}; pass --data-dir pointing at the extracted files")
+    if not os.path.isfile(path):
+        raise ValueError(f"data file {path!r} is not a regular file")
     return path
 
 
@@ -174,8 +180,13 @@ def read_idx(path: str) -> np.ndarray:
     if not os.path.exists(path) and os.path.exists(path + ".gz"):
         path = path + ".gz"
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(_need(path), "rb") as f:
-        raw = f.read()
+    try:
+        with opener(_need(path), "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise ValueError(f"{path!r} cannot be read as an IDX file: {e}") from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
         raise ValueError(f"{path!r} is not an IDX file of unsigned bytes (magic {raw[:4].hex()})")
     ndim = raw[3]

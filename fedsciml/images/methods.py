@@ -2,8 +2,12 @@
 
 * :func:`run_one_shot` — every client trains from one shared initialization, sends one
   message, the server merges once: FedAvg, FisherMerge, RegMean, FedFisher (Diag, K-FAC),
-  FedBEns (K-FAC / diag / diag+full last layer, M modes from M shared initializations).
-* :func:`run_rounds` — multi-round FedAvg, FedProx, FIPA (full or FC-only) and FedFish;
+  FedBEns (K-FAC / diag / diag+full last layer, M modes from M shared initializations);
+  each method is a one-round :class:`OneShotImageStrategy` on the federated round loop.
+* :func:`run_rounds` — multi-round FedAvg, FedProx, FIPA (full or FC-only) and FedFish
+  on the federated round loop (:class:`~fedsciml.federated.simulation.Simulation`, an
+  :class:`ImageRoundStrategy` per method, :class:`ImageClient` behind the transport):
+  dropout, validation with rejections logged, float accounting per round;
   with ``warmup > 0`` a FedAvg warm-up checkpoint is shared by every method and the
   refinement rounds are compared from it (FIPA Tables 1–2).
 
@@ -13,6 +17,7 @@ rounds, from the validated messages) and client / server compute seconds
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -22,6 +27,9 @@ import torch.nn.functional as F
 from fedsciml import linalg
 from fedsciml.federated.aggregators import FedAvgAggregator
 from fedsciml.federated.messages import MessageRejected, floats_in
+from fedsciml.federated.simulation import RoundConfig, Simulation
+from fedsciml.federated.strategy import Exchange, Strategy
+from fedsciml.federated.transport import BytesTransport, LocalTransport, Reply, Request
 from fedsciml.images import fisher as fz
 from fedsciml.images.aggregators import (FedBEnsAggregator, FedFishAggregator, FedFisherAggregator,
                                          FIPAComplementAggregator, FisherMergeAggregator, RegMeanAggregator)
@@ -119,8 +127,12 @@ def accuracy(model, thetas, x, y) -> float:
     return float((predict_proba(model, thetas, x).argmax(-1) == y).float().mean())
 
 
-def _validated(agg, msgs, p, dtype):
+def _validated(agg, msgs, p, dtype, log: list | None = None):
+    """The accepted messages; each rejected one is appended to ``log`` as ``{client, reason}``
+    (none accepted: :class:`MessageRejected`)."""
     ok, bad = agg.validate(msgs, p, dtype)
+    if log is not None:
+        log.extend({"client": cid, "reason": reason} for cid, reason in bad.items())
     if bad:
         cid, reason = next(iter(bad.items()))
         if not ok:
@@ -128,81 +140,114 @@ def _validated(agg, msgs, p, dtype):
     return ok
 
 
-class _Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __enter__(self):
-        self._t0 = time.perf_counter()
-
-    def __exit__(self, *a):
-        self.t += time.perf_counter() - self._t0
-
-
 # --------------------------------------------------------------------- one-shot
+def _one_shot_aggregator(meth, model, cfg, modes, template, val):
+    if meth == "fedavg":
+        return FedAvgAggregator()
+    if meth == "fishermerge":
+        return FisherMergeAggregator(1e-6)
+    if meth == "regmean":
+        return RegMeanAggregator(template, cfg.regmean_alphas, evaluate=val)
+    if meth.startswith("fedfisher"):
+        return FedFisherAggregator("kfac" if meth.endswith("kfac") else "diag", template, evaluate=val,
+                                   steps=cfg.fedfisher_steps, lr=cfg.fedfisher_lr)
+    approx = {"fedbens": "kfac", "fedbens-diag": "diag", "fedbens-diagfull": "diagfull"}[meth]
+    last = torch.cat([torch.arange(model.slice(nm).start, model.slice(nm).stop) for nm in head_names(
+        model.module)]).to(model.device)
+    return FedBEnsAggregator(approx, modes, template, last, cfg.temperature, cfg.prior_var,
+                             cfg.fedbens_steps, cfg.fedbens_lr, evaluate=val)
+
+
+class OneShotImageStrategy(Strategy):
+    """A one-shot image method as a one-round strategy: the sampled clients train from the broadcast
+    initialization(s) and send one message (``one_shot`` query); the method's aggregator merges once."""
+
+    def __init__(self, meth: str, agg, cfg: TrainConfig, inits, modes: int, seed: int):
+        self.meth, self.agg, self.cfg, self.inits, self.modes, self.seed = meth, agg, cfg, inits, modes, seed
+        self.name = meth
+        self.loss_sum = float("nan")  # not measured: an ensemble (FedBEns) has no single parameter vector
+        self.floats, self.client_s, self.server_s = 0.0, 0.0, 0.0
+
+    def configure_round(self, run, k):
+        answering, _ = run.sample()
+        tensors = {"theta": self.inits[0]}
+        if self.modes > 1:
+            tensors["inits"] = torch.stack(self.inits[1:self.modes])
+        cfg = {"method": self.meth, "modes": self.modes, "seed": self.seed * 7919,
+               "train": dataclasses.asdict(self.cfg), "vectorize": False}
+        p = self.inits[0].numel()
+        return Exchange(answering, Request("one_shot", tensors, cfg),
+                        lambda m: self.agg.validate(m, p, self.inits[0].dtype))
+
+    def aggregate_round(self, run, k, replies):
+        ok = replies.ok
+        if not ok:
+            run.fail(f"the {self.meth} merge")
+        self.floats = sum(floats_in(m) for m in ok.values()) / len(ok)
+        self.client_s = sum(replies.metrics[c]["train_s"] + replies.metrics[c]["message_s"] for c in ok)
+        t0 = time.perf_counter()
+        self.theta = self.agg.aggregate(self.inits[0], ok)
+        self.server_s = time.perf_counter() - t0
+        return {"answered": len(ok)}
+
+    def finished(self, run):
+        return "one-shot" if run.round_index >= 1 else None
+
+    def state_dict(self):
+        return {"theta": self.theta}
+
+    def load_state_dict(self, d):
+        self.theta = d["theta"]
+
+    def summary(self):
+        return {"method": self.meth, "modes": self.modes, "epochs": self.cfg.epochs, "lr": self.cfg.lr}
+
+
 def run_one_shot(fed: FederatedImages, model_name: str, methods, seed: int, cfg: TrainConfig,
-                 progress=None) -> dict:
-    """All one-shot methods on one split; every method reuses the same client models (mode 0)."""
+                 progress=None, dropout: float = 0.0, transport: str = "local", message_hook=None) -> dict:
+    """All one-shot methods on one split, each a one-round run of the federated round loop; every method
+    reuses the same client models (each client trains each initialization once and keeps it)."""
     bad = [m for m in methods if m not in ONE_SHOT]
     if bad:
         raise ValueError(f"unknown one-shot method(s) {bad}; choose from {list(ONE_SHOT)}")
+    if transport not in ("local", "bytes"):
+        raise ValueError(f"transport must be one of local, bytes, got {transport!r}")
     dev = torch.device(cfg.device)
     say = progress or (lambda s: None)
     need_modes = max([cfg.modes if m.startswith("fedbens") else 1 for m in methods])
     model = FlatModel(build(model_name, fed.shape, fed.n_classes, seed), device=dev)
-    p = model.p
     inits = [model.theta()] + [FlatModel(build(model_name, fed.shape, fed.n_classes, seed * 1000 + 17 + m),
                                          device=dev).theta() for m in range(1, need_modes)]
     val = lambda t: accuracy(model, t, fed.x_val, fed.y_val)  # noqa: E731
-    test = lambda t: accuracy(model, t, fed.x_test, fed.y_test)  # noqa: E731
-    n = {c: torch.tensor([float(len(y))], device=dev) for c, (_, y) in enumerate(fed.clients)}
-
-    # client training: mode m from init m (mode 0 is every unimodal method's local model)
-    local, t_train = {}, {}
-    for c, (x, y) in enumerate(fed.clients):
-        for m in range(need_modes):
-            t0 = time.perf_counter()
-            local[c, m] = local_train(model, inits[m], x, y, cfg, seed=seed * 7919 + c * 31 + m)
-            t_train[c, m] = time.perf_counter() - t0
-        say(f"  client {c}: {len(y)} samples, local acc {accuracy(model, local[c, 0], x, y):.3f}")
     C = len(fed.clients)
-    template = fz.kfac(model, local[0, 0], fed.clients[0][0][:2]) if any(
+    clients = [ImageClient(c, x, y, model) for c, (x, y) in enumerate(fed.clients)]
+    tr = LocalTransport(clients, vectorize=False)
+    if transport == "bytes":
+        tr = BytesTransport(tr, device=dev)
+    # the K-FAC layer layout (shapes only), from the server's own validation images
+    template = fz.kfac(model, inits[0], fed.x_val[:2]) if any(
         m in ("fedfisher-kfac", "fedbens", "regmean") for m in methods) else None
     results = {}
     for meth in methods:
-        clock_c, clock_s = _Clock(), _Clock()
         modes = cfg.modes if meth.startswith("fedbens") else 1
-        msgs = {}
-        for c, (x, y) in enumerate(fed.clients):
-            with clock_c:
-                msgs[c] = _one_shot_message(meth, model, local, c, modes, x, n[c])
-        train_s = sum(t_train[c, m] for c in range(C) for m in range(modes)) / C
-        if meth == "fedavg":
-            agg = FedAvgAggregator()
-            msgs = {c: {"delta": m["w"] - inits[0], "n": m["n"]} for c, m in msgs.items()}
-        elif meth == "fishermerge":
-            agg = FisherMergeAggregator(1e-6)
-        elif meth == "regmean":
-            agg = RegMeanAggregator(template, cfg.regmean_alphas, evaluate=val)
-        elif meth.startswith("fedfisher"):
-            agg = FedFisherAggregator("kfac" if meth.endswith("kfac") else "diag", template, evaluate=val,
-                                      steps=cfg.fedfisher_steps, lr=cfg.fedfisher_lr)
-        else:
-            approx = {"fedbens": "kfac", "fedbens-diag": "diag", "fedbens-diagfull": "diagfull"}[meth]
-            last = torch.cat([torch.arange(model.slice(nm).start, model.slice(nm).stop) for nm in head_names(
-                model.module)]).to(dev)
-            agg = FedBEnsAggregator(approx, modes, template, last, cfg.temperature, cfg.prior_var,
-                                    cfg.fedbens_steps, cfg.fedbens_lr, evaluate=val)
-        ok = _validated(agg, msgs, p, model.dtype)
-        floats = sum(floats_in(m) for m in ok.values()) / len(ok)
-        with clock_s:
-            theta = agg.aggregate(inits[0], ok)
-        acc = test(theta)
-        info = {}
+        agg = _one_shot_aggregator(meth, model, cfg, modes, template, val)
+        strategy = OneShotImageStrategy(meth, agg, cfg, inits, modes, seed)
+        sim = None
+
+        def evaluate(t):
+            return {"accuracy": accuracy(model, t, fed.x_test, fed.y_test)} if sim.round_index >= 1 else {}
+
+        sim = Simulation(tr, evaluate, RoundConfig(dropout=dropout, seed=seed), label=meth, message_hook=message_hook)
+        theta, rows, rinfo = sim.run(strategy, inits[0])
+        acc = rows[-1]["accuracy"]
+        r = rows[-1]
+        info = {"rejections": rinfo["rejections"],
+                "rounds": [{"round": 1, **{f: r[f] for f in ("floats_up", "floats_down", "dropped", "rejected",
+                                                            "answered") if f in r}}]}
         if meth == "regmean":
             info["alpha"] = agg.chosen_alpha
-        results[meth] = MethodResult(meth, acc, floats, train_s + clock_c.t / C, clock_s.t, info=info)
-        say(f"  {meth:17s} acc {acc:.4f}  floats/client {floats:.0f}  server {clock_s.t:.1f}s")
+        results[meth] = MethodResult(meth, acc, strategy.floats, strategy.client_s / C, strategy.server_s, info=info)
+        say(f"  {meth:17s} acc {acc:.4f}  floats/client {strategy.floats:.0f}  server {strategy.server_s:.1f}s")
     return results
 
 
@@ -261,49 +306,157 @@ def _aggregator(meth, cfg):
     return FIPAComplementAggregator(beta_rel=cfg.beta, gamma=cfg.gamma, tail=cfg.tail)
 
 
+class ImageClient:
+    """One image client behind a :class:`~fedsciml.federated.transport.Transport`: its own samples and model.
+
+    Answers ``update`` (config ``method``, ``seed``, ``train`` — the
+    :class:`TrainConfig` fields) with :func:`_client_round`'s message, its
+    local-training seconds as a metric; ``one_shot`` (config ``method``,
+    ``modes``, ``seed``, ``train``; tensors ``theta`` and, for FedBEns, the
+    other ``inits``) with :func:`_one_shot_message`'s message, training each
+    initialization once and keeping it for the next method; and ``loss`` with
+    its summed training cross-entropy at θ (monitoring).  ``model`` is the network the exchanged
+    parameters belong to (for FIPA-FC: the classifier head, the frozen body set
+    up at enrollment).
+    """
+
+    def __init__(self, cid: int, x, y, model: FlatModel):
+        self.cid, self.x, self.y, self.model = cid, x, y, model
+        self.n = int(len(y))
+        self._trained = {}  # (seed, mode) -> (local model, training seconds): one-shot methods share them
+
+    def answer(self, request, pre=None, deadline=None):
+        theta, cfg = request.tensors["theta"], request.config
+        n = torch.tensor([float(self.n)], device=theta.device)
+        if request.query == "loss":
+            with torch.no_grad():
+                loss = sum(float(F.cross_entropy(self.model(theta, self.x[a:a + 1024]), self.y[a:a + 1024],
+                                                 reduction="sum")) for a in range(0, self.n, 1024))
+            return Reply({"loss": torch.tensor([loss], dtype=theta.dtype, device=theta.device), "n": n})
+        if request.query == "update":
+            tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
+            t0 = time.perf_counter()
+            msg = _client_round(cfg["method"], self.model, theta, self.x, self.y, tc, int(cfg["seed"]) + self.cid, n)
+            return Reply(msg, {"seconds": time.perf_counter() - t0})
+        if request.query == "one_shot":
+            tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
+            inits = [theta] + (list(request.tensors["inits"]) if "inits" in request.tensors else [])
+            modes, s0 = int(cfg["modes"]), int(cfg["seed"])
+            local, train_s = {}, 0.0
+            for m in range(modes):
+                if (s0, m) not in self._trained:
+                    t0 = time.perf_counter()
+                    w = local_train(self.model, inits[m], self.x, self.y, tc, seed=s0 + self.cid * 31 + m)
+                    self._trained[s0, m] = (w, time.perf_counter() - t0)
+                local[self.cid, m] = self._trained[s0, m][0]
+                train_s += self._trained[s0, m][1]
+            t0 = time.perf_counter()
+            msg = _one_shot_message(cfg["method"], self.model, local, self.cid, modes, self.x, n)
+            if cfg["method"] == "fedavg":  # FedAvg's merge takes the update
+                msg = {"delta": msg["w"] - theta, "n": msg["n"]}
+            return Reply(msg, {"train_s": train_s, "message_s": time.perf_counter() - t0})
+        raise ValueError(f"image client {self.cid}: unknown query {request.query!r}")
+
+
+class ImageRoundStrategy(Strategy):
+    """Multi-round image methods on the one round loop: the cohort of each round (seeded, shared by every
+    method), dropout from the loop, ``update`` requests, the method's aggregator on the validated replies."""
+
+    def __init__(self, meth: str, agg, cfg: TrainConfig, cohorts, r0: int, seed: int):
+        self.meth, self.agg, self.cfg, self.cohorts, self.r0, self.seed = meth, agg, cfg, cohorts, r0, seed
+        self.name = meth
+        self.floats, self.client_s, self.server_s = [], 0.0, 0.0
+
+    def configure_round(self, run, k):
+        r = self.r0 + k - 1
+        answering, _ = run.drop_out(self.cohorts[r])
+        if not answering:
+            return None
+        theta = self.theta
+        cfg = {"method": self.meth, "seed": self.seed * 100003 + r * 101, "train": dataclasses.asdict(self.cfg),
+               "vectorize": False}
+        return Exchange(answering, Request("update", {"theta": theta}, cfg),
+                        lambda m: self.agg.validate(m, theta.numel(), theta.dtype))
+
+    def aggregate_round(self, run, k, replies):
+        ok = replies.ok
+        if not ok:
+            run.fail("aggregation")
+        self.floats.append(sum(floats_in(m) for m in ok.values()) / len(ok))
+        self.client_s += sum(replies.metrics[c]["seconds"] for c in ok)
+        t0 = time.perf_counter()
+        self.theta = self.agg.aggregate(self.theta, ok)
+        self.server_s += time.perf_counter() - t0
+        return {"answered": len(ok)}
+
+    def state_dict(self):
+        return {"theta": self.theta}
+
+    def load_state_dict(self, d):
+        self.theta = d["theta"]
+
+    def summary(self):
+        return {"method": self.meth, **{k: v for k, v in dataclasses.asdict(self.cfg).items()
+                                         if k in ("epochs", "lr", "momentum", "batch_size", "prox_mu", "rank")}}
+
+
 def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: TrainConfig, rounds: int,
-               warmup: int = 0, participation: float = 1.0, progress=None, eval_every: int = 1) -> dict:
-    """Multi-round training; with ``warmup`` FedAvg rounds first, shared by every method."""
+               warmup: int = 0, participation: float = 1.0, progress=None, eval_every: int = 1,
+               dropout: float = 0.0, transport: str = "local", message_hook=None) -> dict:
+    """Multi-round training on the federated round loop; with ``warmup`` FedAvg rounds first, shared by every
+    method.  Each method's ``info`` records per round the floats sent up and down, the dropped and rejected
+    clients (``info["rounds"]``) and every rejection with its reason (``info["rejections"]``)."""
     bad = [m for m in methods if m not in MULTI_ROUND]
     if bad:
         raise ValueError(f"unknown multi-round method(s) {bad}; choose from {list(MULTI_ROUND)}")
     if not 0 < participation <= 1:
         raise ValueError(f"participation must be in (0, 1], got {participation}")
+    if transport not in ("local", "bytes"):
+        raise ValueError(f"transport must be one of local, bytes, got {transport!r}")
     dev = torch.device(cfg.device)
     say = progress or (lambda s: None)
     full = FlatModel(build(model_name, fed.shape, fed.n_classes, seed), device=dev)
     theta0 = full.theta()
     C = len(fed.clients)
     k = max(1, int(round(participation * C)))
-    n = {c: torch.tensor([float(len(y))], device=dev) for c, (_, y) in enumerate(fed.clients)}
     sched = torch.Generator().manual_seed(seed + 101)
     cohorts = [sorted(torch.randperm(C, generator=sched)[:k].tolist()) for _ in range(warmup + rounds)]
 
     def run(meth, model, theta, r0, r1, lift):
-        agg = _aggregator(meth, cfg)
-        clock_c, clock_s, floats, hist = _Clock(), _Clock(), [], []
-        for r in range(r0, r1):
-            msgs = {}
-            for c in cohorts[r]:
-                x, y = fed.clients[c]
-                with clock_c:
-                    msgs[c] = _client_round(meth, model, theta, x, y, cfg, seed * 100003 + r * 101 + c, n[c])
-            ok = _validated(agg, msgs, model.p, model.dtype)
-            floats.append(sum(floats_in(m) for m in ok.values()) / len(ok))
-            with clock_s:
-                theta = agg.aggregate(theta, ok)
-            if (r + 1 - r0) % eval_every == 0 or r + 1 == r1:
-                hist.append((r + 1, accuracy(full, lift(theta), fed.x_test, fed.y_test)))
-                say(f"  {meth:8s} round {r + 1:4d}  test acc {hist[-1][1]:.4f}")
-        return theta, hist, floats, clock_c.t / max(1, (r1 - r0) * k), clock_s.t / max(1, r1 - r0)
+        clients = [ImageClient(c, x, y, model) for c, (x, y) in enumerate(fed.clients)]
+        tr = LocalTransport(clients, vectorize=False)
+        if transport == "bytes":
+            tr = BytesTransport(tr, device=dev)
+        strategy = ImageRoundStrategy(meth, _aggregator(meth, cfg), cfg, cohorts, r0, seed)
+        sim = None
+
+        def evaluate(t):
+            kk = sim.round_index
+            if kk == 0 or not (kk % eval_every == 0 or kk == r1 - r0):
+                return {}
+            acc = accuracy(full, lift(t), fed.x_test, fed.y_test)
+            say(f"  {meth:8s} round {r0 + kk:4d}  test acc {acc:.4f}")
+            return {"accuracy": acc}
+
+        sim = Simulation(tr, evaluate, RoundConfig(rounds=r1 - r0, dropout=dropout, seed=seed), label=meth,
+                         message_hook=message_hook)
+        theta, rows, info = sim.run(strategy, theta)
+        hist = [(r0 + row["round"], row["accuracy"]) for row in rows if "accuracy" in row]
+        per_round = [{"round": r0 + row["round"], **{f: row[f] for f in ("floats_up", "floats_down", "dropped",
+                                                                         "rejected", "answered") if f in row}}
+                     for row in rows[1:]]
+        rinfo = {"rounds": per_round, "rejections": [{**e, "round": r0 + e["round"]} for e in info["rejections"]],
+                 "skipped_rounds": info["skipped_rounds"]}
+        return (theta, hist, strategy.floats, strategy.client_s / max(1, (r1 - r0) * k),
+                strategy.server_s / max(1, r1 - r0), rinfo)
 
     ident = lambda t: t  # noqa: E731
     theta = theta0
     out = {}
     if warmup:
         say(f"FedAvg warm-up: {warmup} rounds")
-        theta, hist, floats, cs, ss = run("fedavg", full, theta0, 0, warmup, ident)
-        out["warmup"] = MethodResult("warmup", hist[-1][1], sum(floats) / len(floats), cs, ss, history=hist)
+        theta, hist, floats, cs, ss, rinfo = run("fedavg", full, theta0, 0, warmup, ident)
+        out["warmup"] = MethodResult("warmup", hist[-1][1], _mean(floats), cs, ss, history=hist, info=rinfo)
     for meth in methods:
         if meth == "fipa-fc":
             heads = head_names(full.module)
@@ -316,9 +469,13 @@ def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: T
                 b = base.clone()
                 b[idx] = t
                 return b
-            tfin, hist, floats, cs, ss = run("fipa", sub, theta[idx], warmup, warmup + rounds, lift)
+            tfin, hist, floats, cs, ss, rinfo = run("fipa", sub, theta[idx], warmup, warmup + rounds, lift)
         else:
-            tfin, hist, floats, cs, ss = run(meth, full, theta, warmup, warmup + rounds, ident)
+            tfin, hist, floats, cs, ss, rinfo = run(meth, full, theta, warmup, warmup + rounds, ident)
         acc = hist[-1][1]
-        out[meth] = MethodResult(meth, acc, sum(floats) / len(floats), cs, ss, history=hist)
+        out[meth] = MethodResult(meth, acc, _mean(floats), cs, ss, history=hist, info=rinfo)
     return out
+
+
+def _mean(xs):
+    return sum(xs) / len(xs) if xs else 0.0

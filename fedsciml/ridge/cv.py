@@ -101,12 +101,19 @@ def loco_solutions(Gs: torch.Tensor, hs: torch.Tensor, sigmas, tol: float = 1e-1
         G, h = linalg.unpack_upper(linalg.gram_packed(Gs.reshape(-1, d)), d), hs.sum(0)
     else:
         G, h = (linalg.unpack_upper(Gs.sum(0), d) if Gs.ndim == 2 else Gs.sum(0)), hs.sum(0)
-    try:
-        L = linalg.cholesky(linalg.add_diagonal(G.expand(S, d, d), s))
-    except linalg.NotPositiveDefinite as e:
-        raise SingularGram(f"G + σI is not positive definite for the CV grid ({e}); use larger σ values") from None
-    Pinv = torch.cholesky_inverse(L)                      # [S, d, d], exactly symmetric, shared by all clients
-    x_full = torch.cholesky_solve(h.expand(S, d).unsqueeze(-1), L).squeeze(-1)   # (G + σ_j)⁻¹ h  [S, d]
+    Pinv = G.new_empty(S, d, d)                           # (G + σ_j)⁻¹, exactly symmetric, shared by all clients
+    x_full = G.new_empty(S, d)                            # (G + σ_j)⁻¹ h
+    M = G.clone()
+    for j in range(S):                                    # one σ at a time: no [S, d, d] temporaries
+        M.diagonal().copy_(G.diagonal() + s[j])
+        try:
+            L = linalg.cholesky(M)
+        except linalg.NotPositiveDefinite as e:
+            raise SingularGram(f"G + σI is not positive definite for σ={float(s[j])} ({e}); "
+                               f"use larger σ values in the CV grid") from None
+        torch.cholesky_inverse(L, out=Pinv[j])
+        x_full[j] = torch.cholesky_solve(h[:, None], L)[:, 0]
+    del M, L
     chunk = default_chunk(K, S, d, unpack=not sqrt and Gs.ndim == 2) if not chunk else max(1, int(chunk))
     X = torch.empty(K, S, d, dtype=hs.dtype, device=hs.device)
     info = {"iterations": 0, "direct_solves": 0, "pairs": K * S, "chunk": chunk}
@@ -124,15 +131,18 @@ def _vdot(x, y):
 
 
 def _client_products(Gs, d, sqrt):
-    """``V ↦ V[j, k] G_k`` for ``V [S, c, d]``, one client at a time (its statistics stay in cache)."""
+    """``(V, out, base) ↦ base − V[j, k] G_k`` (``base=None``: ``+V[j, k] G_k``) for ``V [S, c, d]``, one client at
+    a time (its factor or Gram stays in cache between its uses), the subtraction fused into the GEMM."""
     Gc = Gs if sqrt else _unpacked(Gs, d)
 
-    def apply(V, out):
+    def apply(V, out, base=None):
         for k in range(V.shape[1]):
-            if sqrt:
-                torch.mm(torch.mm(V[:, k], Gc[k].T), Gc[k], out=out[:, k])
+            Y = torch.mm(V[:, k], Gc[k].T) if sqrt else V[:, k]
+            B = Gc[k]
+            if base is None:
+                torch.mm(Y, B, out=out[:, k])
             else:
-                torch.mm(V[:, k], Gc[k], out=out[:, k])
+                torch.addmm(base[:, k], Y, B, alpha=-1.0, out=out[:, k])
         return out
 
     return apply
@@ -160,7 +170,7 @@ def _pcg(G, h, x_full, Gs, hs, s, Pinv, tol, max_iter, sqrt):
     it = 0
     while not bool(done.all()) and it < max_iter:
         it += 1
-        torch.sub(Q, Gk(P, AP), out=AP)
+        Gk(P, AP, base=Q)                   # AP = (G + σ − G_k) P = Q − G_k P
         pAp = _vdot(P, AP)
         alpha = torch.where(done | (pAp <= 0), 0.0, rz / torch.where(pAp > 0, pAp, 1.0))[..., None]
         X.addcmul_(alpha, P)

@@ -1,0 +1,164 @@
+"""Flower as a transport: codec, ClientApp, and runs through Flower's simulation engine.
+
+The simulation runs share one Flower simulation (Ray starts once for the
+module: :func:`fedsciml.flower.simulation.solve_many`).  Bitwise equality is
+asserted against the in-process run that evaluates each client on its own
+(``LocalTransport(vectorize=False)``) with the same torch thread count: a
+Flower node holds one client, so the operations and their order are the
+same; the default in-process run vectorizes clients and may differ in the
+last bits (measured, see ``test_vectorized_local_run_is_close``).
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+import fedsciml as fs  # noqa: E402
+from fedsciml.federated.client import Client  # noqa: E402
+from fedsciml.federated.transport import Failure, LocalTransport, Reply, Request  # noqa: E402
+from fedsciml.flower import codec  # noqa: E402
+from fedsciml.flower.apps import answer_content, table_objective  # noqa: E402
+from fedsciml.problems import get_problem  # noqa: E402
+
+K = 2
+
+
+def unbatched(problem, clients, seed=0):
+    """In-process clients evaluated one by one (what one Flower node per client computes)."""
+    torch.manual_seed(seed)
+    objs = problem.client_objectives(clients, seed=seed)
+    return LocalTransport([Client(i, o) for i, o in enumerate(objs)], vectorize=False)
+
+
+# --- codec and ClientApp (no Flower runtime) ------------------------------------------------
+
+
+def test_request_and_reply_cross_flower_records_bitwise():
+    g = torch.Generator().manual_seed(0)
+    theta = torch.randn(257, dtype=torch.float64, generator=g) * 1e-300  # subnormal-scale bits survive too
+    req = Request("update", {"theta": theta, "empty": torch.zeros(0, dtype=torch.float64)},
+                  {"local": {"solver": "gn", "steps": 3}, "rank": 0, "round": 2, "note": None})
+    back, job = codec.request_from_content(codec.request_content(req, {"problem": "bratu", "clients": 2}))
+    assert back.query == req.query and back.config == req.config and job == {"problem": "bratu", "clients": 2}
+    assert back.tensors["theta"].dtype == torch.float64 and torch.equal(back.tensors["theta"], theta)
+    assert back.tensors["empty"].shape == (0,)
+    rep = Reply({"H": torch.randn(10, dtype=torch.float64, generator=g),
+                 "x32": torch.randn(3, dtype=torch.float32, generator=g)}, {"steps": 7})
+    got = codec.reply_from_content(codec.reply_content(rep))
+    assert got.metrics == {"steps": 7}
+    for k in rep.message:  # same dtype, same bits
+        assert got.message[k].dtype == rep.message[k].dtype and torch.equal(got.message[k], rep.message[k])
+    fail = codec.reply_from_content(codec.reply_content(Failure("client failed: boom")))
+    assert isinstance(fail, Failure) and fail.reason == "client failed: boom"
+
+
+def test_client_app_answers_like_an_in_process_client_and_reports_failures():
+    p = get_problem("bratu")
+    job = {"problem": "bratu", "options": dict(p.options), "clients": K, "seed": 0}
+    theta = p.init_params(0)
+    ref = unbatched(p, K).clients[1]
+    req = Request("gn_stats", {"theta": theta}, {"form": "normal"})
+    got = codec.reply_from_content(answer_content(codec.request_content(req, job), {"partition-id": 1}))
+    want = ref.answer(req)
+    assert set(got.message) == set(want.message)
+    for k in want.message:  # one client, the same operations: bitwise
+        assert torch.equal(got.message[k], want.message[k])
+    desc = codec.reply_from_content(answer_content(codec.request_content(Request("describe"), job),
+                                                   {"partition-id": 1}))
+    assert desc.metrics == {"partition_id": 1, "n": ref.n, "p": theta.numel(), "linear": False}
+    bad = codec.reply_from_content(answer_content(codec.request_content(req, job), {"partition-id": 5}))
+    assert isinstance(bad, Failure) and "partition 5" in bad.reason and "outside 0..1" in bad.reason
+    wrong = codec.reply_from_content(answer_content(codec.request_content(Request("gn_stats", {"theta": theta[:3]}),
+                                                                          job), {"partition-id": 0}))
+    assert isinstance(wrong, Failure) and wrong.reason.startswith("partition 0: ")
+
+
+def test_table_objective_reads_csv_and_npz_and_names_bad_input(tmp_path):
+    X = np.arange(12.0).reshape(4, 3) / 7
+    y = np.array([1.0, -2.0, 0.5, 3.0])
+    with open(tmp_path / "t.csv", "w") as f:
+        f.write("a,b,y,c\n" + "".join(f"{float(r[0])!r},{float(r[1])!r},{float(t)!r},{float(r[2])!r}\n" for r, t in zip(X, y)))
+    np.savez(tmp_path / "t.npz", X=X, y=y)
+    for path in ("t.csv", "t.npz"):
+        obj = table_objective(str(tmp_path / path))
+        assert torch.equal(obj.A, torch.as_tensor(X)) and torch.equal(obj.b, torch.as_tensor(y))
+    with pytest.raises(ValueError, match="target column 'z' not in the header"):
+        table_objective(str(tmp_path / "t.csv"), target="z")
+    with open(tmp_path / "bad.csv", "w") as f:
+        f.write("a,y\n1,x\n")
+    with pytest.raises(ValueError, match="every value must be a number"):
+        table_objective(str(tmp_path / "bad.csv"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        table_objective(str(tmp_path / "missing.csv"))
+
+
+def test_engine_is_checked():
+    with pytest.raises(ValueError, match="engine must be one of local, flower"):
+        fs.solve("bratu", "gn", clients=2, rounds=1, engine="ray")
+    from fedsciml.cli import main
+
+    with pytest.raises(SystemExit) as e:  # argparse: one line naming the choices, exit 2
+        main(["solve", "bratu", "--clients", "2", "--engine", "grpc"])
+    assert e.value.code == 2
+
+
+# --- Flower's simulation engine -----------------------------------------------------------------
+
+RUNS = {
+    "gn": ("bratu", "gn", dict(rounds=2, batched=False)),
+    "fipa": ("bratu", "fipa", dict(rounds=2)),
+    "fedavg": ("bratu", "fedavg", dict(rounds=2, local_steps=5)),
+    "ridge-gn": ("ridge-linear", "gn", dict(rounds=1, batched=False)),
+}
+
+
+@pytest.fixture(scope="module")
+def simulated():
+    """Every run of :data:`RUNS` through one Flower simulation, and the matching in-process runs."""
+    from fedsciml.flower.simulation import solve_many
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the nodes use the server's thread count (sent with the job)
+    try:
+        probs = {name: get_problem(name) for name in {r[0] for r in RUNS.values()}}
+        flower = solve_many([dict(problem=probs[pn], method=m, clients=K, seed=0, **o) for pn, m, o in RUNS.values()],
+                            clients=K)
+        local = [fs.solve(probs[pn], m, clients=K, seed=0, transport=unbatched(probs[pn], K), **o)
+                 for pn, m, o in RUNS.values()]
+    finally:
+        torch.set_num_threads(threads)
+    return dict(zip(RUNS, zip(flower, local)))
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_flower_simulation_is_bitwise_equal_to_in_process(simulated, run):
+    fl, lo = simulated[run]
+    # one client per node, the same operations in the same order, the same thread count: bitwise
+    assert torch.equal(fl.theta, lo.theta)
+    assert [r["loss"] for r in fl.history] == [r["loss"] for r in lo.history]
+    assert [r["floats_sent"] for r in fl.history] == [r["floats_sent"] for r in lo.history]
+    assert fl.extra["rounds"] == lo.extra["rounds"] and fl.options["engine"] == "flower"
+    eng = fl.extra["engine"]
+    assert eng["name"] == "flower" and eng["exchanges"] > 0 and sorted(eng["nodes"]) == ["0", "1"]
+    assert fl.extra["rejections"] == []
+
+
+def test_ridge_gn_on_flower_is_the_pooled_ridge_solution(simulated):
+    fl, _ = simulated["ridge-gn"]
+    p = get_problem("ridge-linear")
+    pooled = p.centralized_objective(K, seed=0)
+    A, b = pooled.A, pooled.b
+    w = torch.linalg.lstsq(A, b).solution  # independent reference (one undamped GN step is the solution)
+    assert torch.allclose(fl.theta, w, rtol=1e-9, atol=1e-12 * float(w.abs().max()))
+
+
+def test_vectorized_local_run_is_close(simulated):
+    fl, _ = simulated["gn"]
+    vec = fs.solve("bratu", "gn", clients=K, rounds=2)  # vectorized across clients: round-off may differ
+    assert torch.allclose(fl.theta, vec.theta, rtol=0, atol=1e-10 * float(vec.theta.abs().max()))
+    assert json.dumps(fl.to_dict()["final"])  # the Result serializes like any other
