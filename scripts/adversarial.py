@@ -6,7 +6,8 @@ argument types, injected client messages through ``message_hook``, byzantine cli
 faulty user problems) and ``examples/ridge_table_dp.py --csv`` (bad tables), and sorts
 every outcome into one category:
 
-  clear_error    one clear line and exit 2 (CLI), or an exception fedsciml raised on purpose (API)
+  clear_error    one clear line and exit 2 (CLI; exit 1 with one "error:" line for a run that started and
+                 could not go on), or an exception fedsciml raised on purpose (API)
   handled        the run succeeded and its result passed the case's check (valid or tolerated input)
   traceback      a Python traceback, or an exception nobody raised on purpose
   hang           still running at the timeout
@@ -969,7 +970,9 @@ def classify(case: Case, o: dict) -> tuple[str, str]:
         return "lost_outputs", f"exit {o['rc']} after the results were printed: {err.strip()[-160:]}"
     lines = _stderr_lines(err)
     argparse_style = bool(lines) and lines[0].startswith("usage:") and ": error: " in lines[-1]  # usage, then 1 line
-    if o["rc"] == 2 and lines and "error" in lines[-1] and (len(lines) == 1 or argparse_style):
+    # exit 2: refused input; exit 1 with one "error:" line: a run that started and could not go on (e.g. diverged)
+    if (o["rc"] == 2 and lines and "error" in lines[-1] and (len(lines) == 1 or argparse_style)) or (
+            o["rc"] == 1 and len(lines) == 1 and lines[0].startswith("error:")):
         if case.expect == "ok":
             return "unclear_exit", f"refused valid input: {lines[-1][:200]}"
         return "clear_error", lines[-1][:200]

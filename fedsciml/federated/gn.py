@@ -45,11 +45,14 @@ FORMS = ("normal", "sqrt")
 class GNAggregator(Aggregator):
     """Sums clients' Gauss–Newton statistics; never sees their data.
 
-    Beyond the schema (loss ≥ 0, packed ``H`` PSD by its necessary conditions),
-    statistics must be consistent with the client's own loss (``consistency``,
-    default on): ``gᵀH⁺g = ‖P_J r‖² ≤ ‖r‖² = 2·loss`` — checked through the
-    lower bound ``gᵀ(H + εI)⁻¹g`` (one Cholesky per message, which also rejects
-    an indefinite H) — and in square-root form ``‖s‖² = ‖Qᵀr‖² ≤ ‖r‖²`` (O(m)).
+    Beyond the schema (loss ≥ 0), statistics must be consistent with the
+    client's own loss (``consistency``, default on): ``gᵀH⁺g = ‖P_J r‖² ≤ ‖r‖²
+    = 2·loss`` — checked through the lower bound ``gᵀ(H + εI)⁻¹g`` (one p×p
+    Cholesky per message, as costly as the server's own LM solve and a third of
+    forming ``J_mᵀJ_m`` with n_m ≥ p rows; it also rejects an indefinite H, and
+    a negative diagonal by name) — and in square-root form ``‖s‖² = ‖Qᵀr‖² ≤
+    ‖r‖²`` (O(m)).  Without the consistency check, H gets the schema's entrywise
+    PSD test.
     A rejected client is asked again like a dropped one; one that never sends
     consistent statistics ends the run with ``RoundFailed``.
     """
@@ -69,7 +72,8 @@ class GNAggregator(Aggregator):
             f["R"] = Field(("m", "p"))
             f["s"] = Field(("m",))
         elif self.with_curvature:
-            f["H"] = Field(("h",), psd="packed")
+            # with the consistency check, one Cholesky of H + εI (in check) replaces the entrywise PSD test
+            f["H"] = Field(("h",), psd=None if self.consistency else "packed")
             f["g"] = Field(("p",))
         return Schema(f)
 
@@ -85,7 +89,12 @@ class GNAggregator(Aggregator):
             s = msg["s"]
             _consistent(cid, float(s @ s), loss, "‖s‖²", "‖Qᵀr‖² ≤ ‖r‖² = 2·loss", rtol)
             return
-        q = _robust.pinv_quadratic_lower(linalg.unpack_upper(msg["H"], p), msg["g"])
+        H = linalg.unpack_upper(msg["H"], p)
+        dg = torch.diagonal(H)
+        if bool((dg < 0).any()):
+            raise MessageRejected(cid, f"field 'H' has a negative diagonal entry ({float(dg.min()):.3g}); a "
+                                       "curvature/Gram matrix is positive semidefinite")
+        q = _robust.pinv_quadratic_lower(H, msg["g"])
         if q is None:
             raise MessageRejected(cid, "field 'H' is not positive semidefinite (Cholesky of H + εI failed)")
         _consistent(cid, q, loss, "gᵀH⁺g", "gᵀH⁺g = ‖P_J r‖² ≤ ‖r‖² = 2·loss", rtol)

@@ -55,6 +55,11 @@ class TrainConfig:
     beta: float = 0.0        # extra regularization, relative: beta · max_m (N_m/N) λ_max,m
     gamma: float = 1.0
     tail: bool = True        # isotropic tail floor τ_m = λ_r,m per client (complement correction)
+    # FedAvg/FedProx robust aggregation (fedsciml.federated.robust): "mean" | "median" | "trimmed", trim ∈ [0, 0.5),
+    # clip_norm None (off) or C > 0
+    robust: str = "mean"
+    trim: float = 0.2
+    clip_norm: float | None = None
     # FedFish
     fedfish_lr: float = 0.01
     # FedFisher
@@ -300,7 +305,7 @@ def _client_round(meth, model, theta, x, y, cfg, seed, n):
 
 def _aggregator(meth, cfg):
     if meth in ("fedavg", "fedprox"):
-        return FedAvgAggregator()
+        return FedAvgAggregator(robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm)
     if meth == "fedfish":
         return FedFishAggregator(cfg.fedfish_lr)
     return FIPAComplementAggregator(beta_rel=cfg.beta, gamma=cfg.gamma, tail=cfg.tail)
