@@ -213,11 +213,13 @@ def main():
     meta = {"K": K, "d": d, "n_k_train": n_k, "sigmas": S, "threads": args.threads, "device": str(dev),
             "torch": torch.__version__, "load_start": load0, "load_end": load1,
             "fusion_vs_sklearn_rel": fuse_err, "cv_vs_naive_max_rel": cv_err, "cv_pairs_checked": args.naive_pairs,
-            "cv_iterations": its, "cv_direct_solves": info["direct_solves"],
+            "cv_iterations": its, "cv_direct_solves": info["direct_solves"], "cpu_seconds": dict(CPU),
             "seconds_total": time.perf_counter() - t_all}
     print(f"K={K}, n_k={n_k}, d={d}, {S} σ, {args.threads} thread(s), {dev}; load average "
           f"{load0[0]:.2f} at start, {load1[0]:.2f} at end" + ("  (LOADED: > 1.5)" if max(load0[0], load1[0]) > 1.5
                                                              else ""))
+    print(f"LOCO-CV CPU time {CPU['cv']:.2f} s (floor {CPU['cv_floor']:.2f} s); fusion CPU {CPU['fuse']:.3f} s "
+          f"(sum {CPU['sum']:.3f} s)")
     print(f"exactness: fusion vs pooled scikit-learn {fuse_err if fuse_err is None else f'{fuse_err:.1e}'}, "
           f"CV vs naive Cholesky (max over {args.naive_pairs} pairs) {cv_err:.1e}")
     for r in rows:
