@@ -167,16 +167,22 @@ class LowRank(Curvature):
 
 
 def fipa_merge_dense(Hs: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor],
-                     weights: Sequence[float] | None = None, rtol: float | None = None) -> torch.Tensor:
+                     weights: Sequence[float] | None = None, rtol: float | None = None,
+                     rhs=None) -> torch.Tensor:
     """FIPA Eq. (6) with dense curvatures: ``Σ_m B_m Δ_m``, ``B_m = (Σ_j w_j H_j)^† w_m H_m``.
 
     With sum-form curvatures (``H_m = J_mᵀJ_m``) pass ``weights=None`` (all 1):
     the paper's ``N_m/N`` factors cancel.  With mean-form curvatures pass
-    ``N_m/N``.
+    ``N_m/N``.  ``rhs(C, w)`` (a robust combination rule,
+    :mod:`fedsciml.federated.robust`) replaces the right-hand side
+    ``Σ w_m H_m Δ_m`` by ``rhs(C, w)``, ``C [M, p]`` the clients' ``H_m Δ_m``.
     """
     w = [1.0] * len(Hs) if weights is None else list(weights)
     H = sum(wi * Hi for wi, Hi in zip(w, Hs))
-    b = sum(wi * (Hi @ di) for wi, Hi, di in zip(w, Hs, deltas))
+    if rhs is not None:
+        b = rhs(torch.stack([Hi @ di for Hi, di in zip(Hs, deltas)]), w)
+    else:
+        b = sum(wi * (Hi @ di) for wi, Hi, di in zip(w, Hs, deltas))
     return linalg.pinv_solve(H, b, rtol)
 
 
@@ -186,7 +192,7 @@ COMPLEMENTS = ("none", "fedavg", "tail")
 def fipa_merge_lowrank(Us: Sequence[torch.Tensor], lams: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor],
                        weights: Sequence[float] | None = None, beta: float = 0.0, gamma: float = 1.0,
                        rtol: float | None = None, complement: str = "none",
-                       sample_weights: Sequence[float] | None = None) -> torch.Tensor:
+                       sample_weights: Sequence[float] | None = None, rhs=None) -> torch.Tensor:
     """FIPA's thin-QR merge (paper Eq. 13) — no p×p matrix is formed; the one implementation.
 
     ``V = [U_1 … U_M] = QR``, ``Σ = blkdiag(w_m Λ_m)``, ``K = R Σ Rᵀ``,
@@ -210,6 +216,11 @@ def fipa_merge_lowrank(Us: Sequence[torch.Tensor], lams: Sequence[torch.Tensor],
       ``γ [Q (K + β₀I)⁻¹ Qᵀ b + (I − QQᵀ) b / β₀]``, ``b = Σ w_m Ĥ_m Δ_m``: the
       complement term is the τ-weighted mean of the updates (the image
       benchmarks' FIPA).  Needs ``β₀ > 0``.
+
+    ``rhs(C, w)`` — a robust combination rule (:mod:`fedsciml.federated.robust`):
+    ``b = rhs(C, w)`` with ``C [M, p]`` the clients' ``Ĥ_m Δ_m`` replaces
+    ``b = Σ w_m Ĥ_m Δ_m`` (only its component in the sketch span enters the
+    in-span solve).
     """
     if complement not in COMPLEMENTS:
         raise ValueError(f"FIPA complement must be one of {', '.join(COMPLEMENTS)}, got {complement!r}")
@@ -223,7 +234,13 @@ def fipa_merge_lowrank(Us: Sequence[torch.Tensor], lams: Sequence[torch.Tensor],
             raise ValueError("the isotropic tail needs β₀ = Σ w_m τ_m + β > 0 (every sketch ends in a zero eigenvalue)")
     V = torch.cat(list(Us), dim=1)
     sig = torch.cat([wi * li for wi, li in zip(w, lams)])
-    if tails is None:
+    if rhs is not None:
+        if tails is None:
+            C = torch.stack([U @ (l * (U.T @ d)) for U, l, d in zip(Us, lams, deltas)])
+        else:
+            C = torch.stack([U @ (l * (U.T @ d)) + t * d for U, l, d, t in zip(Us, lams, deltas, tails)])
+        b = rhs(C, w)
+    elif tails is None:
         b = sum(wi * (U @ (l * (U.T @ d))) for wi, U, l, d in zip(w, Us, lams, deltas))
     else:
         b = sum(wi * (U @ (l * (U.T @ d)) + t * d) for wi, U, l, d, t in zip(w, Us, lams, deltas, tails))

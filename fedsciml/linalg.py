@@ -109,10 +109,15 @@ def dim_from_packed(n: int) -> int:
 
 
 def add_diagonal(H: torch.Tensor, mu) -> torch.Tensor:
-    """``H + μI`` (μ a scalar or a batch of scalars) without modifying H."""
-    eye = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
+    """``H + μI`` (μ a scalar or a batch of scalars) without modifying H.
+
+    One copy of H and an in-place add on its diagonal (no d×d identity is formed); the same numbers as
+    ``H + μ·I`` bitwise (the off-diagonal entries are copied, the diagonal gets the same single addition).
+    """
     mu = torch.as_tensor(mu, dtype=H.dtype, device=H.device)
-    return H + mu[..., None, None] * eye
+    out = H.expand(torch.broadcast_shapes(H.shape, mu.shape + (1, 1))).clone()
+    out.diagonal(dim1=-2, dim2=-1).add_(mu[..., None])
+    return out
 
 
 def cholesky(A: torch.Tensor, rtol: float | None = None) -> torch.Tensor:

@@ -226,8 +226,11 @@ class ClientData(FieldProblem):
 
 
 def _as_xy(X, y, what):
-    X = torch.as_tensor(np.asarray(X, dtype=np.float64) if not torch.is_tensor(X) else X, dtype=torch.float64)
-    y = torch.as_tensor(np.asarray(y, dtype=np.float64) if not torch.is_tensor(y) else y, dtype=torch.float64)
+    try:
+        X = torch.as_tensor(np.asarray(X, dtype=np.float64) if not torch.is_tensor(X) else X, dtype=torch.float64)
+        y = torch.as_tensor(np.asarray(y, dtype=np.float64) if not torch.is_tensor(y) else y, dtype=torch.float64)
+    except (TypeError, ValueError) as e:  # strings, ragged lists, objects
+        raise ProblemError(f"{what}: X and y must be numeric arrays: {e}") from None
     if X.ndim == 1:
         X = X[:, None]
     if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0]:

@@ -16,7 +16,6 @@ import torch
 
 from fedsciml.cli import main
 from fedsciml.federated import checkpoint as ckpt
-from fedsciml.federated import methods  # noqa: F401  (registers the methods)
 from fedsciml.runner import METHODS
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -504,3 +503,12 @@ def test_missing_or_unreadable_image_files_give_one_line(tmp_path, capsys):
     (tmp_path / "t.gz").write_bytes((tmp_path / "t.gz").read_bytes()[:-6])  # truncated gzip stream
     with pytest.raises(ValueError, match="t.gz"):
         D.read_idx(str(tmp_path / "t.gz"))
+
+
+def test_client_data_that_is_not_numeric_is_named():
+    import fedsciml as fs
+
+    with pytest.raises(fs.ProblemError, match=r"client 0.*numeric arrays.*'a'"):
+        fs.ClientData([(np.array([["a"], ["b"]]), np.ones(2)), (np.ones((2, 1)), np.ones(2))])
+    with pytest.raises(fs.ProblemError, match="numeric arrays"):
+        fs.ClientData([(np.ones((2, 1)), [1.0, [2.0, 3.0]])])

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from fedsciml.federated import methods  # noqa: F401  (registers the methods)
 from fedsciml.federated.aggregators import FedAvgAggregator
 from fedsciml.federated.averaging import AveragingStrategy
 from fedsciml.federated.client import Client, LocalConfig
@@ -173,7 +172,7 @@ def test_deadline_cuts_adam_after_at_least_one_step():
     rep = c.answer(Request("update", {"theta": THETA0}, {"local": {"solver": "adam", "steps": 10**8, "lr": 1e-3,
                                                                      "damping": 0.0, "prox": 0.0},
                                                            "deadline_s": 0.0}))
-    assert torch.equal(rep.message["delta"], full)
+    assert torch.equal(rep.message["delta"], full)  # bitwise: the same single Adam step
 
 
 # --- one-shot fusion of GN statistics (ridge) ---------------------------------------------------
@@ -333,3 +332,30 @@ def test_image_method_crosses_bytes_bitwise():
     for meth in ("fedavg", "fipa"):  # bitwise: the clients receive the same float32 bits and train alike
         assert a[meth].history == b[meth].history and a[meth].floats_per_client == b[meth].floats_per_client
         assert a[meth].info["rounds"] == b[meth].info["rounds"]
+
+
+def test_one_shot_image_methods_are_one_round_runs_with_rejections_logged():
+    from fedsciml.images import methods as M
+
+    fed = _fed(3)
+    cfg = M.TrainConfig(epochs=1)
+
+    def hook(rnd, cid, msg):  # client 1's Fisher is negative: rejected, logged, not merged
+        return {**msg, "fisher": -msg["fisher"] - 1.0} if cid == 1 and "fisher" in msg else msg
+
+    a = M.run_one_shot(fed, "linear", ["fedavg", "fishermerge"], 0, cfg, message_hook=hook)
+    assert a["fedavg"].info["rejections"] == [] and a["fedavg"].info["rounds"][0]["answered"] == 3
+    rej = a["fishermerge"].info["rejections"]
+    assert [(e["round"], e["client"]) for e in rej] == [(1, 1)] and "negative" in rej[0]["reason"]
+    assert a["fishermerge"].info["rounds"][0]["answered"] == 2
+    b = M.run_one_shot(fed, "linear", ["fedavg", "fishermerge"], 0, cfg, message_hook=hook, transport="bytes")
+    for meth in ("fedavg", "fishermerge"):  # bitwise: same float32 bits in, same operations
+        assert a[meth].accuracy == b[meth].accuracy and a[meth].floats_per_client == b[meth].floats_per_client
+
+
+def test_the_loop_records_the_strategy_summary():
+    _, _, info = run("fipa", rounds=1, rank=3)
+    assert info["strategy"]["name"] == "fipa" and info["strategy"]["rank"] == 3
+    assert info["strategy"]["curvature"] == "lowrank" and info["strategy"]["safeguard"] is True
+    _, _, info = run("gn", rounds=1)
+    assert info["strategy"] == {"name": "gn", "lm_tau": 1e-3, "form": "normal", "max_retries": 20}

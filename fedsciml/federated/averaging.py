@@ -61,10 +61,11 @@ class AveragingStrategy(Strategy):
         return {"answered": len(replies.ok)}
 
     def state_dict(self):
-        return {"theta": self.theta}
+        return {"theta": self.theta, "enrolled": dict(self.agg.enrolled)}
 
     def load_state_dict(self, d):
         self.theta = d["theta"]
+        self.agg.enrolled = dict(d.get("enrolled", {}))  # sample counts fixed at enrollment
 
     def summary(self):
         out = {"local": self.local.solver, "local_steps": self.local.steps, "lr": self.local.lr,

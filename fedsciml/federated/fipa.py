@@ -151,12 +151,13 @@ class FIPAStrategy(AveragingStrategy):
     def state_dict(self):
         return {"theta": self.theta, "gnorm": self.gnorm, "beta": self.beta, "nu": self.nu, "pred": self.pred,
                 "prev_theta": self.prev_theta,
-                "prev_loss": self.prev_loss, "rejected_steps": self.rejected_steps}
+                "prev_loss": self.prev_loss, "rejected_steps": self.rejected_steps, "enrolled": dict(self.agg.enrolled)}
 
     def load_state_dict(self, d):
         self.theta, self.gnorm, self.beta = d["theta"], d["gnorm"], d["beta"]
         self.nu, self.pred = d["nu"], d["pred"]
         self.prev_theta, self.prev_loss, self.rejected_steps = d["prev_theta"], d["prev_loss"], d["rejected_steps"]
+        self.agg.enrolled = dict(d.get("enrolled", {}))  # sample counts fixed at enrollment
 
     def summary(self):
         out = {**super().summary(), "rank": self.rank, "curvature": self.curvature, "merge": self.agg.merge,

@@ -31,7 +31,8 @@ import dataclasses
 import torch
 
 from fedsciml import linalg
-from fedsciml.federated.aggregators import Aggregator
+from fedsciml.federated import robust as _robust
+from fedsciml.federated.aggregators import Aggregator, _consistent, consistency_rtol
 from fedsciml.federated.messages import Field, MessageRejected, Schema
 from fedsciml.federated.strategy import Exchange, Strategy
 from fedsciml.federated.transport import Request
@@ -42,38 +43,61 @@ FORMS = ("normal", "sqrt")
 
 
 class GNAggregator(Aggregator):
-    """Sums clients' Gauss–Newton statistics; never sees their data."""
+    """Sums clients' Gauss–Newton statistics; never sees their data.
+
+    Beyond the schema (loss ≥ 0), statistics must be consistent with the
+    client's own loss (``consistency``, default on): ``gᵀH⁺g = ‖P_J r‖² ≤ ‖r‖²
+    = 2·loss`` — checked through the lower bound ``gᵀ(H + εI)⁻¹g`` (one p×p
+    Cholesky per message, as costly as the server's own LM solve and a third of
+    forming ``J_mᵀJ_m`` with n_m ≥ p rows; it also rejects an indefinite H, and
+    a negative diagonal by name) — and in square-root form ``‖s‖² = ‖Qᵀr‖² ≤
+    ‖r‖²`` (O(m)).  Without the consistency check, H gets the schema's entrywise
+    PSD test.
+    A rejected client is asked again like a dropped one; one that never sends
+    consistent statistics ends the run with ``RoundFailed``.
+    """
 
     name = "gn"
 
-    def __init__(self, with_curvature: bool = True, form: str = "normal"):
+    def __init__(self, with_curvature: bool = True, form: str = "normal", consistency: bool = True):
         if form not in FORMS:
             raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
         self.with_curvature = with_curvature
         self.form = form
+        self.consistency = bool(consistency)
 
     def schema(self) -> Schema:
-        f = {"loss": Field((1,)), "n": Field((1,), positive=True)}
+        f = {"loss": Field((1,), nonneg=True), "n": Field((1,), positive=True)}
         if self.with_curvature and self.form == "sqrt":
             f["R"] = Field(("m", "p"))
             f["s"] = Field(("m",))
         elif self.with_curvature:
-            f["H"] = Field(("h",))
+            # with the consistency check, one Cholesky of H + εI (in check) replaces the entrywise PSD test
+            f["H"] = Field(("h",), psd=None if self.consistency else "packed")
             f["g"] = Field(("p",))
         return Schema(f)
 
-    def validate(self, messages, p, dtype=None):
-        ok, bad = {}, {}
-        schema = self.schema()
-        for cid, msg in messages.items():
-            try:
-                schema.validate(msg, cid, dtype=dtype, p=p, h=linalg.n_upper(p))
-                if bool((msg["loss"] < 0).any()):
-                    raise MessageRejected(cid, f"field 'loss' is negative ({float(msg['loss'][0])}); ½‖r‖² ≥ 0")
-                ok[cid] = msg
-            except MessageRejected as e:
-                bad[cid] = e.reason
-        return ok, bad
+    def context(self, p):
+        return {"p": p, "h": linalg.n_upper(p)}
+
+    def check(self, cid, msg, p):
+        if not (self.with_curvature and self.consistency):
+            return
+        loss = float(msg["loss"][0])
+        rtol = consistency_rtol(msg["loss"].dtype)
+        if self.form == "sqrt":
+            s = msg["s"]
+            _consistent(cid, float(s @ s), loss, "‖s‖²", "‖Qᵀr‖² ≤ ‖r‖² = 2·loss", rtol)
+            return
+        H = linalg.unpack_upper(msg["H"], p)
+        dg = torch.diagonal(H)
+        if bool((dg < 0).any()):
+            raise MessageRejected(cid, f"field 'H' has a negative diagonal entry ({float(dg.min()):.3g}); a "
+                                       "curvature/Gram matrix is positive semidefinite")
+        q = _robust.pinv_quadratic_lower(H, msg["g"])
+        if q is None:
+            raise MessageRejected(cid, "field 'H' is not positive semidefinite (Cholesky of H + εI failed)")
+        _consistent(cid, q, loss, "gᵀH⁺g", "gᵀH⁺g = ‖P_J r‖² ≤ ‖r‖² = 2·loss", rtol)
 
     @staticmethod
     def total_loss(messages) -> float:
@@ -82,7 +106,7 @@ class GNAggregator(Aggregator):
     def aggregate_stats(self, messages, p: int) -> GNStats:
         order = sorted(messages)
         loss = sum(messages[c]["loss"][0] for c in order)
-        n = int(round(sum(float(messages[c]["n"][0]) for c in order)))
+        n = int(round(sum(float(messages[c]["n"][0]) for c in order)))  # counts ≤ 2^53 each (schema): finite
         if self.form == "sqrt":  # stack the square roots: RᵀR = ΣJ_mᵀJ_m, Rᵀs = ΣJ_mᵀr_m
             R = torch.cat([messages[c]["R"] for c in order])
             s = torch.cat([messages[c]["s"] for c in order])
@@ -120,6 +144,7 @@ class GNStrategy(Strategy):
         self.max_retries = int(max_retries)
         self.lm: LevenbergMarquardt | None = None
         self.retries = 0
+        self.enrolled = {}  # client id → sample count of its first valid message (fixed from then on)
 
     # the simulation's view
     @property
@@ -136,6 +161,7 @@ class GNStrategy(Strategy):
     def _gather(self, run, theta, with_curvature: bool) -> dict:
         """Every client's ``gn_stats`` (or ``gn_loss``) at θ, asking again whoever did not answer validly."""
         agg = GNAggregator(with_curvature, self.form)
+        agg.enrolled = self.enrolled
         p = theta.numel()
         req = (Request("gn_stats", {"theta": theta}, {"form": self.form}) if with_curvature
                else Request("gn_loss", {"theta": theta}))
@@ -179,7 +205,8 @@ class GNStrategy(Strategy):
         st = lm.stats
         curv = {"H": linalg.pack_upper(st.H)} if st.H is not None else {"J": st.J, "r": st.r}
         return {"theta": lm.theta, **curv, "g": st.g, "loss": st.loss, "n": st.n, "mu": lm.mu, "nu": lm.nu,
-                "accepted": lm.accepted_steps, "rejected": lm.rejected_steps, "retries": self.retries}
+                "accepted": lm.accepted_steps, "rejected": lm.rejected_steps, "retries": self.retries,
+                "enrolled": dict(self.enrolled)}
 
     def load_state_dict(self, d):
         self.lm = LevenbergMarquardt(self.lm_config)
@@ -192,6 +219,7 @@ class GNStrategy(Strategy):
         self.lm.mu, self.lm.nu = d["mu"], d["nu"]
         self.lm.accepted_steps, self.lm.rejected_steps = d["accepted"], d["rejected"]
         self.retries = d["retries"]
+        self.enrolled = dict(d.get("enrolled", {}))
 
     def info(self):
         return {"accepted_steps": self.lm.accepted_steps, "rejected_steps": self.lm.rejected_steps,

@@ -319,5 +319,6 @@ class Simulation:
             "floats_per_round": (self.floats_up + self.floats_down) / max(1, self.round_index),
             "rejections": self.rejections, "skipped_rounds": self.skipped_rounds,
             "solver_time_s": self.rec.elapsed(),
+            "strategy": {"name": strategy.name, **strategy.summary()},
         }
         return strategy.theta, self.rec.rows, info

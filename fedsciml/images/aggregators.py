@@ -18,7 +18,11 @@ messages are model + Fisher summaries:
   median of the client modes; returns the ensemble ``[M, p]``.
 
 A message's curvature is always the *mean-form* Fisher of its client
-(``(1/n) Σ_n J_nᵀΛ_nJ_n``); sample counts ``n`` give the weights.
+(``(1/n) Σ_n J_nᵀΛ_nJ_n``); sample counts ``n`` give the weights.  The schemas
+declare what the curvature must satisfy: Fisher diagonals ≥ 0, K-FAC factors,
+Gram matrices and dense Fisher blocks positive semidefinite (``psd="square"``,
+:mod:`fedsciml.federated.messages`), eigenvalues ≥ 0; a violating message is
+rejected by name.
 """
 from __future__ import annotations
 
@@ -81,16 +85,6 @@ def _stack_weights(messages):
     return [w[c] for c in messages]
 
 
-def _check_nonneg(ok, bad, fields):
-    for cid in list(ok):
-        for f in fields:
-            if f in ok[cid] and bool((ok[cid][f] < 0).any()):
-                bad[cid] = f"field {f!r} has negative entries; a Fisher diagonal is ≥ 0"
-                del ok[cid]
-                break
-    return ok, bad
-
-
 class FedFishAggregator(Aggregator):
     """FedFish (Alg. 1) with a server Adam: pseudo-gradient ``−Σ n_i F_i Δ_i / Σ n_i F_i``
     (coordinates where every Fisher is 0 fall back to the sample-weighted mean delta)."""
@@ -105,10 +99,7 @@ class FedFishAggregator(Aggregator):
         self._param = None
 
     def schema(self):
-        return Schema({"delta": Field(("p",)), "fisher": Field(("p",)), "n": Field((1,), positive=True)})
-
-    def validate(self, messages, p, dtype=None):
-        return _check_nonneg(*super().validate(messages, p, dtype), ["fisher"])
+        return Schema({"delta": Field(("p",)), "fisher": Field(("p",), nonneg=True), "n": Field((1,), positive=True)})
 
     def merged_delta(self, messages):
         w = _stack_weights(messages)
@@ -141,10 +132,7 @@ class FisherMergeAggregator(Aggregator):
         self.floor = fisher_floor
 
     def schema(self):
-        return Schema({"w": Field(("p",)), "fisher": Field(("p",)), "n": Field((1,), positive=True)})
-
-    def validate(self, messages, p, dtype=None):
-        return _check_nonneg(*super().validate(messages, p, dtype), ["fisher"])
+        return Schema({"w": Field(("p",)), "fisher": Field(("p",), nonneg=True), "n": Field((1,), positive=True)})
 
     def aggregate(self, theta, messages):
         if not messages:
@@ -204,16 +192,13 @@ class FedFisherAggregator(Aggregator):
     def schema(self):
         f = {"w": Field(("p",)), "n": Field((1,), positive=True)}
         if self.curvature == "diag":
-            f["fisher"] = Field(("p",))
+            f["fisher"] = Field(("p",), nonneg=True)
         else:
             for i, (a, g) in enumerate(self.template.factor_shapes()):
-                f[f"A{i}"] = Field((a, a))
-                f[f"G{i}"] = Field((g, g))
-            f["rest"] = Field((self.template.rest_idx.numel(),))
+                f[f"A{i}"] = Field((a, a), psd="square")
+                f[f"G{i}"] = Field((g, g), psd="square")
+            f["rest"] = Field((self.template.rest_idx.numel(),), nonneg=True)
         return Schema(f)
-
-    def validate(self, messages, p, dtype=None):
-        return _check_nonneg(*super().validate(messages, p, dtype), ["fisher", "rest"])
 
     def operators(self, messages):
         """``(weights, [F_i as a matvec])``."""
@@ -282,7 +267,7 @@ class RegMeanAggregator(Aggregator):
     def schema(self):
         f = {"w": Field(("p",)), "n": Field((1,), positive=True)}
         for i, (a, _) in enumerate(self.template.factor_shapes()):
-            f[f"gram{i}"] = Field((a, a))
+            f[f"gram{i}"] = Field((a, a), psd="square")
         return Schema(f)
 
     def merge(self, messages, alpha):
@@ -346,18 +331,15 @@ class FedBEnsAggregator(Aggregator):
         f = {"w": Field((M, "p")), "n": Field((1,), positive=True)}
         if self.approx == "kfac":
             for i, (a, g) in enumerate(self.template.factor_shapes()):
-                f[f"A{i}"] = Field((M, a, a))
-                f[f"G{i}"] = Field((M, g, g))
-            f["rest"] = Field((M, self.template.rest_idx.numel()))
+                f[f"A{i}"] = Field((M, a, a), psd="square")
+                f[f"G{i}"] = Field((M, g, g), psd="square")
+            f["rest"] = Field((M, self.template.rest_idx.numel()), nonneg=True)
         else:
-            f["diag"] = Field((M, "p"))
+            f["diag"] = Field((M, "p"), nonneg=True)
             if self.approx == "diagfull":
                 q = self.last.numel()
-                f["last"] = Field((M, q, q))
+                f["last"] = Field((M, q, q), psd="square")
         return Schema(f)
-
-    def validate(self, messages, p, dtype=None):
-        return _check_nonneg(*super().validate(messages, p, dtype), ["diag", "rest"])
 
     def neg_log_posterior(self, messages):
         """``w ↦ −L(w)`` of Eq. 5, vectorized over all (client, mode) Gaussians."""

@@ -2,7 +2,6 @@
 runs a protocol over seeds, aggregates mean ± std, prints a table, writes JSON and a PNG."""
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -50,7 +49,7 @@ def run_setting(dataset="digits", data_dir=None, model="lenet5", clients=5, alph
                  f"{'IID' if alpha is None else f'Dirichlet α={alpha} ({split_kind})'}, model {model}, {protocol}")
         fed = imdata.federate(d, clients, alpha, s, split_kind, device=cfg.device)
         if protocol == "one-shot":
-            per_seed.append(M.run_one_shot(fed, model, methods, s, cfg, progress))
+            per_seed.append(M.run_one_shot(fed, model, methods, s, cfg, progress, dropout=dropout))
         else:
             per_seed.append(M.run_rounds(fed, model, methods, s, cfg, rounds,
                                          warmup if protocol == "warmup-refine" else 0, participation, progress,
@@ -87,9 +86,9 @@ def table(res: dict) -> str:
 
 
 def write_json(res, path):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(res, f, indent=1, default=str)
+    from fedsciml.results import write_json as write
+
+    write(res, path)
 
 
 def plot(res: dict, out_dir: str) -> str:

@@ -2,7 +2,8 @@
 
 * :func:`run_one_shot` — every client trains from one shared initialization, sends one
   message, the server merges once: FedAvg, FisherMerge, RegMean, FedFisher (Diag, K-FAC),
-  FedBEns (K-FAC / diag / diag+full last layer, M modes from M shared initializations).
+  FedBEns (K-FAC / diag / diag+full last layer, M modes from M shared initializations);
+  each method is a one-round :class:`OneShotImageStrategy` on the federated round loop.
 * :func:`run_rounds` — multi-round FedAvg, FedProx, FIPA (full or FC-only) and FedFish
   on the federated round loop (:class:`~fedsciml.federated.simulation.Simulation`, an
   :class:`ImageRoundStrategy` per method, :class:`ImageClient` behind the transport):
@@ -54,6 +55,11 @@ class TrainConfig:
     beta: float = 0.0        # extra regularization, relative: beta · max_m (N_m/N) λ_max,m
     gamma: float = 1.0
     tail: bool = True        # isotropic tail floor τ_m = λ_r,m per client (complement correction)
+    # FedAvg/FedProx robust aggregation (fedsciml.federated.robust): "mean" | "median" | "trimmed", trim ∈ [0, 0.5),
+    # clip_norm None (off) or C > 0
+    robust: str = "mean"
+    trim: float = 0.2
+    clip_norm: float | None = None
     # FedFish
     fedfish_lr: float = 0.01
     # FedFisher
@@ -139,82 +145,114 @@ def _validated(agg, msgs, p, dtype, log: list | None = None):
     return ok
 
 
-class _Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __enter__(self):
-        self._t0 = time.perf_counter()
-
-    def __exit__(self, *a):
-        self.t += time.perf_counter() - self._t0
-
-
 # --------------------------------------------------------------------- one-shot
+def _one_shot_aggregator(meth, model, cfg, modes, template, val):
+    if meth == "fedavg":
+        return FedAvgAggregator()
+    if meth == "fishermerge":
+        return FisherMergeAggregator(1e-6)
+    if meth == "regmean":
+        return RegMeanAggregator(template, cfg.regmean_alphas, evaluate=val)
+    if meth.startswith("fedfisher"):
+        return FedFisherAggregator("kfac" if meth.endswith("kfac") else "diag", template, evaluate=val,
+                                   steps=cfg.fedfisher_steps, lr=cfg.fedfisher_lr)
+    approx = {"fedbens": "kfac", "fedbens-diag": "diag", "fedbens-diagfull": "diagfull"}[meth]
+    last = torch.cat([torch.arange(model.slice(nm).start, model.slice(nm).stop) for nm in head_names(
+        model.module)]).to(model.device)
+    return FedBEnsAggregator(approx, modes, template, last, cfg.temperature, cfg.prior_var,
+                             cfg.fedbens_steps, cfg.fedbens_lr, evaluate=val)
+
+
+class OneShotImageStrategy(Strategy):
+    """A one-shot image method as a one-round strategy: the sampled clients train from the broadcast
+    initialization(s) and send one message (``one_shot`` query); the method's aggregator merges once."""
+
+    def __init__(self, meth: str, agg, cfg: TrainConfig, inits, modes: int, seed: int):
+        self.meth, self.agg, self.cfg, self.inits, self.modes, self.seed = meth, agg, cfg, inits, modes, seed
+        self.name = meth
+        self.loss_sum = float("nan")  # not measured: an ensemble (FedBEns) has no single parameter vector
+        self.floats, self.client_s, self.server_s = 0.0, 0.0, 0.0
+
+    def configure_round(self, run, k):
+        answering, _ = run.sample()
+        tensors = {"theta": self.inits[0]}
+        if self.modes > 1:
+            tensors["inits"] = torch.stack(self.inits[1:self.modes])
+        cfg = {"method": self.meth, "modes": self.modes, "seed": self.seed * 7919,
+               "train": dataclasses.asdict(self.cfg), "vectorize": False}
+        p = self.inits[0].numel()
+        return Exchange(answering, Request("one_shot", tensors, cfg),
+                        lambda m: self.agg.validate(m, p, self.inits[0].dtype))
+
+    def aggregate_round(self, run, k, replies):
+        ok = replies.ok
+        if not ok:
+            run.fail(f"the {self.meth} merge")
+        self.floats = sum(floats_in(m) for m in ok.values()) / len(ok)
+        self.client_s = sum(replies.metrics[c]["train_s"] + replies.metrics[c]["message_s"] for c in ok)
+        t0 = time.perf_counter()
+        self.theta = self.agg.aggregate(self.inits[0], ok)
+        self.server_s = time.perf_counter() - t0
+        return {"answered": len(ok)}
+
+    def finished(self, run):
+        return "one-shot" if run.round_index >= 1 else None
+
+    def state_dict(self):
+        return {"theta": self.theta}
+
+    def load_state_dict(self, d):
+        self.theta = d["theta"]
+
+    def summary(self):
+        return {"method": self.meth, "modes": self.modes, "epochs": self.cfg.epochs, "lr": self.cfg.lr}
+
+
 def run_one_shot(fed: FederatedImages, model_name: str, methods, seed: int, cfg: TrainConfig,
-                 progress=None) -> dict:
-    """All one-shot methods on one split; every method reuses the same client models (mode 0)."""
+                 progress=None, dropout: float = 0.0, transport: str = "local", message_hook=None) -> dict:
+    """All one-shot methods on one split, each a one-round run of the federated round loop; every method
+    reuses the same client models (each client trains each initialization once and keeps it)."""
     bad = [m for m in methods if m not in ONE_SHOT]
     if bad:
         raise ValueError(f"unknown one-shot method(s) {bad}; choose from {list(ONE_SHOT)}")
+    if transport not in ("local", "bytes"):
+        raise ValueError(f"transport must be one of local, bytes, got {transport!r}")
     dev = torch.device(cfg.device)
     say = progress or (lambda s: None)
     need_modes = max([cfg.modes if m.startswith("fedbens") else 1 for m in methods])
     model = FlatModel(build(model_name, fed.shape, fed.n_classes, seed), device=dev)
-    p = model.p
     inits = [model.theta()] + [FlatModel(build(model_name, fed.shape, fed.n_classes, seed * 1000 + 17 + m),
                                          device=dev).theta() for m in range(1, need_modes)]
     val = lambda t: accuracy(model, t, fed.x_val, fed.y_val)  # noqa: E731
-    test = lambda t: accuracy(model, t, fed.x_test, fed.y_test)  # noqa: E731
-    n = {c: torch.tensor([float(len(y))], device=dev) for c, (_, y) in enumerate(fed.clients)}
-
-    # client training: mode m from init m (mode 0 is every unimodal method's local model)
-    local, t_train = {}, {}
-    for c, (x, y) in enumerate(fed.clients):
-        for m in range(need_modes):
-            t0 = time.perf_counter()
-            local[c, m] = local_train(model, inits[m], x, y, cfg, seed=seed * 7919 + c * 31 + m)
-            t_train[c, m] = time.perf_counter() - t0
-        say(f"  client {c}: {len(y)} samples, local acc {accuracy(model, local[c, 0], x, y):.3f}")
     C = len(fed.clients)
-    template = fz.kfac(model, local[0, 0], fed.clients[0][0][:2]) if any(
+    clients = [ImageClient(c, x, y, model) for c, (x, y) in enumerate(fed.clients)]
+    tr = LocalTransport(clients, vectorize=False)
+    if transport == "bytes":
+        tr = BytesTransport(tr, device=dev)
+    # the K-FAC layer layout (shapes only), from the server's own validation images
+    template = fz.kfac(model, inits[0], fed.x_val[:2]) if any(
         m in ("fedfisher-kfac", "fedbens", "regmean") for m in methods) else None
     results = {}
     for meth in methods:
-        clock_c, clock_s = _Clock(), _Clock()
         modes = cfg.modes if meth.startswith("fedbens") else 1
-        msgs = {}
-        for c, (x, y) in enumerate(fed.clients):
-            with clock_c:
-                msgs[c] = _one_shot_message(meth, model, local, c, modes, x, n[c])
-        train_s = sum(t_train[c, m] for c in range(C) for m in range(modes)) / C
-        if meth == "fedavg":
-            agg = FedAvgAggregator()
-            msgs = {c: {"delta": m["w"] - inits[0], "n": m["n"]} for c, m in msgs.items()}
-        elif meth == "fishermerge":
-            agg = FisherMergeAggregator(1e-6)
-        elif meth == "regmean":
-            agg = RegMeanAggregator(template, cfg.regmean_alphas, evaluate=val)
-        elif meth.startswith("fedfisher"):
-            agg = FedFisherAggregator("kfac" if meth.endswith("kfac") else "diag", template, evaluate=val,
-                                      steps=cfg.fedfisher_steps, lr=cfg.fedfisher_lr)
-        else:
-            approx = {"fedbens": "kfac", "fedbens-diag": "diag", "fedbens-diagfull": "diagfull"}[meth]
-            last = torch.cat([torch.arange(model.slice(nm).start, model.slice(nm).stop) for nm in head_names(
-                model.module)]).to(dev)
-            agg = FedBEnsAggregator(approx, modes, template, last, cfg.temperature, cfg.prior_var,
-                                    cfg.fedbens_steps, cfg.fedbens_lr, evaluate=val)
-        rejections = []
-        ok = _validated(agg, msgs, p, model.dtype, rejections)
-        floats = sum(floats_in(m) for m in ok.values()) / len(ok)
-        with clock_s:
-            theta = agg.aggregate(inits[0], ok)
-        acc = test(theta)
-        info = {"rejections": rejections}
+        agg = _one_shot_aggregator(meth, model, cfg, modes, template, val)
+        strategy = OneShotImageStrategy(meth, agg, cfg, inits, modes, seed)
+        sim = None
+
+        def evaluate(t):
+            return {"accuracy": accuracy(model, t, fed.x_test, fed.y_test)} if sim.round_index >= 1 else {}
+
+        sim = Simulation(tr, evaluate, RoundConfig(dropout=dropout, seed=seed), label=meth, message_hook=message_hook)
+        theta, rows, rinfo = sim.run(strategy, inits[0])
+        acc = rows[-1]["accuracy"]
+        r = rows[-1]
+        info = {"rejections": rinfo["rejections"],
+                "rounds": [{"round": 1, **{f: r[f] for f in ("floats_up", "floats_down", "dropped", "rejected",
+                                                            "answered") if f in r}}]}
         if meth == "regmean":
             info["alpha"] = agg.chosen_alpha
-        results[meth] = MethodResult(meth, acc, floats, train_s + clock_c.t / C, clock_s.t, info=info)
-        say(f"  {meth:17s} acc {acc:.4f}  floats/client {floats:.0f}  server {clock_s.t:.1f}s")
+        results[meth] = MethodResult(meth, acc, strategy.floats, strategy.client_s / C, strategy.server_s, info=info)
+        say(f"  {meth:17s} acc {acc:.4f}  floats/client {strategy.floats:.0f}  server {strategy.server_s:.1f}s")
     return results
 
 
@@ -267,7 +305,7 @@ def _client_round(meth, model, theta, x, y, cfg, seed, n):
 
 def _aggregator(meth, cfg):
     if meth in ("fedavg", "fedprox"):
-        return FedAvgAggregator()
+        return FedAvgAggregator(robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm)
     if meth == "fedfish":
         return FedFishAggregator(cfg.fedfish_lr)
     return FIPAComplementAggregator(beta_rel=cfg.beta, gamma=cfg.gamma, tail=cfg.tail)
@@ -278,8 +316,11 @@ class ImageClient:
 
     Answers ``update`` (config ``method``, ``seed``, ``train`` — the
     :class:`TrainConfig` fields) with :func:`_client_round`'s message, its
-    local-training seconds as a metric, and ``loss`` with its summed training
-    cross-entropy at θ (monitoring).  ``model`` is the network the exchanged
+    local-training seconds as a metric; ``one_shot`` (config ``method``,
+    ``modes``, ``seed``, ``train``; tensors ``theta`` and, for FedBEns, the
+    other ``inits``) with :func:`_one_shot_message`'s message, training each
+    initialization once and keeping it for the next method; and ``loss`` with
+    its summed training cross-entropy at θ (monitoring).  ``model`` is the network the exchanged
     parameters belong to (for FIPA-FC: the classifier head, the frozen body set
     up at enrollment).
     """
@@ -287,6 +328,7 @@ class ImageClient:
     def __init__(self, cid: int, x, y, model: FlatModel):
         self.cid, self.x, self.y, self.model = cid, x, y, model
         self.n = int(len(y))
+        self._trained = {}  # (seed, mode) -> (local model, training seconds): one-shot methods share them
 
     def answer(self, request, pre=None, deadline=None):
         theta, cfg = request.tensors["theta"], request.config
@@ -301,6 +343,23 @@ class ImageClient:
             t0 = time.perf_counter()
             msg = _client_round(cfg["method"], self.model, theta, self.x, self.y, tc, int(cfg["seed"]) + self.cid, n)
             return Reply(msg, {"seconds": time.perf_counter() - t0})
+        if request.query == "one_shot":
+            tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
+            inits = [theta] + (list(request.tensors["inits"]) if "inits" in request.tensors else [])
+            modes, s0 = int(cfg["modes"]), int(cfg["seed"])
+            local, train_s = {}, 0.0
+            for m in range(modes):
+                if (s0, m) not in self._trained:
+                    t0 = time.perf_counter()
+                    w = local_train(self.model, inits[m], self.x, self.y, tc, seed=s0 + self.cid * 31 + m)
+                    self._trained[s0, m] = (w, time.perf_counter() - t0)
+                local[self.cid, m] = self._trained[s0, m][0]
+                train_s += self._trained[s0, m][1]
+            t0 = time.perf_counter()
+            msg = _one_shot_message(cfg["method"], self.model, local, self.cid, modes, self.x, n)
+            if cfg["method"] == "fedavg":  # FedAvg's merge takes the update
+                msg = {"delta": msg["w"] - theta, "n": msg["n"]}
+            return Reply(msg, {"train_s": train_s, "message_s": time.perf_counter() - t0})
         raise ValueError(f"image client {self.cid}: unknown query {request.query!r}")
 
 

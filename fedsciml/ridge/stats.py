@@ -20,9 +20,14 @@ the exact count of a private dataset is not itself private.  The server solves
 ``(ΣG_k + σI) w = Σh_k`` by Cholesky (:func:`ridge_solve`) — the exact
 federated GN step from 0 with damping σ, which for a quadratic is the minimizer.
 
-A malformed message (wrong shape or dtype, non-finite, non-positive count)
-raises :class:`~fedsciml.federated.messages.MessageRejected`; it is never
-summed in.  :meth:`FusionServer.receive_all` checks a round's messages for
+A malformed message (wrong shape, not a real floating dtype — integer, bool
+and complex tensors are rejected by name —, non-finite, non-positive count,
+or exact Gram-form statistics, i.e. with a count, whose ``G`` has a negative
+diagonal entry: O(d) per message) raises
+:class:`~fedsciml.federated.messages.MessageRejected`; it is never summed in.
+A DP message (no count) carries Gaussian noise, so its ``G`` may be
+indefinite: the server repairs the noisy sum (:func:`fedsciml.ridge.dp.psd_repair`);
+a square-root message's ``RᵀR`` is PSD by construction.  :meth:`FusionServer.receive_all` checks a round's messages for
 finiteness *through their sum* (one pass over the data, no per-message scan):
 a non-finite sum is traced back to the offending messages, which are rejected,
 and the sum is rebuilt from the others.
@@ -36,7 +41,7 @@ from typing import Mapping
 import torch
 
 from fedsciml import linalg
-from fedsciml.federated.messages import Field, MessageRejected, Schema, floats_in
+from fedsciml.federated.messages import MAX_COUNT, Field, MessageRejected, Schema, floats_in, packed_diagonal_index
 from fedsciml.objective import LinearLeastSquares
 
 DTYPE = torch.float64
@@ -172,8 +177,13 @@ class FusionServer:
             n = float(msg["n"][0])
             if not math.isfinite(n):
                 raise MessageRejected(cid, "field 'n' contains non-finite values")
-            if not n > 0:
-                raise MessageRejected(cid, f"field 'n' must be > 0, got {msg['n'].tolist()}")
+            if not 0 < n <= MAX_COUNT:
+                raise MessageRejected(cid, f"field 'n' must be > 0 and ≤ 2^53 (a sample count), got {msg['n'].tolist()}")
+            if form == "gram":  # exact statistics: a Gram matrix AᵀA has a diagonal ≥ 0 (O(d) entries read)
+                diag = msg["G"].index_select(0, packed_diagonal_index(self.d, msg["G"].device))
+                if bool((diag < 0).any()):
+                    raise MessageRejected(cid, f"field 'G' has a negative diagonal entry ({float(diag.min()):.3g}); "
+                                               "a Gram matrix AᵀA is positive semidefinite")
         main = msg["R"] if form == "sqrt" else msg["G"]
         dev = self.device if self.device is not None else main.device
 
