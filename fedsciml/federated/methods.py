@@ -215,10 +215,15 @@ def run_fedprox(problem, objectives, theta0, evaluate, *, progress=False, seed=0
 @register_method("one-shot")
 def run_one_shot(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
                  lr=None, rounds=None, participation=None, dropout=None, checkpoint=None, resume=False, sigma=0.0,
-                 message_hook=None, transport="local", **ignored):
-    """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)."""
+                 message_hook=None, transport="local", dp=None, project=None, project_sketch="gaussian", repair=True,
+                 **ignored):
+    """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals).
+
+    ``dp`` (a :class:`fedsciml.ridge.DPConfig` or a dict of its fields), ``project`` (m) and ``project_sketch``: client-side
+    transforms of the statistics, seeded by ``seed`` (see :mod:`fedsciml.federated.oneshot`)."""
     rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, "one-shot")
-    strategy = OneShotStrategy(0.0 if sigma is None else sigma)
+    strategy = OneShotStrategy(0.0 if sigma is None else sigma, dp=dp, project=project,
+                               sketch="gaussian" if project_sketch is None else project_sketch, seed=seed, repair=repair)
     options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
     theta, rows, info = _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
                                   every, options, message_hook, transport)
