@@ -16,7 +16,6 @@ import torch
 
 from fedsciml.cli import main
 from fedsciml.federated import checkpoint as ckpt
-from fedsciml.federated import methods  # noqa: F401  (registers the methods)
 from fedsciml.runner import METHODS
 
 sys.path.insert(0, os.path.dirname(__file__))

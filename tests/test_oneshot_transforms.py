@@ -25,6 +25,16 @@ def _rows(objs):
     return [(o.A, o.b) for o in objs]
 
 
+def _flat(dp):
+    """A DPConfig as the one-shot method's typed options (fedsciml.config.OneShotConfig)."""
+    return {} if dp is None else dict(dp_epsilon=dp.epsilon, dp_delta=dp.delta, dp_clip_a=dp.c_a, dp_clip_b=dp.c_b,
+                                      dp_clip=dp.clip, dp_central=dp.central, dp_noise_aware=dp.noise_aware_sigma)
+
+
+def _grid(values):
+    return ",".join(repr(float(v)) for v in values)
+
+
 def _close(a, b, rtol=1e-10):
     return float((a - b).norm() / b.norm()) <= rtol
 
@@ -53,7 +63,7 @@ def test_ridge_messages_are_the_gn_statistics_with_one_sign():
 def test_local_dp_on_the_runtime_equals_ridge_one_shot_with_per_client_noise(clip):
     prob, objs, w0 = _ridge()
     dp = DPConfig(epsilon=2.0, delta=1e-5, c_a=1.5, c_b=2.0, clip=clip)
-    a, rows, info = METHODS["one-shot"](prob, objs, w0, prob.evaluate, dp=dp, sigma=0.3, seed=7)
+    a, rows, info = METHODS["one-shot"](prob, objs, w0, prob.evaluate, **_flat(dp), sigma=0.3, seed=7)
     w, rinfo = one_shot(_rows(objs), sigma=0.3, dp=dp, seed=7, noise_streams="per-client")
     assert _close(a, w) and info["noise_std"] == rinfo["noise_std"] > 0
     assert info["eig_clipped"] == rinfo["eig_clipped"]
@@ -67,13 +77,13 @@ def test_local_dp_on_the_runtime_equals_ridge_one_shot_with_per_client_noise(cli
 
 def test_per_client_noise_does_not_depend_on_who_answers():
     prob, objs, w0 = _ridge(6)
-    dp = {"epsilon": 3.0, "delta": 1e-5, "noise_aware_sigma": True}
+    dp = DPConfig(epsilon=3.0, delta=1e-5, noise_aware_sigma=True)
     seen = []
-    a, rows, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, dp=dp, sigma=0.1, seed=4, dropout=0.4,
+    a, rows, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, **_flat(dp), sigma=0.1, seed=4, dropout=0.4,
                                      message_hook=lambda r, c, m: (seen.append(c), m)[1])
     assert 0 < len(seen) < 6
     data = _rows(objs)
-    w, _ = one_shot([data[c] for c in seen], sigma=0.1, dp=DPConfig(**dp), seed=4, noise_streams="per-client",
+    w, _ = one_shot([data[c] for c in seen], sigma=0.1, dp=dp, seed=4, noise_streams="per-client",
                     client_ids=seen)
     assert _close(a, w)
     # client c's noise is its own generator's first draws, whatever the others do
@@ -86,7 +96,7 @@ def test_per_client_noise_does_not_depend_on_who_answers():
 def test_central_dp_on_the_runtime_equals_ridge_one_shot():
     prob, objs, w0 = _ridge()
     dp = DPConfig(epsilon=1.0, delta=1e-5, central=True)
-    a, _, info = METHODS["one-shot"](prob, objs, w0, prob.evaluate, dp=dp, sigma=0.2, seed=11)
+    a, _, info = METHODS["one-shot"](prob, objs, w0, prob.evaluate, **_flat(dp), sigma=0.2, seed=11)
     for streams in ("shared", "per-client"):  # central noise: one draw of the shared generator either way
         w, _ = one_shot(_rows(objs), sigma=0.2, dp=dp, seed=11, noise_streams=streams)
         assert _close(a, w)
@@ -113,7 +123,7 @@ def test_projection_on_the_runtime_equals_ridge_one_shot(sketch):
     assert rows[1]["floats_up"] == 4 * (6 * 7 // 2 + 6 + 2)   # m×m statistics, loss and count
     # projection with local DP: the same clipped projected rows and the same per-client noise
     dp = DPConfig(epsilon=4.0)
-    a, _, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, project=6, project_sketch=sketch, dp=dp,
+    a, _, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, project=6, project_sketch=sketch, **_flat(dp),
                                   sigma=0.05, seed=5)
     w, _ = one_shot(_rows(objs), sigma=0.05, project=6, sketch=sketch, dp=dp, seed=5, noise_streams="per-client")
     assert _close(a, w)
@@ -128,7 +138,7 @@ def test_projection_to_the_full_dimension_is_the_plain_path_bitwise():
 
 def test_one_shot_with_dp_crosses_bytes_bitwise():
     prob, objs, w0 = _ridge(6)
-    kw = dict(dp=DPConfig(epsilon=2.0), project=8, sigma=0.1, seed=3, dropout=0.3)
+    kw = dict(dp_epsilon=2.0, project=8, sigma=0.1, seed=3, dropout=0.3, cv_sigmas="0.01,0.1,1")
     a, rows_a, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, **kw)
     b, rows_b, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, transport="bytes", **kw)
     strip = [{k: v for k, v in r.items() if "time" not in k} for r in rows_a]
@@ -141,7 +151,7 @@ def test_noisy_messages_are_checked_and_bad_options_are_refused():
     def hook(rnd, cid, msg):  # client 2 sends a NaN: rejected, logged, the others fused
         return {**msg, "g": msg["g"] * float("nan")} if cid == 2 else msg
 
-    a, rows, info = METHODS["one-shot"](prob, objs, w0, prob.evaluate, dp={"epsilon": 2.0}, seed=1,
+    a, rows, info = METHODS["one-shot"](prob, objs, w0, prob.evaluate, dp_epsilon=2.0, seed=1,
                                         sigma=0.1, message_hook=hook)
     assert [e["client"] for e in info["rejections"]] == [2] and info["fused_clients"] == 4
     keep = [c for c in range(5) if c != 2]
@@ -150,10 +160,10 @@ def test_noisy_messages_are_checked_and_bad_options_are_refused():
     assert _close(a, w)
     with pytest.raises(ValueError, match="projection dimension"):
         METHODS["one-shot"](prob, objs, w0, prob.evaluate, project=w0.numel() + 1)
-    with pytest.raises(ValueError, match="unknown sketch"):
+    with pytest.raises(ValueError, match="project_sketch"):
         METHODS["one-shot"](prob, objs, w0, prob.evaluate, project=3, project_sketch="fourier")
     with pytest.raises(ValueError, match="epsilon"):
-        METHODS["one-shot"](prob, objs, w0, prob.evaluate, dp={"epsilon": -1.0})
+        METHODS["one-shot"](prob, objs, w0, prob.evaluate, dp_epsilon=-1.0)
     with pytest.raises(ValueError, match="noise_streams"):
         one_shot(_rows(objs), dp=DPConfig(epsilon=1.0), noise_streams="each")
 
@@ -173,3 +183,23 @@ def test_the_fusion_server_reads_the_runtime_gn_schema_and_streams_it():
     for rows in (slice(0, 20), slice(20, None)):
         server.update(4, Client(4, LinearLeastSquares(A[rows], b[rows])).gn_message(w0))
     assert _close(server.solve(0.0), a, 1e-12) and server.n[4] == A.shape[0]
+
+
+@pytest.mark.parametrize("dp,project", [(None, None), (None, 9), (DPConfig(epsilon=20.0), 9)])
+def test_loco_cv_on_the_runtime_equals_ridge_one_shot(dp, project):
+    prob, objs, w0 = _ridge(5)
+    grid = [1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0]
+    a, rows, info = METHODS["one-shot"](prob, objs, w0, prob.evaluate, cv_sigmas=_grid(grid), **_flat(dp),
+                                        project=project, seed=2)
+    w, rinfo = one_shot(_rows(objs), cv_sigmas=grid, dp=dp, project=project, seed=2, form="gram",
+                        noise_streams="per-client")
+    # the same choice of σ and the same CV curve (compared below)
+    assert info["sigma_used"] == rinfo["sigma"] and info["cv_scored"] == 5
+    assert torch.allclose(torch.tensor(info["cv_loss"]), torch.tensor(rinfo["cv_loss"]), rtol=1e-10, atol=0)
+    assert _close(a, w)
+    # floats: the statistics up, then each client's S candidate models down and S losses up
+    m, K, S = project or w0.numel(), 5, len(grid)
+    per_msg = m * (m + 1) // 2 + m + (0 if dp else 2)
+    assert rows[1]["floats_up"] == K * per_msg + K * S and rows[1]["floats_down"] == K * w0.numel() + K * S * m
+    with pytest.raises(ValueError, match="central DP"):
+        METHODS["one-shot"](prob, objs, w0, prob.evaluate, cv_sigmas=_grid(grid), dp_epsilon=1.0, dp_central=True)

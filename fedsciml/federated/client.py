@@ -185,6 +185,12 @@ class Client:
             return Reply(client_statistics(pre[0], pre[1], self.cid, cfg["transform"]))
         if q == "gn_stats":
             return Reply(pre if pre is not None else self.gn_message(theta, cfg.get("form", "normal")))
+        if q == "cv_scores":  # one-shot LOCO-CV: score the server's candidate models on the transformed rows
+            from fedsciml.federated.oneshot import client_scores
+
+            with torch.no_grad():
+                r, J = self.objective.residual_and_jacobian(theta)
+            return Reply(client_scores(r, J, cfg["transform"], request.tensors["W"]))
         if q == "update":
             ad = cfg.get("adaptive")
             msg = self.update_message(

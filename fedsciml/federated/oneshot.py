@@ -51,7 +51,7 @@ import torch
 from fedsciml import linalg
 from fedsciml.federated.aggregators import Aggregator
 from fedsciml.federated.gn import GNAggregator
-from fedsciml.federated.messages import Field, Schema
+from fedsciml.federated.messages import Field, MessageRejected, Schema
 from fedsciml.federated.strategy import Exchange, Replies, Strategy
 from fedsciml.federated.transport import Request
 
@@ -64,34 +64,62 @@ def _dp_config(dp: dict):
     return DPConfig(**dp)
 
 
-def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dict) -> dict:
-    """Client ``cid``'s one-shot message from its residual ``r`` and Jacobian ``J`` at θ₀, transformed
-    (projection, clipping, local Gaussian noise; see the module docstring), in the gn schema ``{H, g[, loss, n]}``."""
+def client_rows(r: torch.Tensor, J: torch.Tensor, transform: dict):
+    """The rows ``(a_i, b_i) = (J_i, −r_i)`` at θ₀, projected (``a_iᵀS``) and clipped as ``transform`` says."""
     from fedsciml import privacy
-    from fedsciml.ridge import dp as _dp
     from fedsciml.ridge.sketch import project as _project, sketch_matrix
-    from fedsciml.ridge.stats import client_message, to_gn
 
     unknown = sorted(set(transform) - set(TRANSFORM_KEYS))
     if unknown:
         raise ValueError(f"unknown one-shot transform option(s) {unknown}; allowed: {', '.join(TRANSFORM_KEYS)}")
     A, b = J, -r
-    seed = int(transform.get("seed", 0))
     if transform.get("project") is not None:
-        A = _project(A, sketch_matrix(J.shape[1], int(transform["project"]), seed,
+        A = _project(A, sketch_matrix(J.shape[1], int(transform["project"]), int(transform.get("seed", 0)),
                                       transform.get("sketch", "gaussian"), J.dtype, J.device))
+    if transform.get("dp") is not None:
+        cfg = _dp_config(transform["dp"])
+        A, b = privacy.clip_rows(A, b, cfg.c_a, cfg.c_b, cfg.clip)
+    return A, b
+
+
+def client_scores(r: torch.Tensor, J: torch.Tensor, transform: dict, W: torch.Tensor) -> dict:
+    """Leave-one-client-out CV, client side: ``{"loss": ‖A W[j] − b‖² for each candidate j}`` on the client's
+    own (projected, clipped) rows (:func:`fedsciml.ridge.cv.validation_losses`)."""
+    from fedsciml.ridge.cv import validation_losses
+
+    A, b = client_rows(r, J, transform)
+    return {"loss": validation_losses(A, b, W)}
+
+
+def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dict) -> dict:
+    """Client ``cid``'s one-shot message from its residual ``r`` and Jacobian ``J`` at θ₀, transformed
+    (projection, clipping, local Gaussian noise; see the module docstring), in the gn schema ``{H, g[, loss, n]}``."""
+    from fedsciml.ridge import dp as _dp
+    from fedsciml.ridge.stats import client_message, to_gn
+
+    A, b = client_rows(r, J, transform)
     dp = transform.get("dp")
     if dp is None:
         msg = to_gn(client_message(A, b))
         msg["loss"] = (0.5 * (r @ r)).reshape(1)
         return msg
     cfg = _dp_config(dp)
-    A, b = privacy.clip_rows(A, b, cfg.c_a, cfg.c_b, cfg.clip)
+    seed = int(transform.get("seed", 0))
     msg = client_message(A, b, with_count=False)
     std = cfg.noise_std
     if not cfg.central and std > 0:
         msg = _dp.privatize(msg, std, _dp.client_generator(seed, cid))
     return to_gn(msg)
+
+
+def _validate_all(schema: Schema, messages, dtype):
+    ok, bad = {}, {}
+    for cid, msg in messages.items():
+        try:
+            ok[cid] = schema.validate(msg, cid, dtype=dtype)
+        except MessageRejected as e:
+            bad[cid] = e.reason
+    return ok, bad
 
 
 class NoisyStatsAggregator(Aggregator):
@@ -114,7 +142,7 @@ class OneShotStrategy(Strategy):
     name = "one-shot"
 
     def __init__(self, sigma: float = 0.0, *, dp=None, project: int | None = None, sketch: str = "gaussian",
-                 seed: int = 0, repair: bool = True):
+                 seed: int = 0, repair: bool = True, cv_sigmas=None):
         from fedsciml.ridge.sketch import SKETCHES
         from fedsciml.ridge.stats import check_sigma
 
@@ -128,6 +156,14 @@ class OneShotStrategy(Strategy):
             raise ValueError(f"unknown sketch {sketch!r}; allowed: {', '.join(SKETCHES)}")
         self.project = None if project is None else int(project)
         self.sketch, self.seed, self.repair = sketch, int(seed), bool(repair)
+        if cv_sigmas is not None:
+            from fedsciml.ridge.cv import _as_sigmas
+
+            cv_sigmas = [float(x) for x in _as_sigmas(cv_sigmas, torch.zeros(1, dtype=torch.float64))]
+            if self.dp is not None and self.dp["central"] and self.dp["epsilon"] != float("inf"):
+                raise ValueError("leave-one-client-out CV needs each client's statistics, which central DP (secure "
+                                 "aggregation) hides from the server; give sigma directly or use local DP")
+        self.cv_sigmas = cv_sigmas
         self.theta = None
         self.loss_sum = None
         self.fused = 0
@@ -136,7 +172,7 @@ class OneShotStrategy(Strategy):
     def _transform(self, p):
         """The request's transform config, or None for plain GN statistics (the original path, bit for bit)."""
         project = self.project if self.project is not None and self.project != p else None
-        if self.dp is None and project is None:
+        if self.dp is None and project is None and self.cv_sigmas is None:
             return None
         if project is not None and project > p:
             raise ValueError(f"projection dimension must be an integer in [1, p={p}], got {project}")
@@ -160,7 +196,39 @@ class OneShotStrategy(Strategy):
             check = lambda msg: agg.validate(msg, m, theta.dtype)  # noqa: E731
         return Exchange(answering, Request("gn_stats", {"theta": theta}, {"form": "normal", "transform": tr}), check)
 
-    def _transformed_step(self, messages, p):
+    def _cross_validate(self, run, order, messages, G, h, m, tr, noisy):
+        """σ by leave-one-client-out CV (:mod:`fedsciml.ridge.cv`): the server forms each answering client's
+        models ``w_{−k}(σ_j)`` from the others' statistics and sends them to that client alone (one exchange per
+        client, ``S·m`` floats down); the client returns its |Σ| validation losses.  A client that does not
+        score is left out of the CV sum (its statistics stay in the fusion)."""
+        from fedsciml.ridge import cv as _cv
+
+        if len(order) < 2:
+            raise ValueError(f"leave-one-client-out CV needs at least 2 clients (each is scored on a model fitted "
+                             f"without it), got {len(order)}; give sigma directly")
+        Gs = torch.stack([messages[c]["H"] for c in order])
+        hs = -torch.stack([messages[c]["g"] for c in order])
+        if noisy and self.repair:
+            W = _cv.loco_solutions_repaired(Gs, hs, self.cv_sigmas)
+        else:
+            W = _cv.loco_solutions(Gs, hs, self.cv_sigmas, total=None if noisy else (G, h))
+        S = len(self.cv_sigmas)
+        schema = Schema({"loss": Field((S,), nonneg=True)})
+        losses = []
+        for i, c in enumerate(order):
+            rep = run.exchange(Exchange([c], Request("cv_scores", {"theta": self.theta, "W": W[i]}, {"transform": tr}),
+                                        lambda msgs: _validate_all(schema, msgs, self.theta.dtype),
+                                        down_floats=W[i].numel()))
+            if c in rep.ok:
+                losses.append(rep.ok[c]["loss"])
+        if not losses:
+            run.fail("leave-one-client-out CV")
+        total = torch.stack(losses).sum(0)
+        j = int(torch.argmin(total))
+        self.cv = {"cv_sigmas": list(self.cv_sigmas), "cv_loss": total.tolist(), "cv_scored": len(losses)}
+        return self.cv_sigmas[j]
+
+    def _transformed_step(self, messages, p, run=None):
         """The server side of the transforms: sum, central noise, PSD repair, noise-aware σ, solve, map back."""
         from fedsciml.ridge import dp as _dp
         from fedsciml.ridge.sketch import sketch_matrix
@@ -175,8 +243,11 @@ class OneShotStrategy(Strategy):
             g += messages[c]["g"]
         G, h = linalg.unpack_upper(Hp, m), -g
         sigma, clipped, std = self.sigma, 0, 0.0
+        cfg = None if self.dp is None else _dp_config(self.dp)
+        if self.cv_sigmas is not None:
+            noisy = cfg is not None and cfg.noise_std > 0 and not cfg.central
+            sigma = self._cross_validate(run, order, messages, G, h, m, tr, noisy)
         if self.dp is not None:
-            cfg = _dp_config(self.dp)
             std = cfg.noise_std
             if cfg.central and std > 0:
                 e = _dp.noise_like(m, std, _dp.shared_generator(self.seed), G.dtype, G.device)
@@ -199,7 +270,7 @@ class OneShotStrategy(Strategy):
             run.fail("the one-shot fusion")
         p = self.theta.numel()
         if self._transform(p) is not None:
-            self.theta = self.theta + self._transformed_step(replies.ok, p)
+            self.theta = self.theta + self._transformed_step(replies.ok, p, run)
         else:
             st = GNAggregator(True, "normal").aggregate_stats(replies.ok, p)
             self.theta = self.theta + ridge_solve(st.H, -st.g, self.sigma)
@@ -217,10 +288,11 @@ class OneShotStrategy(Strategy):
 
     def summary(self):
         out = {"sigma": self.sigma}
-        if self.dp is not None or self.project is not None:
-            out.update(dp=self.dp, project=self.project, sketch=self.sketch, repair=self.repair)
+        if self.dp is not None or self.project is not None or self.cv_sigmas is not None:
+            out.update(dp=self.dp, project=self.project, sketch=self.sketch, repair=self.repair,
+                       cv_sigmas=self.cv_sigmas)
         return out
 
     def info(self):
-        return {"fused_clients": self.fused, **self.noise}
+        return {"fused_clients": self.fused, **self.noise, **getattr(self, "cv", {})}
 

@@ -198,8 +198,9 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
     The same runner, strategy and round loop as ``fs.solve``; only the
     transport differs (:class:`FlowerTransport`).
     """
-    from fedsciml.runner import METHODS, _jsonable, available_methods, resolve_device
     from fedsciml.results import Result
+    from fedsciml.results import jsonable as _jsonable
+    from fedsciml.runner import METHODS, available_methods, resolve_device
 
     if method not in available_methods():
         raise ValueError(f"unknown method {method!r}; available: {', '.join(available_methods())}")

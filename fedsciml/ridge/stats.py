@@ -41,7 +41,7 @@ from typing import Mapping
 import torch
 
 from fedsciml import linalg
-from fedsciml.federated.messages import Field, MessageRejected, Schema, floats_in, packed_diagonal_index
+from fedsciml.federated.messages import MAX_COUNT, Field, MessageRejected, Schema, floats_in, packed_diagonal_index
 from fedsciml.objective import LinearLeastSquares
 
 DTYPE = torch.float64
@@ -205,8 +205,8 @@ class FusionServer:
             n = float(msg["n"][0])
             if not math.isfinite(n):
                 raise MessageRejected(cid, "field 'n' contains non-finite values")
-            if not n > 0:
-                raise MessageRejected(cid, f"field 'n' must be > 0, got {msg['n'].tolist()}")
+            if not 0 < n <= MAX_COUNT:
+                raise MessageRejected(cid, f"field 'n' must be > 0 and ≤ 2^53 (a sample count), got {msg['n'].tolist()}")
             if form == "gram":  # exact statistics: a Gram matrix AᵀA has a diagonal ≥ 0 (O(d) entries read)
                 diag = msg["G"].index_select(0, packed_diagonal_index(self.d, msg["G"].device))
                 if bool((diag < 0).any()):
