@@ -2,7 +2,7 @@
 
 Every problem is a least-squares problem in residual form ``min ½‖r(θ)‖²``;
 every federated method exchanges a summary of the residual Jacobian.
-See README.md and DESIGN notes for the layout.
+See README.md (section "Architecture") for the layout.
 """
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import os as _os
 __version__ = "0.1.0"
 
 # `problems/` sits beside this package in a source checkout and is installed as
-# `fedsciml.problems`.  When the package is imported straight from a checkout
-# (for instance `python -m fedsciml` run from the repository root, where the
-# current directory shadows the installed copy), make the subpackage resolvable.
+# `fedsciml.problems` (pyproject's package-dir mapping).  When the package is
+# imported straight from a checkout (for instance `python -m fedsciml` run from
+# the repository root), make that subpackage resolvable; `problems/__init__.py`
+# refuses to be imported under any other name.
 _here = _os.path.dirname(_os.path.abspath(__file__))
 if not _os.path.isdir(_os.path.join(_here, "problems")):
     _root = _os.path.dirname(_here)
@@ -25,6 +26,12 @@ if not _os.path.isdir(_os.path.join(_here, "problems")):
 _PUBLIC = {
     # running
     "solve": "fedsciml.api", "methods": "fedsciml.api", "Result": "fedsciml.results",
+    "register_method": "fedsciml.runner",
+    # method configurations (one frozen dataclass per method; see fedsciml.config)
+    "CentralizedConfig": "fedsciml.config", "GNConfig": "fedsciml.config", "FIPAConfig": "fedsciml.config",
+    "FedAvgConfig": "fedsciml.config", "FedProxConfig": "fedsciml.config", "OneShotConfig": "fedsciml.config",
+    "MethodConfig": "fedsciml.config",
+    "RoundOptions": "fedsciml.config", "LocalOptions": "fedsciml.config", "option": "fedsciml.config",
     # problems
     "Problem": "fedsciml.problems.base", "FieldProblem": "fedsciml.problems.base", "Param": "fedsciml.problems.base",
     "ProblemError": "fedsciml.problems.base", "PINNProblem": "fedsciml.problems.pinn",
@@ -39,6 +46,7 @@ _PUBLIC = {
     "FIPAAggregator": "fedsciml.federated.aggregators",
     # errors
     "SetupError": "fedsciml.checks", "MessageRejected": "fedsciml.federated.messages",
+    "OptionError": "fedsciml.config", "OptionTypeError": "fedsciml.config",
 }
 __all__ = sorted(_PUBLIC) + ["__version__"]
 

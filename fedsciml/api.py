@@ -34,16 +34,30 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         ``fs.get_problem("poisson", dim=3)`` or an instance of your own class.
     method : str
         ``centralized`` (pooled-data reference), ``gn``, ``fipa``, ``fedavg``,
-        ``fedprox`` (see :func:`methods`).
+        ``fedprox``, ``one-shot`` (see :func:`methods`).
     clients : int, optional
         Number of clients the domain or data is split among (default: the
         problem's own, 1 for most; for :class:`ClientData` the number of
         client datasets given).
     method_options
-        ``budget`` (seconds), ``max_iters``, ``optimizer`` (centralized:
-        ``lm|adam|lbfgs``), ``rounds``, ``rank``, ``adaptive``, ``merge``,
-        ``local``, ``local_steps``, ``lr``, ``mu``, ``participation``,
-        ``dropout``, ``checkpoint``, ``resume``, ...
+        The fields of the method's configuration (:mod:`fedsciml.config`:
+        ``CentralizedConfig``, ``GNConfig``, ``FIPAConfig``, ``FedAvgConfig``,
+        ``FedProxConfig``, ``OneShotConfig``), e.g. ``budget`` (seconds),
+        ``optimizer``, ``max_iters``, ``rounds``, ``rank``, ``local``,
+        ``local_steps``, ``lr``, ``mu``, ``participation``, ``dropout``,
+        ``checkpoint``, ``resume``; or ``config=`` one such object.  ``every``
+        (progress-line interval) and ``message_hook`` are passed to the runner.
+
+    Raises
+    ------
+    OptionError (a ValueError)
+        an option the method does not have (the message names it and lists
+        the allowed ones) or a value out of range;
+    TypeError
+        an argument of the wrong type (``budget='5'``, ``seed=1.5``,
+        ``checkpoint=123``);
+    ValueError
+        ``seed`` < 0, an unknown device, a run too large for the memory available.
 
     Returns
     -------
@@ -51,6 +65,8 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         ``.final``, ``.history``, ``.theta``, ``.to_json()``, ``.plot()`` —
         the same schema as the CLI's ``result.json``.
     """
+    if problem_options is not None and not isinstance(problem_options, dict):
+        raise TypeError(f"problem_options must be a dict, got {type(problem_options).__name__}")
     if isinstance(problem, str):
         problem = get_problem(problem, **(problem_options or {}))
     elif problem_options:

@@ -1,20 +1,27 @@
 """Command line: ``python -m fedsciml {list,solve,ridge,bench} ...``.
 
-Bad input (unknown problem or method, an option out of range) exits with
-status 2 and one line on stderr, no traceback.
+Bad input (unknown problem or method, an option out of range, an output path
+that cannot be written) exits with status 2 and one line on stderr, no
+traceback, before anything runs.  A run that starts but cannot finish (no
+valid client message left, a diverging optimizer) exits with status 1 and one
+line.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 EXIT_USAGE = 2
+EXIT_FAILED = 1
 
 
 class CLIError(Exception):
     pass
+
+
+SOLVE_FLAGS = ("method", "clients", "compare", "seed", "device", "engine", "threads", "json", "out", "quiet", "every",
+               "plugin")
 
 
 def _problem_param_flags():
@@ -27,113 +34,139 @@ def _problem_param_flags():
     return flags
 
 
+def method_option_flags() -> dict:
+    """``{option: (Spec, {method: default})}`` over every registered method's configuration (declaration order)."""
+    from fedsciml.runner import METHODS
+
+    flags = {}
+    for m in METHODS.values():
+        for name, (default, spec) in m.config.specs().items():
+            if spec.cli:
+                flags.setdefault(name, (spec, {}))[1][m.name] = (default, spec)
+    return flags
+
+
+def _flag_help(name, spec, per_method) -> str:
+    """Help of a generated flag: what it does, its allowed values and its default, per method where they differ."""
+    groups = {}
+    for m, (default, s) in per_method.items():
+        groups.setdefault((s.help, "" if s.type is bool else ": " + s.allowed(), repr(default)), []).append(m)
+    parts = []
+    for (text, allowed, default), ms in groups.items():
+        d = "" if default in ("None", "False") else f"; default {default}"
+        parts.append(f"{text} [{', '.join(ms)}{allowed}{d}]")
+    return " | ".join(parts).replace("%", "%%")
+
+
+def _add_method_flags(group, taken):
+    from fedsciml.config import PATH, cli_names
+
+    for name, (spec, per_method) in method_option_flags().items():
+        flag = "--" + name.replace("_", "-")
+        with cli_names():
+            kw = dict(dest="mopt_" + name, default=None, help=_flag_help(name, spec, per_method))
+        if spec.type is bool:
+            if spec.none is not None:
+                kw["action"] = argparse.BooleanOptionalAction
+            else:
+                kw.update(action="store_const", const=True)
+        else:
+            kw["type"] = {int: int, float: float, str: str, PATH: str}[spec.type]
+            if spec.choices is not None:
+                kw["choices"] = spec.choices
+            kw["metavar"] = spec.metavar or ("N" if spec.type is int else "X" if spec.type is float else None)
+        group.add_argument(flag, **kw)
+        taken.add(name)
+
+
 def _add_solve_parser(sub):
     p = sub.add_parser(
         "solve",
         help="solve a registered problem (centralized or federated)",
         description="Solve PROBLEM. Without --clients (or with --method centralized) the pooled centralized "
                     "Levenberg–Marquardt reference runs; with --clients K the data are split among K clients and "
-                    "a federated method runs (default: fipa).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                    "a federated method runs (default: fipa). Method options apply to the methods named in "
+                    "[brackets], with the values allowed and the default; an option that applies to none of the "
+                    "methods run is refused. 0 is a value: --rank 0 is full-rank FIPA, --rounds 0 evaluates θ₀ "
+                    "and stops, --mu 0 is FedProx with μ = 0.",
     )
     p.add_argument("problem", help="problem name (see `python -m fedsciml list`)")
-    p.add_argument("--method", default=None, help="centralized | gn | fipa | fedavg | fedprox")
+    p.add_argument("--method", default=None, help="centralized | gn | fipa | fedavg | fedprox "
+                   "(see `list`; default: fipa with --clients K > 1, else centralized)")
     p.add_argument("--clients", type=int, default=None, help="number of clients K (default: the problem's, usually 1)")
-    p.add_argument("--optimizer", default="lm", choices=["lm", "adam", "lbfgs"], help="centralized optimizer")
-    p.add_argument("--seed", type=int, default=0, help="seed for sampling, initialization and client selection")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--compare", default=None, help="comma-separated methods to run side by side, e.g. fedavg,gn,fipa "
+                   "(with --method M: M first, then these)")
+    p.add_argument("--seed", type=int, default=0, help="seed for sampling, initialization and client selection "
+                   "(an integer ≥ 0; default 0)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto: cuda when available)")
     p.add_argument("--engine", default="local", choices=["local", "flower"],
                    help="who carries the clients' messages: this process, or Flower's simulation engine "
-                        "(pip install \"fedsciml[flower]\"; same strategy, same numbers)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="CPU threads for torch/BLAS (default: all cores, or 1 when the load average already "
-                        "exceeds the core count — oversubscribed BLAS threads spin and run several times slower)")
-    p.add_argument("--budget", type=float, default=None, help="time budget in seconds (solver time)")
-    p.add_argument("--max-iters", type=int, default=None, help="iteration cap (centralized)")
-    p.add_argument("--tol", type=float, default=0.0, help="stop when the mean loss ½‖r‖²/N falls below this")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (Adam/L-BFGS, local Adam)")
-    fed = p.add_argument_group("federated options")
-    fed.add_argument("--rounds", type=int, default=None, help="communication rounds")
-    fed.add_argument("--rank", type=int, default=None, help="FIPA: rank r of each client's curvature sketch")
-    fed.add_argument("--adaptive", action="store_true", help="FIPA: adaptive per-client rank and local steps")
-    fed.add_argument("--merge", default=None, choices=["pinv", "qr"], help="FIPA server merge")
-    fed.add_argument("--beta", type=float, default=None, help="FIPA QR merge regularization β")
-    fed.add_argument("--gamma", type=float, default=None, help="FIPA QR merge step γ")
-    fed.add_argument("--local", default=None, choices=["adam", "gn"], help="local solver (FIPA/FedAvg/FedProx)")
-    fed.add_argument("--local-steps", type=int, default=None, help="local steps τ per round")
-    fed.add_argument("--local-loss", default=None, choices=["mean", "parts"],
-                     help="local Adam loss: mean ½‖r_m‖²/n_m, or parts Σ mean(r_part²) (the FIPA reference code's)")
-    fed.add_argument("--pinv-rtol", type=float, default=None,
-                     help="FIPA: pseudo-inverse drops eigenvalues below this × λ_max (default p·eps)")
-    fed.add_argument("--preset", default=None, choices=["paper"],
-                     help="FIPA: the published algorithm with the authors' settings (local Adam lr 1e-4, τ=100, "
-                          "rank 20, pinv cutoff 1e-5, γ=0.3, no safeguard; 1D PDEs also 400 interior points, "
-                          "end points ×20, boundary weight 10); options given explicitly win")
-    fed.add_argument("--mu", type=float, default=None, help="FedProx proximal weight μ")
-    fed.add_argument("--participation", type=float, default=None, help="fraction of clients sampled per round")
-    fed.add_argument("--dropout", type=float, default=None, help="probability a sampled client fails to answer")
-    fed.add_argument("--compare", default=None, help="comma-separated methods to run side by side, e.g. fedavg,gn,fipa")
-    fed.add_argument("--checkpoint", default=None, help="directory for per-round checkpoints")
-    fed.add_argument("--resume", action="store_true", help="resume from --checkpoint")
+                        "(pip install \"fedsciml[flower]\"; same strategy, same numbers; default local)")
+    p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+    taken = set(SOLVE_FLAGS)
+    _add_method_flags(p.add_argument_group("method options (generated from fedsciml.config)"), taken)
     prob = p.add_argument_group("problem options (see `list`; each applies to the problems that declare it)")
     for name, spec in sorted(_problem_param_flags().items()):
-        prob.add_argument("--" + name.replace("_", "-"), dest="popt_" + name, default=None, help=spec.help)
+        flag = name if name not in taken else "problem-" + name  # never shadow a solve flag
+        prob.add_argument("--" + flag.replace("_", "-"), dest="popt_" + name, default=None, metavar=name.upper(),
+                          help=spec.help.replace("%", "%%"))
     out = p.add_argument_group("output")
-    out.add_argument("--json", default=None, help="write result JSON to this file")
-    out.add_argument("--out", default=None, help="directory for result.json, history.csv and PNG plots")
+    out.add_argument("--json", default=None, metavar="FILE",
+                     help="write the result JSON to FILE (an existing file is overwritten; checked before the run)")
+    out.add_argument("--out", default=None, metavar="DIR",
+                     help="directory for result.json, history.csv and PNG plots (created; files of those names "
+                          "are overwritten; checked before the run)")
     out.add_argument("--quiet", action="store_true", help="no progress lines")
-    out.add_argument("--every", type=int, default=10, help="progress line every N steps/rounds")
+    out.add_argument("--every", type=int, default=10, help="progress line every N steps/rounds (default 10)")
     return p
 
 
-FED_KEYS = ("rounds", "rank", "adaptive", "merge", "beta", "gamma", "local", "local_steps", "mu", "participation",
-            "dropout", "checkpoint", "resume", "local_loss", "pinv_rtol", "preset")
+THREADS_HELP = ("CPU threads for torch/BLAS (default: all cores, or 1 when the load average already exceeds the "
+                "core count — oversubscribed BLAS threads spin and run several times slower)")
 
 
 def cmd_list(args):
     from fedsciml.problems import list_problems
-    from fedsciml.runner import available_methods
+    from fedsciml.runner import METHODS
 
     print("problems:")
     for name, desc in list_problems():
         print(f"  {name:20s} {desc}")
     print("methods:")
-    descr = {
-        "centralized": "pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)",
-        "gn": "exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)",
-        "fipa": "Fisher-informed parameterwise aggregation (full, --rank r, --adaptive, --merge qr)",
-        "fedavg": "FedAvg, data-size weighted average of local updates",
-        "fedprox": "FedProx, FedAvg with a proximal term μ",
-    }
-    for m in available_methods():
-        print(f"  {m:20s} {descr.get(m, '')}")
-    extra = []
-    if _has_module("fedsciml.ridge.cli"):
-        extra.append("  ridge                one-shot federated ridge (python -m fedsciml ridge --help)")
-    if _has_module("fedsciml.images.cli"):
-        extra.append("  bench images         image-classification aggregator benchmarks (python -m fedsciml bench images --help)")
-    if extra:
-        print("other commands:")
-        print("\n".join(extra))
+    for m in sorted(METHODS):
+        print(f"  {m:20s} {METHODS[m].description}")
+    print("other commands:")
+    print("  ridge                one-shot federated ridge (python -m fedsciml ridge --help)")
+    print("  bench images         image-classification aggregator benchmarks (python -m fedsciml bench images --help)")
     return 0
 
 
-def _has_module(name):
-    import importlib.util
+def method_options_for(methods, given: dict) -> dict:
+    """``{method: {option: value}}``: each given option goes to the methods whose configuration has it; an
+    option that none of ``methods`` accepts is refused (one line naming it and the methods it applies to)."""
+    from fedsciml.runner import METHODS
 
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
+    out = {m: {} for m in methods}
+    for name, value in given.items():
+        takers = [m for m in methods if name in METHODS[m].config.specs()]
+        if not takers:
+            applies = [m for m in sorted(METHODS) if name in METHODS[m].config.specs()]
+            raise CLIError(f"option --{name.replace('_', '-')} does not apply to method "
+                           f"{', '.join(methods)} (it applies to: {', '.join(applies)})")
+        for m in takers:
+            out[m][name] = value
+    return out
 
 
 def cmd_solve(args):
     from fedsciml.federated.simulation import RoundFailed
     from fedsciml.problems import get_problem
-    from fedsciml.runner import available_methods, solve
+    from fedsciml.results import check_output_dir, check_output_file
+    from fedsciml.solvers.centralized import Diverged
+    from fedsciml.runner import check_clients, check_run_memory, get_method, resolve_device, solve
 
     popts = {k[5:]: v for k, v in vars(args).items() if k.startswith("popt_") and v is not None}
-    if args.preset is not None:  # the preset's collocation settings, where the problem declares them
+    if getattr(args, "mopt_preset", None) is not None:  # the preset's collocation settings, where declared
         from fedsciml.problems import REGISTRY
 
         cls = REGISTRY.get(args.problem)
@@ -141,44 +174,53 @@ def cmd_solve(args):
             popts.setdefault(k, v)
     problem = get_problem(args.problem, **popts)
     method = args.method or ("fipa" if args.clients and args.clients > 1 else "centralized")
-    if args.budget is not None and args.budget <= 0:
-        raise CLIError(f"--budget must be > 0 seconds, got {args.budget}")
-    if args.clients is not None and args.clients < 1:
-        raise CLIError(f"--clients must be ≥ 1, got {args.clients}")
-    _set_threads(args.threads, quiet=args.quiet)
-    common = dict(budget=args.budget, tol=args.tol, lr=args.lr, every=args.every)
-    fed = {k: getattr(args, k) for k in FED_KEYS if getattr(args, k) not in (None, False)}
-    methods = [method] + ([m.strip() for m in args.compare.split(",") if m.strip() and m.strip() != method] if args.compare else [])
-    known = available_methods()
+    check_clients(args.clients)
+    if args.every < 1:
+        raise CLIError(f"--every must be an integer ≥ 1, got {args.every}")
+    dev = resolve_device(args.device)
+    compare = [m.strip() for m in args.compare.split(",") if m.strip()] if args.compare else []
+    if compare and args.method is None:  # --compare alone: exactly the methods named, in that order
+        methods = list(dict.fromkeys(compare))
+    else:  # --method first, then the others named
+        methods = list(dict.fromkeys([method] + compare))
     for m in methods:
-        if m not in known:
-            raise CLIError(f"unknown method {m!r}; available: {', '.join(known)}")
+        get_method(m)
+    given = {k[5:]: v for k, v in vars(args).items() if k.startswith("mopt_") and v is not None}
+    per_method = method_options_for(methods, given)
+    for m in methods:
+        if len(methods) > 1 and "checkpoint" in per_method[m]:  # one checkpoint directory per compared method
+            per_method[m]["checkpoint"] = os.path.join(per_method[m]["checkpoint"], m)
+        cfg = get_method(m).make_config(per_method[m])  # every option checked before anything runs
+        check_run_memory(problem, m, args.clients or problem.default_clients, cfg, dev)
+    if args.json:
+        check_output_file(args.json, "--json")
+    if args.out:
+        check_output_dir(args.out, "--out")
+    set_threads(args.threads, quiet=args.quiet)
     results = []
     for m in methods:
-        opts = dict(common)
-        if m == "centralized":
-            opts.update(optimizer=args.optimizer, max_iters=args.max_iters)
-        else:
-            opts.update(fed)
-            if args.engine != "local":  # the pooled centralized reference always runs in this process
-                opts["engine"] = args.engine
-            if len(methods) > 1 and "checkpoint" in opts:  # one checkpoint directory per compared method
-                opts["checkpoint"] = os.path.join(opts["checkpoint"], m)
         if not args.quiet:
             print(f"[fedsciml] {problem.name} · method={m} · clients={args.clients or problem.default_clients} · "
                   f"params={problem.network().n_params if hasattr(problem, 'network') else '?'}", file=sys.stderr)
         try:
+            engine = args.engine if m != "centralized" else "local"  # the pooled reference runs in this process
             res = solve(problem, method=m, clients=args.clients, seed=args.seed, device=args.device,
-                        progress=not args.quiet, **opts)
-        except RoundFailed as e:
-            raise CLIError(f"{m}: {e}")
+                        progress=not args.quiet, every=args.every, engine=engine, **per_method[m])
+        except (RoundFailed, Diverged) as e:  # the run cannot go on
+            raise RunFailed(f"{m}: {e}")
         results.append(res)
     _print_summary(results)
     _write_outputs(problem, results, args)
     return 0
 
 
-def _set_threads(threads, quiet=False):
+class RunFailed(Exception):
+    """A run that started but could not finish (exit 1, one line)."""
+
+
+def set_threads(threads, quiet=False):
+    """The one thread policy of every subcommand: ``threads`` if given, else all cores, or 1 when the load
+    average already exceeds the core count (and OMP_NUM_THREADS is not set)."""
     import torch
 
     if threads is not None:
@@ -197,6 +239,9 @@ def _set_threads(threads, quiet=False):
                   file=sys.stderr)
 
 
+_set_threads = set_threads
+
+
 def _describe(r) -> str:
     """Short settings of a run for the table (local solver, rank, ...)."""
     o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
@@ -204,6 +249,8 @@ def _describe(r) -> str:
         return f"pooled data, {r.options.get('optimizer', 'lm')}"
     if r.method == "gn":
         return "LM on ΣH_m, Σg_m"
+    if r.method == "one-shot":
+        return f"one fused step on ΣH_m, Σg_m, σ={r.options.get('sigma')}"
     parts = []
     if r.method == "fipa":
         parts.append("full H_m" if o.get("rank") == 0 else f"rank {o.get('rank')}" + (" adaptive" if o.get("adaptive") else ""))
@@ -218,47 +265,46 @@ def _describe(r) -> str:
 
 
 def _print_summary(results):
+    from fedsciml.results import format_table
+
     r0 = results[0]
     metric = r0.metric_name
     print(f"\n{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters, device {r0.device}, {r0.dtype}")
-    print(f"{'method':12s} {'rounds':>6s} {'seconds':>8s} {'loss':>10s} {metric:>10s} {'floats sent':>12s} "
-          f"{'floats/round':>12s}  settings")
+    rows = []
     for r in results:
         last = r.history[-1] if r.history else {}
         rounds = r.extra.get("rounds", last.get("step", 0)) if isinstance(r.extra, dict) else last.get("step", 0)
         sent = last.get("floats_sent", 0)
-        per = sent / rounds if rounds else 0
         loss = r.final.get("loss")
-        print(f"{r.method:12s} {rounds:6d} {r.wall_time_s:8.2f} {loss if loss is not None else float('nan'):10.3e} "
-              f"{r.error:10.3e} {sent:12d} {per:12.3g}  {_describe(r)}")
+        rows.append({"method": r.method, "rounds": rounds, "seconds": r.wall_time_s,
+                     "loss": float("nan") if loss is None else loss, "metric": r.error, "sent": sent,
+                     "per": sent / rounds if rounds else 0, "settings": " " + _describe(r)})
+    print(format_table([("method", "method", "<12s"), ("rounds", "rounds", "6d"), ("seconds", "seconds", "8.2f"),
+                        ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"), ("floats sent", "sent", "12d"),
+                        ("floats/round", "per", "12.3g"), (" settings", "settings", "<s")], rows))
+    for r in results:
         rej = r.extra.get("rejections") if isinstance(r.extra, dict) else None
         if rej:
-            print(f"{'':12s} {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client {rej[0]['client']}: "
-                  f"{rej[0]['reason']}")
+            print(f"{r.method}: {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client "
+                  f"{rej[0]['client']}: {rej[0]['reason']}")
     print(f"final {metric} ({r0.method}): {r0.error:.3e}")
 
 
 def _write_outputs(problem, results, args):
+    from fedsciml.plotting import plot_runs
+    from fedsciml.results import write_json
+
     payload = results[0].to_dict() if len(results) == 1 else {"runs": [r.to_dict() for r in results]}
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=2)
+        write_json(payload, args.json)
         print(f"wrote {args.json}")
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "result.json"), "w") as f:
-            json.dump(payload, f, indent=2)
+        write_json(payload, os.path.join(args.out, "result.json"))
         for r in results:
             suffix = "" if len(results) == 1 else f"_{r.method}"
             r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
-        try:
-            from fedsciml.plotting import plot_runs
-        except ImportError:
-            plot_runs = None
-        if plot_runs is not None:
-            for path in plot_runs(problem, results, args.out):
-                print(f"wrote {path}")
+        for path in plot_runs(problem, results, args.out):
+            print(f"wrote {path}")
         print(f"wrote {args.out}/result.json")
 
 
@@ -268,7 +314,9 @@ def load_plugins(specs) -> list[str]:
     Sources, in order: installed packages' entry points in the group
     ``fedsciml.problems``, the ``FEDSCIML_PLUGINS`` environment variable
     (``os.pathsep``-separated), and ``--plugin`` options.  Each is a module
-    name or a path to a ``.py`` file.
+    name or a path to a ``.py`` file.  Any fault — an empty name, the same
+    plugin twice, a file that does not exist, a syntax error, an exception
+    raised while importing — is a :class:`CLIError` naming the plugin.
     """
     import importlib
     import importlib.metadata
@@ -276,25 +324,47 @@ def load_plugins(specs) -> list[str]:
 
     loaded = []
     for ep in importlib.metadata.entry_points(group="fedsciml.problems"):
-        ep.load()
+        _load_one(f"entry point {ep.name!r}", ep.load)
         loaded.append(ep.name)
     env = [s for s in os.environ.get("FEDSCIML_PLUGINS", "").split(os.pathsep) if s]
+    seen = {}
     for spec in env + list(specs or []):
-        if spec.endswith(".py") or os.path.sep in spec:
+        if not spec.strip():
+            raise CLIError("--plugin needs a module name or a path to a .py file, got an empty string")
+        is_file = spec.endswith(".py") or os.path.sep in spec
+        key = os.path.realpath(spec) if is_file else spec
+        if key in seen:
+            raise CLIError(f"plugin {spec!r} is given twice (also as {seen[key]!r}); load each plugin once")
+        seen[key] = spec
+        if is_file:
             if not os.path.isfile(spec):
                 raise CLIError(f"plugin file {spec!r} does not exist")
             name = "fedsciml_plugin_" + os.path.splitext(os.path.basename(spec))[0]
             mod_spec = importlib.util.spec_from_file_location(name, spec)
+            if mod_spec is None or mod_spec.loader is None:
+                raise CLIError(f"plugin file {spec!r} cannot be imported as a Python module")
             module = importlib.util.module_from_spec(mod_spec)
             sys.modules[name] = module
-            mod_spec.loader.exec_module(module)
-        else:
             try:
-                importlib.import_module(spec)
-            except ImportError as e:
-                raise CLIError(f"cannot import plugin module {spec!r}: {e}")
+                _load_one(f"plugin file {spec!r}", lambda: mod_spec.loader.exec_module(module))
+            except CLIError:
+                sys.modules.pop(name, None)
+                raise
+        else:
+            _load_one(f"plugin module {spec!r}", lambda: importlib.import_module(spec))
         loaded.append(spec)
     return loaded
+
+
+def _load_one(what: str, load):
+    try:
+        load()
+    except SyntaxError as e:
+        raise CLIError(f"{what} has a syntax error at line {e.lineno}: {e.msg}") from None
+    except ImportError as e:
+        raise CLIError(f"cannot import {what}: {e}") from None
+    except Exception as e:  # a plugin is user code: any failure is reported, in one line
+        raise CLIError(f"{what} failed while loading: {type(e).__name__}: {e}") from None
 
 
 def _pre_scan_plugins(argv):
@@ -321,16 +391,13 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", metavar="{list,solve,ridge,bench}")
     sub.add_parser("list", help="list problems and methods")
     _add_solve_parser(sub)
-    if _has_module("fedsciml.ridge.cli"):
-        from fedsciml.ridge import cli as ridge_cli
+    from fedsciml.images import cli as images_cli
+    from fedsciml.ridge import cli as ridge_cli
 
-        ridge_cli.add_parser(sub)
+    ridge_cli.add_parser(sub)
     bench = sub.add_parser("bench", help="benchmarks (bench images ...)")
     bsub = bench.add_subparsers(dest="bench_command", metavar="{images}")
-    if _has_module("fedsciml.images.cli"):
-        from fedsciml.images import cli as images_cli
-
-        images_cli.add_parser(bsub)
+    images_cli.add_parser(bsub)
     return parser
 
 
@@ -346,25 +413,29 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
-    from fedsciml.federated.messages import MessageRejected
-    from fedsciml.problems import ProblemError
+    from fedsciml.config import OptionTypeError, cli_names
+    from fedsciml.federated.simulation import RoundFailed
 
     try:
-        if args.command == "list":
-            return cmd_list(args)
-        if args.command == "solve":
-            return cmd_solve(args)
-        if args.command == "ridge":
-            from fedsciml.ridge import cli as ridge_cli
+        with cli_names():
+            if args.command == "list":
+                return cmd_list(args)
+            if args.command == "solve":
+                return cmd_solve(args)
+            if args.command == "ridge":
+                from fedsciml.ridge import cli as ridge_cli
 
-            return ridge_cli.run(args)
-        if args.command == "bench":
-            if getattr(args, "bench_command", None) == "images":
-                from fedsciml.images import cli as images_cli
+                return ridge_cli.run(args)
+            if args.command == "bench":
+                if getattr(args, "bench_command", None) == "images":
+                    from fedsciml.images import cli as images_cli
 
-                return images_cli.run(args)
-            parser.parse_args(["bench", "--help"])
-    except (CLIError, ProblemError, MessageRejected, ValueError) as e:
+                    return images_cli.run(args)
+                parser.parse_args(["bench", "--help"])
+    except (RunFailed, RoundFailed) as e:  # RoundFailed: a round of bench images that cannot go on
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except (CLIError, ValueError, OptionTypeError) as e:  # ProblemError, OptionError, MessageRejected: ValueErrors
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

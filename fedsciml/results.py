@@ -18,6 +18,7 @@ import csv
 import json
 import math
 import os
+import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -32,6 +33,122 @@ def _clean(v):
     if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
         return _clean(v.item())
     return v
+
+
+class OutputPathError(ValueError):
+    """An output path that cannot be written (checked before a run, so that no result is lost)."""
+
+
+def check_output_file(path, flag: str = "--json") -> str:
+    """Check, before a run, that ``path`` can be written as a file; returns it.
+
+    Policy: an existing *file* is overwritten (as ``-o`` does for compilers);
+    a directory, a path under a file, or a place that cannot be written is
+    refused with :class:`OutputPathError`.  Missing parent directories are
+    created.
+    """
+    path = _path(path, flag)
+    if os.path.isdir(path):
+        raise OutputPathError(f"{flag} {path!r} is a directory; give a file path (e.g. {os.path.join(path, 'result.json')!r})")
+    parent = os.path.dirname(os.path.abspath(path))
+    _make_dir(parent, flag, path)
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise OutputPathError(f"{flag} {path!r} cannot be written: {e.strerror or e}") from None
+    if not existed:
+        os.remove(path)
+    return path
+
+
+def check_output_dir(path, flag: str = "--out") -> str:
+    """Check, before a run, that ``path`` is (or can be made) a writable directory; creates it; returns it.
+
+    Files in it with the names a run writes (``result.json``, ``history*.csv``,
+    plots) are overwritten.
+    """
+    path = _path(path, flag)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputPathError(f"{flag} {path!r} is an existing file; give a directory")
+    _make_dir(path, flag, path)
+    try:
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".fedsciml-write-check-")
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise OutputPathError(f"{flag} {path!r} cannot be written: {e.strerror or e}") from None
+    return path
+
+
+def _path(path, flag):
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{flag} must be a path, got {path!r} ({type(path).__name__})")
+    path = os.fspath(path)
+    if not path.strip():
+        raise OutputPathError(f"{flag} must be a non-empty path")
+    return path
+
+
+def _make_dir(d, flag, path):
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise OutputPathError(f"{flag} {path!r} cannot be written: cannot create directory {d!r}: "
+                              f"{e.strerror or e}") from None
+
+
+def write_json(payload, path: str) -> str:
+    """The one JSON writer: non-finite floats as null / "inf", tensors and other objects as text;
+    written to ``path.tmp`` then renamed, so that an interrupted write leaves no half file."""
+    s = json.dumps(_clean(payload), indent=2, default=str)
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(s + "\n")
+    os.replace(tmp, path)
+    return s
+
+
+def format_table(columns, rows) -> str:
+    """The one table printer.  ``columns``: ``(header, key, format)`` triples, ``format`` like ``"10.3e"``
+    (the header is right-aligned to the width; a format starting with ``<`` is left-aligned)."""
+    lines = []
+    head = []
+    for h, _, fmt in columns:
+        w = int("".join(ch for ch in fmt.split(".")[0] if ch.isdigit()) or 0)
+        head.append(f"{h:<{w}s}" if fmt.startswith("<") else f"{h:>{w}s}")
+    lines.append(" ".join(head).rstrip())
+    for r in rows:
+        cells = []
+        for h, k, fmt in columns:
+            v = r.get(k)
+            if v is None or (isinstance(v, float) and math.isnan(v) and not fmt.endswith(("e", "f", "g"))):
+                w = int("".join(ch for ch in fmt.split(".")[0] if ch.isdigit()) or 0)
+                cells.append(f"{'—':>{w}s}" if not fmt.startswith("<") else f"{'—':<{w}s}")
+            else:
+                cells.append(format(v, fmt))
+        lines.append(" ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def jsonable(d: dict) -> dict:
+    """``d`` with every value JSON can hold kept and anything else (a tensor, a function) as its ``repr``."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, (int, float, str, bool)) or v is None:
+            out[k] = v
+        elif isinstance(v, (list, tuple)) and all(isinstance(x, (int, float, str, bool)) for x in v):
+            out[k] = list(v)
+        elif isinstance(v, dict):
+            out[k] = jsonable(v)
+        elif isinstance(v, (list, tuple)) and all(isinstance(x, dict) for x in v):  # e.g. rejected messages
+            out[k] = [jsonable(x) for x in v]
+        else:
+            out[k] = repr(v)
+    return out
 
 
 @dataclass
@@ -68,12 +185,9 @@ class Result:
         return _clean(d)
 
     def to_json(self, path: str | None = None) -> str:
-        s = json.dumps(self.to_dict(), indent=2)
         if path:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with open(path, "w") as f:
-                f.write(s + "\n")
-        return s
+            return write_json(self.to_dict(), path)
+        return json.dumps(self.to_dict(), indent=2)
 
     def write_history_csv(self, path: str):
         if not self.history:

@@ -125,6 +125,11 @@ class Problem:
     def evaluate(self, theta: torch.Tensor) -> dict:
         raise NotImplementedError
 
+    def rows_per_client(self, n_clients: int) -> int | None:
+        """About how many residual rows one client holds (``None``: unknown).  Read before any data is
+        built, to refuse a run that cannot fit in memory (:func:`fedsciml.runner.check_memory`)."""
+        return None
+
     # --- shared helpers -------------------------------------------------------
     def check_clients(self, n_clients: int):
         if int(n_clients) != n_clients or n_clients < 1:

@@ -29,6 +29,9 @@ class FitProblem(FieldProblem):
     def client_boxes(self, n_clients):
         raise NotImplementedError
 
+    def rows_per_client(self, n_clients: int) -> int:
+        return self.n_samples
+
     def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
         self.check_clients(n_clients)
         objs = []

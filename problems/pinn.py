@@ -83,6 +83,10 @@ class PINNProblem(FieldProblem):
     def boundary_points(self, client: int, n_clients: int, seed) -> torch.Tensor:
         raise NotImplementedError
 
+    def rows_per_client(self, n_clients: int) -> int:
+        d = self.input_dim()
+        return self.n_interior + 2 * d * self.options.get("n_boundary", 1)
+
     def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
         self.check_clients(n_clients)
         objs = []

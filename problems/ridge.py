@@ -119,6 +119,9 @@ class RidgeProblem(Problem):
         A, b = self.__dict__["_test"]
         return A.to(device=device, dtype=dtype), b.to(device=device, dtype=dtype)
 
+    def rows_per_client(self, n_clients: int) -> int:
+        return self.n_samples + (self.n_features() if self.sigma > 0 else 0)  # the penalty rows √(σ/K)·I
+
     def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
         data = self.client_data(n_clients, seed, device)
         d = self.n_features()

@@ -21,7 +21,7 @@ def _run(capsys, *args):
 
 def test_compare_prints_one_table_and_writes_every_run(tmp_path, capsys):
     out = tmp_path / "r.json"
-    r = _run(capsys, *SMALL, "--compare", "fedavg,gn", "--json", str(out))
+    r = _run(capsys, *SMALL, "--method", "fipa", "--compare", "fedavg,gn", "--json", str(out))
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.startswith("method"))
@@ -49,11 +49,12 @@ def test_checkpoint_resume_from_the_command_line(tmp_path, capsys):
 
 
 def test_bad_federated_options_exit_2_with_one_line(capsys):
-    for extra, word in ((["--method", "gn", "--participation", "0.5"], "participation"),
+    for extra, word in ((["--method", "gn", "--participation", "0.5", "--local-steps", "100"], "--local-steps"),
+                        (["--method", "gn", "--participation", "0.5"], "--participation"),
                         (["--resume"], "--checkpoint"),
                         (["--dropout", "1.5"], "dropout"),
                         (["--compare", "fedavg,nope"], "nope")):
-        r = _run(capsys, *SMALL, *extra)
+        r = _run(capsys, *[a for a in SMALL if a not in ("--local-steps", "3")], *extra)
         assert r.returncode == 2, (extra, r.stderr)
         assert "Traceback" not in r.stderr and word in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
@@ -68,3 +69,17 @@ def test_rejections_reach_the_result_json():
     res = solve(get_problem("sin1d", n_samples=10), "fedavg", clients=2, rounds=1, local_steps=2, message_hook=hook)
     d = res.to_dict()
     assert d["extra"]["rejections"] == [{"round": 1, "client": 1, "reason": "field 'delta' contains non-finite values"}]
+
+
+def test_compare_one_shot_gn_fedavg_on_ridge_prints_one_table(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    r = _run(capsys, "ridge-linear", "--clients", "20", "--n-samples", "40", "--compare", "one-shot,gn,fedavg",
+             "--rounds", "3", "--local-steps", "2", "--quiet", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("method"))
+    assert [ln.split()[0] for ln in lines[head + 1:head + 4]] == ["one-shot", "gn", "fedavg"]
+    assert lines[head + 4].startswith("final mse (one-shot)")
+    runs = json.loads(out.read_text())["runs"]
+    assert [x["method"] for x in runs] == ["one-shot", "gn", "fedavg"]
+    assert [h["round"] for h in runs[0]["history"]] == [0, 1] and runs[2]["extra"]["rounds"] == 3

@@ -28,7 +28,7 @@ def test_explicit_options_override_the_preset_and_bad_presets_are_refused():
     r = solve(pb, method="fipa", clients=2, seed=0, rounds=1, preset="paper", gamma=0.5, local_steps=3)
     o = r.extra["options"]
     assert o["gamma"] == 0.5 and o["local_steps"] == 3 and o["pinv_rtol"] == 1e-5
-    with pytest.raises(ValueError, match="preset must be one of paper"):
+    with pytest.raises(ValueError, match="preset"):
         solve(pb, method="fipa", clients=2, rounds=1, preset="papr")
     with pytest.raises(ValueError, match="pinv_rtol"):
         solve(pb, method="fipa", clients=2, rounds=1, pinv_rtol=2.0)

@@ -123,7 +123,7 @@ def test_lm_configuration_errors_are_named():
     ({"budget": 0.0}, "budget must be > 0"),
     ({"budget": -1.0}, "budget must be > 0"),
     ({"max_iters": -1}, "max_iters must be ≥ 0"),
-    ({"lr": 0.0}, "learning rate must be > 0"),
+    ({"lr": 0.0}, "learning rate must be a finite number > 0"),
 ])
 def test_solve_config_errors_are_named(kw, match):
     with pytest.raises(ValueError, match=match):

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from fedsciml.federated import methods  # noqa: F401  (registers the methods)
 from fedsciml.federated.aggregators import FedAvgAggregator
 from fedsciml.federated.averaging import AveragingStrategy
 from fedsciml.federated.client import Client, LocalConfig

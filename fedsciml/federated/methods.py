@@ -1,11 +1,14 @@
-"""Federated methods registered in :data:`fedsciml.runner.METHODS`: ``gn``, ``fipa``, ``fedavg``, ``fedprox``,
-``one-shot``.
+"""Federated methods ``gn``, ``fipa``, ``fedavg``, ``fedprox``, ``one-shot`` (registered in
+:data:`fedsciml.runner.METHODS`).
 
-Every runner has the runner signature
-``fn(problem, objectives, theta0, evaluate, *, progress, seed, every, budget, tol, lr, rounds, ..., **opts)
--> (θ, history rows, info)`` and runs a :class:`~fedsciml.federated.simulation.Simulation`.
-
-Defaults (chosen so that ``python -m fedsciml solve bratu --clients 4`` is
+Every runner has the signature
+``fn(problem, objectives, theta0, evaluate, config=None, *, progress, seed, every, message_hook, **options)
+-> (θ, history rows, info)`` and runs a :class:`~fedsciml.federated.simulation.Simulation`: ``config`` is
+the method's typed configuration (:mod:`fedsciml.config`: :class:`~fedsciml.config.GNConfig`,
+:class:`~fedsciml.config.FIPAConfig`, :class:`~fedsciml.config.FedAvgConfig`,
+:class:`~fedsciml.config.FedProxConfig`, :class:`~fedsciml.config.OneShotConfig`), or it is built from ``options``
+(unknown keys and values out of range are refused).  The defaults live there,
+once (chosen so that ``python -m fedsciml solve bratu --clients 4`` is
 accurate and finishes well within a minute; see the README section
 "Federated solving"):
 
@@ -27,29 +30,23 @@ With a ``budget`` and no ``rounds`` a run goes on until the budget is spent.
 """
 from __future__ import annotations
 
+from fedsciml.config import PAPER_PRESET, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig  # noqa: F401
 from fedsciml.federated.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.federated.averaging import AveragingStrategy
-from fedsciml.federated.client import SKETCHES, AdaptiveSchedule, Client, LocalConfig
+from fedsciml.federated.client import AdaptiveSchedule, Client, LocalConfig
 from fedsciml.federated.fipa import FIPAStrategy
 from fedsciml.federated.gn import GNStrategy
 from fedsciml.federated.oneshot import OneShotStrategy
 from fedsciml.federated.simulation import RoundConfig, Simulation
 from fedsciml.federated.transport import BytesTransport, LocalTransport, Transport
-from fedsciml.runner import register_method
 from fedsciml.solvers.lm import LMConfig, default_tau
 
-DEFAULT_ROUNDS = {"gn": 100, "fipa": 40, "fedavg": 30, "fedprox": 30, "one-shot": None}  # one-shot: one round
-DEFAULT_RANK = 20
 TRANSPORTS = ("local", "bytes")
 
 
-def _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, method):
-    if rounds is None and budget is None:
-        rounds = DEFAULT_ROUNDS[method]
-    return RoundConfig(rounds=rounds, budget=budget, tol=tol or 0.0,
-                       participation=1.0 if participation is None else float(participation),
-                       dropout=0.0 if dropout is None else float(dropout), seed=seed, checkpoint=checkpoint,
-                       resume=bool(resume))
+def _round_config(cfg, seed) -> RoundConfig:
+    return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, tol=cfg.tol, participation=cfg.participation,
+                       dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume)
 
 
 def _fingerprint(problem, method, objectives, theta0, seed, options):
@@ -83,130 +80,95 @@ def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc,
     return theta, rows, info
 
 
-@register_method("gn")
-def run_gn(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
-           lr=None, rounds=None, participation=None, dropout=None, checkpoint=None, resume=False, lm_tau=None,
-           max_retries=20, batched=True, message_hook=None, form="auto", transport="local", **ignored):
+def _config(cls, config, options, transport=None):
+    """``(config, transport)``: the method's typed configuration — ``config`` as given, or built (and checked)
+    from keyword ``options`` — and a :class:`Transport` instance that replaces ``config.transport`` (e.g.
+    Flower's; ``None``: the one the configuration names).  A transport given by name is a config option."""
+    if isinstance(transport, str):
+        options = {**options, "transport": transport}
+        transport = None
+    elif transport is not None and not isinstance(transport, Transport):
+        raise TypeError(f"transport must be 'local', 'bytes' or a Transport, got {type(transport).__name__}")
+    return _typed_config(cls, config, options), transport
+
+
+def _typed_config(cls, config, options):
+    if config is None:
+        return cls.from_options(options)
+    if options:
+        raise TypeError(f"give the {cls.method} options either as config or as keywords, not both "
+                        f"(got config and {', '.join(sorted(options))})")
+    if type(config) is not cls:
+        raise TypeError(f"{cls.method} needs a {cls.__name__}, got {type(config).__name__}")
+    return config
+
+
+def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None, *, progress=False, seed=0,
+           every=10, message_hook=None, transport=None, **options):
     """Exact federated Gauss–Newton (Levenberg–Marquardt on summed client statistics)."""
-    if participation is not None and participation < 1:
-        raise ValueError(f"gn takes an exact step on every client's statistics; participation={participation} < 1 "
-                         "is not possible (use fipa/fedavg for partial participation)")
-    rc = _round_config(seed, rounds, budget, tol, None, dropout, checkpoint, resume, "gn")
-    if lm_tau is None:
-        lm_tau = default_tau(objectives)
+    cfg, transport = _config(GNConfig, config, options, transport)
+    rc = _round_config(cfg, seed)
+    lm_tau = default_tau(objectives) if cfg.lm_tau is None else cfg.lm_tau
+    form = cfg.form
     if form == "auto":  # square roots when all clients' rows together are fewer than the parameters
         form = "sqrt" if sum(o.n_residuals for o in objectives) < theta0.numel() else "normal"
     options = {"lm_tau": lm_tau, "form": form}
     strategy = GNStrategy(LMConfig(tau=lm_tau, solve="auto" if form == "sqrt" else "normal"),
-                          max_retries=max_retries, form=form)
-    theta, rows, info = _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                                  options, message_hook, transport, batched)
-    if ignored:
-        info["ignored_options"] = sorted(ignored)
-    return theta, rows, info
+                          max_retries=cfg.max_retries, form=form)
+    return _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
+                     options, message_hook, transport or cfg.transport, cfg.batched)
 
 
-def _local_config(local, local_steps, lr, damping, prox, default_solver, loss=None):
-    return LocalConfig(solver=local or default_solver, steps=100 if local_steps is None else int(local_steps),
-                       lr=1e-3 if lr is None else float(lr), damping=0.0 if damping is None else float(damping),
-                       prox=prox, loss=loss or "mean").validate()
+def _local_config(cfg, prox) -> LocalConfig:
+    return LocalConfig(solver=cfg.local, steps=cfg.local_steps, lr=cfg.lr, damping=cfg.local_damping,
+                       prox=prox, loss=getattr(cfg, "local_loss", "mean")).validate()
 
 
-#: The published FIPA for PDEs as the authors' code runs it (``run_fipa(preset="paper")``,
-#: ``solve --preset paper``): τ = 100 local Adam steps (lr 1e-4) on the per-part mean loss
-#: ``mean(r_int²) + β·mean(r_bc²)``, rank-20 curvature sketches, the merge ``γ Ĥ^† Σ Ĥ_m Δθ_m`` with a
-#: pseudo-inverse that drops eigenvalues below 1e-5·λ_max, a fixed γ = 0.3, no safeguard.  Options given
-#: explicitly win.  The reference code's collocation settings (400 interior points, each end point 20×,
-#: boundary weight 10) are problem options: ``problems.pinn.PDE1D.paper_options``.
-#:
-#: Why the paper's stated β = 0, γ = 1 diverged here: the pseudo-inverse cutoff, not γ.  Rank-20 sketches
-#: of a PINN's ``J_mᵀJ_m`` keep eigenvalues down to ~1e-12·λ_max, and Adam's ``Δθ_m`` (not a GN step) has
-#: components along them, which the merge divides by those eigenvalues: on Bratu (2 clients) the first
-#: merged step has norm 1.6e4 with the default cutoff p·eps (FedAvg's: 0.15), 15 with 1e-8, 0.57 with 1e-5,
-#: and the run goes non-finite; with 1e-5 it converges with γ = 1 too (relative L2 1.4e-4 after 20 rounds;
-#: sin1d n=2: MSE 1.5e-5 instead of 3.5e9).  ``reproductions/fipa_ablation.md``, README "The published FIPA".
-PAPER_PRESET = {"local": "adam", "lr": 1e-4, "local_steps": 100, "local_loss": "parts", "rank": 20, "merge": "qr",
-                "beta": 0.0, "gamma": 0.3, "pinv_rtol": 1e-5, "safeguard": False}
-FIPA_PRESETS = {"paper": PAPER_PRESET}
-
-
-@register_method("fipa")
-def run_fipa(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
-             lr=None, rounds=None, rank=None, adaptive=False, merge=None, beta=None, gamma=None, local=None,
-             local_steps=None, local_damping=None, sketch="auto", safeguard=None, complement=False, participation=None, dropout=None, checkpoint=None,
-             resume=False, adapt_c=1e-3, adapt_ctau=1e-3, pinv_rtol=None, local_loss=None, preset=None,
-             message_hook=None, transport="local", robust="mean", trim=0.2, clip_norm=None, **ignored):
+def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = None, *, progress=False, seed=0,
+             every=10, message_hook=None, transport=None, **options):
     """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates.
 
-    ``preset="paper"`` fills every option not given with :data:`PAPER_PRESET` (the published algorithm).
-    ``pinv_rtol``: eigenvalues of the merged curvature below ``pinv_rtol·λ_max`` are dropped by the
-    pseudo-inverse (default ``p·eps``).  Why the published β = 0, γ = 1 without a relative cutoff diverges
-    (the cutoff, not γ): README "The published FIPA".
-    ``robust`` / ``trim`` / ``clip_norm``: see :class:`~fedsciml.federated.aggregators.FIPAAggregator`.
+    ``preset="paper"`` fills every option not given with :data:`~fedsciml.config.PAPER_PRESET` (the published
+    algorithm with the authors' settings).  ``pinv_rtol``: eigenvalues of the merged curvature below
+    ``pinv_rtol·λ_max`` are dropped by the pseudo-inverse (default ``p·eps``).  Why the published β = 0, γ = 1
+    without a relative cutoff diverges (the cutoff, not γ): see PAPER_PRESET and README "The published FIPA".
     """
-    if preset is not None:
-        if preset not in FIPA_PRESETS:
-            raise ValueError(f"FIPA preset must be one of {', '.join(FIPA_PRESETS)}, got {preset!r}")
-        given = {"local": local, "lr": lr, "local_steps": local_steps, "local_loss": local_loss, "rank": rank,
-                 "merge": merge, "beta": beta, "gamma": gamma, "pinv_rtol": pinv_rtol, "safeguard": safeguard}
-        given = {k: (FIPA_PRESETS[preset][k] if v is None else v) for k, v in given.items()}
-        local, lr, local_steps, local_loss, rank = (given[k] for k in ("local", "lr", "local_steps", "local_loss",
-                                                                        "rank"))
-        merge, beta, gamma, pinv_rtol, safeguard = (given[k] for k in ("merge", "beta", "gamma", "pinv_rtol",
-                                                                        "safeguard"))
-    if pinv_rtol is not None and not 0 <= float(pinv_rtol) < 1:
-        raise ValueError(f"FIPA pinv_rtol must be in [0, 1), got {pinv_rtol}")
-    rank = DEFAULT_RANK if rank is None else int(rank)
-    if rank < 0:
-        raise ValueError(f"FIPA rank must be ≥ 1 (low rank) or 0 (full-rank H_m), got {rank}")
-    if sketch not in SKETCHES:
-        raise ValueError(f"sketch must be one of {', '.join(SKETCHES)}, got {sketch!r}")
+    cfg, transport = _config(FIPAConfig, config, options, transport)
+    rank = cfg.rank
     curvature = "full" if rank == 0 else "lowrank"
-    if adaptive and curvature == "full":
-        raise ValueError("adaptive FIPA chooses a rank per client; give --rank r ≥ 1 as its upper bound")
-    merge = merge or ("pinv" if curvature == "full" else "qr")
-    if complement and curvature == "lowrank" and merge != "qr":
-        raise ValueError("FIPA --complement is an option of the thin-QR merge; use --merge qr (the default)")
-    lc = _local_config(local, local_steps, lr, local_damping, 0.0, "gn", local_loss)
-    agg = FIPAAggregator(curvature=curvature, merge=merge, beta=0.0 if beta is None else float(beta),
-                         gamma=1.0 if gamma is None else float(gamma), weighting="sum",
-                         complement="fedavg" if complement and curvature == "lowrank" else "none",
-                         robust=robust, trim=trim, clip_norm=clip_norm, consistency=lc.solver == "gn",
-                         rtol=None if pinv_rtol is None else float(pinv_rtol))
-    sched = AdaptiveSchedule(C=float(adapt_c), C_tau=float(adapt_ctau)) if adaptive else None
-    rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, "fipa")
-    options = {"rank": rank, "curvature": curvature, "merge": merge, "beta": agg.beta, "gamma": agg.gamma,
+    lc = _local_config(cfg, 0.0)
+    agg = FIPAAggregator(curvature=curvature, merge=cfg.merge, beta=cfg.beta, gamma=cfg.gamma, weighting="sum",
+                         complement="fedavg" if cfg.complement and curvature == "lowrank" else "none",
+                         robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, consistency=lc.solver == "gn",
+                         rtol=cfg.pinv_rtol)
+    sched = AdaptiveSchedule(C=cfg.adapt_c, C_tau=cfg.adapt_ctau) if cfg.adaptive else None
+    rc = _round_config(cfg, seed)
+    options = {"rank": rank, "curvature": curvature, "merge": cfg.merge, "beta": agg.beta, "gamma": agg.gamma,
                "local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "local_damping": lc.damping,
-               "adaptive": bool(adaptive), "sketch": sketch, "participation": rc.participation,
+               "adaptive": cfg.adaptive, "sketch": cfg.sketch, "participation": rc.participation,
                "dropout": rc.dropout}
-    if pinv_rtol is not None:
-        options["pinv_rtol"] = float(pinv_rtol)
+    if cfg.adaptive:
+        options.update(adapt_c=sched.C, adapt_ctau=sched.C_tau)
+    if cfg.pinv_rtol is not None:
+        options["pinv_rtol"] = cfg.pinv_rtol
     if lc.loss != "mean":
         options["local_loss"] = lc.loss
-    if preset is not None:
-        options["preset"] = preset
-    if adaptive:
-        options.update(adapt_c=sched.C, adapt_ctau=sched.C_tau)
-    safeguard = (lc.solver == "gn") if safeguard is None else bool(safeguard)
-    options.update(safeguard=safeguard, complement=bool(complement))
+    if cfg.preset is not None:
+        options["preset"] = cfg.preset
+    options.update(safeguard=cfg.safeguard, complement=cfg.complement)
     if not agg.rule.plain:
         options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
-    strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), sketch, sched, seed, safeguard=safeguard,
-                            complement=bool(complement))
-    theta, rows, info = _simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                                  options, message_hook, transport)
-    if ignored:
-        info["ignored_options"] = sorted(ignored)
-    return theta, rows, info
+    strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), cfg.sketch, sched, seed, safeguard=cfg.safeguard,
+                            complement=cfg.complement)
+    return _simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
+                     options, message_hook, transport or cfg.transport)
 
 
-def _run_avg(method, problem, objectives, theta0, evaluate, *, progress, seed, every, budget, tol, lr, rounds, local,
-             local_steps, local_damping, participation, dropout, checkpoint, resume, prox, server_lr, message_hook,
-             ignored, transport="local", robust="mean", trim=0.2, clip_norm=None):
-    lc = _local_config(local, local_steps, lr, local_damping, prox, "adam")
-    agg = FedAvgAggregator(server_lr=1.0 if server_lr is None else float(server_lr), robust=robust, trim=trim,
-                           clip_norm=clip_norm)
-    rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, method)
+def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progress, seed, every, message_hook,
+             transport):
+    lc = _local_config(cfg, prox)
+    agg = FedAvgAggregator(server_lr=cfg.server_lr, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm)
+    rc = _round_config(cfg, seed)
     options = {"local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "server_lr": agg.server_lr,
                "participation": rc.participation, "dropout": rc.dropout}
     if not agg.rule.plain:
@@ -216,56 +178,38 @@ def _run_avg(method, problem, objectives, theta0, evaluate, *, progress, seed, e
     if lc.solver == "gn":
         options["local_damping"] = lc.damping
     strategy = AveragingStrategy(agg, lc, seed)
-    theta, rows, info = _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                                  options, message_hook, transport)
-    if ignored:
-        info["ignored_options"] = sorted(ignored)
-    return theta, rows, info
+    return _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
+                     options, message_hook, transport or cfg.transport)
 
 
-@register_method("fedavg")
-def run_fedavg(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
-               lr=None, rounds=None, local=None, local_steps=None, local_damping=None, participation=None,
-               dropout=None, checkpoint=None, resume=False, server_lr=None, message_hook=None, transport="local",
-               robust="mean", trim=0.2, clip_norm=None, **ignored):
-    """FedAvg (paper Eq. 3): data-size weighted average of local updates.
-
-    ``robust`` / ``trim`` / ``clip_norm``: see :class:`~fedsciml.federated.aggregators.FedAvgAggregator`."""
-    return _run_avg("fedavg", problem, objectives, theta0, evaluate, progress=progress, seed=seed, every=every,
-                    budget=budget, tol=tol, lr=lr, rounds=rounds, local=local, local_steps=local_steps,
-                    local_damping=local_damping, participation=participation, dropout=dropout, checkpoint=checkpoint,
-                    resume=resume, prox=0.0, server_lr=server_lr, message_hook=message_hook, ignored=ignored,
-                    transport=transport, robust=robust, trim=trim, clip_norm=clip_norm)
+def run_fedavg(problem, objectives, theta0, evaluate, config: FedAvgConfig | None = None, *, progress=False, seed=0,
+               every=10, message_hook=None, transport=None, **options):
+    """FedAvg (paper Eq. 3): data-size weighted average of local updates."""
+    cfg, transport = _config(FedAvgConfig, config, options, transport)
+    return _run_avg("fedavg", cfg, 0.0, problem, objectives, theta0, evaluate, progress=progress, seed=seed,
+                    every=every, message_hook=message_hook, transport=transport)
 
 
-@register_method("fedprox")
-def run_fedprox(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
-                lr=None, rounds=None, mu=None, local=None, local_steps=None, local_damping=None, participation=None,
-                dropout=None, checkpoint=None, resume=False, server_lr=None, message_hook=None, transport="local",
-                robust="mean", trim=0.2, clip_norm=None, **ignored):
-    """FedProx: FedAvg whose local loss carries the proximal term ``μ/2 ‖θ_m − θ_k‖²``.
-
-    ``robust`` / ``trim`` / ``clip_norm``: see :class:`~fedsciml.federated.aggregators.FedAvgAggregator`."""
-    mu = 0.01 if mu is None else float(mu)
-    if not mu >= 0:
-        raise ValueError(f"FedProx μ must be ≥ 0, got {mu}")
-    return _run_avg("fedprox", problem, objectives, theta0, evaluate, progress=progress, seed=seed, every=every,
-                    budget=budget, tol=tol, lr=lr, rounds=rounds, local=local, local_steps=local_steps,
-                    local_damping=local_damping, participation=participation, dropout=dropout, checkpoint=checkpoint,
-                    resume=resume, prox=mu, server_lr=server_lr, message_hook=message_hook, ignored=ignored,
-                    transport=transport, robust=robust, trim=trim, clip_norm=clip_norm)
+def run_fedprox(problem, objectives, theta0, evaluate, config: FedProxConfig | None = None, *, progress=False,
+                seed=0, every=10, message_hook=None, transport=None, **options):
+    """FedProx: FedAvg whose local loss carries the proximal term ``μ/2 ‖θ_m − θ_k‖²``."""
+    cfg, transport = _config(FedProxConfig, config, options, transport)
+    return _run_avg("fedprox", cfg, cfg.mu, problem, objectives, theta0, evaluate, progress=progress, seed=seed,
+                    every=every, message_hook=message_hook, transport=transport)
 
 
-@register_method("one-shot")
-def run_one_shot(problem, objectives, theta0, evaluate, *, progress=False, seed=0, every=10, budget=None, tol=0.0,
-                 lr=None, rounds=None, participation=None, dropout=None, checkpoint=None, resume=False, sigma=0.0,
-                 message_hook=None, transport="local", **ignored):
-    """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)."""
-    rc = _round_config(seed, rounds, budget, tol, participation, dropout, checkpoint, resume, "one-shot")
-    strategy = OneShotStrategy(0.0 if sigma is None else sigma)
+def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | None = None, *, progress=False,
+                 seed=0, every=10, message_hook=None, transport=None, **options):
+    """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals).
+
+    Client-side transforms (:class:`OneShotConfig`): ``dp_*`` (Gaussian mechanism), ``project``/``project_sketch``,
+    seeded by ``seed``; ``cv_sigmas``: σ by leave-one-client-out CV (see :mod:`fedsciml.federated.oneshot`)."""
+    cfg, transport = _config(OneShotConfig, config, options, transport)
+    rc = _round_config(cfg, seed)
+    from fedsciml.ridge.cli import parse_grid
+
+    strategy = OneShotStrategy(cfg.sigma, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch, seed=seed,
+                               cv_sigmas=None if cfg.cv_sigmas is None else parse_grid(cfg.cv_sigmas))
     options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
-    theta, rows, info = _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
-                                  every, options, message_hook, transport)
-    if ignored:
-        info["ignored_options"] = sorted(ignored)
-    return theta, rows, info
+    return _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
+                     every, options, message_hook, transport or cfg.transport)

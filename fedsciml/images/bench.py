@@ -2,7 +2,6 @@
 runs a protocol over seeds, aggregates mean ± std, prints a table, writes JSON and a PNG."""
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -90,9 +89,9 @@ def table(res: dict) -> str:
 
 
 def write_json(res, path):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(res, f, indent=1, default=str)
+    from fedsciml.results import write_json as write
+
+    write(res, path)
 
 
 def plot(res: dict, out_dir: str) -> str:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 
 from fedsciml.images import methods as M
 from fedsciml.images.data import DATASETS
@@ -16,7 +18,8 @@ def add_parser(bench_subparsers):
                     + ", ".join(M.ONE_SHOT) + ". Multi-round methods: " + ", ".join(M.MULTI_ROUND) + ".",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--dataset", default="digits", choices=DATASETS)
-    p.add_argument("--data-dir", default=None, help="directory with CIFAR pickle batches or Fashion-MNIST IDX files")
+    p.add_argument("--data-dir", default=None, help="directory with CIFAR pickle batches or Fashion-MNIST IDX files "
+                                                    "(cifar10, cifar100, fmnist; digits is bundled with scikit-learn)")
     p.add_argument("--model", default=None, choices=sorted(MODELS),
                    help="network (default: lenet5 for one-shot, cnn23k for multi-round)")
     p.add_argument("--clients", type=int, default=None, help="number of clients (default 5 one-shot, 20 otherwise)")
@@ -44,10 +47,15 @@ def add_parser(bench_subparsers):
                    help="FIPA: plain Eq. 13 (no isotropic tail floor τ_m = λ_r,m, no complement step; needs --beta > 0)")
     p.add_argument("--gamma", type=float, default=1.0, help="FIPA: server step γ")
     p.add_argument("--modes", type=int, default=5, help="FedBEns: mixture components M per client")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the default suits a shared machine)")
+    from fedsciml.cli import THREADS_HELP
+
+    p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    p.add_argument("--json", default=None, help="write results JSON here")
-    p.add_argument("--out", default=None, help="directory for the PNG plot")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="write the results JSON to FILE (an existing file is overwritten; checked before the run)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="directory for the PNG plot (created; a plot of the same name is overwritten; checked before "
+                        "the run)")
     p.add_argument("--quiet", action="store_true", help="no per-client / per-round progress")
     return p
 
@@ -58,8 +66,20 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
     from fedsciml.runner import resolve_device
 
     one_shot = args.protocol == "one-shot"
-    if args.threads and args.threads > 0:
-        torch.set_num_threads(args.threads)
+    for name, v, ok, allowed in (("lr", args.lr, lambda x: x > 0, "> 0"), ("beta", args.beta, lambda x: x >= 0, "≥ 0"),
+                                 ("gamma", args.gamma, lambda x: x > 0, "> 0"),
+                                 ("alpha", None if args.iid else args.alpha, lambda x: x > 0, "> 0"),
+                                 ("participation", args.participation, lambda x: x <= 1 and x > 0, "in (0, 1]")):
+        if v is not None and not (math.isfinite(v) and ok(v)):
+            raise ValueError(f"--{name} must be a finite number {allowed}, got {v}")
+    if args.dataset == "digits" and args.data_dir is not None:
+        raise ValueError("--data-dir applies to cifar10, cifar100 and fmnist; digits is bundled with scikit-learn")
+    if args.dataset != "digits":
+        if not args.data_dir:
+            raise ValueError(f"dataset {args.dataset!r} needs --data-dir (a local directory with the files; "
+                             "nothing is downloaded)")
+        if not os.path.isdir(args.data_dir):
+            raise ValueError(f"--data-dir {args.data_dir!r} is not an existing directory")
     cfg = M.TrainConfig(epochs=args.epochs if args.epochs is not None else (30 if one_shot else 2),
                         rank=args.rank, beta=args.beta, gamma=args.gamma, tail=not args.no_tail,
                         modes=args.modes,
@@ -89,16 +109,26 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
 
 
 def run(args) -> int:
+    from fedsciml.cli import CLIError, set_threads
     from fedsciml.images import bench
+    from fedsciml.results import check_output_dir, check_output_file, write_json
 
     cfg, setting = config_from_args(args)
-    res = bench.run_setting(cfg=cfg, progress=(lambda s: None) if args.quiet else (lambda s: print(s, flush=True)),
-                            **setting)
+    if args.json:
+        check_output_file(args.json, "--json")
+    if args.out:
+        check_output_dir(args.out, "--out")
+    set_threads(args.threads, quiet=args.quiet)
+    try:
+        res = bench.run_setting(cfg=cfg, progress=(lambda s: None) if args.quiet else (lambda s: print(s, flush=True)),
+                                **setting)
+    except FileNotFoundError as e:  # a data file missing from --data-dir
+        raise CLIError(str(e)) from None
     print()
     print(bench.table(res))
     print(f"(wall time {res['wall_s']:.0f} s)")
     if args.json:
-        bench.write_json(res, args.json)
+        write_json(res, args.json)
         print(f"wrote {args.json}")
     if args.out:
         print(f"wrote {bench.plot(res, args.out)}")

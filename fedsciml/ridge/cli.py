@@ -6,9 +6,8 @@ seconds; ``--json FILE`` writes the same as JSON.
 """
 from __future__ import annotations
 
-import json
+import argparse
 import math
-import os
 import time
 
 import torch
@@ -35,7 +34,8 @@ def add_parser(subparsers):
     p = subparsers.add_parser(
         "ridge", help="one-shot federated ridge regression (sufficient statistics, DP, projection, CV)",
         description="One-shot federated ridge on the paper's synthetic heterogeneous data: each client sends "
-                    "(A_kᵀA_k, A_kᵀb_k) once, the server solves (ΣG_k + σI) w = Σh_k.")
+                    "(A_kᵀA_k, A_kᵀb_k) once, the server solves (ΣG_k + σI) w = Σh_k.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--clients", type=int, default=20, help="number of clients K")
     p.add_argument("--dim", type=int, default=100, help="feature dimension d (linear features)")
     p.add_argument("--samples", type=int, default=500, help="samples per client (20%% held out for the test set)")
@@ -59,7 +59,11 @@ def add_parser(subparsers):
     p.add_argument("--rounds", type=int, default=100, help="rounds of the iterative baselines")
     p.add_argument("--seed", type=int, default=0, help="seed of the data, sketch, noise and dropout")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    p.add_argument("--json", default=None, help="write the results as JSON to this file")
+    from fedsciml.cli import THREADS_HELP
+
+    p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="write the results as JSON to FILE (an existing file is overwritten; checked before the run)")
     return p
 
 
@@ -83,12 +87,25 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
     from fedsciml.ridge.stats import pooled_ridge
     from fedsciml.runner import resolve_device
 
+    from fedsciml.runner import check_memory
+
     if int(clients) != clients or clients < 1:
         raise ValueError(f"--clients must be a positive integer, got {clients}")
-    if sigma is not None and not sigma >= 0:
-        raise ValueError(f"--sigma must be ≥ 0, got {sigma}")
+    if sigma is not None and not (sigma >= 0 and math.isfinite(sigma)):
+        raise ValueError(f"--sigma must be a finite number ≥ 0, got {sigma}")
+    for name, v, ok, allowed in (("delta", delta, lambda x: 0 < x < 1, "in (0, 1)"),
+                                 ("clip-a", clip_a, lambda x: x > 0, "> 0"), ("clip-b", clip_b, lambda x: x > 0, "> 0"),
+                                 ("dropout", dropout, lambda x: 0 <= x < 1, "in [0, 1)")):
+        if not (math.isfinite(v) and ok(v)):
+            raise ValueError(f"--{name} must be a finite number {allowed}, got {v}")
     dev = resolve_device(device)
     problem = make_problem(features, dim, samples, heterogeneity, sigma or 0.0, rff_dim, **(problem_options or {}))
+    d = problem.n_features()
+    d_in = problem.options.get("input_dim", d)
+    # every client's rows (A_k, b_k) and inputs, and one d×d Gram per client
+    check_memory(8.0 * clients * (samples * (d + d_in + 1) + d * d),
+                 f"ridge with {clients:,} clients × {samples:,} samples × {d:,} features", dev,
+                 "use fewer clients, samples or features")
     data = problem.client_data(clients, seed, dev)
     present = dropout_mask(clients, dropout, seed)
     if not present:
@@ -140,6 +157,12 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
 
 
 def run(args) -> int:
+    from fedsciml.cli import set_threads
+    from fedsciml.results import check_output_file, format_table, write_json
+
+    if args.json:
+        check_output_file(args.json, "--json")
+    set_threads(args.threads, quiet=True)
     res = run_experiment(clients=args.clients, dim=args.dim, samples=args.samples, heterogeneity=args.heterogeneity,
                          sigma=args.sigma, cv=args.cv, epsilon=args.epsilon, delta=args.delta, central_dp=args.central_dp,
                          clip_a=args.clip_a, clip_b=args.clip_b, noise_aware_sigma=args.noise_aware_sigma,
@@ -148,14 +171,11 @@ def run(args) -> int:
                          device=args.device)
     print(f"{res['problem']}: K={res['clients']} ({res['present']} answered), σ={res['sigma']:.4g}, "
           f"device {res['device']}, seed {res['seed']}")
-    print(f"{'method':28s} {'test MSE':>10s} {'central MSE':>12s} {'rel. error':>11s} {'rounds':>6s} "
-          f"{'floats sent':>12s} {'seconds':>8s}")
-    for r in res["rows"]:
-        print(f"{r['method']:28s} {r['mse']:10.5f} {r['mse_central']:12.5f} {r['rel_error']:11.3e} {r['rounds']:6d} "
-              f"{r['floats_sent']:12d} {r['seconds']:8.3f}")
+    print(format_table([("method", "method", "<28s"), ("test MSE", "mse", "10.5f"),
+                        ("central MSE", "mse_central", "12.5f"), ("rel. error", "rel_error", "11.3e"),
+                        ("rounds", "rounds", "6d"), ("floats sent", "floats_sent", "12d"),
+                        ("seconds", "seconds", "8.3f")], res["rows"]))
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=2, default=str)
+        write_json(res, args.json)
         print(f"wrote {args.json}")
     return 0

@@ -10,16 +10,23 @@ iterations, or ``budget`` seconds (solver time, evaluation excluded).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
 
-from fedsciml.objective import LeastSquares, gn_stats_from
+from fedsciml.config import CentralizedConfig
+from fedsciml.objective import LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.solvers.history import Recorder
-from fedsciml.solvers.lm import LevenbergMarquardt, LMConfig
+from fedsciml.solvers.lm import LevenbergMarquardt, LMConfig, default_tau
 
-OPTIMIZERS = ("lm", "adam", "lbfgs")
-DEFAULT_ITERS = {"lm": 500, "adam": 20000, "lbfgs": 5000}
+OPTIMIZERS = CentralizedConfig.specs()["optimizer"][1].choices
+DEFAULT_ITERS = CentralizedConfig.default_iters  # the defaults are declared once, in fedsciml.config
+DEFAULT_LR = CentralizedConfig.default_lr
+
+
+class Diverged(ArithmeticError):
+    """The loss became non-finite (NaN or ±inf): the run stops instead of returning NaN results."""
 
 
 @dataclass
@@ -38,8 +45,8 @@ class SolveConfig:
             raise ValueError(f"budget must be > 0 seconds, got {self.budget}")
         if self.max_iters is not None and self.max_iters < 0:
             raise ValueError(f"max_iters must be ≥ 0, got {self.max_iters}")
-        if self.lr is not None and not self.lr > 0:
-            raise ValueError(f"learning rate must be > 0, got {self.lr}")
+        if self.lr is not None and not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"learning rate must be a finite number > 0, got {self.lr}")
         if self.max_iters is None and self.budget is None:
             self.max_iters = DEFAULT_ITERS[self.optimizer]
 
@@ -79,12 +86,12 @@ def run_torch_optimizer(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, c
     p = theta.detach().clone().requires_grad_(True)
     n = obj.n_residuals
     if cfg.optimizer == "adam":
-        opt = torch.optim.Adam([p], lr=cfg.lr or 1e-3)
+        opt = torch.optim.Adam([p], lr=cfg.lr or DEFAULT_LR["adam"])
     else:
         # One L-BFGS iteration per step.  max_eval must be set: torch's default
         # (max_iter·5//4 = 1) cuts the strong-Wolfe line search short and L-BFGS then
         # stalls; torch's own tolerances are off (0) — the solver's stopping rules apply.
-        opt = torch.optim.LBFGS([p], lr=cfg.lr or 1.0, max_iter=1, max_eval=25, history_size=50,
+        opt = torch.optim.LBFGS([p], lr=cfg.lr or DEFAULT_LR["lbfgs"], max_iter=1, max_eval=25, history_size=50,
                                 tolerance_grad=0.0, tolerance_change=0.0, line_search_fn="strong_wolfe")
 
     def closure():
@@ -110,7 +117,10 @@ def run_torch_optimizer(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, c
         with torch.no_grad():
             loss = float(obj.loss(p))
         rec.record(it, p.detach(), loss)
-        if not loss == loss or loss / n <= cfg.tol:
+        if not math.isfinite(loss):
+            raise Diverged(f"{cfg.optimizer}: the loss became {loss} at iteration {it} (lr={opt.param_groups[0]['lr']:g}); "
+                           "try a smaller --lr")
+        if loss / n <= cfg.tol:
             break
     return p.detach(), ({"lbfgs_restarts": restarts} if cfg.optimizer == "lbfgs" else {})
 
@@ -137,3 +147,20 @@ def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: 
     theta, info = run(obj, theta0, rec, cfg)
     info["solver_time_s"] = rec.elapsed()
     return theta, rec.rows, info
+
+
+def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedConfig | None = None, *, seed=0,
+                    progress=False, every=10, message_hook=None, **options):
+    """The ``centralized`` method: all clients' data pooled on one machine, one optimizer (the reference)."""
+    if config is None:
+        config = CentralizedConfig.from_options(options)
+    elif options:
+        raise TypeError("give the centralized options either as config or as keywords, not both")
+    if message_hook is not None:
+        raise ValueError("message_hook applies to federated methods; centralized exchanges no messages")
+    cfg = SolveConfig(optimizer=config.optimizer, max_iters=config.max_iters, budget=config.budget, tol=config.tol,
+                      lr=config.lr, lm=LMConfig(tau=default_tau(objectives)))
+    theta, rows, info = solve_least_squares(stack_objectives(objectives), theta0, evaluate, cfg, progress=progress,
+                                            every=every, label=f"centralized/{config.optimizer}")
+    info["reference"] = "centralized: all clients' data pooled on one machine (not federated)"
+    return theta, rows, info

@@ -1,0 +1,229 @@
+"""Typed method configurations (fedsciml.config), the method registry and the options' front end:
+unknown keys refused, zero is a value, one clear line per bad value (API: OptionError / TypeError;
+CLI: exit 2)."""
+import json
+import subprocess
+import sys
+import pathlib
+
+import pytest
+
+import fedsciml as fs
+from fedsciml.cli import main
+from fedsciml.config import (CentralizedConfig, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OptionError,
+                             OptionTypeError)
+from fedsciml.runner import METHODS
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TINY = dict(problem_options={"n_samples": 10})
+SMALL = ["sin1d", "--clients", "2", "--n-samples", "10", "--quiet"]
+
+
+def _cli(capsys, *args):
+    capsys.readouterr()
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _one_line_exit_2(capsys, *args, want):
+    code, _, err = _cli(capsys, *args)
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for w in ([want] if isinstance(want, str) else want):
+        assert w in err, err
+
+
+# --- the configurations ---------------------------------------------------------------------------
+
+
+def test_each_default_is_declared_once_and_resolved():
+    assert FIPAConfig().rounds == 40 and GNConfig().rounds == 100 and FedAvgConfig().rounds == 30
+    assert FIPAConfig(budget=5.0).rounds is None  # with a budget and no rounds: until the budget is spent
+    assert FIPAConfig().rank == 20 and FIPAConfig().merge == "qr" and FIPAConfig(rank=0).merge == "pinv"
+    assert FIPAConfig().local == "gn" and FIPAConfig().safeguard and not FIPAConfig(local="adam").safeguard
+    assert FedAvgConfig().local == "adam" and FedAvgConfig().local_steps == 100 and FedAvgConfig().lr == 1e-3
+    assert FedProxConfig().mu == 0.01
+    assert CentralizedConfig().max_iters == 500 and CentralizedConfig(optimizer="adam").lr == 1e-3
+    assert CentralizedConfig(optimizer="lbfgs").lr == 1.0 and CentralizedConfig(budget=1.0).max_iters is None
+
+
+def test_configs_are_frozen_and_typed():
+    cfg = FIPAConfig(rank=3)
+    with pytest.raises(AttributeError):
+        cfg.rank = 4
+    assert FIPAConfig(rounds=2.0).rounds == 2 and isinstance(FIPAConfig(gamma=1).gamma, float)
+    with pytest.raises(OptionTypeError, match="rounds must be an integer ≥ 0.*2.5"):
+        FIPAConfig(rounds=2.5)
+    with pytest.raises(OptionTypeError, match="adaptive must be True or False"):
+        FIPAConfig(adaptive="yes")
+
+
+def test_zero_is_a_value():
+    assert FIPAConfig(rank=0).rank == 0 and FIPAConfig(rounds=0).rounds == 0 and FedProxConfig(mu=0).mu == 0.0
+    assert FIPAConfig(beta=0).beta == 0.0 and FIPAConfig(local_damping=0).local_damping == 0.0
+    for cls, kw, word in ((FIPAConfig, {"gamma": 0}, "gamma must be a finite number > 0"),
+                          (FedAvgConfig, {"local_steps": 0}, "local_steps must be an integer ≥ 1"),
+                          (FIPAConfig, {"participation": 0}, r"participation must be a finite number in \(0, 1\]"),
+                          (FedAvgConfig, {"dropout": 1}, r"dropout must be a finite number in \[0, 1\)"),
+                          (FIPAConfig, {"rank": -1}, "rank must be an integer ≥ 0")):
+        with pytest.raises(OptionError, match=word):
+            cls(**kw)
+
+
+# --- the Python API -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method,key,hint", [("fipa", "rnak", "rank"), ("fipa", "roundz", "rounds"),
+                                             ("centralized", "rnak", None), ("gn", "local_steps", None)])
+def test_unknown_options_are_refused_before_anything_runs(method, key, hint):
+    with pytest.raises(OptionError) as e:
+        fs.solve("bratu", method, clients=2, **{key: 5})
+    msg = str(e.value)
+    assert repr(key) in msg and "allowed:" in msg and len(msg.splitlines()) == 1
+    allowed = msg.split("allowed:")[1]
+    assert all(name in allowed for name in METHODS[method].config.specs())
+    if hint:
+        assert f"did you mean {hint!r}" in msg
+
+
+@pytest.mark.parametrize("kw,exc,word", [({"budget": "5"}, TypeError, "budget"),
+                                         ({"seed": -1}, ValueError, "seed"),
+                                         ({"seed": 1.5}, TypeError, "seed"),
+                                         ({"checkpoint": 123}, TypeError, "checkpoint"),
+                                         ({"clients": "2"}, TypeError, "clients"),
+                                         ({"device": "gpu"}, ValueError, "device"),
+                                         ({"beta": float("inf")}, ValueError, "beta"),
+                                         ({"beta": float("nan")}, ValueError, "beta")])
+def test_api_arguments_of_the_wrong_type_or_range(kw, exc, word):
+    kw = {"clients": 2, **kw}
+    with pytest.raises(exc, match=word):
+        fs.solve("sin1d", "fipa", rounds=1, **TINY, **kw)
+
+
+def test_a_config_object_can_be_given_instead_of_keywords():
+    a = fs.solve("sin1d", "fedavg", clients=2, config=FedAvgConfig(rounds=1, local_steps=2), **TINY)
+    b = fs.solve("sin1d", "fedavg", clients=2, rounds=1, local_steps=2, **TINY)
+    assert a.final == b.final  # the same options, the same operations: bitwise
+    assert a.options["local_steps"] == 2 and a.options["rounds"] == 1 and a.options["lr"] == 1e-3
+    with pytest.raises(TypeError, match="FedAvgConfig"):
+        fs.solve("sin1d", "fedavg", clients=2, config=FIPAConfig(), **TINY)
+
+
+# --- the CLI --------------------------------------------------------------------------------------
+
+
+def test_rank_0_runs_full_rank_fipa_and_records_it(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code, _, err = _cli(capsys, "solve", *SMALL, "--method", "fipa", "--rank", "0", "--rounds", "2", "--json", str(out))
+    assert code == 0, err
+    d = json.loads(out.read_text())
+    assert d["options"]["rank"] == 0 and d["extra"]["options"]["curvature"] == "full"
+    assert d["extra"]["options"]["merge"] == "pinv" and [h["round"] for h in d["history"]] == [0, 1, 2]
+
+
+def test_rounds_0_evaluates_theta0_and_stops(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code, _, err = _cli(capsys, "solve", *SMALL, "--method", "fipa", "--rounds", "0", "--json", str(out))
+    assert code == 0, err
+    d = json.loads(out.read_text())
+    assert [h["round"] for h in d["history"]] == [0] and d["extra"]["rounds"] == 0
+
+
+def test_mu_0_is_fedprox_with_mu_0(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code, _, err = _cli(capsys, "solve", *SMALL, "--method", "fedprox", "--mu", "0", "--rounds", "1",
+                        "--local-steps", "2", "--json", str(out))
+    assert code == 0, err
+    d = json.loads(out.read_text())
+    assert d["extra"]["options"]["mu"] == 0.0
+    ref = fs.solve("sin1d", "fedavg", clients=2, rounds=1, local_steps=2, **TINY)
+    assert d["final"]["mse"] == ref.final["mse"]  # μ = 0: FedAvg's local loss, the same operations (bitwise)
+
+
+@pytest.mark.parametrize("args,want", [(["--method", "fedavg", "--local-steps", "0"], "--local-steps must be an integer ≥ 1"),
+                                       (["--method", "fipa", "--gamma", "0"], "--gamma must be a finite number > 0"),
+                                       (["--participation", "0"], "--participation must be a finite number in (0, 1]"),
+                                       (["--beta", "inf"], "--beta must be a finite number ≥ 0, got inf"),
+                                       (["--beta", "nan"], "--beta must be a finite number ≥ 0, got nan"),
+                                       (["--device", "gpu"], "device must be auto, cpu or cuda"),
+                                       (["--method", "gn", "--rank", "3"], "--rank does not apply to method gn"),
+                                       (["--compare", "gn,fedavg", "--method", "gn", "--rank", "3"], "--rank"),
+                                       (["--seed", "-1"], "seed"),
+                                       (["--every", "0"], "--every")])
+def test_cli_values_not_allowed_exit_2_with_one_line(capsys, args, want):
+    _one_line_exit_2(capsys, "solve", *SMALL, *args, want=want)
+
+
+def test_cli_flags_are_generated_from_the_configurations():
+    from fedsciml.cli import build_parser
+
+    parser = build_parser()
+    solve = parser._subparsers._group_actions[0].choices["solve"]
+    flags = {s for a in solve._actions for s in a.option_strings}
+    for spec in METHODS.values():
+        for name, (_, opt) in spec.config.specs().items():
+            assert ("--" + name.replace("_", "-") in flags) == opt.cli, name
+    helps = {a.option_strings[0]: a.help for a in solve._actions if a.option_strings}
+    assert helps["--mu"].endswith("[fedprox: a finite number ≥ 0; default 0.01]")
+    assert "[fipa: an integer ≥ 0; default 20]" in helps["--rank"]
+
+
+# --- the registry ---------------------------------------------------------------------------------
+
+
+def test_registry_without_import_cycle():
+    code = ("import sys, fedsciml.federated.methods; assert 'fedsciml.runner' not in sys.modules; "
+            "import fedsciml.runner as r; assert sorted(r.METHODS) == ['centralized', 'fedavg', 'fedprox', 'fipa', 'gn', 'one-shot']")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, env={"PYTHONPATH": str(ROOT)})
+    code = "import sys, fedsciml.runner; assert 'fedsciml.federated.methods' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, env={"PYTHONPATH": str(ROOT)})
+
+
+def test_registering_a_method_is_one_call():
+    from dataclasses import dataclass
+
+    from fedsciml.config import StopOptions, option
+    from fedsciml.runner import register_method
+
+    @dataclass(frozen=True)
+    class ZeroConfig(StopOptions):
+        method = "zero-test"
+        scale: float = option(0.0, "θ is multiplied by this", float, lo=0)
+
+    def run_zero(problem, objectives, theta0, evaluate, config, *, seed, progress, every, message_hook):
+        theta = theta0 * config.scale
+        return theta, [{"step": 0, "loss": float(sum(o.loss(theta) for o in objectives))}], {}
+
+    register_method("zero-test", ZeroConfig, run_zero, "test method", federated=False)
+    try:
+        res = fs.solve("sin1d", "zero-test", scale=0.0, **TINY)
+        assert float(res.theta.abs().max()) == 0.0 and res.options["scale"] == 0.0
+        with pytest.raises(OptionError, match="'scal'"):
+            fs.solve("sin1d", "zero-test", scal=1.0, **TINY)
+    finally:
+        del METHODS["zero-test"]
+
+
+def test_top_level_problems_import_is_refused():
+    r = subprocess.run([sys.executable, "-c", "import problems"], cwd=ROOT, capture_output=True, text=True,
+                       env={"PYTHONPATH": str(ROOT)})
+    assert r.returncode != 0 and "import fedsciml.problems" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "fedsciml", "list"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0 and "bratu" in r.stdout and "fipa" in r.stdout
+
+
+def test_a_transport_object_replaces_the_configured_one():
+    """What the Flower engine does (fedsciml.flower.apps.run_on_grid): the runner receives a Transport instance."""
+    from fedsciml.federated.client import Client
+    from fedsciml.federated.transport import LocalTransport
+
+    prob = fs.get_problem("sin1d", n_samples=10)
+    objs = prob.client_objectives(2, seed=0)
+    theta0 = prob.init_params(0)
+    a, rows_a, _ = METHODS["gn"](prob, objs, theta0, prob.evaluate, rounds=2, batched=False)
+    t = LocalTransport([Client(i, o) for i, o in enumerate(objs)], vectorize=False)
+    b, rows_b, _ = METHODS["gn"](prob, objs, theta0, prob.evaluate, rounds=2, transport=t)
+    assert [r["loss"] for r in rows_a] == [r["loss"] for r in rows_b]  # the same transport, the same operations
+    with pytest.raises(OptionError, match="transport must be one of local, bytes"):
+        METHODS["gn"](prob, objs, theta0, prob.evaluate, rounds=2, transport="grpc")
