@@ -45,6 +45,7 @@ default) the local noise differs, drawn from one run-wide generator.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -64,18 +65,26 @@ def _dp_config(dp: dict):
     return DPConfig(**dp)
 
 
+@functools.lru_cache(maxsize=8)
+def _sketch(p: int, m: int, seed: int, kind: str, dtype, device) -> torch.Tensor:
+    """The shared sketch, built once per process for each (p, m, seed, kind) (read only: never modified)."""
+    from fedsciml.ridge.sketch import sketch_matrix
+
+    return sketch_matrix(p, m, seed, kind, dtype, device)
+
+
 def client_rows(r: torch.Tensor, J: torch.Tensor, transform: dict):
     """The rows ``(a_i, b_i) = (J_i, −r_i)`` at θ₀, projected (``a_iᵀS``) and clipped as ``transform`` says."""
     from fedsciml import privacy
-    from fedsciml.ridge.sketch import project as _project, sketch_matrix
+    from fedsciml.ridge.sketch import project as _project
 
     unknown = sorted(set(transform) - set(TRANSFORM_KEYS))
     if unknown:
         raise ValueError(f"unknown one-shot transform option(s) {unknown}; allowed: {', '.join(TRANSFORM_KEYS)}")
     A, b = J, -r
     if transform.get("project") is not None:
-        A = _project(A, sketch_matrix(J.shape[1], int(transform["project"]), int(transform.get("seed", 0)),
-                                      transform.get("sketch", "gaussian"), J.dtype, J.device))
+        A = _project(A, _sketch(J.shape[1], int(transform["project"]), int(transform.get("seed", 0)),
+                                transform.get("sketch", "gaussian"), J.dtype, J.device))
     if transform.get("dp") is not None:
         cfg = _dp_config(transform["dp"])
         A, b = privacy.clip_rows(A, b, cfg.c_a, cfg.c_b, cfg.clip)
