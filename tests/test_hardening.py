@@ -525,3 +525,8 @@ def test_a_failed_round_in_bench_images_is_one_line(capsys, monkeypatch):
     code, _, err = _cli(capsys, "bench", "images", "--dataset", "digits", "--quiet")
     assert code == 1  # a run that started and cannot go on (bad values are refused before, with exit 2)
     _one_line(err, "error: round 1")
+
+
+def test_a_message_hook_that_is_not_a_function_is_refused():
+    with pytest.raises(TypeError, match="message_hook must be a function"):
+        run("fedavg", rounds=1, local_steps=2, message_hook=5)
