@@ -408,6 +408,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_USAGE
     from fedsciml.config import OptionTypeError, cli_names
+    from fedsciml.federated.simulation import RoundFailed
 
     try:
         with cli_names():
@@ -425,7 +426,7 @@ def main(argv=None) -> int:
 
                     return images_cli.run(args)
                 parser.parse_args(["bench", "--help"])
-    except RunFailed as e:
+    except (RunFailed, RoundFailed) as e:  # RoundFailed: a round of bench images that cannot go on
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except (CLIError, ValueError, OptionTypeError) as e:  # ProblemError, OptionError, MessageRejected: ValueErrors

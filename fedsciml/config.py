@@ -392,6 +392,28 @@ class OneShotConfig(RoundOptions):
 
     sigma: float = option(0.0, "extra damping σ of the fused step (ridge: the regularization added at the server)",
                           float, lo=0)
+    # client-side transforms of the statistics (fedsciml.federated.oneshot), seeded by the run's seed
+    dp_epsilon: float | None = option(None, "local DP: ε of the Gaussian mechanism on each client's statistics",
+                                      float, lo=0, lo_open=True, finite=False, none="no DP noise")
+    dp_delta: float = option(1e-5, "DP δ", float, lo=0, hi=1, lo_open=True, hi_open=True)
+    dp_clip_a: float = option(1.0, "DP row clip ‖a‖ ≤ C_a", float, lo=0, lo_open=True)
+    dp_clip_b: float = option(1.0, "DP target clip |b| ≤ C_b", float, lo=0, lo_open=True)
+    dp_clip: str = option("scale", "DP clipping: scale the whole row, or clip a and b separately", str,
+                          choices=("scale", "separate"))
+    dp_central: bool = option(False, "DP noise once on the secure sum instead of on every client", bool)
+    dp_noise_aware: bool = option(False, "add the noise's spectral norm √(2m)·s_total to σ", bool)
+    project: int | None = option(None, "random projection of the parameters to m dimensions", int, lo=1,
+                                 none="no projection")
+    project_sketch: str = option("gaussian", "projection sketch", str, choices=("gaussian", "sparse", "srht"))
+    cv_sigmas: str | None = option(None, "σ by leave-one-client-out CV over this grid: 'a,b,c' or 'lo:hi:count'",
+                                   str, none="σ as given", metavar="GRID")
 
     def forms_jacobians(self) -> bool:
         return True
+
+    def dp(self) -> dict | None:
+        """The :class:`fedsciml.ridge.DPConfig` fields, or None without DP."""
+        if self.dp_epsilon is None:
+            return None
+        return {"epsilon": self.dp_epsilon, "delta": self.dp_delta, "c_a": self.dp_clip_a, "c_b": self.dp_clip_b,
+                "clip": self.dp_clip, "central": self.dp_central, "noise_aware_sigma": self.dp_noise_aware}

@@ -6,7 +6,8 @@ argument types, injected client messages through ``message_hook``, byzantine cli
 faulty user problems) and ``examples/ridge_table_dp.py --csv`` (bad tables), and sorts
 every outcome into one category:
 
-  clear_error    one clear line and exit 2 (CLI), or an exception fedsciml raised on purpose (API)
+  clear_error    one clear line and exit 2 (CLI; exit 1 with one "error:" line for a run that started and
+                 could not go on), or an exception fedsciml raised on purpose (API)
   handled        the run succeeded and its result passed the case's check (valid or tolerated input)
   traceback      a Python traceback, or an exception nobody raised on purpose
   hang           still running at the timeout
@@ -578,8 +579,6 @@ return fs.solve(P(n_interior=20), max_iters=2).final''', expect="any",
         "a list": 'return [1, 2] if cid == 1 else msg',
         "a string": 'return "hello" if cid == 1 else msg',
         "numpy arrays": 'return {k: v.numpy() for k, v in msg.items()} if cid == 1 else msg',
-        "tensor requiring grad": 'if cid == 1:\n    msg = {k: v.clone().requires_grad_(v.is_floating_point()) '
-                                 'for k, v in msg.items()}\nreturn msg',
         "negative sample count": 'if cid == 1 and "n" in msg:\n    msg = {**msg, "n": -msg["n"]}\nreturn msg',
         "zero sample count": 'if cid == 1 and "n" in msg:\n    msg = {**msg, "n": msg["n"] * 0}\nreturn msg',
         "NaN sample count": 'if cid == 1 and "n" in msg:\n    msg = {**msg, "n": msg["n"] * float("nan")}\nreturn msg',
@@ -587,6 +586,10 @@ return fs.solve(P(n_interior=20), max_iters=2).final''', expect="any",
         "negative curvature lam": 'if cid == 1 and "lam" in msg:\n    msg = {**msg, "lam": -msg["lam"].abs() - 1}\n'
                                   'return msg',
     }
+    for method in ("fedavg", "fipa", "gn"):  # valid values, only marked for autograd: rejected or harmless
+        cases.append(_hook_case(method, 'if cid == 1:\n    msg = {k: v.clone().requires_grad_(v.is_floating_point()) '
+                                        'for k, v in msg.items()}\nreturn msg', check=api_value(robust(1.5)),
+                                name=f"{method}: client 1 sends tensors requiring grad", group=M))
     only = {"negative loss": ("fipa", "gn"), "negative curvature lam": ("fipa",)}
     for label, body in corrupt.items():
         for method in only.get(label, ("fedavg", "fipa", "gn")):
@@ -967,7 +970,9 @@ def classify(case: Case, o: dict) -> tuple[str, str]:
         return "lost_outputs", f"exit {o['rc']} after the results were printed: {err.strip()[-160:]}"
     lines = _stderr_lines(err)
     argparse_style = bool(lines) and lines[0].startswith("usage:") and ": error: " in lines[-1]  # usage, then 1 line
-    if o["rc"] == 2 and lines and "error" in lines[-1] and (len(lines) == 1 or argparse_style):
+    # exit 2: refused input; exit 1 with one "error:" line: a run that started and could not go on (e.g. diverged)
+    if (o["rc"] == 2 and lines and "error" in lines[-1] and (len(lines) == 1 or argparse_style)) or (
+            o["rc"] == 1 and len(lines) == 1 and lines[0].startswith("error:")):
         if case.expect == "ok":
             return "unclear_exit", f"refused valid input: {lines[-1][:200]}"
         return "clear_error", lines[-1][:200]

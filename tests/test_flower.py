@@ -114,25 +114,39 @@ RUNS = {
     "fipa": ("bratu", "fipa", dict(rounds=2)),
     "fedavg": ("bratu", "fedavg", dict(rounds=2, local_steps=5)),
     "ridge-gn": ("ridge-linear", "gn", dict(rounds=1, batched=False)),
+    "one-shot": ("ridge-linear", "one-shot", {}),
 }
 
 
 @pytest.fixture(scope="module")
-def simulated():
-    """Every run of :data:`RUNS` through one Flower simulation, and the matching in-process runs."""
+def simulated(tmp_path_factory):
+    """Every run of :data:`RUNS` through one Flower simulation, and the matching in-process runs;
+    plus a gn run checkpointed after 2 rounds and resumed to 3 (key ``"resumed"``: (resumed, 3 rounds))."""
     from fedsciml.flower.simulation import solve_many
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the nodes use the server's thread count (sent with the job)
+    ck = str(tmp_path_factory.mktemp("flower-ckpt"))
     try:
         probs = {name: get_problem(name) for name in {r[0] for r in RUNS.values()}}
-        flower = solve_many([dict(problem=probs[pn], method=m, clients=K, seed=0, **o) for pn, m, o in RUNS.values()],
-                            clients=K)
+        calls = [dict(problem=probs[pn], method=m, clients=K, seed=0, **o) for pn, m, o in RUNS.values()]
+        calls += [dict(problem=probs["bratu"], method="gn", clients=K, seed=0, batched=False, rounds=r, checkpoint=ck,
+                       resume=r == 3) for r in (2, 3)]
+        calls.append(dict(problem=probs["bratu"], method="gn", clients=K, seed=0, batched=False, rounds=3))
+        flower = solve_many(calls, clients=K)
+        resumed = (flower[-2], flower[-1])
+        flower = flower[:len(RUNS)]
         local = [fs.solve(probs[pn], m, clients=K, seed=0, transport=unbatched(probs[pn], K), **o)
                  for pn, m, o in RUNS.values()]
     finally:
         torch.set_num_threads(threads)
-    return dict(zip(RUNS, zip(flower, local)))
+    return {**dict(zip(RUNS, zip(flower, local))), "resumed": resumed}
+
+
+def test_flower_run_checkpoints_and_resumes(simulated):
+    resumed, straight = simulated["resumed"]
+    assert resumed.extra["resumed"] is True and resumed.extra["rounds"] == 3
+    assert torch.equal(resumed.theta, straight.theta)  # the same LM state continued: the same operations
 
 
 @pytest.mark.parametrize("run", list(RUNS))
@@ -148,8 +162,9 @@ def test_flower_simulation_is_bitwise_equal_to_in_process(simulated, run):
     assert fl.extra["rejections"] == []
 
 
-def test_ridge_gn_on_flower_is_the_pooled_ridge_solution(simulated):
-    fl, _ = simulated["ridge-gn"]
+@pytest.mark.parametrize("run", ["ridge-gn", "one-shot"])
+def test_ridge_on_flower_is_the_pooled_ridge_solution(simulated, run):
+    fl, _ = simulated[run]
     p = get_problem("ridge-linear")
     pooled = p.centralized_objective(K, seed=0)
     A, b = pooled.A, pooled.b
@@ -162,3 +177,71 @@ def test_vectorized_local_run_is_close(simulated):
     vec = fs.solve("bratu", "gn", clients=K, rounds=2)  # vectorized across clients: round-off may differ
     assert torch.allclose(fl.theta, vec.theta, rtol=0, atol=1e-10 * float(vec.theta.abs().max()))
     assert json.dumps(fl.to_dict()["final"])  # the Result serializes like any other
+
+
+# --- a real deployment: SuperLink and SuperNodes as processes on 127.0.0.1 -----------------------
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    """A SuperLink and 2 fedsciml nodes on 127.0.0.1 (free ports); every process stopped at the end."""
+    from fedsciml.flower.deploy import LocalDeployment
+
+    d = LocalDeployment(K, str(tmp_path_factory.mktemp("flower-deploy")), threads=1, trace=True)
+    with d:
+        yield d
+    assert not d.procs  # stopped (the context manager kills each process group it started)
+
+
+def _local_reference(problem_name, method, **opts):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the deployment's nodes and ServerApp run one thread each
+    try:
+        p = get_problem(problem_name)
+        return fs.solve(p, method, clients=K, seed=0, transport=unbatched(p, K), **opts)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_deployment_gn_and_one_shot_are_bitwise_equal_to_in_process(deployment):
+    res, theta = deployment.run("bratu", "gn", rounds=2, batched=False, name="gn")
+    ref = _local_reference("bratu", "gn", rounds=2, batched=False)
+    assert torch.equal(theta, ref.theta)  # one client per node, one thread everywhere: the same operations
+    assert [r["loss"] for r in res.history] == [r["loss"] for r in ref.history]
+    assert res.extra["engine"]["name"] == "flower" and res.extra["rejections"] == []
+    res, theta = deployment.run("ridge-linear", "one-shot", name="one-shot")
+    ref = _local_reference("ridge-linear", "one-shot")
+    assert torch.equal(theta, ref.theta)
+
+
+def test_deployment_survives_a_killed_node_that_comes_back(deployment):
+    """gn needs every client: a killed SuperNode's requests fail (logged with node and reason), gn asks
+    again, the restarted node (a new Flower node id, the same partition id) rejoins, and the run ends
+    with the same parameters as an undisturbed in-process run."""
+    import time
+
+    log = deployment.dir / "node1.log"
+
+    def tasks():
+        return log.read_text(errors="replace").count("fedsciml.flower.node] task")
+
+    before = tasks()
+    proc, out = deployment.submit("bratu", "gn", rounds=3, batched=False, timeout_s=20.0, name="killed")
+    end = time.monotonic() + 300
+    while time.monotonic() < end and tasks() < before + 3:
+        time.sleep(0.2)  # node 1 answered describe, θ₀'s statistics and a first trial loss
+    deployment.kill("node1")
+    time.sleep(4.0)  # at least one exchange times out or cannot be delivered
+    deployment.start_node(1)
+    res, theta = deployment.wait(proc, out, 600)
+    ref = _local_reference("bratu", "gn", rounds=3, batched=False)
+    assert torch.equal(theta, ref.theta)
+    back = res.extra["engine"]["rejoined"]
+    assert [b["client"] for b in back] == [1] and back[0]["new_node"] != back[0]["old_node"]
+    # within one exchange's timeout the restarted node is asked in place of the dead one; an exchange that
+    # failed first (no answer in 20 s, undeliverable, or the SuperLink's error reply) is a rejection logged
+    # with the node and the reason, and gn asks again
+    assert all(r["reason"].startswith("node ") and f"(client {r['client']})" in r["reason"]
+               for r in res.extra["rejections"]), res.extra["rejections"]
+    if res.extra["rejections"]:
+        assert res.extra["retried_requests"] >= 1

@@ -160,6 +160,7 @@ def test_malformed_messages_are_rejected_not_summed():
     bad["shape"] = {**good[0], "G": good[0]["G"][:-1]}
     bad["dim"] = client_message(torch.ones(4, 6, dtype=D64), torch.ones(4, dtype=D64))
     bad["count"] = {**good[0], "n": torch.tensor([0.0], dtype=D64)}
+    bad["huge-count"] = {**good[0], "n": torch.tensor([1e300], dtype=D64)}
     bad["extra"] = {**good[0], "x": torch.zeros(1, dtype=D64)}
     bad["int"] = {**good[0], "G": good[0]["G"].long()}
     bad["complex"] = {**good[0], "h": good[0]["h"].to(torch.complex128)}
@@ -170,10 +171,11 @@ def test_malformed_messages_are_rejected_not_summed():
     server = FusionServer(5)
     ok, rejected = server.receive_all(bad)
     assert ok == [0, 1, 2]
-    assert set(rejected) == {"nan", "inf", "shape", "dim", "count", "extra", "int", "complex", "mixed", "sqrt-nan",
-                             "sqrt-shape"}
+    assert set(rejected) == {"nan", "inf", "shape", "dim", "count", "huge-count", "extra", "int", "complex", "mixed",
+                             "sqrt-nan", "sqrt-shape"}
     assert "non-finite" in rejected["nan"] and "'h'" in rejected["nan"] and "'G'" in rejected["inf"]
     assert "'R'" in rejected["sqrt-nan"] and "> 0" in rejected["count"] and "dtype" in rejected["int"]
+    assert "2^53" in rejected["huge-count"]
     # the round's finiteness is checked through its sum; after rejecting the culprits the sum is rebuilt from
     # the others in the same order, so the model is bitwise that of the good messages alone
     assert torch.equal(server.solve(0.1), fuse(good, 0.1))

@@ -176,8 +176,21 @@ class Client:
             deadline = time.perf_counter() + float(cfg["deadline_s"])
         if q in ("loss", "gn_loss"):
             return Reply(pre if pre is not None else self.loss_message(theta))
+        if q == "gn_stats" and cfg.get("transform"):  # one-shot: projected / clipped / noised statistics
+            from fedsciml.federated.oneshot import client_statistics
+
+            if pre is None:
+                with torch.no_grad():
+                    pre = self.objective.residual_and_jacobian(theta)
+            return Reply(client_statistics(pre[0], pre[1], self.cid, cfg["transform"]))
         if q == "gn_stats":
             return Reply(pre if pre is not None else self.gn_message(theta, cfg.get("form", "normal")))
+        if q == "cv_scores":  # one-shot LOCO-CV: score the server's candidate models on the transformed rows
+            from fedsciml.federated.oneshot import client_scores
+
+            with torch.no_grad():
+                r, J = self.objective.residual_and_jacobian(theta)
+            return Reply(client_scores(r, J, cfg["transform"], request.tensors["W"]))
         if q == "update":
             ad = cfg.get("adaptive")
             msg = self.update_message(
@@ -397,6 +410,8 @@ class ClientBatch:
         theta, cfg = request.tensors["theta"], request.config
         if request.query == "gn_loss":
             return self.loss_messages(theta)
+        if request.query == "gn_stats" and cfg.get("transform"):  # the client transforms its own rows
+            return self.residuals_and_jacobians(theta)
         if request.query == "gn_stats":
             return self.gn_messages(theta, cfg.get("form", "normal"))
         if request.query == "update":

@@ -185,10 +185,16 @@ def run_fedprox(problem, objectives, theta0, evaluate, config: FedProxConfig | N
 
 def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | None = None, *, progress=False,
                  seed=0, every=10, message_hook=None, transport=None, **options):
-    """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)."""
+    """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals).
+
+    Client-side transforms (:class:`OneShotConfig`): ``dp_*`` (Gaussian mechanism), ``project``/``project_sketch``,
+    seeded by ``seed``; ``cv_sigmas``: σ by leave-one-client-out CV (see :mod:`fedsciml.federated.oneshot`)."""
     cfg, transport = _config(OneShotConfig, config, options, transport)
     rc = _round_config(cfg, seed)
-    strategy = OneShotStrategy(cfg.sigma)
+    from fedsciml.ridge.cli import parse_grid
+
+    strategy = OneShotStrategy(cfg.sigma, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch, seed=seed,
+                               cv_sigmas=None if cfg.cv_sigmas is None else parse_grid(cfg.cv_sigmas))
     options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
     return _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
                      every, options, message_hook, transport or cfg.transport)

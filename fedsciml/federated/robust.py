@@ -51,7 +51,8 @@ What each option guards against and what it does not
   ``‖s‖² = ‖Qᵀr‖² ≤ ‖r‖²``; FIPA ``Δᵀ Ĥ Δ ≤ 2·loss`` for ``Δ = −(Ĥ+μI)^† g``).
   They catch a gradient or a curvature/step inflated relative to the loss; they
   do not catch a client that lies consistently (a scaled copy of a valid
-  message is the valid message of scaled data), a client that inflates only
+  message is the valid message of scaled data, a sign-flipped gradient that of
+  negated residuals), a client that inflates only
   its curvature in gn (which damps the step in its directions rather than
   steering it), or any lie in FIPA/FedAvg with Adam local steps (no bound
   relates an Adam update to the loss).

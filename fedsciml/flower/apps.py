@@ -225,7 +225,9 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
                                         transport=transport, **options)
     wall = time.perf_counter() - t0
     info["engine"] = {"name": "flower", "connect_s": t_connect, "exchanges": transport.exchanges,
-                      "exchange_s": transport.exchange_seconds,
+                      "exchange_s": transport.exchange_seconds, "rejoined": transport.rejoined,
+                      "exchange_median_s": float(np.median(transport.exchange_times)) if transport.exchange_times
+                      else None,
                       "nodes": {str(c): int(n) for c, n in transport.nodes.items()}}
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}

@@ -33,6 +33,8 @@ from fedsciml.federated.transport import Failure, Reply, Request, Transport
 from fedsciml.flower import codec
 
 DESCRIBE = "describe"
+NODE_GONE_CODES = (5,)  # flwr ErrorCode.NODE_UNAVAILABLE: the SuperLink lost the node's heartbeat
+APP_FAILURE = "partition "  # how fedsciml's ClientApp starts the reason of a failure on its own data
 
 
 class FlowerConnectError(RuntimeError):
@@ -59,8 +61,11 @@ class FlowerTransport(Transport):
         self.nodes: dict = {}        # client id -> Flower node id
         self.described: dict = {}    # client id -> the node's describe reply (metrics)
         self._stale: set = set()     # client ids whose node failed in the last exchange
+        self._dead: set = set()      # node ids that did not answer a describe
+        self.rejoined: list = []     # clients whose node was replaced during the run
         self.exchanges = 0
         self.exchange_seconds = 0.0
+        self.exchange_times: list = []  # wall seconds of each ask (push, client work, pull)
         from fedsciml.flower.latency import shorten_waits
 
         shorten_waits()  # a deployment's Grid pulls reply objects with a 1 s first backoff otherwise
@@ -81,9 +86,14 @@ class FlowerTransport(Transport):
             fresh = [n for n in self.grid.get_node_ids() if n not in asked]
             if fresh:
                 asked.update(fresh)
-                for nid, rep in self._describe(fresh, max(1.0, end - time.monotonic())).items():
-                    if isinstance(rep, Failure):
+                for nid, rep in self._describe(fresh, min(60.0, max(1.0, end - time.monotonic()))).items():
+                    if isinstance(rep, Failure) and rep.reason.startswith(APP_FAILURE):
                         raise FlowerConnectError(f"node {nid} cannot serve this run: {rep.reason}")
+                    if isinstance(rep, Failure):  # a node that is gone (not yet expired by the SuperLink)
+                        self._dead.add(nid)
+                        if self.log:
+                            self.log(f"node {nid} ignored: {rep.reason}")
+                        continue
                     cid = int(rep.metrics["partition_id"])
                     if not 0 <= cid < self.n_clients:
                         raise FlowerConnectError(f"node {nid} says partition-id={cid}; this run has clients "
@@ -103,22 +113,29 @@ class FlowerTransport(Transport):
 
     def _refresh(self):
         """Look for restarted nodes of clients whose node failed (new node id, same partition id)."""
-        known = set(self.nodes.values())
+        known = set(self.nodes.values()) | self._dead
         fresh = [n for n in self.grid.get_node_ids() if n not in known]
         if not fresh:
             return
         for nid, rep in self._describe(fresh, min(self.timeout_s, 60.0)).items():
-            if isinstance(rep, Reply):
+            if isinstance(rep, Failure):
+                self._dead.add(nid)
+            else:
                 cid = int(rep.metrics.get("partition_id", -1))
                 if cid in self._stale:
+                    self.rejoined.append({"client": cid, "old_node": int(self.nodes[cid]), "new_node": int(nid)})
                     self.nodes[cid], self.described[cid] = nid, dict(rep.metrics)
                     self._stale.discard(cid)
                     if self.log:
                         self.log(f"client {cid} rejoined as node {nid}")
 
     # --- exchanges ------------------------------------------------------------
-    def _round_trip(self, targets: dict, request: Request, timeout_s: float) -> dict:
-        """Push ``request`` to ``targets`` (key -> node id), pull until answered or timed out."""
+    def _round_trip(self, targets: dict, request: Request, timeout_s: float, gone: set | None = None) -> dict:
+        """Push ``request`` to ``targets`` (key -> node id), pull until answered or timed out.
+
+        Keys whose node is gone (the request could not be delivered, or the
+        SuperLink answered that the node is unavailable) are added to ``gone``."""
+        gone = set() if gone is None else gone
         from flwr.app import Message
 
         keys = list(targets)
@@ -130,6 +147,7 @@ class FlowerTransport(Transport):
         for k, mid in zip(keys, ids + [None] * (len(keys) - len(ids))):
             if mid is None:
                 out[k] = Failure(f"node {targets[k]} could not be sent the request (is it connected?)")
+                gone.add(k)
             else:
                 pending[str(mid)] = k
         end = time.monotonic() + timeout_s
@@ -141,6 +159,8 @@ class FlowerTransport(Transport):
                     continue
                 if m.has_error():
                     out[k] = Failure(f"node {targets[k]} replied with error {m.error.code}: {m.error.reason}")
+                    if int(m.error.code) in NODE_GONE_CODES:
+                        gone.add(k)
                     continue
                 try:
                     out[k] = codec.reply_from_content(m.content, self.device)
@@ -161,8 +181,22 @@ class FlowerTransport(Transport):
         if self._stale & set(cids):
             self._refresh()
         t0 = time.perf_counter()
-        got = self._round_trip({c: self.nodes[c] for c in cids}, request, self.timeout_s)
-        self.exchange_seconds += time.perf_counter() - t0
+        end = time.monotonic() + self.timeout_s
+        gone: set = set()
+        got = self._round_trip({c: self.nodes[c] for c in cids}, request, self.timeout_s, gone)
+        # a client whose node is gone may come back (a restarted SuperNode: a new node id, the same
+        # partition id) within this exchange's timeout: look for it, and ask it then
+        while gone and time.monotonic() < end:
+            self._stale.update(gone)
+            time.sleep(min(0.25, max(0.0, end - time.monotonic())))
+            self._refresh()
+            back = [c for c in gone if c not in self._stale]
+            if back:
+                gone -= set(back)
+                got.update(self._round_trip({c: self.nodes[c] for c in back}, request,
+                                            max(0.1, end - time.monotonic()), gone))
+        self.exchange_times.append(time.perf_counter() - t0)
+        self.exchange_seconds += self.exchange_times[-1]
         self.exchanges += 1
         out = {}
         for c in cids:
