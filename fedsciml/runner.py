@@ -193,6 +193,15 @@ def estimate_memory(problem, clients: int, config: MethodConfig) -> tuple[float,
     return 8.0 * clients * rows * per_row, how
 
 
+def _options(problem, config: MethodConfig) -> dict:
+    """The problem's options and the method's; a method option named like a problem option (one-shot's
+    ``sigma`` beside ridge's) is recorded as ``method_NAME``, as its CLI flag ``--method-NAME``."""
+    out = dict(problem.options)
+    for k, v in jsonable(config.to_dict()).items():
+        out["method_" + k if k in problem.options else k] = v
+    return out
+
+
 def check_run_memory(problem, method: str, clients: int, config: MethodConfig, device=None) -> None:
     """Refuse, before any data is built, a run whose estimated memory exceeds what is available."""
     est = estimate_memory(problem, clients, config)
@@ -263,7 +272,7 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
     final = {"loss": last.get("loss")}
     final.update(problem.evaluate(theta))
     return Result(
-        problem=problem.name, method=method, options={**problem.options, **jsonable(config.to_dict())}, seed=seed,
+        problem=problem.name, method=method, options=_options(problem, config), seed=seed,
         device=str(dev), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
         clients=int(clients), wall_time_s=wall, final=final, history=rows, extra=jsonable(info), theta=theta,
     )
