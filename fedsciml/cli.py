@@ -58,11 +58,13 @@ def _flag_help(name, spec, per_method) -> str:
     return " | ".join(parts).replace("%", "%%")
 
 
-def _add_method_flags(group, taken):
+def _add_method_flags(group, taken, problem_names=()):
+    """One flag per method option; an option named like a problem parameter (ridge's ``sigma``) is
+    ``--method-NAME``, so that ``--NAME`` keeps meaning the problem's parameter."""
     from fedsciml.config import PATH, cli_names
 
     for name, (spec, per_method) in method_option_flags().items():
-        flag = "--" + name.replace("_", "-")
+        flag = "--" + ("method-" if name in problem_names else "") + name.replace("_", "-")
         with cli_names():
             kw = dict(dest="mopt_" + name, default=None, help=_flag_help(name, spec, per_method))
         if spec.type is bool:
@@ -104,10 +106,12 @@ def _add_solve_parser(sub):
                         "(pip install \"fedsciml[flower]\"; same strategy, same numbers; default local)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     taken = set(SOLVE_FLAGS)
-    _add_method_flags(p.add_argument_group("method options (generated from fedsciml.config)"), taken)
+    problem_flags = _problem_param_flags()
+    _add_method_flags(p.add_argument_group("method options (generated from fedsciml.config)"), taken,
+                      problem_flags)
     prob = p.add_argument_group("problem options (see `list`; each applies to the problems that declare it)")
-    for name, spec in sorted(_problem_param_flags().items()):
-        flag = name if name not in taken else "problem-" + name  # never shadow a solve flag
+    for name, spec in sorted(problem_flags.items()):
+        flag = name if name not in SOLVE_FLAGS else "problem-" + name  # never shadow a solve flag
         prob.add_argument("--" + flag.replace("_", "-"), dest="popt_" + name, default=None, metavar=name.upper(),
                           help=spec.help.replace("%", "%%"))
     out = p.add_argument_group("output")
@@ -151,7 +155,8 @@ def method_options_for(methods, given: dict) -> dict:
         takers = [m for m in methods if name in METHODS[m].config.specs()]
         if not takers:
             applies = [m for m in sorted(METHODS) if name in METHODS[m].config.specs()]
-            raise CLIError(f"option --{name.replace('_', '-')} does not apply to method "
+            flag = ("method-" if name in _problem_param_flags() else "") + name.replace("_", "-")
+            raise CLIError(f"option --{flag} does not apply to method "
                            f"{', '.join(methods)} (it applies to: {', '.join(applies)})")
         for m in takers:
             out[m][name] = value
