@@ -282,10 +282,11 @@ def test_one_client_times_1e6_is_contained_by_median_trimmed_mean_and_norm_bound
     opts = {"rounds": 8, "local_steps": 10, "lr": 2e-2}
     attack = hook_for(0, lambda m: {**m, "delta": m["delta"] * 1e6})
     honest = run("fedavg", objs, **opts)[1][-1]["mse"]
-    wrecked = run("fedavg", objs, message_hook=attack, **opts)[1][-1]["mse"]
+    # the default outlier screen is turned off here so that each robust rule is tested on its own
+    wrecked = run("fedavg", objs, message_hook=attack, outlier_ratio=None, **opts)[1][-1]["mse"]
     assert wrecked > 1e6 * honest
     for rule in ({"robust": "median"}, {"robust": "trimmed", "trim": 0.2}, {"clip_norm": 0.5}):
-        mse = run("fedavg", objs, message_hook=attack, **opts, **rule)[1][-1]["mse"]
+        mse = run("fedavg", objs, message_hook=attack, outlier_ratio=None, **opts, **rule)[1][-1]["mse"]
         assert mse < 3 * honest, (rule, mse, honest)
     th, _, info = run("fedprox", objs, message_hook=attack, robust="median", rounds=1, local_steps=2)
     assert info["options"]["robust"] == "median" and evaluate(th)["mse"] < 10  # the ×1e6 update is not applied
@@ -391,3 +392,24 @@ def test_image_fedavg_takes_the_robust_options():
         acc[name] = M.run_rounds(fed, "linear", ["fedavg"], 0, cfg, rounds=3, message_hook=hook)["fedavg"].accuracy
     assert acc["honest"] > 0.3 and acc["mean"] < acc["honest"] - 0.2  # the ×1e6 client wrecks the plain average
     assert acc["median"] > acc["honest"] - 0.1 and acc["clip"] > acc["honest"] - 0.15, acc
+
+
+def test_default_outlier_screen_rejects_a_grossly_inflated_update_and_leaves_honest_runs_unchanged():
+    """FedAvg's default screen (outlier_ratio 1e3): an update ×1e6 is rejected by name; honest runs are the
+    same numbers as with the screen off (bitwise: no update is screened, so the same sums run in the same order)."""
+    import fedsciml as fs
+
+    kw = dict(method="fedavg", clients=4, rounds=3, local_steps=3)
+
+    def hook(rnd, cid, msg):
+        return {**msg, "delta": msg["delta"] * 1e6} if cid == 1 else msg
+
+    honest = fs.solve("sin1d", **kw)
+    off = fs.solve("sin1d", outlier_ratio=None, **kw)
+    assert [r["loss"] for r in honest.history] == [r["loss"] for r in off.history]
+    bad = fs.solve("sin1d", message_hook=hook, **kw)
+    reasons = [r["reason"] for r in bad.extra["rejections"]]
+    assert len(reasons) == 3 and all("screened as an outlier" in r for r in reasons)
+    assert bad.final["mse"] < 2 * honest.final["mse"] + 1e-3  # the three honest clients carry on
+    wrecked = fs.solve("sin1d", message_hook=hook, outlier_ratio=None, **kw)
+    assert wrecked.final["mse"] > 1e3 * honest.final["mse"]  # what the screen prevents

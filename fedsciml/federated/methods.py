@@ -167,7 +167,8 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
 def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progress, seed, every, message_hook,
              transport):
     lc = _local_config(cfg, prox)
-    agg = FedAvgAggregator(server_lr=cfg.server_lr, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm)
+    agg = FedAvgAggregator(server_lr=cfg.server_lr, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm,
+                           outlier_ratio=cfg.outlier_ratio)
     rc = _round_config(cfg, seed)
     options = {"local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "server_lr": agg.server_lr,
                "participation": rc.participation, "dropout": rc.dropout}

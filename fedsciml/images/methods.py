@@ -148,7 +148,7 @@ def _validated(agg, msgs, p, dtype, log: list | None = None):
 # --------------------------------------------------------------------- one-shot
 def _one_shot_aggregator(meth, model, cfg, modes, template, val):
     if meth == "fedavg":
-        return FedAvgAggregator()
+        return FedAvgAggregator(outlier_ratio=None)
     if meth == "fishermerge":
         return FisherMergeAggregator(1e-6)
     if meth == "regmean":
@@ -305,7 +305,7 @@ def _client_round(meth, model, theta, x, y, cfg, seed, n):
 
 def _aggregator(meth, cfg):
     if meth in ("fedavg", "fedprox"):
-        return FedAvgAggregator(robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm)
+        return FedAvgAggregator(robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, outlier_ratio=None)
     if meth == "fedfish":
         return FedFishAggregator(cfg.fedfish_lr)
     return FIPAComplementAggregator(beta_rel=cfg.beta, gamma=cfg.gamma, tail=cfg.tail)

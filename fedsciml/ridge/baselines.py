@@ -69,7 +69,7 @@ def fedavg(data, rounds: int = 100, lr: float = 0.01, local_epochs: int = 5, mu:
         info.update(dp_noise_multiplier=z, dp_steps=steps, dp_clip=clip,
                     dp_epsilon_rdp=privacy.epsilon_of(z, dp["delta"], "rdp", steps) if z > 0 else math.inf)
     B = n if not batch_size or batch_size >= n else int(batch_size)
-    agg = FedAvgAggregator()
+    agg = FedAvgAggregator(outlier_ratio=None)
     counts = torch.full((K, 1), float(n), dtype=A.dtype, device=A.device)
     w = torch.zeros(d, dtype=A.dtype, device=A.device)
     hist, floats, t_solver = [], 0, 0.0
