@@ -58,11 +58,13 @@ def _flag_help(name, spec, per_method) -> str:
     return " | ".join(parts).replace("%", "%%")
 
 
-def _add_method_flags(group, taken):
+def _add_method_flags(group, taken, problem_names=()):
+    """One flag per method option; an option named like a problem parameter (ridge's ``sigma``) is
+    ``--method-NAME``, so that ``--NAME`` keeps meaning the problem's parameter."""
     from fedsciml.config import PATH, cli_names
 
     for name, (spec, per_method) in method_option_flags().items():
-        flag = "--" + name.replace("_", "-")
+        flag = "--" + ("method-" if name in problem_names else "") + name.replace("_", "-")
         with cli_names():
             kw = dict(dest="mopt_" + name, default=None, help=_flag_help(name, spec, per_method))
         if spec.type is bool:
@@ -104,10 +106,12 @@ def _add_solve_parser(sub):
                         "(pip install \"fedsciml[flower]\"; same strategy, same numbers; default local)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     taken = set(SOLVE_FLAGS)
-    _add_method_flags(p.add_argument_group("method options (generated from fedsciml.config)"), taken)
+    problem_flags = _problem_param_flags()
+    _add_method_flags(p.add_argument_group("method options (generated from fedsciml.config)"), taken,
+                      problem_flags)
     prob = p.add_argument_group("problem options (see `list`; each applies to the problems that declare it)")
-    for name, spec in sorted(_problem_param_flags().items()):
-        flag = name if name not in taken else "problem-" + name  # never shadow a solve flag
+    for name, spec in sorted(problem_flags.items()):
+        flag = name if name not in SOLVE_FLAGS else "problem-" + name  # never shadow a solve flag
         prob.add_argument("--" + flag.replace("_", "-"), dest="popt_" + name, default=None, metavar=name.upper(),
                           help=spec.help.replace("%", "%%"))
     out = p.add_argument_group("output")
@@ -151,7 +155,8 @@ def method_options_for(methods, given: dict) -> dict:
         takers = [m for m in methods if name in METHODS[m].config.specs()]
         if not takers:
             applies = [m for m in sorted(METHODS) if name in METHODS[m].config.specs()]
-            raise CLIError(f"option --{name.replace('_', '-')} does not apply to method "
+            flag = ("method-" if name in _problem_param_flags() else "") + name.replace("_", "-")
+            raise CLIError(f"option --{flag} does not apply to method "
                            f"{', '.join(methods)} (it applies to: {', '.join(applies)})")
         for m in takers:
             out[m][name] = value
@@ -166,6 +171,12 @@ def cmd_solve(args):
     from fedsciml.runner import check_clients, check_run_memory, get_method, resolve_device, solve
 
     popts = {k[5:]: v for k, v in vars(args).items() if k.startswith("popt_") and v is not None}
+    if getattr(args, "mopt_preset", None) is not None:  # the preset's collocation settings, where declared
+        from fedsciml.problems import REGISTRY
+
+        cls = REGISTRY.get(args.problem)
+        for k, v in (getattr(cls, "paper_options", None) or {}).items():
+            popts.setdefault(k, v)
     problem = get_problem(args.problem, **popts)
     method = args.method or ("fipa" if args.clients and args.clients > 1 else "centralized")
     check_clients(args.clients)
@@ -408,6 +419,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_USAGE
     from fedsciml.config import OptionTypeError, cli_names
+    from fedsciml.federated.simulation import RoundFailed
 
     try:
         with cli_names():
@@ -425,7 +437,7 @@ def main(argv=None) -> int:
 
                     return images_cli.run(args)
                 parser.parse_args(["bench", "--help"])
-    except RunFailed as e:
+    except (RunFailed, RoundFailed) as e:  # RoundFailed: a round of bench images that cannot go on
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except (CLIError, ValueError, OptionTypeError) as e:  # ProblemError, OptionError, MessageRejected: ValueErrors

@@ -147,8 +147,12 @@ class PointwiseLeastSquares(LeastSquares):
         r = vmap(part.fn, in_dims=(None, 0))(theta, part.points)
         return (part.weight ** 0.5) * r.reshape(-1)
 
+    def part_residuals(self, theta: torch.Tensor) -> list:
+        """Each part's weighted residuals ``√w · r_part`` (in :attr:`parts` order; their concatenation is ``r``)."""
+        return [self._part_residual(p, theta) for p in self.parts]
+
     def residual(self, theta: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self._part_residual(p, theta) for p in self.parts])
+        return torch.cat(self.part_residuals(theta))
 
     def _part_residual_and_jacobian(self, part: ResidualPart, theta: torch.Tensor):
         # Per-point output size C (1 for scalar residuals) against p parameters:

@@ -193,6 +193,15 @@ def estimate_memory(problem, clients: int, config: MethodConfig) -> tuple[float,
     return 8.0 * clients * rows * per_row, how
 
 
+def _options(problem, config: MethodConfig) -> dict:
+    """The problem's options and the method's; a method option named like a problem option (one-shot's
+    ``sigma`` beside ridge's) is recorded as ``method_NAME``, as its CLI flag ``--method-NAME``."""
+    out = dict(problem.options)
+    for k, v in jsonable(config.to_dict()).items():
+        out["method_" + k if k in problem.options else k] = v
+    return out
+
+
 def check_run_memory(problem, method: str, clients: int, config: MethodConfig, device=None) -> None:
     """Refuse, before any data is built, a run whose estimated memory exceeds what is available."""
     est = estimate_memory(problem, clients, config)
@@ -215,6 +224,11 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
     carrying the messages (:mod:`fedsciml.flower`).
     """
     spec = get_method(method)
+    runtime = {}
+    if "transport" in options and not isinstance(options["transport"], str):  # a Transport object, not a name
+        if not spec.federated:
+            raise ValueError(f"transport applies to federated methods; {method!r} exchanges no messages")
+        runtime["transport"] = options.pop("transport")
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if config is None:
@@ -233,10 +247,14 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
     if engine == "flower":  # the same strategy and round loop; Flower's simulation engine carries the messages
         from fedsciml.flower.simulation import solve as solve_on_flower
 
+        if runtime:
+            raise ValueError("engine 'flower' brings its own transport; do not give one")
         if message_hook is not None:
             raise ValueError("message_hook runs in this process; it does not apply to engine 'flower'")
-        return solve_on_flower(problem, method, clients=clients, seed=seed, device=device, progress=progress,
-                               **config.to_dict())
+        opts = config.to_dict()
+        if opts.pop("transport", "local") != "local":  # Flower's transport carries the messages
+            raise ValueError(f"transport={config.transport!r} applies to engine 'local'; engine 'flower' brings its own")
+        return solve_on_flower(problem, method, clients=clients, seed=seed, device=device, progress=progress, **opts)
     if clients is None:
         clients = problem.default_clients
     from fedsciml.checks import check_objectives
@@ -248,13 +266,13 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
     check_objectives(objectives, theta0)
     t0 = time.perf_counter()
     theta, rows, info = spec(problem, objectives, theta0, problem.evaluate, config, seed=seed, progress=progress,
-                             every=every, message_hook=message_hook)
+                             every=every, message_hook=message_hook, **runtime)
     wall = time.perf_counter() - t0
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}
     final.update(problem.evaluate(theta))
     return Result(
-        problem=problem.name, method=method, options={**problem.options, **jsonable(config.to_dict())}, seed=seed,
+        problem=problem.name, method=method, options=_options(problem, config), seed=seed,
         device=str(dev), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
         clients=int(clients), wall_time_s=wall, final=final, history=rows, extra=jsonable(info), theta=theta,
     )

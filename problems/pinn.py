@@ -30,8 +30,13 @@ def laplacian(u, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 def pinn_params(n_interior: int, boundary_weight: float) -> dict:
+    """Options of the 1D PDEs.  ``n_boundary`` repeats each Dirichlet end point: the FIPA reference code uses
+    20 copies, which weighs the boundary 20× more in ``J_mᵀJ_m`` (and in a sum-form loss) — not in its
+    per-part mean local loss (``LocalConfig(loss='parts')``)."""
     return {
         "n_interior": Param(n_interior, int, "interior collocation points per client", at_least("n_interior", 1)),
+        "n_boundary": Param(1, int, "copies of each Dirichlet end point (1D; the FIPA reference code uses 20)",
+                            at_least("n_boundary", 1)),
         "boundary_weight": Param(boundary_weight, float, "boundary penalty β (weight of squared boundary residuals)", positive("boundary_weight")),
         "sampling": SAMPLING,
     }
@@ -100,6 +105,8 @@ class PDE1D(PINNProblem):
     first client and x = 1 to the last."""
 
     space_dim = 1
+    #: the FIPA reference code's collocation settings (applied by ``solve --preset paper`` unless given)
+    paper_options: ClassVar[dict] = {"n_interior": 400, "n_boundary": 20, "boundary_weight": 10.0}
 
     def interior_points(self, client, n_clients, seed):
         e = np.linspace(0.0, 1.0, n_clients + 1)
@@ -111,7 +118,7 @@ class PDE1D(PINNProblem):
             pts.append(0.0)
         if client == n_clients - 1:
             pts.append(1.0)
-        return torch.tensor(pts, dtype=torch.float64).reshape(-1, 1)
+        return torch.tensor(pts, dtype=torch.float64).repeat_interleave(self.n_boundary).reshape(-1, 1)
 
     def test_inputs(self):
         return torch.linspace(0.0, 1.0, 1001, dtype=torch.float64).reshape(-1, 1)

@@ -6,7 +6,8 @@ argument types, injected client messages through ``message_hook``, byzantine cli
 faulty user problems) and ``examples/ridge_table_dp.py --csv`` (bad tables), and sorts
 every outcome into one category:
 
-  clear_error    one clear line and exit 2 (CLI), or an exception fedsciml raised on purpose (API)
+  clear_error    one clear line and exit 2 (CLI; exit 1 with one "error:" line for a run that started and
+                 could not go on), or an exception fedsciml raised on purpose (API)
   handled        the run succeeded and its result passed the case's check (valid or tolerated input)
   traceback      a Python traceback, or an exception nobody raised on purpose
   hang           still running at the timeout
@@ -71,6 +72,7 @@ class Case:
 # ----------------------------------------------------------------------------- helpers for cases
 
 SOLVE = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "1", "--local-steps", "2", "--quiet"]
+GN = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "1", "--method", "gn", "--quiet"]
 RIDGE = ["ridge", "--clients", "3", "--dim", "5", "--samples", "20"]
 IMAGES = ["bench", "images", "--dataset", "digits", "--methods", "fedavg", "--clients", "2", "--epochs", "1",
           "--quiet"]
@@ -490,11 +492,15 @@ def rejected_and_sound(v):
 
 
 def robust(factor=10.0):
-    """Byzantine client: the run either stops clearly or ends within ``factor`` x the clean error (+0.05)."""
+    """Byzantine client: the run stops clearly, or rejects the client (logged), or ends within ``factor`` x the
+    clean error (+0.05); a finite result far off with no rejection is silently wrong."""
     def fn(v):
         if not isinstance(v, dict):
             return f"returned {v!r}"
         bad, clean = v["bad"], v["clean"]
+        if v.get("rejections", 0) >= 1 and isinstance(bad, float) and math.isfinite(bad):
+            return None  # the lie was caught and logged (the error then reflects the clients left: sin1d's
+            # clients own disjoint intervals, so losing one costs accuracy on its interval)
         if not (isinstance(bad, float) and math.isfinite(bad)):
             return f"final mse {bad!r} (clean run {clean:.3g})"
         if bad > factor * clean + 0.05:
@@ -578,8 +584,6 @@ return fs.solve(P(n_interior=20), max_iters=2).final''', expect="any",
         "a list": 'return [1, 2] if cid == 1 else msg',
         "a string": 'return "hello" if cid == 1 else msg',
         "numpy arrays": 'return {k: v.numpy() for k, v in msg.items()} if cid == 1 else msg',
-        "tensor requiring grad": 'if cid == 1:\n    msg = {k: v.clone().requires_grad_(v.is_floating_point()) '
-                                 'for k, v in msg.items()}\nreturn msg',
         "negative sample count": 'if cid == 1 and "n" in msg:\n    msg = {**msg, "n": -msg["n"]}\nreturn msg',
         "zero sample count": 'if cid == 1 and "n" in msg:\n    msg = {**msg, "n": msg["n"] * 0}\nreturn msg',
         "NaN sample count": 'if cid == 1 and "n" in msg:\n    msg = {**msg, "n": msg["n"] * float("nan")}\nreturn msg',
@@ -587,6 +591,10 @@ return fs.solve(P(n_interior=20), max_iters=2).final''', expect="any",
         "negative curvature lam": 'if cid == 1 and "lam" in msg:\n    msg = {**msg, "lam": -msg["lam"].abs() - 1}\n'
                                   'return msg',
     }
+    for method in ("fedavg", "fipa", "gn"):  # valid values, only marked for autograd: rejected or harmless
+        cases.append(_hook_case(method, 'if cid == 1:\n    msg = {k: v.clone().requires_grad_(v.is_floating_point()) '
+                                        'for k, v in msg.items()}\nreturn msg', check=api_value(robust(1.5)),
+                                name=f"{method}: client 1 sends tensors requiring grad", group=M))
     only = {"negative loss": ("fipa", "gn"), "negative curvature lam": ("fipa",)}
     for label, body in corrupt.items():
         for method in only.get(label, ("fedavg", "fipa", "gn")):
@@ -615,6 +623,10 @@ return fs.solve(P(n_interior=20), max_iters=2).final''', expect="any",
                                     group=B))
     cases.append(_hook_case("fedprox", byz["update x1e6"], check=api_value(robust()),
                             name="fedprox: byzantine update x1e6", group=B))
+    for method, opts in (("fedavg", 'robust="median"'), ("fedavg", 'clip_norm=1.0'), ("fipa", 'robust="median"'),
+                         ("fipa", 'robust="trimmed", trim=0.25')):  # the documented robust options
+        cases.append(_hook_case(method, byz["update x1e6"], opts=opts, check=api_value(robust()),
+                                name=f"{method} {opts}: byzantine update x1e6", group=B))
     # a client rejected every round must stop the run after a bounded number of rounds
     cases.append(Case("fedavg: client 1 rejected in every one of 40 rounds", M, "api", source=f'''
 def hook(rnd, cid, msg):
@@ -668,7 +680,7 @@ def _cli_cases():
     C("solve centralized adam --lr inf", ["solve", "sin1d", "--n-samples", "20", "--optimizer", "adam", "--lr", "inf",
                                           "--max-iters", "3", "--quiet", "--json", "{dir}/r.json"], S)
     C("solve --max-iters -1", ["solve", "sin1d", "--n-samples", "20", "--max-iters", "-1", "--quiet"], S)
-    C("solve gn --participation 0.5", SOLVE + ["--method", "gn", "--participation", "0.5"], S)
+    C("solve gn --participation 0.5", GN + ["--participation", "0.5"], S)
     # zero-valued options: an error, or the value honored (not replaced by a default)
     Z = "cli-zero-values"
     for opt, key, method in (("--rank", "rank", "fipa"), ("--mu", "mu", "fedprox"),
@@ -693,7 +705,7 @@ def _cli_cases():
     K = "controls"
     C("solve fedavg (valid)", SOLVE + ["--method", "fedavg", "--json", "{dir}/r.json"], K, expect="ok",
       check=finite_final)
-    C("solve gn (valid)", SOLVE + ["--method", "gn", "--json", "{dir}/r.json"], K, expect="ok", check=finite_final)
+    C("solve gn (valid)", GN + ["--json", "{dir}/r.json"], K, expect="ok", check=finite_final)
     C("ridge (valid)", RIDGE + ["--json", "{dir}/r.json"], K, expect="ok")
     C("bench images digits (valid)", IMAGES + ["--json", "{dir}/r.json"], K, expect="ok")
     # output paths: refused before the run, never after
@@ -717,7 +729,7 @@ def _cli_cases():
                   ["--cv", ""], ["--epsilon", "0"], ["--epsilon", "-1"], ["--epsilon", "nan"], ["--delta", "0"],
                   ["--delta", "1"], ["--clip-a", "0"], ["--clip-a", "nan"], ["--clip-b", "-1"], ["--project", "0"],
                   ["--project", "-1"], ["--project", "1000000"], ["--dropout", "1"], ["--dropout", "-0.5"],
-                  ["--rff-dim", "0"], ["--features", "rff", "--rff-dim", "-5"], ["--baselines", "nope"],
+                  ["--features", "rff", "--rff-dim", "0"], ["--features", "rff", "--rff-dim", "-5"], ["--baselines", "nope"],
                   ["--baselines", "fedavg", "--rounds", "-1"], ["--device", "gpu"], ["--seed", "-1"],
                   ["--clients", "1", "--cv", "1e-3:1:5"]):
         C("ridge " + " ".join(extra), RIDGE + extra, R)
@@ -967,7 +979,9 @@ def classify(case: Case, o: dict) -> tuple[str, str]:
         return "lost_outputs", f"exit {o['rc']} after the results were printed: {err.strip()[-160:]}"
     lines = _stderr_lines(err)
     argparse_style = bool(lines) and lines[0].startswith("usage:") and ": error: " in lines[-1]  # usage, then 1 line
-    if o["rc"] == 2 and lines and "error" in lines[-1] and (len(lines) == 1 or argparse_style):
+    # exit 2: refused input; exit 1 with one "error:" line: a run that started and could not go on (e.g. diverged)
+    if (o["rc"] == 2 and lines and "error" in lines[-1] and (len(lines) == 1 or argparse_style)) or (
+            o["rc"] == 1 and len(lines) == 1 and lines[0].startswith("error:")):
         if case.expect == "ok":
             return "unclear_exit", f"refused valid input: {lines[-1][:200]}"
         return "clear_error", lines[-1][:200]

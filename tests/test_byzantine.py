@@ -92,6 +92,14 @@ def test_every_field_must_have_the_servers_real_floating_dtype(kind, dtype):
         assert not ok and f"field {name!r} has dtype {dtype}" in bad[0]
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_field_requiring_grad_is_rejected(kind):
+    agg, msg = _msgs(kind)
+    name = next(iter(msg))
+    ok, bad = agg.validate({0: {**msg, name: msg[name].clone().requires_grad_(True)}}, P, D64)
+    assert not ok and f"field {name!r} requires grad" in bad[0]
+
+
 def test_fipa_with_an_integer_message_rejects_it_instead_of_crashing():
     th, rows, info = run("fipa", make_clients(3), rounds=2, rank=4,
                          message_hook=hook_for(1, lambda m: {**m, "delta": m["delta"].to(torch.int64)}))

@@ -101,7 +101,9 @@ def test_huge_sizes_in_the_api_raise_before_allocating():
                                         (["--data-dir", "/tmp"], "digits is bundled"),
                                         (["--beta", "inf"], "--beta must be a finite number ≥ 0, got inf"),
                                         (["--beta", "nan"], "--beta must be a finite number ≥ 0, got nan"),
-                                        (["--device", "gpu"], "device must be")])
+                                        (["--device", "gpu"], "device must be"),
+                                        (["--methods", ""], "--methods is empty"),
+                                        (["--methods", " , "], "--methods is empty")])
 def test_image_bench_bad_input(capsys, extra, want):
     _refused(capsys, *IMAGES, *extra, want=want)
 

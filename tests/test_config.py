@@ -161,9 +161,14 @@ def test_cli_flags_are_generated_from_the_configurations():
     parser = build_parser()
     solve = parser._subparsers._group_actions[0].choices["solve"]
     flags = {s for a in solve._actions for s in a.option_strings}
+    from fedsciml.cli import _problem_param_flags
+
+    problem_names = _problem_param_flags()
     for spec in METHODS.values():
         for name, (_, opt) in spec.config.specs().items():
-            assert ("--" + name.replace("_", "-") in flags) == opt.cli, name
+            flag = "--" + ("method-" if name in problem_names else "") + name.replace("_", "-")
+            assert (flag in flags) == opt.cli, name
+    assert "--sigma" in flags and "--method-sigma" in flags  # ridge's σ keeps --sigma; one-shot's is --method-sigma
     helps = {a.option_strings[0]: a.help for a in solve._actions if a.option_strings}
     assert helps["--mu"].endswith("[fedprox: a finite number ≥ 0; default 0.01]")
     assert "[fipa: an integer ≥ 0; default 20]" in helps["--rank"]
@@ -227,3 +232,15 @@ def test_a_transport_object_replaces_the_configured_one():
     assert [r["loss"] for r in rows_a] == [r["loss"] for r in rows_b]  # the same transport, the same operations
     with pytest.raises(OptionError, match="transport must be one of local, bytes"):
         METHODS["gn"](prob, objs, theta0, prob.evaluate, rounds=2, transport="grpc")
+
+
+def test_a_method_option_named_like_a_problem_option_keeps_them_apart(tmp_path, capsys):
+    """ridge's σ (the problem) keeps --sigma; one-shot's extra damping σ is --method-sigma / options.method_sigma."""
+    out = tmp_path / "r.json"
+    code, _, err = _cli(capsys, "solve", "ridge-linear", "--clients", "3", "--n-samples", "20", "--dim", "4",
+                        "--method", "one-shot", "--sigma", "0.2", "--method-sigma", "0.5", "--quiet", "--json", str(out))
+    assert code == 0, err
+    d = json.loads(out.read_text())
+    assert d["options"]["sigma"] == 0.2 and d["options"]["method_sigma"] == 0.5
+    _one_line_exit_2(capsys, "solve", "ridge-linear", "--clients", "3", "--method", "gn", "--method-sigma", "0.5",
+                     "--quiet", want="--method-sigma does not apply to method gn")

@@ -512,3 +512,21 @@ def test_client_data_that_is_not_numeric_is_named():
         fs.ClientData([(np.array([["a"], ["b"]]), np.ones(2)), (np.ones((2, 1)), np.ones(2))])
     with pytest.raises(fs.ProblemError, match="numeric arrays"):
         fs.ClientData([(np.ones((2, 1)), [1.0, [2.0, 3.0]])])
+
+
+def test_a_failed_round_in_bench_images_is_one_line(capsys, monkeypatch):
+    from fedsciml.federated.simulation import RoundFailed
+    from fedsciml.images import cli as images_cli
+
+    def fail(args):
+        raise RoundFailed("round 1: no valid client message remained for aggregation; rejected: client 0: nan")
+
+    monkeypatch.setattr(images_cli, "run", fail)
+    code, _, err = _cli(capsys, "bench", "images", "--dataset", "digits", "--quiet")
+    assert code == 1  # a run that started and cannot go on (bad values are refused before, with exit 2)
+    _one_line(err, "error: round 1")
+
+
+def test_a_message_hook_that_is_not_a_function_is_refused():
+    with pytest.raises(TypeError, match="message_hook must be a function"):
+        run("fedavg", rounds=1, local_steps=2, message_hook=5)

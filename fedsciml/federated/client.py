@@ -35,6 +35,7 @@ from fedsciml.curvature import ggn_matmat
 from fedsciml.objective import LeastSquares, gn_stats_from
 
 LOCAL_SOLVERS = ("adam", "gn")
+LOCAL_LOSSES = ("mean", "parts")
 SKETCHES = ("auto", "dense", "matfree")
 DENSE_JACOBIAN_LIMIT = 60_000_000  # n_m·p entries above which sketch='auto' goes matrix-free
 
@@ -45,7 +46,11 @@ class LocalConfig:
 
     ``solver='adam'``: ``steps`` Adam steps (learning rate ``lr``) on the
     client's mean loss ``½‖r_m‖²/n_m`` (+ ``prox/2‖θ − θ_k‖²`` for FedProx),
-    a fresh optimizer each round (the paper's choice).
+    a fresh optimizer each round (the paper's choice).  ``loss='parts'``
+    trains instead on the sum over residual parts of each part's mean,
+    ``mean(r_int²) + β·mean(r_bc²)`` — the FIPA reference code's PINN loss,
+    which weighs the boundary far more than ``½‖r_m‖²/n_m`` does (its
+    curvature ``J_mᵀJ_m`` is the same either way).
     ``solver='gn'``: one exact damped Gauss–Newton step of the client's own
     linearized problem, ``Δθ_m = −(H_m + μ_m I)^{-1} g_m`` with
     ``μ_m = damping · λ_max(H_m)``; ``damping=0`` gives the minimum-norm
@@ -57,6 +62,7 @@ class LocalConfig:
     lr: float = 1e-3
     damping: float = 1e-8
     prox: float = 0.0
+    loss: str = "mean"
 
     def validate(self):
         if self.solver not in LOCAL_SOLVERS:
@@ -69,6 +75,8 @@ class LocalConfig:
             raise ValueError(f"local damping must be ≥ 0, got {self.damping}")
         if not self.prox >= 0:
             raise ValueError(f"FedProx μ must be ≥ 0, got {self.prox}")
+        if self.loss not in LOCAL_LOSSES:
+            raise ValueError(f"local loss must be one of {', '.join(LOCAL_LOSSES)}, got {self.loss!r}")
         return self
 
 
@@ -176,8 +184,21 @@ class Client:
             deadline = time.perf_counter() + float(cfg["deadline_s"])
         if q in ("loss", "gn_loss"):
             return Reply(pre if pre is not None else self.loss_message(theta))
+        if q == "gn_stats" and cfg.get("transform"):  # one-shot: projected / clipped / noised statistics
+            from fedsciml.federated.oneshot import client_statistics
+
+            if pre is None:
+                with torch.no_grad():
+                    pre = self.objective.residual_and_jacobian(theta)
+            return Reply(client_statistics(pre[0], pre[1], self.cid, cfg["transform"]))
         if q == "gn_stats":
             return Reply(pre if pre is not None else self.gn_message(theta, cfg.get("form", "normal")))
+        if q == "cv_scores":  # one-shot LOCO-CV: score the server's candidate models on the transformed rows
+            from fedsciml.federated.oneshot import client_scores
+
+            with torch.no_grad():
+                r, J = self.objective.residual_and_jacobian(theta)
+            return Reply(client_scores(r, J, cfg["transform"], request.tensors["W"]))
         if q == "update":
             ad = cfg.get("adaptive")
             msg = self.update_message(
@@ -196,7 +217,8 @@ class Client:
     # --- local training -----------------------------------------------------
     def adam_delta(self, theta: torch.Tensor, cfg: LocalConfig, steps: int | None = None,
                    deadline: float | None = None) -> torch.Tensor:
-        """``θ_m − θ`` after ``steps`` Adam steps on ``½‖r_m‖²/n_m (+ prox/2 ‖θ_m − θ‖²)``.
+        """``θ_m − θ`` after ``steps`` Adam steps on ``½‖r_m‖²/n_m (+ prox/2 ‖θ_m − θ‖²)``
+        (``cfg.loss='parts'``: ``Σ_parts mean(r_part²)``, see :class:`LocalConfig`).
 
         ``deadline`` (a ``time.perf_counter()`` instant, from the run's budget):
         stop early once it has passed, after at least one step.
@@ -205,12 +227,16 @@ class Client:
         x = theta.detach().clone().requires_grad_(True)
         opt = torch.optim.Adam([x], lr=cfg.lr)
         n = self.n
+        by_part = cfg.loss == "parts" and hasattr(self.objective, "part_residuals")
         for i in range(steps):
             if deadline is not None and i > 0 and time.perf_counter() >= deadline:
                 break
             opt.zero_grad(set_to_none=True)
-            r = self.objective.residual(x)
-            loss = 0.5 * (r @ r) / n
+            if by_part:
+                loss = sum((q @ q) / q.numel() for q in self.objective.part_residuals(x))
+            else:
+                r = self.objective.residual(x)
+                loss = (0.5 / n if cfg.loss == "mean" else 1.0 / n) * (r @ r)
             if cfg.prox > 0:
                 d = x - theta
                 loss = loss + 0.5 * cfg.prox * (d @ d)
@@ -397,6 +423,8 @@ class ClientBatch:
         theta, cfg = request.tensors["theta"], request.config
         if request.query == "gn_loss":
             return self.loss_messages(theta)
+        if request.query == "gn_stats" and cfg.get("transform"):  # the client transforms its own rows
+            return self.residuals_and_jacobians(theta)
         if request.query == "gn_stats":
             return self.gn_messages(theta, cfg.get("form", "normal"))
         if request.query == "update":

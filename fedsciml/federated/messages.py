@@ -14,6 +14,7 @@ What every field must satisfy (checked in one pass over the message, O(its size)
   gives one; integer, bool and complex tensors are rejected by name (an
   ``int64`` delta or a complex NaN would otherwise be summed, cast or crash a
   merge later);
+* no autograd history (``requires_grad`` is False);
 * finite values (``finite=True``, the default);
 * ``positive``: every entry > 0, and at most :data:`MAX_COUNT` — the field is a
   sample count (the largest integer float64 holds exactly; a larger "count" is
@@ -150,6 +151,9 @@ class Schema:
                 raise MessageRejected(client_id, f"field {name!r} has dtype {t.dtype}, expected {want}")
             if dtype is not None and t.dtype != dtype:
                 raise MessageRejected(client_id, f"field {name!r} has dtype {t.dtype}, expected {dtype}")
+            if t.requires_grad:  # an autograd graph would follow the message into the server's state
+                raise MessageRejected(client_id, f"field {name!r} requires grad; a message carries plain (detached) "
+                                                 "tensors")
             if len(spec.shape) != t.ndim:
                 raise MessageRejected(client_id, f"field {name!r} has {t.ndim} dimensions {tuple(t.shape)}, expected {len(spec.shape)}")
             for axis, (want, got) in enumerate(zip(spec.shape, t.shape)):

@@ -21,6 +21,8 @@ accurate and finishes well within a minute; see the README section
   ``rounds=30``; FedProx ``mu=0.01``.
 * ``gn``: LM with the centralized solver's settings, ``rounds=100``
   (iterations).
+* ``fipa`` with ``preset="paper"``: the published algorithm with the
+  authors' settings (:data:`PAPER_PRESET`).
 * ``one-shot``: one exchange of GN statistics at θ₀ and one fused step
   (ridge fusion for linear residuals), ``sigma=0`` extra damping.
 
@@ -28,7 +30,7 @@ With a ``budget`` and no ``rounds`` a run goes on until the budget is spent.
 """
 from __future__ import annotations
 
-from fedsciml.config import FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig
+from fedsciml.config import PAPER_PRESET, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig  # noqa: F401
 from fedsciml.federated.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.federated.averaging import AveragingStrategy
 from fedsciml.federated.client import AdaptiveSchedule, Client, LocalConfig
@@ -119,19 +121,26 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
 
 def _local_config(cfg, prox) -> LocalConfig:
     return LocalConfig(solver=cfg.local, steps=cfg.local_steps, lr=cfg.lr, damping=cfg.local_damping,
-                       prox=prox).validate()
+                       prox=prox, loss=getattr(cfg, "local_loss", "mean")).validate()
 
 
 def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = None, *, progress=False, seed=0,
              every=10, message_hook=None, transport=None, **options):
-    """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates."""
+    """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates.
+
+    ``preset="paper"`` fills every option not given with :data:`~fedsciml.config.PAPER_PRESET` (the published
+    algorithm with the authors' settings).  ``pinv_rtol``: eigenvalues of the merged curvature below
+    ``pinv_rtol·λ_max`` are dropped by the pseudo-inverse (default ``p·eps``).  Why the published β = 0, γ = 1
+    without a relative cutoff diverges (the cutoff, not γ): see PAPER_PRESET and README "The published FIPA".
+    """
     cfg, transport = _config(FIPAConfig, config, options, transport)
     rank = cfg.rank
     curvature = "full" if rank == 0 else "lowrank"
     lc = _local_config(cfg, 0.0)
     agg = FIPAAggregator(curvature=curvature, merge=cfg.merge, beta=cfg.beta, gamma=cfg.gamma, weighting="sum",
                          complement="fedavg" if cfg.complement and curvature == "lowrank" else "none",
-                         robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, consistency=lc.solver == "gn")
+                         robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, consistency=lc.solver == "gn",
+                         rtol=cfg.pinv_rtol)
     sched = AdaptiveSchedule(C=cfg.adapt_c, C_tau=cfg.adapt_ctau) if cfg.adaptive else None
     rc = _round_config(cfg, seed)
     options = {"rank": rank, "curvature": curvature, "merge": cfg.merge, "beta": agg.beta, "gamma": agg.gamma,
@@ -140,6 +149,12 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
                "dropout": rc.dropout}
     if cfg.adaptive:
         options.update(adapt_c=sched.C, adapt_ctau=sched.C_tau)
+    if cfg.pinv_rtol is not None:
+        options["pinv_rtol"] = cfg.pinv_rtol
+    if lc.loss != "mean":
+        options["local_loss"] = lc.loss
+    if cfg.preset is not None:
+        options["preset"] = cfg.preset
     options.update(safeguard=cfg.safeguard, complement=cfg.complement)
     if not agg.rule.plain:
         options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
@@ -185,10 +200,16 @@ def run_fedprox(problem, objectives, theta0, evaluate, config: FedProxConfig | N
 
 def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | None = None, *, progress=False,
                  seed=0, every=10, message_hook=None, transport=None, **options):
-    """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)."""
+    """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals).
+
+    Client-side transforms (:class:`OneShotConfig`): ``dp_*`` (Gaussian mechanism), ``project``/``project_sketch``,
+    seeded by ``seed``; ``cv_sigmas``: σ by leave-one-client-out CV (see :mod:`fedsciml.federated.oneshot`)."""
     cfg, transport = _config(OneShotConfig, config, options, transport)
     rc = _round_config(cfg, seed)
-    strategy = OneShotStrategy(cfg.sigma)
+    from fedsciml.ridge.cli import parse_grid
+
+    strategy = OneShotStrategy(cfg.sigma, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch, seed=seed,
+                               cv_sigmas=None if cfg.cv_sigmas is None else parse_grid(cfg.cv_sigmas))
     options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
     return _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
                      every, options, message_hook, transport or cfg.transport)

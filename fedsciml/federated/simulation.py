@@ -85,6 +85,9 @@ class Simulation:
         self.progress = progress
         self.rng = np.random.default_rng([int(cfg.seed), 7919])
         self.fingerprint = fingerprint or {}
+        if message_hook is not None and not callable(message_hook):
+            raise TypeError(f"message_hook must be a function hook(round, client_id, message) -> message, "
+                            f"got {type(message_hook).__name__}")
         self.message_hook = message_hook  # fault injection (tests): hook(round, cid, msg) -> msg
         self.rejections: list[dict] = []
         self.skipped_rounds = 0

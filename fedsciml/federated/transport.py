@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-QUERIES = ("loss", "gn_loss", "gn_stats", "update", "one_shot")
+QUERIES = ("loss", "gn_loss", "gn_stats", "update", "one_shot", "cv_scores")
 
 
 @dataclass(frozen=True)

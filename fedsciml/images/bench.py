@@ -6,6 +6,8 @@ import math
 import os
 import time
 
+import torch
+
 from fedsciml.images import data as imdata
 from fedsciml.images import methods as M
 
@@ -57,7 +59,8 @@ def run_setting(dataset="digits", data_dir=None, model="lenet5", clients=5, alph
     summ = summarize(per_seed)
     return {"setting": {"dataset": dataset, "model": model, "clients": clients, "alpha": alpha, "split": split_kind,
                         "protocol": protocol, "seeds": list(seeds), "rounds": rounds, "warmup": warmup,
-                        "participation": participation, "dropout": dropout, "config": {k: v for k, v in vars(cfg).items()}},
+                        "participation": participation, "dropout": dropout, "config": {k: v for k, v in vars(cfg).items()},
+                        "torch_threads": torch.get_num_threads()},  # results are bit-reproducible per seed and thread count
             "results": summ, "wall_s": time.perf_counter() - t0}
 
 

@@ -94,9 +94,12 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
     if args.warmup < 0:
         raise ValueError(f"--warmup must be ≥ 0, got {args.warmup}")
     methods = None
-    if args.methods:
+    if args.methods is not None:
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
         allowed = M.ONE_SHOT if one_shot else M.MULTI_ROUND
+        if not methods:  # an empty list is a mistake, not "the default set"
+            raise ValueError(f"--methods is empty; give a comma-separated list from {list(allowed)} "
+                             "(or leave --methods out for the default set)")
         bad = [m for m in methods if m not in allowed]
         if bad:
             raise ValueError(f"method(s) {bad} not available for protocol {args.protocol}; choose from {list(allowed)}")

@@ -86,6 +86,25 @@ class DPConfig:
         return self.noise_multiplier * stats_sensitivity(self.c_a, self.c_b)
 
 
+NOISE_SEED_OFFSET = 104729  # the noise generator of a one-shot run with seed s is seeded s + 104729
+
+
+def shared_generator(seed: int) -> torch.Generator:
+    """The run-wide noise generator of :func:`fedsciml.ridge.one_shot` (``noise_streams="shared"``): local draws
+    for the clients in list order, then the central draw (central DP draws only that one)."""
+    return torch.Generator(device="cpu").manual_seed(int(seed) + NOISE_SEED_OFFSET)
+
+
+def client_generator(seed: int, cid: int) -> torch.Generator:
+    """Client ``cid``'s own noise generator (``noise_streams="per-client"``, and the runtime's ``one-shot``):
+    seeded ``(s + 104729)·1000003 + cid`` (mod 2⁶³), so a client's noise does not depend on which other
+    clients answer or in which order they are asked."""
+    if int(cid) < 0:
+        raise ValueError(f"client id must be ≥ 0 for its noise seed, got {cid}")
+    return torch.Generator(device="cpu").manual_seed(
+        ((int(seed) + NOISE_SEED_OFFSET) * 1000003 + int(cid)) % (2**63))
+
+
 def _entry_scale(d: int, dtype, device) -> torch.Tensor:
     """Per-entry noise factors of the packed triangle: 1 on the diagonal, 1/√2 off it."""
     i, j = torch.triu_indices(d, d, device=device)

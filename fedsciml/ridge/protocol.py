@@ -22,13 +22,19 @@ from fedsciml.ridge.stats import FusionServer, client_message, ridge_solve
 
 def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int | None = None,
              sketch: str = "gaussian", cv_sigmas=None, seed: int = 0, repair: bool = True, cv_chunk: int | None = None,
-             form: str = "auto"):
+             form: str = "auto", noise_streams: str = "shared", client_ids=None):
     """Fit ``w`` from ``data = [(A_k, b_k)]`` in one round.  See the module docstring.
 
     ``form``: the clients' message form (:func:`~fedsciml.ridge.stats.client_message`): ``"gram"``,
     ``"sqrt"``, or ``"auto"`` — the square-root form when σ is chosen by CV without DP and every client has
     at most half as many rows as features (fewer floats up, and the CV products per client cost ``4·n_k·d``
     instead of ``2d²``; the server then forms ``ΣR_kᵀR_k`` itself), else the Gram form.
+
+    ``noise_streams`` (local DP): ``"shared"`` (default, the published numbers) draws every client's noise from one
+    run-wide generator (:func:`~fedsciml.ridge.dp.shared_generator`) in list order; ``"per-client"`` gives client
+    ``client_ids[k]`` (default ``k``) its own generator (:func:`~fedsciml.ridge.dp.client_generator`) — what the
+    runtime's ``one-shot`` method does, so both give the same model for the same seed.  Central noise is always
+    the first draw of the shared generator.
     """
     if not data:
         raise ValueError("no clients answered: at least one client's statistics are needed to fit a model")
@@ -36,6 +42,10 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
         raise ValueError(f"message form must be auto, gram or sqrt, got {form!r}")
     if dp is not None and form == "sqrt":
         raise ValueError("DP noise is added to the Gram form of the statistics; use form='gram' (or 'auto') with DP")
+    if noise_streams not in ("shared", "per-client"):
+        raise ValueError(f"noise_streams must be 'shared' or 'per-client', got {noise_streams!r}")
+    if client_ids is not None and len(client_ids) != len(data):
+        raise ValueError(f"client_ids has {len(client_ids)} entries for {len(data)} clients")
     if cv_sigmas is not None and len(data) < 2:
         raise ValueError(f"leave-one-client-out CV needs at least 2 clients (each is scored on a model fitted "
                          f"without it), got {len(data)}; give σ directly")
@@ -55,7 +65,7 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
     m = d if R is None else R.shape[1]
     if form == "auto":
         form = "sqrt" if cv_sigmas is not None and dp is None and all(2 * A.shape[0] <= m for A, _ in data) else "gram"
-    gen = torch.Generator(device="cpu").manual_seed(int(seed) + 104729)
+    gen = _dp.shared_generator(seed)
     std = 0.0 if dp is None else dp.noise_std
     server = FusionServer(m, dtype=A0.dtype, device=A0.device)
     local = []
@@ -68,7 +78,8 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
             A, b = privacy.clip_rows(A, b, dp.c_a, dp.c_b, dp.clip)
         msg = client_message(A, b, with_count=dp is None, form=form)
         if dp is not None and not dp.central and std > 0:
-            msg = _dp.privatize(msg, std, gen)
+            msg = _dp.privatize(msg, std, gen if noise_streams == "shared" else
+                                _dp.client_generator(seed, k if client_ids is None else client_ids[k]))
         t_clients = max(t_clients, time.perf_counter() - tc)  # clients work in parallel
         server.receive(k, msg)
         local.append((A, b))

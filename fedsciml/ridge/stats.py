@@ -92,6 +92,31 @@ def message_dim(msg: Mapping) -> int:
     return int((msg["R"] if "R" in msg else msg["h"]).shape[-1])
 
 
+def to_gn(msg: Mapping) -> dict:
+    """A Gram-form ridge message in the runtime's Gauss–Newton schema and sign: ``{H: G, g: −h}`` (+ ``n``).
+
+    The runtime (:mod:`fedsciml.federated.gn`, :mod:`fedsciml.federated.oneshot`) declares one convention for the
+    statistics of a residual ``r``: ``H = pack(JᵀJ)``, ``g = Jᵀr``; the ridge message is the same statistics of
+    ``r = A w − b`` at ``w = 0`` with ``h = Aᵀb = −g``.  Negation is exact, so the round trip
+    ``from_gn(to_gn(m))`` returns the same bits.
+    """
+    if "R" in msg:
+        raise ValueError("to_gn takes the Gram form {G, h[, n]}; the square-root form {R, z} maps to the gn "
+                         "square-root schema {R, s} with s = −z")
+    out = {"H": msg["G"], "g": -msg["h"]}
+    if "n" in msg:
+        out["n"] = msg["n"]
+    return out
+
+
+def from_gn(msg: Mapping) -> dict:
+    """The inverse of :func:`to_gn`: ``{G: H, h: −g}`` (+ ``n``; a gn ``loss`` is dropped)."""
+    out = {"G": msg["H"], "h": -msg["g"]}
+    if "n" in msg:
+        out["n"] = msg["n"]
+    return out
+
+
 def validate(msg, client_id, d: int, dtype=None) -> dict:
     """Check one message (either form) for dimension d (raises MessageRejected)."""
     schema = SQRT_SCHEMA if isinstance(msg, dict) and "R" in msg else SCHEMA
@@ -166,7 +191,10 @@ class FusionServer:
     def _prepare(self, cid, msg):
         """Structural checks and conversion to the server's dtype/device: ``(form, G or R, h, n)``.
 
-        Finiteness is left to the caller (checked on the sum, see :meth:`receive_all`)."""
+        Finiteness is left to the caller (checked on the sum, see :meth:`receive_all`).  A message in the runtime's
+        gn schema ``{H, g[, loss], n}`` is read through :func:`from_gn` (``G = H``, ``h = −g``)."""
+        if isinstance(msg, dict) and "H" in msg and "G" not in msg:
+            msg = from_gn(msg)
         form = "sqrt" if isinstance(msg, dict) and "R" in msg else "gram"
         _FAST[form].validate(msg, cid, d=self.d, q=self._q)
         for k, v in msg.items():
