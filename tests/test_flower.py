@@ -28,6 +28,24 @@ from fedsciml.problems import get_problem  # noqa: E402
 K = 2
 
 
+class Run:
+    """An in-process run's θ and history (what the bitwise comparisons need)."""
+
+    def __init__(self, theta, rows, info):
+        self.theta, self.history, self.extra = theta, rows, info
+
+
+def local_run(problem, method, clients, seed=0, **opts):
+    """``method`` in process, its clients evaluated one by one (as :func:`fedsciml.runner.solve` sets it up)."""
+    from fedsciml.runner import METHODS
+
+    transport = unbatched(problem, clients, seed)
+    torch.manual_seed(seed)
+    theta0 = problem.init_params(seed)
+    objs = [transport.clients[c].objective for c in transport.client_ids]
+    return Run(*METHODS[method](problem, objs, theta0, problem.evaluate, seed=seed, transport=transport, **opts))
+
+
 def unbatched(problem, clients, seed=0):
     """In-process clients evaluated one by one (what one Flower node per client computes)."""
     torch.manual_seed(seed)
@@ -136,8 +154,7 @@ def simulated(tmp_path_factory):
         flower = solve_many(calls, clients=K)
         resumed = (flower[-2], flower[-1])
         flower = flower[:len(RUNS)]
-        local = [fs.solve(probs[pn], m, clients=K, seed=0, transport=unbatched(probs[pn], K), **o)
-                 for pn, m, o in RUNS.values()]
+        local = [local_run(probs[pn], m, K, **o) for pn, m, o in RUNS.values()]
     finally:
         torch.set_num_threads(threads)
     return {**dict(zip(RUNS, zip(flower, local))), "resumed": resumed}
@@ -197,8 +214,7 @@ def _local_reference(problem_name, method, **opts):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the deployment's nodes and ServerApp run one thread each
     try:
-        p = get_problem(problem_name)
-        return fs.solve(p, method, clients=K, seed=0, transport=unbatched(p, K), **opts)
+        return local_run(get_problem(problem_name), method, K, **opts)
     finally:
         torch.set_num_threads(threads)
 

@@ -220,6 +220,8 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
         if o.n_params != theta0.numel():
             raise ValueError(f"client {c}: its node's objective has {o.n_params} parameters, the model "
                              f"{theta0.numel()}")
+    options = dict(options)
+    options.pop("transport", None)  # the configured in-process transport name: Flower's replaces it
     t0 = time.perf_counter()
     theta, rows, info = METHODS[method](problem, objectives, theta0, problem.evaluate, progress=progress, seed=seed,
                                         transport=transport, **options)

@@ -89,10 +89,10 @@ class FlowerTransport(Transport):
                 for nid, rep in self._describe(fresh, min(60.0, max(1.0, end - time.monotonic()))).items():
                     if isinstance(rep, Failure) and rep.reason.startswith(APP_FAILURE):
                         raise FlowerConnectError(f"node {nid} cannot serve this run: {rep.reason}")
-                    if isinstance(rep, Failure):  # a node that is gone (not yet expired by the SuperLink)
-                        self._dead.add(nid)
+                    if isinstance(rep, Failure):  # still starting (ask again), or gone (not yet expired)
+                        asked.discard(nid)
                         if self.log:
-                            self.log(f"node {nid} ignored: {rep.reason}")
+                            self.log(f"node {nid} did not describe itself yet: {rep.reason}")
                         continue
                     cid = int(rep.metrics["partition_id"])
                     if not 0 <= cid < self.n_clients:
