@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from fedsciml import linalg
-from fedsciml.federated.aggregators import FedAvgAggregator
+from fedsciml.federated.aggregators import Aggregator, FedAvgAggregator
 from fedsciml.federated.messages import MessageRejected
 from fedsciml.images import data as D
 from fedsciml.images import fisher as fz
 from fedsciml.images import methods as M
 from fedsciml.images.aggregators import (FedBEnsAggregator, FedFishAggregator, FedFisherAggregator,
-                                         FisherMergeAggregator, RegMeanAggregator)
+                                         FisherMergeAggregator, RegMeanAggregator, ServerAdam)
 from fedsciml.images.models import MODELS, FlatModel, build, head_names, n_params
 
 torch.set_num_threads(1)
@@ -342,6 +342,41 @@ def test_fedfish_reduces_to_fedavg_delta_with_equal_fishers_and_rejects_bad_fish
     assert not ok and "negative" in bad[0]
 
 
+def test_server_opt_default_is_the_old_rule_and_avg_adam_switch_the_server_step():
+    m, ws, xs = _linear_clients()
+    th = m.theta()
+    msgs = {c: {"delta": w - th, "fisher": torch.rand(m.p), "n": torch.tensor([10.0 * (c + 1)])}
+            for c, w in enumerate(ws)}
+    agg = {o: {k: M._aggregator(k, M.TrainConfig(server_opt=o)) for k in ("fedavg", "fedfish")}
+           for o in M.SERVER_OPTS}
+    # the old rules, written out: FedAvg θ + Σ (n_i/N) Δ_i; FedFish one torch Adam(0.01, (0.9, 0.99), 1e-3) with the
+    # Fisher-merged delta as minus the gradient, moments kept across rounds
+    mean = sum(Aggregator.sample_weights(msgs)[c] * m_["delta"] for c, m_ in msgs.items())
+    fish = agg["default"]["fedfish"].merged_delta(msgs)
+    p_ = torch.nn.Parameter(th.clone())
+    opt = torch.optim.Adam([p_], lr=0.01, betas=(0.9, 0.99), eps=1e-3)
+    t_old, t_new = th, th
+    for _ in range(2):  # bitwise: the same torch operations in the same order
+        with torch.no_grad():
+            p_.copy_(t_old)
+        p_.grad = -fish
+        opt.step()
+        t_old = p_.detach().clone()
+        t_new = agg["default"]["fedfish"].aggregate(t_new, msgs)
+        assert torch.equal(t_new, t_old)
+    assert torch.equal(agg["default"]["fedavg"].aggregate(th, msgs), th + 1.0 * mean)
+    # "avg": FedFish adds its Fisher-merged delta; "adam": FedAvg's mean delta drives the same server Adam
+    assert torch.allclose(agg["avg"]["fedfish"].aggregate(th, msgs), th + fish, atol=1e-6)
+    assert torch.allclose(agg["avg"]["fedavg"].aggregate(th, msgs), th + mean, atol=1e-6)
+    adam = ServerAdam(0.01)
+    assert torch.allclose(agg["adam"]["fedavg"].aggregate(th, msgs), adam.step(th, mean), atol=1e-6)
+    assert not torch.allclose(agg["adam"]["fedavg"].aggregate(th, msgs), th + mean, atol=1e-4)
+    assert not torch.allclose(agg["avg"]["fedfish"].aggregate(th, msgs), agg["adam"]["fedfish"].aggregate(th, msgs),
+                              atol=1e-4)
+    with pytest.raises(ValueError, match="server_opt must be one of default, avg, adam, got 'sgd'"):
+        M._aggregator("fedavg", M.TrainConfig(server_opt="sgd"))
+
+
 # ------------------------------------------------------------------ protocols
 def _tiny_fed(C=3, seed=0):
     return D.federate(D.load("digits"), C, 0.5, seed=seed)
@@ -385,6 +420,8 @@ def test_cli_bench_images_writes_json_and_png(tmp_path, capsys):
     assert any(f.endswith(".png") for f in os.listdir(tmp_path))
     assert "fishermerge" in capsys.readouterr().out
     assert main(["bench", "images", "--methods", "fipa", "--quiet"]) == 2
+    assert main(["bench", "images", "--protocol", "rounds", "--server-opt", "sgd", "--quiet"]) == 2
+    assert "--server-opt must be one of default, avg, adam, got 'sgd'" in capsys.readouterr().err
 
 
 def test_fipa_tail_floor_is_the_exact_merge_of_lowrank_plus_isotropic_curvatures():

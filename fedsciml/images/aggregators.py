@@ -6,7 +6,8 @@ FedAvg, FedProx and FIPA (thin-QR merge, Eq. 13) are used unchanged from
 messages are model + Fisher summaries:
 
 * :class:`FedFishAggregator` — multi-round; ``delta`` + diagonal empirical Fisher,
-  Fisher-weighted delta as the pseudo-gradient of a server Adam step.
+  Fisher-weighted delta as the pseudo-gradient of a server Adam step (:class:`ServerAdam`) or added directly;
+  :class:`FedAvgAdamAggregator` is FedAvg with the same server Adam.
 * :class:`FisherMergeAggregator` — one-shot ``Σ n_i F_i w_i / Σ n_i F_i`` with a fisher floor.
 * :class:`FedFisherAggregator` — one-shot; minimizes ``½wᵀ(ΣF̄_i)w − (ΣF̄_i w_i)ᵀw``
   (``F̄_i = (n_i/N) F_i``, diagonal or K-FAC) with Adam from the FedAvg average,
@@ -33,7 +34,7 @@ import torch
 
 from fedsciml import linalg
 from fedsciml.curvature import fipa_merge_lowrank
-from fedsciml.federated.aggregators import Aggregator, FIPAAggregator
+from fedsciml.federated.aggregators import Aggregator, FedAvgAggregator, FIPAAggregator
 from fedsciml.federated.messages import Field, Schema
 from fedsciml.images.fisher import KFAC
 
@@ -85,18 +86,40 @@ def _stack_weights(messages):
     return [w[c] for c in messages]
 
 
+class ServerAdam:
+    """The server Adam of FedFish (App. A: Adam as the global optimizer): ``step(θ, Δ)`` takes the merged
+    delta ``Δ`` as the negative pseudo-gradient and returns the new θ; its moments persist across rounds."""
+
+    def __init__(self, lr: float = 0.01, betas=(0.9, 0.99), eps: float = 1e-3):
+        if not lr > 0:
+            raise ValueError(f"server Adam learning rate must be > 0, got {lr}")
+        self.lr, self.betas, self.eps = lr, betas, eps
+        self._opt = None
+        self._param = None
+
+    def step(self, theta, delta):
+        if self._param is None or self._param.shape != theta.shape:
+            self._param = torch.nn.Parameter(theta.detach().clone())
+            self._opt = torch.optim.Adam([self._param], lr=self.lr, betas=self.betas, eps=self.eps)
+        with torch.no_grad():
+            self._param.copy_(theta)
+        self._param.grad = -delta.detach()
+        self._opt.step()
+        return self._param.detach().clone()
+
+
 class FedFishAggregator(Aggregator):
-    """FedFish (Alg. 1) with a server Adam: pseudo-gradient ``−Σ n_i F_i Δ_i / Σ n_i F_i``
-    (coordinates where every Fisher is 0 fall back to the sample-weighted mean delta)."""
+    """FedFish (Alg. 1): merged delta ``Σ n_i F_i Δ_i / Σ n_i F_i`` (coordinates where every Fisher is 0 fall
+    back to the sample-weighted mean delta), applied by a server Adam (``server_opt='adam'``, its
+    pseudo-gradient) or directly, ``θ + Δ_F`` (``server_opt='avg'``)."""
 
     name = "fedfish"
 
-    def __init__(self, server_lr: float = 0.01, betas=(0.9, 0.99), eps: float = 1e-3):
-        if not server_lr > 0:
-            raise ValueError(f"FedFish server learning rate must be > 0, got {server_lr}")
-        self.lr, self.betas, self.eps = server_lr, betas, eps
-        self._opt = None
-        self._param = None
+    def __init__(self, server_lr: float = 0.01, betas=(0.9, 0.99), eps: float = 1e-3, server_opt: str = "adam"):
+        if server_opt not in ("adam", "avg"):
+            raise ValueError(f"FedFish server optimizer must be 'adam' or 'avg', got {server_opt!r}")
+        self.server_opt = server_opt
+        self.adam = ServerAdam(server_lr, betas, eps) if server_opt == "adam" else None
 
     def schema(self):
         return Schema({"delta": Field(("p",)), "fisher": Field(("p",), nonneg=True), "n": Field((1,), positive=True)})
@@ -111,14 +134,21 @@ class FedFishAggregator(Aggregator):
     def aggregate(self, theta, messages):
         if not messages:
             raise ValueError("no client messages to aggregate")
-        if self._param is None or self._param.shape != theta.shape:
-            self._param = torch.nn.Parameter(theta.detach().clone())
-            self._opt = torch.optim.Adam([self._param], lr=self.lr, betas=self.betas, eps=self.eps)
-        with torch.no_grad():
-            self._param.copy_(theta)
-        self._param.grad = -self.merged_delta(messages).detach()
-        self._opt.step()
-        return self._param.detach().clone()
+        delta = self.merged_delta(messages)
+        return theta + delta if self.adam is None else self.adam.step(theta, delta)
+
+
+class FedAvgAdamAggregator(FedAvgAggregator):
+    """FedAvg with FedFish's server Adam (FedAdam, Reddi et al. 2021): the (robust) sample-weighted mean
+    delta as the pseudo-gradient, so FedAvg and FedFish can be compared with the same server optimizer."""
+
+    def __init__(self, server_lr: float = 0.01, betas=(0.9, 0.99), eps: float = 1e-3, **kw):
+        super().__init__(**kw)
+        self.adam = ServerAdam(server_lr, betas, eps)
+
+    def aggregate(self, theta, messages):
+        step = super().aggregate(torch.zeros_like(theta), messages)  # 0 + 1·Δ: exactly FedAvg's mean delta
+        return self.adam.step(theta, step)
 
 
 class FisherMergeAggregator(Aggregator):

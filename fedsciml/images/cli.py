@@ -45,6 +45,10 @@ def add_parser(bench_subparsers):
                    help="FIPA: extra QR-merge regularization, relative: beta · max_m (N_m/N) λ_max,m")
     p.add_argument("--no-tail", action="store_true",
                    help="FIPA: plain Eq. 13 (no isotropic tail floor τ_m = λ_r,m, no complement step; needs --beta > 0)")
+    p.add_argument("--server-opt", default="default", metavar="OPT",
+                   help="server optimizer of multi-round fedavg and fedfish: default (fedavg plain average, fedfish "
+                        "server Adam), avg (both add their merged delta), adam (both use it as the pseudo-gradient "
+                        "of a server Adam, lr 0.01)")
     p.add_argument("--gamma", type=float, default=1.0, help="FIPA: server step γ")
     p.add_argument("--modes", type=int, default=5, help="FedBEns: mixture components M per client")
     from fedsciml.cli import THREADS_HELP
@@ -72,6 +76,8 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
                                  ("participation", args.participation, lambda x: x <= 1 and x > 0, "in (0, 1]")):
         if v is not None and not (math.isfinite(v) and ok(v)):
             raise ValueError(f"--{name} must be a finite number {allowed}, got {v}")
+    if args.server_opt not in M.SERVER_OPTS:
+        raise ValueError(f"--server-opt must be one of {', '.join(M.SERVER_OPTS)}, got {args.server_opt!r}")
     if args.dataset == "digits" and args.data_dir is not None:
         raise ValueError("--data-dir applies to cifar10, cifar100 and fmnist; digits is bundled with scikit-learn")
     if args.dataset != "digits":
@@ -82,7 +88,7 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
             raise ValueError(f"--data-dir {args.data_dir!r} is not an existing directory")
     cfg = M.TrainConfig(epochs=args.epochs if args.epochs is not None else (30 if one_shot else 2),
                         rank=args.rank, beta=args.beta, gamma=args.gamma, tail=not args.no_tail,
-                        modes=args.modes,
+                        modes=args.modes, server_opt=args.server_opt,
                         device=str(resolve_device(args.device)))
     cfg.lr = args.lr if args.lr is not None else (0.01 if one_shot else 0.05)
     for name, v in (("clients", args.clients), ("seeds", args.seeds), ("rounds", args.rounds),

@@ -31,14 +31,16 @@ from fedsciml.federated.simulation import RoundConfig, Simulation
 from fedsciml.federated.strategy import Exchange, Strategy
 from fedsciml.federated.transport import BytesTransport, LocalTransport, Reply, Request
 from fedsciml.images import fisher as fz
-from fedsciml.images.aggregators import (FedBEnsAggregator, FedFishAggregator, FedFisherAggregator,
-                                         FIPAComplementAggregator, FisherMergeAggregator, RegMeanAggregator)
+from fedsciml.images.aggregators import (FedAvgAdamAggregator, FedBEnsAggregator, FedFishAggregator,
+                                         FedFisherAggregator, FIPAComplementAggregator, FisherMergeAggregator,
+                                         RegMeanAggregator)
 from fedsciml.images.data import FederatedImages
 from fedsciml.images.models import FlatModel, build, head_names
 
 ONE_SHOT = ("fedavg", "fishermerge", "regmean", "fedfisher-diag", "fedfisher-kfac",
             "fedbens", "fedbens-diag", "fedbens-diagfull")
 MULTI_ROUND = ("fedavg", "fedprox", "fipa", "fipa-fc", "fedfish")
+SERVER_OPTS = ("default", "avg", "adam")  # TrainConfig.server_opt
 
 
 @dataclass
@@ -61,7 +63,10 @@ class TrainConfig:
     trim: float = 0.2
     clip_norm: float | None = None
     # FedFish
-    fedfish_lr: float = 0.01
+    fedfish_lr: float = 0.01  # learning rate of the server Adam (FedFish; FedAvg with server_opt="adam")
+    # server optimizer of multi-round FedAvg and FedFish: "default" (FedAvg plain average, FedFish server Adam),
+    # "avg" (both add their merged delta: θ + Δ), "adam" (both use it as the pseudo-gradient of the server Adam)
+    server_opt: str = "default"
     # FedFisher
     fedfisher_steps: int = 2000
     fedfisher_lr: float = 0.01
@@ -304,10 +309,15 @@ def _client_round(meth, model, theta, x, y, cfg, seed, n):
 
 
 def _aggregator(meth, cfg):
+    if cfg.server_opt not in SERVER_OPTS:
+        raise ValueError(f"server_opt must be one of {', '.join(SERVER_OPTS)}, got {cfg.server_opt!r}")
     if meth in ("fedavg", "fedprox"):
-        return FedAvgAggregator(robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, outlier_ratio=None)
+        kw = dict(robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, outlier_ratio=None)
+        if meth == "fedavg" and cfg.server_opt == "adam":
+            return FedAvgAdamAggregator(cfg.fedfish_lr, **kw)
+        return FedAvgAggregator(**kw)
     if meth == "fedfish":
-        return FedFishAggregator(cfg.fedfish_lr)
+        return FedFishAggregator(cfg.fedfish_lr, server_opt="avg" if cfg.server_opt == "avg" else "adam")
     return FIPAComplementAggregator(beta_rel=cfg.beta, gamma=cfg.gamma, tail=cfg.tail)
 
 
