@@ -401,9 +401,9 @@ class FedAvgConfig(RobustOptions, LocalOptions, RoundOptions):
     default_rounds: ClassVar[int | None] = 30  # None: the strategy decides when it is done
 
     server_lr: float = option(1.0, "server step applied to the averaged update", float, lo=0, lo_open=True)
-    outlier_ratio: float | None = option(1e3, "reject an update whose norm exceeds this multiple of the median "
-                                              "update norm of the round (needs ≥ 3 answering clients)", float,
-                                         lo=1, lo_open=True, none="no screen")
+    outlier_ratio: float = option(1e3, "reject an update whose norm exceeds this multiple of the median "
+                                       "update norm of the round (needs ≥ 3 answering clients; inf: no screen)",
+                                  float, lo=1, lo_open=True, finite=False)
 
     def forms_jacobians(self) -> bool:
         return self.local == "gn"

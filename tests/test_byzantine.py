@@ -283,10 +283,10 @@ def test_one_client_times_1e6_is_contained_by_median_trimmed_mean_and_norm_bound
     attack = hook_for(0, lambda m: {**m, "delta": m["delta"] * 1e6})
     honest = run("fedavg", objs, **opts)[1][-1]["mse"]
     # the default outlier screen is turned off here so that each robust rule is tested on its own
-    wrecked = run("fedavg", objs, message_hook=attack, outlier_ratio=None, **opts)[1][-1]["mse"]
+    wrecked = run("fedavg", objs, message_hook=attack, outlier_ratio=float("inf"), **opts)[1][-1]["mse"]
     assert wrecked > 1e6 * honest
     for rule in ({"robust": "median"}, {"robust": "trimmed", "trim": 0.2}, {"clip_norm": 0.5}):
-        mse = run("fedavg", objs, message_hook=attack, outlier_ratio=None, **opts, **rule)[1][-1]["mse"]
+        mse = run("fedavg", objs, message_hook=attack, outlier_ratio=float("inf"), **opts, **rule)[1][-1]["mse"]
         assert mse < 3 * honest, (rule, mse, honest)
     th, _, info = run("fedprox", objs, message_hook=attack, robust="median", rounds=1, local_steps=2)
     assert info["options"]["robust"] == "median" and evaluate(th)["mse"] < 10  # the ×1e6 update is not applied
@@ -405,11 +405,11 @@ def test_default_outlier_screen_rejects_a_grossly_inflated_update_and_leaves_hon
         return {**msg, "delta": msg["delta"] * 1e6} if cid == 1 else msg
 
     honest = fs.solve("sin1d", **kw)
-    off = fs.solve("sin1d", outlier_ratio=None, **kw)
+    off = fs.solve("sin1d", outlier_ratio=float("inf"), **kw)
     assert [r["loss"] for r in honest.history] == [r["loss"] for r in off.history]
     bad = fs.solve("sin1d", message_hook=hook, **kw)
     reasons = [r["reason"] for r in bad.extra["rejections"]]
     assert len(reasons) == 3 and all("screened as an outlier" in r for r in reasons)
     assert bad.final["mse"] < 2 * honest.final["mse"] + 1e-3  # the three honest clients carry on
-    wrecked = fs.solve("sin1d", message_hook=hook, outlier_ratio=None, **kw)
+    wrecked = fs.solve("sin1d", message_hook=hook, outlier_ratio=float("inf"), **kw)
     assert wrecked.final["mse"] > 1e3 * honest.final["mse"]  # what the screen prevents

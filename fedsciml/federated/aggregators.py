@@ -122,7 +122,7 @@ class FedAvgAggregator(Aggregator):
     * ``clip_norm``: ``None`` (default, off) or C > 0 — each Δθ_m is scaled to
       norm ≤ C before combining.
 
-    ``outlier_ratio`` (default 1e3; ``None`` turns it off): with ≥ 3 accepted
+    ``outlier_ratio`` (default 1e3; ``inf`` or ``None`` turns it off): with ≥ 3 accepted
     updates in a round, an update whose norm exceeds ``outlier_ratio`` times the
     round's median update norm is rejected by name.  It is on by default
     because it leaves honest runs untouched (honest local updates of one round
@@ -148,11 +148,11 @@ class FedAvgAggregator(Aggregator):
                  clip_norm: float | None = None, outlier_ratio: float | None = 1e3):
         if not server_lr > 0:
             raise ValueError(f"server learning rate must be > 0, got {server_lr}")
-        if outlier_ratio is not None and not (math.isfinite(outlier_ratio) and outlier_ratio > 1):
-            raise ValueError(f"outlier_ratio must be a finite number > 1 or None, got {outlier_ratio}")
+        if outlier_ratio is not None and not outlier_ratio > 1:
+            raise ValueError(f"outlier_ratio must be a number > 1 (inf or None: no screen), got {outlier_ratio}")
         self.server_lr = server_lr
         self.rule = _robust.RobustRule(robust, float(trim), None if clip_norm is None else float(clip_norm))
-        self.outlier_ratio = None if outlier_ratio is None else float(outlier_ratio)
+        self.outlier_ratio = None if outlier_ratio is None or math.isinf(outlier_ratio) else float(outlier_ratio)
 
     def validate(self, messages, p: int, dtype=None):
         ok, bad = super().validate(messages, p, dtype)
