@@ -194,13 +194,9 @@ def _seed_checkpoint(workdir):
 
 
 def _read_state(path):
-    """A valid checkpoint's state (whatever the file format of this version)."""
-    try:
-        from fedsciml.federated.checkpoint import read
-        return read(path)
-    except ImportError:
-        import torch
-        return torch.load(path, weights_only=False)
+    """A valid checkpoint's state, read the safe way (``fedsciml.federated.checkpoint.read``)."""
+    from fedsciml.federated.checkpoint import read
+    return read(path)
 
 
 def ckpt_setup(kind):
