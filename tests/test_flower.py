@@ -56,7 +56,12 @@ def unbatched(problem, clients, seed=0):
 # --- codec and ClientApp (no Flower runtime) ------------------------------------------------
 
 
-def test_request_and_reply_cross_flower_records_bitwise():
+@pytest.mark.parametrize("packed", [True, False])
+def test_request_and_reply_cross_flower_records_bitwise(packed, monkeypatch):
+    """Both message forms — one packed bytes value (small messages), or one Flower Array per tensor — keep
+    every dtype and bit; a malformed packed message is a ValueError (the transport rejects it)."""
+    if not packed:
+        monkeypatch.setattr(codec, "COMPACT_MAX_BYTES", 0)
     g = torch.Generator().manual_seed(0)
     theta = torch.randn(257, dtype=torch.float64, generator=g) * 1e-300  # subnormal-scale bits survive too
     req = Request("update", {"theta": theta, "empty": torch.zeros(0, dtype=torch.float64)},
@@ -73,6 +78,13 @@ def test_request_and_reply_cross_flower_records_bitwise():
         assert got.message[k].dtype == rep.message[k].dtype and torch.equal(got.message[k], rep.message[k])
     fail = codec.reply_from_content(codec.reply_content(Failure("client failed: boom")))
     assert isinstance(fail, Failure) and fail.reason == "client failed: boom"
+    content = codec.reply_content(rep)
+    assert (codec.PACKED in content.config_records) is packed and (codec.TENSORS in content.array_records) is not packed
+    if packed:
+        from flwr.app import ConfigRecord, RecordDict
+
+        with pytest.raises(ValueError, match="malformed packed message"):
+            codec.reply_from_content(RecordDict({codec.PACKED: ConfigRecord({"bytes": b"\x05garbage"})}))
 
 
 def test_client_app_answers_like_an_in_process_client_and_reports_failures():
@@ -354,3 +366,29 @@ def test_image_clients_built_on_nodes_send_the_in_process_messages_bitwise():
     assert fl.info["rejections"] == [] and fl.info["rounds"] == lo.info["rounds"]
     with pytest.raises(ValueError, match="does not run fipa-fc"):
         run_setting(dataset="digits", model="linear", clients=K, protocol="rounds", rounds=1)
+
+
+def test_deployment_fedavg_fuses_the_rest_when_a_node_stays_dead(deployment):
+    """fedavg with a SuperNode killed after it described itself and never restarted: every exchange that
+    includes it times out (3 s) or finds it gone — a dropout, not a rejection — and the run fuses the other
+    client for every round; the monitoring loss covers the client that answered (loss_clients = 1)."""
+    import time
+
+    log = deployment.dir / "node1.log"
+
+    def tasks():
+        return log.read_text(errors="replace").count("fedsciml.flower.node] task")
+
+    before = tasks()
+    proc, out = deployment.submit("bratu", "fedavg", rounds=4, local_steps=5, timeout_s=3.0, name="dead")
+    end = time.monotonic() + 300
+    while time.monotonic() < end and tasks() < before + 1:
+        time.sleep(0.02)  # node 1 answered describe: the run knows it
+    deployment.kill("node1")
+    res, theta = deployment.wait(proc, out, 600)
+    assert res.extra["rounds"] == 4 and res.extra["rejections"] == []
+    missed = res.extra["unanswered"]
+    assert missed and {m["client"] for m in missed} == {1}
+    assert all(m["reason"].startswith("node ") or m["reason"].startswith("monitoring loss: node ") for m in missed)
+    last = res.history[-1]
+    assert last["answered"] == 1 and last["loss_clients"] == 1 and bool(torch.isfinite(theta).all())
