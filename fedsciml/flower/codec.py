@@ -24,6 +24,7 @@ The bits are the same either way.
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import torch
@@ -31,7 +32,9 @@ import torch
 from fedsciml.federated.transport import Failure, Reply, Request
 
 TENSORS, META, PACKED = "tensors", "meta", "packed"
-COMPACT_MAX_BYTES = 4 << 20  # below Flower's 5 MB array chunk: one object instead of one per record/array/chunk
+# below Flower's 5 MB array chunk: one object instead of one per record/array/chunk (0: never pack; the
+# environment variable is read by every process of a deployment — to measure the difference)
+COMPACT_MAX_BYTES = int(os.environ.get("FEDSCIML_FLOWER_PACK_MAX_BYTES", 4 << 20))
 
 
 def _small(tensors: dict) -> bool:
