@@ -151,3 +151,22 @@ def test_baselines_cross_bytes_bitwise_and_log_rejections_and_dropout():
     w, _, info = fedavg(bad, rounds=2, sigma=0.01)
     assert torch.isfinite(w).all() and {e["client"] for e in info["rejections"]} == {2}
     assert "finite" in info["rejections"][0]["reason"]
+
+
+def test_ridge_cli_preset_on_flower_is_bitwise_the_local_run():
+    """``ridge --engine flower``: the one-shot exchange carried by Flower's simulation engine (one client per
+    virtual node, one thread): the same model bit for bit as the in-process run, and the same test MSE."""
+    pytest.importorskip("flwr")
+    from fedsciml.ridge.cli import run_experiment
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        kw = dict(clients=3, dim=5, samples=20, project=4, epsilon=5.0, dropout=0.3, seed=1)
+        fl, lo = run_experiment(engine="flower", **kw), run_experiment(**kw)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(fl[0].theta, lo[0].theta) and fl[0].final["mse"] == lo[0].final["mse"]
+    assert fl[0].options["engine"] == "flower" and fl[0].extra["fused_clients"] == lo[0].extra["fused_clients"]
+    with pytest.raises(ValueError, match="engine local"):
+        run_experiment(engine="flower", baselines="fedavg", **kw)

@@ -159,6 +159,8 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
     d = int(w_c.numel())
     label = "one-shot" + ("" if not use_dp else f" DP ε={epsilon}{' central' if central_dp else ''}") \
         + ("" if not project or project == d else f" m={project}")
+    # the test rows of this split (a Flower ServerApp evaluates on its own problem copy, which has not split)
+    one.final["mse"] = ev(one.theta)
     out = [_summary(one, w_c, mse_c, label, 1)]
     central = Result(problem=problem.name, method="centralized",
                      options={**problem.options, "solver": "pooled ridge (Cholesky)", "sigma_used": s_used},
