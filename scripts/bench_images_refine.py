@@ -51,7 +51,17 @@ def main(argv=None):
     ap.add_argument("--json", default="results/bench_images_refine.json")
     ap.add_argument("--repro", default="", metavar="NAME",
                     help="also write reproductions/NAME.csv and .md (mean ± std over the seeds, command and commit)")
+    ap.add_argument("--from-json", default="", metavar="FILE",
+                    help="write --repro from the JSON of an earlier run (with the same options) instead of running")
+    ap.add_argument("--ran", default="", help="with --from-json: the command that produced the JSON (for the note)")
     a = ap.parse_args(argv)
+    if a.from_json:
+        import json
+
+        with open(a.from_json) as f:
+            runs = {float(k): v for k, v in json.load(f).items()}
+        write_repro(a, runs, sum(r.get("wall_s", 0.0) for r in runs.values()))
+        return
     torch.set_num_threads(a.threads)
     cfg = M.TrainConfig(epochs=a.epochs, lr=a.lr, rank=a.rank, beta=a.beta, gamma=a.gamma,
                         tail=not a.no_tail)
@@ -105,11 +115,15 @@ def write_repro(a, runs, wall):
                          "per-seed best %": " / ".join(f"{b:.2f}" for b in best),
                          "floats/client/round": f"{r['floats_per_client']:.0f}",
                          "FIPA paper CIFAR-10 max / avg": PAPER.get(al, {}).get(m, "—")})
-    note = (f"digits, {a.model}, {a.clients} clients (balanced Dirichlet split), {a.participation:.0%} participation, "
-            f"{a.warmup} FedAvg warm-up rounds shared by every method, then {a.rounds} refinement rounds; local SGD "
-            f"{a.epochs} epochs, lr {a.lr}; FIPA rank {a.rank}, γ {a.gamma}; seeds 0..{a.seeds - 1}, "
-            f"torch threads {a.threads}. Best / avg: best and mean test accuracy over the refinement rounds; "
-            f"mean ± std (sample std) over the seeds. Wall time {wall:.0f} s on a shared 2-core CPU.")
+    st = next(iter(runs.values()))["setting"]  # what ran (also when the table is written from a JSON)
+    c = st["config"]
+    note = (f"{st['dataset']}, {st['model']}, {st['clients']} clients ({st['split']} Dirichlet split), "
+            f"{st['participation']:.0%} participation, {st['warmup']} FedAvg warm-up rounds shared by every method, "
+            f"then {st['rounds']} refinement rounds; local SGD {c['epochs']} epochs, lr {c['lr']}; FIPA rank "
+            f"{c['rank']}, γ {c['gamma']}; seeds {', '.join(map(str, st['seeds']))}, torch threads "
+            f"{st['torch_threads']}. Best / avg: best and mean test accuracy over the refinement rounds; mean ± std "
+            f"(sample std) over the seeds. Wall time {wall:.0f} s on a shared 2-core CPU."
+            + (f" Written from the JSON of `{a.ran}`." if a.from_json and a.ran else ""))
     for p in repro_common.write(a.repro, cols, rows, note):
         print("wrote", p)
 
