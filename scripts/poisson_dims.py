@@ -46,8 +46,8 @@ METHODS = {  # label: (method, options)
 }
 ABLATION = {
     "default (rank 20, safeguard)": {},
-    "rank 0 (full H_m)": {"rank": 0},
     "rank 100": {"rank": 100},
+    "rank 300": {"rank": 300},
     "complement": {"complement": True},
     "no safeguard": {"safeguard": False},
     "no safeguard, γ 0.3": {"safeguard": False, "gamma": 0.3},
