@@ -27,7 +27,9 @@ the run; Flower only carries the plain-data requests and replies
 
 Hygiene: importing this package turns Flower's telemetry and update check
 and Ray's usage statistics off (unless the environment already says
-otherwise); Ray and every listener are bound to 127.0.0.1.
+otherwise); Ray and every listener are bound to 127.0.0.1 (Ray as a
+single-machine cluster: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``; it must be
+imported after this package).
 """
 from __future__ import annotations
 
@@ -39,6 +41,10 @@ os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DISABLE_DOCKER_CPU_WARNING", "1")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+# Ray 2.55 turns ray.init(_node_ip_address="127.0.0.1") into the machine's address and then listens on every
+# interface; as a single-machine Ray (its default on macOS/Windows) it uses and binds 127.0.0.1 only
+# (checked with `ss -ltnp`: every Ray listener on 127.0.0.1)
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 def require_flower():
