@@ -425,8 +425,9 @@ class OneShotConfig(RoundOptions):
     method: ClassVar[str] = "one-shot"
     default_rounds: ClassVar[int | None] = None  # one round: the strategy is done after it
 
-    sigma: float = option(0.0, "extra damping σ of the fused step (ridge: the regularization added at the server)",
-                          float, lo=0)
+    sigma: float | None = option(None, "damping σ of the fused step; on a ridge problem the ridge σ, added once at "
+                                 "the server (default: the problem's σ)", float, lo=0,
+                                 none="the problem's ridge σ on ridge problems, else 0")
     # client-side transforms of the statistics (fedsciml.federated.oneshot), seeded by the run's seed
     dp_epsilon: float | None = option(None, "local DP: ε of the Gaussian mechanism on each client's statistics",
                                       float, lo=0, lo_open=True, finite=False, none="no DP noise")

@@ -210,6 +210,26 @@ def check_run_memory(problem, method: str, clients: int, config: MethodConfig, d
                      "use fewer clients or fewer points per client")
 
 
+def _ridge_sigma_once(problem, method: str, config: MethodConfig):
+    """On a ridge problem σ counts once.  ``one-shot`` runs the ridge protocol: the clients hold their data rows
+    only (problem option ``penalty="server"``) and the fused step adds ``σI`` — the method's ``sigma`` when given
+    (it then becomes the problem's σ, so that the recorded options say what ran), else the problem's ``sigma``.
+    Every other method needs the penalty as residual rows (``penalty="rows"``)."""
+    if getattr(problem, "kind", None) != "ridge":
+        return problem, config
+    if method != "one-shot":
+        if problem.options.get("penalty") == "server":
+            raise ValueError(f"problem option penalty='server' leaves σ to the one-shot server; method {method!r} "
+                             f"needs penalty='rows' (σ as residual rows on every client)")
+        return problem, config
+    import dataclasses
+
+    s = problem.options["sigma"] if config.sigma is None else float(config.sigma)
+    if problem.options.get("penalty") != "server" or s != problem.options["sigma"]:
+        problem = type(problem)(**{**problem.options, "sigma": s, "penalty": "server"})
+    return problem, dataclasses.replace(config, sigma=s)
+
+
 def solve(problem, method: str = "centralized", clients: int | None = None, seed: int = 0, device="cpu",
           progress: bool = False, every: int = 10, message_hook=None, config: MethodConfig | None = None,
           engine: str = "local", **options: Any) -> Result:
@@ -244,6 +264,7 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
     if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
         raise ValueError(f"every must be an integer ≥ 1, got {every!r}")
     dev = resolve_device(device)
+    problem, config = _ridge_sigma_once(problem, method, config)
     if engine == "flower":  # the same strategy and round loop; Flower's simulation engine carries the messages
         from fedsciml.flower.simulation import solve as solve_on_flower
 

@@ -17,11 +17,17 @@
   ``β ~ U[0, 2π]`` is fixed by ``feature_seed``, which all clients share.
 
 Objective.  ``client_objectives`` returns, per client, ``LinearLeastSquares``
-of ``[A_k; √(σ/K)·I]`` and ``[b_k; 0]``: the ridge penalty is split evenly
-over the K clients as residual rows, so the *sum* of the client objectives is
-exactly the ridge objective ``½(‖Aw − b‖² + σ‖w‖²)`` and any federated
-least-squares method (``solve ridge-linear --method gn``) converges to the
-same model as one-shot fusion.  The raw client data ``(A_k, b_k)`` — what the
+of ``[A_k; √(σ/K)·I]`` and ``[b_k; 0]`` (option ``penalty="rows"``, the
+default): the ridge penalty is split evenly over the K clients as residual
+rows, so the *sum* of the client objectives is exactly the ridge objective
+``½(‖Aw − b‖² + σ‖w‖²)`` and any federated least-squares method
+(``solve ridge-linear --method gn``) converges to the same model as one-shot
+fusion.  With ``penalty="server"`` the clients hold their data rows only and
+the one-shot server adds ``σI`` to the fused statistics (the protocol of
+:func:`fedsciml.ridge.one_shot` and ``python -m fedsciml ridge``, where
+projection, clipping, DP noise and LOCO-CV act on the data rows alone);
+``solve(..., method="one-shot")`` on a ridge problem always runs this way, so σ
+counts once.  The raw client data ``(A_k, b_k)`` — what the
 one-shot protocol of :mod:`fedsciml.ridge` turns into sufficient statistics
 — come from :meth:`RidgeProblem.client_data`.
 
@@ -120,12 +126,13 @@ class RidgeProblem(Problem):
         return A.to(device=device, dtype=dtype), b.to(device=device, dtype=dtype)
 
     def rows_per_client(self, n_clients: int) -> int:
-        return self.n_samples + (self.n_features() if self.sigma > 0 else 0)  # the penalty rows √(σ/K)·I
+        rows = self.sigma > 0 and self.penalty == "rows"
+        return self.n_samples + (self.n_features() if rows else 0)  # the penalty rows √(σ/K)·I
 
     def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
         data = self.client_data(n_clients, seed, device)
         d = self.n_features()
-        root = math.sqrt(self.sigma / len(data))
+        root = math.sqrt(self.sigma / len(data)) if self.penalty == "rows" else 0.0
         objs = []
         for A, b in data:
             if root > 0:
@@ -148,6 +155,8 @@ COMMON = {
     "noise": Param(0.1, float, "standard deviation of the target noise ε", _nonneg("noise")),
     "test_fraction": Param(0.2, float, "fraction of each client's samples held out for the test set",
                            _open_unit("test_fraction")),
+    "penalty": Param("rows", str, "where σ enters: rows (√(σ/K)·I residual rows on every client) or server "
+                     "(data rows only; the one-shot server adds σI)", choices=("rows", "server")),
 }
 
 

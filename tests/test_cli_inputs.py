@@ -62,7 +62,7 @@ def test_an_existing_json_file_is_overwritten(capsys, tmp_path):
     f.write_text("old")
     code, out, err = _cli(capsys, *RIDGE, "--json", str(f))
     assert code == 0, err
-    assert json.loads(f.read_text())["clients"] == 3 and not os.path.exists(str(f) + ".tmp")
+    assert json.loads(f.read_text())["runs"][0]["clients"] == 3 and not os.path.exists(str(f) + ".tmp")
 
 
 def test_the_check_leaves_no_file_behind(tmp_path):

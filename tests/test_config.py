@@ -235,12 +235,18 @@ def test_a_transport_object_replaces_the_configured_one():
 
 
 def test_a_method_option_named_like_a_problem_option_keeps_them_apart(tmp_path, capsys):
-    """ridge's σ (the problem) keeps --sigma; one-shot's extra damping σ is --method-sigma / options.method_sigma."""
+    """ridge's σ (the problem) keeps --sigma; one-shot's σ is --method-sigma / options.method_sigma.  On a ridge
+    problem σ counts once: the one-shot's σ, when given, is the ridge σ (added at the server, no penalty rows)."""
     out = tmp_path / "r.json"
+    code, _, err = _cli(capsys, "solve", "ridge-linear", "--clients", "3", "--n-samples", "20", "--dim", "4",
+                        "--method", "one-shot", "--sigma", "0.2", "--quiet", "--json", str(out))
+    assert code == 0, err
+    d = json.loads(out.read_text())
+    assert d["options"]["sigma"] == d["options"]["method_sigma"] == 0.2 and d["options"]["penalty"] == "server"
     code, _, err = _cli(capsys, "solve", "ridge-linear", "--clients", "3", "--n-samples", "20", "--dim", "4",
                         "--method", "one-shot", "--sigma", "0.2", "--method-sigma", "0.5", "--quiet", "--json", str(out))
     assert code == 0, err
     d = json.loads(out.read_text())
-    assert d["options"]["sigma"] == 0.2 and d["options"]["method_sigma"] == 0.5
+    assert d["options"]["sigma"] == d["options"]["method_sigma"] == 0.5
     _one_line_exit_2(capsys, "solve", "ridge-linear", "--clients", "3", "--method", "gn", "--method-sigma", "0.5",
                      "--quiet", want="--method-sigma does not apply to method gn")

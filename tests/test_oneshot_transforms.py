@@ -67,9 +67,11 @@ def test_local_dp_on_the_runtime_equals_ridge_one_shot_with_per_client_noise(cli
     w, rinfo = one_shot(_rows(objs), sigma=0.3, dp=dp, seed=7, noise_streams="per-client")
     assert _close(a, w) and info["noise_std"] == rinfo["noise_std"] > 0
     assert info["eig_clipped"] == rinfo["eig_clipped"]
-    # the ridge default (one run-wide generator) draws different local noise for the same seed
-    w_shared, _ = one_shot(_rows(objs), sigma=0.3, dp=dp, seed=7)
-    assert not _close(w_shared, w, 1e-6)
+    # per-client noise is the only stream: the default is the same, and the removed run-wide stream is refused
+    w_default, _ = one_shot(_rows(objs), sigma=0.3, dp=dp, seed=7)
+    assert torch.equal(w_default, w)
+    with pytest.raises(ValueError, match="per-client"):
+        one_shot(_rows(objs), sigma=0.3, dp=dp, seed=7, noise_streams="shared")
     # a DP message carries no count and no loss: p(p+1)/2 + p floats per client
     p = w0.numel()
     assert rows[1]["floats_up"] == len(objs) * (p * (p + 1) // 2 + p)
@@ -97,9 +99,8 @@ def test_central_dp_on_the_runtime_equals_ridge_one_shot():
     prob, objs, w0 = _ridge()
     dp = DPConfig(epsilon=1.0, delta=1e-5, central=True)
     a, _, info = METHODS["one-shot"](prob, objs, w0, prob.evaluate, **_flat(dp), sigma=0.2, seed=11)
-    for streams in ("shared", "per-client"):  # central noise: one draw of the shared generator either way
-        w, _ = one_shot(_rows(objs), sigma=0.2, dp=dp, seed=11, noise_streams=streams)
-        assert _close(a, w)
+    w, _ = one_shot(_rows(objs), sigma=0.2, dp=dp, seed=11)  # central noise: one draw of the shared generator
+    assert _close(a, w)
     # and it is the exact fusion of the clipped rows plus that one draw (independent reference)
     from fedsciml import linalg, privacy
     from fedsciml.ridge.dp import noise_like, psd_repair

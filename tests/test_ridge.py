@@ -302,10 +302,14 @@ def test_ridge_cli_table_and_json(tmp_path, capsys):
                         "--device", "cpu", "--json", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "one-shot" in r.stdout and "centralized" in r.stdout
-    res = json.loads(out.read_text())
-    one = res["rows"][0]
-    assert one["rel_error"] < 1e-10 and abs(one["mse"] - one["mse_central"]) < 1e-12
-    assert one["floats_sent"] == 3 * (21 + 6 + 1) + 3 * 6
+    from fedsciml.results import Result
+
+    runs = [Result.from_dict(d) for d in json.loads(out.read_text())["runs"]]  # solve's JSON layout
+    one, central = runs[0], runs[1]
+    assert (one.method, central.method) == ("one-shot", "centralized") and one.options["penalty"] == "server"
+    assert one.final["rel_error"] < 1e-10 and abs(one.final["mse"] - one.final["mse_central"]) < 1e-12
+    # θ down, then pack(G), g, loss and count up, per client (the runtime's gn-schema message)
+    assert one.history[-1]["floats_sent"] == 3 * (21 + 6 + 2) + 3 * 6 and one.extra["stopped_by"] == "one-shot"
     for bad in (["--sigma", "-1"], ["--dropout", "1"], ["--heterogeneity", "2"], ["--cv", "0:1:3"],
                 ["--clients", "1", "--cv", "1e-3:1:3"]):
         code = main(["ridge", "--clients", "2", "--dim", "3", "--samples", "10", "--device", "cpu", *bad])

@@ -56,13 +56,23 @@ def test_loco_on_square_root_factors_equals_naive_loop(gamma):
     assert err(loco_solutions(Gs, hs2, SIGMAS, total=server.totals())) < 1e-10   # Gram form, given totals
     with pytest.raises(ValueError, match="factors"):
         loco_solutions(Gs.reshape(11, -1), hs, SIGMAS, sqrt=True)
-    # one_shot: with CV and few rows per client, the clients send factors; same σ and model as the Gram form
+    # one_shot (on the runtime): with CV and few rows per client, the clients send factors; same σ and model
     w_auto, i_auto = one_shot(data, cv_sigmas=SIGMAS)
     w_gram, i_gram = one_shot(data, cv_sigmas=SIGMAS, form="gram")
     assert i_auto["form"] == "sqrt" and i_gram["form"] == "gram" and i_auto["sigma"] == i_gram["sigma"]
-    assert i_auto["floats_up_per_client"] == n * 31 + 1 < i_gram["floats_up_per_client"]
+    # R_k, s_k, loss, n per client, against pack(G_k), g_k, loss, n
+    assert i_auto["floats_up_per_client"] == n * 31 + 2 < i_gram["floats_up_per_client"]
     assert torch.allclose(torch.tensor(i_auto["cv_loss"]), torch.tensor(i_gram["cv_loss"]), rtol=1e-10)
     assert float((w_auto - w_gram).norm() / w_gram.norm()) < 1e-12
+    res = loco_cv(Rs, hs, SIGMAS, data, sqrt=True, total=server.totals())  # the package's CV on the factors
+    assert i_auto["sigma"] == res["sigma"]
+    assert torch.allclose(torch.tensor(i_auto["cv_loss"]), torch.tensor(res["loss"]), rtol=1e-10)
+    w_b, _ = one_shot(data, cv_sigmas=SIGMAS, transport="bytes")
+    assert torch.equal(w_b, w_auto)  # the square-root messages cross bytes bitwise too
+    with pytest.raises(ValueError, match="Gram form"):
+        from fedsciml.ridge import DPConfig
+
+        one_shot(data, cv_sigmas=SIGMAS, form="sqrt", dp=DPConfig(1.0))
 
 
 def test_loco_cv_needs_two_clients():
@@ -154,7 +164,7 @@ def test_projection_protocol_counts_and_exact_limit():
     p = get_problem("ridge-linear", dim=12, n_samples=40)
     data = p.client_data(4, seed=0)
     w, info = one_shot(data, 1e-2, project=6, seed=1)
-    assert info["m"] == 6 and info["floats_up_per_client"] == 21 + 6 + 1
+    assert info["m"] == 6 and info["floats_up_per_client"] == 21 + 6 + 2  # pack(G), g, loss, n
     R = sketch_matrix(12, 6, seed=1)
     # the model lies in range(R) and equals ridge on the projected pooled features, mapped back
     A = torch.cat([a for a, _ in data])

@@ -209,7 +209,7 @@ def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | 
     rc = _round_config(cfg, seed)
     from fedsciml.ridge.cli import parse_grid
 
-    strategy = OneShotStrategy(cfg.sigma, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch, seed=seed,
+    strategy = OneShotStrategy(cfg.sigma or 0.0, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch, seed=seed,
                                cv_sigmas=None if cfg.cv_sigmas is None else parse_grid(cfg.cv_sigmas))
     options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
     return _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,

@@ -36,11 +36,10 @@ the ridge package's own functions, in the order of :func:`fedsciml.ridge.one_sho
   adds the noise-aware σ.
 
 The message is always in the runtime's schema and sign (``{H, g = Jᵀr}``,
-:func:`fedsciml.ridge.stats.to_gn`).  Same seed, same model as
-``fedsciml.ridge.one_shot(data, sigma, dp=..., project=..., noise_streams="per-client", client_ids=...)``
-on the rows ``(J_i, −r_i)`` (with θ₀ = 0 for the ridge problems, whose penalty
-rows are part of the data); with ``noise_streams="shared"`` (that function's
-default) the local noise differs, drawn from one run-wide generator.
+:func:`fedsciml.ridge.stats.to_gn`).  :func:`fedsciml.ridge.one_shot` runs this
+strategy on in-process clients of the rows ``(A_k, b_k)`` (θ₀ = 0), so the two
+are one loop; ``solve(..., method="one-shot")`` on a ridge problem does the
+same with the penalty at the server (problem option ``penalty="server"``).
 """
 from __future__ import annotations
 
@@ -56,7 +55,7 @@ from fedsciml.federated.messages import Field, MessageRejected, Schema
 from fedsciml.federated.strategy import Exchange, Replies, Strategy
 from fedsciml.federated.transport import Request
 
-TRANSFORM_KEYS = ("project", "sketch", "seed", "dp")
+TRANSFORM_KEYS = ("project", "sketch", "seed", "dp", "form")
 
 
 def _dp_config(dp: dict):
@@ -108,6 +107,9 @@ def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dic
 
     A, b = client_rows(r, J, transform)
     dp = transform.get("dp")
+    if dp is None and transform.get("form") == "sqrt":  # square-root form: R_kᵀR_k = G_k, s = Q_kᵀr = −z
+        msg = client_message(A, b, form="sqrt")
+        return {"R": msg["R"], "s": -msg["z"], "loss": (0.5 * (r @ r)).reshape(1), "n": msg["n"]}
     if dp is None:
         msg = to_gn(client_message(A, b))
         msg["loss"] = (0.5 * (r @ r)).reshape(1)
@@ -151,7 +153,7 @@ class OneShotStrategy(Strategy):
     name = "one-shot"
 
     def __init__(self, sigma: float = 0.0, *, dp=None, project: int | None = None, sketch: str = "gaussian",
-                 seed: int = 0, repair: bool = True, cv_sigmas=None):
+                 seed: int = 0, repair: bool = True, cv_sigmas=None, form: str = "gram"):
         from fedsciml.ridge.sketch import SKETCHES
         from fedsciml.ridge.stats import check_sigma
 
@@ -173,6 +175,11 @@ class OneShotStrategy(Strategy):
                 raise ValueError("leave-one-client-out CV needs each client's statistics, which central DP (secure "
                                  "aggregation) hides from the server; give sigma directly or use local DP")
         self.cv_sigmas = cv_sigmas
+        if form not in ("gram", "sqrt"):
+            raise ValueError(f"one-shot message form must be gram or sqrt, got {form!r}")
+        if form == "sqrt" and self.dp is not None:
+            raise ValueError("DP noise is added to the Gram form of the statistics; use form='gram' with DP")
+        self.form = form
         self.theta = None
         self.loss_sum = None
         self.fused = 0
@@ -181,11 +188,14 @@ class OneShotStrategy(Strategy):
     def _transform(self, p):
         """The request's transform config, or None for plain GN statistics (the original path, bit for bit)."""
         project = self.project if self.project is not None and self.project != p else None
-        if self.dp is None and project is None and self.cv_sigmas is None:
+        if self.dp is None and project is None and self.cv_sigmas is None and self.form == "gram":
             return None
         if project is not None and project > p:
             raise ValueError(f"projection dimension must be an integer in [1, p={p}], got {project}")
-        return {"project": project, "sketch": self.sketch, "seed": self.seed, "dp": self.dp}
+        tr = {"project": project, "sketch": self.sketch, "seed": self.seed, "dp": self.dp}
+        if self.form == "sqrt":
+            tr["form"] = "sqrt"
+        return tr
 
     def configure_round(self, run, k):
         answering, _dropped = run.sample()  # nobody answering fails the round in aggregate_round
@@ -198,7 +208,7 @@ class OneShotStrategy(Strategy):
                             lambda m: agg.validate(m, p, theta.dtype))
         m = p if tr["project"] is None else tr["project"]
         if self.dp is None:  # exact projected statistics: the gn schema and consistency check in m dimensions
-            agg = GNAggregator(True, "normal")
+            agg = GNAggregator(True, "normal" if self.form == "gram" else "sqrt")
             check = lambda msg: agg.validate(msg, m, theta.dtype)  # noqa: E731
         else:  # noisy statistics: no count, no loss, H may be indefinite (repaired on the sum)
             agg = NoisyStatsAggregator()
@@ -215,12 +225,20 @@ class OneShotStrategy(Strategy):
         if len(order) < 2:
             raise ValueError(f"leave-one-client-out CV needs at least 2 clients (each is scored on a model fitted "
                              f"without it), got {len(order)}; give sigma directly")
-        Gs = torch.stack([messages[c]["H"] for c in order])
-        hs = -torch.stack([messages[c]["g"] for c in order])
-        if noisy and self.repair:
-            W = _cv.loco_solutions_repaired(Gs, hs, self.cv_sigmas)
+        if self.form == "sqrt":  # the clients' factors, zero-padded to the most rows (zero rows add nothing)
+            rows = max(messages[c]["R"].shape[0] for c in order)
+            Rs = G.new_zeros(len(order), rows, m)
+            for i, c in enumerate(order):
+                Rs[i, :messages[c]["R"].shape[0]] = messages[c]["R"]
+            hs = -torch.stack([messages[c]["R"].T @ messages[c]["s"] for c in order])
+            W = _cv.loco_solutions(Rs, hs, self.cv_sigmas, sqrt=True, total=(G, h))
         else:
-            W = _cv.loco_solutions(Gs, hs, self.cv_sigmas, total=None if noisy else (G, h))
+            Gs = torch.stack([messages[c]["H"] for c in order])
+            hs = -torch.stack([messages[c]["g"] for c in order])
+            if noisy and self.repair:
+                W = _cv.loco_solutions_repaired(Gs, hs, self.cv_sigmas)
+            else:
+                W = _cv.loco_solutions(Gs, hs, self.cv_sigmas, total=None if noisy else (G, h))
         S = len(self.cv_sigmas)
         schema = Schema({"loss": Field((S,), nonneg=True)})
         losses = []
@@ -246,11 +264,16 @@ class OneShotStrategy(Strategy):
         tr = self._transform(p)
         m = p if tr["project"] is None else tr["project"]
         order = sorted(messages)
-        Hp, g = messages[order[0]]["H"].clone(), messages[order[0]]["g"].clone()
-        for c in order[1:]:
-            Hp += messages[c]["H"]
-            g += messages[c]["g"]
-        G, h = linalg.unpack_upper(Hp, m), -g
+        if self.form == "sqrt":  # ΣR_kᵀR_k formed by the server from the stacked factors, Σh_k = −ΣR_kᵀs_k
+            R = torch.cat([messages[c]["R"] for c in order])
+            G = linalg.unpack_upper(linalg.gram_packed(R), m)
+            h = -sum(messages[c]["R"].T @ messages[c]["s"] for c in order)
+        else:
+            Hp, g = messages[order[0]]["H"].clone(), messages[order[0]]["g"].clone()
+            for c in order[1:]:
+                Hp += messages[c]["H"]
+                g += messages[c]["g"]
+            G, h = linalg.unpack_upper(Hp, m), -g
         sigma, clipped, std = self.sigma, 0, 0.0
         cfg = None if self.dp is None else _dp_config(self.dp)
         if self.cv_sigmas is not None:
@@ -300,6 +323,8 @@ class OneShotStrategy(Strategy):
         if self.dp is not None or self.project is not None or self.cv_sigmas is not None:
             out.update(dp=self.dp, project=self.project, sketch=self.sketch, repair=self.repair,
                        cv_sigmas=self.cv_sigmas)
+        if self.form != "gram":
+            out["form"] = self.form
         return out
 
     def info(self):

@@ -39,10 +39,14 @@ def summarize(per_seed: list[dict]) -> dict:
 
 def run_setting(dataset="digits", data_dir=None, model="lenet5", clients=5, alpha=0.1, split_kind="balanced",
                 protocol="one-shot", methods=None, seeds=(0,), cfg: M.TrainConfig | None = None, rounds=15,
-                warmup=0, participation=1.0, progress=print, eval_every=1, dropout=0.0, checkpoint=None,
-                resume=False) -> dict:
+                warmup=0, participation=1.0, progress=print, eval_every=1, dropout=0.0, transport=None,
+                checkpoint=None, resume=False) -> dict:
     """One benchmark setting over ``seeds``: ``{"setting", "results" (mean ± std per method), "runs" (one
     :class:`fedsciml.results.Result` per method and seed, as dicts: ``solve``'s layout), "wall_s"}``.
+
+    ``transport(seed, spec) -> Transport`` (optional; e.g. Flower's, :func:`fedsciml.flower.images.run_setting`)
+    carries the messages instead of the in-process clients; ``spec`` is the plain-value description of the
+    split a remote node rebuilds its client from (:func:`fedsciml.images.methods.image_client`).
     ``checkpoint``/``resume``: multi-round protocols only (see :func:`fedsciml.images.methods.run_rounds`)."""
     cfg = cfg or M.TrainConfig()
     if protocol not in ("one-shot", "warmup-refine", "rounds"):
@@ -64,11 +68,14 @@ def run_setting(dataset="digits", data_dir=None, model="lenet5", clients=5, alph
         progress(f"seed {s}: {dataset}, {clients} clients, "
                  f"{'IID' if alpha is None else f'Dirichlet α={alpha} ({split_kind})'}, model {model}, {protocol}")
         fed = imdata.federate(d, clients, alpha, s, split_kind, device=cfg.device)
+        tr = "local" if transport is None else transport(s, {
+            "dataset": dataset, "data_dir": data_dir, "clients": clients, "alpha": alpha, "split": split_kind,
+            "seed": s, "model": model, "device": cfg.device})
         if protocol == "one-shot":
-            res = M.run_one_shot(fed, model, methods, s, cfg, progress, dropout=dropout)
+            res = M.run_one_shot(fed, model, methods, s, cfg, progress, dropout=dropout, transport=tr)
         else:
             res = M.run_rounds(fed, model, methods, s, cfg, rounds, warm, participation, progress, eval_every,
-                               dropout=dropout, checkpoint=checkpoint, resume=resume,
+                               dropout=dropout, transport=tr, checkpoint=checkpoint, resume=resume,
                                fingerprint={"dataset": dataset, "alpha": alpha, "split": split_kind})
         per_seed.append(res)
         runs += [to_result(r, setting, s, cfg).to_dict() for r in res.values()]

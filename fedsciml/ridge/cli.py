@@ -1,8 +1,17 @@
-"""``python -m fedsciml ridge ...``: one-shot federated ridge with a summary table.
+"""``python -m fedsciml ridge ...``: one-shot federated ridge with a summary table — a preset over ``solve``.
 
-Prints, per method, the test MSE, the centralized (pooled-data) MSE, the
-relative model error ``‖w − w_central‖/‖w_central‖``, the floats sent and the
-seconds; ``--json FILE`` writes the same as JSON.
+The data are the zoo problem ``ridge-linear`` (or ``ridge-rff`` with
+``--features rff``) with the subcommand's options, split among ``--clients``
+clients; the one-shot fit is ``solve(problem, method="one-shot", ...)`` — the
+runtime's round loop, one-shot strategy and transport (``--engine local`` or
+``flower``), so dropout, rejections logged by client and reason, float
+accounting and the Result are those of ``solve``.  The iterative baselines
+(``--baselines``) run on the same round loop (:mod:`fedsciml.ridge.baselines`).
+Every method gives one :class:`~fedsciml.results.Result`; the table prints, per
+method, the test MSE, the centralized (pooled-data) MSE, the relative model
+error ``‖w − w_central‖/‖w_central‖``, the rounds, the floats sent and the
+seconds; ``--json FILE`` writes the Results with the JSON writer of ``solve``
+(``{"runs": [...]}``).
 """
 from __future__ import annotations
 
@@ -58,6 +67,9 @@ def add_parser(subparsers):
     p.add_argument("--baselines", default="", help="comma-separated iterative baselines to add: fedavg,fedprox,dp-fedavg")
     p.add_argument("--rounds", type=int, default=100, help="rounds of the iterative baselines")
     p.add_argument("--seed", type=int, default=0, help="seed of the data, sketch, noise and dropout")
+    p.add_argument("--engine", default="local", choices=["local", "flower"],
+                   help="who carries the one-shot messages: this process, or Flower's simulation engine "
+                        "(as `solve --engine`; the baselines run in this process)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
     from fedsciml.cli import THREADS_HELP
 
@@ -68,6 +80,7 @@ def add_parser(subparsers):
 
 
 def make_problem(features="linear", dim=100, samples=500, heterogeneity=0.5, sigma=0.01, rff_dim=300, **extra):
+    """The zoo problem of the subcommand's synthetic data (``ridge-linear`` or ``ridge-rff`` with its options)."""
     from fedsciml.problems import get_problem
 
     common = dict(n_samples=samples, heterogeneity=heterogeneity, sigma=sigma, **extra)
@@ -76,18 +89,28 @@ def make_problem(features="linear", dim=100, samples=500, heterogeneity=0.5, sig
     return get_problem("ridge-linear", dim=dim, **common)
 
 
+def _summary(res, w_c, mse_c, label, rounds):
+    """Add the subcommand's summary columns to a Result (``final``: central MSE, relative model error)."""
+    w = res.theta
+    res.final["mse_central"] = mse_c
+    res.final["rel_error"] = float((w - w_c).norm() / w_c.norm().clamp_min(1e-300))
+    res.extra["label"] = label
+    res.extra.setdefault("rounds", rounds)
+    return res
+
+
 def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma=0.01, cv=None, epsilon=None,
                    delta=1e-5, central_dp=False, clip_a=1.0, clip_b=1.0, noise_aware_sigma=False, project=None,
                    sketch="gaussian", dropout=0.0, features="linear", rff_dim=300, baselines=(), rounds=100, seed=0,
-                   device="cpu", problem_options=None) -> dict:
-    """One CLI/script run: one-shot (with the requested options), the oracle, optional baselines."""
+                   device="cpu", engine="local", problem_options=None, progress=False) -> list:
+    """One CLI/script run: one-shot through ``solve`` (with the requested options), the pooled oracle, optional
+    baselines on the round loop.  Returns one :class:`~fedsciml.results.Result` per method (one-shot first,
+    then ``centralized``, then the baselines), each with ``final["mse"]``, ``final["mse_central"]``,
+    ``final["rel_error"]`` and ``extra["label"]``."""
+    from fedsciml.results import Result
     from fedsciml.ridge.baselines import fedavg
-    from fedsciml.ridge.dp import DPConfig
-    from fedsciml.ridge.protocol import dropout_mask, one_shot
     from fedsciml.ridge.stats import pooled_ridge
-    from fedsciml.runner import resolve_device
-
-    from fedsciml.runner import check_memory
+    from fedsciml.runner import ENGINES, resolve_device, solve
 
     if int(clients) != clients or clients < 1:
         raise ValueError(f"--clients must be a positive integer, got {clients}")
@@ -98,62 +121,88 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
                                  ("dropout", dropout, lambda x: 0 <= x < 1, "in [0, 1)")):
         if not (math.isfinite(v) and ok(v)):
             raise ValueError(f"--{name} must be a finite number {allowed}, got {v}")
-    dev = resolve_device(device)
-    problem = make_problem(features, dim, samples, heterogeneity, sigma or 0.0, rff_dim, **(problem_options or {}))
-    d = problem.n_features()
-    d_in = problem.options.get("input_dim", d)
-    # every client's rows (A_k, b_k) and inputs, and one d×d Gram per client
-    check_memory(8.0 * clients * (samples * (d + d_in + 1) + d * d),
-                 f"ridge with {clients:,} clients × {samples:,} samples × {d:,} features", dev,
-                 "use fewer clients, samples or features")
-    data = problem.client_data(clients, seed, dev)
-    present = dropout_mask(clients, dropout, seed)
-    if not present:
-        raise ValueError(f"all {clients} clients dropped out (dropout={dropout}); no statistics to fuse")
-    sub = [data[k] for k in present]
-    dp = None
-    if epsilon is not None and epsilon != math.inf:
-        dp = DPConfig(epsilon, delta, clip_a, clip_b, central=central_dp, noise_aware_sigma=noise_aware_sigma)
+    if engine not in ENGINES:
+        raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    names = [x.strip() for x in (baselines.split(",") if isinstance(baselines, str) else baselines) if x.strip()]
+    use_dp = epsilon is not None and epsilon != math.inf
+    for name in names:
+        if name not in ("fedavg", "fedprox", "dp-fedavg"):
+            raise ValueError(f"unknown baseline {name!r}; allowed: fedavg, fedprox, dp-fedavg")
+        if name == "dp-fedavg" and not use_dp:
+            raise ValueError("dp-fedavg needs --epsilon")
+    if names and engine != "local":
+        raise ValueError(f"--baselines run in this process (engine local); with --engine {engine} leave them out")
     grid = parse_grid(cv) if isinstance(cv, str) else cv
+    dev = resolve_device(device)
+    problem = make_problem(features, dim, samples, heterogeneity, sigma or 0.0, rff_dim,
+                           **{"penalty": "server", **(problem_options or {})})
+    opts = {"dropout": float(dropout), "project": project, "project_sketch": sketch}
+    if grid is None:
+        opts["sigma"] = float(sigma or 0.0)
+    else:
+        opts["cv_sigmas"] = ",".join(repr(float(x)) for x in grid)
+    if use_dp:
+        opts.update(dp_epsilon=float(epsilon), dp_delta=float(delta), dp_clip_a=float(clip_a),
+                    dp_clip_b=float(clip_b), dp_central=bool(central_dp), dp_noise_aware=bool(noise_aware_sigma))
+    one = solve(problem, "one-shot", clients=int(clients), seed=seed, device=dev, engine=engine, progress=progress,
+                **opts)
+    s_used = float(one.extra.get("sigma_used", opts.get("sigma", 0.0)))
+    # the pooled oracle on every client's data (those that dropped out included), σ as the one-shot used
     t0 = time.perf_counter()
-    w, info = one_shot(sub, sigma if grid is None else 0.0, dp=dp, project=project, sketch=sketch, cv_sigmas=grid,
-                       seed=seed)
-    t_one = time.perf_counter() - t0
-    s_used = info["sigma"]
-    t0 = time.perf_counter()
+    data = problem.client_data(int(clients), seed, dev)
     A = torch.cat([a for a, _ in data])
     b = torch.cat([y for _, y in data])
     w_c = pooled_ridge(A, b, s_used)
     t_c = time.perf_counter() - t0
-    rel = lambda u: float((u - w_c).norm() / w_c.norm().clamp_min(1e-300))  # noqa: E731
-    mse_c = problem.evaluate(w_c)["mse"]
-    label = "one-shot" + ("" if dp is None else f" DP ε={epsilon}{' central' if central_dp else ''}") \
-        + ("" if not project or project == w.shape[0] else f" m={project}")
-    rows = [{"method": label, "mse": problem.evaluate(w)["mse"], "mse_central": mse_c, "rel_error": rel(w),
-             "rounds": 1, "floats_sent": info["floats_sent"], "seconds": t_one},
-            {"method": "centralized", "mse": mse_c, "mse_central": mse_c, "rel_error": 0.0, "rounds": 0,
-             "floats_sent": 0, "seconds": t_c}]
-    if len(present) < clients:
-        A_s = torch.cat([a for a, _ in sub])
-        b_s = torch.cat([y for _, y in sub])
-        w_s = pooled_ridge(A_s, b_s, s_used)
-        info["rel_error_vs_participants_oracle"] = float((w - w_s).norm() / w_s.norm()) if dp is None and not project else None
     ev = lambda u: problem.evaluate(u)["mse"]  # noqa: E731
-    for name in [x.strip() for x in (baselines.split(",") if isinstance(baselines, str) else baselines) if x.strip()]:
-        if name not in ("fedavg", "fedprox", "dp-fedavg"):
-            raise ValueError(f"unknown baseline {name!r}; allowed: fedavg, fedprox, dp-fedavg")
-        if name == "dp-fedavg" and dp is None:
-            raise ValueError("dp-fedavg needs --epsilon")
-        t0 = time.perf_counter()
+    mse_c = ev(w_c)
+    d = int(w_c.numel())
+    label = "one-shot" + ("" if not use_dp else f" DP ε={epsilon}{' central' if central_dp else ''}") \
+        + ("" if not project or project == d else f" m={project}")
+    # the test rows of this split (a Flower ServerApp evaluates on its own problem copy, which has not split)
+    one.final["mse"] = ev(one.theta)
+    out = [_summary(one, w_c, mse_c, label, 1)]
+    central = Result(problem=problem.name, method="centralized",
+                     options={**problem.options, "solver": "pooled ridge (Cholesky)", "sigma_used": s_used},
+                     seed=seed, device=str(dev), dtype=str(w_c.dtype).replace("torch.", ""), n_params=d,
+                     clients=int(clients), wall_time_s=t_c, final={"mse": mse_c},
+                     history=[{"step": 0, "time_s": t_c, "mse": mse_c, "floats_sent": 0}],
+                     extra={"rounds": 0}, theta=w_c)
+    out.append(_summary(central, w_c, mse_c, "centralized", 0))
+    for name in names:
         # DP-FedAvg's per-row gradient clip 3: the best of 1, 3, 10, 30 on a public draw of the ridge-linear
         # generator, none of the evaluated data (scripts/ridge_table5_privacy.py --fedavg-clip public)
-        wb, hist, binfo = fedavg(sub, rounds=rounds, mu=0.01 if name == "fedprox" else 0.0, sigma=s_used, seed=seed,
-                                 dp={"epsilon": epsilon, "delta": delta, "clip": 3.0} if name == "dp-fedavg" else None)
-        rows.append({"method": f"{name}-{rounds}", "mse": ev(wb), "mse_central": mse_c, "rel_error": rel(wb),
-                     "rounds": rounds, "floats_sent": binfo["floats_sent"], "seconds": time.perf_counter() - t0})
-    return {"problem": problem.name, "options": problem.options, "clients": clients, "present": len(present),
-            "seed": seed, "device": str(dev), "sigma": s_used, "rows": rows,
-            "info": {k: v for k, v in info.items() if not torch.is_tensor(v)}}
+        t0 = time.perf_counter()
+        wb, _, binfo = fedavg(data, rounds=rounds, mu=0.01 if name == "fedprox" else 0.0, sigma=s_used, seed=seed,
+                              dropout=dropout, evaluate=ev,
+                              dp={"epsilon": epsilon, "delta": delta, "clip": 3.0} if name == "dp-fedavg" else None)
+        rows = binfo.pop("rows")
+        res = Result(problem=problem.name, method=name,
+                     options={**problem.options, "rounds": rounds, "lr": binfo["lr"], "local_epochs":
+                              binfo["local_epochs"], "mu": binfo["mu"], "sigma_used": s_used, "dropout": dropout},
+                     seed=seed, device=str(dev), dtype=str(wb.dtype).replace("torch.", ""), n_params=d,
+                     clients=int(clients), wall_time_s=time.perf_counter() - t0,
+                     final={"loss": rows[-1]["loss"], "mse": ev(wb)}, history=rows,
+                     extra={k: v for k, v in binfo.items() if k != "rows"}, theta=wb)
+        out.append(_summary(res, w_c, mse_c, f"{name}-{rounds}", rounds))
+    return out
+
+
+COLUMNS = [("method", "label", "<28s"), ("test MSE", "mse", "10.5f"), ("central MSE", "mse_central", "12.5f"),
+           ("rel. error", "rel_error", "11.3e"), ("rounds", "rounds", "6d"), ("floats sent", "floats_sent", "12d"),
+           ("seconds", "seconds", "8.3f")]
+
+
+def table_rows(results) -> list[dict]:
+    """The summary columns of each Result (what the table prints)."""
+    rows = []
+    for r in results:
+        last = r.history[-1] if r.history else {}
+        rows.append({"label": r.extra.get("label", r.method), "mse": r.final["mse"],
+                     "mse_central": r.final["mse_central"], "rel_error": r.final["rel_error"],
+                     "rounds": int(r.extra.get("rounds", 0)), "floats_sent": int(last.get("floats_sent", 0)),
+                     "seconds": r.wall_time_s})
+    return rows
 
 
 def run(args) -> int:
@@ -163,19 +212,24 @@ def run(args) -> int:
     if args.json:
         check_output_file(args.json, "--json")
     set_threads(args.threads, quiet=True)
-    res = run_experiment(clients=args.clients, dim=args.dim, samples=args.samples, heterogeneity=args.heterogeneity,
-                         sigma=args.sigma, cv=args.cv, epsilon=args.epsilon, delta=args.delta, central_dp=args.central_dp,
-                         clip_a=args.clip_a, clip_b=args.clip_b, noise_aware_sigma=args.noise_aware_sigma,
-                         project=args.project, sketch=args.sketch, dropout=args.dropout, features=args.features,
-                         rff_dim=args.rff_dim, baselines=args.baselines, rounds=args.rounds, seed=args.seed,
-                         device=args.device)
-    print(f"{res['problem']}: K={res['clients']} ({res['present']} answered), σ={res['sigma']:.4g}, "
-          f"device {res['device']}, seed {res['seed']}")
-    print(format_table([("method", "method", "<28s"), ("test MSE", "mse", "10.5f"),
-                        ("central MSE", "mse_central", "12.5f"), ("rel. error", "rel_error", "11.3e"),
-                        ("rounds", "rounds", "6d"), ("floats sent", "floats_sent", "12d"),
-                        ("seconds", "seconds", "8.3f")], res["rows"]))
+    results = run_experiment(clients=args.clients, dim=args.dim, samples=args.samples,
+                             heterogeneity=args.heterogeneity, sigma=args.sigma, cv=args.cv, epsilon=args.epsilon,
+                             delta=args.delta, central_dp=args.central_dp, clip_a=args.clip_a, clip_b=args.clip_b,
+                             noise_aware_sigma=args.noise_aware_sigma, project=args.project, sketch=args.sketch,
+                             dropout=args.dropout, features=args.features, rff_dim=args.rff_dim,
+                             baselines=args.baselines, rounds=args.rounds, seed=args.seed, device=args.device,
+                             engine=args.engine)
+    one = results[0]
+    fused = one.extra.get("fused_clients", one.clients)
+    print(f"{one.problem}: K={one.clients} ({fused} answered), σ={results[1].options['sigma_used']:.4g}, "
+          f"device {one.device}, engine {args.engine}, seed {one.seed}")
+    print(format_table(COLUMNS, table_rows(results)))
+    for r in results:
+        rej = r.extra.get("rejections")
+        if rej:
+            print(f"{r.method}: {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client "
+                  f"{rej[0]['client']}: {rej[0]['reason']}")
     if args.json:
-        write_json(res, args.json)
+        write_json({"runs": [r.to_dict() for r in results]}, args.json)
         print(f"wrote {args.json}")
     return 0

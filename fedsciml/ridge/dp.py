@@ -90,13 +90,14 @@ NOISE_SEED_OFFSET = 104729  # the noise generator of a one-shot run with seed s 
 
 
 def shared_generator(seed: int) -> torch.Generator:
-    """The run-wide noise generator of :func:`fedsciml.ridge.one_shot` (``noise_streams="shared"``): local draws
-    for the clients in list order, then the central draw (central DP draws only that one)."""
+    """The server's noise generator: central DP draws its one noise sample (on the secure sum) from it.  (Local
+    noise used to be drawn from it too, for every client in list order; each client now draws from its own
+    :func:`client_generator`, since a site cannot draw from another site's generator.)"""
     return torch.Generator(device="cpu").manual_seed(int(seed) + NOISE_SEED_OFFSET)
 
 
 def client_generator(seed: int, cid: int) -> torch.Generator:
-    """Client ``cid``'s own noise generator (``noise_streams="per-client"``, and the runtime's ``one-shot``):
+    """Client ``cid``'s own local-DP noise generator (:func:`fedsciml.ridge.one_shot` and the runtime's ``one-shot``):
     seeded ``(s + 104729)·1000003 + cid`` (mod 2⁶³), so a client's noise does not depend on which other
     clients answer or in which order they are asked."""
     if int(cid) < 0:
