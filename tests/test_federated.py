@@ -124,6 +124,42 @@ def test_fipa_full_rank_with_safeguard_takes_the_lm_step():
     assert float((th - expected).norm() / (expected - THETA0).norm()) < 1e-6
 
 
+def test_fipa_safeguard_after_a_rejected_step_merges_again_from_the_kept_messages(monkeypatch):
+    """A rejected merged step costs one round: the next trial is merged at once, with the raised β, from the
+    messages the clients sent at the previous θ.  Reference: the former rule, which broadcast the previous θ
+    again and merged the clients' fresh answers there — the same trials, one wasted round per rejection later."""
+    from fedsciml.federated.fipa import FIPAStrategy
+
+    def trajectory(rounds):
+        seen = []
+
+        def ev(theta):
+            seen.append(theta.clone())
+            return evaluate(theta)
+        _, rows, info = METHODS["fipa"](None, make_clients(), THETA0, ev, rounds=rounds, rank=4)
+        assert info["strategy"]["safeguard"]  # the default with local GN steps
+        return seen, rows, info
+
+    new, rows_new, info_new = trajectory(6)
+    assert info_new["rejected_steps"] >= 1  # the path under test ran
+    kept = FIPAStrategy.aggregate_round
+
+    def former(self, run_, k, replies):  # no kept messages: after a rejection, θ ← previous θ, ask again
+        self.prev_msgs = None
+        return kept(self, run_, k, replies)
+
+    monkeypatch.setattr(FIPAStrategy, "aggregate_round", former)
+    old, rows_old, info_old = trajectory(6 + info_new["rejected_steps"])
+    # the former run re-broadcast the previous θ after each rejection: drop those rows
+    repeats = [i for i in range(1, len(old)) if rows_old[i].get("accepted") is False]
+    assert len(repeats) == info_new["rejected_steps"]
+    old_trials = [t for i, t in enumerate(old) if i not in repeats]
+    n = len(new) - 1  # the last row may describe an undone final step
+    for a, b in zip(new[:n], old_trials[:n]):
+        # the same messages merged by the same operations (fresh answers at the same θ are bitwise the same)
+        assert float((a - b).norm()) <= 1e-12 * float(b.norm())
+
+
 def test_lowrank_qr_merge_equals_pinv_merge():
     objs = random_feature_clients((6, 6, 6))
     theta0 = torch.zeros(10, dtype=torch.float64)
@@ -270,6 +306,7 @@ def test_gn_stops_with_clear_error_when_a_client_never_sends_valid_statistics():
 @pytest.mark.parametrize("method,opts", [
     ("gn", {}),
     ("fipa", {"rank": 4, "local": "gn", "dropout": 0.3, "participation": 0.67}),
+    ("fipa", {"rank": 4}),  # the safeguard: a rejected step after the resume re-merges the checkpointed messages
     ("fedavg", {"local_steps": 3, "participation": 0.67}),
 ])
 def test_resume_after_interruption_ends_with_the_same_numbers(tmp_path, method, opts):

@@ -56,7 +56,12 @@ def unbatched(problem, clients, seed=0):
 # --- codec and ClientApp (no Flower runtime) ------------------------------------------------
 
 
-def test_request_and_reply_cross_flower_records_bitwise():
+@pytest.mark.parametrize("packed", [True, False])
+def test_request_and_reply_cross_flower_records_bitwise(packed, monkeypatch):
+    """Both message forms — one packed bytes value (small messages), or one Flower Array per tensor — keep
+    every dtype and bit; a malformed packed message is a ValueError (the transport rejects it)."""
+    if not packed:
+        monkeypatch.setattr(codec, "COMPACT_MAX_BYTES", 0)
     g = torch.Generator().manual_seed(0)
     theta = torch.randn(257, dtype=torch.float64, generator=g) * 1e-300  # subnormal-scale bits survive too
     req = Request("update", {"theta": theta, "empty": torch.zeros(0, dtype=torch.float64)},
@@ -73,6 +78,13 @@ def test_request_and_reply_cross_flower_records_bitwise():
         assert got.message[k].dtype == rep.message[k].dtype and torch.equal(got.message[k], rep.message[k])
     fail = codec.reply_from_content(codec.reply_content(Failure("client failed: boom")))
     assert isinstance(fail, Failure) and fail.reason == "client failed: boom"
+    content = codec.reply_content(rep)
+    assert (codec.PACKED in content.config_records) is packed and (codec.TENSORS in content.array_records) is not packed
+    if packed:
+        from flwr.app import ConfigRecord, RecordDict
+
+        with pytest.raises(ValueError, match="malformed packed message"):
+            codec.reply_from_content(RecordDict({codec.PACKED: ConfigRecord({"bytes": b"\x05garbage"})}))
 
 
 def test_client_app_answers_like_an_in_process_client_and_reports_failures():
@@ -151,13 +163,49 @@ def simulated(tmp_path_factory):
         calls += [dict(problem=probs["bratu"], method="gn", clients=K, seed=0, batched=False, rounds=r, checkpoint=ck,
                        resume=r == 3) for r in (2, 3)]
         calls.append(dict(problem=probs["bratu"], method="gn", clients=K, seed=0, batched=False, rounds=3))
+        # examples/flower_ridge_sites.py: one CSV per site, one-shot DP ridge with leave-one-client-out CV
+        ex = _example()
+        paths, test, _ = ex.write_site_tables(str(tmp_path_factory.mktemp("sites")), K)
+        table = get_problem("table", tables=",".join(paths), test_table=test)
+        table_opts = [dict(dp_epsilon=eps, cv_sigmas=ex.SIGMAS) for eps in (float("inf"), 2.0)]
+        calls += [dict(problem=table, method="one-shot", clients=K, seed=0, **o) for o in table_opts]
         flower = solve_many(calls, clients=K)
-        resumed = (flower[-2], flower[-1])
+        resumed = (flower[-4], flower[-3])
+        tables = flower[-2:]
         flower = flower[:len(RUNS)]
         local = [local_run(probs[pn], m, K, **o) for pn, m, o in RUNS.values()]
+        tables_local = [local_run(table, "one-shot", K, **o) for o in table_opts]
     finally:
         torch.set_num_threads(threads)
-    return {**dict(zip(RUNS, zip(flower, local))), "resumed": resumed}
+    return {**dict(zip(RUNS, zip(flower, local))), "resumed": resumed, "tables": (tables, tables_local, paths)}
+
+
+def _example():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "flower_ridge_sites.py"
+    spec = importlib.util.spec_from_file_location("flower_ridge_sites", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_dp_ridge_across_site_tables_on_flower(simulated):
+    """Each node reads its own site table; one-shot DP fusion with leave-one-client-out CV equals the in-process
+    run bit for bit (ε = ∞ and ε = 2: the same seeded noise per client), and at ε = ∞ pooled scikit-learn Ridge."""
+    from sklearn.linear_model import Ridge
+
+    (inf, eps2), (inf_lo, eps2_lo), paths = simulated["tables"]
+    for fl, lo in ((inf, inf_lo), (eps2, eps2_lo)):
+        assert torch.equal(fl.theta, lo.theta) and fl.extra["cv_loss"] == lo.extra["cv_loss"]
+        assert fl.extra["cv_scored"] == K and fl.extra["rejections"] == []
+    sigma = inf.extra["sigma_used"]
+    X = np.vstack([np.loadtxt(q, delimiter=",", skiprows=1)[:, :-1] for q in paths])
+    y = np.concatenate([np.loadtxt(q, delimiter=",", skiprows=1)[:, -1] for q in paths])
+    ref = torch.as_tensor(Ridge(alpha=sigma, fit_intercept=False, solver="cholesky").fit(X, y).coef_)
+    assert torch.allclose(inf.theta, ref, rtol=1e-8, atol=1e-8 * float(ref.abs().max()))
+    assert eps2.final["mse"] > inf.final["mse"]  # the noise costs utility on ~180 rows per site
 
 
 def test_flower_run_checkpoints_and_resumes(simulated):
@@ -255,9 +303,92 @@ def test_deployment_survives_a_killed_node_that_comes_back(deployment):
     back = res.extra["engine"]["rejoined"]
     assert [b["client"] for b in back] == [1] and back[0]["new_node"] != back[0]["old_node"]
     # within one exchange's timeout the restarted node is asked in place of the dead one; an exchange that
-    # failed first (no answer in 20 s, undeliverable, or the SuperLink's error reply) is a rejection logged
-    # with the node and the reason, and gn asks again
-    assert all(r["reason"].startswith("node ") and f"(client {r['client']})" in r["reason"]
-               for r in res.extra["rejections"]), res.extra["rejections"]
-    if res.extra["rejections"]:
+    # failed first is logged with the node and the reason — no answer in 20 s, undeliverable or "node
+    # unavailable": a dropout (info["unanswered"]); another error reply: a rejection — and gn asks again
+    missed = res.extra["rejections"] + res.extra.get("unanswered", [])
+    assert all(r["reason"].startswith("node ") and f"(client {r['client']})" in r["reason"] for r in missed), missed
+    if missed:
         assert res.extra["retried_requests"] >= 1
+
+
+# --- bench images on Flower's simulation engine -----------------------------------------------------
+
+
+def test_image_clients_built_on_nodes_send_the_in_process_messages_bitwise():
+    """Each virtual node rebuilds its image client from the split's plain description (image_client); FedAvg
+    for 2 rounds sends, round by round and client by client, the same float32 bits as the in-process run
+    (hence the same merged model and accuracies); the CLI's engine path refuses fipa-fc in one line."""
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation
+
+    from fedsciml.flower.apps import client_app
+    from fedsciml.flower.images import run_setting
+    from fedsciml.flower.simulation import backend_config
+    from fedsciml.flower.transport import FlowerTransport
+    from fedsciml.images import data as imdata
+    from fedsciml.images import methods as M
+
+    spec = {"dataset": "digits", "data_dir": None, "clients": K, "alpha": 0.5, "split": "balanced", "seed": 0,
+            "model": "linear", "device": "cpu"}
+    cfg = M.TrainConfig(epochs=1)
+
+    def go(transport):
+        sent = []
+
+        def hook(rnd, cid, msg):
+            sent.append((rnd, cid, {k: v.clone() for k, v in msg.items()}))
+            return msg
+
+        fed = imdata.federate(imdata.load("digits"), K, 0.5, 0, "balanced")
+        res = M.run_rounds(fed, "linear", ["fedavg"], 0, cfg, 2, transport=transport, message_hook=hook)["fedavg"]
+        return res, sent
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = {}
+        app = ServerApp()
+
+        @app.main()
+        def main(grid, context):
+            job = {"images": spec, "clients": K, "threads": 1}
+            out["flower"] = go(FlowerTransport(grid, job, K, timeout_s=300.0))
+
+        run_simulation(server_app=app, client_app=client_app, num_supernodes=K, backend_config=backend_config(K))
+        local = go("local")
+    finally:
+        torch.set_num_threads(threads)
+    (fl, fl_sent), (lo, lo_sent) = out["flower"], local
+    assert [(r, c) for r, c, _ in fl_sent] == [(r, c) for r, c, _ in lo_sent] and len(lo_sent) == 2 * K
+    for (_, _, a), (_, _, b) in zip(fl_sent, lo_sent):  # one client per node, one thread: the same operations
+        assert a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
+    assert fl.history == lo.history and fl.floats_per_client == lo.floats_per_client
+    assert fl.info["rejections"] == [] and fl.info["rounds"] == lo.info["rounds"]
+    with pytest.raises(ValueError, match="does not run fipa-fc"):
+        run_setting(dataset="digits", model="linear", clients=K, protocol="rounds", rounds=1)
+
+
+def test_deployment_fedavg_fuses_the_rest_when_a_node_stays_dead(deployment):
+    """fedavg with a SuperNode killed after it described itself and never restarted: every exchange that
+    includes it times out (3 s) or finds it gone — a dropout, not a rejection — and the run fuses the other
+    client for every round; the monitoring loss covers the client that answered (loss_clients = 1)."""
+    import time
+
+    log = deployment.dir / "node1.log"
+
+    def tasks():
+        return log.read_text(errors="replace").count("fedsciml.flower.node] task")
+
+    before = tasks()
+    proc, out = deployment.submit("bratu", "fedavg", rounds=4, local_steps=5, timeout_s=3.0, name="dead")
+    end = time.monotonic() + 300
+    while time.monotonic() < end and tasks() < before + 1:
+        time.sleep(0.02)  # node 1 answered describe: the run knows it
+    deployment.kill("node1")
+    res, theta = deployment.wait(proc, out, 600)
+    assert res.extra["rounds"] == 4 and res.extra["rejections"] == []
+    missed = res.extra["unanswered"]
+    assert missed and {m["client"] for m in missed} == {1}
+    assert all(m["reason"].startswith("node ") or m["reason"].startswith("monitoring loss: node ") for m in missed)
+    last = res.history[-1]
+    assert last["answered"] == 1 and last["loss_clients"] == 1 and bool(torch.isfinite(theta).all())

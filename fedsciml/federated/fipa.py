@@ -17,8 +17,12 @@ clients report at the broadcast θ (one float each):
   the first round with answers;
 * when every client answered, the broadcast θ is an unverified merged step,
   and the summed loss did not go down (or every answer was non-finite): the
-  step is undone (θ returns to the previous global parameters) and
-  ``β ← β·ν, ν ← 2ν`` (capped at 1e20);
+  step is undone, ``β ← β·ν, ν ← 2ν`` (capped at 1e20), and the next trial
+  step is merged at once, with the new β, from the messages the clients sent
+  at the previous global parameters (the server keeps the last complete
+  round's messages; at the same θ the clients would send the same ones again),
+  so a rejected step costs one round, not two (one to find the step worse, one
+  to ask again at the old θ);
 * when every client answered and the step is kept: the gain ratio
   ``ρ = (F_prev − F) / pred``, ``pred = ½ δᵀ(b + βδ)`` with ``b = Σ Ĥ_m Δθ_m``
   (≈ −g), and ``β ← β·max(⅓, 1 − (2ρ−1)³)`` (floored at 1e-20), ``ν = 2``;
@@ -80,6 +84,7 @@ class FIPAStrategy(AveragingStrategy):
         self.gnorm = None  # adaptive FIPA: global gradient-norm estimate of the last round
         self.prev_theta = None
         self.prev_loss = None
+        self.prev_msgs = None  # the complete round's messages at prev_theta (re-merged after a rejected step)
         self.rejected_steps = 0
         self.final_check = {}
 
@@ -96,7 +101,6 @@ class FIPAStrategy(AveragingStrategy):
     def aggregate_round(self, run, k, replies: Replies):
         ok, bad = replies.ok, replies.rejected
         theta = self.theta
-        p = theta.numel()
         extra = {"answered": len(ok)}
         if self.safeguard:
             complete = len(ok) == len(run.client_ids)
@@ -104,10 +108,16 @@ class FIPAStrategy(AveragingStrategy):
             bad_point = not ok and len(bad) == len(replies.asked)  # every answer was broken (non-finite) at this θ
             trial = self.prev_theta is not None and theta is not self.prev_theta  # θ is an unverified merged step
             if trial and (bad_point or (complete and not loss < self.prev_loss)):
-                self.theta = self.prev_theta  # the last merged step made things worse: undo it
+                # the last merged step made things worse: undo it, raise β, and merge again at once from the
+                # messages the clients sent at the previous θ (the same θ: they would send them again)
                 self.beta, self.nu = damping_after_failure(self.beta, self.nu, BETA_MAX)
                 self.rejected_steps += 1
                 extra.update(accepted=False, beta=self.beta)
+                if self.prev_msgs is None:  # (a checkpoint written before the messages were kept)
+                    self.theta = self.prev_theta
+                else:
+                    self.agg.beta = self.beta
+                    self._propose(self.prev_theta, self.prev_msgs)
                 return extra
             if self.beta is None and ok:
                 self.beta = self.lm_tau * max(_max_diag(m) for m in ok.values())
@@ -115,16 +125,12 @@ class FIPAStrategy(AveragingStrategy):
                 rho = (self.prev_loss - loss) / self.pred if self.pred > 0 else 1.0
                 self.beta, self.nu = damping_after_success(self.beta, rho, BETA_MIN)
             if complete:
-                self.prev_theta, self.prev_loss = theta, loss
+                self.prev_theta, self.prev_loss, self.prev_msgs = theta, loss, dict(ok)
             extra.update(accepted=True, beta=self.beta)
             self.agg.beta = self.beta
         if not ok:
             run.fail("aggregation")
-        new = self.merge(theta, ok)
-        if self.safeguard:  # predicted decrease of the merged step: ½ δᵀ(b + βδ), b = Σ Ĥ_m Δθ_m ≈ −g
-            step = new - theta
-            self.pred = 0.5 * float(step @ (_merge_rhs(ok, p) + self.beta * step))
-        self.theta = new
+        self._propose(theta, ok)
         if self.adaptive is not None:
             w = self.agg.sample_weights(ok)
             self.gnorm = sum(w[c] * float(m["gnorm"][0]) for c, m in ok.items())
@@ -132,6 +138,15 @@ class FIPAStrategy(AveragingStrategy):
             steps = [replies.metrics[c].get("steps") for c in replies.asked if c in ok]
             extra.update(ranks=" ".join(map(str, ranks)), local_steps=" ".join(map(str, steps)))
         return extra
+
+    def _propose(self, theta, ok):
+        """Merge ``ok`` (the messages at ``theta``) into the next global θ; with the safeguard, keep the
+        predicted decrease ``½ δᵀ(b + βδ)``, ``b = Σ Ĥ_m Δθ_m ≈ −g``, of the merged step δ."""
+        new = self.merge(theta, ok)
+        if self.safeguard:
+            step = new - theta
+            self.pred = 0.5 * float(step @ (_merge_rhs(ok, theta.numel()) + self.beta * step))
+        self.theta = new
 
     def finalize(self, run):
         """Safeguard: check the last, not yet validated merged step with one loss query; undo it if worse."""
@@ -150,13 +165,14 @@ class FIPAStrategy(AveragingStrategy):
 
     def state_dict(self):
         return {"theta": self.theta, "gnorm": self.gnorm, "beta": self.beta, "nu": self.nu, "pred": self.pred,
-                "prev_theta": self.prev_theta,
+                "prev_theta": self.prev_theta, "prev_msgs": self.prev_msgs,
                 "prev_loss": self.prev_loss, "rejected_steps": self.rejected_steps, "enrolled": dict(self.agg.enrolled)}
 
     def load_state_dict(self, d):
         self.theta, self.gnorm, self.beta = d["theta"], d["gnorm"], d["beta"]
         self.nu, self.pred = d["nu"], d["pred"]
         self.prev_theta, self.prev_loss, self.rejected_steps = d["prev_theta"], d["prev_loss"], d["rejected_steps"]
+        self.prev_msgs = d.get("prev_msgs")
         self.agg.enrolled = dict(d.get("enrolled", {}))  # sample counts fixed at enrollment
 
     def summary(self):

@@ -14,7 +14,17 @@ fraction ``participation`` of them (at least one), then each sampled client
 fails to answer with probability ``dropout``.  Every answer is validated
 against the method's message schema before it is used; a bad one is
 rejected, logged with the client id and the reason (``info["rejections"]``
-and the history row), and the round goes on with the rest.  Communication
+and the history row), and the round goes on with the rest.  A client
+from which nothing came back at all (the transport's
+``Failure(dropped=True)``: a node that is gone or timed out) is treated like
+a dropout of that exchange — the strategy goes on with the clients that
+answered (gn asks again, fipa/fedavg/one-shot fuse the rest), it does not
+count towards a rejection streak, and it is logged with its reason in
+``info["unanswered"]``.  The monitoring loss of a strategy that has none of
+its own (fipa, fedavg) is then summed over the clients that answered the
+``loss`` query: the history row's ``loss`` is their mean ½‖r‖² per row and
+``loss_clients`` says how many clients it covers (absent when all did).
+Communication
 is counted in floats: every float sent down (the broadcast θ to each sampled
 client) and up (every message received, rejected ones included).
 """
@@ -90,6 +100,8 @@ class Simulation:
                             f"got {type(message_hook).__name__}")
         self.message_hook = message_hook  # fault injection (tests): hook(round, cid, msg) -> msg
         self.rejections: list[dict] = []
+        self.unanswered: list[dict] = []  # clients from which nothing came back (dead node, timeout)
+        self._loss_fields: dict = {}
         self.skipped_rounds = 0
         self.round_index = 0
         self.floats_up = 0
@@ -158,10 +170,14 @@ class Simulation:
             clients, dropped = self.drop_out(clients)
         down = ex.request.floats if ex.down_floats is None else int(ex.down_floats)
         got = self.transport.ask(clients, ex.request) if clients else {}
-        msgs, metrics, bad = {}, {}, {}
+        msgs, metrics, bad, gone = {}, {}, {}, []
         for cid in clients:
             self._round_down += down
             rep = got.get(cid, Failure("no reply"))
+            if isinstance(rep, Failure) and rep.dropped:  # nothing came back: a dropout of this exchange
+                gone.append(cid)
+                self._unanswered(cid, rep.reason)
+                continue
             if isinstance(rep, Failure):
                 bad[cid] = rep.reason
                 continue
@@ -180,7 +196,14 @@ class Simulation:
             self.rejections.append({"round": self.round_index, "client": cid, "reason": reason})
             if self.progress:
                 print(f"  {self.label} round {self.round_index}: rejected client {cid}: {reason}", file=sys.stderr)
-        return Replies(ok=ok, rejected=bad, dropped=dropped, metrics={c: metrics[c] for c in ok}, asked=clients)
+        self._round_dropped += gone
+        return Replies(ok=ok, rejected=bad, dropped=dropped + gone, metrics={c: metrics[c] for c in ok},
+                       asked=[c for c in clients if c not in gone])
+
+    def _unanswered(self, cid, reason: str):
+        self.unanswered.append({"round": self.round_index, "client": cid, "reason": reason})
+        if self.progress:
+            print(f"  {self.label} round {self.round_index}: no answer from client {cid}: {reason}", file=sys.stderr)
 
     def begin_round(self, k: int):
         self.round_index = k
@@ -220,16 +243,41 @@ class Simulation:
                if self._round_rejected else "every sampled client dropped out"))
 
     def global_loss(self, theta) -> float:
-        """Monitoring only: the global training loss at θ (clock paused, nothing counted as sent)."""
+        """Monitoring only: the global training loss ½‖r‖² at θ (clock paused, nothing counted as sent).
+
+        Clients that do not answer (a dead node, an error) are left out: the
+        value is then the sum over the clients that answered, rescaled to all
+        rows (``Σ_answered ½‖r_m‖² · N / N_answered``, so that the history's
+        per-row ``loss`` is the answering clients' mean), and the next history
+        row gets ``loss_clients`` (how many clients it covers).  With no
+        answer at all the run stops (:class:`RoundFailed`)."""
+        self._loss_fields = {}
         with self.paused(), torch.no_grad():
             got = self.transport.ask(self.client_ids, Request("loss", {"theta": theta}, {"vectorize": False}))
-            v = 0.0
+            v, n, missing = 0.0, 0, {}
             for cid in self.client_ids:
-                rep = got[cid]
+                rep = got.get(cid, Failure("no reply"))
                 if isinstance(rep, Failure):
-                    raise RoundFailed(f"round {self.round_index}: client {cid} could not report its loss: {rep.reason}")
+                    missing[cid] = rep.reason
+                    continue
                 v += float(rep.message["loss"][0])
-        return float(v)
+                n += int(self.transport.sample_counts[cid])
+        if not missing:
+            return float(v)
+        if n == 0:
+            raise RoundFailed(f"round {self.round_index}: no client could report its loss for monitoring: "
+                              + "; ".join(f"client {c}: {r}" for c, r in missing.items()))
+        for cid, reason in missing.items():
+            self._unanswered(cid, f"monitoring loss: {reason}")
+        self._loss_fields = {"loss_clients": len(self.client_ids) - len(missing)}
+        return float(v) * self.n_total / n
+
+    def _monitor(self, strategy) -> tuple[float, dict]:
+        """The loss for the history row and the row's monitoring fields."""
+        if strategy.loss_sum is not None:
+            return strategy.loss_sum, {}
+        loss = self.global_loss(strategy.theta)
+        return loss, self._loss_fields
 
     # --- checkpoints --------------------------------------------------------
     def save(self, strategy):
@@ -240,7 +288,7 @@ class Simulation:
                 "fingerprint": self.fingerprint, "round": self.round_index, "rng": self.rng.bit_generator.state,
                 "strategy": strategy.state_dict(), "rows": self.rec.rows, "floats_up": self.floats_up,
                 "floats_down": self.floats_down, "elapsed": self.rec.elapsed(), "rejections": self.rejections,
-                "skipped_rounds": self.skipped_rounds,
+                "skipped_rounds": self.skipped_rounds, "unanswered": self.unanswered,
             })
 
     def restore(self, strategy, theta0) -> bool:
@@ -267,6 +315,7 @@ class Simulation:
         self.rec.credit(float(state["elapsed"]))  # the clock (and the budget) continue where they stopped
         self.rejections = list(state["rejections"])
         self.skipped_rounds = int(state.get("skipped_rounds", 0))
+        self.unanswered = list(state.get("unanswered", []))
         return True
 
     # --- the loop -----------------------------------------------------------
@@ -277,8 +326,8 @@ class Simulation:
             self.begin_round(0)
             extra = strategy.start(self, theta0) or {}
             self.end_round()
-            loss = strategy.loss_sum if strategy.loss_sum is not None else self.global_loss(strategy.theta)
-            self.rec.record(0, strategy.theta, loss, round=0, **self.round_fields(), **extra)
+            loss, mon = self._monitor(strategy)
+            self.rec.record(0, strategy.theta, loss, round=0, **self.round_fields(), **extra, **mon)
             self.save(strategy)
         reason = None
         while True:
@@ -299,8 +348,8 @@ class Simulation:
             self.begin_round(k)
             extra = strategy.round(self, k) or {}
             self.end_round()
-            loss = strategy.loss_sum if strategy.loss_sum is not None else self.global_loss(strategy.theta)
-            self.rec.record(k, strategy.theta, loss, round=k, **self.round_fields(), **extra)
+            loss, mon = self._monitor(strategy)
+            self.rec.record(k, strategy.theta, loss, round=k, **self.round_fields(), **extra, **mon)
             self.save(strategy)
         # e.g. a last acceptance check of an unvalidated step (its exchange counts as part of the last round)
         before, sent = strategy.theta, self.floats_up + self.floats_down
@@ -314,13 +363,14 @@ class Simulation:
             last = self.rec.rows.pop()
             keep = {k: last[k] for k in ("round", "floats_up", "floats_down", "rejected", "dropped", "answered")
                     if k in last}
-            loss = strategy.loss_sum if strategy.loss_sum is not None else self.global_loss(strategy.theta)
-            self.rec.record(last["step"], strategy.theta, loss, **keep, final_check="last step undone")
+            loss, mon = self._monitor(strategy)
+            self.rec.record(last["step"], strategy.theta, loss, **keep, **mon, final_check="last step undone")
         info = {
             "rounds": self.round_index, "stopped_by": reason, "resumed": resumed,
             "floats_up": self.floats_up, "floats_down": self.floats_down,
             "floats_per_round": (self.floats_up + self.floats_down) / max(1, self.round_index),
             "rejections": self.rejections, "skipped_rounds": self.skipped_rounds,
+            **({"unanswered": self.unanswered} if self.unanswered else {}),
             "solver_time_s": self.rec.elapsed(),
             "strategy": {"name": strategy.name, **strategy.summary()},
         }

@@ -13,8 +13,11 @@ A :class:`Transport` has one method,
   :class:`~fedsciml.federated.messages.Schema` validates (it is what is
   aggregated and what is counted as sent), and ``metrics``: plain numbers for
   the history (e.g. the local step count adaptive FIPA chose), never aggregated;
-* :class:`Failure` — the client could not answer (its local computation
-  raised); the loop logs it as a rejection and the round goes on.
+* :class:`Failure` — the client could not answer: its local computation
+  raised, or its answer was an error (the loop logs it as a rejection and the
+  round goes on), or — ``dropped=True`` — no answer came at all (a node that
+  is gone or did not answer within the transport's timeout: the loop treats it
+  like a dropout, see :mod:`fedsciml.federated.simulation`).
 
 Transports here:
 
@@ -71,9 +74,15 @@ class Reply:
 
 @dataclass(frozen=True)
 class Failure:
-    """The client could not answer; ``reason`` says why (logged as a rejection)."""
+    """The client could not answer; ``reason`` says why.
+
+    ``dropped=False``: the client answered with an error (logged as a rejection).
+    ``dropped=True``: nothing came back (the node is gone or timed out): the loop
+    treats the client as dropped out for that exchange (logged in ``info["unanswered"]``).
+    """
 
     reason: str
+    dropped: bool = False
 
 
 class Transport:
@@ -164,7 +173,7 @@ def request_from_bytes(data: bytes, device="cpu") -> Request:
 
 def reply_to_bytes(rep) -> bytes:
     if isinstance(rep, Failure):
-        return _pack({}, {"failure": rep.reason})
+        return _pack({}, {"failure": rep.reason, **({"dropped": True} if rep.dropped else {})})
     msg = rep.message if isinstance(rep.message, dict) else {}
     return _pack(msg, {"metrics": rep.metrics})
 
@@ -172,7 +181,7 @@ def reply_to_bytes(rep) -> bytes:
 def reply_from_bytes(data: bytes, device="cpu"):
     tensors, meta = _unpack(data, device)
     if "failure" in meta:
-        return Failure(meta["failure"])
+        return Failure(meta["failure"], bool(meta.get("dropped", False)))
     return Reply(tensors, meta["metrics"])
 
 

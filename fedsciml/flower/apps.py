@@ -12,10 +12,12 @@ says which part of it this node holds:
   itself (the same points as an in-process run with that seed);
 * for a user's own table, ``data="site0.csv"`` (CSV with a header:
   feature columns and a target column, ``target`` names it, default ``y``;
-  or ``.npz`` with arrays ``X`` and ``y``) — see :func:`table_objective`.
+  or ``.npz`` with arrays ``X`` and ``y``) — see
+  :func:`fedsciml.problems.table.table_objective`; the server runs problem
+  ``table`` (its model size comes from the nodes' ``describe``).
 
 The node answers the query (``describe``: its partition id and sizes;
-``gn_loss``, ``gn_stats``, ``update``, ``loss``: through
+``gn_loss``, ``gn_stats``, ``update``, ``loss``, ``cv_scores``: through
 :meth:`fedsciml.federated.client.Client.answer`); the data never leave it.
 A node keeps its objective between messages (a process-level cache keyed by
 the job and partition), so a long-lived ClientApp process — a Ray actor in
@@ -31,7 +33,6 @@ method's strategy in fedsciml's own round loop (:func:`run_on_grid`).
 """
 from __future__ import annotations
 
-import csv
 import json
 import os
 import time
@@ -45,48 +46,14 @@ from fedsciml.federated.transport import Failure, Reply
 from fedsciml.flower import codec
 from fedsciml.flower.transport import DESCRIBE, FlowerTransport, stderr_log
 from fedsciml.objective import LeastSquares, LinearLeastSquares
+from fedsciml.problems.table import table_objective  # noqa: F401  (a node's own table: CSV or npz)
 
-QUERY_NAMES = (DESCRIBE, "loss", "gn_loss", "gn_stats", "update")
+QUERY_NAMES = (DESCRIBE, "loss", "gn_loss", "gn_stats", "update", "cv_scores", "one_shot")
 _CACHE: "OrderedDict[str, object]" = OrderedDict()
 _CACHE_SIZE = 8
 
 
 # --- the node's data -----------------------------------------------------------------------
-
-
-def table_objective(path: str, target: str = "y", dtype=torch.float64) -> LinearLeastSquares:
-    """A linear least-squares objective ``A w − b`` from a user's table (no code is ever loaded).
-
-    CSV: a header row, numeric columns; ``target`` is ``b``, the others are
-    the features ``A``.  NPZ: arrays ``X`` [n, d] and ``y`` [n]
-    (``allow_pickle=False``).
-    """
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"data file {path!r} does not exist")
-    if path.endswith(".npz"):
-        with np.load(path, allow_pickle=False) as z:
-            if "X" not in z or "y" not in z:
-                raise ValueError(f"{path}: an npz table needs arrays 'X' and 'y', found {sorted(z.files)}")
-            X, y = np.asarray(z["X"], dtype=np.float64), np.asarray(z["y"], dtype=np.float64)
-    else:
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))
-        if len(rows) < 2:
-            raise ValueError(f"{path}: a CSV table needs a header row and at least one data row")
-        head = rows[0]
-        if target not in head:
-            raise ValueError(f"{path}: target column {target!r} not in the header {head}")
-        j = head.index(target)
-        try:
-            M = np.array([[float(v) for v in r] for r in rows[1:]], dtype=np.float64)
-        except ValueError as e:
-            raise ValueError(f"{path}: every value must be a number ({e})") from None
-        y, X = M[:, j], np.delete(M, j, axis=1)
-    if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0]:
-        raise ValueError(f"{path}: need X [n, d] and y [n], got {X.shape} and {y.shape}")
-    if not (np.isfinite(X).all() and np.isfinite(y).all()):
-        raise ValueError(f"{path}: the table has non-finite values")
-    return LinearLeastSquares(torch.as_tensor(X, dtype=dtype), torch.as_tensor(y, dtype=dtype))
 
 
 def _node_objective(job: dict, pid: int, node_config) -> LeastSquares:
@@ -101,6 +68,8 @@ def _node_objective(job: dict, pid: int, node_config) -> LeastSquares:
     if not 0 <= pid < K:
         raise ValueError(f"partition-id {pid} is outside 0..{K - 1} for a run with {K} clients")
     problem = get_problem(job["problem"], **job.get("options", {}))
+    if hasattr(problem, "client_objective"):  # e.g. 'table': read only this client's own file
+        return problem.client_objective(pid, K, device=job.get("device", "cpu"))
     torch.manual_seed(int(job.get("seed", 0)))  # as runner.solve does before building the objectives
     return problem.client_objectives(K, seed=int(job.get("seed", 0)), device=job.get("device", "cpu"))[pid]
 
@@ -109,13 +78,17 @@ def _client(job: dict, pid: int, node_config):
     """This node's :class:`~fedsciml.federated.client.Client` for ``job`` (built once per process)."""
     from fedsciml.federated.client import Client
 
-    key = json.dumps([job.get("problem"), job.get("options"), job.get("clients"), job.get("seed"),
-                      job.get("device"), pid, dict(node_config) if hasattr(node_config, "items") else None],
-                     sort_keys=True, default=str)
+    key = json.dumps([{k: v for k, v in job.items() if k != "threads"}, pid,
+                      dict(node_config) if hasattr(node_config, "items") else None], sort_keys=True, default=str)
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    client = Client(pid, _node_objective(job, pid, node_config))
+    if "images" in job:  # an image-classification client (bench images): its split of the data set
+        from fedsciml.images.methods import image_client
+
+        client = image_client(job["images"], pid)
+    else:
+        client = Client(pid, _node_objective(job, pid, node_config))
     _CACHE[key] = client
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -123,6 +96,8 @@ def _client(job: dict, pid: int, node_config):
 
 
 def _describe(client) -> dict:
+    if not hasattr(client, "objective"):  # an image client: its sample count and the model's size
+        return {"partition_id": int(client.cid), "n": int(client.n), "p": int(client.model.p), "linear": False}
     obj = client.objective
     return {"partition_id": int(client.cid), "n": int(obj.n_residuals), "p": int(obj.n_params),
             "linear": isinstance(obj, LinearLeastSquares)}
@@ -214,8 +189,11 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
                                 device=dev, log=stderr_log if progress else None)
     t_connect = time.perf_counter() - t_connect
     torch.manual_seed(seed)
-    theta0 = problem.init_params(seed, device=dev)
     objectives = remote_objectives(transport)
+    if getattr(problem, "name", None) == "table" and not problem.paths:  # the tables are on the nodes only
+        theta0 = torch.zeros(objectives[0].n_params, dtype=torch.float64, device=dev)  # as TableProblem's
+    else:
+        theta0 = problem.init_params(seed, device=dev)
     for c, o in zip(transport.client_ids, objectives):
         if o.n_params != theta0.numel():
             raise ValueError(f"client {c}: its node's objective has {o.n_params} parameters, the model "

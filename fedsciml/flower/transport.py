@@ -17,8 +17,13 @@ fedavg fuse the rest; each is logged with the client and the reason):
 
 * no reply within ``timeout_s`` — ``"node N (client c) did not answer within T s"``;
 * the message could not be delivered (the node is gone) — ``"node N … is not connected"``;
+  these two (and the SuperLink's "node unavailable" error) are
+  ``Failure(dropped=True)``: the loop treats the client as dropped out of
+  that exchange (``info["unanswered"]``), as with ``--dropout``, so a node
+  that stays dead does not stop fipa or fedavg;
 * the node replied with an error (Flower's, or the ``failure`` fedsciml's
-  ClientApp sends when its computation raised) — the node and the reason.
+  ClientApp sends when its computation raised) — the node and the reason
+  (a rejection).
 
 A client whose node failed is looked up again before the next exchange: a
 SuperNode that was restarted (a new Flower node id, the same partition id)
@@ -146,7 +151,7 @@ class FlowerTransport(Transport):
         pending = {}
         for k, mid in zip(keys, ids + [None] * (len(keys) - len(ids))):
             if mid is None:
-                out[k] = Failure(f"node {targets[k]} could not be sent the request (is it connected?)")
+                out[k] = Failure(f"node {targets[k]} could not be sent the request (is it connected?)", True)
                 gone.add(k)
             else:
                 pending[str(mid)] = k
@@ -158,8 +163,9 @@ class FlowerTransport(Transport):
                 if k is None:
                     continue
                 if m.has_error():
-                    out[k] = Failure(f"node {targets[k]} replied with error {m.error.code}: {m.error.reason}")
-                    if int(m.error.code) in NODE_GONE_CODES:
+                    lost = int(m.error.code) in NODE_GONE_CODES
+                    out[k] = Failure(f"node {targets[k]} replied with error {m.error.code}: {m.error.reason}", lost)
+                    if lost:
                         gone.add(k)
                     continue
                 try:
@@ -170,7 +176,7 @@ class FlowerTransport(Transport):
                 break
             if time.monotonic() >= end:
                 for k in pending.values():
-                    out[k] = Failure(f"node {targets[k]} did not answer within {timeout_s:g} s")
+                    out[k] = Failure(f"node {targets[k]} did not answer within {timeout_s:g} s", True)
                 break
             time.sleep(wait)
             wait = min(self.poll_max_s, 2 * wait)
@@ -202,7 +208,7 @@ class FlowerTransport(Transport):
         for c in cids:
             rep = got[c]
             if isinstance(rep, Failure):
-                rep = Failure(f"{rep.reason} (client {c})")
+                rep = Failure(f"{rep.reason} (client {c})", rep.dropped)
                 self._stale.add(c)
                 if self.log:
                     self.log(f"client {c}: {rep.reason}")

@@ -37,7 +37,11 @@ def summarize(per_seed: list[dict]) -> dict:
 
 def run_setting(dataset="digits", data_dir=None, model="lenet5", clients=5, alpha=0.1, split_kind="balanced",
                 protocol="one-shot", methods=None, seeds=(0,), cfg: M.TrainConfig | None = None, rounds=15,
-                warmup=0, participation=1.0, progress=print, eval_every=1, dropout=0.0) -> dict:
+                warmup=0, participation=1.0, progress=print, eval_every=1, dropout=0.0, transport=None) -> dict:
+    """One benchmark setting over ``seeds``.  ``transport(seed, spec) -> Transport`` (optional; e.g. Flower's,
+    :func:`fedsciml.flower.images.run_setting`) carries the messages instead of the in-process clients; ``spec``
+    is the plain-value description of the split a remote node rebuilds its client from
+    (:func:`fedsciml.images.methods.image_client`)."""
     cfg = cfg or M.TrainConfig()
     if protocol not in ("one-shot", "warmup-refine", "rounds"):
         raise ValueError(f"protocol must be one-shot, warmup-refine or rounds, got {protocol!r}")
@@ -50,12 +54,15 @@ def run_setting(dataset="digits", data_dir=None, model="lenet5", clients=5, alph
         progress(f"seed {s}: {dataset}, {clients} clients, "
                  f"{'IID' if alpha is None else f'Dirichlet α={alpha} ({split_kind})'}, model {model}, {protocol}")
         fed = imdata.federate(d, clients, alpha, s, split_kind, device=cfg.device)
+        tr = "local" if transport is None else transport(s, {
+            "dataset": dataset, "data_dir": data_dir, "clients": clients, "alpha": alpha, "split": split_kind,
+            "seed": s, "model": model, "device": cfg.device})
         if protocol == "one-shot":
-            per_seed.append(M.run_one_shot(fed, model, methods, s, cfg, progress, dropout=dropout))
+            per_seed.append(M.run_one_shot(fed, model, methods, s, cfg, progress, dropout=dropout, transport=tr))
         else:
             per_seed.append(M.run_rounds(fed, model, methods, s, cfg, rounds,
                                          warmup if protocol == "warmup-refine" else 0, participation, progress,
-                                         eval_every, dropout=dropout))
+                                         eval_every, dropout=dropout, transport=tr))
     summ = summarize(per_seed)
     return {"setting": {"dataset": dataset, "model": model, "clients": clients, "alpha": alpha, "split": split_kind,
                         "protocol": protocol, "seeds": list(seeds), "rounds": rounds, "warmup": warmup,

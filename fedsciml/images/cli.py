@@ -55,6 +55,9 @@ def add_parser(bench_subparsers):
 
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    p.add_argument("--engine", default="local", choices=["local", "flower"],
+                   help="who carries the clients' messages: this process, or Flower's simulation engine (one "
+                        "virtual SuperNode per client; pip install \"fedsciml[flower]\"; same numbers; default local)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write the results JSON to FILE (an existing file is overwritten; checked before the run)")
     p.add_argument("--out", default=None, metavar="DIR",
@@ -129,8 +132,14 @@ def run(args) -> int:
         check_output_dir(args.out, "--out")
     set_threads(args.threads, quiet=args.quiet)
     try:
-        res = bench.run_setting(cfg=cfg, progress=(lambda s: None) if args.quiet else (lambda s: print(s, flush=True)),
-                                **setting)
+        run_setting = bench.run_setting
+        if args.engine == "flower":
+            from fedsciml.flower import require_flower
+            from fedsciml.flower.images import run_setting
+
+            require_flower()
+        res = run_setting(cfg=cfg, progress=(lambda s: None) if args.quiet else (lambda s: print(s, flush=True)),
+                          **setting)
     except FileNotFoundError as e:  # a data file missing from --data-dir
         raise CLIError(str(e)) from None
     print()

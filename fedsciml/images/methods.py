@@ -29,7 +29,7 @@ from fedsciml.federated.aggregators import FedAvgAggregator
 from fedsciml.federated.messages import MessageRejected, floats_in
 from fedsciml.federated.simulation import RoundConfig, Simulation
 from fedsciml.federated.strategy import Exchange, Strategy
-from fedsciml.federated.transport import BytesTransport, LocalTransport, Reply, Request
+from fedsciml.federated.transport import BytesTransport, LocalTransport, Reply, Request, Transport
 from fedsciml.images import fisher as fz
 from fedsciml.images.aggregators import (FedAvgAdamAggregator, FedBEnsAggregator, FedFishAggregator,
                                          FedFisherAggregator, FIPAComplementAggregator, FisherMergeAggregator,
@@ -220,8 +220,7 @@ def run_one_shot(fed: FederatedImages, model_name: str, methods, seed: int, cfg:
     bad = [m for m in methods if m not in ONE_SHOT]
     if bad:
         raise ValueError(f"unknown one-shot method(s) {bad}; choose from {list(ONE_SHOT)}")
-    if transport not in ("local", "bytes"):
-        raise ValueError(f"transport must be one of local, bytes, got {transport!r}")
+    _check_transport(transport)
     dev = torch.device(cfg.device)
     say = progress or (lambda s: None)
     need_modes = max([cfg.modes if m.startswith("fedbens") else 1 for m in methods])
@@ -230,10 +229,12 @@ def run_one_shot(fed: FederatedImages, model_name: str, methods, seed: int, cfg:
                                          device=dev).theta() for m in range(1, need_modes)]
     val = lambda t: accuracy(model, t, fed.x_val, fed.y_val)  # noqa: E731
     C = len(fed.clients)
-    clients = [ImageClient(c, x, y, model) for c, (x, y) in enumerate(fed.clients)]
-    tr = LocalTransport(clients, vectorize=False)
-    if transport == "bytes":
-        tr = BytesTransport(tr, device=dev)
+    if isinstance(transport, Transport):  # e.g. Flower's: each node built its client (image_client)
+        tr = transport
+    else:
+        tr = LocalTransport([ImageClient(c, x, y, model) for c, (x, y) in enumerate(fed.clients)], vectorize=False)
+        if transport == "bytes":
+            tr = BytesTransport(tr, device=dev)
     # the K-FAC layer layout (shapes only), from the server's own validation images
     template = fz.kfac(model, inits[0], fed.x_val[:2]) if any(
         m in ("fedfisher-kfac", "fedbens", "regmean") for m in methods) else None
@@ -373,6 +374,32 @@ class ImageClient:
         raise ValueError(f"image client {self.cid}: unknown query {request.query!r}")
 
 
+def _check_transport(transport):
+    if not isinstance(transport, Transport) and transport not in ("local", "bytes"):
+        raise ValueError(f"transport must be one of local, bytes (or a Transport), got {transport!r}")
+
+
+def image_client(spec: dict, cid: int) -> ImageClient:
+    """Client ``cid`` of an image setting, built from plain values — what a remote node (Flower) does.
+
+    ``spec``: ``dataset``, ``data_dir``, ``clients``, ``alpha``, ``split``, ``seed``, ``model``, ``device``
+    (as :func:`fedsciml.images.bench.run_setting` takes them).  The node loads the data set, splits it with
+    :func:`fedsciml.images.data.federate` (the same rows as the in-process run with that seed) and keeps
+    client ``cid``'s part only; the model's parameters come with each request.
+    """
+    from fedsciml.images import data as imdata
+
+    C = int(spec["clients"])
+    if not 0 <= int(cid) < C:
+        raise ValueError(f"image client {cid} is outside 0..{C - 1} for a split into {C} clients")
+    dev = spec.get("device", "cpu")
+    fed = imdata.federate(imdata.load(spec["dataset"], spec.get("data_dir")), C, spec.get("alpha"), int(spec["seed"]),
+                          spec.get("split", "balanced"), device=dev)
+    model = FlatModel(build(spec["model"], fed.shape, fed.n_classes, int(spec["seed"])), device=torch.device(dev))
+    x, y = fed.clients[int(cid)]
+    return ImageClient(int(cid), x, y, model)
+
+
 class ImageRoundStrategy(Strategy):
     """Multi-round image methods on the one round loop: the cohort of each round (seeded, shared by every
     method), dropout from the loop, ``update`` requests, the method's aggregator on the validated replies."""
@@ -426,8 +453,10 @@ def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: T
         raise ValueError(f"unknown multi-round method(s) {bad}; choose from {list(MULTI_ROUND)}")
     if not 0 < participation <= 1:
         raise ValueError(f"participation must be in (0, 1], got {participation}")
-    if transport not in ("local", "bytes"):
-        raise ValueError(f"transport must be one of local, bytes, got {transport!r}")
+    _check_transport(transport)
+    if isinstance(transport, Transport) and "fipa-fc" in methods:
+        raise ValueError("fipa-fc trains the classifier head of a body fixed by the server; its clients cannot be "
+                         "rebuilt on remote nodes yet (run it with the in-process engine)")
     dev = torch.device(cfg.device)
     say = progress or (lambda s: None)
     full = FlatModel(build(model_name, fed.shape, fed.n_classes, seed), device=dev)
@@ -438,10 +467,13 @@ def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: T
     cohorts = [sorted(torch.randperm(C, generator=sched)[:k].tolist()) for _ in range(warmup + rounds)]
 
     def run(meth, model, theta, r0, r1, lift):
-        clients = [ImageClient(c, x, y, model) for c, (x, y) in enumerate(fed.clients)]
-        tr = LocalTransport(clients, vectorize=False)
-        if transport == "bytes":
-            tr = BytesTransport(tr, device=dev)
+        if isinstance(transport, Transport):  # e.g. Flower's: each node built its client (image_client)
+            tr = transport
+        else:
+            tr = LocalTransport([ImageClient(c, x, y, model) for c, (x, y) in enumerate(fed.clients)],
+                                vectorize=False)
+            if transport == "bytes":
+                tr = BytesTransport(tr, device=dev)
         strategy = ImageRoundStrategy(meth, _aggregator(meth, cfg), cfg, cohorts, r0, seed)
         sim = None
 

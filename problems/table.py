@@ -1,0 +1,136 @@
+"""Your own regression table, one file per client: linear least squares ``A w − b`` on each client's rows.
+
+Each client holds one table — a CSV file with a header row (numeric
+columns; ``target`` names the target ``b``, the other columns are the
+features ``A``) or an ``.npz`` file with arrays ``X`` [n, d] and ``y`` [n] —
+and the problem is linear least squares on the pooled rows, fitted from the
+clients' statistics (``one-shot``: ridge fusion, optionally with
+differential privacy and σ by leave-one-client-out CV; or ``gn``).  No code
+is ever loaded (``allow_pickle=False``; CSV values must parse as floats).
+There is no penalty row: the ridge σ is the one-shot method's ``sigma`` (or
+its CV choice), added once at the server.
+
+    python -m fedsciml solve table --tables site0.csv,site1.csv,site2.csv --clients 3 \\
+        --method one-shot --cv-sigmas 1e-4:10:11
+
+On Flower each site's node reads its own table (node config ``data=PATH``),
+so the data never leave it; ``tables`` is then only needed by the in-process
+engine and by Flower's simulation engine (whose virtual nodes share this
+machine).  ``test_table`` is a held-out table at the server for the test
+MSE (optional; without it the metric is the training loss).
+"""
+from __future__ import annotations
+
+import csv
+import os
+
+import numpy as np
+import torch
+
+from .base import DTYPE, Param, Problem, ProblemError
+from .registry import register
+from .ridge import LinearModel
+
+
+def read_table(path: str, target: str = "y") -> tuple[np.ndarray, np.ndarray]:
+    """``(X [n, d], y [n])`` float64 from a CSV (header row, ``target`` column) or npz (``X``, ``y``) table;
+    one line naming the file and the problem otherwise."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"data file {path!r} does not exist")
+    if path.endswith(".npz"):
+        with np.load(path, allow_pickle=False) as z:
+            if "X" not in z or "y" not in z:
+                raise ValueError(f"{path}: an npz table needs arrays 'X' and 'y', found {sorted(z.files)}")
+            X, y = np.asarray(z["X"], dtype=np.float64), np.asarray(z["y"], dtype=np.float64)
+    else:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = [r for r in csv.reader(f) if any(v.strip() for v in r)]
+        if len(rows) < 2:
+            raise ValueError(f"{path}: a CSV table needs a header row and at least one data row")
+        head = [h.strip() for h in rows[0]]
+        if target not in head:
+            raise ValueError(f"{path}: target column {target!r} not in the header {head}")
+        bad = [i + 2 for i, r in enumerate(rows[1:]) if len(r) != len(head)]
+        if bad:
+            raise ValueError(f"{path} line {bad[0]}: {len(rows[bad[0] - 1])} fields, the header has {len(head)}")
+        j = head.index(target)
+        try:
+            M = np.array([[float(v) for v in r] for r in rows[1:]], dtype=np.float64)
+        except ValueError as e:
+            raise ValueError(f"{path}: every value must be a number ({e})") from None
+        y, X = M[:, j], np.delete(M, j, axis=1)
+    if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0]:
+        raise ValueError(f"{path}: need X [n, d] and y [n], got {X.shape} and {y.shape}")
+    if not (np.isfinite(X).all() and np.isfinite(y).all()):
+        raise ValueError(f"{path}: the table has non-finite values")
+    return X, y
+
+
+def table_objective(path: str, target: str = "y", dtype=DTYPE, device="cpu"):
+    """A client's linear least-squares objective ``A w − b`` from its table (:func:`read_table`)."""
+    from fedsciml.objective import LinearLeastSquares
+
+    X, y = read_table(path, target)
+    return LinearLeastSquares(torch.as_tensor(X, dtype=dtype, device=device),
+                              torch.as_tensor(y, dtype=dtype, device=device))
+
+
+@register
+class TableProblem(Problem):
+    name = "table"
+    kind = "ridge"
+    metric = "mse"
+    description = "your own regression table, one CSV/npz file per client (--tables a.csv,b.csv): least squares"
+    params = {
+        "tables": Param("", str, "the clients' tables, comma-separated, one file per client (CSV with a header: "
+                                 "feature columns and the target column; or npz with X and y)"),
+        "target": Param("y", str, "the target column of the CSV tables"),
+        "test_table": Param("", str, "a held-out table for the test MSE (optional)"),
+    }
+
+    @property
+    def paths(self) -> list[str]:
+        return [p.strip() for p in self.tables.split(",") if p.strip()]
+
+    @property
+    def default_clients(self) -> int:  # one client per table
+        return max(1, len(self.paths))
+
+    def _paths_for(self, n_clients: int) -> list[str]:
+        paths = self.paths
+        if not paths:
+            raise ProblemError("problem 'table' needs its clients' tables: --tables a.csv,b.csv (one per client)")
+        if int(n_clients) != len(paths):
+            raise ProblemError(f"problem 'table' has {len(paths)} table(s) (one per client), got clients={n_clients}")
+        return paths
+
+    def n_features(self) -> int:
+        path = (self.paths or [self.test_table])[0]
+        if not path:
+            raise ProblemError("problem 'table' needs --tables (or a node's data=PATH on Flower)")
+        return int(read_table(path, self.target)[0].shape[1])
+
+    def network(self) -> LinearModel:
+        return LinearModel(self.n_features())
+
+    def init_params(self, seed: int = 0, device="cpu") -> torch.Tensor:
+        return torch.zeros(self.n_features(), dtype=DTYPE, device=device)
+
+    def client_objective(self, k: int, n_clients: int, device="cpu"):
+        """Client ``k``'s objective alone (what one node reads)."""
+        return table_objective(self._paths_for(n_clients)[k], self.target, device=device)
+
+    def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
+        return [self.client_objective(k, n_clients, device) for k in range(int(n_clients))]
+
+    def evaluate(self, theta: torch.Tensor) -> dict:
+        if not self.test_table:
+            return {}
+        if "_test" not in self.__dict__:
+            X, y = read_table(self.test_table, self.target)
+            self.__dict__["_test"] = (torch.as_tensor(X, dtype=DTYPE), torch.as_tensor(y, dtype=DTYPE))
+        A, b = self.__dict__["_test"]
+        if A.shape[1] != theta.numel():
+            raise ProblemError(f"{self.test_table}: {A.shape[1]} features, the model has {theta.numel()}")
+        err = A.to(theta.device, theta.dtype) @ theta - b.to(theta.device, theta.dtype)
+        return {"mse": float((err @ err) / err.numel())}
