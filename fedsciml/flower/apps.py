@@ -188,6 +188,9 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
     transport = FlowerTransport(grid, job, clients, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
                                 device=dev, log=stderr_log if progress else None)
     t_connect = time.perf_counter() - t_connect
+    if hasattr(problem, "client_data"):  # e.g. the ridge zoo: its test set is drawn with the clients' split
+        torch.manual_seed(seed)
+        problem.client_data(clients, seed=seed)
     torch.manual_seed(seed)
     objectives = remote_objectives(transport)
     if getattr(problem, "name", None) == "table" and not problem.paths:  # the tables are on the nodes only

@@ -18,7 +18,7 @@ is packed instead into *one* ``bytes`` value of one ``ConfigRecord``
 each tensor's ``numpy.save`` bytes, :func:`fedsciml.federated.transport._pack`).
 Flower moves every record, array and array chunk of a message as its own
 object, one HTTP round trip each in a deployment: a gn reply in the form
-above is ~14 objects, 10–50 ms apiece on a loaded machine, packed it is 3.
+above is 12 objects (with the message), 10–50 ms apiece on a loaded machine; packed it is 3.
 The bits are the same either way.
 """
 from __future__ import annotations
