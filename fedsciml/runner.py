@@ -214,9 +214,10 @@ def _ridge_sigma_once(problem, method: str, config: MethodConfig):
     """On a ridge problem σ counts once.  ``one-shot`` runs the ridge protocol: the clients hold their data rows
     only (problem option ``penalty="server"``) and the fused step adds ``σI`` — the method's ``sigma`` when given
     (it then becomes the problem's σ, so that the recorded options say what ran), else the problem's ``sigma``.
-    Every other method needs the penalty as residual rows (``penalty="rows"``)."""
-    if getattr(problem, "kind", None) != "ridge":
-        return problem, config
+    Every other method needs the penalty as residual rows (``penalty="rows"``).  A ridge problem without a
+    ``penalty`` option (``table``) has no σ of its own: the one-shot method's ``sigma`` (default 0) is the only one."""
+    if getattr(problem, "kind", None) != "ridge" or "penalty" not in problem.options:
+        return problem, config  # (a table problem has no penalty rows: σ is the one-shot method's alone)
     if method != "one-shot":
         if problem.options.get("penalty") == "server":
             raise ValueError(f"problem option penalty='server' leaves σ to the one-shot server; method {method!r} "
