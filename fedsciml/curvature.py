@@ -1,9 +1,11 @@
 """Curvature representations, the matrix-free GGN product, and the FIPA merge rules built on them.
 
 One small interface — ``matvec``, ``+``, ``scaled``, damped ``solve``, ``top(r)``
-eigenpairs and ``n_floats`` (what it costs to send) — with dense, low-rank
-``U diag(λ) Uᵀ`` and diagonal forms.  Aggregators work on these, never on
-client data.
+eigenpairs, and the message: ``to_message`` / ``from_message`` / ``fields`` (its
+schema) / ``n_floats`` (what it costs to send) — with dense, low-rank
+``U diag(λ) Uᵀ`` and diagonal forms; the images' K-FAC
+(:class:`fedsciml.images.fisher.KFAC`) is a fourth.  Aggregators work on these,
+never on client data.
 
 :func:`ggn_matmat` is the one matrix-free generalized Gauss–Newton product
 ``V ↦ J(θ)ᵀ Λ J(θ) V`` of a map ``f: θ ↦ outputs``, with the loss Hessian
@@ -21,6 +23,7 @@ import torch
 from torch.func import jvp, vjp, vmap
 
 from fedsciml import linalg
+from fedsciml.federated.messages import Field
 
 
 def softmax_ce_hessian(logits: torch.Tensor) -> Callable:
@@ -48,6 +51,19 @@ def ggn_matmat(f: Callable, theta: torch.Tensor, loss_hessian: Callable | None =
 
 
 class Curvature:
+    """The currency of second-order aggregation: a p×p curvature a client can send and a server can merge.
+
+    Every form declares its message — :meth:`to_message` (plain tensors, the
+    fields of :meth:`fields`, a :mod:`fedsciml.federated.messages` schema
+    fragment), :meth:`from_message` (the inverse, bitwise: the message's
+    tensors are used as they are) and :attr:`n_floats` (the floats that
+    message carries, which is what the round loop counts as sent).  Forms:
+    :class:`Dense` (packed upper triangle ``H``), :class:`LowRank` (``U``,
+    ``lam``), :class:`Diagonal` (``fisher``) and the images' K-FAC
+    (:class:`fedsciml.images.fisher.KFAC`: ``A{l}``, ``G{l}``, ``rest``; its
+    layer layout is not in the message and is given as ``layout=``).
+    """
+
     p: int
 
     def matvec(self, v: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
@@ -56,12 +72,27 @@ class Curvature:
     def to_dense(self) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
 
-    @property
-    def n_floats(self) -> int:  # pragma: no cover - interface
-        raise NotImplementedError
-
     def scaled(self, c: float) -> "Curvature":  # pragma: no cover - interface
         raise NotImplementedError
+
+    def to_message(self) -> dict:  # pragma: no cover - interface
+        """The message fields (plain tensors) that carry this curvature."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_message(cls, msg: dict, layout=None) -> "Curvature":  # pragma: no cover - interface
+        """The curvature carried by ``msg`` (its fields of :meth:`fields`; other fields are ignored)."""
+        raise NotImplementedError
+
+    @classmethod
+    def fields(cls, layout=None) -> dict:  # pragma: no cover - interface
+        """``{name: Field}``: what the message fields must satisfy (shapes bound by the schema's context)."""
+        raise NotImplementedError
+
+    @property
+    def n_floats(self) -> int:
+        """Floats in :meth:`to_message` (its communication cost)."""
+        return int(sum(t.numel() for t in self.to_message().values()))
 
     def solve(self, b: torch.Tensor, damping: float = 0.0) -> torch.Tensor:
         """``(C + damping·I)⁻¹ b``; pseudo-inverse when damping is 0."""
@@ -78,6 +109,8 @@ class Curvature:
 
 @dataclass
 class Dense(Curvature):
+    """A dense symmetric ``H``; sent as its packed upper triangle ``H`` [p(p+1)/2] (FIPA full rank)."""
+
     H: torch.Tensor
 
     @property
@@ -93,6 +126,18 @@ class Dense(Curvature):
     def scaled(self, c):
         return Dense(c * self.H)
 
+    def to_message(self):
+        return {"H": linalg.pack_upper(self.H)}
+
+    @classmethod
+    def from_message(cls, msg, layout=None):
+        q = msg["H"].shape[-1]
+        return cls(linalg.unpack_upper(msg["H"], int(round(((8 * q + 1) ** 0.5 - 1) / 2))))
+
+    @classmethod
+    def fields(cls, layout=None):
+        return {"H": Field(shape=(None,), psd="packed")}
+
     @property
     def n_floats(self) -> int:  # sent as the upper triangle
         return linalg.n_upper(self.p)
@@ -100,6 +145,8 @@ class Dense(Curvature):
 
 @dataclass
 class Diagonal(Curvature):
+    """``diag(d)``; sent as ``fisher`` [p] (FedFish, FisherMerge, FedFisher-diag), entries ≥ 0."""
+
     d: torch.Tensor
 
     @property
@@ -125,6 +172,17 @@ class Diagonal(Curvature):
             return Diagonal(self.d + other.d)
         return super().__add__(other)
 
+    def to_message(self):
+        return {"fisher": self.d}
+
+    @classmethod
+    def from_message(cls, msg, layout=None):
+        return cls(msg["fisher"])
+
+    @classmethod
+    def fields(cls, layout=None):
+        return {"fisher": Field(shape=("p",), nonneg=True)}
+
     @property
     def n_floats(self) -> int:
         return self.p
@@ -132,7 +190,7 @@ class Diagonal(Curvature):
 
 @dataclass
 class LowRank(Curvature):
-    """``U diag(λ) Uᵀ`` with orthonormal columns in each client block."""
+    """``U diag(λ) Uᵀ`` with orthonormal columns in each client block; sent as ``U`` [p, r], ``lam`` [r] ≥ 0."""
 
     U: torch.Tensor
     lam: torch.Tensor
@@ -160,6 +218,17 @@ class LowRank(Curvature):
         if isinstance(other, LowRank):  # exact: stack the bases
             return LowRank(torch.cat([self.U, other.U], 1), torch.cat([self.lam, other.lam]))
         return super().__add__(other)
+
+    def to_message(self):
+        return {"U": self.U, "lam": self.lam}
+
+    @classmethod
+    def from_message(cls, msg, layout=None):
+        return cls(msg["U"], msg["lam"])
+
+    @classmethod
+    def fields(cls, layout=None):
+        return {"U": Field(shape=("p", "r")), "lam": Field(shape=("r",), nonneg=True)}
 
     @property
     def n_floats(self) -> int:

@@ -193,7 +193,7 @@ def test_image_curvature_factors_are_checked():
     tmpl = fz.kfac(m, w, x)
     n = torch.tensor([20.0])
     agg = FedFisherAggregator("kfac", tmpl)
-    good = {"w": w, **tmpl.message(), "n": n}
+    good = {"w": w, **tmpl.to_message(), "n": n}
     grams = fz.layer_grams(m, w, x)[0]
     reg = RegMeanAggregator(tmpl)
     assert list(agg.validate({0: good}, m.p, torch.float32)[0]) == [0]

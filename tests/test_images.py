@@ -10,7 +10,6 @@ import torch
 
 from fedsciml import linalg
 from fedsciml.federated.aggregators import Aggregator, FedAvgAggregator
-from fedsciml.federated.messages import MessageRejected
 from fedsciml.images import data as D
 from fedsciml.images import fisher as fz
 from fedsciml.images import methods as M
@@ -243,7 +242,7 @@ def test_fedfisher_equals_fedavg_when_client_fishers_are_equal():
     m, ws, xs = _linear_clients()
     F_common = fz.kfac(m, ws[0], xs[0])
     n = torch.tensor([20.0])
-    msgs_k = {c: {"w": w, **F_common.message(), "n": n} for c, w in enumerate(ws)}
+    msgs_k = {c: {"w": w, **F_common.to_message(), "n": n} for c, w in enumerate(ws)}
     avg = sum(ws) / len(ws)
     for curv, msgs in (("kfac", msgs_k),
                        ("diag", {c: {"w": w, "fisher": fz.ggn_diag(m, ws[0], xs[0]), "n": n}
@@ -277,9 +276,7 @@ def test_fishermerge_floor_and_validation():
     bad = {0: {"w": ws[0], "fisher": -torch.ones(m.p), "n": torch.tensor([5.0])},
            1: {"w": ws[1] * float("nan"), "fisher": z, "n": torch.tensor([5.0])}}
     ok, rej = agg.validate(bad, m.p, torch.float32)
-    assert not ok and "negative" in rej[0] and "non-finite" in rej[1]
-    with pytest.raises(MessageRejected):
-        M._validated(agg, bad, m.p, torch.float32)
+    assert not ok and "negative" in rej[0] and "non-finite" in rej[1]  # the round loop logs and drops both
 
 
 def test_regmean_alpha_one_is_the_least_squares_merge_of_linear_layers():
@@ -305,7 +302,7 @@ def test_fedbens_one_client_one_mode_returns_that_mode():
     m, ws, xs = _linear_clients(C=1)
     tmpl = fz.kfac(m, ws[0], xs[0])
     msg = {"w": ws[0][None], "n": torch.tensor([20.0])}
-    msg.update({k: v[None] for k, v in tmpl.message().items()})
+    msg.update({k: v[None] for k, v in tmpl.to_message().items()})
     for approx, mm in (("kfac", msg), ("diag", {"w": ws[0][None], "diag": fz.ggn_diag(m, ws[0], xs[0])[None],
                                                   "n": torch.tensor([20.0])})):
         agg = FedBEnsAggregator(approx, 1, tmpl, steps=50)

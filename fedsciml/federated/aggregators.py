@@ -33,7 +33,7 @@ from typing import Mapping
 import torch
 
 from fedsciml import linalg
-from fedsciml.curvature import COMPLEMENTS, fipa_merge_dense, fipa_merge_lowrank
+from fedsciml.curvature import COMPLEMENTS, Dense, LowRank, fipa_merge_dense, fipa_merge_lowrank
 from fedsciml.federated import robust as _robust
 from fedsciml.federated.messages import Field, MessageRejected, Schema, floats_in, psd_tolerance
 
@@ -94,6 +94,14 @@ class Aggregator:
 
     def aggregate(self, theta: torch.Tensor, messages: Mapping) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        """What later rounds depend on (plain data, for checkpoints): the enrolled sample counts; an aggregator
+        with more state across rounds (a server optimizer) adds its own."""
+        return {"enrolled": dict(self.enrolled)}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.enrolled = {k: float(v) for k, v in dict(d.get("enrolled", {})).items()}
 
     @staticmethod
     def sample_weights(messages: Mapping) -> dict:
@@ -252,11 +260,7 @@ class FIPAAggregator(Aggregator):
              # optional (fedsciml.federated.methods): ‖∇F_m‖ of the client's mean loss (adaptive FIPA) and
              # ½‖r_m‖² at the broadcast θ (the server's step acceptance)
              "gnorm": Field((1,), optional=True, nonneg=True), "loss": Field((1,), optional=True, nonneg=True)}
-        if self.curvature == "full":
-            f["H"] = Field((None,), psd="packed")
-        else:
-            f["U"] = Field(("p", "r"))
-            f["lam"] = Field(("r",), nonneg=True)
+        f.update(Dense.fields() if self.curvature == "full" else LowRank.fields())  # the curvature's message
         return Schema(f)
 
     def check(self, cid, msg, p):
@@ -307,9 +311,8 @@ class FIPAAggregator(Aggregator):
         if self.rule.clip_norm is not None:
             deltas = list(_robust.clip_rows(torch.stack(deltas), self.rule.clip_norm))
         rhs = self._rhs()
-        p = theta.numel()
         if self.curvature == "full":
-            Hs = [linalg.unpack_upper(m["H"], p) for m in messages.values()]
+            Hs = [Dense.from_message(m).H for m in messages.values()]
             step = fipa_merge_dense(Hs, deltas, w, self.rtol, rhs=rhs)
             if self.beta > 0:  # regularized dense merge
                 H = sum(wi * Hi for wi, Hi in zip(w, Hs))
@@ -319,8 +322,8 @@ class FIPAAggregator(Aggregator):
                     b = sum(wi * (Hi @ di) for wi, Hi, di in zip(w, Hs, deltas))
                 step = linalg.damped_solve(H, b, self.beta)
             return theta + self.eta * self.gamma * step
-        Us = [m["U"] for m in messages.values()]
-        lams = [m["lam"] for m in messages.values()]
+        curv = [LowRank.from_message(m) for m in messages.values()]
+        Us, lams = [c.U for c in curv], [c.lam for c in curv]
         if self.merge == "qr":
             sw = None
             if self.complement == "fedavg":

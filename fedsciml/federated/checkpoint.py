@@ -6,7 +6,8 @@ previous round's checkpoint intact; a leftover ``state.pt.tmp`` is removed).
 It holds everything the next round depends on: the global parameters, the
 round counter, the client-sampling RNG state, the method's own state (the
 Levenberg–Marquardt damping and statistics for ``gn``, the last global
-gradient norm for adaptive FIPA), the history rows, the communication
+gradient norm for adaptive FIPA, the safeguard's β, last accepted point and
+the messages received there for FIPA), the history rows, the communication
 counters and the solver clock.  A *fingerprint* (problem, its options,
 method, method options, clients, seed, parameter count) is stored with it;
 resuming with a different setup is an error naming the first difference.

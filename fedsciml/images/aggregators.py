@@ -33,7 +33,7 @@ from typing import Callable
 import torch
 
 from fedsciml import linalg
-from fedsciml.curvature import fipa_merge_lowrank
+from fedsciml.curvature import Diagonal, LowRank, fipa_merge_lowrank
 from fedsciml.federated.aggregators import Aggregator, FedAvgAggregator, FIPAAggregator
 from fedsciml.federated.messages import Field, Schema
 from fedsciml.images.fisher import KFAC
@@ -76,7 +76,8 @@ class FIPAComplementAggregator(FIPAAggregator):
         beta0 = sum(wi * t for wi, t in zip(w, taus)) + self.beta_rel * lam_max
         if not beta0 > 0:  # every sketch ends in a zero eigenvalue: no floor to speak of
             return theta + sum(wi * m["delta"] for wi, m in zip(w, msgs))
-        step = fipa_merge_lowrank([m["U"] for m in msgs], [m["lam"] for m in msgs], [m["delta"] for m in msgs], w,
+        curv = [LowRank.from_message(m) for m in msgs]
+        step = fipa_merge_lowrank([c.U for c in curv], [c.lam for c in curv], [m["delta"] for m in msgs], w,
                                   beta=self.beta_rel * lam_max, gamma=self.gamma, complement="tail")
         return theta + self.eta * step
 
@@ -107,6 +108,31 @@ class ServerAdam:
         self._opt.step()
         return self._param.detach().clone()
 
+    def state_dict(self) -> dict:
+        """The moments and the step count (empty before the first step): plain tensors, for checkpoints."""
+        if self._opt is None:
+            return {}
+        st = self._opt.state[self._param]
+        return {"param": self._param.detach().clone(), "step": st["step"].clone(),
+                "exp_avg": st["exp_avg"].clone(), "exp_avg_sq": st["exp_avg_sq"].clone()}
+
+    def load_state_dict(self, d: dict) -> None:
+        """Restore :meth:`state_dict`'s tensors into a fresh ``torch.optim.Adam``: the next :meth:`step` performs
+        exactly the operations the uninterrupted run would."""
+        if not d:
+            self._opt = self._param = None
+            return
+        for key in ("param", "step", "exp_avg", "exp_avg_sq"):
+            if not isinstance(d.get(key), torch.Tensor):
+                raise ValueError(f"server Adam state lacks the tensor {key!r}")
+        p = d["param"]
+        if not (d["exp_avg"].shape == d["exp_avg_sq"].shape == p.shape and d["step"].numel() == 1):
+            raise ValueError("server Adam state: moments and parameters differ in shape")
+        self._param = torch.nn.Parameter(p.detach().clone())
+        self._opt = torch.optim.Adam([self._param], lr=self.lr, betas=self.betas, eps=self.eps)
+        self._opt.state[self._param] = {"step": d["step"].clone(), "exp_avg": d["exp_avg"].clone(),
+                                        "exp_avg_sq": d["exp_avg_sq"].clone()}
+
 
 class FedFishAggregator(Aggregator):
     """FedFish (Alg. 1): merged delta ``Σ n_i F_i Δ_i / Σ n_i F_i`` (coordinates where every Fisher is 0 fall
@@ -122,7 +148,7 @@ class FedFishAggregator(Aggregator):
         self.adam = ServerAdam(server_lr, betas, eps) if server_opt == "adam" else None
 
     def schema(self):
-        return Schema({"delta": Field(("p",)), "fisher": Field(("p",), nonneg=True), "n": Field((1,), positive=True)})
+        return Schema({"delta": Field(("p",)), **Diagonal.fields(), "n": Field((1,), positive=True)})
 
     def merged_delta(self, messages):
         w = _stack_weights(messages)
@@ -137,6 +163,14 @@ class FedFishAggregator(Aggregator):
         delta = self.merged_delta(messages)
         return theta + delta if self.adam is None else self.adam.step(theta, delta)
 
+    def state_dict(self):
+        return {**super().state_dict(), "adam": self.adam.state_dict() if self.adam is not None else {}}
+
+    def load_state_dict(self, d):
+        super().load_state_dict(d)
+        if self.adam is not None:
+            self.adam.load_state_dict(d["adam"])
+
 
 class FedAvgAdamAggregator(FedAvgAggregator):
     """FedAvg with FedFish's server Adam (FedAdam, Reddi et al. 2021): the (robust) sample-weighted mean
@@ -150,6 +184,13 @@ class FedAvgAdamAggregator(FedAvgAggregator):
         step = super().aggregate(torch.zeros_like(theta), messages)  # 0 + 1·Δ: exactly FedAvg's mean delta
         return self.adam.step(theta, step)
 
+    def state_dict(self):
+        return {**super().state_dict(), "adam": self.adam.state_dict()}
+
+    def load_state_dict(self, d):
+        super().load_state_dict(d)
+        self.adam.load_state_dict(d["adam"])
+
 
 class FisherMergeAggregator(Aggregator):
     """FisherMerge (Matena & Raffel): ``Σ λ_i F_i w_i / Σ λ_i F_i``, λ_i = n_i/N, ``F_i ← max(F_i, floor)``."""
@@ -162,7 +203,7 @@ class FisherMergeAggregator(Aggregator):
         self.floor = fisher_floor
 
     def schema(self):
-        return Schema({"w": Field(("p",)), "fisher": Field(("p",), nonneg=True), "n": Field((1,), positive=True)})
+        return Schema({"w": Field(("p",)), **Diagonal.fields(), "n": Field((1,), positive=True)})
 
     def aggregate(self, theta, messages):
         if not messages:
@@ -220,23 +261,16 @@ class FedFisherAggregator(Aggregator):
         self.history = []
 
     def schema(self):
-        f = {"w": Field(("p",)), "n": Field((1,), positive=True)}
-        if self.curvature == "diag":
-            f["fisher"] = Field(("p",), nonneg=True)
-        else:
-            for i, (a, g) in enumerate(self.template.factor_shapes()):
-                f[f"A{i}"] = Field((a, a), psd="square")
-                f[f"G{i}"] = Field((g, g), psd="square")
-            f["rest"] = Field((self.template.rest_idx.numel(),), nonneg=True)
-        return Schema(f)
+        curv = Diagonal.fields() if self.curvature == "diag" else KFAC.fields(self.template)
+        return Schema({"w": Field(("p",)), "n": Field((1,), positive=True), **curv})
 
     def operators(self, messages):
         """``(weights, [F_i as a matvec])``."""
         w = _stack_weights(messages)
         if self.curvature == "diag":
-            ops = [(lambda v, d=m["fisher"]: d * v) for m in messages.values()]
+            ops = [(lambda v, d=Diagonal.from_message(m).d: d * v) for m in messages.values()]
         else:
-            ops = [self.template.from_message(m).matvec for m in messages.values()]
+            ops = [KFAC.from_message(m, layout=self.template).matvec for m in messages.values()]
         return w, ops
 
     def summed_operator(self, messages):

@@ -40,6 +40,11 @@ def add_parser(bench_subparsers):
     p.add_argument("--participation", type=float, default=1.0, help="fraction of clients per round")
     p.add_argument("--dropout", type=float, default=0.0,
                    help="probability that a sampled client fails to answer (a round, or the one-shot exchange)")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="multi-round protocols: write each run's state after every round to "
+                        "DIR/seed{S}/{method}/state.pt (checksummed, loaded without running code; as solve)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue each run from its checkpoint in --checkpoint DIR (a finished run is not repeated)")
     p.add_argument("--rank", type=int, default=10, help="FIPA: eigenpairs per client")
     p.add_argument("--beta", type=float, default=0.0,
                    help="FIPA: extra QR-merge regularization, relative: beta · max_m (N_m/N) λ_max,m")
@@ -102,6 +107,11 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
         raise ValueError(f"--dropout must be in [0, 1), got {args.dropout}")
     if args.warmup < 0:
         raise ValueError(f"--warmup must be ≥ 0, got {args.warmup}")
+    if args.resume and not args.checkpoint:
+        raise ValueError("--resume needs --checkpoint DIR (the directory the interrupted run wrote)")
+    if one_shot and args.checkpoint:
+        raise ValueError("--checkpoint/--resume apply to --protocol rounds and warmup-refine (a one-shot method "
+                         "has a single round)")
     methods = None
     if args.methods is not None:
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -116,7 +126,8 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
                    model=args.model or ("lenet5" if one_shot else "cnn23k"),
                    clients=args.clients or (5 if one_shot else 20), alpha=None if args.iid else args.alpha,
                    split_kind=args.split, protocol=args.protocol, methods=methods, seeds=tuple(range(args.seeds)),
-                   rounds=args.rounds, warmup=args.warmup, participation=args.participation, dropout=args.dropout)
+                   rounds=args.rounds, warmup=args.warmup, participation=args.participation, dropout=args.dropout,
+                   checkpoint=args.checkpoint, resume=args.resume)
     return cfg, setting
 
 
@@ -130,6 +141,8 @@ def run(args) -> int:
         check_output_file(args.json, "--json")
     if args.out:
         check_output_dir(args.out, "--out")
+    if args.checkpoint:
+        check_output_dir(args.checkpoint, "--checkpoint")
     set_threads(args.threads, quiet=args.quiet)
     try:
         run_setting = bench.run_setting

@@ -30,8 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import vjp, vmap
 
+from fedsciml.curvature import Curvature, softmax_ce_hessian
 from fedsciml.curvature import ggn_matmat as ggn_matmat_of
-from fedsciml.curvature import softmax_ce_hessian
+from fedsciml.federated.messages import Field
 from fedsciml.images.models import FlatModel
 
 
@@ -142,9 +143,11 @@ def _layer_inputs(m: nn.Module, inp: torch.Tensor, with_bias: bool) -> torch.Ten
 
 
 @dataclass
-class KFAC:
+class KFAC(Curvature):
     """Block-diagonal ``⊕_l G_l ⊗ A_l`` (row-major weight blocks ``[out, in(+1)]``) plus a diagonal
-    on parameters outside Linear/Conv2d layers.  ``blocks[l] = (weight_slice, bias_slice or None, out)``."""
+    on parameters outside Linear/Conv2d layers.  ``blocks[l] = (weight_slice, bias_slice or None, out)``.
+    A :class:`~fedsciml.curvature.Curvature`: ``to_message`` / ``from_message(msg, layout=)`` /
+    ``fields(layout)`` / ``n_floats``."""
 
     p: int
     blocks: list
@@ -188,16 +191,39 @@ class KFAC:
             out.append((lg.clamp_min(0), Ug, la.clamp_min(0), Ua))
         return out
 
-    def message(self) -> dict:
+    def scaled(self, c) -> "KFAC":
+        return KFAC(self.p, self.blocks, list(self.A), [c * G for G in self.G], self.rest_idx, c * self.rest,
+                    self.names)
+
+    def to_message(self) -> dict:
+        """``A{l}``, ``G{l}`` per layer and ``rest`` (the diagonal outside the layers): plain tensors."""
         msg = {f"A{i}": A for i, A in enumerate(self.A)}
         msg.update({f"G{i}": G for i, G in enumerate(self.G)})
         msg["rest"] = self.rest
         return msg
 
-    def from_message(self, msg) -> "KFAC":
-        k = len(self.blocks)
-        return KFAC(self.p, self.blocks, [msg[f"A{i}"] for i in range(k)], [msg[f"G{i}"] for i in range(k)],
-                    self.rest_idx, msg["rest"], self.names)
+    @classmethod
+    def from_message(cls, msg, layout: "KFAC | None" = None) -> "KFAC":
+        """The K-FAC carried by ``msg``; ``layout`` (any K-FAC of the same network, e.g. the server's
+        template) gives the layer layout, which the message does not carry."""
+        if layout is None:
+            raise ValueError("a K-FAC message does not carry its layer layout: pass layout= (a KFAC of the same "
+                             "network)")
+        k = len(layout.blocks)
+        return cls(layout.p, layout.blocks, [msg[f"A{i}"] for i in range(k)], [msg[f"G{i}"] for i in range(k)],
+                   layout.rest_idx, msg["rest"], layout.names)
+
+    @classmethod
+    def fields(cls, layout: "KFAC | None" = None) -> dict:
+        """The message schema: Kronecker factors positive semidefinite, the rest diagonal ≥ 0."""
+        if layout is None:
+            raise ValueError("the K-FAC message schema depends on the layer layout: pass layout=")
+        f = {}
+        for i, (a, g) in enumerate(layout.factor_shapes()):
+            f[f"A{i}"] = Field((a, a), psd="square")
+            f[f"G{i}"] = Field((g, g), psd="square")
+        f["rest"] = Field((layout.rest_idx.numel(),), nonneg=True)
+        return f
 
     def factor_shapes(self) -> list:
         return [(A.shape[0], G.shape[0]) for A, G in zip(self.A, self.G)]

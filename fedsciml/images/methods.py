@@ -11,22 +11,34 @@
   with ``warmup > 0`` a FedAvg warm-up checkpoint is shared by every method and the
   refinement rounds are compared from it (FIPA Tables 1–2).
 
+Every method is an entry of one registry, :data:`METHODS` (protocol → name →
+:class:`ImageMethod`: its aggregator factory, its client message builder, whether it
+trains several modes, needs the K-FAC layout, adds the proximal term or trains the head
+only); :func:`image_method` looks a name up and refuses an unknown one with the list of
+allowed names.  Multi-round runs write checkpoints and resume (``run_rounds(checkpoint=,
+resume=)``, the format of :mod:`fedsciml.federated.checkpoint`).
+
 Each method records test accuracy, floats sent per client (mean over clients and
-rounds, from the validated messages) and client / server compute seconds
-(wall clock, excluding test evaluation).
+rounds, from the validated messages), client / server compute seconds
+(wall clock, excluding test evaluation) and the loop's history rows
+(:attr:`MethodResult.rows`; :func:`fedsciml.images.bench.to_result` turns them into a
+:class:`fedsciml.results.Result`).
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from fedsciml import linalg
+from fedsciml.curvature import Diagonal, LowRank
 from fedsciml.federated.aggregators import FedAvgAggregator
-from fedsciml.federated.messages import MessageRejected, floats_in
+from fedsciml.federated.messages import floats_in
 from fedsciml.federated.simulation import RoundConfig, Simulation
 from fedsciml.federated.strategy import Exchange, Strategy
 from fedsciml.federated.transport import BytesTransport, LocalTransport, Reply, Request, Transport
@@ -37,9 +49,6 @@ from fedsciml.images.aggregators import (FedAvgAdamAggregator, FedBEnsAggregator
 from fedsciml.images.data import FederatedImages
 from fedsciml.images.models import FlatModel, build, head_names
 
-ONE_SHOT = ("fedavg", "fishermerge", "regmean", "fedfisher-diag", "fedfisher-kfac",
-            "fedbens", "fedbens-diag", "fedbens-diagfull")
-MULTI_ROUND = ("fedavg", "fedprox", "fipa", "fipa-fc", "fedfish")
 SERVER_OPTS = ("default", "avg", "adam")  # TrainConfig.server_opt
 
 
@@ -90,6 +99,10 @@ class MethodResult:
     server_seconds: float
     history: list = field(default_factory=list)  # [(round, accuracy)]
     info: dict = field(default_factory=dict)
+    rows: list = field(default_factory=list)     # the loop's history rows (Result.history)
+    run: dict = field(default_factory=dict)      # the loop's report: stopped_by, resumed, solver/wall seconds, strategy
+    n_params: int = 0
+    theta: object = field(default=None, repr=False, compare=False)  # final parameters (all of them), or None
 
     @property
     def best(self):
@@ -137,35 +150,244 @@ def accuracy(model, thetas, x, y) -> float:
     return float((predict_proba(model, thetas, x).argmax(-1) == y).float().mean())
 
 
-def _validated(agg, msgs, p, dtype, log: list | None = None):
-    """The accepted messages; each rejected one is appended to ``log`` as ``{client, reason}``
-    (none accepted: :class:`MessageRejected`)."""
-    ok, bad = agg.validate(msgs, p, dtype)
-    if log is not None:
-        log.extend({"client": cid, "reason": reason} for cid, reason in bad.items())
-    if bad:
-        cid, reason = next(iter(bad.items()))
-        if not ok:
-            raise MessageRejected(cid, reason)
-    return ok
-
-
 # --------------------------------------------------------------------- one-shot
-def _one_shot_aggregator(meth, model, cfg, modes, template, val):
-    if meth == "fedavg":
-        return FedAvgAggregator(outlier_ratio=None)
-    if meth == "fishermerge":
-        return FisherMergeAggregator(1e-6)
-    if meth == "regmean":
-        return RegMeanAggregator(template, cfg.regmean_alphas, evaluate=val)
-    if meth.startswith("fedfisher"):
-        return FedFisherAggregator("kfac" if meth.endswith("kfac") else "diag", template, evaluate=val,
-                                   steps=cfg.fedfisher_steps, lr=cfg.fedfisher_lr)
-    approx = {"fedbens": "kfac", "fedbens-diag": "diag", "fedbens-diagfull": "diagfull"}[meth]
-    last = torch.cat([torch.arange(model.slice(nm).start, model.slice(nm).stop) for nm in head_names(
+def _head_index(model):
+    return torch.cat([torch.arange(model.slice(nm).start, model.slice(nm).stop) for nm in head_names(
         model.module)]).to(model.device)
-    return FedBEnsAggregator(approx, modes, template, last, cfg.temperature, cfg.prior_var,
-                             cfg.fedbens_steps, cfg.fedbens_lr, evaluate=val)
+
+
+def _fedbens_aggregator(approx):
+    def make(model, cfg, modes, template, val):
+        return FedBEnsAggregator(approx, modes, template, _head_index(model), cfg.temperature, cfg.prior_var,
+                                 cfg.fedbens_steps, cfg.fedbens_lr, evaluate=val)
+    return make
+
+
+def _fedfisher_aggregator(curvature):
+    def make(model, cfg, modes, template, val):
+        return FedFisherAggregator(curvature, template, evaluate=val, steps=cfg.fedfisher_steps, lr=cfg.fedfisher_lr)
+    return make
+
+
+# one-shot messages: ``(model, theta, ws, x, n)`` with ``ws`` the client's trained model per mode
+def _msg_fedavg(model, theta, ws, x, n):  # FedAvg's merge takes the update
+    return {"delta": ws[0] - theta, "n": n}
+
+
+def _msg_fisher_diag(model, theta, ws, x, n):
+    return {"w": ws[0], **Diagonal(fz.ggn_diag(model, ws[0], x)).to_message(), "n": n}
+
+
+def _msg_kfac(model, theta, ws, x, n):
+    return {"w": ws[0], **fz.kfac(model, ws[0], x).to_message(), "n": n}
+
+
+def _msg_regmean(model, theta, ws, x, n):
+    grams, _, _ = fz.layer_grams(model, ws[0], x)
+    return {"w": ws[0], **{f"gram{i}": g for i, g in enumerate(grams)}, "n": n}
+
+
+def _msg_fedbens(model, theta, ws, x, n):
+    msg = {"w": torch.stack(ws), "n": n}
+    ks = [fz.kfac(model, wm, x).to_message() for wm in ws]
+    for key in ks[0]:
+        msg[key] = torch.stack([k[key] for k in ks])
+    return msg
+
+
+def _msg_fedbens_diag(model, theta, ws, x, n, full_head=False):
+    msg = {"w": torch.stack(ws), "n": n}
+    msg["diag"] = torch.stack([fz.ggn_diag(model, wm, x) for wm in ws])
+    if full_head:
+        head = FlatModel(model.module, trainable=lambda nm: nm in head_names(model.module))
+        lasts = []
+        for wm in ws:
+            head.frozen = {k: v for k, v in model.unflatten(wm).items() if k not in head.names}
+            idx = torch.cat([torch.arange(model.slice(nm).start, model.slice(nm).stop) for nm in head.names])
+            lasts.append(fz.ggn_dense(head, wm[idx.to(wm.device)], x))
+        msg["last"] = torch.stack(lasts)
+    return msg
+
+
+def _msg_fedbens_diagfull(model, theta, ws, x, n):
+    return _msg_fedbens_diag(model, theta, ws, x, n, full_head=True)
+
+
+# ------------------------------------------------------------------ multi-round
+# round messages: ``(model, theta, w, x, y, cfg, seed, n)`` with ``w`` the client's locally trained model
+def _msg_delta(model, theta, w, x, y, cfg, seed, n):
+    return {"delta": w - theta, "n": n}
+
+
+def _msg_fedfish(model, theta, w, x, y, cfg, seed, n):
+    return {"delta": w - theta, **Diagonal(fz.empirical_fisher_diag(model, w, x, y, cfg.batch_size)).to_message(),
+            "n": n}
+
+
+def _msg_fipa(model, theta, w, x, y, cfg, seed, n):
+    """The delta and the top-r eigenpairs of the softmax GGN at the broadcast model (matrix-free)."""
+    delta = w - theta
+    r = min(cfg.rank, model.p)
+    U, lam = linalg.subspace_iteration(fz.ggn_matmat(model, theta, x), model.p, r, oversample=cfg.oversample,
+                                       iters=cfg.power_iters, seed=seed, dtype=theta.dtype, device=theta.device)
+    return {"delta": delta, **LowRank(U.contiguous(), lam).to_message(), "n": n}
+
+
+def _fedavg_round_aggregator(cfg):
+    kw = dict(robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, outlier_ratio=None)
+    return FedAvgAdamAggregator(cfg.fedfish_lr, **kw) if cfg.server_opt == "adam" else FedAvgAggregator(**kw)
+
+
+def _fedprox_round_aggregator(cfg):
+    return FedAvgAggregator(robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, outlier_ratio=None)
+
+
+def _fedfish_aggregator(cfg):
+    return FedFishAggregator(cfg.fedfish_lr, server_opt="avg" if cfg.server_opt == "avg" else "adam")
+
+
+def _fipa_aggregator(cfg):
+    return FIPAComplementAggregator(beta_rel=cfg.beta, gamma=cfg.gamma, tail=cfg.tail)
+
+
+# ------------------------------------------------------------------ the registry
+@dataclass(frozen=True)
+class ImageMethod:
+    """One image method, as the loop and the clients need it (an entry of :data:`METHODS`).
+
+    ``protocol`` — ``"one-shot"`` (one round, every client trains from the shared initialization(s)) or
+    ``"rounds"`` (multi-round; also the refinement of ``warmup-refine``).  ``aggregator`` — the server's
+    merge: ``aggregator(model, cfg, modes, template, val)`` for one-shot methods, ``aggregator(cfg)`` for
+    round methods.  ``message`` — the client's reply from its trained model(s) (see the ``_msg_*``
+    builders).  ``modes`` — trains ``cfg.modes`` initializations (FedBEns); ``template`` — needs the K-FAC
+    layer layout; ``prox`` — local training adds FedProx's ``μ/2‖θ−θ₀‖²``; ``head_only`` — trains and
+    merges only the classifier head (FIPA-FC); ``default`` — in the default method set of its protocol.
+    """
+
+    name: str
+    protocol: str
+    aggregator: Callable
+    message: Callable
+    description: str
+    modes: bool = False
+    template: bool = False
+    prox: bool = False
+    head_only: bool = False
+    default: bool = True
+
+
+def _register(*specs):
+    out = {}
+    for s in specs:
+        out.setdefault(s.protocol, {})[s.name] = s
+    return out
+
+
+METHODS: dict[str, dict[str, ImageMethod]] = _register(
+    ImageMethod("fedavg", "one-shot", lambda model, cfg, modes, template, val: FedAvgAggregator(outlier_ratio=None),
+                _msg_fedavg, "sample-weighted mean of the local models"),
+    ImageMethod("fishermerge", "one-shot",
+                lambda model, cfg, modes, template, val: FisherMergeAggregator(1e-6), _msg_fisher_diag,
+                "diagonal-Fisher-weighted mean"),
+    ImageMethod("regmean", "one-shot",
+                lambda model, cfg, modes, template, val: RegMeanAggregator(template, cfg.regmean_alphas, evaluate=val),
+                _msg_regmean, "per-layer regression mean on the layer-input Grams", template=True),
+    ImageMethod("fedfisher-diag", "one-shot", _fedfisher_aggregator("diag"), _msg_fisher_diag,
+                "Adam on the diagonal-Fisher quadratic"),
+    ImageMethod("fedfisher-kfac", "one-shot", _fedfisher_aggregator("kfac"), _msg_kfac,
+                "Adam on the K-FAC quadratic", template=True),
+    ImageMethod("fedbens", "one-shot", _fedbens_aggregator("kfac"), _msg_fedbens,
+                "Bayesian ensemble, K-FAC Laplace precisions", modes=True, template=True),
+    ImageMethod("fedbens-diag", "one-shot", _fedbens_aggregator("diag"), _msg_fedbens_diag,
+                "Bayesian ensemble, diagonal precisions", modes=True, default=False),
+    ImageMethod("fedbens-diagfull", "one-shot", _fedbens_aggregator("diagfull"), _msg_fedbens_diagfull,
+                "Bayesian ensemble, diagonal + full last-layer precisions", modes=True, default=False),
+    ImageMethod("fedavg", "rounds", _fedavg_round_aggregator, _msg_delta, "FedAvg (plain mean, or server Adam)"),
+    ImageMethod("fedprox", "rounds", _fedprox_round_aggregator, _msg_delta, "FedAvg with the proximal term",
+                prox=True),
+    ImageMethod("fipa", "rounds", _fipa_aggregator, _msg_fipa, "delta + top-r GGN eigenpairs, thin-QR merge"),
+    ImageMethod("fipa-fc", "rounds", _fipa_aggregator, _msg_fipa, "FIPA on the classifier head only",
+                head_only=True),
+    ImageMethod("fedfish", "rounds", _fedfish_aggregator, _msg_fedfish,
+                "delta + empirical Fisher diagonal, server Adam"),
+)
+ONE_SHOT = tuple(METHODS["one-shot"])
+MULTI_ROUND = tuple(METHODS["rounds"])
+
+
+def image_method(name: str, protocol: str) -> ImageMethod:
+    """The registered method ``name`` of ``protocol`` (``"one-shot"``, or ``"rounds"``/``"warmup-refine"``);
+    an unknown one is a ``ValueError`` listing the allowed names."""
+    table = METHODS["one-shot" if protocol == "one-shot" else "rounds"]
+    if name not in table:
+        raise ValueError(f"unknown {'one-shot' if protocol == 'one-shot' else 'multi-round'} method {name!r} "
+                         f"(image benchmarks); choose from {', '.join(table)}")
+    return table[name]
+
+
+def default_methods(protocol: str) -> list:
+    table = METHODS["one-shot" if protocol == "one-shot" else "rounds"]
+    return [n for n, s in table.items() if s.default]
+
+
+def _aggregator(meth, cfg):
+    """The server aggregator of the multi-round method ``meth`` under ``cfg``."""
+    if cfg.server_opt not in SERVER_OPTS:
+        raise ValueError(f"server_opt must be one of {', '.join(SERVER_OPTS)}, got {cfg.server_opt!r}")
+    return image_method(meth, "rounds").aggregator(cfg)
+
+
+class ImageClient:
+    """One image client behind a :class:`~fedsciml.federated.transport.Transport`: its own samples and model.
+
+    Answers ``update`` (config ``method``, ``seed``, ``train`` — the
+    :class:`TrainConfig` fields) with the registered method's message after
+    local training, its local-training seconds as a metric; ``one_shot`` (config ``method``,
+    ``modes``, ``seed``, ``train``; tensors ``theta`` and, for FedBEns, the
+    other ``inits``) with the registered one-shot message, training each
+    initialization once and keeping it for the next method; and ``loss`` with
+    its summed training cross-entropy at θ (monitoring).  ``model`` is the network the exchanged
+    parameters belong to (for FIPA-FC: the classifier head, the frozen body set
+    up at enrollment).
+    """
+
+    def __init__(self, cid: int, x, y, model: FlatModel):
+        self.cid, self.x, self.y, self.model = cid, x, y, model
+        self.n = int(len(y))
+        self._trained = {}  # (seed, mode) -> (local model, training seconds): one-shot methods share them
+
+    def answer(self, request, pre=None, deadline=None):
+        theta, cfg = request.tensors["theta"], request.config
+        n = torch.tensor([float(self.n)], device=theta.device)
+        if request.query == "loss":
+            with torch.no_grad():
+                loss = sum(float(F.cross_entropy(self.model(theta, self.x[a:a + 1024]), self.y[a:a + 1024],
+                                                 reduction="sum")) for a in range(0, self.n, 1024))
+            return Reply({"loss": torch.tensor([loss], dtype=theta.dtype, device=theta.device), "n": n})
+        if request.query == "update":
+            spec = image_method(cfg["method"], "rounds")
+            tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
+            t0 = time.perf_counter()
+            seed = int(cfg["seed"]) + self.cid
+            w = local_train(self.model, theta, self.x, self.y, tc, seed, prox_mu=tc.prox_mu if spec.prox else 0.0)
+            msg = spec.message(self.model, theta, w, self.x, self.y, tc, seed, n)
+            return Reply(msg, {"seconds": time.perf_counter() - t0})
+        if request.query == "one_shot":
+            tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
+            inits = [theta] + (list(request.tensors["inits"]) if "inits" in request.tensors else [])
+            modes, s0 = int(cfg["modes"]), int(cfg["seed"])
+            local, train_s = [], 0.0
+            for m in range(modes):
+                if (s0, m) not in self._trained:
+                    t0 = time.perf_counter()
+                    w = local_train(self.model, inits[m], self.x, self.y, tc, seed=s0 + self.cid * 31 + m)
+                    self._trained[s0, m] = (w, time.perf_counter() - t0)
+                local.append(self._trained[s0, m][0])
+                train_s += self._trained[s0, m][1]
+            t0 = time.perf_counter()
+            msg = image_method(cfg["method"], "one-shot").message(self.model, theta, local, self.x, n)
+            return Reply(msg, {"train_s": train_s, "message_s": time.perf_counter() - t0})
+        raise ValueError(f"image client {self.cid}: unknown query {request.query!r}")
 
 
 class OneShotImageStrategy(Strategy):
@@ -217,13 +439,11 @@ def run_one_shot(fed: FederatedImages, model_name: str, methods, seed: int, cfg:
                  progress=None, dropout: float = 0.0, transport: str = "local", message_hook=None) -> dict:
     """All one-shot methods on one split, each a one-round run of the federated round loop; every method
     reuses the same client models (each client trains each initialization once and keeps it)."""
-    bad = [m for m in methods if m not in ONE_SHOT]
-    if bad:
-        raise ValueError(f"unknown one-shot method(s) {bad}; choose from {list(ONE_SHOT)}")
+    specs = [image_method(m, "one-shot") for m in methods]
     _check_transport(transport)
     dev = torch.device(cfg.device)
     say = progress or (lambda s: None)
-    need_modes = max([cfg.modes if m.startswith("fedbens") else 1 for m in methods])
+    need_modes = max([cfg.modes if s.modes else 1 for s in specs])
     model = FlatModel(build(model_name, fed.shape, fed.n_classes, seed), device=dev)
     inits = [model.theta()] + [FlatModel(build(model_name, fed.shape, fed.n_classes, seed * 1000 + 17 + m),
                                          device=dev).theta() for m in range(1, need_modes)]
@@ -236,12 +456,12 @@ def run_one_shot(fed: FederatedImages, model_name: str, methods, seed: int, cfg:
         if transport == "bytes":
             tr = BytesTransport(tr, device=dev)
     # the K-FAC layer layout (shapes only), from the server's own validation images
-    template = fz.kfac(model, inits[0], fed.x_val[:2]) if any(
-        m in ("fedfisher-kfac", "fedbens", "regmean") for m in methods) else None
+    template = fz.kfac(model, inits[0], fed.x_val[:2]) if any(s.template for s in specs) else None
     results = {}
-    for meth in methods:
-        modes = cfg.modes if meth.startswith("fedbens") else 1
-        agg = _one_shot_aggregator(meth, model, cfg, modes, template, val)
+    for spec in specs:
+        meth = spec.name
+        modes = cfg.modes if spec.modes else 1
+        agg = spec.aggregator(model, cfg, modes, template, val)
         strategy = OneShotImageStrategy(meth, agg, cfg, inits, modes, seed)
         sim = None
 
@@ -249,129 +469,26 @@ def run_one_shot(fed: FederatedImages, model_name: str, methods, seed: int, cfg:
             return {"accuracy": accuracy(model, t, fed.x_test, fed.y_test)} if sim.round_index >= 1 else {}
 
         sim = Simulation(tr, evaluate, RoundConfig(dropout=dropout, seed=seed), label=meth, message_hook=message_hook)
+        t0 = time.perf_counter()
         theta, rows, rinfo = sim.run(strategy, inits[0])
+        wall = time.perf_counter() - t0
         acc = rows[-1]["accuracy"]
         r = rows[-1]
         info = {"rejections": rinfo["rejections"],
                 "rounds": [{"round": 1, **{f: r[f] for f in ("floats_up", "floats_down", "dropped", "rejected",
                                                             "answered") if f in r}}]}
-        if meth == "regmean":
+        if getattr(agg, "chosen_alpha", None) is not None:
             info["alpha"] = agg.chosen_alpha
-        results[meth] = MethodResult(meth, acc, strategy.floats, strategy.client_s / C, strategy.server_s, info=info)
+        results[meth] = MethodResult(meth, acc, strategy.floats, strategy.client_s / C, strategy.server_s, info=info,
+                                     rows=rows, run=_run_info(rinfo, wall), n_params=model.p, theta=theta)
         say(f"  {meth:17s} acc {acc:.4f}  floats/client {strategy.floats:.0f}  server {strategy.server_s:.1f}s")
     return results
 
 
-def _one_shot_message(meth, model, local, c, modes, x, n):
-    w = local[c, 0]
-    if meth == "fedavg":
-        return {"w": w, "n": n}
-    if meth in ("fishermerge", "fedfisher-diag"):
-        return {"w": w, "fisher": fz.ggn_diag(model, w, x), "n": n}
-    if meth == "fedfisher-kfac":
-        return {"w": w, **fz.kfac(model, w, x).message(), "n": n}
-    if meth == "regmean":
-        grams, _, _ = fz.layer_grams(model, w, x)
-        return {"w": w, **{f"gram{i}": g for i, g in enumerate(grams)}, "n": n}
-    ws = [local[c, m] for m in range(modes)]
-    msg = {"w": torch.stack(ws), "n": n}
-    if meth == "fedbens":
-        ks = [fz.kfac(model, wm, x).message() for wm in ws]
-        for key in ks[0]:
-            msg[key] = torch.stack([k[key] for k in ks])
-        return msg
-    diags = [fz.ggn_diag(model, wm, x) for wm in ws]
-    msg["diag"] = torch.stack(diags)
-    if meth == "fedbens-diagfull":
-        head = FlatModel(model.module, trainable=lambda nm: nm in head_names(model.module))
-        lasts = []
-        for wm in ws:
-            head.frozen = {k: v for k, v in model.unflatten(wm).items() if k not in head.names}
-            idx = torch.cat([torch.arange(model.slice(nm).start, model.slice(nm).stop) for nm in head.names])
-            lasts.append(fz.ggn_dense(head, wm[idx.to(wm.device)], x))
-        msg["last"] = torch.stack(lasts)
-    return msg
-
-
-# ------------------------------------------------------------------ multi-round
-def _client_round(meth, model, theta, x, y, cfg, seed, n):
-    prox = cfg.prox_mu if meth == "fedprox" else 0.0
-    w = local_train(model, theta, x, y, cfg, seed, prox_mu=prox)
-    delta = w - theta
-    if meth in ("fedavg", "fedprox"):
-        return {"delta": delta, "n": n}
-    if meth == "fedfish":
-        return {"delta": delta, "fisher": fz.empirical_fisher_diag(model, w, x, y, cfg.batch_size), "n": n}
-    # FIPA: top-r eigenpairs of the softmax GGN at the broadcast model, matrix-free
-    r = min(cfg.rank, model.p)
-    U, lam = linalg.subspace_iteration(fz.ggn_matmat(model, theta, x), model.p, r, oversample=cfg.oversample,
-                                       iters=cfg.power_iters, seed=seed, dtype=theta.dtype, device=theta.device)
-    return {"delta": delta, "U": U.contiguous(), "lam": lam, "n": n}
-
-
-def _aggregator(meth, cfg):
-    if cfg.server_opt not in SERVER_OPTS:
-        raise ValueError(f"server_opt must be one of {', '.join(SERVER_OPTS)}, got {cfg.server_opt!r}")
-    if meth in ("fedavg", "fedprox"):
-        kw = dict(robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, outlier_ratio=None)
-        if meth == "fedavg" and cfg.server_opt == "adam":
-            return FedAvgAdamAggregator(cfg.fedfish_lr, **kw)
-        return FedAvgAggregator(**kw)
-    if meth == "fedfish":
-        return FedFishAggregator(cfg.fedfish_lr, server_opt="avg" if cfg.server_opt == "avg" else "adam")
-    return FIPAComplementAggregator(beta_rel=cfg.beta, gamma=cfg.gamma, tail=cfg.tail)
-
-
-class ImageClient:
-    """One image client behind a :class:`~fedsciml.federated.transport.Transport`: its own samples and model.
-
-    Answers ``update`` (config ``method``, ``seed``, ``train`` — the
-    :class:`TrainConfig` fields) with :func:`_client_round`'s message, its
-    local-training seconds as a metric; ``one_shot`` (config ``method``,
-    ``modes``, ``seed``, ``train``; tensors ``theta`` and, for FedBEns, the
-    other ``inits``) with :func:`_one_shot_message`'s message, training each
-    initialization once and keeping it for the next method; and ``loss`` with
-    its summed training cross-entropy at θ (monitoring).  ``model`` is the network the exchanged
-    parameters belong to (for FIPA-FC: the classifier head, the frozen body set
-    up at enrollment).
-    """
-
-    def __init__(self, cid: int, x, y, model: FlatModel):
-        self.cid, self.x, self.y, self.model = cid, x, y, model
-        self.n = int(len(y))
-        self._trained = {}  # (seed, mode) -> (local model, training seconds): one-shot methods share them
-
-    def answer(self, request, pre=None, deadline=None):
-        theta, cfg = request.tensors["theta"], request.config
-        n = torch.tensor([float(self.n)], device=theta.device)
-        if request.query == "loss":
-            with torch.no_grad():
-                loss = sum(float(F.cross_entropy(self.model(theta, self.x[a:a + 1024]), self.y[a:a + 1024],
-                                                 reduction="sum")) for a in range(0, self.n, 1024))
-            return Reply({"loss": torch.tensor([loss], dtype=theta.dtype, device=theta.device), "n": n})
-        if request.query == "update":
-            tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
-            t0 = time.perf_counter()
-            msg = _client_round(cfg["method"], self.model, theta, self.x, self.y, tc, int(cfg["seed"]) + self.cid, n)
-            return Reply(msg, {"seconds": time.perf_counter() - t0})
-        if request.query == "one_shot":
-            tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
-            inits = [theta] + (list(request.tensors["inits"]) if "inits" in request.tensors else [])
-            modes, s0 = int(cfg["modes"]), int(cfg["seed"])
-            local, train_s = {}, 0.0
-            for m in range(modes):
-                if (s0, m) not in self._trained:
-                    t0 = time.perf_counter()
-                    w = local_train(self.model, inits[m], self.x, self.y, tc, seed=s0 + self.cid * 31 + m)
-                    self._trained[s0, m] = (w, time.perf_counter() - t0)
-                local[self.cid, m] = self._trained[s0, m][0]
-                train_s += self._trained[s0, m][1]
-            t0 = time.perf_counter()
-            msg = _one_shot_message(cfg["method"], self.model, local, self.cid, modes, self.x, n)
-            if cfg["method"] == "fedavg":  # FedAvg's merge takes the update
-                msg = {"delta": msg["w"] - theta, "n": msg["n"]}
-            return Reply(msg, {"train_s": train_s, "message_s": time.perf_counter() - t0})
-        raise ValueError(f"image client {self.cid}: unknown query {request.query!r}")
+def _run_info(info: dict, wall: float) -> dict:
+    """What the loop reported about a run, for the result's ``extra`` (the rejections are in ``info``)."""
+    return {"stopped_by": info["stopped_by"], "resumed": info["resumed"], "skipped_rounds": info["skipped_rounds"],
+            "solver_time_s": info["solver_time_s"], "wall_time_s": wall, "strategy": info["strategy"]}
 
 
 def _check_transport(transport):
@@ -402,7 +519,12 @@ def image_client(spec: dict, cid: int) -> ImageClient:
 
 class ImageRoundStrategy(Strategy):
     """Multi-round image methods on the one round loop: the cohort of each round (seeded, shared by every
-    method), dropout from the loop, ``update`` requests, the method's aggregator on the validated replies."""
+    method), dropout from the loop, ``update`` requests, the method's aggregator on the validated replies.
+
+    :meth:`state_dict` holds everything the next round depends on beyond the loop's own state (θ, round,
+    sampling RNG): the aggregator's state (the sample counts enrolled, FedFish's / server-Adam FedAvg's
+    Adam moments and step) and the accounting (floats per round, client / server seconds); client seeds
+    and cohorts are functions of the seed and the round, so a resumed run repeats the same operations."""
 
     def __init__(self, meth: str, agg, cfg: TrainConfig, cohorts, r0: int, seed: int):
         self.meth, self.agg, self.cfg, self.cohorts, self.r0, self.seed = meth, agg, cfg, cohorts, r0, seed
@@ -411,7 +533,8 @@ class ImageRoundStrategy(Strategy):
 
     def configure_round(self, run, k):
         r = self.r0 + k - 1
-        answering, _ = run.drop_out(self.cohorts[r])
+        answering, dropped = run.drop_out(self.cohorts[r])
+        self._dropped = dropped
         if not answering:
             return None
         theta = self.theta
@@ -429,13 +552,21 @@ class ImageRoundStrategy(Strategy):
         t0 = time.perf_counter()
         self.theta = self.agg.aggregate(self.theta, ok)
         self.server_s += time.perf_counter() - t0
-        return {"answered": len(ok)}
+        return {"answered": len(ok), "rejected_clients": sorted(replies.rejected)}
+
+    def round(self, run, k):
+        extra = super().round(run, k)
+        return {**extra, "dropped_clients": list(self._dropped)}  # who did not answer (dropout), by id
 
     def state_dict(self):
-        return {"theta": self.theta}
+        return {"theta": self.theta, "aggregator": self.agg.state_dict(), "floats": list(self.floats),
+                "client_s": self.client_s, "server_s": self.server_s}
 
     def load_state_dict(self, d):
         self.theta = d["theta"]
+        self.agg.load_state_dict(d["aggregator"])
+        self.floats = [float(f) for f in d["floats"]]
+        self.client_s, self.server_s = float(d["client_s"]), float(d["server_s"])
 
     def summary(self):
         return {"method": self.meth, **{k: v for k, v in dataclasses.asdict(self.cfg).items()
@@ -444,19 +575,27 @@ class ImageRoundStrategy(Strategy):
 
 def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: TrainConfig, rounds: int,
                warmup: int = 0, participation: float = 1.0, progress=None, eval_every: int = 1,
-               dropout: float = 0.0, transport: str = "local", message_hook=None) -> dict:
+               dropout: float = 0.0, transport: str = "local", message_hook=None, checkpoint: str | None = None,
+               resume: bool = False, fingerprint: dict | None = None) -> dict:
     """Multi-round training on the federated round loop; with ``warmup`` FedAvg rounds first, shared by every
     method.  Each method's ``info`` records per round the floats sent up and down, the dropped and rejected
-    clients (``info["rounds"]``) and every rejection with its reason (``info["rejections"]``)."""
-    bad = [m for m in methods if m not in MULTI_ROUND]
-    if bad:
-        raise ValueError(f"unknown multi-round method(s) {bad}; choose from {list(MULTI_ROUND)}")
+    clients (``info["rounds"]``) and every rejection with its reason (``info["rejections"]``).
+
+    ``checkpoint`` — a directory: each run (the warm-up, then each method) writes its state after every round
+    to ``checkpoint/seed{seed}/{method}/state.pt`` (:mod:`fedsciml.federated.checkpoint`: checksummed, read
+    back with ``weights_only``); with ``resume`` each run continues from its checkpoint (a finished one is
+    not run again), so N rounds straight and N/2 + N/2 resumed give bitwise the same history and parameters.
+    ``fingerprint`` — settings the caller knows (dataset, split) stored with the checkpoint; resuming with
+    other settings is an error naming the first difference."""
+    specs = [image_method(m, "rounds") for m in methods]
     if not 0 < participation <= 1:
         raise ValueError(f"participation must be in (0, 1], got {participation}")
     _check_transport(transport)
-    if isinstance(transport, Transport) and "fipa-fc" in methods:
+    if isinstance(transport, Transport) and any(s.head_only for s in specs):
         raise ValueError("fipa-fc trains the classifier head of a body fixed by the server; its clients cannot be "
                          "rebuilt on remote nodes yet (run it with the in-process engine)")
+    if resume and not checkpoint:
+        raise ValueError("resume needs a checkpoint directory (the one the interrupted run wrote)")
     dev = torch.device(cfg.device)
     say = progress or (lambda s: None)
     full = FlatModel(build(model_name, fed.shape, fed.n_classes, seed), device=dev)
@@ -465,8 +604,12 @@ def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: T
     k = max(1, int(round(participation * C)))
     sched = torch.Generator().manual_seed(seed + 101)
     cohorts = [sorted(torch.randperm(C, generator=sched)[:k].tolist()) for _ in range(warmup + rounds)]
+    base_print = {**(fingerprint or {}), "model": model_name, "seed": seed, "clients": C,
+                  "client_samples": [int(len(y)) for _, y in fed.clients], "n_params": full.p,
+                  "participation": participation, "dropout": dropout, "warmup": warmup,
+                  "train": dataclasses.asdict(cfg)}
 
-    def run(meth, model, theta, r0, r1, lift):
+    def run(name, spec, model, theta, r0, r1, lift):
         if isinstance(transport, Transport):  # e.g. Flower's: each node built its client (image_client)
             tr = transport
         else:
@@ -474,7 +617,7 @@ def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: T
                                 vectorize=False)
             if transport == "bytes":
                 tr = BytesTransport(tr, device=dev)
-        strategy = ImageRoundStrategy(meth, _aggregator(meth, cfg), cfg, cohorts, r0, seed)
+        strategy = ImageRoundStrategy(spec.name, _aggregator(spec.name, cfg), cfg, cohorts, r0, seed)
         sim = None
 
         def evaluate(t):
@@ -482,30 +625,37 @@ def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: T
             if kk == 0 or not (kk % eval_every == 0 or kk == r1 - r0):
                 return {}
             acc = accuracy(full, lift(t), fed.x_test, fed.y_test)
-            say(f"  {meth:8s} round {r0 + kk:4d}  test acc {acc:.4f}")
+            say(f"  {name:8s} round {r0 + kk:4d}  test acc {acc:.4f}")
             return {"accuracy": acc}
 
-        sim = Simulation(tr, evaluate, RoundConfig(rounds=r1 - r0, dropout=dropout, seed=seed), label=meth,
-                         message_hook=message_hook)
+        where = None if checkpoint is None else os.path.join(checkpoint, f"seed{seed}", name)
+        sim = Simulation(tr, evaluate, RoundConfig(rounds=r1 - r0, dropout=dropout, seed=seed, checkpoint=where,
+                                                   resume=resume), label=name, message_hook=message_hook,
+                         fingerprint={**base_print, "method": name, "first_round": r0})
+        t0 = time.perf_counter()
         theta, rows, info = sim.run(strategy, theta)
+        wall = time.perf_counter() - t0
         hist = [(r0 + row["round"], row["accuracy"]) for row in rows if "accuracy" in row]
         per_round = [{"round": r0 + row["round"], **{f: row[f] for f in ("floats_up", "floats_down", "dropped",
                                                                          "rejected", "answered") if f in row}}
                      for row in rows[1:]]
         rinfo = {"rounds": per_round, "rejections": [{**e, "round": r0 + e["round"]} for e in info["rejections"]],
                  "skipped_rounds": info["skipped_rounds"]}
-        return (theta, hist, strategy.floats, strategy.client_s / max(1, (r1 - r0) * k),
-                strategy.server_s / max(1, r1 - r0), rinfo)
+        rows = [{**row, "round": r0 + row["round"], "step": r0 + row["step"]} for row in rows]
+        return (theta, MethodResult(name, hist[-1][1] if hist else float("nan"), _mean(strategy.floats),
+                                    strategy.client_s / max(1, (r1 - r0) * k), strategy.server_s / max(1, r1 - r0),
+                                    history=hist,
+                                    info=rinfo, rows=rows, run=_run_info(info, wall), n_params=model.p,
+                                    theta=lift(theta)))
 
     ident = lambda t: t  # noqa: E731
     theta = theta0
     out = {}
     if warmup:
         say(f"FedAvg warm-up: {warmup} rounds")
-        theta, hist, floats, cs, ss, rinfo = run("fedavg", full, theta0, 0, warmup, ident)
-        out["warmup"] = MethodResult("warmup", hist[-1][1], _mean(floats), cs, ss, history=hist, info=rinfo)
-    for meth in methods:
-        if meth == "fipa-fc":
+        theta, out["warmup"] = run("warmup", image_method("fedavg", "rounds"), full, theta0, 0, warmup, ident)
+    for spec in specs:
+        if spec.head_only:
             heads = head_names(full.module)
             sub = FlatModel(full.module, trainable=lambda nm: nm in heads)
             sub.frozen = {kk: v for kk, v in full.unflatten(theta).items() if kk not in heads}
@@ -516,11 +666,9 @@ def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: T
                 b = base.clone()
                 b[idx] = t
                 return b
-            tfin, hist, floats, cs, ss, rinfo = run("fipa", sub, theta[idx], warmup, warmup + rounds, lift)
+            _, out[spec.name] = run(spec.name, spec, sub, theta[idx], warmup, warmup + rounds, lift)
         else:
-            tfin, hist, floats, cs, ss, rinfo = run(meth, full, theta, warmup, warmup + rounds, ident)
-        acc = hist[-1][1]
-        out[meth] = MethodResult(meth, acc, _mean(floats), cs, ss, history=hist, info=rinfo)
+            _, out[spec.name] = run(spec.name, spec, full, theta, warmup, warmup + rounds, ident)
     return out
 
 

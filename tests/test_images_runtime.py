@@ -1,0 +1,215 @@
+"""Image methods on the one runtime: checkpoints/resume, the method registry, the Result layout, and
+curvature as the currency (every form's message round trip and float count)."""
+import json
+import os
+
+import pytest
+import torch
+
+from fedsciml import curvature as C
+from fedsciml.federated import checkpoint as ckpt
+from fedsciml.federated.messages import Schema, floats_in
+from fedsciml.images import data as D
+from fedsciml.images import fisher as fz
+from fedsciml.images import methods as M
+from fedsciml.images.models import FlatModel, build
+
+
+def _fed(C=4, seed=0):
+    return D.federate(D.load("digits"), C, 0.5, seed=seed)
+
+
+CFG = M.TrainConfig(epochs=1, rank=2, oversample=2, power_iters=1)
+
+
+def _rows(r):
+    return [{k: v for k, v in row.items() if k != "time_s"} for row in r.rows]  # time_s: wall clock
+
+
+# ------------------------------------------------------------------ checkpoints / resume
+@pytest.mark.parametrize("warmup", [0, 1])
+def test_resumed_image_rounds_equal_the_straight_run_bitwise(tmp_path, warmup):
+    """N rounds straight vs N/2, then resumed to N: the resumed run performs the same operations in the same
+    order (θ, the dropout RNG, FedFish's and server-Adam FedAvg's Adam moments and step, the enrolled sample
+    counts come from the checkpoint; cohorts and client seeds are functions of the seed and the round), so
+    the history (every field but the wall-clock time_s) and the final parameters are bitwise equal."""
+    fed = _fed()
+    methods = ["fedavg", "fedprox", "fipa", "fipa-fc", "fedfish"]
+    kw = dict(warmup=warmup, participation=0.75, dropout=0.3)
+    straight = M.run_rounds(fed, "linear", methods, 0, CFG, rounds=4, **kw)
+    half = M.run_rounds(fed, "linear", methods, 0, CFG, rounds=2, checkpoint=str(tmp_path), **kw)
+    resumed = M.run_rounds(fed, "linear", methods, 0, CFG, rounds=4, checkpoint=str(tmp_path), resume=True, **kw)
+    assert set(straight) == set(resumed) == set(methods) | ({"warmup"} if warmup else set())
+    for m in methods:
+        assert len(half[m].rows) == 3 and len(resumed[m].rows) == 5
+        assert _rows(resumed[m]) == _rows(straight[m]), m
+        assert torch.equal(resumed[m].theta, straight[m].theta), m
+        assert resumed[m].info == straight[m].info and resumed[m].floats_per_client == straight[m].floats_per_client
+        assert resumed[m].run["resumed"] and not straight[m].run["resumed"]
+    assert os.path.isfile(tmp_path / "seed0" / "fedfish" / "state.pt")
+    # the server Adam's state really is in the checkpoint (moments and step after 4 rounds)
+    st = ckpt.read(str(tmp_path / "seed0" / "fedfish" / "state.pt"))
+    assert float(st["strategy"]["aggregator"]["adam"]["step"]) == 4 and st["round"] == 4
+
+
+def test_server_adam_fedavg_resumes_bitwise(tmp_path):
+    fed = _fed(3)
+    cfg = M.TrainConfig(epochs=1, server_opt="adam")
+    straight = M.run_rounds(fed, "linear", ["fedavg"], 1, cfg, rounds=3)
+    M.run_rounds(fed, "linear", ["fedavg"], 1, cfg, rounds=1, checkpoint=str(tmp_path))
+    resumed = M.run_rounds(fed, "linear", ["fedavg"], 1, cfg, rounds=3, checkpoint=str(tmp_path), resume=True)
+    assert _rows(resumed["fedavg"]) == _rows(straight["fedavg"])
+    assert torch.equal(resumed["fedavg"].theta, straight["fedavg"].theta)
+
+
+def _bench(tmp_path, *extra):
+    return ["bench", "images", "--protocol", "rounds", "--model", "linear", "--methods", "fedfish", "--clients", "3",
+            "--epochs", "1", "--quiet", "--checkpoint", str(tmp_path / "ck"), *extra]
+
+
+def test_cli_hostile_or_corrupt_image_checkpoint_is_one_line(tmp_path, capsys):
+    from fedsciml.cli import main
+
+    assert main(_bench(tmp_path, "--rounds", "1")) == 0
+    state = tmp_path / "ck" / "seed0" / "fedfish" / "state.pt"
+    good = state.read_bytes()
+    capsys.readouterr()
+    # 1. a modified byte: the checksum fails
+    state.write_bytes(good[:-10] + bytes(10))
+    assert main(_bench(tmp_path, "--rounds", "2", "--resume")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "corrupt" in err and str(state) in err
+    # 2. garbage
+    state.write_bytes(b"not a checkpoint at all")
+    assert main(_bench(tmp_path, "--rounds", "2", "--resume")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a fedsciml checkpoint" in err
+    # 3. a valid checksum over a pickle that would run code: refused by weights_only, nothing runs
+    import hashlib
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'pwned'}",))
+    payload = pickle.dumps({"x": Evil()})
+    state.write_bytes(ckpt.MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload)
+    assert main(_bench(tmp_path, "--rounds", "2", "--resume")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "refused" in err and not (tmp_path / "pwned").exists()
+    # 4. a well-formed checkpoint whose strategy state is the wrong structure
+    state.write_bytes(good)
+    bad = ckpt.read(str(state))
+    bad["strategy"]["aggregator"]["adam"] = {"step": 3}
+    ckpt.save(str(state.parent), bad)
+    assert main(_bench(tmp_path, "--rounds", "2", "--resume")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "malformed" in err
+    # 5. other settings than the run that wrote it: the first difference is named
+    state.write_bytes(good)
+    assert main(_bench(tmp_path, "--rounds", "2", "--resume", "--epochs", "2")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "different run" in err and "train" in err
+    # 6. --resume without --checkpoint, and on the one-shot protocol
+    assert main(["bench", "images", "--protocol", "rounds", "--resume", "--quiet"]) == 2
+    assert "--resume needs --checkpoint" in capsys.readouterr().err
+    assert main(["bench", "images", "--checkpoint", str(tmp_path / "x"), "--quiet"]) == 2
+    assert "apply to --protocol rounds and warmup-refine" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ registry
+def test_image_methods_come_from_one_registry():
+    assert M.ONE_SHOT == tuple(M.METHODS["one-shot"]) and M.MULTI_ROUND == tuple(M.METHODS["rounds"])
+    for proto, table in M.METHODS.items():
+        for name, spec in table.items():
+            assert spec.name == name and spec.protocol == proto and callable(spec.aggregator) and callable(spec.message)
+    assert M.image_method("fedbens", "one-shot").modes and M.image_method("fipa-fc", "rounds").head_only
+    assert M.default_methods("one-shot") == list(M.ONE_SHOT[:6])
+    assert M.default_methods("warmup-refine") == list(M.MULTI_ROUND)
+    with pytest.raises(ValueError, match=r"unknown multi-round method 'fishermerge' \(image benchmarks\); "
+                                         r"choose from fedavg, fedprox, fipa, fipa-fc, fedfish"):
+        M.image_method("fishermerge", "rounds")
+    with pytest.raises(ValueError, match=r"unknown one-shot method 'fipa' \(image benchmarks\); "
+                                         r"choose from fedavg, fishermerge"):
+        M.run_one_shot(_fed(3), "linear", ["fipa"], 0, CFG)
+
+
+# ------------------------------------------------------------------ one Result type
+def test_cli_done_when_command_writes_results_with_per_round_accounting(tmp_path, capsys):
+    """The issue's command (smaller: 4 clients, a linear model): `bench images --protocol rounds --methods
+    fedavg,fipa --rounds 2 --dropout 0.3 --json i.json` — `runs` holds one Result per method in solve's
+    layout; each history row records the floats sent and the dropped and rejected clients."""
+    from fedsciml.cli import main
+    from fedsciml.results import Result
+
+    out = tmp_path / "i.json"
+    assert main(["bench", "images", "--protocol", "rounds", "--methods", "fedavg,fipa", "--rounds", "2",
+                 "--dropout", "0.3", "--model", "linear", "--clients", "4", "--epochs", "1", "--json", str(out),
+                 "--quiet"]) == 0
+    res = json.loads(out.read_text())
+    assert set(res) >= {"setting", "results", "runs", "wall_s"}  # the earlier keys are kept
+    runs = [Result.from_dict(d) for d in res["runs"]]
+    assert [r.method for r in runs] == ["fedavg", "fipa"]
+    for r, d in zip(runs, res["runs"]):
+        assert set(d) == set(Result.__dataclass_fields__) - {"theta"}
+        assert r.problem == "images-digits" and r.clients == 4 and r.n_params == 650
+        assert r.final["accuracy"] == res["results"][r.method]["acc_mean"]
+        assert [h["round"] for h in r.history] == [0, 1, 2]
+        sent = 0
+        for h in r.history[1:]:
+            assert len(h["dropped_clients"]) == h["dropped"] and len(h["rejected_clients"]) == h["rejected"]
+            assert h["dropped"] + h["rejected"] + h["answered"] == 4
+            sent += h["floats_up"] + h["floats_down"]
+            assert h["floats_sent"] == sent  # cumulative, as solve's
+        assert r.extra["rejections"] == [] and r.extra["stopped_by"] == "rounds"
+    assert sum(h["dropped"] for r in runs for h in r.history[1:]) > 0  # seeded: dropout 0.3 over 16 client-rounds
+    assert "fipa" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ curvature as the currency
+def _kfac():
+    fed = _fed(2)
+    m = FlatModel(build("lenet5", fed.shape, fed.n_classes, 0))
+    x = fed.clients[0][0][:16]
+    return m, fz.kfac(m, m.theta(), x)
+
+
+def test_every_curvature_form_round_trips_its_message_bitwise_and_counts_its_floats():
+    torch.manual_seed(0)
+    p = 9
+    A = torch.randn(p, p, dtype=torch.float64)
+    U = torch.linalg.qr(torch.randn(p, 3, dtype=torch.float64))[0]
+    forms = [C.Dense(A @ A.T), C.LowRank(U, torch.tensor([3.0, 2.0, 0.5], dtype=torch.float64)),
+             C.Diagonal(torch.rand(p, dtype=torch.float64))]
+    model, K = _kfac()
+    forms.append(K)
+    v = torch.randn(model.p)
+    for c in forms:
+        msg = c.to_message()
+        back = type(c).from_message(msg, layout=c if isinstance(c, fz.KFAC) else None)
+        assert c.n_floats == floats_in(msg)  # what the loop counts for these fields
+        assert torch.equal(back.to_dense(), c.to_dense()), type(c).__name__  # bitwise: the same tensors
+        assert all(torch.equal(a, b) for a, b in zip(back.to_message().values(), msg.values()))
+        vv = v if isinstance(c, fz.KFAC) else v[:p].double()
+        assert torch.equal(back.matvec(vv), c.matvec(vv))
+        fields = type(c).fields(c) if isinstance(c, fz.KFAC) else type(c).fields()
+        Schema(fields).validate(msg, 0, p=c.p)  # the form's own message satisfies its declared schema
+    assert forms[0].n_floats == p * (p + 1) // 2 and forms[1].n_floats == p * 3 + 3 and forms[2].n_floats == p
+    with pytest.raises(ValueError, match="layout"):
+        fz.KFAC.from_message(K.to_message())
+
+
+def test_n_floats_equals_what_the_loop_counts_for_image_messages():
+    """The floats the round loop counted per answering client are the delta, the count and the curvature's
+    ``n_floats`` (FIPA: LowRank; FedFish: Diagonal; FedFisher-K-FAC: the K-FAC message)."""
+    fed = _fed(3)
+    res = M.run_rounds(fed, "linear", ["fipa", "fedfish"], 0, CFG, rounds=1)
+    p = 650
+    low = C.LowRank(torch.zeros(p, CFG.rank), torch.zeros(CFG.rank)).n_floats
+    for m, curv in (("fipa", low), ("fedfish", C.Diagonal(torch.zeros(p)).n_floats)):
+        row = res[m].rows[1]
+        assert row["floats_up"] == row["answered"] * (p + 1 + curv), m
+    one = M.run_one_shot(fed, "linear", ["fedfisher-kfac"], 0, M.TrainConfig(epochs=1, fedfisher_steps=2))
+    model = FlatModel(build("linear", fed.shape, fed.n_classes, 0))
+    K = fz.kfac(model, model.theta(), fed.x_val[:2])
+    assert one["fedfisher-kfac"].floats_per_client == p + 1 + K.n_floats
+    assert one["fedfisher-kfac"].rows[1]["floats_up"] == 3 * (p + 1 + K.n_floats)
