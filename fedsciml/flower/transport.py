@@ -17,7 +17,7 @@ fedavg fuse the rest; each is logged with the client and the reason):
 
 * no reply within ``timeout_s`` — ``"node N (client c) did not answer within T s"``;
 * the message could not be delivered (the node is gone) — ``"node N … is not connected"``;
-  these two (and the SuperLink's "node unavailable" error) are
+  these two (and the SuperLink's "node / message / reply unavailable" errors) are
   ``Failure(dropped=True)``: the loop treats the client as dropped out of
   that exchange (``info["unanswered"]``), as with ``--dropout``, so a node
   that stays dead does not stop fipa or fedavg;
@@ -39,6 +39,9 @@ from fedsciml.flower import codec
 
 DESCRIBE = "describe"
 NODE_GONE_CODES = (5,)  # flwr ErrorCode.NODE_UNAVAILABLE: the SuperLink lost the node's heartbeat
+# and MESSAGE_UNAVAILABLE / REPLY_MESSAGE_UNAVAILABLE (e.g. a node killed while uploading its reply): nothing usable
+# came back — a dropout of that exchange, like a timeout, not a rejection
+NO_REPLY_CODES = (3, 4, 5)
 APP_FAILURE = "partition "  # how fedsciml's ClientApp starts the reason of a failure on its own data
 
 
@@ -157,15 +160,21 @@ class FlowerTransport(Transport):
                 pending[str(mid)] = k
         end = time.monotonic() + timeout_s
         wait = 0.001
+        last = False
         while pending:
+            # one pull after the deadline too: a pull that itself took long (Flower retrying the objects of a
+            # half-uploaded reply of a killed node) must not make the other nodes' replies, which arrived
+            # meanwhile, count as missing
+            last = time.monotonic() >= end
             for m in self.grid.pull_messages(list(pending)):
                 k = pending.pop(str(m.metadata.reply_to_message_id), None)
                 if k is None:
                     continue
                 if m.has_error():
-                    lost = int(m.error.code) in NODE_GONE_CODES
-                    out[k] = Failure(f"node {targets[k]} replied with error {m.error.code}: {m.error.reason}", lost)
-                    if lost:
+                    code = int(m.error.code)
+                    out[k] = Failure(f"node {targets[k]} replied with error {code}: {m.error.reason}",
+                                     code in NO_REPLY_CODES)
+                    if code in NODE_GONE_CODES:
                         gone.add(k)
                     continue
                 try:
@@ -174,7 +183,7 @@ class FlowerTransport(Transport):
                     out[k] = Failure(f"node {targets[k]} sent a malformed reply: {type(e).__name__}: {e}")
             if not pending:
                 break
-            if time.monotonic() >= end:
+            if last:
                 for k in pending.values():
                     out[k] = Failure(f"node {targets[k]} did not answer within {timeout_s:g} s", True)
                 break
