@@ -453,3 +453,10 @@ class OneShotConfig(RoundOptions):
             return None
         return {"epsilon": self.dp_epsilon, "delta": self.dp_delta, "c_a": self.dp_clip_a, "c_b": self.dp_clip_b,
                 "clip": self.dp_clip, "central": self.dp_central, "noise_aware_sigma": self.dp_noise_aware}
+
+
+def defaults_of(cls) -> dict:
+    """``{option: default}`` of a typed configuration class — how the runtime's low-level structs
+    (:class:`~fedsciml.federated.client.LocalConfig`, :class:`~fedsciml.federated.simulation.RoundConfig`)
+    take their defaults from here, so that every option has one default."""
+    return {f.name: f.default for f in fields(cls) if f.default is not MISSING}

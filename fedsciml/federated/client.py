@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from fedsciml import linalg
+from fedsciml.config import FIPAConfig, LocalOptions, defaults_of
 from fedsciml.curvature import ggn_matmat
 from fedsciml.objective import LeastSquares, gn_stats_from
 
@@ -38,6 +39,7 @@ LOCAL_SOLVERS = ("adam", "gn")
 LOCAL_LOSSES = ("mean", "parts")
 SKETCHES = ("auto", "dense", "matfree")
 DENSE_JACOBIAN_LIMIT = 60_000_000  # n_m·p entries above which sketch='auto' goes matrix-free
+_LOCAL = defaults_of(LocalOptions)  # one default per option: the typed configuration's
 
 
 @dataclass
@@ -55,14 +57,17 @@ class LocalConfig:
     linearized problem, ``Δθ_m = −(H_m + μ_m I)^{-1} g_m`` with
     ``μ_m = damping · λ_max(H_m)``; ``damping=0`` gives the minimum-norm
     ``−H_m^† g_m`` of the paper's consistency property.
+
+    This is the wire form built from the typed options (:class:`fedsciml.config.LocalOptions`); its
+    defaults are read from there, so each option has one default.
     """
 
-    solver: str = "adam"
-    steps: int = 100
-    lr: float = 1e-3
-    damping: float = 1e-8
-    prox: float = 0.0
-    loss: str = "mean"
+    solver: str = _LOCAL["local"]
+    steps: int = _LOCAL["local_steps"]
+    lr: float = _LOCAL["lr"]
+    damping: float = _LOCAL["local_damping"]
+    prox: float = 0.0  # FedAvg's local loss; FedProx sets its μ
+    loss: str = defaults_of(FIPAConfig)["local_loss"]
 
     def validate(self):
         if self.solver not in LOCAL_SOLVERS:

@@ -33,6 +33,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from fedsciml.config import RoundOptions, defaults_of
+
+_ROUND = defaults_of(RoundOptions)  # one default per option: the typed configuration's
+
 import numpy as np
 import torch
 
@@ -49,14 +53,14 @@ class RoundFailed(RuntimeError):
 
 @dataclass
 class RoundConfig:
-    rounds: int | None = None
-    budget: float | None = None
-    tol: float = 0.0
-    participation: float = 1.0
-    dropout: float = 0.0
+    rounds: int | None = None  # None: until the strategy is finished or the budget is spent
+    budget: float | None = _ROUND["budget"]
+    tol: float = _ROUND["tol"]
+    participation: float = _ROUND["participation"]
+    dropout: float = _ROUND["dropout"]
     seed: int = 0
-    checkpoint: str | None = None
-    resume: bool = False
+    checkpoint: str | None = _ROUND["checkpoint"]
+    resume: bool = _ROUND["resume"]
     max_rejected_rounds: int | None = 10  # stop when one client is rejected this many rounds in a row (None: never)
 
     def validate(self):
