@@ -32,14 +32,26 @@ class TimedTransport(Transport):
     """Wraps a transport; records the wall time of each ask."""
 
     def __init__(self, inner):
-        self.inner, self.times = inner, []
+        self.inner, self.times, self.queries = inner, [], []
         self.client_ids, self.sample_counts = inner.client_ids, inner.sample_counts
 
     def ask(self, client_ids, request):
         t0 = time.perf_counter()
         out = self.inner.ask(client_ids, request)
         self.times.append(time.perf_counter() - t0)
+        self.queries.append(request.query)
         return out
+
+    def by_query(self) -> dict:
+        return {q: {"exchanges": self.queries.count(q),
+                    "median_s": statistics.median(t for t, qq in zip(self.times, self.queries) if qq == q)}
+                for q in dict.fromkeys(self.queries)}
+
+
+def _q(row: dict, query: str) -> float:
+    """Median seconds of one query's exchanges (``gn_loss``: a few floats each way; ``gn_stats``: θ down,
+    the packed JᵀJ up)."""
+    return float(row.get("by_query", {}).get(query, {}).get("median_s", float("nan")))
 
 
 def main(argv=None):
@@ -68,7 +80,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     loc = fs.solve(p, "gn", clients=K, transport=tt, **opts)
     rows = [{"engine": "in-process", "exchanges": len(tt.times), "median_s": statistics.median(tt.times),
-             "wall_s": loc.wall_time_s, "setup_s": time.perf_counter() - t0 - loc.wall_time_s}]
+             "wall_s": loc.wall_time_s, "setup_s": time.perf_counter() - t0 - loc.wall_time_s,
+             "by_query": tt.by_query()}]
     same = {}
     skip = set(args.skip.split(","))
     if "simulation" not in skip:
@@ -78,6 +91,7 @@ def main(argv=None):
         r = solve_many([dict(problem=p, method="gn", clients=K, seed=0, **opts)], K)[0]
         e = r.extra["engine"]
         rows.append({"engine": "flower simulation", "exchanges": e["exchanges"], "median_s": e["exchange_median_s"],
+                     "by_query": e.get("by_query", {}),
                      "wall_s": r.wall_time_s, "setup_s": time.perf_counter() - t0 - r.wall_time_s})
         same["simulation"] = bool(torch.equal(r.theta, loc.theta))
     if "deployment" not in skip:
@@ -89,7 +103,7 @@ def main(argv=None):
             r, theta = d.run(args.problem, "gn", **opts)
         e = r.extra["engine"]
         rows.append({"engine": "flower deployment (127.0.0.1)", "exchanges": e["exchanges"],
-                     "median_s": e["exchange_median_s"], "wall_s": r.wall_time_s,
+                     "median_s": e["exchange_median_s"], "wall_s": r.wall_time_s, "by_query": e.get("by_query", {}),
                      "setup_s": time.perf_counter() - t0 - r.wall_time_s, "processes_start_s": t1 - t0})
         same["deployment"] = bool(torch.equal(theta, loc.theta))
     main_rows = main_job(args.main) if args.main else []
@@ -98,12 +112,14 @@ def main(argv=None):
     lines = [f"{args.problem}, gn, {K} clients, {args.rounds} rounds, 1 thread per client; load average "
              f"{load0[0]:.1f} {load0[1]:.1f} {load0[2]:.1f} at the start, {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
              f"at the end, on {os.cpu_count()} cores", "",
-             "| engine | exchanges | median exchange (s) | overhead per exchange (s) | run (s) | start-up (s) | "
-             "θ bitwise = in-process |", "|---|---|---|---|---|---|---|"]
+             "| engine | exchanges | median exchange (s) | overhead per exchange (s) | small exchange: gn_loss "
+             "median (s) | gn_stats median (s) | run (s) | start-up (s) | θ bitwise = in-process |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         bit = same.get(r["engine"].split()[1], "—") if r["engine"] != "in-process" else "—"
         lines.append(f"| {r['engine']} | {r['exchanges']} | {r['median_s']:.3f} | "
-                     f"{r['median_s'] - base:.3f} | {r['wall_s']:.2f} | {r['setup_s']:.1f} | {bit} |")
+                     f"{r['median_s'] - base:.3f} | {_q(r, 'gn_loss'):.3f} | {_q(r, 'gn_stats'):.3f} | "
+                     f"{r['wall_s']:.2f} | {r['setup_s']:.1f} | {bit} |")
     if main_rows:
         lines += ["", f"main job `python -m fedsciml {args.main}`:", "",
                   "| engine | wall time of the command (s) | solver time (s) | exchanges | final loss |",

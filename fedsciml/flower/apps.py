@@ -210,7 +210,7 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
     info["engine"] = {"name": "flower", "connect_s": t_connect, "exchanges": transport.exchanges,
                       "exchange_s": transport.exchange_seconds, "rejoined": transport.rejoined,
                       "exchange_median_s": float(np.median(transport.exchange_times)) if transport.exchange_times
-                      else None,
+                      else None, "by_query": transport.exchange_medians(),
                       "nodes": {str(c): int(n) for c, n in transport.nodes.items()}}
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}

@@ -74,6 +74,7 @@ class FlowerTransport(Transport):
         self.exchanges = 0
         self.exchange_seconds = 0.0
         self.exchange_times: list = []  # wall seconds of each ask (push, client work, pull)
+        self.exchange_queries: list = []  # the query of each ask, beside its time
         from fedsciml.flower.latency import shorten_waits
 
         shorten_waits()  # a deployment's Grid pulls reply objects with a 1 s first backoff otherwise
@@ -191,6 +192,17 @@ class FlowerTransport(Transport):
             wait = min(self.poll_max_s, 2 * wait)
         return out
 
+    def exchange_medians(self) -> dict:
+        """``{query: {"exchanges": n, "median_s": …}}``: a small query (a loss) and a large one (gn's
+        statistics, a curvature sketch) cost different times; the overall median mixes them."""
+        import statistics
+
+        out: dict = {}
+        for q in dict.fromkeys(self.exchange_queries):
+            ts = [t for t, qq in zip(self.exchange_times, self.exchange_queries) if qq == q]
+            out[q] = {"exchanges": len(ts), "median_s": float(statistics.median(ts))}
+        return out
+
     def ask(self, client_ids, request: Request) -> dict:
         cids = list(client_ids)
         if self._stale & set(cids):
@@ -211,6 +223,7 @@ class FlowerTransport(Transport):
                 got.update(self._round_trip({c: self.nodes[c] for c in back}, request,
                                             max(0.1, end - time.monotonic()), gone))
         self.exchange_times.append(time.perf_counter() - t0)
+        self.exchange_queries.append(request.query)
         self.exchange_seconds += self.exchange_times[-1]
         self.exchanges += 1
         out = {}
