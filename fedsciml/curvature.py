@@ -131,8 +131,7 @@ class Dense(Curvature):
 
     @classmethod
     def from_message(cls, msg, layout=None):
-        q = msg["H"].shape[-1]
-        return cls(linalg.unpack_upper(msg["H"], int(round(((8 * q + 1) ** 0.5 - 1) / 2))))
+        return cls(linalg.unpack_upper(msg["H"], linalg.dim_from_packed(msg["H"].shape[-1])))
 
     @classmethod
     def fields(cls, layout=None):
