@@ -183,7 +183,7 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
                      seed=seed, device=str(dev), dtype=str(wb.dtype).replace("torch.", ""), n_params=d,
                      clients=int(clients), wall_time_s=time.perf_counter() - t0,
                      final={"loss": rows[-1]["loss"], "mse": ev(wb)}, history=rows,
-                     extra={k: v for k, v in binfo.items() if k != "rows"}, theta=wb)
+                     extra=binfo, theta=wb)  # its "rows" popped above: the history
         out.append(_summary(res, w_c, mse_c, f"{name}-{rounds}", rounds))
     return out
 
