@@ -73,8 +73,6 @@ def add_parser(bench_subparsers):
 
 
 def config_from_args(args) -> tuple[M.TrainConfig, dict]:
-    import torch
-
     from fedsciml.runner import resolve_device
 
     one_shot = args.protocol == "one-shot"
