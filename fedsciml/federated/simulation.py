@@ -33,18 +33,17 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from fedsciml.config import RoundOptions, defaults_of
-
-_ROUND = defaults_of(RoundOptions)  # one default per option: the typed configuration's
-
 import numpy as np
 import torch
 
+from fedsciml.config import RoundOptions, defaults_of
 from fedsciml.federated import checkpoint as ckpt
 from fedsciml.federated.messages import floats_in
 from fedsciml.federated.strategy import Exchange, Replies, Strategy
 from fedsciml.federated.transport import Failure, LocalTransport, Request, Transport
 from fedsciml.solvers.history import Recorder
+
+_ROUND = defaults_of(RoundOptions)  # one default per option: the typed configuration's
 
 
 class RoundFailed(RuntimeError):
