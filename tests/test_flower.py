@@ -189,14 +189,9 @@ def simulated(tmp_path_factory):
 
 
 def _example():
-    import importlib.util
-    import pathlib
+    from _examples import load_example
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "flower_ridge_sites.py"
-    spec = importlib.util.spec_from_file_location("flower_ridge_sites", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_example("flower_ridge_sites")
 
 
 def test_dp_ridge_across_site_tables_on_flower(simulated):
