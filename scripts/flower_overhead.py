@@ -43,9 +43,9 @@ class TimedTransport(Transport):
         return out
 
     def by_query(self) -> dict:
-        return {q: {"exchanges": self.queries.count(q),
-                    "median_s": statistics.median(t for t, qq in zip(self.times, self.queries) if qq == q)}
-                for q in dict.fromkeys(self.queries)}
+        from fedsciml.flower.transport import medians_by_query
+
+        return medians_by_query(self.times, self.queries)
 
 
 def _q(row: dict, query: str) -> float:

@@ -186,13 +186,9 @@ def test_helmholtz_example_runs_quick(tmp_path):
 
 def test_ridge_table_example_quick():
     """A user's table split by a column; DP ridge fusion with CV; ε = ∞ equals pooled scikit-learn."""
-    import importlib.util
-    import pathlib
+    from _examples import load_example
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "ridge_table_dp.py"
-    spec = importlib.util.spec_from_file_location("ridge_table_dp", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_example("ridge_table_dp")
     results, mse_ref = mod.main(["--quick", "--epsilons", "inf,5"])
     assert abs(results[math.inf][0] - mse_ref) <= 1e-8 * mse_ref
     assert results[5.0][0] > results[math.inf][0]  # privacy costs utility on 355 rows

@@ -189,14 +189,9 @@ def simulated(tmp_path_factory):
 
 
 def _example():
-    import importlib.util
-    import pathlib
+    from _examples import load_example
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "flower_ridge_sites.py"
-    spec = importlib.util.spec_from_file_location("flower_ridge_sites", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_example("flower_ridge_sites")
 
 
 def test_dp_ridge_across_site_tables_on_flower(simulated):
@@ -284,7 +279,7 @@ def test_deployment_gn_and_one_shot_are_bitwise_equal_to_in_process(deployment):
     assert res.extra["engine"]["name"] == "flower" and res.extra["rejections"] == []
     res, theta = deployment.run("ridge-linear", "one-shot", name="one-shot")
     ref = _local_reference("ridge-linear", "one-shot")
-    assert torch.equal(theta, ref.theta)
+    assert torch.equal(theta, ref.theta)  # bitwise: one client per node, linear rows exact, the same operations
 
 
 def test_deployment_survives_a_killed_node_that_comes_back(deployment):
@@ -308,7 +303,7 @@ def test_deployment_survives_a_killed_node_that_comes_back(deployment):
     deployment.start_node(1)
     res, theta = deployment.wait(proc, out, 600)
     ref = _local_reference("bratu", "gn", rounds=3, batched=False)
-    assert torch.equal(theta, ref.theta)
+    assert torch.equal(theta, ref.theta)  # bitwise: the restarted node answers the same requests with the same operations
     back = res.extra["engine"]["rejoined"]
     assert [b["client"] for b in back] == [1] and back[0]["new_node"] != back[0]["old_node"]
     # within one exchange's timeout the restarted node is asked in place of the dead one; an exchange that

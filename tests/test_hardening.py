@@ -371,14 +371,9 @@ def test_a_client_rejected_every_round_stops_the_run_after_a_bounded_number_of_r
 
 
 def _example():
-    import importlib.util
-    import pathlib
+    from _examples import load_example
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "ridge_table_dp.py"
-    spec = importlib.util.spec_from_file_location("ridge_table_dp_hardening", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_example("ridge_table_dp", "ridge_table_dp_hardening")
 
 
 def _good_rows(n=60, sites=4, seed=0):

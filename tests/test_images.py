@@ -361,6 +361,7 @@ def test_server_opt_default_is_the_old_rule_and_avg_adam_switch_the_server_step(
         t_old = p_.detach().clone()
         t_new = agg["default"]["fedfish"].aggregate(t_new, msgs)
         assert torch.equal(t_new, t_old)
+    # bitwise: the plain FedAvg rule is this same Python sum of elementwise products, then θ + 1.0·step
     assert torch.equal(agg["default"]["fedavg"].aggregate(th, msgs), th + 1.0 * mean)
     # "avg": FedFish adds its Fisher-merged delta; "adam": FedAvg's mean delta drives the same server Adam
     assert torch.allclose(agg["avg"]["fedfish"].aggregate(th, msgs), th + fish, atol=1e-6)

@@ -69,7 +69,7 @@ def test_local_dp_on_the_runtime_equals_ridge_one_shot_with_per_client_noise(cli
     assert info["eig_clipped"] == rinfo["eig_clipped"]
     # per-client noise is the only stream: the default is the same, and the removed run-wide stream is refused
     w_default, _ = one_shot(_rows(objs), sigma=0.3, dp=dp, seed=7)
-    assert torch.equal(w_default, w)
+    assert torch.equal(w_default, w)  # bitwise: the default is the same code path with the same arguments
     with pytest.raises(ValueError, match="per-client"):
         one_shot(_rows(objs), sigma=0.3, dp=dp, seed=7, noise_streams="shared")
     # a DP message carries no count and no loss: p(p+1)/2 + p floats per client

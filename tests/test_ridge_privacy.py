@@ -133,6 +133,7 @@ def test_dp_one_shot_properties():
     assert cfg.noise_std == pytest.approx(privacy.noise_multiplier(1.0, 1e-5) * math.sqrt(2))
     w1, info = one_shot(data, 0.1, dp=cfg, seed=3)
     w2, _ = one_shot(data, 0.1, dp=cfg, seed=3)
+    # bitwise: the same call twice (same seeded per-client noise, same operations)
     assert torch.equal(w1, w2) and info["noise_std"] > 0 and info["floats_up_per_client"] == 10 + 4  # no count sent
     with pytest.raises(ValueError, match="epsilon"):
         DPConfig(0.0)

@@ -81,6 +81,7 @@ def test_one_shot_crosses_bytes_bitwise_with_dp_projection_dropout_and_cv():
     kw = dict(dp=DPConfig(20.0), project=4, cv_sigmas=[0.01, 1.0, 100.0], seed=2, dropout=0.3)
     a, ia = one_shot(data, **kw)
     b, ib = one_shot(data, transport="bytes", **kw)
+    # bitwise: numpy.save/load and JSON carry float64 exactly, and each client runs the same operations
     assert torch.equal(a, b) and ia["floats_sent"] == ib["floats_sent"] and ia["cv_loss"] == ib["cv_loss"]
     assert 2 <= ia["clients"] < 6  # the loop's dropout: the answering clients were fused
 
@@ -95,6 +96,7 @@ def test_ridge_cli_preset_matches_the_library_and_records_results():
     assert _rel(one.theta, w) < 1e-12 and one.final["rel_error"] < 1e-10
     assert central.method == "centralized" and _rel(central.theta, pooled_ridge(*_pool(data), 0.2)) < 1e-12
     wb, _, _ = fedavg(data, rounds=3, sigma=0.2, seed=1)
+    # bitwise: the preset calls this very fedavg with the same data, seed and options (the same operations)
     assert torch.equal(avg.theta, wb) and avg.method == "fedavg" and len(avg.history) == 4
     rows = table_rows(res)
     assert [r["label"] for r in rows] == ["one-shot", "centralized", "fedavg-3"]
@@ -166,6 +168,9 @@ def test_ridge_cli_preset_on_flower_is_bitwise_the_local_run():
         fl, lo = run_experiment(engine="flower", **kw), run_experiment(**kw)
     finally:
         torch.set_num_threads(threads)
+    # bitwise: a linear problem's rows (J = A, r = −b at θ₀ = 0) come out exact whether clients are evaluated
+    # together or one per node; each client then projects, clips, adds its own seeded noise and forms its Gram in the
+    # same operations, and the server sums in client-id order at the same thread count
     assert torch.equal(fl[0].theta, lo[0].theta) and fl[0].final["mse"] == lo[0].final["mse"]
     assert fl[0].options["engine"] == "flower" and fl[0].extra["fused_clients"] == lo[0].extra["fused_clients"]
     with pytest.raises(ValueError, match="engine local"):

@@ -1,8 +1,6 @@
 """Problem ``table``: a user's own regression table, one file per client (what a Flower site's node reads),
 and the example examples/flower_ridge_sites.py on the in-process engine (its Flower runs: tests/test_flower.py)."""
-import importlib.util
 import math
-import pathlib
 
 import numpy as np
 import pytest
@@ -11,14 +9,11 @@ import torch
 import fedsciml as fs
 from fedsciml.problems import ProblemError, get_problem
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "flower_ridge_sites.py"
+from _examples import load_example
 
 
 def example():
-    spec = importlib.util.spec_from_file_location("flower_ridge_sites", EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_example("flower_ridge_sites")
 
 
 def test_site_tables_fused_at_infinite_epsilon_are_pooled_sklearn_ridge(tmp_path):

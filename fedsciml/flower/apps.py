@@ -44,7 +44,7 @@ import torch
 import fedsciml.flower  # noqa: F401  (telemetry / update check off before flwr is imported)
 from fedsciml.federated.transport import Failure, Reply
 from fedsciml.flower import codec
-from fedsciml.flower.transport import DESCRIBE, FlowerTransport, stderr_log
+from fedsciml.flower.transport import DESCRIBE, FlowerTransport, medians_by_query, stderr_log
 from fedsciml.objective import LeastSquares, LinearLeastSquares
 from fedsciml.problems.table import table_objective  # noqa: F401  (a node's own table: CSV or npz)
 
@@ -210,7 +210,7 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
     info["engine"] = {"name": "flower", "connect_s": t_connect, "exchanges": transport.exchanges,
                       "exchange_s": transport.exchange_seconds, "rejoined": transport.rejoined,
                       "exchange_median_s": float(np.median(transport.exchange_times)) if transport.exchange_times
-                      else None, "by_query": transport.exchange_medians(),
+                      else None, "by_query": medians_by_query(transport.exchange_times, transport.exchange_queries),
                       "nodes": {str(c): int(n) for c, n in transport.nodes.items()}}
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}

@@ -45,6 +45,17 @@ NO_REPLY_CODES = (3, 4, 5)
 APP_FAILURE = "partition "  # how fedsciml's ClientApp starts the reason of a failure on its own data
 
 
+def medians_by_query(times, queries) -> dict:
+    """``{query: {"exchanges": n, "median_s": …}}`` from the wall seconds of exchanges and their queries: a small
+    query (a loss) and a large one (gn's statistics, a curvature sketch) cost different times, and the median
+    over all exchanges falls between them."""
+    import statistics
+
+    return {q: {"exchanges": queries.count(q),
+                "median_s": float(statistics.median(t for t, qq in zip(times, queries) if qq == q))}
+            for q in dict.fromkeys(queries)}
+
+
 class FlowerConnectError(RuntimeError):
     """The nodes of a run could not be found or set up."""
 
@@ -190,17 +201,6 @@ class FlowerTransport(Transport):
                 break
             time.sleep(wait)
             wait = min(self.poll_max_s, 2 * wait)
-        return out
-
-    def exchange_medians(self) -> dict:
-        """``{query: {"exchanges": n, "median_s": …}}``: a small query (a loss) and a large one (gn's
-        statistics, a curvature sketch) cost different times; the overall median mixes them."""
-        import statistics
-
-        out: dict = {}
-        for q in dict.fromkeys(self.exchange_queries):
-            ts = [t for t, qq in zip(self.exchange_times, self.exchange_queries) if qq == q]
-            out[q] = {"exchanges": len(ts), "median_s": float(statistics.median(ts))}
         return out
 
     def ask(self, client_ids, request: Request) -> dict:
