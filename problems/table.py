@@ -105,10 +105,13 @@ class TableProblem(Problem):
         return paths
 
     def n_features(self) -> int:
-        path = (self.paths or [self.test_table])[0]
-        if not path:
-            raise ProblemError("problem 'table' needs --tables (or a node's data=PATH on Flower)")
-        return int(read_table(path, self.target)[0].shape[1])
+        """The width of the first table, read once (``network`` and ``init_params`` both ask)."""
+        if "_width" not in self.__dict__:
+            path = (self.paths or [self.test_table])[0]
+            if not path:
+                raise ProblemError("problem 'table' needs --tables (or a node's data=PATH on Flower)")
+            self.__dict__["_width"] = int(read_table(path, self.target)[0].shape[1])
+        return self.__dict__["_width"]
 
     def network(self) -> LinearModel:
         return LinearModel(self.n_features())

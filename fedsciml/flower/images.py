@@ -23,6 +23,17 @@ import fedsciml.flower  # noqa: F401  (hygiene environment before flwr/ray impor
 from fedsciml.flower import require_flower
 
 
+def _bench_defaults() -> dict:
+    import inspect
+
+    from fedsciml.images import bench
+
+    return {k: p.default for k, p in inspect.signature(bench.run_setting).parameters.items()}
+
+
+_BENCH_DEFAULTS = _bench_defaults()  # one default per keyword: images.bench.run_setting's
+
+
 def run_setting(timeout_s: float = 600.0, verbose: bool = False, **setting) -> dict:
     """:func:`fedsciml.images.bench.run_setting` (same keywords) inside one Flower simulation with one virtual
     SuperNode per client; the result's setting records ``engine: flower`` and each seed's exchanges."""
@@ -38,7 +49,7 @@ def run_setting(timeout_s: float = 600.0, verbose: bool = False, **setting) -> d
     from fedsciml.flower.transport import FlowerTransport
     from fedsciml.images import bench
 
-    clients = int(setting.get("clients", 5))
+    clients = int(setting.get("clients", _BENCH_DEFAULTS["clients"]))
     out: dict = {}
     engine: list = []
     app = ServerApp()
