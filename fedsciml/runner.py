@@ -293,6 +293,7 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}
     final.update(problem.evaluate(theta))
+    final.update(problem.final_metrics(theta, objectives))
     return Result(
         problem=problem.name, method=method, options=_options(problem, config), seed=seed,
         device=str(dev), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),

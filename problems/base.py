@@ -125,6 +125,11 @@ class Problem:
     def evaluate(self, theta: torch.Tensor) -> dict:
         raise NotImplementedError
 
+    def final_metrics(self, theta: torch.Tensor, objectives) -> dict:
+        """Metrics computed once at the end of a run from the clients' objectives (e.g. an inverse problem's
+        coefficient uncertainty from the final ``Σ_k J_kᵀJ_k``); none by default."""
+        return {}
+
     def rows_per_client(self, n_clients: int) -> int | None:
         """About how many residual rows one client holds (``None``: unknown).  Read before any data is
         built, to refuse a run that cannot fit in memory (:func:`fedsciml.runner.check_memory`)."""
