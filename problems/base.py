@@ -184,6 +184,16 @@ class FieldProblem(Problem):
         with torch.no_grad():
             return self.u(theta, x.to(theta.device, theta.dtype))
 
+    def model_description(self, theta: torch.Tensor) -> dict:
+        """What a saved model needs beside θ (:mod:`fedsciml.modelio`, kind ``field``): the network, its
+        evaluation (``batch``: the network on the whole batch, as :meth:`u` does here) and whether
+        :meth:`u` is more than the network (then only the problem can evaluate the model)."""
+        net = self.network()
+        return {"architecture": {"type": "mlp", "sizes": list(net.sizes), "activation": net.activation},
+                "evaluation": "batch", "outputs": ["u"], "inputs": [f"x{i}" for i in range(net.sizes[0])],
+                "n_network_params": net.n_params, "coefficients": {},
+                "ansatz": type(self).u is not FieldProblem.u}
+
     def evaluate(self, theta: torch.Tensor) -> dict:
         X, u = self._test()
         X, u = X.to(theta.device), u.to(theta.device)

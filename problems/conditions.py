@@ -90,7 +90,13 @@ class Field:
         return self._pick(self._best(x, 1)[1])
 
     def hessian(self, x):
+        """∇ₓ²u: ``[d, d]`` for a component, ``[C, d, d]`` for the whole system."""
         return self._pick(self._jet(x, 2)[2])
+
+    def jet(self, x):
+        """``(value, gradient, Hessian)`` at x from one nested pass (what a system's equations usually need)."""
+        v, G, H = self._jet(x, 2)
+        return self._pick(v), self._pick(G), self._pick(H)
 
     def _axis(self, a) -> int:
         if isinstance(a, int) and 0 <= a < len(self.axes):

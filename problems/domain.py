@@ -116,7 +116,7 @@ class DomainPDE(PINNProblem):
         if not names or len(set(names)) != len(names):
             raise ProblemError(f"outputs must be distinct names, got {list(names)}")
         dom = self.domain()
-        conds = list(self.conditions)
+        conds = self.condition_list()
         if not conds and type(self).ansatz is DomainPDE.ansatz:
             raise ProblemError(f"problem {self.name!r} has no conditions; give at least one (Dirichlet, Neumann, ...) "
                                f"or a hard constraint (ansatz)")
@@ -135,6 +135,12 @@ class DomainPDE(PINNProblem):
         for k in self.exact_coefficients:
             if k not in self.unknowns:
                 raise ProblemError(f"exact_coefficients names {k!r}, which is not among the unknowns {list(self.unknowns)}")
+
+    def condition_list(self) -> list:
+        """The conditions, read once (``conditions`` may be a property that builds new objects each time)."""
+        if "_conds" not in self.__dict__:
+            self.__dict__["_conds"] = list(self.conditions)
+        return self.__dict__["_conds"]
 
     def comp(self, cond: Condition) -> int:
         """The output index a condition applies to."""
@@ -209,6 +215,13 @@ class DomainPDE(PINNProblem):
         out = vmap(f)(x) if x.ndim == 2 else f(x)
         return out.squeeze(-1) if len(self.outputs) == 1 else out
 
+    def model_description(self, theta):
+        d = super().model_description(theta)
+        d.update(evaluation="pointwise", outputs=list(self.outputs), inputs=list(self.axes),
+                 coefficients={k: float(v) for k, v in self.coefficients(theta).items()},
+                 ansatz=type(self).ansatz is not DomainPDE.ansatz or type(self).u is not DomainPDE.u)
+        return d
+
     def equation(self, u: Field, x: torch.Tensor):
         raise NotImplementedError(f"{type(self).__name__} must define equation(self, u, x)")
 
@@ -246,7 +259,7 @@ class DomainPDE(PINNProblem):
             x = dom.sample_interior(1, "uniform", 0)
             m = _as_vector(vmap(lambda y: _as_vector(self.equation(self.field(theta0), y)))(x)[0]).numel()
             out = [("pde" if m == 1 else f"pde{i}", _Residual(self, None, i), None, i) for i in range(m)]
-            for c in self.conditions:
+            for c in self.condition_list():
                 for i, o in enumerate(c.outputs):
                     nm = c.label() + (f":{o}" if len(c.outputs) > 1 else "")
                     out.append((nm, _Residual(self, c, i), c, i))
@@ -260,7 +273,7 @@ class DomainPDE(PINNProblem):
     def rows_per_client(self, n_clients: int) -> int:
         per_eq = self.n_interior
         rows = per_eq * max(1, len(self.outputs))
-        for c in self.conditions:
+        for c in self.condition_list():
             rows += (c.n or self.n_boundary) * len(c.outputs) if not isinstance(c, Data) else len(c.y) * 1
         return rows
 
@@ -279,7 +292,7 @@ class DomainPDE(PINNProblem):
                 if c is None:
                     per_client[k].append(ResidualPart(name, fn, xi.to(device), 1.0))
         # conditions: one sample of each part, split by ownership
-        for j, c in enumerate(self.conditions):
+        for j, c in enumerate(self.condition_list()):
             n = (c.n or self.n_boundary) * K
             x_own, pts = c.points(self, dom, n, self.sampling, [seed, 1000 + j, 1])
             owner = part.owner(x_own)
@@ -364,7 +377,7 @@ class DomainPDE(PINNProblem):
         eigenvalue below 1e-12).  Only scalar unknowns, and only with one Data condition."""
         if not self.unknowns:
             return {}
-        data = [c for c in self.conditions if isinstance(c, Data)]
+        data = [c for c in self.condition_list() if isinstance(c, Data)]
         if len(data) != 1:
             return {}
         d = data[0]
