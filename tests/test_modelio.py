@@ -83,3 +83,21 @@ def test_reader_refuses_other_files(tmp_path):
         read_model(str(tmp_path / "r"))
     with pytest.raises(ValueError, match="must name its kind"):
         write_model(str(tmp_path / "q"), {"w": torch.ones(1)}, {})
+
+
+def test_cli_out_and_predict(tmp_path):
+    from fedsciml.cli import main
+
+    out = tmp_path / "run"
+    assert main(["solve", "heat", "--method", "gn", "--clients", "2", "--rounds", "1", "--n-interior", "20",
+                 "--n-boundary", "5", "--out", str(out), "--quiet"]) == 0
+    (tmp_path / "pts.csv").write_text("x,t\n0.5,0.5\n1.0,0.0\n0.25,1.0\n")
+    assert main(["predict", str(out), "--points", str(tmp_path / "pts.csv"), "--out", str(tmp_path / "u.csv")]) == 0
+    lines = (tmp_path / "u.csv").read_text().splitlines()
+    assert lines[0] == "x,t,u"
+    got = torch.tensor([float(r.split(",")[2]) for r in lines[1:]], dtype=torch.float64)
+    x = torch.tensor([[0.5, 0.5], [1.0, 0.0], [0.25, 1.0]], dtype=torch.float64)
+    assert torch.equal(got, fs.load_model(out)(x))  # repr of a float64 round-trips exactly
+    (tmp_path / "bad.csv").write_text("0.5\n0.25\n")
+    assert main(["predict", str(out), "--points", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "v.csv")]) == 2
+    assert main(["predict", str(tmp_path), "--points", str(tmp_path / "pts.csv"), "--out", str(tmp_path / "v.csv")]) == 2
