@@ -26,10 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # repro_common
 
 import fedsciml as fs  # noqa: E402
 
-try:  # the solver's history clock (moved with the package layout)
-    from fedsciml.runtime import history as _history  # noqa: E402
-except ImportError:  # pragma: no cover - before the move
-    from fedsciml.solvers import history as _history  # noqa: E402
+from fedsciml.solvers import history as _history  # noqa: E402
 
 import repro_common  # noqa: E402
 
@@ -107,16 +104,18 @@ def main(argv=None):
             row["engine"] = f"flower (max |Δ| vs local {diff:.1e})"
             rows.append(row)
             print(f"  flower gn: {fl.final} (max |Δ| {diff:.1e})", flush=True)
+        if a.repro:  # after each problem, so that a run cut short keeps what it measured
+            _write(a, rows, done=labels.index(lab) + 1, total=len(labels))
+
+
+def _write(a, rows, done, total):
     load = os.getloadavg()[0]
     note = (f"gn on {a.clients} clients (strips along x), problem defaults, seed {a.seed}; FIPA (default options) and "
             f"FedAvg (default options) with gn's solver CPU time as their budget (process time, 1 torch thread, "
-            f"evaluation excluded). 'rounds' is the rounds each ran. Load average at the end: {load:.1f} "
-            f"(shared machine; CPU seconds are this process's own).")
-    print(repro_common.format_rows(COLUMNS, rows) if hasattr(repro_common, "format_rows") else
-          "\n".join(" | ".join(str(r.get(c, "")) for c in COLUMNS) for r in rows))
-    if a.repro:
-        for p in repro_common.write(a.repro, COLUMNS, rows, note):
-            print(f"wrote {p}")
+            f"evaluation excluded). 'rounds' is the rounds each ran. Load average when written: {load:.1f} "
+            f"(shared machine; CPU seconds are this process's own). Problems done: {done} of {total}.")
+    for p in repro_common.write(a.repro, COLUMNS, rows, note):
+        print(f"wrote {p}", flush=True)
 
 
 if __name__ == "__main__":
