@@ -30,3 +30,4 @@ for _name, _config, _runner, _description, _federated in _BUILTIN:
         register_method(_name, _config, _runner, _description, federated=_federated)
 
 from fedsciml.methods import oneshot as _oneshot  # noqa: E402,F401  (registers the one-shot client handlers)
+from fedsciml.methods import fedopt as _fedopt  # noqa: E402,F401  (FedAvgM, FedAdam, FedYogi)
