@@ -15,11 +15,13 @@ from typing import Any, Union
 
 import torch
 
+import fedsciml.engines  # noqa: F401  (registers the methods and the engines with the driver)
 from fedsciml.problems import get_problem
 from fedsciml.problems.base import Problem
-from fedsciml.results import Result
-from fedsciml.runner import available_methods
-from fedsciml.runner import solve as _solve
+from fedsciml.problems.saved import load_model, save_model  # noqa: F401  (public: fs.save_model, fs.load_model)
+from fedsciml.runtime.results import Result
+from fedsciml.runtime.driver import available_methods
+from fedsciml.runtime.driver import solve as _solve
 
 
 def solve(problem: Union[str, Problem], method: str = "centralized", clients: int | None = None, *, seed: int = 0,
@@ -40,7 +42,7 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         problem's own, 1 for most; for :class:`ClientData` the number of
         client datasets given).
     method_options
-        The fields of the method's configuration (:mod:`fedsciml.config`:
+        The fields of the method's configuration (:mod:`fedsciml.options`:
         ``CentralizedConfig``, ``GNConfig``, ``FIPAConfig``, ``FedAvgConfig``,
         ``FedProxConfig``, ``OneShotConfig``), e.g. ``budget`` (seconds),
         ``optimizer``, ``max_iters``, ``rounds``, ``rank``, ``local``,
@@ -81,48 +83,3 @@ def methods() -> list[str]:
     """Names of the available solve methods."""
     return available_methods()
 
-
-def save_model(result: Result, problem: Problem, directory) -> str:
-    """Write the trained model of ``result`` (a run of ``problem``) to ``directory`` as ``model.safetensors`` +
-    ``model.json`` (kind ``field``: the network, its architecture, the problem and its options, the method,
-    the final metrics and an inverse problem's coefficients; :mod:`fedsciml.modelio`).  Returns the directory."""
-    from fedsciml.modelio import write_model
-
-    if not hasattr(problem, "model_description"):
-        raise TypeError(f"problem {getattr(problem, 'name', problem)!r} has no network to save")
-    if result.theta is None:
-        raise ValueError("this result holds no parameters to save")
-    theta = result.theta.detach()
-    meta = {"kind": "field", **problem.model_description(theta), "problem": problem.name,
-            "options": dict(problem.options), "method": result.method, "clients": result.clients,
-            "seed": result.seed, "final": result.final}
-    write_model(str(directory), {"theta": theta}, meta)
-    return str(directory)
-
-
-def load_model(directory, problem: Union[Problem, None] = None):
-    """A callable evaluating a saved model at a batch of points: ``u = fs.load_model(DIR); u(x)`` with
-    ``x [n, d]`` → ``[n]`` (one output) or ``[n, C]`` (a system), the same operations as the run (so the same
-    bits).  A model whose problem wraps the network in a hard-constraint ansatz is evaluated by its problem:
-    the registered one of the saved name and options, or the ``problem`` given."""
-    from fedsciml.modelio import ModelFileError, load, read_model
-
-    tensors, meta = read_model(str(directory))
-    if meta["kind"] != "field" or not meta.get("ansatz"):
-        if problem is not None:
-            raise ValueError("problem= applies to a model with a hard-constraint ansatz only")
-        return load(str(directory))
-    if problem is None:
-        from fedsciml.problems import REGISTRY
-
-        if meta.get("problem") not in REGISTRY:
-            raise ModelFileError(f"the model of problem {meta.get('problem')!r} has a hard-constraint ansatz and no "
-                                 f"such problem is registered: give it, fs.load_model(DIR, problem=...)")
-        problem = get_problem(meta["problem"], **meta.get("options", {}))
-    theta = tensors["theta"]
-
-    def u(x):
-        return problem.predict(theta, torch.as_tensor(x, dtype=theta.dtype))
-
-    u.meta = meta
-    return u

@@ -12,8 +12,8 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 import torch
 
-from fedsciml.nn import MLP
-from fedsciml.objective import LeastSquares, PointwiseLeastSquares, ResidualPart, stack_objectives
+from fedsciml.core.nn import MLP
+from fedsciml.core.objective import LeastSquares, PointwiseLeastSquares, ResidualPart, stack_objectives
 
 DTYPE = torch.float64
 
@@ -132,7 +132,7 @@ class Problem:
 
     def rows_per_client(self, n_clients: int) -> int | None:
         """About how many residual rows one client holds (``None``: unknown).  Read before any data is
-        built, to refuse a run that cannot fit in memory (:func:`fedsciml.runner.check_memory`)."""
+        built, to refuse a run that cannot fit in memory (:func:`fedsciml.runtime.driver.check_memory`)."""
         return None
 
     # --- shared helpers -------------------------------------------------------
@@ -185,7 +185,7 @@ class FieldProblem(Problem):
             return self.u(theta, x.to(theta.device, theta.dtype))
 
     def model_description(self, theta: torch.Tensor) -> dict:
-        """What a saved model needs beside θ (:mod:`fedsciml.modelio`, kind ``field``): the network, its
+        """What a saved model needs beside θ (:mod:`fedsciml.runtime.modelio`, kind ``field``): the network, its
         evaluation (``batch``: the network on the whole batch, as :meth:`u` does here) and whether
         :meth:`u` is more than the network (then only the problem can evaluate the model)."""
         net = self.network()

@@ -179,7 +179,7 @@ class DomainPDE(PINNProblem):
 
     def network(self):
         if "_net" not in self.__dict__:
-            from fedsciml.nn import MLP
+            from fedsciml.core.nn import MLP
 
             self.__dict__["_net"] = MLP([self.input_dim(), *self.hidden, len(self.outputs)], self.activation)
         return self.__dict__["_net"]
@@ -306,7 +306,7 @@ class DomainPDE(PINNProblem):
         return [self._objective(ps) for ps in per_client]
 
     def _objective(self, parts):
-        from fedsciml.objective import PointwiseLeastSquares
+        from fedsciml.core.objective import PointwiseLeastSquares
 
         return PointwiseLeastSquares(parts, self.n_params)
 

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # repro_common
 
 import fedsciml as fs  # noqa: E402
 
-from fedsciml.solvers import history as _history  # noqa: E402
+from fedsciml.runtime import history as _history  # noqa: E402
 
 import repro_common  # noqa: E402
 

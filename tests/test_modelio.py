@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import fedsciml as fs
-from fedsciml.modelio import ModelFileError, read_model, write_model
+from fedsciml.runtime.modelio import ModelFileError, read_model, write_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
