@@ -151,6 +151,7 @@ RUNS = {
     "gn": ("bratu", "gn", dict(rounds=2, batched=False)),
     "fipa": ("bratu", "fipa", dict(rounds=2)),
     "fedavg": ("bratu", "fedavg", dict(rounds=2, local_steps=5)),
+    "heat-inverse-gn": ("heat-inverse", "gn", dict(rounds=2, batched=False)),  # a DomainPDE: space-time, sensors, θ + k
     "ridge-gn": ("ridge-linear", "gn", dict(rounds=1, batched=False)),
     "one-shot": ("ridge-linear", "one-shot", {}),
 }
