@@ -160,7 +160,7 @@ def cmd_solve(args):
     from fedsciml.problems import get_problem
     from fedsciml.runtime.results import check_output_dir, check_output_file
     from fedsciml.methods.centralized import Diverged
-    from fedsciml.runtime.driver import check_clients, check_run_memory, get_method, resolve_device, solve
+    from fedsciml.runtime.driver import check_clients, get_method, plan, run
 
     popts = {k[5:]: v for k, v in vars(args).items() if k.startswith("popt_") and v is not None}
     if getattr(args, "mopt_preset", None) is not None:  # the preset's collocation settings, where declared
@@ -174,7 +174,6 @@ def cmd_solve(args):
     check_clients(args.clients)
     if args.every < 1:
         raise CLIError(f"--every must be an integer ≥ 1, got {args.every}")
-    dev = resolve_device(args.device)
     compare = [m.strip() for m in args.compare.split(",") if m.strip()] if args.compare else []
     if compare and args.method is None:  # --compare alone: exactly the methods named, in that order
         methods = list(dict.fromkeys(compare))
@@ -184,25 +183,25 @@ def cmd_solve(args):
         get_method(m)
     given = {k[5:]: v for k, v in vars(args).items() if k.startswith("mopt_") and v is not None}
     per_method = method_options_for(methods, given)
-    for m in methods:
+    plans = []
+    for m in methods:  # every run checked (options, memory) before the first one starts, and only here
         if len(methods) > 1 and "checkpoint" in per_method[m]:  # one checkpoint directory per compared method
             per_method[m]["checkpoint"] = os.path.join(per_method[m]["checkpoint"], m)
-        cfg = get_method(m).make_config(per_method[m])  # every option checked before anything runs
-        check_run_memory(problem, m, args.clients or problem.default_clients, cfg, dev)
+        engine = args.engine if m != "centralized" else "local"  # the pooled reference runs in this process
+        plans.append(plan(problem, m, clients=args.clients, seed=args.seed, device=args.device,
+                          progress=not args.quiet, every=args.every, engine=engine, **per_method[m]))
     if args.json:
         check_output_file(args.json, "--json")
     if args.out:
         check_output_dir(args.out, "--out")
     set_threads(args.threads, quiet=args.quiet)
     results = []
-    for m in methods:
+    for m, p in zip(methods, plans):
         if not args.quiet:
             print(f"[fedsciml] {problem.name} · method={m} · clients={args.clients or problem.default_clients} · "
                   f"params={problem.network().n_params if hasattr(problem, 'network') else '?'}", file=sys.stderr)
         try:
-            engine = args.engine if m != "centralized" else "local"  # the pooled reference runs in this process
-            res = solve(problem, method=m, clients=args.clients, seed=args.seed, device=args.device,
-                        progress=not args.quiet, every=args.every, engine=engine, **per_method[m])
+            res = run(p)
         except (RoundFailed, Diverged) as e:  # the run cannot go on
             raise RunFailed(f"{m}: {e}")
         results.append(res)

@@ -45,8 +45,9 @@ TRANSPORTS = ("local", "bytes")
 
 
 def _round_config(cfg, seed) -> RoundConfig:
+    # the typed RoundOptions already checked these values: the loop does not check them again
     return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, tol=cfg.tol, participation=cfg.participation,
-                       dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume)
+                       dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume, checked=True)
 
 
 def _fingerprint(problem, method, objectives, theta0, seed, options):
@@ -120,8 +121,9 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
 
 
 def _local_config(cfg, prox) -> LocalConfig:
+    # built from the typed LocalOptions, which checked these values (a hand-built LocalConfig calls .validate())
     return LocalConfig(solver=cfg.local, steps=cfg.local_steps, lr=cfg.lr, damping=cfg.local_damping,
-                       prox=prox, loss=getattr(cfg, "local_loss", "mean")).validate()
+                       prox=prox, loss=getattr(cfg, "local_loss", "mean"))
 
 
 def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = None, *, progress=False, seed=0,
