@@ -1,6 +1,6 @@
 """Warm-up then refinement (FIPA Tables 1–2 protocol) on digits.
 
-    python scripts/bench_images_refine.py [--alphas 0.05,0.1] [--seeds 2] [--clients 20] [--json FILE]
+    python scripts/papers/fipa/bench_images_refine.py [--alphas 0.05,0.1] [--seeds 2] [--clients 20] [--json FILE]
 
 A FedAvg warm-up checkpoint is shared; from it every method runs the same refinement
 rounds (same client cohorts).  Reports the best and the average test accuracy over the
@@ -17,7 +17,7 @@ import time
 import torch
 
 sys.path.insert(0, __file__.rsplit("/scripts/", 1)[0])
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # repro_common
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repro_common
 
 from fedsciml.images import bench  # noqa: E402
 from fedsciml.images import methods as M  # noqa: E402

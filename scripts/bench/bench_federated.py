@@ -16,8 +16,8 @@ Groups (``--only``, comma-separated):
 Every run reports rounds, seconds, final error, floats sent in total and per round.
 ``--quick`` scales every budget by 0.2 and keeps one case per group (a smoke run).
 
-    python scripts/bench_federated.py --only pde1d --clients 2 --json bench_pde1d.json
-    python scripts/bench_federated.py --quick
+    python scripts/bench/bench_federated.py --only pde1d --clients 2 --json bench_pde1d.json
+    python scripts/bench/bench_federated.py --quick
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from fedsciml.problems import get_problem  # noqa: E402
 from fedsciml.api import solve  # noqa: E402

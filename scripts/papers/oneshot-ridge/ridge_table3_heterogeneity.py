@@ -2,7 +2,7 @@
 
 One-shot fusion, FedAvg and FedProx (η = 0.01, E = 5, μ = 0.01, ``--rounds`` rounds) and the centralized
 oracle at γ ∈ {0, 0.2, 0.4, 0.6, 0.8, 1}; d = 100, K = 20, σ = 0.01, 5 seeds.
-Usage: ``python scripts/ridge_table3_heterogeneity.py [--rounds 200] [--seeds 5]``.
+Usage: ``python scripts/papers/oneshot-ridge/ridge_table3_heterogeneity.py [--rounds 200] [--seeds 5]``.
 """
 import torch
 

@@ -1,6 +1,6 @@
 """Byzantine-client scenarios: the final error of each method with and without the robust options.
 
-    PYTHONPATH=$PWD python scripts/byzantine.py [--rounds 30]
+    PYTHONPATH=$PWD python scripts/tools/byzantine.py [--rounds 30]
 
 The problem is the tests' heterogeneous fit (5 clients, client m owns the m-th fifth
 of [0, 1] and fits sin(2πx) with a 1-6-6-1 MLP; error = MSE on a grid).  Client 0 is

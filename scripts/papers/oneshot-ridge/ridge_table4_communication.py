@@ -3,7 +3,7 @@
 Floats are counted from the messages actually sent (one-shot: d(d+1)/2 + d + 1 up, d down; FedAvg: d + 1 up
 and d down per round).  Also measures the wall time of one-shot and of FedAvg-200 and the test MSE.
 d ∈ {50, 100, 200, 400}, K = 20, γ = 0.5, σ = 0.01, 5 seeds.
-Usage: ``python scripts/ridge_table4_communication.py [--rounds 200] [--seeds 5]``.
+Usage: ``python scripts/papers/oneshot-ridge/ridge_table4_communication.py [--rounds 200] [--seeds 5]``.
 """
 import ridge_common as rc
 from fedsciml.problems import get_problem

@@ -1,4 +1,4 @@
-"""Shared helpers of the ridge experiment scripts (``scripts/ridge_*.py``).
+"""Shared helpers of the ridge experiment scripts (``scripts/papers/oneshot-ridge/ridge_*.py``).
 
 Each script runs one experiment of the one-shot ridge paper over several
 seeds and writes ``<out>/<name>.{csv,md,json,png}`` with mean ± std columns.

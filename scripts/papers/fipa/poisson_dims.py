@@ -1,7 +1,7 @@
 """Poisson d = 3 and d = 5 on 2 clients (FIPA paper Fig. 3D–E): FIPA, FedAvg and federated GN at equal budgets.
 
-    python scripts/poisson_dims.py table    [--dims 3,5] [--rounds 20] [--repro poisson_dims]
-    python scripts/poisson_dims.py ablation [--dim 5] [--rounds 12] [--repro poisson_d5_ablation]
+    python scripts/papers/fipa/poisson_dims.py table    [--dims 3,5] [--rounds 20] [--repro poisson_dims]
+    python scripts/papers/fipa/poisson_dims.py ablation [--dim 5] [--rounds 12] [--repro poisson_d5_ablation]
 
 Budgets that do not depend on the machine's load: the same number of communication rounds for every method,
 and the same *CPU* seconds (the solver clock is switched to ``time.process_time`` with one torch thread, so a
@@ -22,8 +22,8 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # repro_common
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repro_common
 
 import fedsciml as fs  # noqa: E402
 from fedsciml.runtime import history as _history  # noqa: E402

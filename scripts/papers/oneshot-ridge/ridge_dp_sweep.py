@@ -2,7 +2,7 @@
 
 Same methods and settings as ``ridge_table5_privacy.py`` (one-shot local / central DP, with and without the
 noise-aware σ, DP-FedAvg-100 at equal (ε, δ)), on ``--points`` values of ε from ``--eps-min`` to ``--eps-max``.
-Usage: ``python scripts/ridge_dp_sweep.py [--points 13] [--seeds 5]``.
+Usage: ``python scripts/papers/oneshot-ridge/ridge_dp_sweep.py [--points 13] [--seeds 5]``.
 """
 import math
 

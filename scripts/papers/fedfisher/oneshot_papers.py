@@ -1,7 +1,7 @@
 """One-shot comparisons of the FedFisher and FedBEns papers on digits, in the paper's setting and in fedsciml's default.
 
-    python scripts/oneshot_papers.py fedfisher [--seeds 3] [--alpha 0.1] [--repro fedfisher_oneshot]
-    python scripts/oneshot_papers.py fedbens   [--seeds 3] [--alpha 0.1] [--repro fedbens_oneshot]
+    python scripts/papers/fedfisher/oneshot_papers.py fedfisher [--seeds 3] [--alpha 0.1] [--repro fedfisher_oneshot]
+    python scripts/papers/fedfisher/oneshot_papers.py fedbens   [--seeds 3] [--alpha 0.1] [--repro fedbens_oneshot]
 
 Both papers run 5 clients, a Dirichlet(α) label split after Hsu et al. (per class, the client shares ~ Dir(α):
 ``--split hsu`` here), LeNet on FashionMNIST, local SGD (lr 0.01, momentum 0.9, batch 64) for 30 (FedFisher) or
@@ -24,8 +24,8 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # repro_common
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repro_common
 
 from fedsciml.images import bench  # noqa: E402
 from fedsciml.images import methods as M  # noqa: E402

@@ -3,7 +3,7 @@
 One-shot fusion against FedAvg (``--rounds`` rounds, η = 0.01, E = 5) at K ∈ {10, 20, 50, 100, 200, 500}: test MSE
 and time.  One-shot time = the slowest client's statistics (clients work in parallel) + the server's fusion;
 the sequential simulation time is in the CSV.  5 seeds.
-Usage: ``python scripts/ridge_table6_scalability.py [--rounds 100] [--seeds 5]``.
+Usage: ``python scripts/papers/oneshot-ridge/ridge_table6_scalability.py [--rounds 100] [--seeds 5]``.
 """
 import ridge_common as rc
 from fedsciml.problems import get_problem

@@ -22,7 +22,7 @@ the CLI runs exactly as ``python -m fedsciml``, through ``runpy``); ``--subproce
 a fresh interpreter per case instead.  Sizes are tiny (a few clients, 1-2 rounds), every
 case has a timeout (``--timeout``, default 60 s) and a memory cap.
 
-    nice -n 10 python scripts/adversarial.py [--jobs 2] [--json adversarial.json] [--only WORD] [--list]
+    nice -n 10 python scripts/tools/adversarial.py [--jobs 2] [--json adversarial.json] [--only WORD] [--list]
 
 The summary prints the counts per category (overall and per group) and every case that is
 not ``clear_error``/``handled``; the JSON holds every case with its outcome and evidence.
@@ -48,7 +48,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "ridge_table_dp.py")
 CATEGORIES = ("clear_error", "handled", "traceback", "hang", "silent_wrong", "lost_outputs", "code_executed",
               "unclear_exit")

@@ -21,9 +21,9 @@ Prints tables and writes JSON (``--json``, default
 what else runs on it: the JSON records the CPU count, torch threads and the
 load average at the start.
 
-    python scripts/bench_centralized.py                      # everything, 60 s per run
-    python scripts/bench_centralized.py --budget 20 --problems bratu,poisson --optimizers lm
-    python scripts/bench_centralized.py --speed-only
+    python scripts/bench/bench_centralized.py                      # everything, 60 s per run
+    python scripts/bench/bench_centralized.py --budget 20 --problems bratu,poisson --optimizers lm
+    python scripts/bench/bench_centralized.py --speed-only
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from fedsciml.core import linalg  # noqa: E402
 from fedsciml.core.objective import gn_stats_from  # noqa: E402

@@ -1,7 +1,7 @@
 """One command: a SuperLink and K fedsciml SuperNodes on 127.0.0.1, one fedsciml run over them, everything stopped.
 
-    python scripts/flower_deploy.py bratu --clients 2 --method gn --rounds 5
-    python scripts/flower_deploy.py ridge-linear --clients 3 --method one-shot
+    python scripts/tools/flower_deploy.py bratu --clients 2 --method gn --rounds 5
+    python scripts/tools/flower_deploy.py ridge-linear --clients 3 --method one-shot
 
 Needs ``pip install ".[flower]"``.  Every process it starts (SuperLink, the
 SuperLink's ServerApp process, the K nodes, ``flwr run``) runs in its own

@@ -2,7 +2,7 @@
 
 FedAvg and FedProx over ``--rounds`` (300) rounds against the one-shot model (round 1) and the oracle;
 d = 100, K = 20, γ = 0.5, σ = 0.01, 5 seeds.  The table lists the MSE at selected rounds.
-Usage: ``python scripts/ridge_convergence.py [--rounds 300] [--seeds 5]``.
+Usage: ``python scripts/papers/oneshot-ridge/ridge_convergence.py [--rounds 300] [--seeds 5]``.
 """
 import torch
 

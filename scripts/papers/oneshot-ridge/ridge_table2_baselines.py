@@ -1,7 +1,7 @@
 """Table II of the one-shot ridge paper: one-shot fusion vs FedAvg-100/200/500, FedProx-200, centralized.
 
 Defaults are the paper's: d = 100, K = 20, n_k = 500 (20 % test), γ = 0.5, σ = 0.01, η = 0.01, E = 5,
-μ = 0.01, 5 seeds.  Usage: ``python scripts/ridge_table2_baselines.py [--seeds 5] [--out results/ridge]``.
+μ = 0.01, 5 seeds.  Usage: ``python scripts/papers/oneshot-ridge/ridge_table2_baselines.py [--seeds 5] [--out results/ridge]``.
 """
 import torch
 
@@ -60,6 +60,10 @@ def main():
                     ("gap vs oracle (%)", "gap_pct"), ("rounds", "rounds"),
                     ("comm. (MB, all clients, up+down)", "mb"), ("time (s)", "time_s")], table, vars(args), digits=6)
     if args.repro:
+        import os
+        import sys
+
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repro_common
         import repro_common
 
         rows = [{"method": r["method"], "paper MSE": r["paper_mse"], "ours MSE": f"{r['mse_mean']:.5f} ± {r['mse_std']:.5f}",

@@ -19,15 +19,17 @@ Rows (time, floor, ratio):
 ``--compare`` adds the older comparison (K = 100, d = 500, 30 σ): batched LOCO vs the naive loop of K·|Σ|
 Cholesky solves and scikit-learn's ``RidgeCV`` on the pooled data.  The machine's load average is recorded
 at the start and the end (figures taken under load are slower; the ratios come from the same run).
-Usage: ``python scripts/ridge_bench_fusion.py [--device cpu|cuda] [--threads 1] [--compare]``.
+Usage: ``python scripts/bench/ridge_bench_fusion.py [--device cpu|cuda] [--threads 1] [--compare]``.
 """
 import os
 import statistics
+import sys
 import time
 
 import torch
 
-import ridge_common as rc
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "papers", "oneshot-ridge"))  # ridge_common
+import ridge_common as rc  # noqa: E402
 from fedsciml.core import linalg
 from fedsciml.problems import get_problem
 from fedsciml.ridge import FusionServer, client_message

@@ -12,7 +12,7 @@ solver time.  Prints the tables (JSON with ``--json``, a markdown table for
 the README with ``--markdown``) and the load average before and after: on a
 shared machine, compare only ratios taken in the same run.
 
-    OMP_NUM_THREADS=1 nice python scripts/flower_overhead.py --rounds 10 --markdown /tmp/overhead.md
+    OMP_NUM_THREADS=1 nice python scripts/bench/flower_overhead.py --rounds 10 --markdown /tmp/overhead.md
 """
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def main_job(command: str) -> list:
     import tempfile
 
     out = []
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     for engine in ("local", "flower"):
         with tempfile.TemporaryDirectory() as tmp:

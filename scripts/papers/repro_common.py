@@ -13,7 +13,7 @@ import shlex
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "reproductions")
 CODE = ("fedsciml", "problems", "scripts", "pyproject.toml")  # what can change a number (README edits cannot)
 

@@ -17,7 +17,7 @@ into τ, symmetrized noise on G), added to the *unclipped* statistics — its sy
 assumption ‖a‖ ≤ 1 behind Δ = 1 does not hold and the noise is ~100× too small for the (ε, δ) claimed.  This
 column reproduces the paper's one-shot numbers; it is not differentially private.
 ``--repro NAME`` also writes the compact table ``reproductions/NAME.{csv,md}`` (command and commit on top).
-Usage: ``python scripts/ridge_table5_privacy.py [--seeds 5] [--epsilons 0.1,0.5,1,2,5,10,inf] [--unclipped]``.
+Usage: ``python scripts/papers/oneshot-ridge/ridge_table5_privacy.py [--seeds 5] [--epsilons 0.1,0.5,1,2,5,10,inf] [--unclipped]``.
 """
 import math
 import os
@@ -124,7 +124,7 @@ def run(args, epsilons, name, title):
 
 
 def write_repro(args, table):
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repro_common
     import repro_common
 
     def ms(r, k):

@@ -1,6 +1,6 @@
 """One-shot image benchmark (FedFisher / FedBEns setting) on digits, beside the papers' CIFAR-10 rows.
 
-    python scripts/bench_images.py [--alphas 0.05,0.1,0.2] [--seeds 3] [--model lenet5] [--json FILE]
+    python scripts/bench/bench_images.py [--alphas 0.05,0.1,0.2] [--seeds 3] [--model lenet5] [--json FILE]
 
 5 clients, balanced Dirichlet split, 30 local epochs of SGD (lr 0.01, momentum 0.9, batch 64),
 server validation set of 143 digits (10% of the training images).  Prints test accuracy

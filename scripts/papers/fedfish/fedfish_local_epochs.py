@@ -1,6 +1,6 @@
 """FedFish vs FedAvg at growing local training, with the same server optimizer (issue 12, item 3).
 
-    python scripts/fedfish_local_epochs.py [--epochs 1,4,16] [--seeds 3] [--rounds 15] [--clients 10]
+    python scripts/papers/fedfish/fedfish_local_epochs.py [--epochs 1,4,16] [--seeds 3] [--rounds 15] [--clients 10]
 
 The FedFish paper (Dhawan et al., Sec. 5.1, Table 3) finds FedFish ahead of FedAvg as local epochs grow,
 with Adam as the server optimizer of both.  Here both methods run with the same server rule, plain
@@ -18,6 +18,7 @@ import time
 import torch
 
 sys.path.insert(0, __file__.rsplit("/scripts/", 1)[0])
+sys.path.insert(0, __file__.rsplit("/scripts/", 1)[0] + "/scripts/papers")  # repro_common
 
 from fedsciml.images import data as imdata  # noqa: E402
 from fedsciml.images import methods as M  # noqa: E402

@@ -8,7 +8,7 @@ Feature spectrum: with the paper's flat spectrum (isotropic features) no m-dimen
 1000-dimensional model — the MSE grows by orders of magnitude (run with ``--spectrum flat`` to see it).  The
 default is a power-law spectrum λ_j ∝ j^(−2.2), chosen so that the curve has the paper's shape (m = 400
 within a few % of exact).  5 seeds.
-Usage: ``python scripts/ridge_table7_projection.py [--seeds 5] [--spectrum powerlaw --decay 2.2]``.
+Usage: ``python scripts/papers/oneshot-ridge/ridge_table7_projection.py [--seeds 5] [--spectrum powerlaw --decay 2.2]``.
 """
 import torch
 
