@@ -1,0 +1,73 @@
+"""Issue 23: no silent fallbacks, bad-input holes, records.  Each test fails on commit 4181e5a."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fedsciml.images import fisher as fz
+from fedsciml.images.aggregators import FedBEnsAggregator, NonFiniteObjective, _adam_best
+from fedsciml.images.models import FlatModel, build
+
+torch.set_num_threads(1)
+
+
+# ------------------------------------------------------------------ 1. FedBEns NaN / best-of-starts
+def test_adam_best_refuses_a_nan_gradient_instead_of_returning_the_start():
+    w0 = torch.ones(5)
+    with pytest.raises(NonFiniteObjective, match="not finite at step 1"):
+        _adam_best(w0, lambda v: torch.full_like(v, float("nan")), lambda v: 0.5, 10, 1e-2, (0.9, 0.99), 1e-8, 2)
+
+
+def test_adam_best_refuses_when_no_validation_score_is_finite():
+    with pytest.raises(NonFiniteObjective, match="no validation score"):
+        _adam_best(torch.ones(3), lambda v: v, lambda v: float("nan"), 4, 1e-2, (0.9, 0.99), 1e-8, 2)
+
+
+def _rank_deficient_kfac_msgs(C=3, M=2, seed=0):
+    """Linear 9→4 model; each client's inputs are zero in all but 3 of 9 features, so its A factor
+    has rank ≤ 4 of 10 (most entries exactly 0), as a small client's LeNet factors are."""
+    torch.manual_seed(seed)
+    m = FlatModel(build("linear", (1, 3, 3), 4, seed))
+    msgs, tmpl = {}, None
+    for c in range(C):
+        modes, facs = [], []
+        for _ in range(M):
+            x = torch.zeros(6, 1, 3, 3)
+            x.view(6, -1)[:, c * 3:(c + 1) * 3] = torch.randn(6, 3)
+            w = m.theta() + 0.3 * torch.randn(m.p)
+            K = fz.kfac(m, w, x)
+            tmpl = tmpl or K
+            modes.append(w)
+            facs.append(K.to_message())
+        msg = {"w": torch.stack(modes), "n": torch.tensor([6.0 + c])}
+        msg.update({k: torch.stack([f[k] for f in facs]) for k in facs[0]})
+        msgs[c] = msg
+    return m, tmpl, msgs
+
+
+def test_fedbens_kfac_objective_is_float64_and_matches_a_dense_reference():
+    """Eq. 5 against dense float64 precisions ``Λ = (n/T) F + I/σ²`` (F from the K-FAC matvec, formed as a
+    dense matrix here because p = 40); tolerance: float64 round-off over different operation orders."""
+    m, tmpl, msgs = _rank_deficient_kfac_msgs()
+    T, s2 = 0.1, 0.1
+    agg = FedBEnsAggregator("kfac", 2, tmpl, temperature=T, prior_var=s2)
+    ok, bad = agg.validate(msgs, m.p, torch.float32)
+    assert not bad
+    f = agg.neg_log_posterior(ok)
+    w = m.theta() + 0.1 * torch.randn(m.p)
+    got = f(w)
+    assert got.dtype == torch.float64
+    wd = w.double()
+    per_client = []
+    for msg in msgs.values():
+        terms = []
+        for j in range(2):
+            K = fz.KFAC.from_message({k: v[j].double() for k, v in msg.items() if k not in ("w", "n")},
+                                     layout=tmpl)
+            lam = float(msg["n"]) / T * K.to_dense() + torch.eye(m.p, dtype=torch.float64) / s2
+            dv = wd - msg["w"][j].double()
+            terms.append(0.5 * torch.linalg.slogdet(lam)[1] - 0.5 * dv @ lam @ dv)
+        per_client.append(torch.logsumexp(torch.stack(terms), 0) - math.log(2))
+    ref = -(sum(per_client) + (len(msgs) - 1) * (wd @ wd) / (2 * s2))
+    assert torch.allclose(got, ref, rtol=1e-10, atol=1e-8)
