@@ -57,6 +57,9 @@ def read_table(path: str, target: str = "y") -> tuple[np.ndarray, np.ndarray]:
         head = [h.strip() for h in rows[0]]
         if target not in head:
             raise ValueError(f"{path}: target column {target!r} not in the header {head}")
+        if head.count(target) > 1:
+            raise ValueError(f"{path}: target column {target!r} appears {head.count(target)} times in the header "
+                             f"{head}; rename all but one")
         bad = [i + 2 for i, r in enumerate(rows[1:]) if len(r) != len(head)]
         if bad:
             raise ValueError(f"{path} line {bad[0]}: {len(rows[bad[0] - 1])} fields, the header has {len(head)}")

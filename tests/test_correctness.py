@@ -71,3 +71,54 @@ def test_fedbens_kfac_objective_is_float64_and_matches_a_dense_reference():
         per_client.append(torch.logsumexp(torch.stack(terms), 0) - math.log(2))
     ref = -(sum(per_client) + (len(msgs) - 1) * (wd @ wd) / (2 * s2))
     assert torch.allclose(got, ref, rtol=1e-10, atol=1e-8)
+
+
+# ------------------------------------------------------------------ 3./5. table input
+def test_table_refuses_a_target_column_named_twice(tmp_path):
+    from fedsciml.problems.table import read_table
+
+    (tmp_path / "d.csv").write_text("a,y,y\n1,2,3\n2,3,4\n3,4,5\n")
+    with pytest.raises(ValueError, match="target column 'y' appears 2 times"):
+        read_table(str(tmp_path / "d.csv"))
+
+
+def _npz_with_lying_header(path, shape=(100000, 100000)):
+    """A real npz whose X member's header claims ``shape`` but holds 16 bytes of data."""
+    import io
+    import zipfile
+
+    def member(arr_shape, data):
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buf, {"descr": "<f8", "fortran_order": False, "shape": arr_shape})
+        return buf.getvalue() + data
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("X.npy", member(shape, b"\0" * 16))
+        zf.writestr("y.npy", member((2,), b"\0" * 16))
+
+
+def test_npz_header_claiming_a_huge_array_is_refused_before_allocating(tmp_path, monkeypatch):
+    from fedsciml.problems.table import read_table
+
+    _npz_with_lying_header(tmp_path / "big.npz")
+    assert (tmp_path / "big.npz").stat().st_size < 1000
+    # np.load must never be reached (it would allocate 74.5 GiB): make it fail the test if it is
+    monkeypatch.setattr(np, "load", lambda *a, **k: pytest.fail("np.load reached"))
+    with pytest.raises(ValueError, match=r"header claims shape \(100000, 100000\)"):
+        read_table(str(tmp_path / "big.npz"))
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "not-zip", "fifo"])
+def test_unreadable_tables_are_one_line_value_errors(tmp_path, kind):
+    import os
+
+    from fedsciml.problems.table import read_table
+
+    p = tmp_path / "t.npz"
+    if kind == "directory":
+        p.mkdir()
+    elif kind == "not-zip":
+        p.write_text("hello\n")
+    elif kind == "fifo":
+        os.mkfifo(p)  # opening it for reading would block forever
+    with pytest.raises(ValueError, match="cannot be read|not a regular file|not a zip"):
+        read_table(str(p))
