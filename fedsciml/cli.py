@@ -297,20 +297,43 @@ def _print_summary(results):
 
 def _write_outputs(problem, results, args):
     from fedsciml.plotting import plot_runs
-    from fedsciml.results import write_json
+    from fedsciml.results import ResultsNotWritten, write_json
 
     payload = results[0].to_dict() if len(results) == 1 else {"runs": [r.to_dict() for r in results]}
+    failed = []  # every output is tried; what could not be written is reported together at the end
     if args.json:
-        write_json(payload, args.json)
-        print(f"wrote {args.json}")
+        try:
+            write_json(payload, args.json)
+            print(f"wrote {args.json}")
+        except ResultsNotWritten as e:
+            failed.append(e)
     if args.out:
-        write_json(payload, os.path.join(args.out, "result.json"))
-        for r in results:
-            suffix = "" if len(results) == 1 else f"_{r.method}"
-            r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
-        for path in plot_runs(problem, results, args.out):
-            print(f"wrote {path}")
-        print(f"wrote {args.out}/result.json")
+        try:
+            write_json(payload, os.path.join(args.out, "result.json"))
+            print(f"wrote {args.out}/result.json")
+        except ResultsNotWritten as e:
+            failed.append(e)
+        try:
+            for r in results:
+                suffix = "" if len(results) == 1 else f"_{r.method}"
+                r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
+            for path in plot_runs(problem, results, args.out):
+                print(f"wrote {path}")
+        except OSError as e:
+            failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots not written "
+                                            f"({e.strerror or e}); the history is in result.json"))
+    raise_collected(failed)
+
+
+def raise_collected(failed) -> None:
+    """One :class:`ResultsNotWritten` for every output that could not be written (none: returns)."""
+    if not failed:
+        return
+    from fedsciml.results import ResultsNotWritten
+
+    text = next((e.text for e in failed if e.saved is None and e.text), "")
+    raise ResultsNotWritten("; ".join(str(e) for e in failed), saved=next((e.saved for e in failed if e.saved), None),
+                            text=text)
 
 
 def load_plugins(specs) -> list[str]:
@@ -420,6 +443,7 @@ def main(argv=None) -> int:
         return EXIT_USAGE
     from fedsciml.config import OptionTypeError, cli_names
     from fedsciml.federated.simulation import RoundFailed
+    from fedsciml.results import ResultsNotWritten
 
     try:
         with cli_names():
@@ -439,6 +463,11 @@ def main(argv=None) -> int:
                 parser.parse_args(["bench", "--help"])
     except (RunFailed, RoundFailed) as e:  # RoundFailed: a round of bench images that cannot go on
         print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except ResultsNotWritten as e:  # the run finished; its results are in e.saved, or printed here
+        print(f"error: {e}", file=sys.stderr)
+        if e.saved is None and e.text:
+            print(e.text, end="" if e.text.endswith("\n") else "\n")
         return EXIT_FAILED
     except (CLIError, ValueError, OptionTypeError) as e:  # ProblemError, OptionError, MessageRejected: ValueErrors
         print(f"error: {e}", file=sys.stderr)

@@ -122,3 +122,82 @@ def test_unreadable_tables_are_one_line_value_errors(tmp_path, kind):
         os.mkfifo(p)  # opening it for reading would block forever
     with pytest.raises(ValueError, match="cannot be read|not a regular file|not a zip"):
         read_table(str(p))
+
+
+# ------------------------------------------------------------------ 6. a disk that fills during the final write
+SOLVE = ["solve", "sin1d", "--clients", "2", "--n-samples", "10", "--rounds", "1", "--quiet"]
+RIDGE = ["ridge", "--clients", "3", "--samples", "20", "--dim", "4"]
+
+
+def _full_disk_under(monkeypatch, full_dir):
+    """Every file opened for writing under ``full_dir`` raises ENOSPC on its first write (as a disk
+    that filled during the run does: the pre-run check of the path passed)."""
+    import builtins
+    import errno
+
+    import fedsciml.results as R
+
+    real_open = builtins.open
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, s):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, k):
+            return getattr(self.f, k)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+    def fake_open(path, mode="r", *a, **k):
+        f = real_open(path, mode, *a, **k)
+        if "w" in mode and str(path).startswith(str(full_dir)):
+            return Full(f)
+        return f
+    monkeypatch.setattr(R, "open", fake_open, raising=False)
+
+
+@pytest.mark.parametrize("cmd", [SOLVE, RIDGE])
+def test_results_survive_a_disk_that_fills_during_the_final_json_write(capsys, tmp_path, monkeypatch, cmd):
+    import json
+    import tempfile
+
+    from fedsciml.cli import main
+
+    full, spare = tmp_path / "full", tmp_path / "spare"
+    full.mkdir()
+    spare.mkdir()
+    _full_disk_under(monkeypatch, full)
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(spare))
+    capsys.readouterr()
+    code = main([*cmd, "--json", str(full / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "No space left on device" in err and str(spare) in err
+    saved = list(spare.glob("fedsciml-r-*.json"))
+    assert len(saved) == 1 and saved[0].as_posix() in err
+    payload = json.loads(saved[0].read_text())
+    assert payload  # the finished run's results, complete JSON
+    assert not (full / "r.json").exists() and not (full / "r.json.tmp").exists()  # no half file left
+
+
+def test_results_are_printed_when_no_fallback_can_be_written(capsys, tmp_path, monkeypatch):
+    import json
+
+    import fedsciml.results as R
+    from fedsciml.cli import main
+
+    _full_disk_under(monkeypatch, tmp_path)
+    monkeypatch.setattr(R, "_fallback_dirs", lambda: [str(tmp_path)])
+    capsys.readouterr()
+    code = main([*SOLVE, "--json", str(tmp_path / "r.json")])
+    out, err = capsys.readouterr()
+    assert code == 1 and "follow on standard output" in err and len(err.strip().splitlines()) == 1
+    start = out.index("{\n")
+    assert json.loads(out[start:])["method"]

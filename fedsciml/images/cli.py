@@ -130,9 +130,9 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
 
 
 def run(args) -> int:
-    from fedsciml.cli import CLIError, set_threads
+    from fedsciml.cli import CLIError, raise_collected, set_threads
     from fedsciml.images import bench
-    from fedsciml.results import check_output_dir, check_output_file, write_json
+    from fedsciml.results import ResultsNotWritten, check_output_dir, check_output_file, write_json
 
     cfg, setting = config_from_args(args)
     if args.json:
@@ -156,9 +156,17 @@ def run(args) -> int:
     print()
     print(bench.table(res))
     print(f"(wall time {res['wall_s']:.0f} s)")
+    failed = []  # both outputs are tried; what could not be written is reported together
     if args.json:
-        write_json(res, args.json)
-        print(f"wrote {args.json}")
+        try:
+            write_json(res, args.json)
+            print(f"wrote {args.json}")
+        except ResultsNotWritten as e:
+            failed.append(e)
     if args.out:
-        print(f"wrote {bench.plot(res, args.out)}")
+        try:
+            print(f"wrote {bench.plot(res, args.out)}")
+        except OSError as e:
+            failed.append(ResultsNotWritten(f"--out {args.out!r}: the plot was not written ({e.strerror or e})"))
+    raise_collected(failed)
     return 0
