@@ -163,6 +163,26 @@ def method_options_for(methods, given: dict) -> dict:
     return out
 
 
+def drop_where_idle(methods, per_method: dict) -> dict:
+    """With ``--compare``, a given option goes to every compared method that has it; it is dropped from
+    those where it has no effect with their other settings (``--local-steps`` reaches fipa's local gn
+    and fedavg's local Adam), and refused, by name, only when it has an effect in none of them."""
+    from fedsciml.config import OptionError
+    from fedsciml.runner import METHODS
+
+    idle = {m: METHODS[m].config._build(per_method[m], given={}).inapplicable() for m in methods}
+    out = {m: dict(o) for m, o in per_method.items()}
+    for name in dict.fromkeys(k for o in per_method.values() for k in o):
+        takers = [m for m in methods if name in per_method[m]]
+        if all(name in idle[m] for m in takers):
+            m = takers[0]
+            raise OptionError(f"{m} option --{name.replace('_', '-')} has no effect here: {idle[m][name]}")
+        for m in takers:
+            if name in idle[m]:
+                del out[m][name]
+    return out
+
+
 def cmd_solve(args):
     from fedsciml.federated.simulation import RoundFailed
     from fedsciml.problems import get_problem
@@ -192,6 +212,8 @@ def cmd_solve(args):
         get_method(m)
     given = {k[5:]: v for k, v in vars(args).items() if k.startswith("mopt_") and v is not None}
     per_method = method_options_for(methods, given)
+    if len(methods) > 1:
+        per_method = drop_where_idle(methods, per_method)
     for m in methods:
         if len(methods) > 1 and "checkpoint" in per_method[m]:  # one checkpoint directory per compared method
             per_method[m]["checkpoint"] = os.path.join(per_method[m]["checkpoint"], m)
@@ -441,6 +463,11 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    for flag in ("json", "out", "checkpoint"):  # given but empty: refused, not taken as "not given"
+        v = getattr(args, flag, None)
+        if isinstance(v, str) and not v.strip():
+            print(f"error: --{flag} must be a non-empty path, got {v!r}", file=sys.stderr)
+            return EXIT_USAGE
     from fedsciml.config import OptionTypeError, cli_names
     from fedsciml.federated.simulation import RoundFailed
     from fedsciml.results import ResultsNotWritten

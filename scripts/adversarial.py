@@ -71,7 +71,8 @@ class Case:
 
 # ----------------------------------------------------------------------------- helpers for cases
 
-SOLVE = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "1", "--local-steps", "2", "--quiet"]
+# (the default method, fipa, takes a local GN step: --local-steps would be refused there as an option without effect)
+SOLVE = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "1", "--seed", "0", "--quiet"]
 GN = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "1", "--method", "gn", "--quiet"]
 RIDGE = ["ridge", "--clients", "3", "--dim", "5", "--samples", "20"]
 IMAGES = ["bench", "images", "--dataset", "digits", "--methods", "fedavg", "--clients", "2", "--epochs", "1",
@@ -694,7 +695,7 @@ def _cli_cases():
                                                                     "100000000", "--budget", "2", "--rounds", "2",
                                                                     "--quiet"], T, expect="any",
       check=within_seconds(30))
-    C("solve --budget 1 fipa --local-steps 10000000", SOLVE[:-5] + ["--method", "fipa", "--local-steps", "10000000",
+    C("solve --budget 1 fipa --local-steps 10000000", SOLVE[:-5] + ["--method", "fipa", "--local", "adam", "--local-steps", "10000000",
                                                                    "--budget", "1", "--rounds", "2", "--quiet"],
       T, expect="any", check=within_seconds(30))
     # valid runs must work (controls)

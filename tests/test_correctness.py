@@ -201,3 +201,90 @@ def test_results_are_printed_when_no_fallback_can_be_written(capsys, tmp_path, m
     assert code == 1 and "follow on standard output" in err and len(err.strip().splitlines()) == 1
     start = out.index("{\n")
     assert json.loads(out[start:])["method"]
+
+
+# ------------------------------------------------------------------ 8. options accepted and ignored
+IDLE = [  # (method, options, the option refused)
+    ("fedavg", dict(trim=0.3), "trim"),
+    ("fipa", dict(local="adam", safeguard=True, pinv_rtol=1e-5), "pinv_rtol"),
+    ("fipa", dict(merge="qr", beta=0.1, safeguard=False, pinv_rtol=1e-5), "pinv_rtol"),
+    ("fipa", dict(beta=0.5), "beta"),  # local gn: the safeguard sets β itself
+    ("fipa", dict(adapt_c=0.1), "adapt_c"),
+    ("fipa", dict(adapt_ctau=0.1), "adapt_ctau"),
+    ("fipa", dict(rank=0, sketch="dense"), "sketch"),
+    ("fipa", dict(rank=0, complement=True), "complement"),
+    ("fipa", dict(local_steps=5), "local_steps"),
+    ("fipa", dict(lr=0.1), "lr"),
+    ("fipa", dict(local_loss="parts"), "local_loss"),
+    ("fedavg", dict(local_damping=0.1), "local_damping"),
+    ("centralized", dict(lr=0.1), "lr"),
+    ("one-shot", dict(dp_delta=1e-3), "dp_delta"),
+    ("one-shot", dict(dp_clip_a=2.0), "dp_clip_a"),
+    ("one-shot", dict(dp_clip_b=2.0), "dp_clip_b"),
+    ("one-shot", dict(dp_clip="separate"), "dp_clip"),
+    ("one-shot", dict(dp_central=True), "dp_central"),
+    ("one-shot", dict(dp_noise_aware=True), "dp_noise_aware"),
+    ("one-shot", dict(project_sketch="srht"), "project_sketch"),
+    ("one-shot", dict(sigma=0.1, cv_sigmas="1,2"), "sigma"),
+]
+
+
+@pytest.mark.parametrize("method,opts,name", IDLE)
+def test_an_option_that_has_no_effect_is_refused_by_name(method, opts, name):
+    from fedsciml.config import OptionError
+    from fedsciml.runner import get_method
+
+    with pytest.raises(OptionError, match=f"option {name} has no effect here"):
+        get_method(method).make_config(opts)
+
+
+def test_options_that_apply_are_accepted_and_defaults_passed_along_are_harmless():
+    from fedsciml.runner import get_method
+
+    get_method("fedavg").make_config(dict(robust="trimmed", trim=0.3))
+    get_method("fipa").make_config(dict(local="adam", local_steps=5, lr=0.1, local_loss="parts", safeguard=False,
+                                        pinv_rtol=1e-5, adaptive=True, adapt_c=0.1))
+    get_method("one-shot").make_config(dict(dp_epsilon=1.0, dp_delta=1e-3, dp_central=True, project=3,
+                                            project_sketch="srht"))
+    get_method("one-shot").make_config(dict(project_sketch="gaussian"))  # the default, forwarded by a wrapper
+    get_method("fipa").make_config(dict(preset="paper"))  # the preset's own cutoff applies (β = 0, no safeguard)
+
+
+def test_preset_with_an_explicit_none_cutoff_takes_none():
+    from fedsciml.config import FIPAConfig
+
+    assert FIPAConfig.from_options(preset="paper").pinv_rtol == 1e-5
+    assert FIPAConfig.from_options(preset="paper", pinv_rtol=None).pinv_rtol is None  # None: the p·eps cutoff
+
+
+def _cli(capsys, *args):
+    from fedsciml.cli import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("args,want", [
+    (["--method", "fedavg", "--trim", "0.3"], "--trim has no effect here"),
+    (["--method", "fipa", "--merge", "qr", "--pinv-rtol", "1e-5"], "--pinv-rtol has no effect here"),
+    (["--method", "fipa", "--local", "adam", "--adapt-c", "0.1"], "--adapt-c has no effect here"),
+])
+def test_cli_refuses_idle_options_in_one_line_exit_2(capsys, args, want):
+    code, out, err = _cli(capsys, *SOLVE, *args)
+    assert code == 2 and want in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "method" not in out  # nothing ran
+
+
+def test_compare_drops_an_option_where_it_is_idle_but_refuses_it_where_idle_everywhere(capsys):
+    code, out, err = _cli(capsys, *SOLVE, "--method", "fipa", "--compare", "fedavg", "--local-steps", "3")
+    assert code == 0, err  # fedavg's local Adam uses it; fipa's local gn does not get it
+    code, out, err = _cli(capsys, *SOLVE, "--method", "fipa", "--compare", "fedavg", "--adapt-c", "0.1")
+    assert code == 2 and "--adapt-c has no effect" in err
+
+
+@pytest.mark.parametrize("cmd,flag", [(SOLVE, "--json"), (SOLVE, "--out"), (SOLVE, "--checkpoint"), (RIDGE, "--json")])
+def test_empty_output_paths_are_refused(capsys, cmd, flag):
+    code, out, err = _cli(capsys, *cmd, flag, "")
+    assert code == 2 and f"{flag} must be a non-empty path" in err and "method" not in out
