@@ -200,14 +200,14 @@ class MethodConfig:
         return {}
 
     @classmethod
-    def from_options(cls, options: dict | None = None, **more) -> "MethodConfig":
+    def from_options(cls, options: dict | None = None, **more) -> MethodConfig:
         """Build from keyword options; an unknown key raises :class:`OptionError` listing the allowed ones,
         a given option that has no effect with the other settings one naming it and why."""
         opts = {**(options or {}), **more}
         return cls._build(opts, given=opts)
 
     @classmethod
-    def _build(cls, opts: dict, given) -> "MethodConfig":
+    def _build(cls, opts: dict, given) -> MethodConfig:
         allowed = list(cls.specs())
         unknown = [k for k in opts if k not in allowed]
         if unknown:
@@ -411,7 +411,7 @@ class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
                                       "explicitly win", str, choices=("paper",), none="none")
 
     @classmethod
-    def from_options(cls, options: dict | None = None, **more) -> "FIPAConfig":
+    def from_options(cls, options: dict | None = None, **more) -> FIPAConfig:
         given = {**(options or {}), **more}
         opts = given
         if given.get("preset") == "paper":  # fill what was not given (an explicit option wins, None included:

@@ -102,7 +102,7 @@ def _check_npz(path: str) -> None:
     except (zipfile.BadZipFile, OSError) as e:
         raise ProblemError(f"{path}: not an npz table (not a zip archive: {e})") from None
     with zf:
-        members = {n[:-4] if n.endswith(".npy") else n: n for n in zf.namelist()}
+        members = {n.removesuffix(".npy"): n for n in zf.namelist()}
         if "X" not in members or "y" not in members:
             raise ProblemError(f"{path}: an npz table needs arrays 'X' and 'y', found {sorted(members)}")
         need = 0

@@ -1,13 +1,23 @@
 """Issue 23: no silent fallbacks, bad-input holes, records.  Each test fails on commit 4181e5a."""
 import math
+import os
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 from fedsciml.images import fisher as fz
-from fedsciml.images.aggregators import FedBEnsAggregator, NonFiniteObjective, _adam_best
+from fedsciml.images.aggregators import (
+    FedBEnsAggregator,
+    NonFiniteObjective,
+    _adam_best,
+)
 from fedsciml.images.models import FlatModel, build
+from fedsciml.runner import METHODS
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_federated import THETA0, evaluate, make_clients  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -288,3 +298,56 @@ def test_compare_drops_an_option_where_it_is_idle_but_refuses_it_where_idle_ever
 def test_empty_output_paths_are_refused(capsys, cmd, flag):
     code, out, err = _cli(capsys, *cmd, flag, "")
     assert code == 2 and f"{flag} must be a non-empty path" in err and "method" not in out
+
+
+# ------------------------------------------------------------------ 4./9. checkpoints: special files, tampering
+def _fedavg_run(**opts):
+    return METHODS["fedavg"](None, make_clients(), THETA0, evaluate, local_steps=2, **opts)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_resume_from_a_fifo_or_dev_zero_checkpoint_is_refused_at_once(tmp_path, kind):
+    import os
+    import signal
+
+    from fedsciml.federated import checkpoint as ckpt
+
+    d = tmp_path / "ck"
+    d.mkdir()
+    if kind == "fifo":
+        os.mkfifo(d / "state.pt")  # the old reader blocked in open() forever
+    else:
+        os.symlink("/dev/zero", d / "state.pt")  # the old reader read until memory ran out
+    signal.signal(signal.SIGALRM, lambda *a: pytest.fail("reading the checkpoint hung"))
+    signal.alarm(20)
+    try:
+        with pytest.raises(ckpt.CheckpointError, match="not a regular file"):
+            _fedavg_run(rounds=2, checkpoint=str(d), resume=True)
+    finally:
+        signal.alarm(0)
+
+
+@pytest.mark.parametrize("field,value,want", [("round", 99, "round 99 is outside"), ("round", -5, "round -5 is outside"),
+                                              ("elapsed", -1.0, "elapsed time"), ("floats_up", -3, "floats_up")])
+def test_tampered_checkpoint_with_a_recomputed_checksum_is_refused(tmp_path, field, value, want):
+    from fedsciml.federated import checkpoint as ckpt
+
+    d = tmp_path / "ck"
+    _fedavg_run(rounds=1, checkpoint=str(d))
+    st = ckpt.read(ckpt.path_in(str(d)))
+    st[field] = value
+    ckpt.save(str(d), st)  # a valid checksum over the forged state
+    with pytest.raises(ckpt.CheckpointError, match=want):
+        _fedavg_run(rounds=2, checkpoint=str(d), resume=True)
+
+
+def test_tampered_checkpoint_parameters_non_finite_are_refused(tmp_path):
+    from fedsciml.federated import checkpoint as ckpt
+
+    d = tmp_path / "ck"
+    _fedavg_run(rounds=1, checkpoint=str(d))
+    st = ckpt.read(ckpt.path_in(str(d)))
+    st["strategy"]["theta"] = st["strategy"]["theta"] * float("inf")
+    ckpt.save(str(d), st)
+    with pytest.raises(ckpt.CheckpointError, match="stored parameters"):
+        _fedavg_run(rounds=2, checkpoint=str(d), resume=True)
