@@ -145,7 +145,9 @@ def test_packed_psd_checks_accept_grams_and_reject_negative_diagonals_and_inflat
     ("gn", "H", lambda t: -t, "field 'H' has a negative diagonal"),
     ("gn", "loss", lambda t: -t, "field 'loss' has negative entries"),
     ("fipa-lowrank", "loss", lambda t: -t, "field 'loss' has negative entries"),
-    ("fedavg", "n", lambda t: t * 1e300, "field 'n' must be > 0 and ≤ 2^53"),
+    ("fedavg", "n", lambda t: t * 1e300, "field 'n' must be a whole number > 0 and ≤ 2^53"),
+    ("fedavg", "n", lambda t: t + 0.5, "field 'n' must be a whole number > 0 and ≤ 2^53"),
+    ("fedavg", "n", lambda t: t * 1e15, "field 'n' must be a whole number > 0 and ≤ 2^53"),
     ("fedavg", "delta", lambda t: t * float("nan"), "field 'delta' contains non-finite values"),
 ])
 def test_non_psd_curvature_negative_losses_and_bad_counts_are_rejected_by_name(kind, field, change, needle):
