@@ -351,3 +351,78 @@ def test_tampered_checkpoint_parameters_non_finite_are_refused(tmp_path):
     ckpt.save(str(d), st)
     with pytest.raises(ckpt.CheckpointError, match="stored parameters"):
         _fedavg_run(rounds=2, checkpoint=str(d), resume=True)
+
+
+# ------------------------------------------------------------------ 9. message validation
+def test_a_fractional_sample_count_is_rejected_by_name():
+    from fedsciml.federated.aggregators import FedAvgAggregator
+
+    msgs = {0: {"delta": torch.ones(3, dtype=torch.float64), "n": torch.tensor([0.5], dtype=torch.float64)}}
+    ok, bad = FedAvgAggregator().validate(msgs, 3, torch.float64)
+    assert not ok and "field 'n' must be a whole number" in bad[0]
+
+
+def test_one_client_sending_1e300_is_rejected_by_name_and_the_fusion_goes_on():
+    import fedsciml as fs
+
+    def hook(rnd, cid, msg):
+        if cid != 1:
+            return msg
+        return {k: (torch.full_like(v, 1e300) if k != "n" else v) for k, v in msg.items()}
+    res = fs.solve("ridge-linear", "one-shot", clients=3, seed=0, message_hook=hook)
+    rej = res.extra["rejections"]
+    assert [r["client"] for r in rej] == [1] and "magnitude 1e+300" in rej[0]["reason"]
+    assert math.isfinite(res.final["mse"])
+    ref = fs.solve("ridge-linear", "one-shot", clients=3, seed=0,
+                   message_hook=lambda r, c, m: m if c != 1 else {**m, "n": torch.full_like(m["n"], 0.5)})
+    assert torch.equal(torch.as_tensor(res.theta), torch.as_tensor(ref.theta))  # bitwise: the same two clients fused
+
+
+def test_a_meta_device_tensor_is_rejected_by_name():
+    from fedsciml.federated.aggregators import FedAvgAggregator
+
+    msgs = {0: {"delta": torch.empty(3, dtype=torch.float64, device="meta"), "n": torch.tensor([2.0], dtype=torch.float64)}}
+    ok, bad = FedAvgAggregator().validate(msgs, 3, torch.float64)
+    assert not ok and "field 'delta'" in bad[0] and "meta" in bad[0]
+
+
+# ------------------------------------------------------------------ 4. a Flower engine that fails to start
+def test_flower_transport_stops_waiting_for_nodes_once_the_engine_stopped():
+    import threading
+    import time
+
+    pytest.importorskip("flwr")
+    from fedsciml.flower.transport import EngineStopped, FlowerTransport
+
+    class NoNodes:  # a grid whose engine never started: no node ever registers
+        def get_node_ids(self):
+            return []
+
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    t0 = time.monotonic()
+    with pytest.raises(EngineStopped):
+        FlowerTransport(NoNodes(), {}, 2, connect_timeout_s=300.0, stop=stop)
+    assert time.monotonic() - t0 < 10  # not the 300 s connect timeout
+
+
+def test_flower_engine_failure_is_one_clear_error(monkeypatch):
+    pytest.importorskip("flwr")
+    import flwr.simulation
+
+    from fedsciml.federated.simulation import RoundFailed
+    from fedsciml.flower import simulation as fsim
+    from fedsciml.problems import get_problem
+
+    def crashed(**kw):  # as run_simulation raises when Ray cannot start its node
+        try:
+            try:
+                raise Exception("The current node timed out during startup.")
+            except Exception as e:
+                raise RuntimeError("Simulation Runtime crashed.") from e
+        except RuntimeError as e:
+            raise RuntimeError("An error was encountered. Ending simulation.") from e
+    monkeypatch.setattr(flwr.simulation, "run_simulation", crashed)
+    with pytest.raises(fsim.EngineFailed, match="node timed out during startup") as ei:
+        fsim.solve(get_problem("sin1d", n_samples=10), "fedavg", clients=2, rounds=1)
+    assert isinstance(ei.value, RoundFailed)  # the CLI: one line, exit 1
