@@ -356,6 +356,10 @@ class GNConfig(RoundOptions):
     max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
     batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
                            cli=False)
+    screen: float | None = option(None, "robust: leave-one-client-out influence screen on the statistics at θ₀ "
+                                        "with threshold κ (a client whose statistics cost the others more than κ × "
+                                        "the median client's is left out of the run; fedsciml.federated.robust)",
+                                  float, lo=1, lo_open=True, none="no screen", metavar="KAPPA")
 
     def _resolve(self):
         super()._resolve()
@@ -498,6 +502,10 @@ class OneShotConfig(RoundOptions):
     project_sketch: str = option("gaussian", "projection sketch", str, choices=("gaussian", "sparse", "srht"))
     cv_sigmas: str | None = option(None, "σ by leave-one-client-out CV over this grid: 'a,b,c' or 'lo:hi:count'",
                                    str, none="σ as given", metavar="GRID")
+    screen: float | None = option(None, "robust: leave-one-client-out influence screen with threshold κ (a client "
+                                        "whose statistics cost the others more than κ × the median client's is "
+                                        "left out of the fusion; not with DP; fedsciml.federated.robust)",
+                                  float, lo=1, lo_open=True, none="no screen", metavar="KAPPA")
 
     def forms_jacobians(self) -> bool:
         return True
@@ -513,6 +521,12 @@ class OneShotConfig(RoundOptions):
         if self.project is None:
             out["project_sketch"] = f"it is the sketch of {display('project')}, which is off"
         return out
+
+    def _resolve(self):
+        super()._resolve()
+        if self.screen is not None and self.dp_epsilon is not None:
+            raise OptionError(f"one-shot option {display('screen')} compares exact statistics; it cannot be combined "
+                              f"with {display('dp_epsilon')} (DP noise perturbs every client's statistics)")
 
     def dp(self) -> dict | None:
         """The :class:`fedsciml.ridge.DPConfig` fields, or None without DP."""

@@ -426,3 +426,83 @@ def test_flower_engine_failure_is_one_clear_error(monkeypatch):
     with pytest.raises(fsim.EngineFailed, match="node timed out during startup") as ei:
         fsim.solve(get_problem("sin1d", n_samples=10), "fedavg", clients=2, rounds=1)
     assert isinstance(ei.value, RoundFailed)  # the CLI: one line, exit 1
+
+
+# ------------------------------------------------------------------ 10. robust one-shot / gn: a consistent liar
+W_FAKE = 3.0
+
+
+def _consistent_liar(cid=2, weight=100.0):
+    """Client ``cid`` sends the statistics of fabricated rows ``(A, A·w_fake)`` at θ₀ = 0, duplicated ``weight``
+    times: ``H' = c·AᵀA``, ``g' = −c·AᵀA w_fake``, ``loss' = ½c·w_fakeᵀAᵀA w_fake``, ``n' = c·n`` — every
+    statistic consistent with real data (it passes the GN consistency check), just not this client's."""
+    from fedsciml import linalg
+
+    def hook(rnd, c, msg):
+        if c != cid:
+            return msg
+        if "H" not in msg:  # gn's loss-only query at a trial point: the same duplicated count
+            return {**msg, "n": weight * msg["n"]}
+        p = msg["g"].numel()
+        H = linalg.unpack_upper(msg["H"], p)
+        w = torch.full((p,), W_FAKE, dtype=H.dtype)
+        return {"H": weight * msg["H"], "g": -weight * (H @ w), "loss": (0.5 * weight * (w @ H @ w)).reshape(1),
+                "n": weight * msg["n"]}
+    return hook
+
+
+def _drop(cid):  # the same client made invalid (a fractional count): the others' plain fusion
+    return lambda r, c, m: m if c != cid else {**m, "n": torch.full_like(m["n"], 0.5)}
+
+
+@pytest.mark.parametrize("method", ["one-shot", "gn"])
+def test_screen_removes_a_consistent_liar_and_leaves_honest_runs_unchanged(method):
+    import fedsciml as fs
+
+    kw = dict(clients=6, seed=0, **({"rounds": 3} if method == "gn" else {}))
+    plain = fs.solve("ridge-linear", method, **kw)
+    screened = fs.solve("ridge-linear", method, screen=20.0, **kw)
+    assert screened.extra["rejections"] == []  # honest clients: nobody dropped, bitwise the plain run
+    assert torch.equal(torch.as_tensor(plain.theta), torch.as_tensor(screened.theta))
+    from fedsciml.federated.simulation import RoundFailed
+
+    try:  # the lie passes every message check at θ₀ and wrecks the fit (or, for gn, the run)
+        attacked = fs.solve("ridge-linear", method, message_hook=_consistent_liar(), **kw)
+        assert attacked.final["mse"] > 10 * plain.final["mse"]
+    except RoundFailed:
+        assert method == "gn"
+    robust = fs.solve("ridge-linear", method, screen=20.0, message_hook=_consistent_liar(), **kw)
+    rej = robust.extra["rejections"]
+    assert [r["client"] for r in rej] == [2] and "influence" in rej[0]["reason"]
+    if method == "one-shot":  # bitwise: the same five clients' statistics summed in the same order
+        others = fs.solve("ridge-linear", method, message_hook=_drop(2), **kw)
+        assert torch.equal(torch.as_tensor(robust.theta), torch.as_tensor(others.theta))
+    else:  # gn on the five honest clients alone, same LM damping rule
+        from fedsciml.problems import get_problem
+
+        prob = get_problem("ridge-linear")
+        objs = prob.client_objectives(6, seed=0)
+        th, _, _ = METHODS["gn"](prob, [o for i, o in enumerate(objs) if i != 2], prob.init_params(0),
+                                 prob.evaluate, rounds=3)
+        assert torch.allclose(torch.as_tensor(robust.theta), th, rtol=1e-8, atol=1e-10)
+
+
+def test_influence_screen_against_a_direct_leave_one_out_computation():
+    """``I_m = ½(δ − δ_{−m})ᵀ H_{−m} (δ − δ_{−m})`` equals the others' quadratic model at δ minus its minimum,
+    computed here from the clients' rows with numpy lstsq (independent reference)."""
+    from fedsciml.federated.robust import influence_screen
+
+    rng = np.random.default_rng(0)
+    As = [rng.standard_normal((8, 3)) for _ in range(5)]
+    bs = [A @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.standard_normal(8) for A in As]
+    Hs = torch.tensor(np.stack([A.T @ A for A in As]))
+    gs = torch.tensor(np.stack([-A.T @ b for A, b in zip(As, bs)]))
+    sc = influence_screen(Hs, gs, kappa=1e9)
+    assert sc.dropped == []
+    w_all = np.linalg.lstsq(np.vstack(As), np.concatenate(bs), rcond=None)[0]
+    for m in range(5):
+        A_o = np.vstack([A for j, A in enumerate(As) if j != m])
+        b_o = np.concatenate([b for j, b in enumerate(bs) if j != m])
+        w_o = np.linalg.lstsq(A_o, b_o, rcond=None)[0]
+        excess = 0.5 * (np.sum((A_o @ w_all - b_o) ** 2) - np.sum((A_o @ w_o - b_o) ** 2))
+        assert sc.influence[m] == pytest.approx(excess, rel=1e-8, abs=1e-12)
