@@ -506,3 +506,24 @@ def test_influence_screen_against_a_direct_leave_one_out_computation():
         w_o = np.linalg.lstsq(A_o, b_o, rcond=None)[0]
         excess = 0.5 * (np.sum((A_o @ w_all - b_o) ** 2) - np.sum((A_o @ w_o - b_o) ** 2))
         assert sc.influence[m] == pytest.approx(excess, rel=1e-8, abs=1e-12)
+
+
+# ------------------------------------------------------------------ 11. FedFisher: the paper's uniform start
+def test_fedfisher_uniform_start_is_the_plain_mean_and_samples_is_the_weighted_one():
+    from fedsciml.images.aggregators import FedFisherAggregator
+
+    p = 4
+    ws = [torch.randn(p, dtype=torch.float64) for _ in range(3)]
+    msgs = {c: {"w": w, "fisher": torch.ones(p, dtype=torch.float64), "n": torch.tensor([float(n)], dtype=torch.float64)}
+            for c, (w, n) in enumerate(zip(ws, (1, 2, 7)))}
+    for start, want in (("uniform", sum(ws) / 3), ("samples", (ws[0] + 2 * ws[1] + 7 * ws[2]) / 10)):
+        agg = FedFisherAggregator("diag", evaluate=lambda v: 0.0, steps=0, start=start)  # steps 0: the start itself
+        assert torch.allclose(agg.aggregate(None, msgs), want, rtol=1e-14, atol=1e-15)
+    with pytest.raises(ValueError, match="start must be one of"):
+        FedFisherAggregator("diag", start="median")
+
+
+def test_fedfisher_start_without_a_fedfisher_method_is_refused(capsys):
+    code, out, err = _cli(capsys, "bench", "images", "--quiet", "--clients", "2", "--epochs", "1", "--methods",
+                          "fedavg", "--fedfisher-start", "uniform")
+    assert code == 2 and "--fedfisher-start has no effect here" in err

@@ -254,24 +254,35 @@ def _adam_best(w0, grad_fn, evaluate, steps, lr, betas, eps, eval_every, who="se
     return (w.detach().clone() if evaluate is None else best), hist
 
 
+FEDFISHER_STARTS = ("samples", "uniform")
+
+
 class FedFisherAggregator(Aggregator):
     """FedFisher (Jhunjhunwala et al. 2024): GD/Adam on ``Σ_i F̄_i (w − w_i)`` from the FedAvg
     average; Adam(η=0.01, β=(0.9, 0.99), ε=0.01), T=2000 steps, validation every 100 (App. D.3).
 
     ``curvature='diag'``: field ``fisher`` [p]; ``'kfac'``: fields ``A{l}``, ``G{l}``, ``rest``
-    shaped like ``template`` (a :class:`KFAC` from any client: the layer layout)."""
+    shaped like ``template`` (a :class:`KFAC` from any client: the layer layout).
+
+    ``start`` — where the server optimization starts: ``"samples"`` (default, kept for the recorded
+    tables), the sample-weighted FedAvg average ``Σ (n_i/N) w_i``; ``"uniform"``, the plain mean
+    ``(1/K) Σ w_i`` of the paper's Algorithm 1 and Lemma 1.  The objective (and its minimizer) is the
+    same; only the Adam trajectory, hence the best validation checkpoint, differs."""
 
     name = "fedfisher"
 
     def __init__(self, curvature: str = "kfac", template: KFAC | None = None, evaluate: Callable | None = None,
                  steps: int = 2000, lr: float = 0.01, betas=(0.9, 0.99), eps: float = 0.01, eval_every: int = 100,
-                 optimizer: str = "adam"):
+                 optimizer: str = "adam", start: str = "samples"):
         if curvature not in ("diag", "kfac"):
             raise ValueError(f"FedFisher curvature must be 'diag' or 'kfac', got {curvature!r}")
         if curvature == "kfac" and template is None:
             raise ValueError("FedFisher(K-FAC) needs a KFAC template for the layer layout")
         if optimizer not in ("adam", "gd"):
             raise ValueError(f"optimizer must be 'adam' or 'gd', got {optimizer!r}")
+        if start not in FEDFISHER_STARTS:
+            raise ValueError(f"FedFisher start must be one of {', '.join(FEDFISHER_STARTS)}, got {start!r}")
+        self.start = start
         if steps < 0 or not lr > 0:
             raise ValueError(f"need steps ≥ 0 and lr > 0, got steps={steps}, lr={lr}")
         self.curvature, self.template, self.evaluate = curvature, template, evaluate
@@ -318,19 +329,19 @@ class FedFisherAggregator(Aggregator):
             raise ValueError("no client messages to aggregate")
         w, ops = self.operators(messages)
         ws = [m["w"] for m in messages.values()]
-        w_avg = sum(wi * wm for wi, wm in zip(w, ws))
+        w_start = sum(ws) / len(ws) if self.start == "uniform" else sum(wi * wm for wi, wm in zip(w, ws))
         b = sum(wi * op(wm) for wi, op, wm in zip(w, ops, ws))
         F = self.summed_operator(messages)
         grad = lambda v: F(v) - b  # noqa: E731
         if self.optimizer == "gd":
-            v = w_avg.clone()
+            v = w_start.clone()
             for _ in range(self.steps):
                 v = v - self.lr * grad(v)
             if not bool(torch.isfinite(v).all()):
                 raise NonFiniteObjective(f"FedFisher server GD: the iterate is not finite after {self.steps} steps "
                                          f"(lr={self.lr} too large for the summed Fisher, or a non-finite message)")
             return v
-        best, self.history = _adam_best(w_avg, grad, self.evaluate, self.steps, self.lr, self.betas, self.eps,
+        best, self.history = _adam_best(w_start, grad, self.evaluate, self.steps, self.lr, self.betas, self.eps,
                                         self.eval_every, who="FedFisher server Adam")
         return best
 
