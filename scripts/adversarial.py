@@ -174,7 +174,7 @@ def _checkpoint_bytes(state: dict, header: bool) -> bytes:
     if not header:
         return payload
     try:
-        from fedsciml.federated.checkpoint import MAGIC
+        from fedsciml.runtime.checkpoint import MAGIC
     except ImportError:  # a version without checksum headers: the raw file is what it reads
         return payload
     return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
@@ -195,8 +195,8 @@ def _seed_checkpoint(workdir):
 
 
 def _read_state(path):
-    """A valid checkpoint's state, read the safe way (``fedsciml.federated.checkpoint.read``)."""
-    from fedsciml.federated.checkpoint import read
+    """A valid checkpoint's state, read the safe way (``fedsciml.runtime.checkpoint.read``)."""
+    from fedsciml.runtime.checkpoint import read
     return read(path)
 
 
@@ -850,7 +850,7 @@ return fs.solve("sin1d", method="fedavg", clients=2, rounds=1, engine="flower", 
     # 6. a disk that fills during the final write: the results survive, one line
     A("--json on a disk that fills during the final write", '''
 import builtins, errno, glob, json, os, tempfile
-import fedsciml.results as R
+import fedsciml.runtime.results as R
 from fedsciml.cli import main
 real = builtins.open
 class Full:
@@ -903,7 +903,7 @@ return [x["reason"] for x in r.extra["rejections"]]
     # 10. a consistent byzantine liar against the robust one-shot / gn screen
     for method in ("one-shot", "gn"):
         A(f"{method} --screen: a consistent liar (fabricated rows x100)", f'''
-from fedsciml import linalg
+from fedsciml.core import linalg
 def hook(rnd, cid, msg):
     if cid != 2:
         return msg
@@ -1161,9 +1161,9 @@ def preload():
     torch.set_num_threads(1)
     import fedsciml  # noqa: F401
     import fedsciml.cli  # noqa: F401
-    import fedsciml.federated.methods  # noqa: F401
-    import fedsciml.images.cli  # noqa: F401
-    import fedsciml.ridge.cli  # noqa: F401
+    import fedsciml.methods.federated  # noqa: F401
+    import fedsciml.cli.images  # noqa: F401
+    import fedsciml.cli.ridge  # noqa: F401
     import sklearn.datasets  # noqa: F401
     import sklearn.linear_model  # noqa: F401
     import matplotlib

@@ -14,7 +14,7 @@ from fedsciml.images.aggregators import (
     _adam_best,
 )
 from fedsciml.images.models import FlatModel, build
-from fedsciml.runner import METHODS
+from fedsciml.runtime.driver import METHODS
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_federated import THETA0, evaluate, make_clients  # noqa: E402
@@ -145,7 +145,7 @@ def _full_disk_under(monkeypatch, full_dir):
     import builtins
     import errno
 
-    import fedsciml.results as R
+    import fedsciml.runtime.results as R
 
     real_open = builtins.open
 
@@ -200,7 +200,7 @@ def test_results_survive_a_disk_that_fills_during_the_final_json_write(capsys, t
 def test_results_are_printed_when_no_fallback_can_be_written(capsys, tmp_path, monkeypatch):
     import json
 
-    import fedsciml.results as R
+    import fedsciml.runtime.results as R
     from fedsciml.cli import main
 
     _full_disk_under(monkeypatch, tmp_path)
@@ -241,15 +241,15 @@ IDLE = [  # (method, options, the option refused)
 
 @pytest.mark.parametrize("method,opts,name", IDLE)
 def test_an_option_that_has_no_effect_is_refused_by_name(method, opts, name):
-    from fedsciml.config import OptionError
-    from fedsciml.runner import get_method
+    from fedsciml.options import OptionError
+    from fedsciml.runtime.driver import get_method
 
     with pytest.raises(OptionError, match=f"option {name} has no effect here"):
         get_method(method).make_config(opts)
 
 
 def test_options_that_apply_are_accepted_and_defaults_passed_along_are_harmless():
-    from fedsciml.runner import get_method
+    from fedsciml.runtime.driver import get_method
 
     get_method("fedavg").make_config(dict(robust="trimmed", trim=0.3))
     get_method("fipa").make_config(dict(local="adam", local_steps=5, lr=0.1, local_loss="parts", safeguard=False,
@@ -261,7 +261,7 @@ def test_options_that_apply_are_accepted_and_defaults_passed_along_are_harmless(
 
 
 def test_preset_with_an_explicit_none_cutoff_takes_none():
-    from fedsciml.config import FIPAConfig
+    from fedsciml.options import FIPAConfig
 
     assert FIPAConfig.from_options(preset="paper").pinv_rtol == 1e-5
     assert FIPAConfig.from_options(preset="paper", pinv_rtol=None).pinv_rtol is None  # None: the p·eps cutoff
@@ -310,7 +310,7 @@ def test_resume_from_a_fifo_or_dev_zero_checkpoint_is_refused_at_once(tmp_path, 
     import os
     import signal
 
-    from fedsciml.federated import checkpoint as ckpt
+    from fedsciml.runtime import checkpoint as ckpt
 
     d = tmp_path / "ck"
     d.mkdir()
@@ -330,7 +330,7 @@ def test_resume_from_a_fifo_or_dev_zero_checkpoint_is_refused_at_once(tmp_path, 
 @pytest.mark.parametrize("field,value,want", [("round", 99, "round 99 is outside"), ("round", -5, "round -5 is outside"),
                                               ("elapsed", -1.0, "elapsed time"), ("floats_up", -3, "floats_up")])
 def test_tampered_checkpoint_with_a_recomputed_checksum_is_refused(tmp_path, field, value, want):
-    from fedsciml.federated import checkpoint as ckpt
+    from fedsciml.runtime import checkpoint as ckpt
 
     d = tmp_path / "ck"
     _fedavg_run(rounds=1, checkpoint=str(d))
@@ -342,7 +342,7 @@ def test_tampered_checkpoint_with_a_recomputed_checksum_is_refused(tmp_path, fie
 
 
 def test_tampered_checkpoint_parameters_non_finite_are_refused(tmp_path):
-    from fedsciml.federated import checkpoint as ckpt
+    from fedsciml.runtime import checkpoint as ckpt
 
     d = tmp_path / "ck"
     _fedavg_run(rounds=1, checkpoint=str(d))
@@ -355,7 +355,7 @@ def test_tampered_checkpoint_parameters_non_finite_are_refused(tmp_path):
 
 # ------------------------------------------------------------------ 9. message validation
 def test_a_fractional_sample_count_is_rejected_by_name():
-    from fedsciml.federated.aggregators import FedAvgAggregator
+    from fedsciml.methods.aggregators import FedAvgAggregator
 
     msgs = {0: {"delta": torch.ones(3, dtype=torch.float64), "n": torch.tensor([0.5], dtype=torch.float64)}}
     ok, bad = FedAvgAggregator().validate(msgs, 3, torch.float64)
@@ -379,7 +379,7 @@ def test_one_client_sending_1e300_is_rejected_by_name_and_the_fusion_goes_on():
 
 
 def test_a_meta_device_tensor_is_rejected_by_name():
-    from fedsciml.federated.aggregators import FedAvgAggregator
+    from fedsciml.methods.aggregators import FedAvgAggregator
 
     msgs = {0: {"delta": torch.empty(3, dtype=torch.float64, device="meta"), "n": torch.tensor([2.0], dtype=torch.float64)}}
     ok, bad = FedAvgAggregator().validate(msgs, 3, torch.float64)
@@ -392,7 +392,7 @@ def test_flower_transport_stops_waiting_for_nodes_once_the_engine_stopped():
     import time
 
     pytest.importorskip("flwr")
-    from fedsciml.flower.transport import EngineStopped, FlowerTransport
+    from fedsciml.engines.flower.transport import EngineStopped, FlowerTransport
 
     class NoNodes:  # a grid whose engine never started: no node ever registers
         def get_node_ids(self):
@@ -410,8 +410,8 @@ def test_flower_engine_failure_is_one_clear_error(monkeypatch):
     pytest.importorskip("flwr")
     import flwr.simulation
 
-    from fedsciml.federated.simulation import RoundFailed
-    from fedsciml.flower import simulation as fsim
+    from fedsciml.runtime.loop import RoundFailed
+    from fedsciml.engines.flower import simulation as fsim
     from fedsciml.problems import get_problem
 
     def crashed(**kw):  # as run_simulation raises when Ray cannot start its node
@@ -436,7 +436,7 @@ def _consistent_liar(cid=2, weight=100.0):
     """Client ``cid`` sends the statistics of fabricated rows ``(A, A·w_fake)`` at θ₀ = 0, duplicated ``weight``
     times: ``H' = c·AᵀA``, ``g' = −c·AᵀA w_fake``, ``loss' = ½c·w_fakeᵀAᵀA w_fake``, ``n' = c·n`` — every
     statistic consistent with real data (it passes the GN consistency check), just not this client's."""
-    from fedsciml import linalg
+    from fedsciml.core import linalg
 
     def hook(rnd, c, msg):
         if c != cid:
@@ -464,7 +464,7 @@ def test_screen_removes_a_consistent_liar_and_leaves_honest_runs_unchanged(metho
     screened = fs.solve("ridge-linear", method, screen=20.0, **kw)
     assert screened.extra["rejections"] == []  # honest clients: nobody dropped, bitwise the plain run
     assert torch.equal(torch.as_tensor(plain.theta), torch.as_tensor(screened.theta))
-    from fedsciml.federated.simulation import RoundFailed
+    from fedsciml.runtime.loop import RoundFailed
 
     try:  # the lie passes every message check at θ₀ and wrecks the fit (or, for gn, the run)
         attacked = fs.solve("ridge-linear", method, message_hook=_consistent_liar(), **kw)
@@ -490,7 +490,7 @@ def test_screen_removes_a_consistent_liar_and_leaves_honest_runs_unchanged(metho
 def test_influence_screen_against_a_direct_leave_one_out_computation():
     """``I_m = ½(δ − δ_{−m})ᵀ H_{−m} (δ − δ_{−m})`` equals the others' quadratic model at δ minus its minimum,
     computed here from the clients' rows with numpy lstsq (independent reference)."""
-    from fedsciml.federated.robust import influence_screen
+    from fedsciml.runtime.robust import influence_screen
 
     rng = np.random.default_rng(0)
     As = [rng.standard_normal((8, 3)) for _ in range(5)]

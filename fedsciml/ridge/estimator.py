@@ -18,9 +18,9 @@ import math
 
 import torch
 
-from fedsciml.ridge.dp import DPConfig
+from fedsciml.core.dp import DPConfig
 from fedsciml.ridge.protocol import one_shot
-from fedsciml.ridge.stats import FusionServer, client_message
+from fedsciml.core.stats import FusionServer, client_message
 
 DEFAULT_GRID = tuple(float(x) for x in torch.logspace(-4, 3, 15, dtype=torch.float64))
 

@@ -1,0 +1,384 @@
+"""One-shot fusion of Gauss–Newton statistics as a one-round :class:`~fedsciml.runtime.strategy.Strategy`.
+
+Round 1 asks the sampled clients (participation, then dropout: a client that
+does not answer is simply absent from the fusion) for their Gauss–Newton
+statistics at the broadcast θ₀ — the ``gn_stats`` query and schema of
+:mod:`fedsciml.methods.gn`, ``{"H": pack(J_mᵀJ_m), "g": J_mᵀr_m, "loss", "n"}`` —
+sums them (:meth:`~fedsciml.methods.gn.GNAggregator.aggregate_stats`) and
+takes one damped Gauss–Newton step
+
+    θ₁ = θ₀ − (ΣH_m + σI)⁻¹ Σg_m
+
+with :func:`fedsciml.core.stats.ridge_solve` (Cholesky, a clear
+``SingularGram`` error when the fused Gram is singular).  For the linear
+residual ``r = A w − b`` at ``w = 0`` this *is* one-shot ridge fusion
+(``H = AᵀA = G``, ``g = −Aᵀb = −h``): the ridge problems carry their penalty
+σ as residual rows, so ``sigma`` here is extra damping (default 0), and the
+result equals exact federated GN's first round (whose first LM damping is 0
+for linear residuals).  Then the run stops (``stopped_by="one-shot"``).
+
+Client-side transforms (``transform``, sent in the request's config): each
+client turns its rows ``(a_i, b_i) = (J_i, −r_i)`` at θ₀ into statistics with
+the ridge package's own functions, in the order of :func:`fedsciml.ridge.one_shot`:
+
+* ``project`` m (``sketch``, the run's ``seed``): the shared sketch
+  ``S = sketch_matrix(p, m, seed, sketch)`` (:mod:`fedsciml.core.sketch`),
+  rows ``a_iᵀS`` — the client sends m×m statistics and the server steps
+  ``θ₁ = θ₀ + S v``;
+* ``dp`` (the :class:`~fedsciml.core.dp.DPConfig` fields): rows clipped
+  (:func:`fedsciml.core.privacy.clip_rows`), then, for local DP, the Gaussian
+  mechanism on ``(G, h)`` (:func:`fedsciml.core.dp.privatize`) with the
+  client's own generator :func:`fedsciml.core.dp.client_generator` (seed,
+  cid); the message carries no count and no loss.  Central DP: clipped exact
+  statistics, noise once on the sum from
+  :func:`~fedsciml.core.dp.shared_generator` (seed).  The server repairs the
+  noisy sum (:func:`~fedsciml.core.dp.psd_repair`, ``repair``) and optionally
+  adds the noise-aware σ.
+
+The message is always in the runtime's schema and sign (``{H, g = Jᵀr}``,
+:func:`fedsciml.core.stats.to_gn`).  :func:`fedsciml.ridge.one_shot` runs this
+strategy on in-process clients of the rows ``(A_k, b_k)`` (θ₀ = 0), so the two
+are one loop; ``solve(..., method="one-shot")`` on a ridge problem does the
+same with the penalty at the server (problem option ``penalty="server"``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import torch
+
+from fedsciml.core import linalg
+from fedsciml.methods.aggregators import Aggregator
+from fedsciml.methods.gn import GNAggregator
+from fedsciml.core.schema import Field, MessageRejected, Schema
+from fedsciml.runtime.strategy import Exchange, Replies, Strategy
+from fedsciml.runtime.client import Client, register_handler
+from fedsciml.runtime.transport import Reply, Request
+
+TRANSFORM_KEYS = ("project", "sketch", "seed", "dp", "form")
+
+
+def _dp_config(dp: dict):
+    from fedsciml.core.dp import DPConfig
+
+    return DPConfig(**dp)
+
+
+@functools.lru_cache(maxsize=8)
+def _sketch(p: int, m: int, seed: int, kind: str, dtype, device) -> torch.Tensor:
+    """The shared sketch, built once per process for each (p, m, seed, kind) (read only: never modified)."""
+    from fedsciml.core.sketch import sketch_matrix
+
+    return sketch_matrix(p, m, seed, kind, dtype, device)
+
+
+def client_rows(r: torch.Tensor, J: torch.Tensor, transform: dict):
+    """The rows ``(a_i, b_i) = (J_i, −r_i)`` at θ₀, projected (``a_iᵀS``) and clipped as ``transform`` says."""
+    from fedsciml.core import privacy
+    from fedsciml.core.sketch import project as _project
+
+    unknown = sorted(set(transform) - set(TRANSFORM_KEYS))
+    if unknown:
+        raise ValueError(f"unknown one-shot transform option(s) {unknown}; allowed: {', '.join(TRANSFORM_KEYS)}")
+    A, b = J, -r
+    if transform.get("project") is not None:
+        A = _project(A, _sketch(J.shape[1], int(transform["project"]), int(transform.get("seed", 0)),
+                                transform.get("sketch", "gaussian"), J.dtype, J.device))
+    if transform.get("dp") is not None:
+        cfg = _dp_config(transform["dp"])
+        A, b = privacy.clip_rows(A, b, cfg.c_a, cfg.c_b, cfg.clip)
+    return A, b
+
+
+def client_scores(r: torch.Tensor, J: torch.Tensor, transform: dict, W: torch.Tensor) -> dict:
+    """Leave-one-client-out CV, client side: ``{"loss": ‖A W[j] − b‖² for each candidate j}`` on the client's
+    own (projected, clipped) rows (:func:`fedsciml.core.loco.validation_losses`)."""
+    from fedsciml.core.loco import validation_losses
+
+    A, b = client_rows(r, J, transform)
+    return {"loss": validation_losses(A, b, W)}
+
+
+def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dict) -> dict:
+    """Client ``cid``'s one-shot message from its residual ``r`` and Jacobian ``J`` at θ₀, transformed
+    (projection, clipping, local Gaussian noise; see the module docstring), in the gn schema ``{H, g[, loss, n]}``."""
+    from fedsciml.core import dp as _dp
+    from fedsciml.core.stats import client_message, to_gn
+
+    A, b = client_rows(r, J, transform)
+    dp = transform.get("dp")
+    if dp is None and transform.get("form") == "sqrt":  # square-root form: R_kᵀR_k = G_k, s = Q_kᵀr = −z
+        msg = client_message(A, b, form="sqrt")
+        return {"R": msg["R"], "s": -msg["z"], "loss": (0.5 * (r @ r)).reshape(1), "n": msg["n"]}
+    if dp is None:
+        msg = to_gn(client_message(A, b))
+        msg["loss"] = (0.5 * (r @ r)).reshape(1)
+        return msg
+    cfg = _dp_config(dp)
+    seed = int(transform.get("seed", 0))
+    msg = client_message(A, b, with_count=False)
+    std = cfg.noise_std
+    if not cfg.central and std > 0:
+        msg = _dp.privatize(msg, std, _dp.client_generator(seed, cid))
+    return to_gn(msg)
+
+
+def _validate_all(schema: Schema, messages, dtype):
+    ok, bad = {}, {}
+    for cid, msg in messages.items():
+        try:
+            ok[cid] = schema.validate(msg, cid, dtype=dtype)
+        except MessageRejected as e:
+            bad[cid] = e.reason
+    return ok, bad
+
+
+class NoisyStatsAggregator(Aggregator):
+    """Validates DP one-shot messages ``{H, g}``: shapes, real floating dtype, finite entries.  No count (not
+    private), no loss and no PSD or consistency check: the Gaussian noise makes ``H`` indefinite, and the
+    server repairs the noisy *sum* (:func:`fedsciml.core.dp.psd_repair`)."""
+
+    name = "one-shot-dp"
+
+    def schema(self) -> Schema:
+        return Schema({"H": Field(("h",)), "g": Field(("p",))})
+
+    def context(self, p):
+        return {"p": p, "h": linalg.n_upper(p)}
+
+
+class OneShotStrategy(Strategy):
+    """One exchange of GN statistics, one fused step (see the module docstring)."""
+
+    name = "one-shot"
+
+    def __init__(self, sigma: float = 0.0, *, dp=None, project: int | None = None, sketch: str = "gaussian",
+                 seed: int = 0, repair: bool = True, cv_sigmas=None, form: str = "gram", screen: float | None = None):
+        from fedsciml.core.sketch import SKETCHES
+        from fedsciml.core.stats import check_sigma
+
+        self.sigma = check_sigma(sigma)
+        if dp is not None and not isinstance(dp, dict):  # a DPConfig
+            dp = dataclasses.asdict(dp)
+        self.dp = None if dp is None else dataclasses.asdict(_dp_config(dp))  # validated, plain values
+        if project is not None and (int(project) != project or int(project) < 1):
+            raise ValueError(f"projection dimension must be a positive integer, got {project}")
+        if sketch not in SKETCHES:
+            raise ValueError(f"unknown sketch {sketch!r}; allowed: {', '.join(SKETCHES)}")
+        self.project = None if project is None else int(project)
+        self.sketch, self.seed, self.repair = sketch, int(seed), bool(repair)
+        if cv_sigmas is not None:
+            from fedsciml.core.loco import _as_sigmas
+
+            cv_sigmas = [float(x) for x in _as_sigmas(cv_sigmas, torch.zeros(1, dtype=torch.float64))]
+            if self.dp is not None and self.dp["central"] and self.dp["epsilon"] != float("inf"):
+                raise ValueError("leave-one-client-out CV needs each client's statistics, which central DP (secure "
+                                 "aggregation) hides from the server; give sigma directly or use local DP")
+        self.cv_sigmas = cv_sigmas
+        if form not in ("gram", "sqrt"):
+            raise ValueError(f"one-shot message form must be gram or sqrt, got {form!r}")
+        if form == "sqrt" and self.dp is not None:
+            raise ValueError("DP noise is added to the Gram form of the statistics; use form='gram' with DP")
+        self.form = form
+        if screen is not None and not screen > 1:
+            raise ValueError(f"the influence screen's κ must be > 1, got {screen}")
+        if screen is not None and self.dp is not None:
+            raise ValueError("the influence screen compares exact statistics; with DP noise every client's "
+                             "statistics are perturbed on purpose (use robust options without DP)")
+        self.screen = None if screen is None else float(screen)
+        self.screened: list = []
+        self.theta = None
+        self.loss_sum = None
+        self.fused = 0
+        self.noise = {}
+
+    def _transform(self, p):
+        """The request's transform config, or None for plain GN statistics (the original path, bit for bit)."""
+        project = self.project if self.project is not None and self.project != p else None
+        if self.dp is None and project is None and self.cv_sigmas is None and self.form == "gram":
+            return None
+        if project is not None and project > p:
+            raise ValueError(f"projection dimension must be an integer in [1, p={p}], got {project}")
+        tr = {"project": project, "sketch": self.sketch, "seed": self.seed, "dp": self.dp}
+        if self.form == "sqrt":
+            tr["form"] = "sqrt"
+        return tr
+
+    def configure_round(self, run, k):
+        answering, _dropped = run.sample()  # nobody answering fails the round in aggregate_round
+        theta = self.theta
+        p = theta.numel()
+        tr = self._transform(p)
+        if tr is None:
+            agg = GNAggregator(True, "normal")
+            return Exchange(answering, Request("gn_stats", {"theta": theta}, {"form": "normal"}),
+                            self._screened(lambda m: agg.validate(m, p, theta.dtype), p))
+        m = p if tr["project"] is None else tr["project"]
+        if self.dp is None:  # exact projected statistics: the gn schema and consistency check in m dimensions
+            agg = GNAggregator(True, "normal" if self.form == "gram" else "sqrt")
+            check = self._screened(lambda msg: agg.validate(msg, m, theta.dtype), m)
+        else:  # noisy statistics: no count, no loss, H may be indefinite (repaired on the sum)
+            agg = NoisyStatsAggregator()
+            check = lambda msg: agg.validate(msg, m, theta.dtype)  # noqa: E731
+        return Exchange(answering, Request("oneshot_stats", {"theta": theta}, {"transform": tr}), check)
+
+    def _screened(self, validate, m: int):
+        """``validate``, then (``screen`` κ given) the leave-one-client-out influence screen
+        (:func:`fedsciml.runtime.robust.influence_screen`) on the valid statistics."""
+        if self.screen is None:
+            return validate
+
+        def check(msgs):
+            from fedsciml.runtime.robust import screen_messages
+
+            ok, bad = validate(msgs)
+            ok, bad = dict(ok), dict(bad)
+            self.screened = screen_messages(ok, bad, m, self.sigma, self.screen)
+            return ok, bad
+        return check
+
+    def _cross_validate(self, run, order, messages, G, h, m, tr, noisy):
+        """σ by leave-one-client-out CV (:mod:`fedsciml.core.loco`): the server forms each answering client's
+        models ``w_{−k}(σ_j)`` from the others' statistics and sends them to that client alone (one exchange per
+        client, ``S·m`` floats down); the client returns its |Σ| validation losses.  A client that does not
+        score is left out of the CV sum (its statistics stay in the fusion)."""
+        from fedsciml.core import loco as _cv
+
+        if len(order) < 2:
+            raise ValueError(f"leave-one-client-out CV needs at least 2 clients (each is scored on a model fitted "
+                             f"without it), got {len(order)}; give sigma directly")
+        if self.form == "sqrt":  # the clients' factors, zero-padded to the most rows (zero rows add nothing)
+            rows = max(messages[c]["R"].shape[0] for c in order)
+            Rs = G.new_zeros(len(order), rows, m)
+            for i, c in enumerate(order):
+                Rs[i, :messages[c]["R"].shape[0]] = messages[c]["R"]
+            hs = -torch.stack([messages[c]["R"].T @ messages[c]["s"] for c in order])
+            W = _cv.loco_solutions(Rs, hs, self.cv_sigmas, sqrt=True, total=(G, h))
+        else:
+            Gs = torch.stack([messages[c]["H"] for c in order])
+            hs = -torch.stack([messages[c]["g"] for c in order])
+            if noisy and self.repair:
+                W = _cv.loco_solutions_repaired(Gs, hs, self.cv_sigmas)
+            else:
+                W = _cv.loco_solutions(Gs, hs, self.cv_sigmas, total=None if noisy else (G, h))
+        S = len(self.cv_sigmas)
+        schema = Schema({"loss": Field((S,), nonneg=True)})
+        losses = []
+        for i, c in enumerate(order):
+            rep = run.exchange(Exchange([c], Request("cv_scores", {"theta": self.theta, "W": W[i]}, {"transform": tr}),
+                                        lambda msgs: _validate_all(schema, msgs, self.theta.dtype),
+                                        down_floats=W[i].numel()))
+            if c in rep.ok:
+                losses.append(rep.ok[c]["loss"])
+        if not losses:
+            run.fail("leave-one-client-out CV")
+        total = torch.stack(losses).sum(0)
+        j = int(torch.argmin(total))
+        self.cv = {"cv_sigmas": list(self.cv_sigmas), "cv_loss": total.tolist(), "cv_scored": len(losses)}
+        return self.cv_sigmas[j]
+
+    def _transformed_step(self, messages, p, run=None):
+        """The server side of the transforms: sum, central noise, PSD repair, noise-aware σ, solve, map back."""
+        from fedsciml.core import dp as _dp
+        from fedsciml.core.sketch import sketch_matrix
+        from fedsciml.core.stats import ridge_solve
+
+        tr = self._transform(p)
+        m = p if tr["project"] is None else tr["project"]
+        order = sorted(messages)
+        if self.form == "sqrt":  # ΣR_kᵀR_k formed by the server from the stacked factors, Σh_k = −ΣR_kᵀs_k
+            R = torch.cat([messages[c]["R"] for c in order])
+            G = linalg.unpack_upper(linalg.gram_packed(R), m)
+            h = -sum(messages[c]["R"].T @ messages[c]["s"] for c in order)
+        else:
+            Hp, g = messages[order[0]]["H"].clone(), messages[order[0]]["g"].clone()
+            for c in order[1:]:
+                Hp += messages[c]["H"]
+                g += messages[c]["g"]
+            G, h = linalg.unpack_upper(Hp, m), -g
+        sigma, clipped, std = self.sigma, 0, 0.0
+        cfg = None if self.dp is None else _dp_config(self.dp)
+        if self.cv_sigmas is not None:
+            noisy = cfg is not None and cfg.noise_std > 0 and not cfg.central
+            sigma = self._cross_validate(run, order, messages, G, h, m, tr, noisy)
+        if self.dp is not None:
+            std = cfg.noise_std
+            if cfg.central and std > 0:
+                e = _dp.noise_like(m, std, _dp.shared_generator(self.seed), G.dtype, G.device)
+                G = G + linalg.unpack_upper(e["G"], m)
+                h = h + e["h"]
+            if std > 0 and self.repair:
+                G, clipped = _dp.psd_repair(G)
+            if std > 0 and cfg.noise_aware_sigma:
+                sigma = float(sigma) + (2.0 * m) ** 0.5 * std * (1.0 if cfg.central else len(order) ** 0.5)
+        v = ridge_solve(G, h, sigma)
+        if tr["project"] is not None:
+            v = sketch_matrix(p, m, self.seed, self.sketch, v.dtype, v.device) @ v
+        self.noise = {"m": m, "noise_std": std, "eig_clipped": clipped, "sigma_used": float(sigma)}
+        return v
+
+    def aggregate_round(self, run, k, replies: Replies):
+        from fedsciml.core.stats import ridge_solve
+
+        if not replies.ok:
+            run.fail("the one-shot fusion")
+        p = self.theta.numel()
+        if self._transform(p) is not None:
+            self.theta = self.theta + self._transformed_step(replies.ok, p, run)
+        else:
+            st = GNAggregator(True, "normal").aggregate_stats(replies.ok, p)
+            self.theta = self.theta + ridge_solve(st.H, -st.g, self.sigma)
+        self.fused = len(replies.ok)
+        return {"answered": len(replies.ok)}
+
+    def finished(self, run):
+        return "one-shot" if run.round_index >= 1 else None
+
+    def state_dict(self):
+        return {"theta": self.theta, "fused": self.fused}
+
+    def load_state_dict(self, d):
+        self.theta, self.fused = d["theta"], int(d["fused"])
+
+    def summary(self):
+        out = {"sigma": self.sigma}
+        if self.dp is not None or self.project is not None or self.cv_sigmas is not None:
+            out.update(dp=self.dp, project=self.project, sketch=self.sketch, repair=self.repair,
+                       cv_sigmas=self.cv_sigmas)
+        if self.form != "gram":
+            out["form"] = self.form
+        if self.screen is not None:
+            out["screen"] = self.screen
+        return out
+
+    def info(self):
+        out = {"fused_clients": self.fused, **self.noise, **getattr(self, "cv", {})}
+        if self.screen is not None:
+            out["screened_out"] = list(self.screened)
+        return out
+
+
+
+# --- the client side: the queries one-shot adds to every objective client ----------------------
+
+
+def _answer_stats(client, request, pre, deadline):
+    """``oneshot_stats``: the client's GN statistics at θ after its own transforms (projection, clipping, noise;
+    config ``transform``), from its own rows."""
+    if pre is None:
+        with torch.no_grad():
+            pre = client.objective.residual_and_jacobian(request.tensors["theta"])
+    return Reply(client_statistics(pre[0], pre[1], client.cid, request.config["transform"]))
+
+
+def _answer_scores(client, request, pre, deadline):
+    """``cv_scores``: score the server's candidate models ``W`` on the client's transformed rows (LOCO-CV)."""
+    with torch.no_grad():
+        r, J = client.objective.residual_and_jacobian(request.tensors["theta"])
+    return Reply(client_scores(r, J, request.config["transform"], request.tensors["W"]))
+
+
+register_handler(Client, "oneshot_stats", _answer_stats,
+                 lambda batch, req: batch.residuals_and_jacobians(req.tensors["theta"]))
+register_handler(Client, "cv_scores", _answer_scores)
