@@ -527,3 +527,32 @@ def test_fedfisher_start_without_a_fedfisher_method_is_refused(capsys):
     code, out, err = _cli(capsys, "bench", "images", "--quiet", "--clients", "2", "--epochs", "1", "--methods",
                           "fedavg", "--fedfisher-start", "uniform")
     assert code == 2 and "--fedfisher-start has no effect here" in err
+
+
+def test_regmean_refuses_when_no_alpha_gives_a_finite_score():
+    from fedsciml.images.aggregators import RegMeanAggregator
+
+    agg = RegMeanAggregator.__new__(RegMeanAggregator)  # only aggregate()'s selection is under test here
+    agg.alphas, agg.evaluate = (0.1, 0.9), (lambda w: float("nan"))
+    agg.merge = lambda messages, a: torch.ones(3)
+    with pytest.raises(NonFiniteObjective, match="no α gave a finite"):
+        agg.aggregate(None, {0: {}})
+    agg.evaluate = lambda w: 0.5 if float(w[0]) == 2.0 else float("nan")
+    agg.merge = lambda messages, a: torch.full((3,), 1.0 / a if a == 0.9 else 2.0)
+    assert float(agg.aggregate(None, {0: {}})[0]) == 2.0 and agg.chosen_alpha == 0.1
+
+
+def test_loco_cv_never_picks_sigma_by_argmin_over_nan():
+    from fedsciml.core import linalg
+    from fedsciml.core.loco import loco_cv
+
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(6, 3, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64))
+            for _ in range(3)]
+    Gs = torch.stack([linalg.pack_upper(A.T @ A) for A, _ in data])
+    hs = torch.stack([A.T @ b for A, b in data])
+    ok = loco_cv(Gs, hs, [0.1, 1.0], data)
+    assert ok["sigma"] in (0.1, 1.0)
+    bad = [(A, b * float("nan")) for A, b in data]  # every client's validation loss is NaN
+    with pytest.raises(ValueError, match="no σ of the grid"):
+        loco_cv(Gs, hs, [0.1, 1.0], bad)

@@ -387,12 +387,20 @@ class RegMeanAggregator(Aggregator):
     def aggregate(self, theta, messages):
         if not messages:
             raise ValueError("no client messages to aggregate")
-        best, best_s = None, -math.inf
+        best, best_s, why = None, -math.inf, []
         for a in self.alphas:
             w = self.merge(messages, a)
+            if not bool(torch.isfinite(w).all()):  # a singular Gram: never "the best" by default
+                why.append(f"α={a}: non-finite merge")
+                continue
             s = float(self.evaluate(w)) if (self.evaluate is not None and len(self.alphas) > 1) else 0.0
+            if not math.isfinite(s):
+                why.append(f"α={a}: validation score {s}")
+                continue
             if best is None or s > best_s:
                 best, best_s, self.chosen_alpha = w, s, a
+        if best is None:
+            raise NonFiniteObjective(f"RegMean: no α gave a finite merge and score ({'; '.join(why)})")
         return best
 
 
