@@ -556,3 +556,19 @@ def test_loco_cv_never_picks_sigma_by_argmin_over_nan():
     bad = [(A, b * float("nan")) for A, b in data]  # every client's validation loss is NaN
     with pytest.raises(ValueError, match="no σ of the grid"):
         loco_cv(Gs, hs, [0.1, 1.0], bad)
+
+
+def test_flower_refuses_a_plugin_problem_up_front(tmp_path):
+    pytest.importorskip("flwr")
+    from fedsciml.engines.flower.simulation import _check_registered
+    from fedsciml.problems import get_problem
+    from fedsciml.problems.registry import REGISTRY
+
+    _check_registered(get_problem("sin1d"))  # a built-in problem: fine
+    plugin = type("AdvPlugin", (REGISTRY["sin1d"],), {"__module__": "fedsciml_plugin_mine", "name": "adv-plugin"})
+    REGISTRY["adv-plugin"] = plugin
+    try:
+        with pytest.raises(ValueError, match="comes from a plugin"):
+            _check_registered(plugin())
+    finally:
+        del REGISTRY["adv-plugin"]

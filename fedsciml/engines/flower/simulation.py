@@ -46,6 +46,13 @@ def _check_registered(problem):
         raise ValueError(f"engine 'flower' rebuilds each client's data on its node from a registered problem's name "
                          f"and options; {type(problem).__name__} is not registered (register it with "
                          f"@fedsciml.register, or give each node its table: see README 'Flower')")
+    module = type(problem).__module__
+    if not (module.startswith("problems.") or module.startswith("fedsciml.")):
+        # a --plugin / FEDSCIML_PLUGINS / entry-point problem: the simulation's nodes (Ray workers) import
+        # fedsciml's own problems only, so each would fail to build its client 15 s after Ray started
+        raise ValueError(f"engine 'flower': problem {name!r} comes from a plugin (module {module!r}), which "
+                         f"Flower's simulation nodes do not load; run it with the local engine, or deploy nodes "
+                         f"that import it (see README 'Flower')")
 
 
 def solve_many(calls: list, clients: int, verbose: bool = False) -> list:
