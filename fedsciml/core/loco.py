@@ -28,6 +28,8 @@ direct Cholesky solves, so the result always equals the naive loop
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from fedsciml.core import linalg
@@ -241,7 +243,10 @@ def loco_cv(Gs, hs, sigmas, client_data, naive: bool = False, chunk: int | None 
     losses = torch.stack([validation_losses(A, b, W[k]) for k, (A, b) in enumerate(client_data)])
     total_loss = losses.sum(0)
     s = _as_sigmas(sigmas, hs)
-    j = int(torch.argmin(total_loss))
+    finite = torch.isfinite(total_loss)
+    if not bool(finite.any()):  # never pick a σ by argmin over NaN/inf
+        raise ValueError(f"leave-one-client-out CV: no σ of the grid {s.tolist()} gave a finite validation loss")
+    j = int(torch.argmin(torch.where(finite, total_loss, torch.full_like(total_loss, math.inf))))
     K, S, d = W.shape
     return {"sigma": float(s[j]), "sigmas": s.tolist(), "loss": total_loss.tolist(), "per_client": losses,
             "floats_down": K * S * d, "floats_up": K * S}

@@ -115,7 +115,9 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
         form = "sqrt" if sum(o.n_residuals for o in objectives) < theta0.numel() else "normal"
     options = {"lm_tau": lm_tau, "form": form}
     strategy = GNStrategy(LMConfig(tau=lm_tau, solve="auto" if form == "sqrt" else "normal"),
-                          max_retries=cfg.max_retries, form=form)
+                          max_retries=cfg.max_retries, form=form, screen=cfg.screen)
+    if cfg.screen is not None:
+        options["screen"] = cfg.screen
     return _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
                      options, message_hook, transport or cfg.transport, cfg.batched)
 
@@ -210,7 +212,8 @@ def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | 
     cfg, transport = _config(OneShotConfig, config, options, transport)
     rc = _round_config(cfg, seed)
     strategy = OneShotStrategy(cfg.sigma or 0.0, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch, seed=seed,
-                               cv_sigmas=None if cfg.cv_sigmas is None else parse_grid(cfg.cv_sigmas))
+                               cv_sigmas=None if cfg.cv_sigmas is None else parse_grid(cfg.cv_sigmas),
+                               screen=cfg.screen)
     options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
     return _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
                      every, options, message_hook, transport or cfg.transport)

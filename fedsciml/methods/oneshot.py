@@ -154,7 +154,7 @@ class OneShotStrategy(Strategy):
     name = "one-shot"
 
     def __init__(self, sigma: float = 0.0, *, dp=None, project: int | None = None, sketch: str = "gaussian",
-                 seed: int = 0, repair: bool = True, cv_sigmas=None, form: str = "gram"):
+                 seed: int = 0, repair: bool = True, cv_sigmas=None, form: str = "gram", screen: float | None = None):
         from fedsciml.core.sketch import SKETCHES
         from fedsciml.core.stats import check_sigma
 
@@ -181,6 +181,13 @@ class OneShotStrategy(Strategy):
         if form == "sqrt" and self.dp is not None:
             raise ValueError("DP noise is added to the Gram form of the statistics; use form='gram' with DP")
         self.form = form
+        if screen is not None and not screen > 1:
+            raise ValueError(f"the influence screen's κ must be > 1, got {screen}")
+        if screen is not None and self.dp is not None:
+            raise ValueError("the influence screen compares exact statistics; with DP noise every client's "
+                             "statistics are perturbed on purpose (use robust options without DP)")
+        self.screen = None if screen is None else float(screen)
+        self.screened: list = []
         self.theta = None
         self.loss_sum = None
         self.fused = 0
@@ -206,15 +213,30 @@ class OneShotStrategy(Strategy):
         if tr is None:
             agg = GNAggregator(True, "normal")
             return Exchange(answering, Request("gn_stats", {"theta": theta}, {"form": "normal"}),
-                            lambda m: agg.validate(m, p, theta.dtype))
+                            self._screened(lambda m: agg.validate(m, p, theta.dtype), p))
         m = p if tr["project"] is None else tr["project"]
         if self.dp is None:  # exact projected statistics: the gn schema and consistency check in m dimensions
             agg = GNAggregator(True, "normal" if self.form == "gram" else "sqrt")
-            check = lambda msg: agg.validate(msg, m, theta.dtype)  # noqa: E731
+            check = self._screened(lambda msg: agg.validate(msg, m, theta.dtype), m)
         else:  # noisy statistics: no count, no loss, H may be indefinite (repaired on the sum)
             agg = NoisyStatsAggregator()
             check = lambda msg: agg.validate(msg, m, theta.dtype)  # noqa: E731
         return Exchange(answering, Request("oneshot_stats", {"theta": theta}, {"transform": tr}), check)
+
+    def _screened(self, validate, m: int):
+        """``validate``, then (``screen`` κ given) the leave-one-client-out influence screen
+        (:func:`fedsciml.runtime.robust.influence_screen`) on the valid statistics."""
+        if self.screen is None:
+            return validate
+
+        def check(msgs):
+            from fedsciml.runtime.robust import screen_messages
+
+            ok, bad = validate(msgs)
+            ok, bad = dict(ok), dict(bad)
+            self.screened = screen_messages(ok, bad, m, self.sigma, self.screen)
+            return ok, bad
+        return check
 
     def _cross_validate(self, run, order, messages, G, h, m, tr, noisy):
         """σ by leave-one-client-out CV (:mod:`fedsciml.core.loco`): the server forms each answering client's
@@ -326,10 +348,15 @@ class OneShotStrategy(Strategy):
                        cv_sigmas=self.cv_sigmas)
         if self.form != "gram":
             out["form"] = self.form
+        if self.screen is not None:
+            out["screen"] = self.screen
         return out
 
     def info(self):
-        return {"fused_clients": self.fused, **self.noise, **getattr(self, "cv", {})}
+        out = {"fused_clients": self.fused, **self.noise, **getattr(self, "cv", {})}
+        if self.screen is not None:
+            out["screened_out"] = list(self.screened)
+        return out
 
 
 
