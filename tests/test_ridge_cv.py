@@ -83,10 +83,10 @@ def test_loco_cv_needs_two_clients():
         loco_cv(Gs, hs, SIGMAS, data)
     with pytest.raises(ValueError, match="at least 2 clients"):
         one_shot(data, cv_sigmas=SIGMAS)
-    from fedsciml.ridge import FederatedRidge
+    from fedsciml.ridge import FederatedRidgeCV
 
-    with pytest.raises(ValueError, match="at least 2 clients"):
-        FederatedRidge(sigma="cv").fit(*data[0])
+    with pytest.raises(ValueError, match="at least 2 sites"):
+        FederatedRidgeCV().fit(data[0][0].numpy(), data[0][1].numpy())
 
 
 def test_loco_fallback_and_dominant_client():

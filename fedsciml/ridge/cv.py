@@ -162,6 +162,10 @@ def _pcg(G, h, x_full, Gs, hs, s, Pinv, tol, max_iter, sqrt):
     bnorm = torch.linalg.vector_norm(h[None] - hs, dim=-1).expand(S, c)
     X = x_full[:, None, :].expand(S, c, d).contiguous()
     R = Gk(X, torch.empty_like(X)).sub_(hs)   # rhs − (G + σ − G_k) x₀ = G_k x₀ − h_k
+    zero = bnorm == 0                         # rhs h − h_k = 0 (e.g. K = 1): the solution is exactly 0
+    if bool(zero.any()):
+        X[zero] = 0.0
+        R[zero] = 0.0
     Z = torch.bmm(R, Pinv)                  # (G + σ_j)⁻¹ R[j, k]: one GEMM per σ
     P, Q = Z.clone(), R.clone()             # Q = (G + σ) P
     AP = torch.empty_like(R)
