@@ -90,15 +90,6 @@ def client_rows(r: torch.Tensor, J: torch.Tensor, transform: dict):
     return A, b
 
 
-def client_scores(r: torch.Tensor, J: torch.Tensor, transform: dict, W: torch.Tensor) -> dict:
-    """Leave-one-client-out CV, client side: ``{"loss": ‖A W[j] − b‖² for each candidate j}`` on the client's
-    own (projected, clipped) rows (:func:`fedsciml.ridge.cv.validation_losses`)."""
-    from fedsciml.ridge.cv import validation_losses
-
-    A, b = client_rows(r, J, transform)
-    return {"loss": validation_losses(A, b, W)}
-
-
 def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dict) -> dict:
     """Client ``cid``'s one-shot message from its residual ``r`` and Jacobian ``J`` at θ₀, transformed
     (projection, clipping, local Gaussian noise; see the module docstring), in the gn schema ``{H, g[, loss, n]}``."""
@@ -215,23 +206,29 @@ class OneShotStrategy(Strategy):
             check = lambda msg: agg.validate(msg, m, theta.dtype)  # noqa: E731
         return Exchange(answering, Request("gn_stats", {"theta": theta}, {"form": "normal", "transform": tr}), check)
 
-    def _cross_validate(self, run, order, messages, G, h, m, tr, noisy):
-        """σ by leave-one-client-out CV (:mod:`fedsciml.ridge.cv`): the server forms each answering client's
-        models ``w_{−k}(σ_j)`` from the others' statistics and sends them to that client alone (one exchange per
-        client, ``S·m`` floats down); the client returns its |Σ| validation losses.  A client that does not
-        score is left out of the CV sum (its statistics stay in the fusion)."""
+    def _cross_validate(self, order, messages, G, h, m, noisy):
+        """σ by leave-one-client-out CV (:mod:`fedsciml.ridge.cv`), scored by the server from each client's own
+        statistics: the server forms client k's models ``w_{−k}(σ_j)`` from the others' statistics and its
+        held-out loss ``wᵀG_kw − 2wᵀh_k + ‖b_k‖²`` from client k's message (:func:`~fedsciml.ridge.cv.stats_scores`;
+        ``‖b_k‖² = 2·loss`` when the message carries its loss, i.e. exact statistics; a DP message does not, and
+        the reported CV losses then omit that σ-independent constant).  No model goes down, no score comes up,
+        no second exchange: under DP, CV is post-processing of the noised statistics and costs no privacy."""
         from fedsciml.ridge import cv as _cv
 
         if len(order) < 2:
             raise ValueError(f"leave-one-client-out CV needs at least 2 clients (each is scored on a model fitted "
                              f"without it), got {len(order)}; give sigma directly")
+        b_sq = (torch.stack([2.0 * messages[c]["loss"][0] for c in order])
+                if all("loss" in messages[c] for c in order) else None)
         if self.form == "sqrt":  # the clients' factors, zero-padded to the most rows (zero rows add nothing)
             rows = max(messages[c]["R"].shape[0] for c in order)
             Rs = G.new_zeros(len(order), rows, m)
             for i, c in enumerate(order):
                 Rs[i, :messages[c]["R"].shape[0]] = messages[c]["R"]
-            hs = -torch.stack([messages[c]["R"].T @ messages[c]["s"] for c in order])
+            hs = -torch.bmm(Rs.transpose(1, 2), torch.stack([torch.nn.functional.pad(
+                messages[c]["s"], (0, rows - messages[c]["s"].shape[0])) for c in order])[..., None])[..., 0]
             W = _cv.loco_solutions(Rs, hs, self.cv_sigmas, sqrt=True, total=(G, h))
+            losses = _cv.stats_scores(Rs, hs, W, sqrt=True, b_sq=b_sq)
         else:
             Gs = torch.stack([messages[c]["H"] for c in order])
             hs = -torch.stack([messages[c]["g"] for c in order])
@@ -239,20 +236,11 @@ class OneShotStrategy(Strategy):
                 W = _cv.loco_solutions_repaired(Gs, hs, self.cv_sigmas)
             else:
                 W = _cv.loco_solutions(Gs, hs, self.cv_sigmas, total=None if noisy else (G, h))
-        S = len(self.cv_sigmas)
-        schema = Schema({"loss": Field((S,), nonneg=True)})
-        losses = []
-        for i, c in enumerate(order):
-            rep = run.exchange(Exchange([c], Request("cv_scores", {"theta": self.theta, "W": W[i]}, {"transform": tr}),
-                                        lambda msgs: _validate_all(schema, msgs, self.theta.dtype),
-                                        down_floats=W[i].numel()))
-            if c in rep.ok:
-                losses.append(rep.ok[c]["loss"])
-        if not losses:
-            run.fail("leave-one-client-out CV")
-        total = torch.stack(losses).sum(0)
+            losses = _cv.stats_scores(Gs, hs, W, b_sq=b_sq)
+        total = losses.sum(0)
         j = int(torch.argmin(total))
-        self.cv = {"cv_sigmas": list(self.cv_sigmas), "cv_loss": total.tolist(), "cv_scored": len(losses)}
+        self.cv = {"cv_sigmas": list(self.cv_sigmas), "cv_loss": total.tolist(), "cv_scored": len(order),
+                   "cv_loss_includes_b_sq": b_sq is not None}
         return self.cv_sigmas[j]
 
     def _transformed_step(self, messages, p, run=None):
@@ -278,7 +266,7 @@ class OneShotStrategy(Strategy):
         cfg = None if self.dp is None else _dp_config(self.dp)
         if self.cv_sigmas is not None:
             noisy = cfg is not None and cfg.noise_std > 0 and not cfg.central
-            sigma = self._cross_validate(run, order, messages, G, h, m, tr, noisy)
+            sigma = self._cross_validate(order, messages, G, h, m, noisy)
         if self.dp is not None:
             std = cfg.noise_std
             if cfg.central and std > 0:

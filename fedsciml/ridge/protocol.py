@@ -90,8 +90,7 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
     fused = st["fused_clients"]
     m = st.get("m", d)
     up = run["floats_up"]
-    stats_up = up - (len(st["cv_sigmas"]) * st["cv_scored"] if "cv_sigmas" in st else 0)  # the CV scores aside
-    info = {"clients": fused, "d": d, "m": m, "form": form, "floats_up_per_client": stats_up // max(1, fused),
+    info = {"clients": fused, "d": d, "m": m, "form": form, "floats_up_per_client": up // max(1, fused),
             "floats_up": up, "floats_down": run["floats_down"], "floats_sent": up + run["floats_down"],
             "noise_std": st.get("noise_std", 0.0), "eig_clipped": st.get("eig_clipped", 0),
             "sigma": float(st.get("sigma_used", strategy.sigma)), "rejections": run["rejections"],
