@@ -143,7 +143,8 @@ def test_one_shot_with_dp_crosses_bytes_bitwise():
     a, rows_a, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, **kw)
     b, rows_b, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, transport="bytes", **kw)
     strip = [{k: v for k, v in r.items() if "time" not in k} for r in rows_a]
-    assert torch.equal(a, b) and strip == [{k: v for k, v in r.items() if "time" not in k} for r in rows_b]
+    # repr: under DP the history's loss is NaN (the sites are not asked for it), and NaN != NaN
+    assert torch.equal(a, b) and repr(strip) == repr([{k: v for k, v in r.items() if "time" not in k} for r in rows_b])
 
 
 def test_noisy_messages_are_checked_and_bad_options_are_refused():

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import torch
 
@@ -172,7 +173,9 @@ class OneShotStrategy(Strategy):
             raise ValueError("DP noise is added to the Gram form of the statistics; use form='gram' with DP")
         self.form = form
         self.theta = None
-        self.loss_sum = None
+        # under DP nothing but the noised statistics may leave a site: the loop must not ask the sites for their
+        # exact losses to monitor the run (a release outside ε), so the history's loss is NaN ("not measured")
+        self.loss_sum = math.nan if self.dp is not None and self.dp["epsilon"] != math.inf else None
         self.fused = 0
         self.noise = {}
 

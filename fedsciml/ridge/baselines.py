@@ -166,6 +166,10 @@ class RidgeAveraging(AveragingStrategy):
         super().__init__(FedAvgAggregator(outlier_ratio=None), None, seed)
         self.sgd = dict(sgd)
         self.name = name
+        # DP-FedAvg: the sites' exact losses are not asked for monitoring (a release outside the accountant's ε);
+        # the history's loss is NaN ("not measured")
+        if self.sgd.get("dp_clip") is not None:
+            self.loss_sum = math.nan
 
     def request_config(self, run, k: int) -> dict:
         return {"sgd": {**self.sgd, "seed": self.seed, "round": int(k)}}
