@@ -310,6 +310,15 @@ def _write_outputs(problem, results, args):
             r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
         for path in plot_runs(problem, results, args.out):
             print(f"wrote {path}")
+        if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
+            from fedsciml.ridge.cli import model_meta
+            from fedsciml.ridge.model_io import write_model
+
+            for r in results:
+                if r.method == "one-shot":
+                    for path in write_model(args.out, r.theta, 0.0, model_meta(r, engine=args.engine),
+                                            stem="model" if len(results) == 1 else f"model_{r.method}"):
+                        print(f"wrote {path}")
         print(f"wrote {args.out}/result.json")
 
 

@@ -258,6 +258,10 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
         raise TypeError(f"give the {method} options either as config or as keywords, not both")
     elif not isinstance(config, spec.config):
         raise TypeError(f"method {method!r} needs a {spec.config.__name__}, got {type(config).__name__}")
+    if engine == "flower" and method == "one-shot":  # central DP needs a secure sum, which this engine lacks
+        from fedsciml.federated.oneshot import refuse_central_dp_without_secure_sum
+
+        refuse_central_dp_without_secure_sum(config)
     if message_hook is not None and not spec.federated:
         raise ValueError(f"message_hook applies to federated methods; {method!r} exchanges no messages")
     seed = check_seed(seed)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 
 import torch
@@ -57,6 +58,20 @@ from fedsciml.federated.strategy import Exchange, Replies, Strategy
 from fedsciml.federated.transport import Request
 
 TRANSFORM_KEYS = ("project", "sketch", "seed", "dp", "form")
+logger = logging.getLogger(__name__)
+CENTRAL_DP_REFUSED = ("dp_central adds the noise at the server to the sum of the sites' exact clipped statistics; "
+                      "the Flower engine has no secure aggregation here, so the server would see each site's "
+                      "un-noised statistics: use local DP (no dp_central) or the in-process engine")
+
+
+def refuse_central_dp_without_secure_sum(options) -> None:
+    """Central DP needs a secure sum; an engine without one (Flower here) refuses it in one line."""
+    get = options.get if isinstance(options, dict) else lambda k, d=None: getattr(options, k, d)
+    eps = get("dp_epsilon", None)
+    if get("dp_central", False) and eps is not None and eps != math.inf:
+        raise ValueError(CENTRAL_DP_REFUSED)
+CENTRAL_DP_TRUST = ("central DP without secure aggregation: the server adds the noise to the sum of the sites' "
+                    "exact clipped statistics, so it sees each site's statistics un-noised — this trusts the server")
 
 
 def _dp_config(dp: dict):
@@ -167,6 +182,8 @@ class OneShotStrategy(Strategy):
                 raise ValueError("leave-one-client-out CV needs each client's statistics, which central DP (secure "
                                  "aggregation) hides from the server; give sigma directly or use local DP")
         self.cv_sigmas = cv_sigmas
+        if self.dp is not None and self.dp["central"] and self.dp["epsilon"] != math.inf:
+            logger.warning(CENTRAL_DP_TRUST)
         if form not in ("gram", "sqrt"):
             raise ValueError(f"one-shot message form must be gram or sqrt, got {form!r}")
         if form == "sqrt" and self.dp is not None:

@@ -181,6 +181,10 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
         raise ValueError(f"unknown method {method!r}; available: {', '.join(available_methods())}")
     if method == "centralized":
         raise ValueError("method 'centralized' pools the clients' data on one machine; it does not run on Flower")
+    if method == "one-shot":  # central DP needs a secure sum, which this engine lacks
+        from fedsciml.federated.oneshot import refuse_central_dp_without_secure_sum
+
+        refuse_central_dp_without_secure_sum(options.get("config") or options)
     dev = resolve_device(device)
     job = {"problem": problem.name, "options": dict(problem.options), "clients": int(clients), "seed": int(seed),
            "device": "cpu", "threads": torch.get_num_threads(), **(job_extra or {})}

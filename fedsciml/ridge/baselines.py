@@ -203,6 +203,9 @@ def fedavg(data, rounds: int = 100, lr: float = 0.01, local_epochs: int = 5, mu:
         raise ValueError(f"transport must be local or bytes, got {transport!r}")
     if not data:
         raise ValueError("no clients: at least one client's data are needed")
+    from fedsciml.ridge.protocol import check_finite
+
+    check_finite(data)
     d = int(data[0][0].shape[1])
     N = sum(int(A.shape[0]) for A, _ in data)
     ids = list(range(len(data))) if client_ids is None else [int(c) for c in client_ids]
