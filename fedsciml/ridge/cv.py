@@ -1,9 +1,9 @@
 """Federated leave-one-client-out cross-validation (paper Proposition 5).
 
 From the statistics it already holds the server forms, for every σ in a grid
-and every client k, ``w_{−k}(σ) = (G − G_k + σI)⁻¹ (h − h_k)``; client k
-returns one validation loss per σ, ``ℓ_k(σ) = ‖A_k w_{−k}(σ) − b_k‖²``; the
-server picks ``σ* = argmin_σ Σ_k ℓ_k(σ)``.
+and every client k, ``w_{−k}(σ) = (G − G_k + σI)⁻¹ (h − h_k)``; client k's
+validation loss is ``ℓ_k(σ) = ‖A_k w_{−k}(σ) − b_k‖²``; the server picks
+``σ* = argmin_σ Σ_k ℓ_k(σ)``.
 
 The server scores client k itself, from client k's own statistics
 (:func:`stats_scores`): ``ℓ_k(σ) = wᵀG_k w − 2wᵀh_k + ‖b_k‖²`` with
@@ -15,7 +15,8 @@ projection the statistics are those of the projected rows ``A_kS`` and the
 models ``v`` live in the projected space, so ``‖A_kSv − b_k‖²`` is the same
 quadratic form: no client-scored variant is needed anywhere.  (Under DP the
 scores are computed from the *noisy* ``G_k, h_k``: an unbiased estimate of the
-clipped rows' loss, at no privacy cost.)  ``‖b_k‖²`` is known exactly when the
+clipped rows' loss given w, since ``w_{−k}`` is built from the other clients' independent
+noise — at no privacy cost.)  ``‖b_k‖²`` is known exactly when the
 message carries the client's loss (``2·loss``, exact statistics); a DP
 message carries none, and the reported losses then omit ``Σ_k ‖b_k‖²``.
 
