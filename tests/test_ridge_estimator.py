@@ -90,6 +90,10 @@ def test_standardize_equals_pipeline_with_standard_scaler(diabetes):
     r2 = Ridge(alpha=2.0).fit(sc.transform(X), y, sample_weight=sw)
     est2 = FederatedRidge(alpha=2.0, standardize=True).fit(X, y, sample_weight=sw, sites=sites)
     assert _rel(est2.predict(X), r2.predict(sc.transform(X))) < TOL
+    # without an intercept: scaled, not centered
+    ref_n = make_pipeline(StandardScaler(with_mean=False), Ridge(alpha=2.0, fit_intercept=False)).fit(X, y)
+    est_n = FederatedRidge(alpha=2.0, standardize=True, fit_intercept=False).fit(X, y, sites=sites)
+    assert _rel(est_n.predict(X), ref_n.predict(X)) < TOL and est_n.intercept_ == 0.0
     # a constant feature keeps scale 1 (StandardScaler's rule)
     Xc = X.copy()
     Xc[:, 0] = 7.0

@@ -28,7 +28,8 @@ intercept and the centering cost no second round.  ``standardize=True`` scales e
 (weighted, population) standard deviation ``√(S_jj/N)`` before the penalty — the fit of
 ``Pipeline([StandardScaler(), Ridge(alpha)])`` on the pooled rows, with the scaler's statistics computed
 federatedly from the same message (constant features keep scale 1, as ``StandardScaler``);
-``coef_`` is reported in the original units.
+``coef_`` is reported in the original units.  Without an intercept the features are scaled, not centered:
+``Pipeline([StandardScaler(with_mean=False), Ridge(alpha, fit_intercept=False)])``.
 
 Which rows belong to which site
 -------------------------------
