@@ -35,6 +35,12 @@ the ridge package's own functions, in the order of :func:`fedsciml.ridge.one_sho
   noisy sum (:func:`~fedsciml.ridge.dp.psd_repair`, ``repair``) and optionally
   adds the noise-aware σ.
 
+``cv_sigmas``: σ by leave-one-client-out CV, computed by the server alone from the statistics it received
+(each client's held-out loss from its own statistics, :func:`fedsciml.ridge.cv.stats_scores`): the round stays
+one exchange, and under DP nothing leaves a site but its noised statistics — the loop does not ask DP sites
+for their losses to monitor the run either (the history's ``loss`` is NaN), so the run's ε is its whole
+release.
+
 The message is always in the runtime's schema and sign (``{H, g = Jᵀr}``,
 :func:`fedsciml.ridge.stats.to_gn`).  :func:`fedsciml.ridge.one_shot` runs this
 strategy on in-process clients of the rows ``(A_k, b_k)`` (θ₀ = 0), so the two
