@@ -89,7 +89,7 @@ def run(engine: str, paths, test_path, epsilons, delta: float, seed: int = 0, pr
     opts = [dict(dp_epsilon=eps, dp_delta=delta, dp_clip_a=1.0, dp_clip_b=1.0, cv_sigmas=SIGMAS) for eps in epsilons]
     K = len(paths)
     if engine == "deployment":  # the nodes read their own tables; the server knows only the test table
-        from fedsciml.flower.deploy import LocalDeployment
+        from fedsciml.engines.flower.deploy import LocalDeployment
 
         out = []
         with LocalDeployment(K, node_configs=[{"data": p} for p in paths], threads=1) as d:
@@ -101,7 +101,7 @@ def run(engine: str, paths, test_path, epsilons, delta: float, seed: int = 0, pr
         return out
     problem = fs.get_problem("table", tables=",".join(paths), test_table=test_path)
     if engine == "flower":  # every ε in one Flower simulation (Ray starts once)
-        from fedsciml.flower.simulation import solve_many
+        from fedsciml.engines.flower.simulation import solve_many
 
         return solve_many([dict(problem=problem, method="one-shot", clients=K, seed=seed, progress=progress, **o)
                            for o in opts], clients=K)

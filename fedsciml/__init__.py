@@ -25,13 +25,13 @@ if not _os.path.isdir(_os.path.join(_here, "problems")):
 # --- public API (imported lazily so `import fedsciml` stays light) ----------------
 _PUBLIC = {
     # running
-    "solve": "fedsciml.api", "methods": "fedsciml.api", "Result": "fedsciml.results",
-    "register_method": "fedsciml.runner",
-    # method configurations (one frozen dataclass per method; see fedsciml.config)
-    "CentralizedConfig": "fedsciml.config", "GNConfig": "fedsciml.config", "FIPAConfig": "fedsciml.config",
-    "FedAvgConfig": "fedsciml.config", "FedProxConfig": "fedsciml.config", "OneShotConfig": "fedsciml.config",
-    "MethodConfig": "fedsciml.config",
-    "RoundOptions": "fedsciml.config", "LocalOptions": "fedsciml.config", "option": "fedsciml.config",
+    "solve": "fedsciml.api", "methods": "fedsciml.api", "Result": "fedsciml.runtime.results",
+    "register_method": "fedsciml.runtime.driver",
+    # method configurations (one frozen dataclass per method; see fedsciml.options)
+    "CentralizedConfig": "fedsciml.options", "GNConfig": "fedsciml.options", "FIPAConfig": "fedsciml.options",
+    "FedAvgConfig": "fedsciml.options", "FedProxConfig": "fedsciml.options", "OneShotConfig": "fedsciml.options",
+    "MethodConfig": "fedsciml.options",
+    "RoundOptions": "fedsciml.options", "LocalOptions": "fedsciml.options", "option": "fedsciml.options",
     # problems
     "Problem": "fedsciml.problems.base", "FieldProblem": "fedsciml.problems.base", "Param": "fedsciml.problems.base",
     "ProblemError": "fedsciml.problems.base", "PINNProblem": "fedsciml.problems.pinn",
@@ -39,14 +39,14 @@ _PUBLIC = {
     "register": "fedsciml.problems.registry", "get_problem": "fedsciml.problems.registry",
     "list_problems": "fedsciml.problems.registry",
     # building blocks
-    "MLP": "fedsciml.nn", "LeastSquares": "fedsciml.objective", "PointwiseLeastSquares": "fedsciml.objective",
-    "LinearLeastSquares": "fedsciml.objective", "ResidualPart": "fedsciml.objective", "GNStats": "fedsciml.objective",
-    "LevenbergMarquardt": "fedsciml.solvers.lm",
-    "Aggregator": "fedsciml.federated.aggregators", "FedAvgAggregator": "fedsciml.federated.aggregators",
-    "FIPAAggregator": "fedsciml.federated.aggregators",
+    "MLP": "fedsciml.core.nn", "LeastSquares": "fedsciml.core.objective", "PointwiseLeastSquares": "fedsciml.core.objective",
+    "LinearLeastSquares": "fedsciml.core.objective", "ResidualPart": "fedsciml.core.objective", "GNStats": "fedsciml.core.objective",
+    "LevenbergMarquardt": "fedsciml.core.lm",
+    "Aggregator": "fedsciml.methods.aggregators", "FedAvgAggregator": "fedsciml.methods.aggregators",
+    "FIPAAggregator": "fedsciml.methods.aggregators",
     # errors
-    "SetupError": "fedsciml.checks", "MessageRejected": "fedsciml.federated.messages",
-    "OptionError": "fedsciml.config", "OptionTypeError": "fedsciml.config",
+    "SetupError": "fedsciml.runtime.checks", "MessageRejected": "fedsciml.core.schema",
+    "OptionError": "fedsciml.options", "OptionTypeError": "fedsciml.options",
 }
 __all__ = sorted(_PUBLIC) + ["__version__"]
 

@@ -15,11 +15,12 @@ from typing import Any, Union
 
 import torch
 
+import fedsciml.engines  # noqa: F401  (registers the methods and the engines with the driver)
 from fedsciml.problems import get_problem
 from fedsciml.problems.base import Problem
-from fedsciml.results import Result
-from fedsciml.runner import available_methods
-from fedsciml.runner import solve as _solve
+from fedsciml.runtime.results import Result
+from fedsciml.runtime.driver import available_methods
+from fedsciml.runtime.driver import solve as _solve
 
 
 def solve(problem: Union[str, Problem], method: str = "centralized", clients: int | None = None, *, seed: int = 0,
@@ -40,7 +41,7 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         problem's own, 1 for most; for :class:`ClientData` the number of
         client datasets given).
     method_options
-        The fields of the method's configuration (:mod:`fedsciml.config`:
+        The fields of the method's configuration (:mod:`fedsciml.options`:
         ``CentralizedConfig``, ``GNConfig``, ``FIPAConfig``, ``FedAvgConfig``,
         ``FedProxConfig``, ``OneShotConfig``), e.g. ``budget`` (seconds),
         ``optimizer``, ``max_iters``, ``rounds``, ``rank``, ``local``,

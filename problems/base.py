@@ -12,8 +12,8 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 import torch
 
-from fedsciml.nn import MLP
-from fedsciml.objective import LeastSquares, PointwiseLeastSquares, ResidualPart, stack_objectives
+from fedsciml.core.nn import MLP
+from fedsciml.core.objective import LeastSquares, PointwiseLeastSquares, ResidualPart, stack_objectives
 
 DTYPE = torch.float64
 
@@ -127,7 +127,7 @@ class Problem:
 
     def rows_per_client(self, n_clients: int) -> int | None:
         """About how many residual rows one client holds (``None``: unknown).  Read before any data is
-        built, to refuse a run that cannot fit in memory (:func:`fedsciml.runner.check_memory`)."""
+        built, to refuse a run that cannot fit in memory (:func:`fedsciml.runtime.driver.check_memory`)."""
         return None
 
     # --- shared helpers -------------------------------------------------------

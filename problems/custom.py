@@ -59,7 +59,7 @@ class FieldAt:
         return jacfwd(jacrev(self._scalar))(x)
 
     def laplacian(self, x):
-        """Δu: the network's forward Laplacian (:meth:`fedsciml.nn.MLP.value_and_laplacian`,
+        """Δu: the network's forward Laplacian (:meth:`fedsciml.core.nn.MLP.value_and_laplacian`,
         nested forward mode for activations without a closed form)."""
         return self._net.value_and_laplacian(self._theta, x)[1]
 

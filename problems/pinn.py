@@ -7,10 +7,10 @@ loss, gradient and curvature agree):
 * boundary, one per boundary point: ``√β · (u_θ(x) − g(x))``, ``g`` = exact solution
 
 ``Δu_θ`` comes out of the same forward pass as ``u_θ`` (the network carries its
-input Jacobian and Laplacian layer by layer, :meth:`fedsciml.nn.MLP.value_and_laplacian`);
+input Jacobian and Laplacian layer by layer, :meth:`fedsciml.core.nn.MLP.value_and_laplacian`);
 :func:`laplacian` (trace of the nested-``jacfwd`` Hessian) is the general
 fallback.  The Jacobian in θ is then ``vmap`` over points of ``jacrev`` (see
-:mod:`fedsciml.objective`).
+:mod:`fedsciml.core.objective`).
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class PINNProblem(FieldProblem):
 
     def u_and_laplacian(self, theta, x):
         """``(u_θ(x), Δu_θ(x))`` at one point: one forward pass that carries the
-        input Jacobian and Laplacian (:meth:`fedsciml.nn.MLP.value_and_laplacian`)
+        input Jacobian and Laplacian (:meth:`fedsciml.core.nn.MLP.value_and_laplacian`)
         for the default network; nested ``jacfwd`` otherwise."""
         net = self.network()
         if getattr(net, "has_forward_laplacian", False) and type(self).u is FieldProblem.u:

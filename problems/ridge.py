@@ -42,7 +42,7 @@ import math
 import numpy as np
 import torch
 
-from fedsciml.objective import LinearLeastSquares
+from fedsciml.core.objective import LinearLeastSquares
 
 from .base import DTYPE, Param, Problem, ProblemError, at_least, positive
 from .registry import register

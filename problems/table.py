@@ -68,7 +68,7 @@ def read_table(path: str, target: str = "y") -> tuple[np.ndarray, np.ndarray]:
 
 def table_objective(path: str, target: str = "y", dtype=DTYPE, device="cpu"):
     """A client's linear least-squares objective ``A w − b`` from its table (:func:`read_table`)."""
-    from fedsciml.objective import LinearLeastSquares
+    from fedsciml.core.objective import LinearLeastSquares
 
     X, y = read_table(path, target)
     return LinearLeastSquares(torch.as_tensor(X, dtype=dtype, device=device),

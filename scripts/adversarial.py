@@ -173,7 +173,7 @@ def _checkpoint_bytes(state: dict, header: bool) -> bytes:
     if not header:
         return payload
     try:
-        from fedsciml.federated.checkpoint import MAGIC
+        from fedsciml.runtime.checkpoint import MAGIC
     except ImportError:  # a version without checksum headers: the raw file is what it reads
         return payload
     return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
@@ -194,8 +194,8 @@ def _seed_checkpoint(workdir):
 
 
 def _read_state(path):
-    """A valid checkpoint's state, read the safe way (``fedsciml.federated.checkpoint.read``)."""
-    from fedsciml.federated.checkpoint import read
+    """A valid checkpoint's state, read the safe way (``fedsciml.runtime.checkpoint.read``)."""
+    from fedsciml.runtime.checkpoint import read
     return read(path)
 
 
@@ -1027,9 +1027,9 @@ def preload():
     torch.set_num_threads(1)
     import fedsciml  # noqa: F401
     import fedsciml.cli  # noqa: F401
-    import fedsciml.federated.methods  # noqa: F401
-    import fedsciml.images.cli  # noqa: F401
-    import fedsciml.ridge.cli  # noqa: F401
+    import fedsciml.methods.federated  # noqa: F401
+    import fedsciml.cli.images  # noqa: F401
+    import fedsciml.cli.ridge  # noqa: F401
     import sklearn.datasets  # noqa: F401
     import sklearn.linear_model  # noqa: F401
     import matplotlib

@@ -39,13 +39,13 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fedsciml import linalg  # noqa: E402
-from fedsciml.objective import gn_stats_from  # noqa: E402
+from fedsciml.core import linalg  # noqa: E402
+from fedsciml.core.objective import gn_stats_from  # noqa: E402
 from fedsciml.problems import get_problem  # noqa: E402
 from fedsciml.problems.pinn import laplacian  # noqa: E402
-from fedsciml.runner import solve  # noqa: E402
-from fedsciml.solvers.centralized import lm_stats_fn  # noqa: E402
-from fedsciml.solvers.lm import LevenbergMarquardt, LMConfig  # noqa: E402
+from fedsciml.api import solve  # noqa: E402
+from fedsciml.methods.centralized import lm_stats_fn  # noqa: E402
+from fedsciml.core.lm import LevenbergMarquardt, LMConfig  # noqa: E402
 
 PROBLEMS = {
     "bratu": ("bratu", {}),

@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from fedsciml.problems import get_problem  # noqa: E402
-from fedsciml.runner import solve  # noqa: E402
+from fedsciml.api import solve  # noqa: E402
 
 PDE1D = ("bratu", "allen-cahn", "fisher", "reaction-diffusion")
 GROUPS = ("pde1d", "poisson", "sin1d", "gauss2d", "overhead")
@@ -103,9 +103,9 @@ def bench_overhead(args):
     same linear algebra federated gn must do, since clients can only send JᵀJ) and ``auto`` (the
     kernel form Jᵀ(JJᵀ + μI)⁻¹ when n < p, which needs the pooled J and so has no federated analogue).
     """
-    from fedsciml.objective import stack_objectives
-    from fedsciml.solvers.centralized import SolveConfig, solve_least_squares
-    from fedsciml.solvers.lm import LMConfig
+    from fedsciml.core.objective import stack_objectives
+    from fedsciml.methods.centralized import SolveConfig, solve_least_squares
+    from fedsciml.core.lm import LMConfig
 
     rows = []
     for name, K in (("bratu", 4), ("sin1d", 8)) if not args.quick else (("bratu", 2),):

@@ -16,11 +16,11 @@ import math
 
 import torch
 
-from fedsciml.federated import methods  # noqa: F401  (registers the methods)
-from fedsciml.federated.simulation import RoundFailed
-from fedsciml.nn import MLP
-from fedsciml.objective import PointwiseLeastSquares, ResidualPart
-from fedsciml.runner import METHODS
+from fedsciml.methods import federated as methods  # noqa: F401  (registers the methods)
+from fedsciml.runtime.loop import RoundFailed
+from fedsciml.core.nn import MLP
+from fedsciml.core.objective import PointwiseLeastSquares, ResidualPart
+from fedsciml.methods import METHODS
 
 NET = MLP([1, 6, 6, 1])
 

@@ -28,10 +28,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import repro_common  # noqa: E402
-from fedsciml.federated.methods import PAPER_PRESET  # noqa: E402
-from fedsciml.federated.simulation import RoundFailed  # noqa: E402
+from fedsciml.methods.federated import PAPER_PRESET  # noqa: E402
+from fedsciml.runtime.loop import RoundFailed  # noqa: E402
 from fedsciml.problems import get_problem  # noqa: E402
-from fedsciml.runner import solve  # noqa: E402
+from fedsciml.api import solve  # noqa: E402
 
 PAPER_PDE = {"n_interior": 400, "n_boundary": 20, "boundary_weight": 10.0}
 BRATU = {"variant": "manufactured"}
@@ -113,8 +113,8 @@ def ablation(args):
 
 def first_step():
     """‖merged step‖ of round 1 (Bratu, paper preset's local training) against the pseudo-inverse cutoff."""
-    from fedsciml.curvature import fipa_merge_lowrank
-    from fedsciml.federated.client import Client, LocalConfig
+    from fedsciml.core.curvature import fipa_merge_lowrank
+    from fedsciml.runtime.client import Client, LocalConfig
 
     pb = get_problem("bratu", **BRATU, **PAPER_PDE)
     objs, th = pb.client_objectives(2, seed=0), pb.init_params(0)

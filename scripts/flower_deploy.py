@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     if args.clients < 1:
         print(f"error: --clients must be ≥ 1, got {args.clients}", file=sys.stderr)
         return 2
-    from fedsciml.flower.deploy import LocalDeployment
+    from fedsciml.engines.flower.deploy import LocalDeployment
 
     with LocalDeployment(args.clients, args.keep, threads=args.threads) as d:
         res, _ = d.run(args.problem, args.method, seed=args.seed, problem_options=problem_options,

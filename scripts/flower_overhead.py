@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from fedsciml.federated.transport import Transport
+from fedsciml.runtime.transport import Transport
 
 
 class TimedTransport(Transport):
@@ -43,7 +43,7 @@ class TimedTransport(Transport):
         return out
 
     def by_query(self) -> dict:
-        from fedsciml.flower.transport import medians_by_query
+        from fedsciml.engines.flower.transport import medians_by_query
 
         return medians_by_query(self.times, self.queries)
 
@@ -68,8 +68,8 @@ def main(argv=None):
     load0 = os.getloadavg()
     torch.set_num_threads(1)
     import fedsciml as fs
-    from fedsciml.federated.client import Client
-    from fedsciml.federated.transport import LocalTransport
+    from fedsciml.runtime.client import Client
+    from fedsciml.runtime.transport import LocalTransport
     from fedsciml.problems import get_problem
 
     p = get_problem(args.problem)
@@ -85,7 +85,7 @@ def main(argv=None):
     same = {}
     skip = set(args.skip.split(","))
     if "simulation" not in skip:
-        from fedsciml.flower.simulation import solve_many
+        from fedsciml.engines.flower.simulation import solve_many
 
         t0 = time.perf_counter()
         r = solve_many([dict(problem=p, method="gn", clients=K, seed=0, **opts)], K)[0]
@@ -95,7 +95,7 @@ def main(argv=None):
                      "wall_s": r.wall_time_s, "setup_s": time.perf_counter() - t0 - r.wall_time_s})
         same["simulation"] = bool(torch.equal(r.theta, loc.theta))
     if "deployment" not in skip:
-        from fedsciml.flower.deploy import LocalDeployment
+        from fedsciml.engines.flower.deploy import LocalDeployment
 
         t0 = time.perf_counter()
         with LocalDeployment(K, threads=1) as d:

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # repro_common
 
 import fedsciml as fs  # noqa: E402
-from fedsciml.solvers import history as _history  # noqa: E402
+from fedsciml.runtime import history as _history  # noqa: E402
 
 import repro_common  # noqa: E402
 
@@ -113,7 +113,7 @@ def table(a):
             rows.append({"d": d, "method": label, "round 0": h[0]["rel_l2"], "round 5": at_round(h, 5),
                          "round 10": at_round(h, 10), f"round {a.rounds}": at_round(h, a.rounds),
                          f"loss, round {a.rounds}": h[-1]["loss"],
-                         f"CPU s / round": h[-1]["time_s"] / max(1, h[-1]["round"]),
+                         "CPU s / round": h[-1]["time_s"] / max(1, h[-1]["round"]),
                          "at CPU budget": e_cpu, "rounds in CPU budget": k_cpu, "CPU budget s": round(budget, 1),
                          "rejected steps": rej})
     cols = ["d", "method", "round 0", "round 5", "round 10", f"round {a.rounds}", f"loss, round {a.rounds}",

@@ -30,14 +30,14 @@ import time
 import torch
 
 import ridge_common as rc
-from fedsciml import linalg
+from fedsciml.core import linalg
 from fedsciml.problems import get_problem
-from fedsciml.federated.oneshot import OneShotStrategy
-from fedsciml.federated.simulation import RoundConfig, Simulation
-from fedsciml.federated.transport import Reply, Transport
+from fedsciml.methods.oneshot import OneShotStrategy
+from fedsciml.runtime.loop import RoundConfig, Simulation
+from fedsciml.runtime.transport import Reply, Transport
 from fedsciml.ridge import FusionServer, client_message
-from fedsciml.ridge.stats import to_gn
-from fedsciml.ridge.cv import loco_cv, loco_solutions, loco_solutions_naive
+from fedsciml.core.stats import to_gn
+from fedsciml.core.loco import loco_cv, loco_solutions, loco_solutions_naive
 
 
 def _sync(dev):
@@ -188,7 +188,7 @@ def main():
     row("fusion, square-root form (server forms ΣR_kᵀR_k)", t_fs, t_rr, "bare RᵀR of the stacked factors", "",
         f"model vs Gram form {float((w_sqrt - w).norm() / w.norm()):.1e}", cpu=("fuse_sqrt", "rr"))
     G = Rall.T @ Rall
-    del Rall
+    Rall = None  # free the stacked factors (a lambda above read them)
 
     # 4. LOCO-CV on the factors
     Rs, hs = OneShotStrategy._stack_factors(sq, sorted(sq), d, G)
@@ -197,7 +197,7 @@ def main():
     V = torch.randn(S, K, d, dtype=torch.float64, device=dev)
     Pm = torch.randn(S, d, d, dtype=torch.float64, device=dev)
     t_prec, _ = _best(lambda: torch.bmm(V, Pm), dev, 2, "prec")
-    del V, Pm
+    V = Pm = None  # free them (a lambda above read them)
     t_read, _ = _best(lambda: Rs.sum(), dev, 2, "read")
     t_fact, _ = _best(lambda: [torch.cholesky_inverse(torch.linalg.cholesky(linalg.add_diagonal(total[0], x)))
                                for x in sig], dev, 1, "fact")
@@ -223,7 +223,7 @@ def main():
         Mk = linalg.add_diagonal(total[0] - Rs[k].T @ Rs[k], float(sig[j]))
         ref = torch.cholesky_solve((total[1] - hs[k])[:, None], torch.linalg.cholesky(Mk))[:, 0]
         cv_err = max(cv_err, float((W[k, j] - ref).norm() / ref.norm()))
-    del Rs, hs, W
+    Rs = hs = W = None  # free them (lambdas above read them)
 
     # exactness of fusion against pooled scikit-learn
     fuse_err = None

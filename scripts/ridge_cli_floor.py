@@ -1,7 +1,7 @@
 """The ``ridge`` CLI's solver time beside the kernels' floor, measured in the same process (issue 21, item 5).
 
 Runs exactly what ``python -m fedsciml ridge --clients K --dim d --samples n --cv GRID`` runs
-(:func:`fedsciml.ridge.cli.run_experiment`: ``solve(problem, "one-shot", ...)`` on the runtime's round loop,
+(:func:`fedsciml.cli.ridge.run_experiment`: ``solve(problem, "one-shot", ...)`` on the runtime's round loop,
 strategy, validation and fusion server) and reports its solver time (the one-shot Result's ``wall_time_s``,
 the CLI's "seconds" column).  Then, on the same clients' rows, the bare kernels that any implementation of
 the method must run:
@@ -9,8 +9,8 @@ the method must run:
 * ``stats``: every client's message — the thin QR of its rows (square-root form, ``2·n_k ≤ d``) or its packed
   Gram (otherwise);
 * ``fusion``: the server's Gram of the stacked factors (or the sum of the packed Grams) and one Cholesky solve;
-* ``loco``: leave-one-client-out CV on the clients' factors (:func:`fedsciml.ridge.cv.loco_solutions`) and
-  its server-side scores (:func:`fedsciml.ridge.cv.stats_scores`).
+* ``loco``: leave-one-client-out CV on the clients' factors (:func:`fedsciml.core.loco.loco_solutions`) and
+  its server-side scores (:func:`fedsciml.core.loco.stats_scores`).
 
 It prints the ratios CLI / (fusion + loco) — the issue's target, ≤ 2 — and CLI / (stats + fusion + loco),
 the floor including the clients' own work (in this simulation the clients run in the same process, so their
@@ -30,10 +30,11 @@ import time
 
 import torch
 
-from fedsciml import linalg
-from fedsciml.ridge.cli import parse_grid, run_experiment
-from fedsciml.ridge.cv import loco_solutions, stats_scores
-from fedsciml.ridge.stats import client_message, ridge_solve
+from fedsciml.core import linalg
+from fedsciml.cli.ridge import run_experiment
+from fedsciml.options import parse_grid
+from fedsciml.core.loco import loco_solutions, stats_scores
+from fedsciml.core.stats import client_message, ridge_solve
 
 
 def kernels(data, grid, sigma0):
@@ -90,7 +91,7 @@ def main(argv=None):
         chosen, form = res.extra["sigma_used"], res.extra.get("form_used")
         if r == 0:
             rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            from fedsciml.ridge.cli import make_problem
+            from fedsciml.cli.ridge import make_problem
 
             data = make_problem("linear", args.dim, args.samples, 0.5, 0.0, penalty="server").client_data(
                 args.clients, args.seed)

@@ -33,7 +33,7 @@ def parser(description: str, seeds: int = 5, out: str = "results/ridge") -> argp
 def setup(args):
     torch.set_num_threads(max(1, args.threads))
     os.makedirs(args.out, exist_ok=True)
-    from fedsciml.runner import resolve_device
+    from fedsciml.runtime.driver import resolve_device
 
     return resolve_device(args.device)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import fedsciml as fs
-from fedsciml.checks import SetupError
+from fedsciml.runtime.checks import SetupError
 
 
 class Poisson1D(fs.PDE):

@@ -6,17 +6,17 @@ import math
 import pytest
 import torch
 
-from fedsciml import linalg
-from fedsciml.federated import methods  # noqa: F401  (registers the methods)
-from fedsciml.federated import robust
-from fedsciml.federated.aggregators import Aggregator, FedAvgAggregator, FIPAAggregator
-from fedsciml.federated.client import Client, LocalConfig
-from fedsciml.federated.gn import GNAggregator
-from fedsciml.federated.messages import MAX_COUNT, Field, MessageRejected, Schema, psd_violation
-from fedsciml.federated.simulation import RoundFailed
-from fedsciml.nn import MLP
-from fedsciml.objective import PointwiseLeastSquares, ResidualPart
-from fedsciml.runner import METHODS
+from fedsciml.core import linalg
+from fedsciml.methods import federated as methods  # noqa: F401  (registers the methods)
+from fedsciml.runtime import robust
+from fedsciml.methods.aggregators import Aggregator, FedAvgAggregator, FIPAAggregator
+from fedsciml.runtime.client import Client, LocalConfig
+from fedsciml.methods.gn import GNAggregator
+from fedsciml.core.schema import MAX_COUNT, psd_violation
+from fedsciml.runtime.loop import RoundFailed
+from fedsciml.core.nn import MLP
+from fedsciml.core.objective import PointwiseLeastSquares, ResidualPart
+from fedsciml.methods import METHODS
 
 D64 = torch.float64
 NET = MLP([1, 6, 6, 1])  # p = 61
@@ -107,7 +107,7 @@ def test_fipa_with_an_integer_message_rejects_it_instead_of_crashing():
 
 
 def test_ridge_rejects_a_complex_message_by_dtype():
-    from fedsciml.ridge.stats import FusionServer, client_message
+    from fedsciml.core.stats import FusionServer, client_message
 
     A = torch.randn(10, 3, dtype=D64, generator=torch.Generator().manual_seed(0))
     msg = client_message(A, A.sum(1))
@@ -166,8 +166,8 @@ def test_gn_rejects_an_indefinite_curvature_that_passes_the_entrywise_checks():
 
 
 def test_ridge_exact_statistics_must_be_psd_but_noisy_dp_statistics_need_not_be():
-    from fedsciml.ridge import dp
-    from fedsciml.ridge.stats import FusionServer, client_message
+    from fedsciml.core import dp
+    from fedsciml.core.stats import FusionServer, client_message
 
     A = torch.randn(4, 3, dtype=D64, generator=torch.Generator().manual_seed(0))
     msg = client_message(A, A.sum(1))
@@ -317,8 +317,10 @@ def test_fipa_robust_rules_combine_the_curvature_weighted_updates():
     assert torch.allclose(big, FIPAAggregator("full", "pinv").aggregate(THETA0, msgs), rtol=0, atol=1e-12)
     C = 1e-3
     clipped = {c: {**m, "delta": robust.clip_rows(m["delta"][None], C)[0]} for c, m in msgs.items()}
+    # not bitwise: the aggregator clips the stacked rows, the reference one row at a time (norms reduced in another
+    # order, 1 ulp apart on some CPUs), and the pseudo-inverse of the ill-conditioned ΣH_m amplifies that
     assert torch.allclose(FIPAAggregator("full", "pinv", clip_norm=C).aggregate(THETA0, msgs),
-                          FIPAAggregator("full", "pinv").aggregate(THETA0, clipped), rtol=1e-12, atol=1e-15)
+                          FIPAAggregator("full", "pinv").aggregate(THETA0, clipped), rtol=1e-7, atol=1e-8)
 
 
 def test_pinv_quadratic_lower_bound_against_the_pseudo_inverse():

@@ -8,8 +8,8 @@ import pytest
 
 import fedsciml as fs
 from fedsciml.cli import main
-from fedsciml.runner import OutOfMemory, available_memory
-from fedsciml.solvers.centralized import Diverged
+from fedsciml.runtime.driver import OutOfMemory, available_memory
+from fedsciml.methods.centralized import Diverged
 
 SOLVE = ["solve", "sin1d", "--clients", "2", "--n-samples", "10", "--rounds", "1", "--quiet"]
 RIDGE = ["ridge", "--clients", "3", "--samples", "20", "--dim", "4"]
@@ -66,7 +66,7 @@ def test_an_existing_json_file_is_overwritten(capsys, tmp_path):
 
 
 def test_the_check_leaves_no_file_behind(tmp_path):
-    from fedsciml.results import check_output_dir, check_output_file
+    from fedsciml.runtime.results import check_output_dir, check_output_file
 
     f = tmp_path / "new" / "r.json"
     assert check_output_file(str(f)) == str(f) and not f.exists() and f.parent.is_dir()

@@ -1,4 +1,4 @@
-"""Typed method configurations (fedsciml.config), the method registry and the options' front end:
+"""Typed method configurations (fedsciml.options), the method registry and the options' front end:
 unknown keys refused, zero is a value, one clear line per bad value (API: OptionError / TypeError;
 CLI: exit 2)."""
 import json
@@ -10,9 +10,9 @@ import pytest
 
 import fedsciml as fs
 from fedsciml.cli import main
-from fedsciml.config import (CentralizedConfig, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OptionError,
+from fedsciml.options import (CentralizedConfig, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OptionError,
                              OptionTypeError)
-from fedsciml.runner import METHODS
+from fedsciml.methods import METHODS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = dict(problem_options={"n_samples": 10})
@@ -161,7 +161,7 @@ def test_cli_flags_are_generated_from_the_configurations():
     parser = build_parser()
     solve = parser._subparsers._group_actions[0].choices["solve"]
     flags = {s for a in solve._actions for s in a.option_strings}
-    from fedsciml.cli import _problem_param_flags
+    from fedsciml.cli.main import _problem_param_flags
 
     problem_names = _problem_param_flags()
     for spec in METHODS.values():
@@ -178,18 +178,21 @@ def test_cli_flags_are_generated_from_the_configurations():
 
 
 def test_registry_without_import_cycle():
-    code = ("import sys, fedsciml.federated.methods; assert 'fedsciml.runner' not in sys.modules; "
-            "import fedsciml.runner as r; assert sorted(r.METHODS) == ['centralized', 'fedavg', 'fedprox', 'fipa', 'gn', 'one-shot']")
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, env={"PYTHONPATH": str(ROOT)})
-    code = "import sys, fedsciml.runner; assert 'fedsciml.federated.methods' not in sys.modules"
+    # the runtime knows no method by itself; importing fedsciml.methods registers the built-in ones, and their
+    # runners are imported on first use
+    code = ("import sys, fedsciml.runtime.driver as r; assert not r.METHODS; "
+            "assert not any(m.startswith('fedsciml.methods') for m in sys.modules); "
+            "import fedsciml.methods; "
+            "assert sorted(r.METHODS) == ['centralized', 'fedavg', 'fedprox', 'fipa', 'gn', 'one-shot']; "
+            "assert 'fedsciml.methods.federated' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, env={"PYTHONPATH": str(ROOT)})
 
 
 def test_registering_a_method_is_one_call():
     from dataclasses import dataclass
 
-    from fedsciml.config import StopOptions, option
-    from fedsciml.runner import register_method
+    from fedsciml.options import StopOptions, option
+    from fedsciml.runtime.driver import register_method
 
     @dataclass(frozen=True)
     class ZeroConfig(StopOptions):
@@ -219,9 +222,9 @@ def test_top_level_problems_import_is_refused():
 
 
 def test_a_transport_object_replaces_the_configured_one():
-    """What the Flower engine does (fedsciml.flower.apps.run_on_grid): the runner receives a Transport instance."""
-    from fedsciml.federated.client import Client
-    from fedsciml.federated.transport import LocalTransport
+    """What the Flower engine does (fedsciml.engines.flower.apps.run_on_grid): the runner receives a Transport instance."""
+    from fedsciml.runtime.client import Client
+    from fedsciml.runtime.transport import LocalTransport
 
     prob = fs.get_problem("sin1d", n_samples=10)
     objs = prob.client_objectives(2, seed=0)

@@ -6,15 +6,15 @@ import math
 import pytest
 import torch
 
-from fedsciml import linalg
-from fedsciml.federated.aggregators import FedAvgAggregator, FIPAAggregator
-from fedsciml.federated.checkpoint import CheckpointMismatch
-from fedsciml.federated.client import AdaptiveSchedule, Client, LocalConfig, Spectrum
-from fedsciml.federated.simulation import RoundFailed
-from fedsciml.nn import MLP
-from fedsciml.objective import PointwiseLeastSquares, ResidualPart, stack_objectives
-from fedsciml.runner import METHODS
-from fedsciml.solvers.centralized import SolveConfig, solve_least_squares
+from fedsciml.core import linalg
+from fedsciml.methods.aggregators import FedAvgAggregator, FIPAAggregator
+from fedsciml.runtime.checkpoint import CheckpointMismatch
+from fedsciml.runtime.client import AdaptiveSchedule, Client, LocalConfig, Spectrum
+from fedsciml.runtime.loop import RoundFailed
+from fedsciml.core.nn import MLP
+from fedsciml.core.objective import PointwiseLeastSquares, ResidualPart, stack_objectives
+from fedsciml.methods import METHODS
+from fedsciml.methods.centralized import SolveConfig, solve_least_squares
 
 NET = MLP([1, 6, 6, 1])  # p = 61
 
@@ -128,7 +128,7 @@ def test_fipa_safeguard_after_a_rejected_step_merges_again_from_the_kept_message
     """A rejected merged step costs one round: the next trial is merged at once, with the raised β, from the
     messages the clients sent at the previous θ.  Reference: the former rule, which broadcast the previous θ
     again and merged the clients' fresh answers there — the same trials, one wasted round per rejection later."""
-    from fedsciml.federated.fipa import FIPAStrategy
+    from fedsciml.methods.fipa import FIPAStrategy
 
     def trajectory(rounds):
         seen = []
@@ -374,7 +374,7 @@ def test_bad_options_are_named():
 
 
 def test_batched_client_evaluation_gives_each_client_its_own_statistics():
-    from fedsciml.federated.client import ClientBatch
+    from fedsciml.runtime.client import ClientBatch
 
     objs = make_clients((12, 20, 7))
     clients = [Client(i, o) for i, o in enumerate(objs)]
@@ -409,7 +409,7 @@ def test_gn_square_root_form_equals_normal_form_and_centralized_lm(sizes):
 
 
 def test_square_root_message_carries_exactly_the_gn_statistics():
-    from fedsciml.federated.client import sqrt_gn_fields
+    from fedsciml.runtime.client import sqrt_gn_fields
 
     obj = make_clients((12,))[0]
     r, J = obj.residual_and_jacobian(THETA0)
@@ -431,7 +431,7 @@ def test_gn_auto_form_sends_fewer_floats_when_rows_are_few():
 
 
 def test_gn_square_root_form_rejects_a_malformed_factor():
-    from fedsciml.federated.gn import GNAggregator
+    from fedsciml.methods.gn import GNAggregator
 
     agg = GNAggregator(True, "sqrt")
     p = NET.n_params

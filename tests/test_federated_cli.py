@@ -61,7 +61,7 @@ def test_bad_federated_options_exit_2_with_one_line(capsys):
 
 def test_rejections_reach_the_result_json():
     from fedsciml.problems import get_problem
-    from fedsciml.runner import solve
+    from fedsciml.api import solve
 
     def hook(rnd, cid, msg):
         return {**msg, "delta": msg["delta"] * float("nan")} if cid == 1 else msg

@@ -3,10 +3,10 @@ import pytest
 import torch
 
 from fedsciml.cli import main
-from fedsciml.federated.client import Client, LocalConfig
-from fedsciml.federated.methods import PAPER_PRESET
+from fedsciml.runtime.client import Client, LocalConfig
+from fedsciml.methods.federated import PAPER_PRESET
 from fedsciml.problems import get_problem
-from fedsciml.runner import solve
+from fedsciml.api import solve
 
 SMALL = {"variant": "manufactured", "n_interior": 40, "n_boundary": 20}
 

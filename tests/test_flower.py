@@ -1,7 +1,7 @@
 """Flower as a transport: codec, ClientApp, and runs through Flower's simulation engine.
 
 The simulation runs share one Flower simulation (Ray starts once for the
-module: :func:`fedsciml.flower.simulation.solve_many`).  Bitwise equality is
+module: :func:`fedsciml.engines.flower.simulation.solve_many`).  Bitwise equality is
 asserted against the in-process run that evaluates each client on its own
 (``LocalTransport(vectorize=False)``) with the same torch thread count: a
 Flower node holds one client, so the operations and their order are the
@@ -19,10 +19,10 @@ import torch
 pytest.importorskip("flwr")
 
 import fedsciml as fs  # noqa: E402
-from fedsciml.federated.client import Client  # noqa: E402
-from fedsciml.federated.transport import Failure, LocalTransport, Reply, Request  # noqa: E402
-from fedsciml.flower import codec  # noqa: E402
-from fedsciml.flower.apps import answer_content, table_objective  # noqa: E402
+from fedsciml.runtime.client import Client  # noqa: E402
+from fedsciml.runtime.transport import Failure, LocalTransport, Reply, Request  # noqa: E402
+from fedsciml.engines.flower import codec  # noqa: E402
+from fedsciml.engines.flower.apps import answer_content, table_objective  # noqa: E402
 from fedsciml.problems import get_problem  # noqa: E402
 
 K = 2
@@ -36,8 +36,8 @@ class Run:
 
 
 def local_run(problem, method, clients, seed=0, **opts):
-    """``method`` in process, its clients evaluated one by one (as :func:`fedsciml.runner.solve` sets it up)."""
-    from fedsciml.runner import METHODS
+    """``method`` in process, its clients evaluated one by one (as :func:`fedsciml.runtime.driver.solve` sets it up)."""
+    from fedsciml.methods import METHODS
 
     transport = unbatched(problem, clients, seed)
     torch.manual_seed(seed)
@@ -160,7 +160,7 @@ RUNS = {
 def simulated(tmp_path_factory):
     """Every run of :data:`RUNS` through one Flower simulation, and the matching in-process runs;
     plus a gn run checkpointed after 2 rounds and resumed to 3 (key ``"resumed"``: (resumed, 3 rounds))."""
-    from fedsciml.flower.simulation import solve_many
+    from fedsciml.engines.flower.simulation import solve_many
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the nodes use the server's thread count (sent with the job)
@@ -254,7 +254,7 @@ def test_vectorized_local_run_is_close(simulated):
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     """A SuperLink and 2 fedsciml nodes on 127.0.0.1 (free ports); every process stopped at the end."""
-    from fedsciml.flower.deploy import LocalDeployment
+    from fedsciml.engines.flower.deploy import LocalDeployment
 
     d = LocalDeployment(K, str(tmp_path_factory.mktemp("flower-deploy")), threads=1, trace=True)
     with d:
@@ -291,7 +291,7 @@ def test_deployment_survives_a_killed_node_that_comes_back(deployment):
     log = deployment.dir / "node1.log"
 
     def tasks():
-        return log.read_text(errors="replace").count("fedsciml.flower.node] task")
+        return log.read_text(errors="replace").count("fedsciml.engines.flower.node] task")
 
     before = tasks()
     proc, out = deployment.submit("bratu", "gn", rounds=3, batched=False, timeout_s=20.0, name="killed")
@@ -325,10 +325,10 @@ def test_image_clients_built_on_nodes_send_the_in_process_messages_bitwise():
     from flwr.serverapp import ServerApp
     from flwr.simulation import run_simulation
 
-    from fedsciml.flower.apps import client_app
-    from fedsciml.flower.images import run_setting
-    from fedsciml.flower.simulation import backend_config
-    from fedsciml.flower.transport import FlowerTransport
+    from fedsciml.engines.flower.apps import client_app
+    from fedsciml.engines.flower.images import run_setting
+    from fedsciml.engines.flower.simulation import backend_config
+    from fedsciml.engines.flower.transport import FlowerTransport
     from fedsciml.images import data as imdata
     from fedsciml.images import methods as M
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from fedsciml.cli import main
-from fedsciml.federated import checkpoint as ckpt
-from fedsciml.runner import METHODS
+from fedsciml.runtime import checkpoint as ckpt
+from fedsciml.methods import METHODS
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_federated import THETA0, evaluate, make_clients  # noqa: E402
@@ -305,8 +305,8 @@ def _nan_beyond(limit):
 
 
 def test_setup_check_finds_a_residual_bad_on_a_sliver_of_the_domain():
-    from fedsciml.checks import SetupError, check_objectives
-    from fedsciml.objective import PointwiseLeastSquares, ResidualPart
+    from fedsciml.runtime.checks import SetupError, check_objectives
+    from fedsciml.core.objective import PointwiseLeastSquares, ResidualPart
 
     objs = make_clients()
     x = torch.linspace(0, 1, 201, dtype=torch.float64).reshape(-1, 1)
@@ -335,7 +335,7 @@ class Sliver(fs.PDE):
 
 def test_setup_check_reaches_the_api_and_the_command_line(tmp_path, capsys):
     import fedsciml as fs
-    from fedsciml.checks import SetupError
+    from fedsciml.runtime.checks import SetupError
 
     plugin = tmp_path / "sliver.py"
     plugin.write_text(_SLIVER)
@@ -348,7 +348,7 @@ def test_setup_check_reaches_the_api_and_the_command_line(tmp_path, capsys):
 
 
 def test_a_client_rejected_every_round_stops_the_run_after_a_bounded_number_of_rounds():
-    from fedsciml.federated.simulation import RoundConfig, RoundFailed
+    from fedsciml.runtime.loop import RoundConfig, RoundFailed
 
     limit = RoundConfig().max_rejected_rounds
     assert 1 < limit <= 20
@@ -510,8 +510,8 @@ def test_client_data_that_is_not_numeric_is_named():
 
 
 def test_a_failed_round_in_bench_images_is_one_line(capsys, monkeypatch):
-    from fedsciml.federated.simulation import RoundFailed
-    from fedsciml.images import cli as images_cli
+    from fedsciml.runtime.loop import RoundFailed
+    from fedsciml.cli import images as images_cli
 
     def fail(args):
         raise RoundFailed("round 1: no valid client message remained for aggregation; rejected: client 0: nan")

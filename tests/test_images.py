@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedsciml import linalg
-from fedsciml.federated.aggregators import Aggregator, FedAvgAggregator
+from fedsciml.core import linalg
+from fedsciml.methods.aggregators import Aggregator, FedAvgAggregator
 from fedsciml.images import data as D
 from fedsciml.images import fisher as fz
 from fedsciml.images import methods as M
@@ -423,7 +423,7 @@ def test_cli_bench_images_writes_json_and_png(tmp_path, capsys):
 
 
 def test_fipa_tail_floor_is_the_exact_merge_of_lowrank_plus_isotropic_curvatures():
-    from fedsciml.federated.aggregators import FIPAAggregator
+    from fedsciml.methods.aggregators import FIPAAggregator
     from fedsciml.images.aggregators import FIPAComplementAggregator
 
     torch.manual_seed(0)

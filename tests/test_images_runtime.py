@@ -6,9 +6,9 @@ import os
 import pytest
 import torch
 
-from fedsciml import curvature as C
-from fedsciml.federated import checkpoint as ckpt
-from fedsciml.federated.messages import Schema, floats_in
+from fedsciml.core import curvature as C
+from fedsciml.runtime import checkpoint as ckpt
+from fedsciml.core.schema import Schema, floats_in
 from fedsciml.images import data as D
 from fedsciml.images import fisher as fz
 from fedsciml.images import methods as M
@@ -139,7 +139,7 @@ def test_cli_done_when_command_writes_results_with_per_round_accounting(tmp_path
     fedavg,fipa --rounds 2 --dropout 0.3 --json i.json` — `runs` holds one Result per method in solve's
     layout; each history row records the floats sent and the dropped and rejected clients."""
     from fedsciml.cli import main
-    from fedsciml.results import Result
+    from fedsciml.runtime.results import Result
 
     out = tmp_path / "i.json"
     assert main(["bench", "images", "--protocol", "rounds", "--methods", "fedavg,fipa", "--rounds", "2",
@@ -178,7 +178,9 @@ def test_every_curvature_form_round_trips_its_message_bitwise_and_counts_its_flo
     p = 9
     A = torch.randn(p, p, dtype=torch.float64)
     U = torch.linalg.qr(torch.randn(p, 3, dtype=torch.float64))[0]
-    forms = [C.Dense(A @ A.T), C.LowRank(U, torch.tensor([3.0, 2.0, 0.5], dtype=torch.float64)),
+    S = A @ A.T
+    S = (S + S.T) / 2  # exactly symmetric (A @ A.T is not, on every CPU): a packed triangle must restore all of it
+    forms = [C.Dense(S), C.LowRank(U, torch.tensor([3.0, 2.0, 0.5], dtype=torch.float64)),
              C.Diagonal(torch.rand(p, dtype=torch.float64))]
     model, K = _kfac()
     forms.append(K)

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedsciml import curvature as C
-from fedsciml import linalg
+from fedsciml.core import curvature as C
+from fedsciml.core import linalg
 
 
 def _psd(p, n, seed):

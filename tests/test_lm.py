@@ -2,11 +2,11 @@
 import pytest
 import torch
 
-from fedsciml.nn import MLP
-from fedsciml.objective import GNStats, LinearLeastSquares, gn_stats_from, stack_objectives
+from fedsciml.core.nn import MLP
+from fedsciml.core.objective import GNStats, LinearLeastSquares, gn_stats_from, stack_objectives
 from fedsciml.problems import get_problem
-from fedsciml.solvers.centralized import SolveConfig, solve_least_squares
-from fedsciml.solvers.lm import LevenbergMarquardt, LMConfig
+from fedsciml.methods.centralized import SolveConfig, solve_least_squares
+from fedsciml.core.lm import LevenbergMarquardt, LMConfig
 
 
 def no_eval(theta):

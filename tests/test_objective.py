@@ -6,10 +6,10 @@ forward Laplacian, nested ``jacfwd`` and finite differences in x.
 """
 import pytest
 import torch
-from torch.func import jacfwd, vmap
+from torch.func import vmap
 
-from fedsciml.nn import MLP
-from fedsciml.objective import (GNStats, LinearLeastSquares, PointwiseLeastSquares, ResidualPart, gn_stats_from,
+from fedsciml.core.nn import MLP
+from fedsciml.core.objective import (GNStats, LinearLeastSquares, PointwiseLeastSquares, ResidualPart, gn_stats_from,
                                 stack_objectives)
 from fedsciml.problems import get_problem
 from fedsciml.problems.pinn import laplacian

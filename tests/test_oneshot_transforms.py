@@ -6,11 +6,11 @@ ridge problems, ``[A_k; √(σ/K)·I]`` and ``[b_k; 0]`` (the penalty rows are p
 import pytest
 import torch
 
-from fedsciml.federated import methods  # noqa: F401  (registers the methods)
-from fedsciml.runner import METHODS
+from fedsciml.methods import federated as methods  # noqa: F401  (registers the methods)
+from fedsciml.methods import METHODS
 from fedsciml.ridge import DPConfig, one_shot
-from fedsciml.ridge.dp import client_generator, shared_generator
-from fedsciml.ridge.stats import client_message, from_gn, fuse, to_gn
+from fedsciml.core.dp import client_generator, shared_generator
+from fedsciml.core.stats import client_message, from_gn, fuse, to_gn
 
 
 def _ridge(clients=5, dim=12):
@@ -26,7 +26,7 @@ def _rows(objs):
 
 
 def _flat(dp):
-    """A DPConfig as the one-shot method's typed options (fedsciml.config.OneShotConfig)."""
+    """A DPConfig as the one-shot method's typed options (fedsciml.options.OneShotConfig)."""
     return {} if dp is None else dict(dp_epsilon=dp.epsilon, dp_delta=dp.delta, dp_clip_a=dp.c_a, dp_clip_b=dp.c_b,
                                       dp_clip=dp.clip, dp_central=dp.central, dp_noise_aware=dp.noise_aware_sigma)
 
@@ -41,7 +41,7 @@ def _close(a, b, rtol=1e-10):
 
 def test_ridge_messages_are_the_gn_statistics_with_one_sign():
     prob, objs, w0 = _ridge()
-    from fedsciml.federated.client import Client
+    from fedsciml.runtime.client import Client
 
     for k, (A, b) in enumerate(_rows(objs)):
         msg = client_message(A, b)
@@ -102,9 +102,9 @@ def test_central_dp_on_the_runtime_equals_ridge_one_shot():
     w, _ = one_shot(_rows(objs), sigma=0.2, dp=dp, seed=11)  # central noise: one draw of the shared generator
     assert _close(a, w)
     # and it is the exact fusion of the clipped rows plus that one draw (independent reference)
-    from fedsciml import linalg, privacy
-    from fedsciml.ridge.dp import noise_like, psd_repair
-    from fedsciml.ridge.stats import ridge_solve
+    from fedsciml.core import linalg, privacy
+    from fedsciml.core.dp import noise_like, psd_repair
+    from fedsciml.core.stats import ridge_solve
 
     clipped = [privacy.clip_rows(A, b, 1.0, 1.0, "scale") for A, b in _rows(objs)]
     A = torch.cat([c[0] for c in clipped])
@@ -171,7 +171,7 @@ def test_noisy_messages_are_checked_and_bad_options_are_refused():
 
 
 def test_the_fusion_server_reads_the_runtime_gn_schema_and_streams_it():
-    from fedsciml.federated.client import Client
+    from fedsciml.runtime.client import Client
     from fedsciml.ridge import FusionServer
 
     prob, objs, w0 = _ridge()
@@ -180,7 +180,7 @@ def test_the_fusion_server_reads_the_runtime_gn_schema_and_streams_it():
     server.receive_all({k: Client(k, o).gn_message(w0) for k, o in enumerate(objs[:4])})
     # the last client streams its rows in two increments, in the gn schema too
     A, b = objs[4].A, objs[4].b
-    from fedsciml.objective import LinearLeastSquares
+    from fedsciml.core.objective import LinearLeastSquares
 
     for rows in (slice(0, 20), slice(20, None)):
         server.update(4, Client(4, LinearLeastSquares(A[rows], b[rows])).gn_message(w0))

@@ -3,9 +3,9 @@ import os
 
 import pytest
 
-from fedsciml.plotting import plot_runs, run_label
+from fedsciml.runtime.plotting import plot_runs, run_label
 from fedsciml.problems import get_problem
-from fedsciml.results import Result
+from fedsciml.runtime.results import Result
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

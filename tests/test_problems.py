@@ -7,7 +7,7 @@ import torch
 from scipy.integrate import solve_bvp
 from torch.func import jacfwd, vmap
 
-from fedsciml.objective import stack_objectives
+from fedsciml.core.objective import stack_objectives
 from fedsciml.problems import get_problem
 from fedsciml.problems.base import FieldProblem, ProblemError
 from fedsciml.problems.pde1d import BRATU_LAMBDA_C, BRATU_THETA_C, bratu_theta

@@ -8,9 +8,9 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
-from fedsciml import linalg
-from fedsciml.federated.messages import MessageRejected
-from fedsciml.objective import LinearLeastSquares
+from fedsciml.core import linalg
+from fedsciml.core.schema import MessageRejected
+from fedsciml.core.objective import LinearLeastSquares
 from fedsciml.problems import ProblemError, get_problem
 from fedsciml.ridge import (FederatedRidge, FederatedRidgeCV, FusionServer, SingularGram, client_message, dropout_mask, fuse, one_shot,
                             pooled_ridge)
@@ -263,7 +263,7 @@ def test_ridge_linear_problem_gn_step_is_fusion():
 
 
 def test_solve_gn_reaches_the_fused_model_in_one_round():
-    from fedsciml.runner import solve
+    from fedsciml.api import solve
 
     p = get_problem("ridge-linear", dim=6, n_samples=20, sigma=0.05)
     w_fused, _ = one_shot(p.client_data(3, seed=0), 0.05)
@@ -307,7 +307,7 @@ def test_ridge_cli_table_and_json(tmp_path, capsys):
                         "--device", "cpu", "--json", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "one-shot" in r.stdout and "centralized" in r.stdout
-    from fedsciml.results import Result
+    from fedsciml.runtime.results import Result
 
     runs = [Result.from_dict(d) for d in json.loads(out.read_text())["runs"]]  # solve's JSON layout
     one, central = runs[0], runs[1]

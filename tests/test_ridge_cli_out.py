@@ -21,7 +21,7 @@ def test_write_read_model_round_trip(tmp_path):
 
 def test_ridge_cli_out_writes_the_fitted_model(tmp_path, capsys):
     from fedsciml.cli import main
-    from fedsciml.ridge.cli import run_experiment
+    from fedsciml.cli.ridge import run_experiment
 
     out = tmp_path / "m"
     argv = ["--clients", "3", "--dim", "6", "--samples", "30", "--cv", "1e-3:1e2:6", "--seed", "4"]
@@ -62,6 +62,7 @@ def test_central_dp_says_it_trusts_the_server_and_flower_refuses(capsys, caplog)
                      "--central-dp"]) == 0
     lines = [r.getMessage() for r in caplog.records if "trusts the server" in r.getMessage()]
     assert len(lines) == 1
+    capsys.readouterr()
     assert main(["ridge", "--clients", "3", "--dim", "4", "--samples", "20", "--epsilon", "2", "--central-dp",
                  "--engine", "flower"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

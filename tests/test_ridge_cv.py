@@ -2,12 +2,12 @@
 import pytest
 import torch
 
-from fedsciml import linalg
+from fedsciml.core import linalg
 from fedsciml.problems import get_problem
 from fedsciml.ridge import FusionServer, client_message, one_shot, pooled_ridge
 from fedsciml.ridge.baselines import fedavg
-from fedsciml.ridge.cv import loco_cv, loco_solutions, loco_solutions_naive, stats_scores, validation_losses
-from fedsciml.ridge.sketch import sketch_matrix
+from fedsciml.core.loco import loco_cv, loco_solutions, loco_solutions_naive, stats_scores, validation_losses
+from fedsciml.core.sketch import sketch_matrix
 
 D64 = torch.float64
 SIGMAS = torch.logspace(-3, 2, 7, dtype=D64)
@@ -111,9 +111,10 @@ def test_loco_fallback_and_dominant_client():
         W, info_r = loco_solutions(Rs, hs_r, SIGMAS, max_iter=max_iter, return_info=True, sqrt=True)
         assert float(((W - ref).norm(dim=-1) / ref.norm(dim=-1).clamp_min(1e-300)).max()) < 1e-10
     assert info["direct_solves"] > 0 and info_r["direct_solves"] > 0
-    # K = 1: leaving the only client out gives w = 0
+    # K = 1: leaving the only client out gives w = 0 (to round-off: PCG starts from the full solution and its
+    # residual updates leave ~1e-17 on some CPUs, exact zeros on others)
     W1 = loco_solutions(Gs[:1], hs[:1], SIGMAS)
-    assert not W1.any()
+    assert float(W1.abs().max()) <= 1e-12 * float(hs[0].abs().max())
     with pytest.raises(ValueError, match="> 0"):
         loco_solutions(Gs, hs, [0.1, 0.0])
 
@@ -160,7 +161,7 @@ def test_server_scores_equal_client_scores_in_every_form():
 
 def test_repaired_loco_on_noisy_statistics():
     from fedsciml.ridge import DPConfig, psd_repair, ridge_solve
-    from fedsciml.ridge.cv import loco_solutions_repaired
+    from fedsciml.core.loco import loco_solutions_repaired
 
     p = get_problem("ridge-linear", dim=6, n_samples=30)
     data = p.client_data(4, seed=0)

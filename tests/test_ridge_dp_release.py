@@ -9,14 +9,14 @@ import math
 import pytest
 import torch
 
-from fedsciml.federated.client import Client
-from fedsciml.federated.oneshot import OneShotStrategy
-from fedsciml.federated.simulation import RoundConfig, Simulation
-from fedsciml.federated.transport import LocalTransport, Reply, Transport
-from fedsciml.objective import LinearLeastSquares
+from fedsciml.runtime.client import Client
+from fedsciml.methods.oneshot import OneShotStrategy
+from fedsciml.runtime.loop import RoundConfig, Simulation
+from fedsciml.runtime.transport import LocalTransport, Reply, Transport
+from fedsciml.core.objective import LinearLeastSquares
 from fedsciml.problems import get_problem
 from fedsciml.ridge import DPConfig
-from fedsciml.ridge.cv import validation_losses
+from fedsciml.core.loco import validation_losses
 
 
 class Counting(Transport):
@@ -51,7 +51,7 @@ def test_dp_cv_sends_exactly_the_noised_statistics(project):
     sigmas = [1e-3, 1e-2, 1e-1, 1.0, 10.0]
     w, tr, info = _run(data, sigmas, DPConfig(epsilon=2.0, delta=1e-5), project)
     m = project or 7
-    assert tr.queries == ["gn_stats"]           # one exchange: no CV round, no monitoring loss asked of the sites
+    assert tr.queries == ["oneshot_stats"]      # one exchange: no CV round, no monitoring loss asked of the sites
     assert tr.sent == {c: m * (m + 1) // 2 + m for c in range(5)}  # packed noisy G_k and h_k, nothing more
     assert info["cv_scored"] == 5 and info["sigma_used"] in sigmas and torch.isfinite(w).all()
 
@@ -62,7 +62,7 @@ def test_exact_cv_scores_equal_the_clients_own_losses():
     data = p.client_data(4, seed=2)
     sigmas = [1e-2, 1.0, 100.0]
     _, tr, info = _run(data, sigmas, None)
-    assert tr.queries.count("gn_stats") == 1 and set(tr.queries) <= {"gn_stats", "loss"}  # loss: monitoring
+    assert tr.queries.count("oneshot_stats") == 1 and set(tr.queries) <= {"oneshot_stats", "loss"}  # loss: monitoring
     ref = torch.zeros(len(sigmas), dtype=torch.float64)
     for k, (A, b) in enumerate(data):
         rest = [x for j, x in enumerate(data) if j != k]

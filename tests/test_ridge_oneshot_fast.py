@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import fedsciml as fs
-from fedsciml.federated import robust
+from fedsciml.runtime import robust
 from fedsciml.problems import get_problem
 from fedsciml.ridge import pooled_ridge
 
@@ -14,7 +14,7 @@ def _prob(d=12, n=10):
 
 
 def test_auto_form_is_square_root_with_cv_and_few_rows_and_equals_gram():
-    from fedsciml.federated.oneshot import OneShotStrategy
+    from fedsciml.methods.oneshot import OneShotStrategy
     from fedsciml.ridge import one_shot
 
     prob = _prob(d=20, n=10)                         # 8 training rows per client: 2·8 ≤ d

@@ -5,10 +5,10 @@ import pytest
 import torch
 from scipy.stats import norm
 
-from fedsciml import linalg, privacy
+from fedsciml.core import linalg, privacy
 from fedsciml.ridge import DPConfig, client_message, one_shot, psd_repair, stats_sensitivity
 from fedsciml.ridge.baselines import fedavg
-from fedsciml.ridge.dp import noise_like
+from fedsciml.core.dp import noise_like
 
 D64 = torch.float64
 EPS = [0.1, 0.5, 1.0, 2.0, 5.0, 10.0]

@@ -87,7 +87,7 @@ def test_one_shot_crosses_bytes_bitwise_with_dp_projection_dropout_and_cv():
 
 
 def test_ridge_cli_preset_matches_the_library_and_records_results():
-    from fedsciml.ridge.cli import run_experiment, table_rows
+    from fedsciml.cli.ridge import run_experiment, table_rows
 
     res = run_experiment(clients=3, dim=5, samples=25, sigma=0.2, baselines="fedavg", rounds=3, seed=1)
     one, central, avg = res
@@ -164,7 +164,7 @@ def test_ridge_cli_preset_on_flower_is_bitwise_the_local_run():
     """``ridge --engine flower``: the one-shot exchange carried by Flower's simulation engine (one client per
     virtual node, one thread): the same model bit for bit as the in-process run, and the same test MSE."""
     pytest.importorskip("flwr")
-    from fedsciml.ridge.cli import run_experiment
+    from fedsciml.cli.ridge import run_experiment
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from fedsciml.federated.aggregators import FedAvgAggregator
-from fedsciml.federated.averaging import AveragingStrategy
-from fedsciml.federated.client import Client, LocalConfig
-from fedsciml.federated.simulation import RoundConfig, Simulation
-from fedsciml.federated.strategy import Strategy
-from fedsciml.federated.transport import (BytesTransport, Failure, LocalTransport, Reply, Request,
+from fedsciml.methods.aggregators import FedAvgAggregator
+from fedsciml.methods.averaging import AveragingStrategy
+from fedsciml.runtime.client import Client, LocalConfig
+from fedsciml.runtime.loop import RoundConfig, Simulation
+from fedsciml.runtime.strategy import Strategy
+from fedsciml.runtime.transport import (Failure, LocalTransport, Reply, Request,
                                           reply_from_bytes, reply_to_bytes, request_from_bytes, request_to_bytes)
-from fedsciml.runner import METHODS
-from fedsciml.solvers.lm import damping_after_failure, damping_after_success
+from fedsciml.methods import METHODS
+from fedsciml.core.lm import damping_after_failure, damping_after_success
 
 from test_federated import THETA0, evaluate, make_clients
 
@@ -130,8 +130,8 @@ def test_strategy_protocol_is_declared():
 
     with pytest.raises(TypeError, match="abstract"):
         Incomplete()
-    from fedsciml.federated.fipa import FIPAStrategy
-    from fedsciml.federated.gn import GNStrategy
+    from fedsciml.methods.fipa import FIPAStrategy
+    from fedsciml.methods.gn import GNStrategy
 
     for cls in (AveragingStrategy, FIPAStrategy, GNStrategy):
         assert issubclass(cls, Strategy)
@@ -226,7 +226,7 @@ def test_one_shot_fuses_the_answering_clients_and_crosses_bytes_bitwise():
 
 
 def test_one_ggn_operator_for_least_squares_and_softmax():
-    from fedsciml.curvature import ggn_matmat, softmax_ce_hessian
+    from fedsciml.core.curvature import ggn_matmat, softmax_ce_hessian
 
     obj = make_clients((20,))[0]
     V = torch.randn(THETA0.numel(), 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
@@ -257,7 +257,7 @@ def _sketches(p=30, m=3, r=4, seed=2):
 
 
 def test_thin_qr_merge_complement_options_match_dense_references():
-    from fedsciml.curvature import fipa_merge_lowrank
+    from fedsciml.core.curvature import fipa_merge_lowrank
 
     Us, lams, ds = _sketches()
     p = ds[0].numel()
@@ -415,7 +415,7 @@ def test_a_dead_node_that_never_answers_stops_gn_and_one_that_comes_back_does_no
     theta, _, info = run("gn", objs, transport=DeadNode(clients(), dead=1, dead_asks=2), rounds=3)
     assert torch.equal(theta, ref)  # gn asked again; the step is the exact one
     assert info["retried_requests"] == 2 and info["rejections"] == [] and len(info["unanswered"]) == 2
-    from fedsciml.federated.simulation import RoundFailed
+    from fedsciml.runtime.loop import RoundFailed
 
     with pytest.raises(RoundFailed, match=r"clients \[1\] never answered validly"):
         run("gn", objs, transport=DeadNode(clients(), dead=1), rounds=3, max_retries=2)

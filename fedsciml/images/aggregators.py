@@ -1,8 +1,8 @@
 """Fisher-weighted aggregators for image classification, on the federated layer's
-:class:`~fedsciml.federated.aggregators.Aggregator` interface and Schema validation.
+:class:`~fedsciml.methods.aggregators.Aggregator` interface and Schema validation.
 
 FedAvg, FedProx and FIPA (thin-QR merge, Eq. 13) are used unchanged from
-:mod:`fedsciml.federated.aggregators`; this module adds the methods whose
+:mod:`fedsciml.methods.aggregators`; this module adds the methods whose
 messages are model + Fisher summaries:
 
 * :class:`FedFishAggregator` — multi-round; ``delta`` + diagonal empirical Fisher,
@@ -22,7 +22,7 @@ A message's curvature is always the *mean-form* Fisher of its client
 (``(1/n) Σ_n J_nᵀΛ_nJ_n``); sample counts ``n`` give the weights.  The schemas
 declare what the curvature must satisfy: Fisher diagonals ≥ 0, K-FAC factors,
 Gram matrices and dense Fisher blocks positive semidefinite (``psd="square"``,
-:mod:`fedsciml.federated.messages`), eigenvalues ≥ 0; a violating message is
+:mod:`fedsciml.core.schema`), eigenvalues ≥ 0; a violating message is
 rejected by name.
 """
 from __future__ import annotations
@@ -32,10 +32,9 @@ from typing import Callable
 
 import torch
 
-from fedsciml import linalg
-from fedsciml.curvature import Diagonal, LowRank, fipa_merge_lowrank
-from fedsciml.federated.aggregators import Aggregator, FedAvgAggregator, FIPAAggregator
-from fedsciml.federated.messages import Field, Schema
+from fedsciml.core.curvature import Diagonal, LowRank, fipa_merge_lowrank
+from fedsciml.methods.aggregators import Aggregator, FedAvgAggregator, FIPAAggregator
+from fedsciml.core.schema import Field, Schema
 from fedsciml.images.fisher import KFAC
 
 
@@ -48,7 +47,7 @@ class FIPAComplementAggregator(FIPAAggregator):
     still counts with curvature τ_m instead of 0.  Then ``Ĥ = Σ w_m Ĥ_m = Q K Qᵀ + β₀ I``
     with β₀ = Σ w_m τ_m, ``b = Σ w_m Ĥ_m Δ_m``, and the step ``γ Ĥ⁻¹ b`` is
     ``γ [Q (K + β₀I)⁻¹ Qᵀ b + (I − QQᵀ) b / β₀]`` — Eq. 13 plus the complement term, which is
-    the τ-weighted FedAvg step there: :func:`fedsciml.curvature.fipa_merge_lowrank` with
+    the τ-weighted FedAvg step there: :func:`fedsciml.core.curvature.fipa_merge_lowrank` with
     ``complement='tail'`` (the one thin-QR merge).  ``tail=False`` is plain Eq. 13 with β = ``beta_rel ·
     max_m w_m λ_max,m`` (the federated layer's :class:`FIPAAggregator`, unchanged), whose
     step lies inside the ≤ Σ r_m-dimensional sketch span.

@@ -11,7 +11,7 @@ import torch
 
 from fedsciml.images import data as imdata
 from fedsciml.images import methods as M
-from fedsciml.results import Result, format_table
+from fedsciml.runtime.results import Result, format_table
 
 
 def summarize(per_seed: list[dict]) -> dict:
@@ -42,9 +42,9 @@ def run_setting(dataset="digits", data_dir=None, model="lenet5", clients=5, alph
                 warmup=0, participation=1.0, progress=print, eval_every=1, dropout=0.0, transport=None,
                 checkpoint=None, resume=False) -> dict:
     """One benchmark setting over ``seeds``: ``{"setting", "results" (mean ± std per method), "runs" (one
-    :class:`fedsciml.results.Result` per method and seed, as dicts: ``solve``'s layout), "wall_s"}``.
+    :class:`fedsciml.runtime.results.Result` per method and seed, as dicts: ``solve``'s layout), "wall_s"}``.
 
-    ``transport(seed, spec) -> Transport`` (optional; e.g. Flower's, :func:`fedsciml.flower.images.run_setting`)
+    ``transport(seed, spec) -> Transport`` (optional; e.g. Flower's, :func:`fedsciml.engines.flower.images.run_setting`)
     carries the messages instead of the in-process clients; ``spec`` is the plain-value description of the
     split a remote node rebuilds its client from (:func:`fedsciml.images.methods.image_client`).
     ``checkpoint``/``resume``: multi-round protocols only (see :func:`fedsciml.images.methods.run_rounds`)."""
@@ -88,7 +88,7 @@ def run_setting(dataset="digits", data_dir=None, model="lenet5", clients=5, alph
 
 
 def to_result(r: M.MethodResult, setting: dict, seed: int, cfg: M.TrainConfig) -> Result:
-    """One method's run as a :class:`fedsciml.results.Result` (the layout of ``solve``): ``final`` holds the
+    """One method's run as a :class:`fedsciml.runtime.results.Result` (the layout of ``solve``): ``final`` holds the
     test accuracy (final, best and mean over the evaluated rounds) and the last training loss; ``history``
     the loop's rows per round (loss, accuracy, floats sent up/down, dropped and rejected clients, by count
     and by id); ``extra`` the floats per client, client/server seconds, rejections and the loop's report."""
@@ -109,7 +109,7 @@ def to_result(r: M.MethodResult, setting: dict, seed: int, cfg: M.TrainConfig) -
 
 
 def table(res: dict) -> str:
-    """The summary table, printed by the one table printer (:func:`fedsciml.results.format_table`)."""
+    """The summary table, printed by the one table printer (:func:`fedsciml.runtime.results.format_table`)."""
     st, rs = res["setting"], res["results"]
     multi = st["protocol"] != "one-shot"
     head = (f"{st['dataset']} | {st['model']} | {st['clients']} clients | "
@@ -132,7 +132,7 @@ def table(res: dict) -> str:
 
 
 def write_json(res, path):
-    from fedsciml.results import write_json as write
+    from fedsciml.runtime.results import write_json as write
 
     write(res, path)
 

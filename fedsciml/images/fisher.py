@@ -6,7 +6,7 @@ the true Fisher of the softmax likelihood.  Representations:
 
 * :func:`ggn_matmat` — ``V ↦ H V`` matrix-free (``torch.func`` jvp/vjp, vmapped over
   the columns of V, chunked over samples); never a p×p matrix.  Fed to
-  :func:`fedsciml.linalg.subspace_iteration` for FIPA's top-r eigenpairs.
+  :func:`fedsciml.core.linalg.subspace_iteration` for FIPA's top-r eigenpairs.
 * :func:`ggn_diag` — the exact diagonal (FisherMerge, FedFisher(Diag), FedBEns diag).
 * :func:`empirical_fisher_diag` — sum of squared mini-batch gradients (FedFish, Alg. 2).
 * :class:`KFAC` / :func:`kfac` — Kronecker factors ``G ⊗ A`` per Linear/Conv2d
@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import vjp, vmap
 
-from fedsciml.curvature import Curvature, softmax_ce_hessian
-from fedsciml.curvature import ggn_matmat as ggn_matmat_of
-from fedsciml.federated.messages import Field
+from fedsciml.core.curvature import Curvature, softmax_ce_hessian
+from fedsciml.core.curvature import ggn_matmat as ggn_matmat_of
+from fedsciml.core.schema import Field
 from fedsciml.images.models import FlatModel
 
 
@@ -50,7 +50,7 @@ def _lambda_factor(p: torch.Tensor) -> torch.Tensor:
 
 def ggn_matmat(model: FlatModel, theta: torch.Tensor, x: torch.Tensor, chunk: int = 256):
     """``V [p, L] ↦ H V`` with ``H = (1/N) Σ Jᵀ(diag p − ppᵀ)J`` at ``theta``: the shared
-    :func:`fedsciml.curvature.ggn_matmat` with the softmax cross-entropy Hessian, summed over chunks."""
+    :func:`fedsciml.core.curvature.ggn_matmat` with the softmax cross-entropy Hessian, summed over chunks."""
     theta = theta.detach()
     n = x.shape[0]
 
@@ -146,7 +146,7 @@ def _layer_inputs(m: nn.Module, inp: torch.Tensor, with_bias: bool) -> torch.Ten
 class KFAC(Curvature):
     """Block-diagonal ``⊕_l G_l ⊗ A_l`` (row-major weight blocks ``[out, in(+1)]``) plus a diagonal
     on parameters outside Linear/Conv2d layers.  ``blocks[l] = (weight_slice, bias_slice or None, out)``.
-    A :class:`~fedsciml.curvature.Curvature`: ``to_message`` / ``from_message(msg, layout=)`` /
+    A :class:`~fedsciml.core.curvature.Curvature`: ``to_message`` / ``from_message(msg, layout=)`` /
     ``fields(layout)`` / ``n_floats``."""
 
     p: int

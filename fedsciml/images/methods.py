@@ -5,7 +5,7 @@
   FedBEns (K-FAC / diag / diag+full last layer, M modes from M shared initializations);
   each method is a one-round :class:`OneShotImageStrategy` on the federated round loop.
 * :func:`run_rounds` — multi-round FedAvg, FedProx, FIPA (full or FC-only) and FedFish
-  on the federated round loop (:class:`~fedsciml.federated.simulation.Simulation`, an
+  on the federated round loop (:class:`~fedsciml.runtime.loop.Simulation`, an
   :class:`ImageRoundStrategy` per method, :class:`ImageClient` behind the transport):
   dropout, validation with rejections logged, float accounting per round;
   with ``warmup > 0`` a FedAvg warm-up checkpoint is shared by every method and the
@@ -16,13 +16,13 @@ Every method is an entry of one registry, :data:`METHODS` (protocol → name →
 trains several modes, needs the K-FAC layout, adds the proximal term or trains the head
 only); :func:`image_method` looks a name up and refuses an unknown one with the list of
 allowed names.  Multi-round runs write checkpoints and resume (``run_rounds(checkpoint=,
-resume=)``, the format of :mod:`fedsciml.federated.checkpoint`).
+resume=)``, the format of :mod:`fedsciml.runtime.checkpoint`).
 
 Each method records test accuracy, floats sent per client (mean over clients and
 rounds, from the validated messages), client / server compute seconds
 (wall clock, excluding test evaluation) and the loop's history rows
 (:attr:`MethodResult.rows`; :func:`fedsciml.images.bench.to_result` turns them into a
-:class:`fedsciml.results.Result`).
+:class:`fedsciml.runtime.results.Result`).
 """
 from __future__ import annotations
 
@@ -35,13 +35,14 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from fedsciml import linalg
-from fedsciml.curvature import Diagonal, LowRank
-from fedsciml.federated.aggregators import FedAvgAggregator
-from fedsciml.federated.messages import floats_in
-from fedsciml.federated.simulation import RoundConfig, Simulation
-from fedsciml.federated.strategy import Exchange, Strategy
-from fedsciml.federated.transport import BytesTransport, LocalTransport, Reply, Request, Transport
+from fedsciml.core import linalg
+from fedsciml.core.curvature import Diagonal, LowRank
+from fedsciml.methods.aggregators import FedAvgAggregator
+from fedsciml.core.schema import floats_in
+from fedsciml.runtime.client import dispatch, register_handler
+from fedsciml.runtime.loop import RoundConfig, Simulation
+from fedsciml.runtime.strategy import Exchange, Strategy
+from fedsciml.runtime.transport import BytesTransport, LocalTransport, Reply, Request, Transport
 from fedsciml.images import fisher as fz
 from fedsciml.images.aggregators import (FedAvgAdamAggregator, FedBEnsAggregator, FedFishAggregator,
                                          FedFisherAggregator, FIPAComplementAggregator, FisherMergeAggregator,
@@ -66,7 +67,7 @@ class TrainConfig:
     beta: float = 0.0        # extra regularization, relative: beta · max_m (N_m/N) λ_max,m
     gamma: float = 1.0
     tail: bool = True        # isotropic tail floor τ_m = λ_r,m per client (complement correction)
-    # FedAvg/FedProx robust aggregation (fedsciml.federated.robust): "mean" | "median" | "trimmed", trim ∈ [0, 0.5),
+    # FedAvg/FedProx robust aggregation (fedsciml.runtime.robust): "mean" | "median" | "trimmed", trim ∈ [0, 0.5),
     # clip_norm None (off) or C > 0
     robust: str = "mean"
     trim: float = 0.2
@@ -338,7 +339,7 @@ def _aggregator(meth, cfg):
 
 
 class ImageClient:
-    """One image client behind a :class:`~fedsciml.federated.transport.Transport`: its own samples and model.
+    """One image client behind a :class:`~fedsciml.runtime.transport.Transport`: its own samples and model.
 
     Answers ``update`` (config ``method``, ``seed``, ``train`` — the
     :class:`TrainConfig` fields) with the registered method's message after
@@ -357,37 +358,53 @@ class ImageClient:
         self._trained = {}  # (seed, mode) -> (local model, training seconds): one-shot methods share them
 
     def answer(self, request, pre=None, deadline=None):
+        """Answer ``loss``, ``update`` or ``one_shot`` (the handlers registered below)."""
+        return dispatch(self, request, pre, deadline)
+
+    def _count(self, theta):
+        return torch.tensor([float(self.n)], device=theta.device)
+
+    def answer_loss(self, request, pre=None, deadline=None):
+        theta = request.tensors["theta"]
+        n = self._count(theta)
+        with torch.no_grad():
+            loss = sum(float(F.cross_entropy(self.model(theta, self.x[a:a + 1024]), self.y[a:a + 1024],
+                                             reduction="sum")) for a in range(0, self.n, 1024))
+        return Reply({"loss": torch.tensor([loss], dtype=theta.dtype, device=theta.device), "n": n})
+
+    def answer_update(self, request, pre=None, deadline=None):
         theta, cfg = request.tensors["theta"], request.config
-        n = torch.tensor([float(self.n)], device=theta.device)
-        if request.query == "loss":
-            with torch.no_grad():
-                loss = sum(float(F.cross_entropy(self.model(theta, self.x[a:a + 1024]), self.y[a:a + 1024],
-                                                 reduction="sum")) for a in range(0, self.n, 1024))
-            return Reply({"loss": torch.tensor([loss], dtype=theta.dtype, device=theta.device), "n": n})
-        if request.query == "update":
-            spec = image_method(cfg["method"], "rounds")
-            tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
-            t0 = time.perf_counter()
-            seed = int(cfg["seed"]) + self.cid
-            w = local_train(self.model, theta, self.x, self.y, tc, seed, prox_mu=tc.prox_mu if spec.prox else 0.0)
-            msg = spec.message(self.model, theta, w, self.x, self.y, tc, seed, n)
-            return Reply(msg, {"seconds": time.perf_counter() - t0})
-        if request.query == "one_shot":
-            tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
-            inits = [theta] + (list(request.tensors["inits"]) if "inits" in request.tensors else [])
-            modes, s0 = int(cfg["modes"]), int(cfg["seed"])
-            local, train_s = [], 0.0
-            for m in range(modes):
-                if (s0, m) not in self._trained:
-                    t0 = time.perf_counter()
-                    w = local_train(self.model, inits[m], self.x, self.y, tc, seed=s0 + self.cid * 31 + m)
-                    self._trained[s0, m] = (w, time.perf_counter() - t0)
-                local.append(self._trained[s0, m][0])
-                train_s += self._trained[s0, m][1]
-            t0 = time.perf_counter()
-            msg = image_method(cfg["method"], "one-shot").message(self.model, theta, local, self.x, n)
-            return Reply(msg, {"train_s": train_s, "message_s": time.perf_counter() - t0})
-        raise ValueError(f"image client {self.cid}: unknown query {request.query!r}")
+        n = self._count(theta)
+        spec = image_method(cfg["method"], "rounds")
+        tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
+        t0 = time.perf_counter()
+        seed = int(cfg["seed"]) + self.cid
+        w = local_train(self.model, theta, self.x, self.y, tc, seed, prox_mu=tc.prox_mu if spec.prox else 0.0)
+        msg = spec.message(self.model, theta, w, self.x, self.y, tc, seed, n)
+        return Reply(msg, {"seconds": time.perf_counter() - t0})
+
+    def answer_one_shot(self, request, pre=None, deadline=None):
+        theta, cfg = request.tensors["theta"], request.config
+        n = self._count(theta)
+        tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
+        inits = [theta] + (list(request.tensors["inits"]) if "inits" in request.tensors else [])
+        modes, s0 = int(cfg["modes"]), int(cfg["seed"])
+        local, train_s = [], 0.0
+        for m in range(modes):
+            if (s0, m) not in self._trained:
+                t0 = time.perf_counter()
+                w = local_train(self.model, inits[m], self.x, self.y, tc, seed=s0 + self.cid * 31 + m)
+                self._trained[s0, m] = (w, time.perf_counter() - t0)
+            local.append(self._trained[s0, m][0])
+            train_s += self._trained[s0, m][1]
+        t0 = time.perf_counter()
+        msg = image_method(cfg["method"], "one-shot").message(self.model, theta, local, self.x, n)
+        return Reply(msg, {"train_s": train_s, "message_s": time.perf_counter() - t0})
+
+
+register_handler(ImageClient, "loss", ImageClient.answer_loss)
+register_handler(ImageClient, "update", ImageClient.answer_update)
+register_handler(ImageClient, "one_shot", ImageClient.answer_one_shot)
 
 
 class OneShotImageStrategy(Strategy):
@@ -582,7 +599,7 @@ def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: T
     clients (``info["rounds"]``) and every rejection with its reason (``info["rejections"]``).
 
     ``checkpoint`` — a directory: each run (the warm-up, then each method) writes its state after every round
-    to ``checkpoint/seed{seed}/{method}/state.pt`` (:mod:`fedsciml.federated.checkpoint`: checksummed, read
+    to ``checkpoint/seed{seed}/{method}/state.pt`` (:mod:`fedsciml.runtime.checkpoint`: checksummed, read
     back with ``weights_only``); with ``resume`` each run continues from its checkpoint (a finished one is
     not run again), so N rounds straight and N/2 + N/2 resumed give bitwise the same history and parameters.
     ``fingerprint`` — settings the caller knows (dataset, split) stored with the checkpoint; resuming with

@@ -1,16 +1,16 @@
 """One-shot federated ridge regression on sufficient statistics (the linear case of federated GN).
 
-* :mod:`~fedsciml.ridge.stats` — client messages ``(pack(A_kᵀA_k), A_kᵀb_k)``, validation, fusion, streaming.
-* :mod:`~fedsciml.ridge.dp` — Gaussian mechanism on the pair (G, h): joint sensitivity, symmetric noise, PSD repair.
-* :mod:`~fedsciml.ridge.sketch` — shared random projections (Gaussian, sparse, SRHT).
-* :mod:`~fedsciml.ridge.cv` — leave-one-client-out CV over a σ grid, batched.
+* :mod:`~fedsciml.core.stats` — client messages ``(pack(A_kᵀA_k), A_kᵀb_k)``, validation, fusion, streaming.
+* :mod:`~fedsciml.core.dp` — Gaussian mechanism on the pair (G, h): joint sensitivity, symmetric noise, PSD repair.
+* :mod:`~fedsciml.core.sketch` — shared random projections (Gaussian, sparse, SRHT).
+* :mod:`~fedsciml.core.loco` — leave-one-client-out CV over a σ grid, batched.
 * :mod:`~fedsciml.ridge.baselines` — FedAvg / FedProx / DP-FedAvg.
 * :mod:`~fedsciml.ridge.protocol` — the whole one-shot round; :class:`FederatedRidge` — the estimator.
 """
-from fedsciml.ridge.dp import DPConfig, psd_repair, stats_sensitivity
+from fedsciml.core.dp import DPConfig, psd_repair, stats_sensitivity
 from fedsciml.ridge.estimator import FederatedRidge, FederatedRidgeCV, site_statistics
 from fedsciml.ridge.protocol import dropout_mask, one_shot
-from fedsciml.ridge.stats import SCHEMA, FusionServer, SingularGram, client_message, fuse, pooled_ridge, ridge_solve
+from fedsciml.core.stats import SCHEMA, FusionServer, SingularGram, client_message, fuse, pooled_ridge, ridge_solve
 
 __all__ = ["FederatedRidge", "FederatedRidgeCV", "site_statistics", "FusionServer", "SCHEMA", "SingularGram", "DPConfig", "client_message", "fuse",
            "one_shot", "dropout_mask", "pooled_ridge", "ridge_solve", "psd_repair", "stats_sensitivity"]

@@ -10,13 +10,13 @@ model's test MSE (mean gap −0.015 % to +0.005 %, std ≈ 0.06–0.08 % over 5 
 reshuffles; ``reproductions/ridge_table2.md``), not 2–3 % above it as in the paper
 (0.0103/0.0102 against 0.0100).
 The baselines run on the federated runtime's round loop
-(:class:`~fedsciml.federated.simulation.Simulation`) as an averaging strategy
-(:class:`RidgeAveraging`, an :class:`~fedsciml.federated.averaging.AveragingStrategy`):
+(:class:`~fedsciml.runtime.loop.Simulation`) as an averaging strategy
+(:class:`RidgeAveraging`, an :class:`~fedsciml.methods.averaging.AveragingStrategy`):
 each round the sampled clients (participation, then dropout) are asked
 ``update`` with θ and the local-training config, each answers ``{delta, n}``
 from local minibatch SGD on its own ``(A_k, b_k)`` (:class:`RidgeClient`), and
 the server validates and averages them
-(:class:`~fedsciml.federated.aggregators.FedAvgAggregator`, no outlier screen);
+(:class:`~fedsciml.methods.aggregators.FedAvgAggregator`, no outlier screen);
 rejections are logged by client and reason, floats are counted by the loop.
 Randomness (the minibatch reshuffles, DP-FedAvg's noise) is drawn by each
 client from its own generator, seeded from the run's seed, the client id and
@@ -32,7 +32,7 @@ relation as the one-shot mechanism): each local step is full-batch DP-GD —
 per-row gradients clipped to ``C_g``, summed, Gaussian noise ``N(0, z²C_g²)``
 added, divided by n_k — so one step is a Gaussian mechanism of sensitivity
 ``C_g`` and a run is ``R·E`` of them at sampling rate 1, accounted by Opacus's
-RDP accountant (``z`` from :func:`fedsciml.privacy.noise_multiplier` with
+RDP accountant (``z`` from :func:`fedsciml.core.privacy.noise_multiplier` with
 ``method='rdp', steps=R·E``).  (The paper splits ε as ε₀ = ε/√R by advanced
 composition; the RDP accountant is tighter and exact enough to compare at
 equal (ε, δ).)
@@ -43,12 +43,12 @@ import math
 
 import torch
 
-from fedsciml import privacy
-from fedsciml.federated.aggregators import FedAvgAggregator
-from fedsciml.federated.averaging import AveragingStrategy
-from fedsciml.federated.client import Client
-from fedsciml.federated.transport import LocalTransport, Reply, Request
-from fedsciml.objective import LinearLeastSquares
+from fedsciml.core import privacy
+from fedsciml.methods.aggregators import FedAvgAggregator
+from fedsciml.methods.averaging import AveragingStrategy
+from fedsciml.runtime.client import Client, register_handler
+from fedsciml.runtime.transport import LocalTransport, Reply, Request
+from fedsciml.core.objective import LinearLeastSquares
 
 SGD_KEYS = ("lr", "local_epochs", "mu", "sigma_share", "batch_size", "dp_clip", "dp_z", "seed", "round")
 
@@ -114,17 +114,24 @@ class RidgeClient(Client):
         W = local_sgd(o.A[None], o.b[None], theta, cfg, [g])
         return {"delta": W[0] - theta, "n": torch.tensor([float(self.n)], dtype=theta.dtype, device=theta.device)}
 
-    def answer(self, request, pre=None, deadline=None):
-        if request.query == "update" and "sgd" in request.config:
-            return Reply(pre if pre is not None else self.sgd_message(request.tensors["theta"],
-                                                                      request.config["sgd"]))
-        return super().answer(request, pre, deadline)
+
+
+def _answer_update(client, request, pre, deadline):
+    """``update`` with an ``sgd`` config: local SGD on the client's rows; any other ``update`` as a
+    :class:`Client` answers it."""
+    if "sgd" not in request.config:
+        return Client.handlers["update"].answer(client, request, pre, deadline)
+    return Reply(pre if pre is not None else client.sgd_message(request.tensors["theta"], request.config["sgd"]))
+
+
+register_handler(RidgeClient, "update", _answer_update,
+                 lambda batch, req: {} if "sgd" in req.config else Client.handlers["update"].precompute(batch, req))
 
 
 class RidgeTransport(LocalTransport):
     """In-process :class:`RidgeClient` s; an ``update`` (``sgd``) is computed for all asked clients of equal size
     in one batched :func:`local_sgd` (each client's rows and generator its own); other queries as
-    :class:`~fedsciml.federated.transport.LocalTransport`."""
+    :class:`~fedsciml.runtime.transport.LocalTransport`."""
 
     def __init__(self, clients, vectorize: bool = True):
         super().__init__(clients, vectorize)
@@ -191,8 +198,8 @@ def fedavg(data, rounds: int = 100, lr: float = 0.01, local_epochs: int = 5, mu:
     through bytes; the same model bit for bit).  ``client_ids``: the clients' ids (default ``0 … K−1``), which
     seed their generators.
     """
-    from fedsciml.federated.simulation import RoundConfig, Simulation
-    from fedsciml.federated.transport import BytesTransport
+    from fedsciml.runtime.loop import RoundConfig, Simulation
+    from fedsciml.runtime.transport import BytesTransport
 
     for name, v, lo in (("rounds", rounds, 1), ("local_epochs", local_epochs, 1)):
         if int(v) != v or v < lo:

@@ -2,14 +2,14 @@
 
 :func:`one_shot` runs Algorithm 1 (and its variants) on a list of client
 datasets by putting each ``(A_k, b_k)`` behind an in-process client
-(:class:`~fedsciml.federated.client.Client` of the linear residual
+(:class:`~fedsciml.runtime.client.Client` of the linear residual
 ``A_k w − b_k``) and running the runtime's one-shot strategy
-(:class:`~fedsciml.federated.oneshot.OneShotStrategy`) through the round loop
-(:class:`~fedsciml.federated.simulation.Simulation`) — the same loop, messages,
+(:class:`~fedsciml.methods.oneshot.OneShotStrategy`) through the round loop
+(:class:`~fedsciml.runtime.loop.Simulation`) — the same loop, messages,
 validation and accounting as ``solve(..., method="one-shot")``: optional random
 projection (shared seeded sketch), optional row clipping and Gaussian noise
 (local — each client from its own generator
-:func:`~fedsciml.ridge.dp.client_generator` — or central on the secure sum),
+:func:`~fedsciml.core.dp.client_generator` — or central on the secure sum),
 optional leave-one-client-out CV for σ, then one fusion.  Dropped clients are
 simply absent from the list (or drawn by the loop with ``dropout``).  Returns
 the model in the original d dimensions and an ``info`` dict (floats sent, σ
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from fedsciml.ridge import dp as _dp
+from fedsciml.core import dp as _dp
 
 NOISE_STREAMS = ("per-client",)
 
@@ -33,7 +33,7 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
 
     ``client_ids``: the clients' ids (default ``0 … K−1``); client ``c`` draws its local DP noise from
     ``client_generator(seed, c)``, so its noise does not depend on who else answers.  Central noise is the first
-    draw of :func:`~fedsciml.ridge.dp.shared_generator` (seed).  ``dropout``: each client fails to answer with
+    draw of :func:`~fedsciml.core.dp.shared_generator` (seed).  ``dropout``: each client fails to answer with
     this probability (the loop's seeded draw).  ``transport``: ``"local"`` or ``"bytes"`` (every request and
     reply through bytes; the same model bit for bit).  ``form``: the clients' message form, ``"gram"``
     (``{H = pack(A_kᵀA_k), g = −A_kᵀb_k}``), ``"sqrt"`` (``{R_k, s_k}`` from the thin QR ``A_k = Q_kR_k``, no DP) or
@@ -43,11 +43,11 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
     ``noise_streams``: only ``"per-client"`` (the run-wide shared stream of earlier versions is gone: a site
     cannot draw from another site's generator).
     """
-    from fedsciml.federated.client import Client
-    from fedsciml.federated.oneshot import OneShotStrategy
-    from fedsciml.federated.simulation import RoundConfig, Simulation
-    from fedsciml.federated.transport import BytesTransport, LocalTransport
-    from fedsciml.objective import LinearLeastSquares
+    from fedsciml.runtime.client import Client
+    from fedsciml.methods.oneshot import OneShotStrategy
+    from fedsciml.runtime.loop import RoundConfig, Simulation
+    from fedsciml.runtime.transport import BytesTransport, LocalTransport
+    from fedsciml.core.objective import LinearLeastSquares
 
     if noise_streams not in NOISE_STREAMS:
         raise ValueError(f"noise_streams must be 'per-client' (each client draws its local DP noise from its own "

@@ -1,0 +1,460 @@
+"""Command line: ``python -m fedsciml {list,solve,ridge,bench} ...``.
+
+Bad input (unknown problem or method, an option out of range, an output path
+that cannot be written) exits with status 2 and one line on stderr, no
+traceback, before anything runs.  A run that starts but cannot finish (no
+valid client message left, a diverging optimizer) exits with status 1 and one
+line.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+import fedsciml.engines  # noqa: F401  (registers the methods and the engines with the driver)
+from fedsciml.cli.common import EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, set_threads
+
+SOLVE_FLAGS = ("method", "clients", "compare", "seed", "device", "engine", "threads", "json", "out", "quiet", "every",
+               "plugin")
+
+
+def _problem_param_flags():
+    from fedsciml.problems import REGISTRY
+
+    flags = {}
+    for cls in REGISTRY.values():
+        for name, spec in cls.params.items():
+            flags.setdefault(name, spec)
+    return flags
+
+
+def method_option_flags() -> dict:
+    """``{option: (Spec, {method: default})}`` over every registered method's configuration (declaration order)."""
+    from fedsciml.runtime.driver import METHODS
+
+    flags = {}
+    for m in METHODS.values():
+        for name, (default, spec) in m.config.specs().items():
+            if spec.cli:
+                flags.setdefault(name, (spec, {}))[1][m.name] = (default, spec)
+    return flags
+
+
+def _flag_help(name, spec, per_method) -> str:
+    """Help of a generated flag: what it does, its allowed values and its default, per method where they differ."""
+    groups = {}
+    for m, (default, s) in per_method.items():
+        groups.setdefault((s.help, "" if s.type is bool else ": " + s.allowed(), repr(default)), []).append(m)
+    parts = []
+    for (text, allowed, default), ms in groups.items():
+        d = "" if default in ("None", "False") else f"; default {default}"
+        parts.append(f"{text} [{', '.join(ms)}{allowed}{d}]")
+    return " | ".join(parts).replace("%", "%%")
+
+
+def _add_method_flags(group, taken, problem_names=()):
+    """One flag per method option; an option named like a problem parameter (ridge's ``sigma``) is
+    ``--method-NAME``, so that ``--NAME`` keeps meaning the problem's parameter."""
+    from fedsciml.options import PATH, cli_names
+
+    for name, (spec, per_method) in method_option_flags().items():
+        flag = "--" + ("method-" if name in problem_names else "") + name.replace("_", "-")
+        with cli_names():
+            kw = dict(dest="mopt_" + name, default=None, help=_flag_help(name, spec, per_method))
+        if spec.type is bool:
+            if spec.none is not None:
+                kw["action"] = argparse.BooleanOptionalAction
+            else:
+                kw.update(action="store_const", const=True)
+        else:
+            kw["type"] = {int: int, float: float, str: str, PATH: str}[spec.type]
+            if spec.choices is not None:
+                kw["choices"] = spec.choices
+            kw["metavar"] = spec.metavar or ("N" if spec.type is int else "X" if spec.type is float else None)
+        group.add_argument(flag, **kw)
+        taken.add(name)
+
+
+def _add_solve_parser(sub):
+    p = sub.add_parser(
+        "solve",
+        help="solve a registered problem (centralized or federated)",
+        description="Solve PROBLEM. Without --clients (or with --method centralized) the pooled centralized "
+                    "Levenberg–Marquardt reference runs; with --clients K the data are split among K clients and "
+                    "a federated method runs (default: fipa). Method options apply to the methods named in "
+                    "[brackets], with the values allowed and the default; an option that applies to none of the "
+                    "methods run is refused. 0 is a value: --rank 0 is full-rank FIPA, --rounds 0 evaluates θ₀ "
+                    "and stops, --mu 0 is FedProx with μ = 0.",
+    )
+    p.add_argument("problem", help="problem name (see `python -m fedsciml list`)")
+    p.add_argument("--method", default=None, help="centralized | gn | fipa | fedavg | fedprox "
+                   "(see `list`; default: fipa with --clients K > 1, else centralized)")
+    p.add_argument("--clients", type=int, default=None, help="number of clients K (default: the problem's, usually 1)")
+    p.add_argument("--compare", default=None, help="comma-separated methods to run side by side, e.g. fedavg,gn,fipa "
+                   "(with --method M: M first, then these)")
+    p.add_argument("--seed", type=int, default=0, help="seed for sampling, initialization and client selection "
+                   "(an integer ≥ 0; default 0)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto: cuda when available)")
+    p.add_argument("--engine", default="local", choices=["local", "flower"],
+                   help="who carries the clients' messages: this process, or Flower's simulation engine "
+                        "(pip install \"fedsciml[flower]\"; same strategy, same numbers; default local)")
+    p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+    taken = set(SOLVE_FLAGS)
+    problem_flags = _problem_param_flags()
+    _add_method_flags(p.add_argument_group("method options (generated from fedsciml.options)"), taken,
+                      problem_flags)
+    prob = p.add_argument_group("problem options (see `list`; each applies to the problems that declare it)")
+    for name, spec in sorted(problem_flags.items()):
+        flag = name if name not in SOLVE_FLAGS else "problem-" + name  # never shadow a solve flag
+        prob.add_argument("--" + flag.replace("_", "-"), dest="popt_" + name, default=None, metavar=name.upper(),
+                          help=spec.help.replace("%", "%%"))
+    out = p.add_argument_group("output")
+    out.add_argument("--json", default=None, metavar="FILE",
+                     help="write the result JSON to FILE (an existing file is overwritten; checked before the run)")
+    out.add_argument("--out", default=None, metavar="DIR",
+                     help="directory for result.json, history.csv and PNG plots (created; files of those names "
+                          "are overwritten; checked before the run)")
+    out.add_argument("--quiet", action="store_true", help="no progress lines")
+    out.add_argument("--every", type=int, default=10, help="progress line every N steps/rounds (default 10)")
+    return p
+
+
+def cmd_list(args):
+    from fedsciml.problems import list_problems
+    from fedsciml.runtime.driver import METHODS
+
+    print("problems:")
+    for name, desc in list_problems():
+        print(f"  {name:20s} {desc}")
+    print("methods:")
+    for m in sorted(METHODS):
+        print(f"  {m:20s} {METHODS[m].description}")
+    print("other commands:")
+    print("  ridge                one-shot federated ridge (python -m fedsciml ridge --help)")
+    print("  bench images         image-classification aggregator benchmarks (python -m fedsciml bench images --help)")
+    return 0
+
+
+def method_options_for(methods, given: dict) -> dict:
+    """``{method: {option: value}}``: each given option goes to the methods whose configuration has it; an
+    option that none of ``methods`` accepts is refused (one line naming it and the methods it applies to)."""
+    from fedsciml.runtime.driver import METHODS
+
+    out = {m: {} for m in methods}
+    for name, value in given.items():
+        takers = [m for m in methods if name in METHODS[m].config.specs()]
+        if not takers:
+            applies = [m for m in sorted(METHODS) if name in METHODS[m].config.specs()]
+            flag = ("method-" if name in _problem_param_flags() else "") + name.replace("_", "-")
+            raise CLIError(f"option --{flag} does not apply to method "
+                           f"{', '.join(methods)} (it applies to: {', '.join(applies)})")
+        for m in takers:
+            out[m][name] = value
+    return out
+
+
+def cmd_solve(args):
+    from fedsciml.runtime.loop import RoundFailed
+    from fedsciml.problems import get_problem
+    from fedsciml.runtime.results import check_output_dir, check_output_file
+    from fedsciml.methods.centralized import Diverged
+    from fedsciml.runtime.driver import check_clients, check_run_memory, get_method, resolve_device, solve
+
+    popts = {k[5:]: v for k, v in vars(args).items() if k.startswith("popt_") and v is not None}
+    if getattr(args, "mopt_preset", None) is not None:  # the preset's collocation settings, where declared
+        from fedsciml.problems import REGISTRY
+
+        cls = REGISTRY.get(args.problem)
+        for k, v in (getattr(cls, "paper_options", None) or {}).items():
+            popts.setdefault(k, v)
+    problem = get_problem(args.problem, **popts)
+    method = args.method or ("fipa" if args.clients and args.clients > 1 else "centralized")
+    check_clients(args.clients)
+    if args.every < 1:
+        raise CLIError(f"--every must be an integer ≥ 1, got {args.every}")
+    dev = resolve_device(args.device)
+    compare = [m.strip() for m in args.compare.split(",") if m.strip()] if args.compare else []
+    if compare and args.method is None:  # --compare alone: exactly the methods named, in that order
+        methods = list(dict.fromkeys(compare))
+    else:  # --method first, then the others named
+        methods = list(dict.fromkeys([method] + compare))
+    for m in methods:
+        get_method(m)
+    given = {k[5:]: v for k, v in vars(args).items() if k.startswith("mopt_") and v is not None}
+    per_method = method_options_for(methods, given)
+    for m in methods:
+        if len(methods) > 1 and "checkpoint" in per_method[m]:  # one checkpoint directory per compared method
+            per_method[m]["checkpoint"] = os.path.join(per_method[m]["checkpoint"], m)
+        cfg = get_method(m).make_config(per_method[m])  # every option checked before anything runs
+        check_run_memory(problem, m, args.clients or problem.default_clients, cfg, dev)
+    if args.json:
+        check_output_file(args.json, "--json")
+    if args.out:
+        check_output_dir(args.out, "--out")
+    set_threads(args.threads, quiet=args.quiet)
+    results = []
+    for m in methods:
+        if not args.quiet:
+            print(f"[fedsciml] {problem.name} · method={m} · clients={args.clients or problem.default_clients} · "
+                  f"params={problem.network().n_params if hasattr(problem, 'network') else '?'}", file=sys.stderr)
+        try:
+            engine = args.engine if m != "centralized" else "local"  # the pooled reference runs in this process
+            res = solve(problem, method=m, clients=args.clients, seed=args.seed, device=args.device,
+                        progress=not args.quiet, every=args.every, engine=engine, **per_method[m])
+        except (RoundFailed, Diverged) as e:  # the run cannot go on
+            raise RunFailed(f"{m}: {e}")
+        results.append(res)
+    _print_summary(results)
+    _write_outputs(problem, results, args)
+    return 0
+
+
+class RunFailed(Exception):
+    """A run that started but could not finish (exit 1, one line)."""
+
+
+_set_threads = set_threads
+
+
+def _describe(r) -> str:
+    """Short settings of a run for the table (local solver, rank, ...)."""
+    o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
+    if r.method == "centralized":
+        return f"pooled data, {r.options.get('optimizer', 'lm')}"
+    if r.method == "gn":
+        return "LM on ΣH_m, Σg_m"
+    if r.method == "one-shot":
+        return f"one fused step on ΣH_m, Σg_m, σ={r.options.get('sigma')}"
+    parts = []
+    if r.method == "fipa":
+        parts.append("full H_m" if o.get("rank") == 0 else f"rank {o.get('rank')}" + (" adaptive" if o.get("adaptive") else ""))
+        parts.append(f"merge {o.get('merge')}")
+    if o.get("local") == "gn":
+        parts.append("local GN")
+    elif o.get("local"):
+        parts.append(f"local adam τ={o.get('local_steps')} lr={o.get('lr')}")
+    if r.method == "fedprox":
+        parts.append(f"μ={o.get('mu')}")
+    return ", ".join(parts)
+
+
+def _print_summary(results):
+    from fedsciml.runtime.results import format_table
+
+    r0 = results[0]
+    metric = r0.metric_name
+    print(f"\n{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters, device {r0.device}, {r0.dtype}")
+    rows = []
+    for r in results:
+        last = r.history[-1] if r.history else {}
+        rounds = r.extra.get("rounds", last.get("step", 0)) if isinstance(r.extra, dict) else last.get("step", 0)
+        sent = last.get("floats_sent", 0)
+        loss = r.final.get("loss")
+        rows.append({"method": r.method, "rounds": rounds, "seconds": r.wall_time_s,
+                     "loss": float("nan") if loss is None else loss, "metric": r.error, "sent": sent,
+                     "per": sent / rounds if rounds else 0, "settings": " " + _describe(r)})
+    print(format_table([("method", "method", "<12s"), ("rounds", "rounds", "6d"), ("seconds", "seconds", "8.2f"),
+                        ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"), ("floats sent", "sent", "12d"),
+                        ("floats/round", "per", "12.3g"), (" settings", "settings", "<s")], rows))
+    for r in results:
+        rej = r.extra.get("rejections") if isinstance(r.extra, dict) else None
+        if rej:
+            print(f"{r.method}: {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client "
+                  f"{rej[0]['client']}: {rej[0]['reason']}")
+    print(f"final {metric} ({r0.method}): {r0.error:.3e}")
+
+
+def _write_outputs(problem, results, args):
+    from fedsciml.runtime.plotting import plot_runs
+    from fedsciml.runtime.results import write_json
+
+    payload = results[0].to_dict() if len(results) == 1 else {"runs": [r.to_dict() for r in results]}
+    if args.json:
+        write_json(payload, args.json)
+        print(f"wrote {args.json}")
+    if args.out:
+        write_json(payload, os.path.join(args.out, "result.json"))
+        for r in results:
+            suffix = "" if len(results) == 1 else f"_{r.method}"
+            r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
+        for path in plot_runs(problem, results, args.out):
+            print(f"wrote {path}")
+        if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
+            from fedsciml.cli.ridge import model_meta
+            from fedsciml.ridge.model_io import write_model
+
+            for r in results:
+                if r.method == "one-shot":
+                    for path in write_model(args.out, r.theta, 0.0, model_meta(r, engine=args.engine),
+                                            stem="model" if len(results) == 1 else f"model_{r.method}"):
+                        print(f"wrote {path}")
+        print(f"wrote {args.out}/result.json")
+
+
+def load_plugins(specs) -> list[str]:
+    """Import user problem modules so their ``@register``-ed problems join the registry.
+
+    Sources, in order: installed packages' entry points in the group
+    ``fedsciml.problems``, the ``FEDSCIML_PLUGINS`` environment variable
+    (``os.pathsep``-separated), and ``--plugin`` options.  Each is a module
+    name or a path to a ``.py`` file.  Any fault — an empty name, the same
+    plugin twice, a file that does not exist, a syntax error, an exception
+    raised while importing — is a :class:`CLIError` naming the plugin.
+    """
+    import importlib
+    import importlib.metadata
+    import importlib.util
+
+    loaded = []
+    for ep in importlib.metadata.entry_points(group="fedsciml.problems"):
+        _load_one(f"entry point {ep.name!r}", ep.load)
+        loaded.append(ep.name)
+    env = [s for s in os.environ.get("FEDSCIML_PLUGINS", "").split(os.pathsep) if s]
+    seen = {}
+    for spec in env + list(specs or []):
+        if not spec.strip():
+            raise CLIError("--plugin needs a module name or a path to a .py file, got an empty string")
+        is_file = spec.endswith(".py") or os.path.sep in spec
+        key = os.path.realpath(spec) if is_file else spec
+        if key in seen:
+            raise CLIError(f"plugin {spec!r} is given twice (also as {seen[key]!r}); load each plugin once")
+        seen[key] = spec
+        if is_file:
+            if not os.path.isfile(spec):
+                raise CLIError(f"plugin file {spec!r} does not exist")
+            name = "fedsciml_plugin_" + os.path.splitext(os.path.basename(spec))[0]
+            mod_spec = importlib.util.spec_from_file_location(name, spec)
+            if mod_spec is None or mod_spec.loader is None:
+                raise CLIError(f"plugin file {spec!r} cannot be imported as a Python module")
+            module = importlib.util.module_from_spec(mod_spec)
+            sys.modules[name] = module
+            try:
+                _load_one(f"plugin file {spec!r}", lambda: mod_spec.loader.exec_module(module))
+            except CLIError:
+                sys.modules.pop(name, None)
+                raise
+        else:
+            _load_one(f"plugin module {spec!r}", lambda: importlib.import_module(spec))
+        loaded.append(spec)
+    return loaded
+
+
+def _load_one(what: str, load):
+    try:
+        load()
+    except SyntaxError as e:
+        raise CLIError(f"{what} has a syntax error at line {e.lineno}: {e.msg}") from None
+    except ImportError as e:
+        raise CLIError(f"cannot import {what}: {e}") from None
+    except Exception as e:  # a plugin is user code: any failure is reported, in one line
+        raise CLIError(f"{what} failed while loading: {type(e).__name__}: {e}") from None
+
+
+def _pre_scan_plugins(argv):
+    """``--plugin X`` must be known before the parser (whose flags come from the registry) is built."""
+    out, it = [], iter(argv)
+    for a in it:
+        if a == "--plugin":
+            out.append(next(it, ""))
+        elif a.startswith("--plugin="):
+            out.append(a.split("=", 1)[1])
+    return out
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m fedsciml",
+        description="fedsciml: federated scientific machine learning — PINNs, function fitting and ridge "
+                    "regression on data split across clients, with exact Gauss–Newton, FIPA, FedAvg and "
+                    "one-shot sufficient-statistic fusion.",
+    )
+    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE",
+                        help="import a module or .py file that registers extra problems (repeatable; also "
+                             "FEDSCIML_PLUGINS and the 'fedsciml.problems' entry-point group)")
+    verbosity = parser.add_mutually_exclusive_group()
+    verbosity.add_argument("-v", "--verbose", action="store_true",
+                           help="also show debug messages of the library (logging level DEBUG)")
+    verbosity.add_argument("-q", "--quiet-log", dest="quiet_log", action="store_true",
+                           help="show only errors (no progress, no warnings about rejected or missing clients)")
+    sub = parser.add_subparsers(dest="command", metavar="{list,solve,ridge,bench}")
+    sub.add_parser("list", help="list problems and methods")
+    _add_solve_parser(sub)
+    from fedsciml.cli import images as images_cli
+    from fedsciml.cli import ridge as ridge_cli
+
+    ridge_cli.add_parser(sub)
+    bench = sub.add_parser("bench", help="benchmarks (bench images ...)")
+    bsub = bench.add_subparsers(dest="bench_command", metavar="{images}")
+    images_cli.add_parser(bsub)
+    return parser
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time of the record (a redirected or captured stderr too)."""
+
+    def emit(self, record):
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def configure_logging(args) -> None:
+    """The CLI decides what the user sees: the library's log records go to stderr (INFO: progress lines and
+    warnings; ``-v`` DEBUG; ``-q`` errors only), and long runs show a progress bar when stderr is a terminal."""
+    from fedsciml.runtime.history import use_progress_bars
+
+    level = logging.DEBUG if args.verbose else logging.ERROR if args.quiet_log else logging.INFO
+    root = logging.getLogger("fedsciml")
+    root.setLevel(level)
+    if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        root.addHandler(handler)
+    root.propagate = False
+    use_progress_bars(not args.quiet_log)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        load_plugins(_pre_scan_plugins(argv))
+    except CLIError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    from fedsciml.options import OptionTypeError, cli_names
+    from fedsciml.runtime.loop import RoundFailed
+
+    configure_logging(args)
+
+    try:
+        with cli_names():
+            if args.command == "list":
+                return cmd_list(args)
+            if args.command == "solve":
+                return cmd_solve(args)
+            if args.command == "ridge":
+                from fedsciml.cli import ridge as ridge_cli
+
+                return ridge_cli.run(args)
+            if args.command == "bench":
+                if getattr(args, "bench_command", None) == "images":
+                    from fedsciml.cli import images as images_cli
+
+                    return images_cli.run(args)
+                parser.parse_args(["bench", "--help"])
+    except (RunFailed, RoundFailed) as e:  # RoundFailed: a round of bench images that cannot go on
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except (CLIError, ValueError, OptionTypeError) as e:  # ProblemError, OptionError, MessageRejected: ValueErrors
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0

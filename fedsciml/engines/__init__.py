@@ -1,0 +1,21 @@
+"""Engines carry the clients' messages: in process (the runtime's own transports, engine ``local``) or over
+Flower (engine ``flower``, :mod:`fedsciml.engines.flower`).  Importing this package registers ``flower`` with
+the driver; Flower itself is imported only when a run asks for it."""
+from __future__ import annotations
+
+import fedsciml.methods  # noqa: F401  (the engines run registered methods)
+from fedsciml.runtime.driver import ENGINES, register_engine
+
+
+def _flower(problem, method, **options):
+    if method == "one-shot":  # central DP needs a secure sum, which this engine lacks: refused before Flower starts
+        from fedsciml.methods.oneshot import refuse_central_dp_without_secure_sum
+
+        refuse_central_dp_without_secure_sum(options)
+    from fedsciml.engines.flower.simulation import solve
+
+    return solve(problem, method, **options)
+
+
+if "flower" not in ENGINES:
+    register_engine("flower", _flower)

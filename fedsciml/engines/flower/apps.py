@@ -1,0 +1,283 @@
+"""fedsciml's Flower apps: a ClientApp that answers fedsciml queries on its node's own data, and a ServerApp.
+
+**ClientApp** (``fedsciml.engines.flower.apps:client_app``).  Every fedsciml message
+carries a small *job* (JSON: the problem's name and options, the number of
+clients, the seed, the thread count); the node's ``Context.node_config``
+says which part of it this node holds:
+
+* ``partition-id`` — the node's client id (Flower's simulation engine sets
+  it; a SuperNode gets it with ``--node-config "partition-id=0 num-partitions=2"``);
+* for the problem zoo nothing else: the node builds client ``partition-id``
+  of ``get_problem(name, **options).client_objectives(clients, seed)``
+  itself (the same points as an in-process run with that seed);
+* for a user's own table, ``data="site0.csv"`` (CSV with a header:
+  feature columns and a target column, ``target`` names it, default ``y``;
+  or ``.npz`` with arrays ``X`` and ``y``) — see
+  :func:`fedsciml.problems.table.table_objective`; the server runs problem
+  ``table`` (its model size comes from the nodes' ``describe``).
+
+The node answers the query (``describe``: its partition id and sizes;
+``gn_loss``, ``gn_stats``, ``update``, ``loss``, ``oneshot_stats``: through
+:meth:`fedsciml.runtime.client.Client.answer`); the data never leave it.
+A node keeps its objective between messages (a process-level cache keyed by
+the job and partition), so a long-lived ClientApp process — a Ray actor in
+simulation, ``--isolation process`` in deployment — builds it once.  If the
+computation raises, the reply is a ``failure`` naming the partition and the
+reason (the server logs it as a rejection), never a crash of the node.
+
+**ServerApp** (``fedsciml.engines.flower.apps:server_app``, for ``flwr run`` /
+``flower-superlink``): its run config names the problem, the method and the
+options (see :func:`job_from_run_config`); its main connects a
+:class:`~fedsciml.engines.flower.transport.FlowerTransport` to the Grid and runs the
+method's strategy in fedsciml's own round loop (:func:`run_on_grid`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off before flwr is imported)
+from fedsciml.runtime.protocol import Failure, Reply
+from fedsciml.engines.flower import codec
+from fedsciml.engines.flower.transport import DESCRIBE, FlowerTransport, medians_by_query, stderr_log
+from fedsciml.core.objective import LeastSquares, LinearLeastSquares
+from fedsciml.problems.table import table_objective  # noqa: F401  (a node's own table: CSV or npz)
+
+_CACHE: "OrderedDict[str, object]" = OrderedDict()
+_CACHE_SIZE = 8
+
+
+# --- the node's data -----------------------------------------------------------------------
+
+
+def _node_objective(job: dict, pid: int, node_config) -> LeastSquares:
+    from fedsciml.problems import get_problem
+
+    data = node_config.get("data") if hasattr(node_config, "get") else None
+    if data:
+        return table_objective(str(data), str(node_config.get("target", "y")))
+    if "problem" not in job:
+        raise ValueError("the job names no problem and this node's config gives no data=PATH")
+    K = int(job["clients"])
+    if not 0 <= pid < K:
+        raise ValueError(f"partition-id {pid} is outside 0..{K - 1} for a run with {K} clients")
+    problem = get_problem(job["problem"], **job.get("options", {}))
+    if hasattr(problem, "client_objective"):  # e.g. 'table': read only this client's own file
+        return problem.client_objective(pid, K, device=job.get("device", "cpu"))
+    torch.manual_seed(int(job.get("seed", 0)))  # as runner.solve does before building the objectives
+    return problem.client_objectives(K, seed=int(job.get("seed", 0)), device=job.get("device", "cpu"))[pid]
+
+
+def _client(job: dict, pid: int, node_config):
+    """This node's :class:`~fedsciml.runtime.client.Client` for ``job`` (built once per process)."""
+    from fedsciml.runtime.client import Client
+
+    key = json.dumps([{k: v for k, v in job.items() if k != "threads"}, pid,
+                      dict(node_config) if hasattr(node_config, "items") else None], sort_keys=True, default=str)
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    if "images" in job:  # an image-classification client (bench images): its split of the data set
+        from fedsciml.images.methods import image_client
+
+        client = image_client(job["images"], pid)
+    else:
+        client = Client(pid, _node_objective(job, pid, node_config))
+    _CACHE[key] = client
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return client
+
+
+def _describe(client) -> dict:
+    if not hasattr(client, "objective"):  # an image client: its sample count and the model's size
+        return {"partition_id": int(client.cid), "n": int(client.n), "p": int(client.model.p), "linear": False}
+    obj = client.objective
+    return {"partition_id": int(client.cid), "n": int(obj.n_residuals), "p": int(obj.n_params),
+            "linear": isinstance(obj, LinearLeastSquares)}
+
+
+def answer_content(content, node_config):
+    """The reply ``RecordDict`` to one fedsciml request ``content`` on this node."""
+    pid = None
+    try:
+        req, job = codec.request_from_content(content)
+        pid = int(node_config["partition-id"])
+        threads = node_config.get("threads", job.get("threads"))
+        if threads and torch.get_num_threads() != int(threads):
+            torch.set_num_threads(int(threads))
+        client = _client(job, pid, node_config)
+        if req.query == DESCRIBE:
+            rep = Reply({}, _describe(client))
+        else:
+            rep = client.answer(req)
+    except Exception as e:  # noqa: BLE001 - a node answers with its reason instead of crashing
+        rep = Failure(f"partition {pid}: {type(e).__name__}: {e}")
+    return codec.reply_content(rep)
+
+
+def query_names() -> tuple[str, ...]:
+    """Every message type a fedsciml ClientApp answers: ``describe`` and the queries the registered client kinds
+    answer (objective clients with the methods' handlers, image clients) — derived, never listed."""
+    import fedsciml.images.methods  # noqa: F401  (registers the image client's queries)
+    import fedsciml.methods  # noqa: F401  (registers the methods' client handlers)
+    from fedsciml.runtime.client import queries
+
+    return (DESCRIBE, *queries())
+
+
+def _make_client_app():
+    from flwr.app import Message
+    from flwr.clientapp import ClientApp
+
+    app = ClientApp()
+
+    def handle(msg, context):
+        return Message(answer_content(msg.content, context.node_config), reply_to=msg)
+
+    for q in query_names():
+        app.query(q)(handle)
+    return app
+
+
+# --- the server side -----------------------------------------------------------------------
+
+
+class RemoteObjective(LeastSquares):
+    """What the server knows of a node's objective: its sizes (the data stay on the node)."""
+
+    def __init__(self, n: int, p: int):
+        self._n, self.n_params = int(n), int(p)
+
+    @property
+    def n_residuals(self) -> int:
+        return self._n
+
+    def residual(self, theta):
+        raise RuntimeError("a Flower node's data never leave it: ask the node through the transport")
+
+
+class RemoteLinearObjective(RemoteObjective, LinearLeastSquares):
+    """A remote objective whose residual is linear (so ``default_tau`` picks the undamped first step)."""
+
+
+def remote_objectives(transport: FlowerTransport) -> list:
+    out = []
+    for c in transport.client_ids:
+        d = transport.described[c]
+        out.append((RemoteLinearObjective if d.get("linear") else RemoteObjective)(d["n"], d["p"]))
+    return out
+
+
+def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, device="cpu", progress: bool = False,
+                timeout_s: float = 300.0, connect_timeout_s: float = 300.0, job_extra: dict | None = None,
+                **options):
+    """Run ``method`` on ``problem`` with its clients on the Flower nodes of ``grid``; returns a Result.
+
+    The same runner, strategy and round loop as ``fs.solve``; only the
+    transport differs (:class:`FlowerTransport`).
+    """
+    from fedsciml.runtime.results import Result
+    from fedsciml.runtime.results import jsonable as _jsonable
+    from fedsciml.runtime.driver import METHODS, available_methods, resolve_device
+
+    if method not in available_methods():
+        raise ValueError(f"unknown method {method!r}; available: {', '.join(available_methods())}")
+    if method == "centralized":
+        raise ValueError("method 'centralized' pools the clients' data on one machine; it does not run on Flower")
+    if method == "one-shot":  # central DP needs a secure sum, which this engine lacks
+        from fedsciml.methods.oneshot import refuse_central_dp_without_secure_sum
+
+        refuse_central_dp_without_secure_sum(options.get("config") or options)
+    dev = resolve_device(device)
+    job = {"problem": problem.name, "options": dict(problem.options), "clients": int(clients), "seed": int(seed),
+           "device": "cpu", "threads": torch.get_num_threads(), **(job_extra or {})}
+    t_connect = time.perf_counter()
+    transport = FlowerTransport(grid, job, clients, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
+                                device=dev, log=stderr_log if progress else None)
+    t_connect = time.perf_counter() - t_connect
+    if hasattr(problem, "client_data"):  # e.g. the ridge zoo: its test set is drawn with the clients' split
+        torch.manual_seed(seed)
+        problem.client_data(clients, seed=seed)
+    torch.manual_seed(seed)
+    objectives = remote_objectives(transport)
+    if getattr(problem, "name", None) == "table" and not problem.paths:  # the tables are on the nodes only
+        theta0 = torch.zeros(objectives[0].n_params, dtype=torch.float64, device=dev)  # as TableProblem's
+    else:
+        theta0 = problem.init_params(seed, device=dev)
+    for c, o in zip(transport.client_ids, objectives):
+        if o.n_params != theta0.numel():
+            raise ValueError(f"client {c}: its node's objective has {o.n_params} parameters, the model "
+                             f"{theta0.numel()}")
+    options = dict(options)
+    options.pop("transport", None)  # the configured in-process transport name: Flower's replaces it
+    t0 = time.perf_counter()
+    theta, rows, info = METHODS[method](problem, objectives, theta0, problem.evaluate, progress=progress, seed=seed,
+                                        transport=transport, **options)
+    wall = time.perf_counter() - t0
+    info["engine"] = {"name": "flower", "connect_s": t_connect, "exchanges": transport.exchanges,
+                      "exchange_s": transport.exchange_seconds, "rejoined": transport.rejoined,
+                      "exchange_median_s": float(np.median(transport.exchange_times)) if transport.exchange_times
+                      else None, "by_query": medians_by_query(transport.exchange_times, transport.exchange_queries),
+                      "nodes": {str(c): int(n) for c, n in transport.nodes.items()}}
+    last = rows[-1] if rows else {}
+    final = {"loss": last.get("loss")}
+    final.update(problem.evaluate(theta))
+    return Result(problem=problem.name, method=method,
+                  options={**problem.options, **_jsonable(options), "engine": "flower"}, seed=seed, device=str(dev),
+                  dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()), clients=int(clients),
+                  wall_time_s=wall, final=final, history=rows, extra=_jsonable(info), theta=theta)
+
+
+RUN_CONFIG_KEYS = ("problem", "method", "clients", "seed", "problem-options", "method-options", "out", "timeout")
+
+
+def job_from_run_config(rc) -> dict:
+    """The ServerApp's run config (``flwr run --run-config``): ``problem``, ``method``, ``clients``, ``seed``,
+    ``problem-options`` and ``method-options`` (JSON objects as strings), ``out`` (result JSON path),
+    ``timeout`` (seconds a node may take for one answer)."""
+    unknown = sorted(set(rc) - set(RUN_CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"unknown run-config key(s) {unknown}; allowed: {', '.join(RUN_CONFIG_KEYS)}")
+    for k in ("problem", "clients"):
+        if k not in rc:
+            raise ValueError(f"run config needs {k!r} (e.g. --run-config \"problem='bratu' clients=2\")")
+    return {"problem": str(rc["problem"]), "method": str(rc.get("method", "gn")), "clients": int(rc["clients"]),
+            "seed": int(rc.get("seed", 0)), "problem_options": json.loads(str(rc.get("problem-options", "{}"))),
+            "options": json.loads(str(rc.get("method-options", "{}"))), "out": rc.get("out"),
+            "timeout": float(rc.get("timeout", 300.0))}
+
+
+def _make_server_app():
+    from flwr.serverapp import ServerApp
+
+    app = ServerApp()
+
+    @app.main()
+    def main(grid, context):
+        from fedsciml.problems import get_problem
+
+        torch.set_num_threads(int(os.environ.get("FEDSCIML_THREADS", torch.get_num_threads())))
+        job = job_from_run_config(context.run_config)
+        problem = get_problem(job["problem"], **job["problem_options"])
+        res = run_on_grid(grid, problem, job["method"], job["clients"], seed=job["seed"], progress=True,
+                          timeout_s=job["timeout"], **job["options"])
+        stderr_log(f"{res.method} on {res.problem}: {res.metric_name} = {res.error:.3e} "
+                   f"after {res.extra.get('rounds')} rounds, {res.wall_time_s:.2f} s")
+        if job["out"]:
+            res.to_json(str(job["out"]))
+            torch.save({"theta": res.theta.detach().cpu()}, str(job["out"]) + ".theta.pt")  # for bitwise checks
+
+    return app
+
+
+try:
+    client_app = _make_client_app()
+    server_app = _make_server_app()
+except ImportError:  # flwr is not installed: the pure helpers above still import
+    client_app = server_app = None

@@ -1,0 +1,246 @@
+""":class:`FlowerTransport`: fedsciml requests over a Flower ``Grid`` (simulation or deployment).
+
+Each client of the run is one Flower node.  At connection the transport asks
+every node it sees a ``describe`` query; the node answers with its partition
+id (its fedsciml client id), its number of residual rows and parameters and
+whether its residual is linear — never its data.  Then
+:meth:`FlowerTransport.ask` pushes one ``Message`` per chosen client (type
+``query.<query>``, the request's tensors as float64 ``ArrayRecord`` s, its
+config as JSON, see :mod:`fedsciml.engines.flower.codec`) and pulls the replies at a
+short interval (1 ms, doubling up to ``poll_max_s``) until every reply
+arrived or ``timeout_s`` passed.  Flower's ``Grid.send_and_receive`` sleeps
+3 s between pulls in deployment; this loop does not.
+
+Faults become :class:`~fedsciml.runtime.transport.Failure` s of that
+exchange, so the round loop applies its rules (gn asks again, fipa and
+fedavg fuse the rest; each is logged with the client and the reason):
+
+* no reply within ``timeout_s`` — ``"node N (client c) did not answer within T s"``;
+* the message could not be delivered (the node is gone) — ``"node N … is not connected"``;
+  these two (and the SuperLink's "node / message / reply unavailable" errors) are
+  ``Failure(dropped=True)``: the loop treats the client as dropped out of
+  that exchange (``info["unanswered"]``), as with ``--dropout``, so a node
+  that stays dead does not stop fipa or fedavg;
+* the node replied with an error (Flower's, or the ``failure`` fedsciml's
+  ClientApp sends when its computation raised) — the node and the reason
+  (a rejection).
+
+A client whose node failed is looked up again before the next exchange: a
+SuperNode that was restarted (a new Flower node id, the same partition id)
+is found by a new ``describe`` and rejoins the run.
+"""
+from __future__ import annotations
+
+import logging
+
+import time
+
+from fedsciml.runtime.transport import Failure, Request, Transport
+from fedsciml.engines.flower import codec
+
+DESCRIBE = "describe"
+NODE_GONE_CODES = (5,)  # flwr ErrorCode.NODE_UNAVAILABLE: the SuperLink lost the node's heartbeat
+# and MESSAGE_UNAVAILABLE / REPLY_MESSAGE_UNAVAILABLE (e.g. a node killed while uploading its reply): nothing usable
+# came back — a dropout of that exchange, like a timeout, not a rejection
+NO_REPLY_CODES = (3, 4, 5)
+APP_FAILURE = "partition "  # how fedsciml's ClientApp starts the reason of a failure on its own data
+
+
+def medians_by_query(times, queries) -> dict:
+    """``{query: {"exchanges": n, "median_s": …}}`` from the wall seconds of exchanges and their queries: a small
+    query (a loss) and a large one (gn's statistics, a curvature sketch) cost different times, and the median
+    over all exchanges falls between them."""
+    import statistics
+
+    return {q: {"exchanges": queries.count(q),
+                "median_s": float(statistics.median(t for t, qq in zip(times, queries) if qq == q))}
+            for q in dict.fromkeys(queries)}
+
+
+class FlowerConnectError(RuntimeError):
+    """The nodes of a run could not be found or set up."""
+
+
+class FlowerTransport(Transport):
+    """Carries requests to the Flower nodes of a run (see the module docstring).
+
+    ``job`` (plain JSON values) tells each node which data it serves for this
+    run (problem name, options, number of clients, seed); it travels with
+    every message, so any worker of a node can answer any message.
+    """
+
+    def __init__(self, grid, job: dict, n_clients: int, *, timeout_s: float = 300.0,
+                 connect_timeout_s: float = 300.0, poll_max_s: float = 0.02, device="cpu", log=None):
+        self.grid = grid
+        self.job = dict(job)
+        self.n_clients = int(n_clients)
+        self.timeout_s = float(timeout_s)
+        self.poll_max_s = float(poll_max_s)
+        self.device = device
+        self.log = log
+        self.nodes: dict = {}        # client id -> Flower node id
+        self.described: dict = {}    # client id -> the node's describe reply (metrics)
+        self._stale: set = set()     # client ids whose node failed in the last exchange
+        self._dead: set = set()      # node ids that did not answer a describe
+        self.rejoined: list = []     # clients whose node was replaced during the run
+        self.exchanges = 0
+        self.exchange_seconds = 0.0
+        self.exchange_times: list = []  # wall seconds of each ask (push, client work, pull)
+        self.exchange_queries: list = []  # the query of each ask, beside its time
+        from fedsciml.engines.flower.latency import shorten_waits
+
+        shorten_waits()  # a deployment's Grid pulls reply objects with a 1 s first backoff otherwise
+        self._connect(connect_timeout_s)
+        self.client_ids = list(range(self.n_clients))
+        self.sample_counts = {c: int(self.described[c]["n"]) for c in self.client_ids}
+
+    # --- node discovery -------------------------------------------------------
+    def _describe(self, node_ids, timeout_s) -> dict:
+        """``{node id: Reply | Failure}`` of a ``describe`` query."""
+        return self._round_trip({nid: nid for nid in node_ids}, Request(DESCRIBE), timeout_s)
+
+    def _connect(self, timeout_s: float):
+        end = time.monotonic() + timeout_s
+        asked: set = set()
+        wait = 0.01
+        while True:
+            fresh = [n for n in self.grid.get_node_ids() if n not in asked]
+            if fresh:
+                asked.update(fresh)
+                for nid, rep in self._describe(fresh, min(60.0, max(1.0, end - time.monotonic()))).items():
+                    if isinstance(rep, Failure) and rep.reason.startswith(APP_FAILURE):
+                        raise FlowerConnectError(f"node {nid} cannot serve this run: {rep.reason}")
+                    if isinstance(rep, Failure):  # still starting (ask again), or gone (not yet expired)
+                        asked.discard(nid)
+                        if self.log:
+                            self.log(f"node {nid} did not describe itself yet: {rep.reason}")
+                        continue
+                    cid = int(rep.metrics["partition_id"])
+                    if not 0 <= cid < self.n_clients:
+                        raise FlowerConnectError(f"node {nid} says partition-id={cid}; this run has clients "
+                                                 f"0..{self.n_clients - 1} (set num-partitions/partition-id in "
+                                                 f"its node config)")
+                    if cid in self.nodes and self.nodes[cid] != nid:
+                        raise FlowerConnectError(f"nodes {self.nodes[cid]} and {nid} both say partition-id={cid}")
+                    self.nodes[cid], self.described[cid] = nid, dict(rep.metrics)
+            if len(self.nodes) == self.n_clients:
+                return
+            if time.monotonic() > end:
+                missing = sorted(set(range(self.n_clients)) - set(self.nodes))
+                raise FlowerConnectError(f"after {timeout_s:.0f} s, no node serves partition(s) {missing} "
+                                         f"(connected nodes: {sorted(asked)})")
+            time.sleep(wait)
+            wait = min(0.5, 2 * wait)
+
+    def _refresh(self):
+        """Look for restarted nodes of clients whose node failed (new node id, same partition id)."""
+        known = set(self.nodes.values()) | self._dead
+        fresh = [n for n in self.grid.get_node_ids() if n not in known]
+        if not fresh:
+            return
+        for nid, rep in self._describe(fresh, min(self.timeout_s, 60.0)).items():
+            if isinstance(rep, Failure):
+                self._dead.add(nid)
+            else:
+                cid = int(rep.metrics.get("partition_id", -1))
+                if cid in self._stale:
+                    self.rejoined.append({"client": cid, "old_node": int(self.nodes[cid]), "new_node": int(nid)})
+                    self.nodes[cid], self.described[cid] = nid, dict(rep.metrics)
+                    self._stale.discard(cid)
+                    if self.log:
+                        self.log(f"client {cid} rejoined as node {nid}")
+
+    # --- exchanges ------------------------------------------------------------
+    def _round_trip(self, targets: dict, request: Request, timeout_s: float, gone: set | None = None) -> dict:
+        """Push ``request`` to ``targets`` (key -> node id), pull until answered or timed out.
+
+        Keys whose node is gone (the request could not be delivered, or the
+        SuperLink answered that the node is unavailable) are added to ``gone``."""
+        gone = set() if gone is None else gone
+        from flwr.app import Message
+
+        keys = list(targets)
+        msgs = [Message(codec.request_content(request, self.job), int(targets[k]), f"query.{request.query}",
+                        ttl=timeout_s + 30.0) for k in keys]
+        out: dict = {}
+        ids = list(self.grid.push_messages(msgs)) if msgs else []
+        pending = {}
+        for k, mid in zip(keys, ids + [None] * (len(keys) - len(ids))):
+            if mid is None:
+                out[k] = Failure(f"node {targets[k]} could not be sent the request (is it connected?)", True)
+                gone.add(k)
+            else:
+                pending[str(mid)] = k
+        end = time.monotonic() + timeout_s
+        wait = 0.001
+        last = False
+        while pending:
+            # one pull after the deadline too: a pull that itself took long (Flower retrying the objects of a
+            # half-uploaded reply of a killed node) must not make the other nodes' replies, which arrived
+            # meanwhile, count as missing
+            last = time.monotonic() >= end
+            for m in self.grid.pull_messages(list(pending)):
+                k = pending.pop(str(m.metadata.reply_to_message_id), None)
+                if k is None:
+                    continue
+                if m.has_error():
+                    code = int(m.error.code)
+                    out[k] = Failure(f"node {targets[k]} replied with error {code}: {m.error.reason}",
+                                     code in NO_REPLY_CODES)
+                    if code in NODE_GONE_CODES:
+                        gone.add(k)
+                    continue
+                try:
+                    out[k] = codec.reply_from_content(m.content, self.device)
+                except (KeyError, ValueError, TypeError) as e:  # a malformed reply is rejected, never averaged in
+                    out[k] = Failure(f"node {targets[k]} sent a malformed reply: {type(e).__name__}: {e}")
+            if not pending:
+                break
+            if last:
+                for k in pending.values():
+                    out[k] = Failure(f"node {targets[k]} did not answer within {timeout_s:g} s", True)
+                break
+            time.sleep(wait)
+            wait = min(self.poll_max_s, 2 * wait)
+        return out
+
+    def ask(self, client_ids, request: Request) -> dict:
+        cids = list(client_ids)
+        if self._stale & set(cids):
+            self._refresh()
+        t0 = time.perf_counter()
+        end = time.monotonic() + self.timeout_s
+        gone: set = set()
+        got = self._round_trip({c: self.nodes[c] for c in cids}, request, self.timeout_s, gone)
+        # a client whose node is gone may come back (a restarted SuperNode: a new node id, the same
+        # partition id) within this exchange's timeout: look for it, and ask it then
+        while gone and time.monotonic() < end:
+            self._stale.update(gone)
+            time.sleep(min(0.25, max(0.0, end - time.monotonic())))
+            self._refresh()
+            back = [c for c in gone if c not in self._stale]
+            if back:
+                gone -= set(back)
+                got.update(self._round_trip({c: self.nodes[c] for c in back}, request,
+                                            max(0.1, end - time.monotonic()), gone))
+        self.exchange_times.append(time.perf_counter() - t0)
+        self.exchange_queries.append(request.query)
+        self.exchange_seconds += self.exchange_times[-1]
+        self.exchanges += 1
+        out = {}
+        for c in cids:
+            rep = got[c]
+            if isinstance(rep, Failure):
+                rep = Failure(f"{rep.reason} (client {c})", rep.dropped)
+                self._stale.add(c)
+                if self.log:
+                    self.log(f"client {c}: {rep.reason}")
+            else:
+                self._stale.discard(c)
+            out[c] = rep
+        return out
+
+
+def stderr_log(line: str):
+    """The engine's progress and fault lines, through :mod:`logging` (logger ``fedsciml.engines.flower``)."""
+    logging.getLogger("fedsciml.engines.flower").info("[flower] %s", line)

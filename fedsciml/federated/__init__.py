@@ -1,1 +1,0 @@
-"""Federated layer: client messages, aggregators and the round simulation."""

@@ -1,0 +1,33 @@
+"""The methods: each one's strategy, aggregator and client-side handlers, registered with the runtime.
+
+Importing this package registers the built-in solve methods in :data:`fedsciml.runtime.driver.METHODS`
+(runners are imported on first use, so ``import fedsciml.methods`` stays light) and the one-shot
+client handlers (:mod:`fedsciml.methods.oneshot`) in the runtime client's handler table.
+"""
+from __future__ import annotations
+
+from fedsciml.options import CentralizedConfig, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig
+from fedsciml.runtime.driver import METHODS, MethodSpec, available_methods, get_method, register_method
+
+__all__ = ["METHODS", "MethodSpec", "available_methods", "get_method", "register_method"]
+
+_BUILTIN = (
+    ("centralized", CentralizedConfig, "fedsciml.methods.centralized:run_centralized",
+     "pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)", False),
+    ("gn", GNConfig, "fedsciml.methods.federated:run_gn",
+     "exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)", True),
+    ("fipa", FIPAConfig, "fedsciml.methods.federated:run_fipa",
+     "Fisher-informed parameterwise aggregation (full, --rank r, --adaptive, --merge qr)", True),
+    ("fedavg", FedAvgConfig, "fedsciml.methods.federated:run_fedavg",
+     "FedAvg, data-size weighted average of local updates", True),
+    ("fedprox", FedProxConfig, "fedsciml.methods.federated:run_fedprox",
+     "FedProx, FedAvg with a proximal term μ", True),
+    ("one-shot", OneShotConfig, "fedsciml.methods.federated:run_one_shot",
+     "one-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)", True),
+)
+for _name, _config, _runner, _description, _federated in _BUILTIN:
+    if _name not in METHODS:  # importing twice (reload) registers nothing twice
+        register_method(_name, _config, _runner, _description, federated=_federated)
+
+from fedsciml.methods import oneshot as _oneshot  # noqa: E402,F401  (registers the one-shot client handlers)
+from fedsciml.methods import fedopt as _fedopt  # noqa: E402,F401  (FedAvgM, FedAdam, FedYogi)

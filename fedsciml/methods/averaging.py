@@ -1,0 +1,77 @@
+"""FedAvg / FedProx as a :class:`~fedsciml.runtime.strategy.Strategy`: average the clients' local updates.
+
+Each round the loop samples a fraction of the clients (participation, then
+dropout); each is sent ``update`` (θ and the local-training config: Adam
+steps on its mean loss, with FedProx's proximal weight, or one local
+Gauss–Newton step) and answers ``{"delta", "n"}``; the server takes
+``θ + η_s Σ (N_m/N) Δθ_m`` (:class:`~fedsciml.methods.aggregators.FedAvgAggregator`).
+FedProx is the same strategy with ``LocalConfig.prox = μ``.
+FIPA (:mod:`fedsciml.methods.fipa`) builds on this one: the same exchange
+with curvature added to the request, and a curvature-weighted merge.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from fedsciml.runtime.client import LocalConfig
+from fedsciml.runtime.strategy import Exchange, Replies, Strategy
+from fedsciml.runtime.transport import Request
+
+
+class AveragingStrategy(Strategy):
+    """Sampled clients send local updates; ``aggregator`` merges them (FedAvg's weighted mean)."""
+
+    name = "fedavg"
+
+    def __init__(self, aggregator, local: LocalConfig, seed: int = 0):
+        self.agg = aggregator
+        self.local = local
+        self.seed = int(seed)
+        self.theta = None
+        self.loss_sum = None
+
+    # --- the request ------------------------------------------------------------
+    def request_config(self, run, k: int) -> dict:
+        """Plain config values of round ``k``'s ``update`` request (JSON-able)."""
+        return {"local": dataclasses.asdict(self.local), "curvature": None,
+                "seed": self.seed * 1_000_003 + k * 1009, "round": int(k), "deadline_s": run.time_left()}
+
+    def down_floats(self, p: int) -> int:
+        """Floats sent to each asked client: the broadcast θ."""
+        return p
+
+    def configure_round(self, run, k):
+        answering, _dropped = run.sample()
+        if not answering:
+            return None
+        theta = self.theta
+        p = theta.numel()
+        return Exchange(answering, Request("update", {"theta": theta}, self.request_config(run, k)),
+                        lambda m: self.agg.validate(m, p, theta.dtype), down_floats=self.down_floats(p))
+
+    # --- aggregation --------------------------------------------------------------
+    def merge(self, theta, ok: dict):
+        """The next global parameters from the accepted messages."""
+        return self.agg.aggregate(theta, ok)
+
+    def aggregate_round(self, run, k, replies: Replies):
+        if not replies.ok:
+            run.fail("aggregation")
+        self.theta = self.merge(self.theta, replies.ok)
+        return {"answered": len(replies.ok)}
+
+    def state_dict(self):
+        return {"theta": self.theta, "enrolled": dict(self.agg.enrolled)}
+
+    def load_state_dict(self, d):
+        self.theta = d["theta"]
+        self.agg.enrolled = dict(d.get("enrolled", {}))  # sample counts fixed at enrollment
+
+    def summary(self):
+        out = {"local": self.local.solver, "local_steps": self.local.steps, "lr": self.local.lr,
+               "server_lr": getattr(self.agg, "server_lr", None)}
+        if self.local.prox > 0:
+            out["mu"] = self.local.prox
+        if self.local.solver == "gn":
+            out["local_damping"] = self.local.damping
+        return out

@@ -1,0 +1,169 @@
+"""Centralized solvers on a pooled least-squares objective: the reference.
+
+* ``lm`` — Levenberg–Marquardt (:mod:`fedsciml.core.lm`), float64.
+* ``adam`` — Adam on the mean loss ``½‖r‖²/N`` (lr 1e-3 by default).
+* ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
+  25 function evaluations, per step; restarted from steepest descent if it stops moving).
+
+Every solver stops on the first of: ``tol`` on the mean loss, ``max_iters``
+iterations, or ``budget`` seconds (solver time, evaluation excluded).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from fedsciml.options import CentralizedConfig
+from fedsciml.core.objective import LeastSquares, gn_stats_from, stack_objectives
+from fedsciml.runtime.history import Recorder
+from fedsciml.core.lm import LevenbergMarquardt, LMConfig, default_tau
+
+OPTIMIZERS = CentralizedConfig.specs()["optimizer"][1].choices
+DEFAULT_ITERS = CentralizedConfig.default_iters  # the defaults are declared once, in fedsciml.options
+DEFAULT_LR = CentralizedConfig.default_lr
+
+
+class Diverged(ArithmeticError):
+    """The loss became non-finite (NaN or ±inf): the run stops instead of returning NaN results."""
+
+
+@dataclass
+class SolveConfig:
+    optimizer: str = "lm"
+    max_iters: int | None = None
+    budget: float | None = None
+    tol: float = 0.0          # stop when the mean loss ½‖r‖²/N ≤ tol
+    lr: float | None = None   # adam / lbfgs learning rate
+    lm: LMConfig = field(default_factory=LMConfig)
+
+    def validate(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}; allowed: {', '.join(OPTIMIZERS)}")
+        if self.budget is not None and not self.budget > 0:
+            raise ValueError(f"budget must be > 0 seconds, got {self.budget}")
+        if self.max_iters is not None and self.max_iters < 0:
+            raise ValueError(f"max_iters must be ≥ 0, got {self.max_iters}")
+        if self.lr is not None and not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"learning rate must be a finite number > 0, got {self.lr}")
+        if self.max_iters is None and self.budget is None:
+            self.max_iters = DEFAULT_ITERS[self.optimizer]
+
+
+def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
+    """θ ↦ the Gauss–Newton statistics LM needs: ``(JᵀJ, Jᵀr)`` for the normal-form
+    solve, or ``(J, r, Jᵀr)`` without forming ``JᵀJ`` for the kernel form (n < p)."""
+    if not lm.wants_jacobian(obj.n_residuals, obj.n_params):
+        return obj.gn_stats
+
+    def stats(theta):
+        r, J = obj.residual_and_jacobian(theta)
+        return gn_stats_from(J, r, form_gram=False, keep_jacobian=True)
+
+    return stats
+
+
+def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConfig):
+    lm = LevenbergMarquardt(cfg.lm)
+    stats_at = lm_stats_fn(obj, lm)
+    lm.start(theta, stats_at(theta))
+    rec.record(0, lm.theta, lm.loss, mu=lm.mu)
+    n = obj.n_residuals
+    it = 0
+    while (cfg.max_iters is None or it < cfg.max_iters) and not rec.out_of_time():
+        if lm.loss / n <= cfg.tol or lm.mu >= lm.cfg.mu_max:
+            break
+        trial = lm.propose()
+        accepted = lm.observe(float(obj.loss(trial)), lambda: stats_at(trial))
+        it += 1
+        rec.record(it, lm.theta, lm.loss, mu=lm.mu, accepted=accepted)
+    return lm.theta, {"accepted_steps": lm.accepted_steps, "rejected_steps": lm.rejected_steps, "final_mu": lm.mu,
+                      "lm_solve": "kernel" if lm.wants_jacobian(n, obj.n_params) else "normal"}
+
+
+def run_torch_optimizer(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConfig):
+    p = theta.detach().clone().requires_grad_(True)
+    n = obj.n_residuals
+    if cfg.optimizer == "adam":
+        opt = torch.optim.Adam([p], lr=cfg.lr or DEFAULT_LR["adam"])
+    else:
+        # One L-BFGS iteration per step.  max_eval must be set: torch's default
+        # (max_iter·5//4 = 1) cuts the strong-Wolfe line search short and L-BFGS then
+        # stalls; torch's own tolerances are off (0) — the solver's stopping rules apply.
+        opt = torch.optim.LBFGS([p], lr=cfg.lr or DEFAULT_LR["lbfgs"], max_iter=1, max_eval=25, history_size=50,
+                                tolerance_grad=0.0, tolerance_change=0.0, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = obj.loss(p) / n
+        loss.backward()
+        return loss
+
+    with torch.no_grad():
+        rec.record(0, p.detach(), float(obj.loss(p)))
+    it = 0
+    restarts = 0
+    while (cfg.max_iters is None or it < cfg.max_iters) and not rec.out_of_time():
+        before = p.detach().clone() if cfg.optimizer == "lbfgs" else None
+        opt.step(closure)
+        it += 1
+        if before is not None and torch.equal(before, p.detach()):
+            # L-BFGS made no move: its memory gives a direction that is not a descent
+            # direction (torch then returns without stepping, and would do so forever).
+            # Restart from steepest descent, as a line-search quasi-Newton method should.
+            opt.state.clear()
+            restarts += 1
+        with torch.no_grad():
+            loss = float(obj.loss(p))
+        rec.record(it, p.detach(), loss)
+        if not math.isfinite(loss):
+            raise Diverged(f"{cfg.optimizer}: the loss became {loss} at iteration {it} (lr={opt.param_groups[0]['lr']:g}); "
+                           "try a smaller --lr")
+        if loss / n <= cfg.tol:
+            break
+    return p.detach(), ({"lbfgs_restarts": restarts} if cfg.optimizer == "lbfgs" else {})
+
+
+def _load_autodiff():
+    """Import what ``torch.func``'s first ``vjp``/``jacrev`` imports (``torch._dynamo``, seconds
+    on a busy machine) before the solver clock starts: a one-time library load, not solver work."""
+    try:
+        import torch._dynamo.compiled_autograd  # noqa: F401
+    except Exception:  # pragma: no cover - a torch build without dynamo
+        pass
+
+
+def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: SolveConfig,
+                        progress: bool = False, every: int = 10, label: str = ""):
+    """Minimize ``½‖r(θ)‖²`` from ``theta0``; returns ``(θ, history rows, info)``.
+
+    ``evaluate(θ) -> dict`` gives the test metrics recorded at every step.
+    """
+    cfg.validate()
+    _load_autodiff()
+    rec = Recorder(evaluate, obj.n_residuals, cfg.budget, progress, every, label)
+    run = run_lm if cfg.optimizer == "lm" else run_torch_optimizer
+    try:
+        theta, info = run(obj, theta0, rec, cfg)
+    finally:
+        rec.close()
+    info["solver_time_s"] = rec.elapsed()
+    return theta, rec.rows, info
+
+
+def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedConfig | None = None, *, seed=0,
+                    progress=False, every=10, message_hook=None, **options):
+    """The ``centralized`` method: all clients' data pooled on one machine, one optimizer (the reference)."""
+    if config is None:
+        config = CentralizedConfig.from_options(options)
+    elif options:
+        raise TypeError("give the centralized options either as config or as keywords, not both")
+    if message_hook is not None:
+        raise ValueError("message_hook applies to federated methods; centralized exchanges no messages")
+    cfg = SolveConfig(optimizer=config.optimizer, max_iters=config.max_iters, budget=config.budget, tol=config.tol,
+                      lr=config.lr, lm=LMConfig(tau=default_tau(objectives)))
+    theta, rows, info = solve_least_squares(stack_objectives(objectives), theta0, evaluate, cfg, progress=progress,
+                                            every=every, label=f"centralized/{config.optimizer}")
+    info["reference"] = "centralized: all clients' data pooled on one machine (not federated)"
+    return theta, rows, info

@@ -1,0 +1,205 @@
+"""FIPA as a :class:`~fedsciml.runtime.strategy.Strategy`, on top of the averaging strategy.
+
+Clients answer ``update`` with their local update ``Δθ_m`` *and* curvature at
+the broadcast θ — the full ``H_m = J_mᵀJ_m`` (packed) or its top-r
+eigenpairs ``(U_m, λ_m)`` —, and the server merges
+``θ + Σ (Σ_j Ĥ_j)^† Ĥ_m Δθ_m`` (paper Eq. 6, or the thin-QR merge of Eq. 13;
+:class:`~fedsciml.methods.aggregators.FIPAAggregator`).
+
+``safeguard`` (default with local Gauss–Newton steps): the merge is
+regularized, ``(Ĥ + βI)^† Σ Ĥ_m Δθ_m`` (Eq. 13's β), and β is the
+Levenberg–Marquardt damping, adapted by the *same* rule as
+:mod:`fedsciml.core.lm` (:func:`~fedsciml.core.lm.damping_after_success`,
+:func:`~fedsciml.core.lm.damping_after_failure`) from the losses the
+clients report at the broadcast θ (one float each):
+
+* β₀ = ``lm_tau`` · max_m max diag(Ĥ_m) (LM's μ₀ = τ·max diag(JᵀJ)), set at
+  the first round with answers;
+* when every client answered, the broadcast θ is an unverified merged step,
+  and the summed loss did not go down (or every answer was non-finite): the
+  step is undone, ``β ← β·ν, ν ← 2ν`` (capped at 1e20), and the next trial
+  step is merged at once, with the new β, from the messages the clients sent
+  at the previous global parameters (the server keeps the last complete
+  round's messages; at the same θ the clients would send the same ones again),
+  so a rejected step costs one round, not two (one to find the step worse, one
+  to ask again at the old θ);
+* when every client answered and the step is kept: the gain ratio
+  ``ρ = (F_prev − F) / pred``, ``pred = ½ δᵀ(b + βδ)`` with ``b = Σ Ĥ_m Δθ_m``
+  (≈ −g), and ``β ← β·max(⅓, 1 − (2ρ−1)³)`` (floored at 1e-20), ``ν = 2``;
+* with partial participation or dropout the losses of different rounds are
+  not comparable, so every step is kept and β is unchanged;
+* after the last round, :meth:`FIPAStrategy.finalize` checks the last merged
+  step with one loss query and undoes it if it made things worse.
+
+With full-rank curvature and exact local solves ``Δθ_m = −H_m^† g_m`` the
+merged step is then exactly the LM step ``−(H + βI)^{-1} g``.
+
+``complement``: add the FedAvg average of the updates' components outside the
+span ``Q`` of the clients' sketches, ``(I − QQᵀ) Σ (N_m/N) Δθ_m`` —
+directions no client's curvature informs (the paper's "orthogonal complement
+correction"; off by default).  It is the ``complement='fedavg'`` option of the
+one thin-QR merge, :func:`fedsciml.core.curvature.fipa_merge_lowrank` (set on the
+aggregator), beside the image benchmarks' isotropic ``'tail'``.
+
+``adaptive`` (an :class:`~fedsciml.runtime.client.AdaptiveSchedule`): each
+client picks its rank and Adam step count (paper Fig. 2B); the server
+broadcasts last round's global gradient-norm estimate (one float).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from fedsciml.core import linalg
+from fedsciml.methods.averaging import AveragingStrategy
+from fedsciml.runtime.client import AdaptiveSchedule, LocalConfig
+from fedsciml.methods.gn import GNAggregator
+from fedsciml.runtime.strategy import Exchange, Replies
+from fedsciml.runtime.transport import Request
+from fedsciml.core.lm import damping_after_failure, damping_after_success
+
+BETA_MIN, BETA_MAX = 1e-20, 1e20
+
+
+class FIPAStrategy(AveragingStrategy):
+    """FIPA's round logic (see the module docstring)."""
+
+    name = "fipa"
+
+    def __init__(self, aggregator, local: LocalConfig, curvature: str, rank: int, sketch: str,
+                 adaptive: AdaptiveSchedule | None, seed: int, safeguard: bool = False, complement: bool = False,
+                 lm_tau: float = 1e-3):
+        super().__init__(aggregator, local, seed)
+        self.curvature = curvature
+        self.rank = rank
+        self.sketch = sketch
+        self.adaptive = adaptive
+        self.safeguard = safeguard
+        self.complement = complement
+        self.lm_tau = lm_tau
+        self.beta = None
+        self.nu = 2.0
+        self.pred = 0.0
+        self.gnorm = None  # adaptive FIPA: global gradient-norm estimate of the last round
+        self.prev_theta = None
+        self.prev_loss = None
+        self.prev_msgs = None  # the complete round's messages at prev_theta (re-merged after a rejected step)
+        self.rejected_steps = 0
+        self.final_check = {}
+
+    def request_config(self, run, k):
+        return {**super().request_config(run, k), "curvature": self.curvature, "rank": int(self.rank),
+                "sketch": self.sketch,
+                "adaptive": dataclasses.asdict(self.adaptive) if self.adaptive is not None else None,
+                "global_grad_norm": self.gnorm, "report_loss": bool(self.safeguard)}
+
+    def down_floats(self, p):
+        # θ, plus one float each for the global gradient norm (adaptive) and the loss-report request (safeguard)
+        return p + (1 if self.adaptive is not None else 0) + (1 if self.safeguard else 0)
+
+    def aggregate_round(self, run, k, replies: Replies):
+        ok, bad = replies.ok, replies.rejected
+        theta = self.theta
+        extra = {"answered": len(ok)}
+        if self.safeguard:
+            complete = len(ok) == len(run.client_ids)
+            loss = sum(float(ok[c]["loss"][0]) for c in sorted(ok)) if complete else None
+            bad_point = not ok and len(bad) == len(replies.asked)  # every answer was broken (non-finite) at this θ
+            trial = self.prev_theta is not None and theta is not self.prev_theta  # θ is an unverified merged step
+            if trial and (bad_point or (complete and not loss < self.prev_loss)):
+                # the last merged step made things worse: undo it, raise β, and merge again at once from the
+                # messages the clients sent at the previous θ (the same θ: they would send them again)
+                self.beta, self.nu = damping_after_failure(self.beta, self.nu, BETA_MAX)
+                self.rejected_steps += 1
+                extra.update(accepted=False, beta=self.beta)
+                if self.prev_msgs is None:  # (a checkpoint written before the messages were kept)
+                    self.theta = self.prev_theta
+                else:
+                    self.agg.beta = self.beta
+                    self._propose(self.prev_theta, self.prev_msgs)
+                return extra
+            if self.beta is None and ok:
+                self.beta = self.lm_tau * max(_max_diag(m) for m in ok.values())
+            elif complete and trial:  # gain ratio of the accepted step (LM rule)
+                rho = (self.prev_loss - loss) / self.pred if self.pred > 0 else 1.0
+                self.beta, self.nu = damping_after_success(self.beta, rho, BETA_MIN)
+            if complete:
+                self.prev_theta, self.prev_loss, self.prev_msgs = theta, loss, dict(ok)
+            extra.update(accepted=True, beta=self.beta)
+            self.agg.beta = self.beta
+        if not ok:
+            run.fail("aggregation")
+        self._propose(theta, ok)
+        if self.adaptive is not None:
+            w = self.agg.sample_weights(ok)
+            self.gnorm = sum(w[c] * float(m["gnorm"][0]) for c, m in ok.items())
+            ranks = [int(ok[c]["lam"].numel()) for c in sorted(ok)] if self.curvature == "lowrank" else []
+            steps = [replies.metrics[c].get("steps") for c in replies.asked if c in ok]
+            extra.update(ranks=" ".join(map(str, ranks)), local_steps=" ".join(map(str, steps)))
+        return extra
+
+    def _propose(self, theta, ok):
+        """Merge ``ok`` (the messages at ``theta``) into the next global θ; with the safeguard, keep the
+        predicted decrease ``½ δᵀ(b + βδ)``, ``b = Σ Ĥ_m Δθ_m ≈ −g``, of the merged step δ."""
+        new = self.merge(theta, ok)
+        if self.safeguard:
+            step = new - theta
+            self.pred = 0.5 * float(step @ (_merge_rhs(ok, theta.numel()) + self.beta * step))
+        self.theta = new
+
+    def finalize(self, run):
+        """Safeguard: check the last, not yet validated merged step with one loss query; undo it if worse."""
+        if not (self.safeguard and self.prev_theta is not None and self.theta is not self.prev_theta):
+            return
+        theta = self.theta
+        p = theta.numel()
+        got = run.exchange(Exchange(list(run.client_ids), Request("gn_loss", {"theta": theta}, {"vectorize": False}),
+                                    lambda m: GNAggregator(False).validate(m, p, theta.dtype)))
+        if len(got.ok) == len(run.client_ids):
+            loss = GNAggregator.total_loss(got.ok)
+            if not loss <= self.prev_loss:
+                self.theta = self.prev_theta
+                self.rejected_steps += 1
+            self.final_check = {"final_step_kept": self.theta is theta, "floats": run.round_floats}
+
+    def state_dict(self):
+        return {"theta": self.theta, "gnorm": self.gnorm, "beta": self.beta, "nu": self.nu, "pred": self.pred,
+                "prev_theta": self.prev_theta, "prev_msgs": self.prev_msgs,
+                "prev_loss": self.prev_loss, "rejected_steps": self.rejected_steps, "enrolled": dict(self.agg.enrolled)}
+
+    def load_state_dict(self, d):
+        self.theta, self.gnorm, self.beta = d["theta"], d["gnorm"], d["beta"]
+        self.nu, self.pred = d["nu"], d["pred"]
+        self.prev_theta, self.prev_loss, self.rejected_steps = d["prev_theta"], d["prev_loss"], d["rejected_steps"]
+        self.prev_msgs = d.get("prev_msgs")
+        self.agg.enrolled = dict(d.get("enrolled", {}))  # sample counts fixed at enrollment
+
+    def summary(self):
+        out = {**super().summary(), "rank": self.rank, "curvature": self.curvature, "merge": self.agg.merge,
+               "beta": self.agg.beta, "gamma": self.agg.gamma, "sketch": self.sketch,
+               "adaptive": self.adaptive is not None, "safeguard": self.safeguard, "complement": self.complement}
+        out.pop("server_lr", None)
+        return out
+
+    def info(self):
+        if not self.safeguard:
+            return {}
+        return {"rejected_steps": self.rejected_steps, "final_beta": self.beta, **self.final_check}
+
+
+def _merge_rhs(msgs, p) -> torch.Tensor:
+    """``b = Σ_m Ĥ_m Δθ_m`` (sum-form weights)."""
+    b = 0.0
+    for m in msgs.values():
+        if "H" in m:
+            b = b + linalg.unpack_upper(m["H"], p) @ m["delta"]
+        else:
+            b = b + m["U"] @ (m["lam"] * (m["U"].T @ m["delta"]))
+    return b
+
+
+def _max_diag(msg) -> float:
+    if "H" in msg:  # the largest entry of a PSD matrix sits on its diagonal
+        return float(msg["H"].max())
+    return float(((msg["U"] ** 2) @ msg["lam"]).max())

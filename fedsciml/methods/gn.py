@@ -1,0 +1,226 @@
+"""Exact federated Gauss–Newton: the server drives the centralized LM state machine on summed statistics.
+
+One round is one Levenberg–Marquardt iteration of
+:class:`fedsciml.core.lm.LevenbergMarquardt` — the *same* object the
+centralized solver drives:
+
+1. the server proposes a trial point ``θ + δ``, ``(ΣH_m + μI) δ = −Σg_m``,
+   and broadcasts it (p floats to each client);
+2. every client answers with its loss there (``{"loss", "n"}``: one scalar
+   and its count); the server accepts or rejects from the *summed* loss
+   (the LM gain ratio) and adapts μ;
+3. if accepted, every client sends ``{"H": pack_upper(J_mᵀJ_m), "g":
+   J_mᵀr_m, "loss", "n"}`` at the new point, and the server sums them — or,
+   in the square-root form (``form="sqrt"``, the default when the clients
+   hold fewer residual rows in all than there are parameters), the thin-QR
+   factor ``R_m`` of ``J_m`` and ``s_m = Q_mᵀr_m``: the same information,
+   fewer floats, and the server stacks them and solves the damped system in
+   the n×n kernel form instead of factorizing a p×p matrix.
+
+Since ``Σ_m J_mᵀJ_m = JᵀJ`` and ``Σ_m J_mᵀr_m = Jᵀr`` for the pooled
+residual, the iterates equal centralized LM's to round-off.  An exact step
+needs every client: a client that drops out or sends a bad message is asked
+again (``max_retries`` times, each counted), and the round stops with
+:class:`~fedsciml.runtime.loop.RoundFailed` when it never answers.
+Partial participation is therefore not offered for ``gn``.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from fedsciml.core import linalg
+from fedsciml.runtime import robust as _robust
+from fedsciml.methods.aggregators import Aggregator, _consistent, consistency_rtol
+from fedsciml.core.schema import Field, MessageRejected, Schema
+from fedsciml.runtime.strategy import Exchange, Strategy
+from fedsciml.runtime.transport import Request
+from fedsciml.core.objective import GNStats, gn_stats_from
+from fedsciml.core.lm import LevenbergMarquardt, LMConfig
+
+FORMS = ("normal", "sqrt")
+
+
+class GNAggregator(Aggregator):
+    """Sums clients' Gauss–Newton statistics; never sees their data.
+
+    Beyond the schema (loss ≥ 0), statistics must be consistent with the
+    client's own loss (``consistency``, default on): ``gᵀH⁺g = ‖P_J r‖² ≤ ‖r‖²
+    = 2·loss`` — checked through the lower bound ``gᵀ(H + εI)⁻¹g`` (one p×p
+    Cholesky per message, as costly as the server's own LM solve and a third of
+    forming ``J_mᵀJ_m`` with n_m ≥ p rows; it also rejects an indefinite H, and
+    a negative diagonal by name) — and in square-root form ``‖s‖² = ‖Qᵀr‖² ≤
+    ‖r‖²`` (O(m)).  Without the consistency check, H gets the schema's entrywise
+    PSD test.
+    A rejected client is asked again like a dropped one; one that never sends
+    consistent statistics ends the run with ``RoundFailed``.
+    """
+
+    name = "gn"
+
+    def __init__(self, with_curvature: bool = True, form: str = "normal", consistency: bool = True):
+        if form not in FORMS:
+            raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
+        self.with_curvature = with_curvature
+        self.form = form
+        self.consistency = bool(consistency)
+
+    def schema(self) -> Schema:
+        f = {"loss": Field((1,), nonneg=True), "n": Field((1,), positive=True)}
+        if self.with_curvature and self.form == "sqrt":
+            f["R"] = Field(("m", "p"))
+            f["s"] = Field(("m",))
+        elif self.with_curvature:
+            # with the consistency check, one Cholesky of H + εI (in check) replaces the entrywise PSD test
+            f["H"] = Field(("h",), psd=None if self.consistency else "packed")
+            f["g"] = Field(("p",))
+        return Schema(f)
+
+    def context(self, p):
+        return {"p": p, "h": linalg.n_upper(p)}
+
+    def check(self, cid, msg, p):
+        if not (self.with_curvature and self.consistency):
+            return
+        loss = float(msg["loss"][0])
+        rtol = consistency_rtol(msg["loss"].dtype)
+        if self.form == "sqrt":
+            s = msg["s"]
+            _consistent(cid, float(s @ s), loss, "‖s‖²", "‖Qᵀr‖² ≤ ‖r‖² = 2·loss", rtol)
+            return
+        H = linalg.unpack_upper(msg["H"], p)
+        dg = torch.diagonal(H)
+        if bool((dg < 0).any()):
+            raise MessageRejected(cid, f"field 'H' has a negative diagonal entry ({float(dg.min()):.3g}); a "
+                                       "curvature/Gram matrix is positive semidefinite")
+        q = _robust.pinv_quadratic_lower(H, msg["g"])
+        if q is None:
+            raise MessageRejected(cid, "field 'H' is not positive semidefinite (Cholesky of H + εI failed)")
+        _consistent(cid, q, loss, "gᵀH⁺g", "gᵀH⁺g = ‖P_J r‖² ≤ ‖r‖² = 2·loss", rtol)
+
+    @staticmethod
+    def total_loss(messages) -> float:
+        return float(sum(float(messages[c]["loss"][0]) for c in sorted(messages)))
+
+    def aggregate_stats(self, messages, p: int) -> GNStats:
+        order = sorted(messages)
+        loss = sum(messages[c]["loss"][0] for c in order)
+        n = int(round(sum(float(messages[c]["n"][0]) for c in order)))  # counts ≤ 2^53 each (schema): finite
+        if self.form == "sqrt":  # stack the square roots: RᵀR = ΣJ_mᵀJ_m, Rᵀs = ΣJ_mᵀr_m
+            R = torch.cat([messages[c]["R"] for c in order])
+            s = torch.cat([messages[c]["s"] for c in order])
+            kernel = R.shape[0] < p  # kernel-form LM on the stacked factor: no p×p matrix
+            st = gn_stats_from(R, s, form_gram=not kernel, keep_jacobian=kernel)
+            # ½‖s‖² omits the part of r_m outside range(J_m): keep the clients' own losses
+            return dataclasses.replace(st, loss=loss, n=n)
+        Hp = messages[order[0]]["H"].clone()
+        g = messages[order[0]]["g"].clone()
+        for c in order[1:]:
+            Hp += messages[c]["H"]
+            g += messages[c]["g"]
+        return GNStats(H=linalg.unpack_upper(Hp, p), g=g, loss=loss, n=n)
+
+    def aggregate(self, theta, messages):  # pragma: no cover - gn aggregates statistics, not parameters
+        raise NotImplementedError("federated GN sums statistics (aggregate_stats) and steps with LevenbergMarquardt")
+
+
+class GNStrategy(Strategy):
+    """Round logic of exact federated Gauss–Newton / Levenberg–Marquardt (see the module docstring).
+
+    A round is two kinds of exchange — ``gn_loss`` at the trial point, then
+    (if the LM gain ratio accepts it) ``gn_stats`` there — each repeated for
+    the clients that dropped out or were rejected, so it overrides
+    :meth:`Strategy.round`.
+    """
+
+    name = "gn"
+
+    def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, form: str = "normal"):
+        if form not in FORMS:
+            raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
+        self.form = form
+        self.lm_config = lm_config or LMConfig()
+        self.max_retries = int(max_retries)
+        self.lm: LevenbergMarquardt | None = None
+        self.retries = 0
+        self.enrolled = {}  # client id → sample count of its first valid message (fixed from then on)
+
+    # the simulation's view
+    @property
+    def theta(self):
+        return self.lm.theta
+
+    @property
+    def loss_sum(self):
+        return self.lm.loss
+
+    def summary(self) -> dict:
+        return {"lm_tau": self.lm_config.tau, "form": self.form, "max_retries": self.max_retries}
+
+    def _gather(self, run, theta, with_curvature: bool) -> dict:
+        """Every client's ``gn_stats`` (or ``gn_loss``) at θ, asking again whoever did not answer validly."""
+        agg = GNAggregator(with_curvature, self.form)
+        agg.enrolled = self.enrolled
+        p = theta.numel()
+        req = (Request("gn_stats", {"theta": theta}, {"form": self.form}) if with_curvature
+               else Request("gn_loss", {"theta": theta}))
+        # the stats are asked at a point the clients already hold (the trial θ or θ₀): nothing is sent down
+        ex = Exchange([], req, lambda m: agg.validate(m, p, theta.dtype), down_floats=0 if with_curvature else p,
+                      dropout=True)
+        got: dict = {}
+        missing = list(run.client_ids)
+        for attempt in range(self.max_retries + 1):
+            ex.clients = missing
+            got.update(run.exchange(ex).ok)
+            missing = [c for c in run.client_ids if c not in got]
+            if not missing:
+                return got
+            self.retries += 1
+        run.fail(f"an exact Gauss–Newton step (clients {missing} never answered validly "
+                 f"in {self.max_retries + 1} attempts)")
+
+    def start(self, run, theta0):
+        self.lm = LevenbergMarquardt(self.lm_config)
+        msgs = self._gather(run, theta0, True)
+        run.count_sent(down=theta0.numel() * len(run.client_ids))  # θ₀ broadcast
+        self.lm.start(theta0, GNAggregator(True, self.form).aggregate_stats(msgs, theta0.numel()))
+        return {"mu": self.lm.mu}
+
+    def finished(self, run):
+        if self.lm.mu >= self.lm.cfg.mu_max:
+            return "damping"
+        return None
+
+    def round(self, run, k):
+        trial = self.lm.propose()
+        losses = self._gather(run, trial, False)
+        accepted = self.lm.observe(GNAggregator.total_loss(losses),
+                                   lambda: GNAggregator(True, self.form).aggregate_stats(self._gather(run, trial, True),
+                                                                                      trial.numel()))
+        return {"mu": self.lm.mu, "accepted": accepted}
+
+    def state_dict(self):
+        lm = self.lm
+        st = lm.stats
+        curv = {"H": linalg.pack_upper(st.H)} if st.H is not None else {"J": st.J, "r": st.r}
+        return {"theta": lm.theta, **curv, "g": st.g, "loss": st.loss, "n": st.n, "mu": lm.mu, "nu": lm.nu,
+                "accepted": lm.accepted_steps, "rejected": lm.rejected_steps, "retries": self.retries,
+                "enrolled": dict(self.enrolled)}
+
+    def load_state_dict(self, d):
+        self.lm = LevenbergMarquardt(self.lm_config)
+        p = d["theta"].numel()
+        self.lm.theta = d["theta"]
+        if "H" in d:
+            self.lm.stats = GNStats(H=linalg.unpack_upper(d["H"], p), g=d["g"], loss=d["loss"], n=d["n"])
+        else:
+            self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"], J=d["J"], r=d["r"])
+        self.lm.mu, self.lm.nu = d["mu"], d["nu"]
+        self.lm.accepted_steps, self.lm.rejected_steps = d["accepted"], d["rejected"]
+        self.retries = d["retries"]
+        self.enrolled = dict(d.get("enrolled", {}))
+
+    def info(self):
+        return {"accepted_steps": self.lm.accepted_steps, "rejected_steps": self.lm.rejected_steps,
+                "final_mu": self.lm.mu, "retried_requests": self.retries}

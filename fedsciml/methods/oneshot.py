@@ -1,0 +1,461 @@
+"""One-shot fusion of Gauss–Newton statistics as a one-round :class:`~fedsciml.runtime.strategy.Strategy`.
+
+Round 1 asks the sampled clients (participation, then dropout: a client that
+does not answer is simply absent from the fusion) for their Gauss–Newton
+statistics at the broadcast θ₀ — the ``gn_stats`` query and schema of
+:mod:`fedsciml.methods.gn`, ``{"H": pack(J_mᵀJ_m), "g": J_mᵀr_m, "loss", "n"}`` —
+sums them (:meth:`~fedsciml.methods.gn.GNAggregator.aggregate_stats`) and
+takes one damped Gauss–Newton step
+
+    θ₁ = θ₀ − (ΣH_m + σI)⁻¹ Σg_m
+
+with :func:`fedsciml.core.stats.ridge_solve` (Cholesky, a clear
+``SingularGram`` error when the fused Gram is singular).  For the linear
+residual ``r = A w − b`` at ``w = 0`` this *is* one-shot ridge fusion
+(``H = AᵀA = G``, ``g = −Aᵀb = −h``): the ridge problems carry their penalty
+σ as residual rows, so ``sigma`` here is extra damping (default 0), and the
+result equals exact federated GN's first round (whose first LM damping is 0
+for linear residuals).  Then the run stops (``stopped_by="one-shot"``).
+
+Client-side transforms (``transform``, sent in the request's config): each
+client turns its rows ``(a_i, b_i) = (J_i, −r_i)`` at θ₀ into statistics with
+the ridge package's own functions, in the order of :func:`fedsciml.ridge.one_shot`:
+
+* ``project`` m (``sketch``, the run's ``seed``): the shared sketch
+  ``S = sketch_matrix(p, m, seed, sketch)`` (:mod:`fedsciml.core.sketch`),
+  rows ``a_iᵀS`` — the client sends m×m statistics and the server steps
+  ``θ₁ = θ₀ + S v``;
+* ``dp`` (the :class:`~fedsciml.core.dp.DPConfig` fields): rows clipped
+  (:func:`fedsciml.core.privacy.clip_rows`), then, for local DP, the Gaussian
+  mechanism on ``(G, h)`` (:func:`fedsciml.core.dp.privatize`) with the
+  client's own generator :func:`fedsciml.core.dp.client_generator` (seed,
+  cid); the message carries no count and no loss.  Central DP: clipped exact
+  statistics, noise once on the sum from
+  :func:`~fedsciml.core.dp.shared_generator` (seed).  The server repairs the
+  noisy sum (:func:`~fedsciml.core.dp.psd_repair`, ``repair``) and optionally
+  adds the noise-aware σ.
+
+``cv_sigmas``: σ by leave-one-client-out CV, computed by the server alone from the statistics it received
+(each client's held-out loss from its own statistics, :func:`fedsciml.core.loco.stats_scores`): the round stays
+one exchange, and under DP nothing leaves a site but its noised statistics — the loop does not ask DP sites
+for their losses to monitor the run either (the history's ``loss`` is NaN), so the run's ε is its whole
+release.
+
+The message is always in the runtime's schema and sign (``{H, g = Jᵀr}``,
+:func:`fedsciml.core.stats.to_gn`).  :func:`fedsciml.ridge.one_shot` runs this
+strategy on in-process clients of the rows ``(A_k, b_k)`` (θ₀ = 0), so the two
+are one loop; ``solve(..., method="one-shot")`` on a ridge problem does the
+same with the penalty at the server (problem option ``penalty="server"``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import math
+
+import torch
+
+from fedsciml.core import linalg
+from fedsciml.methods.aggregators import Aggregator
+from fedsciml.methods.gn import GNAggregator
+from fedsciml.core.schema import Field, MessageRejected, Schema
+from fedsciml.runtime.strategy import Exchange, Replies, Strategy
+from fedsciml.runtime.client import Client, register_handler
+from fedsciml.runtime.transport import Reply, Request
+
+TRANSFORM_KEYS = ("project", "sketch", "seed", "dp", "form")
+logger = logging.getLogger(__name__)
+CENTRAL_DP_REFUSED = ("dp_central adds the noise at the server to the sum of the sites' exact clipped statistics; "
+                      "the Flower engine has no secure aggregation here, so the server would see each site's "
+                      "un-noised statistics: use local DP (no dp_central) or the in-process engine")
+
+
+def refuse_central_dp_without_secure_sum(options) -> None:
+    """Central DP needs a secure sum; an engine without one (Flower here) refuses it in one line."""
+    get = options.get if isinstance(options, dict) else lambda k, d=None: getattr(options, k, d)
+    eps = get("dp_epsilon", None)
+    if get("dp_central", False) and eps is not None and eps != math.inf:
+        raise ValueError(CENTRAL_DP_REFUSED)
+CENTRAL_DP_TRUST = ("central DP without secure aggregation: the server adds the noise to the sum of the sites' "
+                    "exact clipped statistics, so it sees each site's statistics un-noised — this trusts the server")
+
+
+def _dp_config(dp: dict):
+    from fedsciml.core.dp import DPConfig
+
+    return DPConfig(**dp)
+
+
+@functools.lru_cache(maxsize=8)
+def _sketch(p: int, m: int, seed: int, kind: str, dtype, device) -> torch.Tensor:
+    """The shared sketch, built once per process for each (p, m, seed, kind) (read only: never modified)."""
+    from fedsciml.core.sketch import sketch_matrix
+
+    return sketch_matrix(p, m, seed, kind, dtype, device)
+
+
+def client_rows(r: torch.Tensor, J: torch.Tensor, transform: dict):
+    """The rows ``(a_i, b_i) = (J_i, −r_i)`` at θ₀, projected (``a_iᵀS``) and clipped as ``transform`` says."""
+    from fedsciml.core import privacy
+    from fedsciml.core.sketch import project as _project
+
+    unknown = sorted(set(transform) - set(TRANSFORM_KEYS))
+    if unknown:
+        raise ValueError(f"unknown one-shot transform option(s) {unknown}; allowed: {', '.join(TRANSFORM_KEYS)}")
+    A, b = J, -r
+    if transform.get("project") is not None:
+        A = _project(A, _sketch(J.shape[1], int(transform["project"]), int(transform.get("seed", 0)),
+                                transform.get("sketch", "gaussian"), J.dtype, J.device))
+    if transform.get("dp") is not None:
+        cfg = _dp_config(transform["dp"])
+        A, b = privacy.clip_rows(A, b, cfg.c_a, cfg.c_b, cfg.clip)
+    return A, b
+
+
+def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dict) -> dict:
+    """Client ``cid``'s one-shot message from its residual ``r`` and Jacobian ``J`` at θ₀, transformed
+    (projection, clipping, local Gaussian noise; see the module docstring), in the gn schema ``{H, g[, loss, n]}``."""
+    from fedsciml.core import dp as _dp
+    from fedsciml.core.stats import client_message, to_gn
+
+    A, b = client_rows(r, J, transform)
+    dp = transform.get("dp")
+    if dp is None and transform.get("form") == "sqrt":  # square-root form: R_kᵀR_k = G_k, s = Q_kᵀr = −z
+        msg = client_message(A, b, form="sqrt")
+        return {"R": msg["R"], "s": -msg["z"], "loss": (0.5 * (r @ r)).reshape(1), "n": msg["n"]}
+    if dp is None:
+        msg = to_gn(client_message(A, b))
+        msg["loss"] = (0.5 * (r @ r)).reshape(1)
+        return msg
+    cfg = _dp_config(dp)
+    seed = int(transform.get("seed", 0))
+    msg = client_message(A, b, with_count=False)
+    std = cfg.noise_std
+    if not cfg.central and std > 0:
+        msg = _dp.privatize(msg, std, _dp.client_generator(seed, cid))
+    return to_gn(msg)
+
+
+def _validate_all(schema: Schema, messages, dtype):
+    ok, bad = {}, {}
+    for cid, msg in messages.items():
+        try:
+            ok[cid] = schema.validate(msg, cid, dtype=dtype)
+        except MessageRejected as e:
+            bad[cid] = e.reason
+    return ok, bad
+
+
+class NoisyStatsAggregator(Aggregator):
+    """Validates DP one-shot messages ``{H, g}``: shapes, real floating dtype, finite entries.  No count (not
+    private), no loss and no PSD or consistency check: the Gaussian noise makes ``H`` indefinite, and the
+    server repairs the noisy *sum* (:func:`fedsciml.core.dp.psd_repair`)."""
+
+    name = "one-shot-dp"
+
+    def schema(self) -> Schema:
+        return Schema({"H": Field(("h",)), "g": Field(("p",))})
+
+    def context(self, p):
+        return {"p": p, "h": linalg.n_upper(p)}
+
+
+class OneShotStrategy(Strategy):
+    """One exchange of GN statistics, one fused step (see the module docstring).
+
+    ``form``: the clients' message form — ``"gram"`` (packed ``H = pack(J_kᵀJ_k)``, ``g``), ``"sqrt"``
+    (``R_k``, ``s_k`` from the thin QR of the client's rows; exact statistics only) or ``"auto"`` (default):
+    decided when the round is configured, from the answering clients' row counts — the square-root form when
+    σ is chosen by CV without DP and every client holds at most half as many rows as (projected) parameters
+    (fewer floats up, and the LOCO products cost ``4·n_k·m`` per vector instead of ``2m²``), else the Gram form.
+
+    Validation of exact Gram-form statistics costs O(m²) per message — the schema (shapes, dtype, finiteness,
+    counts, losses ≥ 0, the entrywise PSD conditions of ``H``) — and the consistency check
+    ``gᵀH⁺g ≤ 2·loss`` (one m×m Cholesky) runs once, on the round's sum.  The check is subadditive (the
+    matrix-fractional function ``(g, H) ↦ gᵀH⁺g`` is jointly convex and 1-homogeneous), so statistics that
+    are each consistent always pass on the sum; only when the sum fails is every message checked (one
+    Cholesky each) and the inconsistent ones rejected by name.  What this gives up against checking every
+    message: an inconsistent client whose excess is covered by the other clients' slack passes, but then the
+    fused statistics are still consistent with the clients' total loss — the step cannot be inflated beyond
+    what the total loss allows.  Square-root messages keep their O(m) check ``‖s‖² ≤ 2·loss``.
+    """
+
+    name = "one-shot"
+
+    def __init__(self, sigma: float = 0.0, *, dp=None, project: int | None = None, sketch: str = "gaussian",
+                 seed: int = 0, repair: bool = True, cv_sigmas=None, form: str = "auto"):
+        from fedsciml.core.sketch import SKETCHES
+        from fedsciml.core.stats import check_sigma
+
+        self.sigma = check_sigma(sigma)
+        if dp is not None and not isinstance(dp, dict):  # a DPConfig
+            dp = dataclasses.asdict(dp)
+        self.dp = None if dp is None else dataclasses.asdict(_dp_config(dp))  # validated, plain values
+        if project is not None and (int(project) != project or int(project) < 1):
+            raise ValueError(f"projection dimension must be a positive integer, got {project}")
+        if sketch not in SKETCHES:
+            raise ValueError(f"unknown sketch {sketch!r}; allowed: {', '.join(SKETCHES)}")
+        self.project = None if project is None else int(project)
+        self.sketch, self.seed, self.repair = sketch, int(seed), bool(repair)
+        if cv_sigmas is not None:
+            from fedsciml.core.loco import _as_sigmas
+
+            cv_sigmas = [float(x) for x in _as_sigmas(cv_sigmas, torch.zeros(1, dtype=torch.float64))]
+            if self.dp is not None and self.dp["central"] and self.dp["epsilon"] != float("inf"):
+                raise ValueError("leave-one-client-out CV needs each client's statistics, which central DP (secure "
+                                 "aggregation) hides from the server; give sigma directly or use local DP")
+        self.cv_sigmas = cv_sigmas
+        if self.dp is not None and self.dp["central"] and self.dp["epsilon"] != math.inf:
+            logger.warning(CENTRAL_DP_TRUST)
+        if form not in ("auto", "gram", "sqrt"):
+            raise ValueError(f"one-shot message form must be auto, gram or sqrt, got {form!r}")
+        if form == "sqrt" and self.dp is not None:
+            raise ValueError("DP noise is added to the Gram form of the statistics; use form='gram' with DP")
+        self.form = form
+        self._form = "gram" if form == "auto" else form  # resolved in configure_round
+        self._sums = None  # (clients, packed ΣH, Σg) of the validated round (exact Gram form), reused by the fusion
+        self.theta = None
+        # under DP nothing but the noised statistics may leave a site: the loop must not ask the sites for their
+        # exact losses to monitor the run (a release outside ε), so the history's loss is NaN ("not measured")
+        self.loss_sum = math.nan if self.dp is not None and self.dp["epsilon"] != math.inf else None
+        self.fused = 0
+        self.noise = {}
+
+    def _transform(self, p):
+        """The request's transform config, or None for plain GN statistics (the original path, bit for bit)."""
+        project = self.project if self.project is not None and self.project != p else None
+        if self.dp is None and project is None and self.cv_sigmas is None and self._form == "gram":
+            return None
+        if project is not None and project > p:
+            raise ValueError(f"projection dimension must be an integer in [1, p={p}], got {project}")
+        tr = {"project": project, "sketch": self.sketch, "seed": self.seed, "dp": self.dp}
+        if self._form == "sqrt":
+            tr["form"] = "sqrt"
+        return tr
+
+    def _resolve_form(self, run, answering, m):
+        if self.form != "auto":
+            return self.form
+        counts = getattr(run.transport, "sample_counts", {}) or {}
+        small = bool(answering) and all(c in counts and 2 * int(counts[c]) <= m for c in answering)
+        return "sqrt" if self.cv_sigmas is not None and self.dp is None and small else "gram"
+
+    def _exact_gram_check(self, m, dtype):
+        """Validation of exact Gram-form statistics: O(m²) per message, the consistency check on the sum (see the
+        class docstring); keeps the validated sums for the fusion."""
+        cheap = GNAggregator(True, "normal", consistency=False)
+        full = GNAggregator(True, "normal")
+
+        def sums(ok):
+            order = sorted(ok)
+            Hp, g = ok[order[0]]["H"].clone(), ok[order[0]]["g"].clone()
+            loss = ok[order[0]]["loss"].clone()
+            for c in order[1:]:
+                Hp += ok[c]["H"]
+                g += ok[c]["g"]
+                loss += ok[c]["loss"]
+            return Hp, g, loss
+
+        def consistent(Hp, g, loss) -> bool:
+            try:
+                full.check("sum", {"H": Hp, "g": g, "loss": loss}, m)
+                return True
+            except MessageRejected:
+                return False
+
+        def check(msgs):
+            ok, bad = cheap.validate(msgs, m, dtype)
+            self._sums = None
+            if not ok:
+                return ok, bad
+            Hp, g, loss = sums(ok)
+            if not consistent(Hp, g, loss):  # rare: find the inconsistent messages, one Cholesky each
+                for c in sorted(ok):
+                    try:
+                        full.check(c, ok[c], m)
+                    except MessageRejected as e:
+                        bad[c] = e.reason
+                ok = {c: v for c, v in ok.items() if c not in bad}
+                if not ok:
+                    return ok, bad
+                Hp, g, loss = sums(ok)
+            self._sums = (frozenset(ok), Hp, g)
+            return ok, bad
+
+        return check
+
+    def _cached_sums(self, messages):
+        if self._sums is not None and self._sums[0] == frozenset(messages):
+            return self._sums[1], self._sums[2]
+        return None
+
+    def configure_round(self, run, k):
+        answering, _dropped = run.sample()  # nobody answering fails the round in aggregate_round
+        theta = self.theta
+        p = theta.numel()
+        m0 = p if self.project is None else min(p, self.project)
+        self._form = self._resolve_form(run, answering, m0)
+        tr = self._transform(p)
+        if tr is None:
+            return Exchange(answering, Request("gn_stats", {"theta": theta}, {"form": "normal"}),
+                            self._exact_gram_check(p, theta.dtype))
+        m = p if tr["project"] is None else tr["project"]
+        if self.dp is None and self._form == "gram":  # exact (projected) statistics: as above, in m dimensions
+            check = self._exact_gram_check(m, theta.dtype)
+        elif self.dp is None:  # square-root form: the gn schema and its O(m) consistency check
+            agg = GNAggregator(True, "sqrt")
+            check = lambda msg: agg.validate(msg, m, theta.dtype)  # noqa: E731
+        else:  # noisy statistics: no count, no loss, H may be indefinite (repaired on the sum)
+            agg = NoisyStatsAggregator()
+            check = lambda msg: agg.validate(msg, m, theta.dtype)  # noqa: E731
+        return Exchange(answering, Request("oneshot_stats", {"theta": theta}, {"transform": tr}), check)
+
+    @staticmethod
+    def _stack_factors(messages, order, m, like):
+        """``(Rs [K, rows, m], hs [K, m])``: the clients' factors zero-padded to the most rows (zero rows add
+        nothing to ``R_kᵀR_k``), built once — the fusion's Gram is that of ``Rs`` viewed as one tall matrix."""
+        rows = max(messages[c]["R"].shape[0] for c in order)
+        Rs = like.new_zeros(len(order), rows, m)
+        S = like.new_zeros(len(order), rows)
+        for i, c in enumerate(order):
+            n = messages[c]["R"].shape[0]
+            Rs[i, :n] = messages[c]["R"]
+            S[i, :n] = messages[c]["s"]
+        hs = -torch.bmm(Rs.transpose(1, 2), S[..., None])[..., 0]   # h_k = R_kᵀz_k = −R_kᵀs_k
+        return Rs, hs
+
+    def _cross_validate(self, order, messages, G, h, m, noisy, Rs=None, hs=None):
+        """σ by leave-one-client-out CV (:mod:`fedsciml.core.loco`), scored by the server from each client's own
+        statistics: the server forms client k's models ``w_{−k}(σ_j)`` from the others' statistics and its
+        held-out loss ``wᵀG_kw − 2wᵀh_k + ‖b_k‖²`` from client k's message (:func:`~fedsciml.core.loco.stats_scores`;
+        ``‖b_k‖² = 2·loss`` when the message carries its loss, i.e. exact statistics; a DP message does not, and
+        the reported CV losses then omit that σ-independent constant).  No model goes down, no score comes up,
+        no second exchange: under DP, CV is post-processing of the noised statistics and costs no privacy."""
+        from fedsciml.core import loco as _cv
+
+        if len(order) < 2:
+            raise ValueError(f"leave-one-client-out CV needs at least 2 clients (each is scored on a model fitted "
+                             f"without it), got {len(order)}; give sigma directly")
+        b_sq = (torch.stack([2.0 * messages[c]["loss"][0] for c in order])
+                if all("loss" in messages[c] for c in order) else None)
+        if self._form == "sqrt":
+            W = _cv.loco_solutions(Rs, hs, self.cv_sigmas, sqrt=True, total=(G, h))
+            losses = _cv.stats_scores(Rs, hs, W, sqrt=True, b_sq=b_sq)
+        else:
+            Gs = torch.stack([messages[c]["H"] for c in order])
+            hs = -torch.stack([messages[c]["g"] for c in order])
+            if noisy and self.repair:
+                W = _cv.loco_solutions_repaired(Gs, hs, self.cv_sigmas)
+            else:
+                W = _cv.loco_solutions(Gs, hs, self.cv_sigmas, total=None if noisy else (G, h))
+            losses = _cv.stats_scores(Gs, hs, W, b_sq=b_sq)
+        total = losses.sum(0)
+        j = int(torch.argmin(total))
+        self.cv = {"cv_sigmas": list(self.cv_sigmas), "cv_loss": total.tolist(), "cv_scored": len(order),
+                   "cv_loss_includes_b_sq": b_sq is not None}
+        return self.cv_sigmas[j]
+
+    def _transformed_step(self, messages, p, run=None):
+        """The server side of the transforms: sum, central noise, PSD repair, noise-aware σ, solve, map back."""
+        from fedsciml.core import dp as _dp
+        from fedsciml.core.sketch import sketch_matrix
+        from fedsciml.core.stats import ridge_solve
+
+        tr = self._transform(p)
+        m = p if tr["project"] is None else tr["project"]
+        order = sorted(messages)
+        Rs = hs = None
+        if self._form == "sqrt":  # ΣR_kᵀR_k formed by the server from the stacked factors, Σh_k = −ΣR_kᵀs_k
+            Rs, hs = self._stack_factors(messages, order, m, messages[order[0]]["R"])
+            G = linalg.unpack_upper(linalg.gram_packed(Rs.reshape(-1, m)), m)
+            h = hs.sum(0)
+        else:
+            cached = self._cached_sums(messages)
+            if cached is not None:
+                Hp, g = cached
+            else:
+                Hp, g = messages[order[0]]["H"].clone(), messages[order[0]]["g"].clone()
+                for c in order[1:]:
+                    Hp += messages[c]["H"]
+                    g += messages[c]["g"]
+            G, h = linalg.unpack_upper(Hp, m), -g
+        sigma, clipped, std = self.sigma, 0, 0.0
+        cfg = None if self.dp is None else _dp_config(self.dp)
+        if self.cv_sigmas is not None:
+            noisy = cfg is not None and cfg.noise_std > 0 and not cfg.central
+            sigma = self._cross_validate(order, messages, G, h, m, noisy, Rs, hs)
+        if self.dp is not None:
+            std = cfg.noise_std
+            if cfg.central and std > 0:
+                e = _dp.noise_like(m, std, _dp.shared_generator(self.seed), G.dtype, G.device)
+                G = G + linalg.unpack_upper(e["G"], m)
+                h = h + e["h"]
+            if std > 0 and self.repair:
+                G, clipped = _dp.psd_repair(G)
+            if std > 0 and cfg.noise_aware_sigma:
+                sigma = float(sigma) + (2.0 * m) ** 0.5 * std * (1.0 if cfg.central else len(order) ** 0.5)
+        v = ridge_solve(G, h, sigma)
+        if tr["project"] is not None:
+            v = sketch_matrix(p, m, self.seed, self.sketch, v.dtype, v.device) @ v
+        self.noise = {"m": m, "noise_std": std, "eig_clipped": clipped, "sigma_used": float(sigma),
+                      "form_used": self._form}
+        return v
+
+    def aggregate_round(self, run, k, replies: Replies):
+        from fedsciml.core.stats import ridge_solve
+
+        if not replies.ok:
+            run.fail("the one-shot fusion")
+        p = self.theta.numel()
+        if self._transform(p) is not None:
+            self.theta = self.theta + self._transformed_step(replies.ok, p, run)
+        else:
+            cached = self._cached_sums(replies.ok)
+            if cached is not None:
+                H, g = linalg.unpack_upper(cached[0], p), cached[1]
+            else:
+                st = GNAggregator(True, "normal").aggregate_stats(replies.ok, p)
+                H, g = st.H, st.g
+            self.theta = self.theta + ridge_solve(H, -g, self.sigma)
+            self.noise = {"sigma_used": float(self.sigma), "form_used": "gram"}
+        self.fused = len(replies.ok)
+        return {"answered": len(replies.ok)}
+
+    def finished(self, run):
+        return "one-shot" if run.round_index >= 1 else None
+
+    def state_dict(self):
+        return {"theta": self.theta, "fused": self.fused}
+
+    def load_state_dict(self, d):
+        self.theta, self.fused = d["theta"], int(d["fused"])
+
+    def summary(self):
+        out = {"sigma": self.sigma}
+        if self.dp is not None or self.project is not None or self.cv_sigmas is not None:
+            out.update(dp=self.dp, project=self.project, sketch=self.sketch, repair=self.repair,
+                       cv_sigmas=self.cv_sigmas)
+        if self.form != "auto":
+            out["form"] = self.form
+        return out
+
+    def info(self):
+        return {"fused_clients": self.fused, **self.noise, **getattr(self, "cv", {})}
+
+
+
+# --- the client side: the queries one-shot adds to every objective client ----------------------
+
+
+def _answer_stats(client, request, pre, deadline):
+    """``oneshot_stats``: the client's GN statistics at θ after its own transforms (projection, clipping, noise;
+    config ``transform``), from its own rows."""
+    if pre is None:
+        with torch.no_grad():
+            pre = client.objective.residual_and_jacobian(request.tensors["theta"])
+    return Reply(client_statistics(pre[0], pre[1], client.cid, request.config["transform"]))
+
+
+register_handler(Client, "oneshot_stats", _answer_stats,
+                 lambda batch, req: batch.residuals_and_jacobians(req.tensors["theta"]))

@@ -1,0 +1,487 @@
+"""Typed method configurations: one frozen dataclass per method, one default per option.
+
+Every option of every solve method is a field declared once, here, with its
+default, its help text and its allowed range (:func:`option`).  The Python API
+(``fs.solve(..., rank=5)``), the CLI (``--rank 5``, flags generated from the
+fields) and ``--help`` all read these declarations, so a default or a range
+exists in exactly one place.
+
+The shared parts:
+
+* :class:`StopOptions` — ``budget``, ``tol`` (every method);
+* :class:`RoundOptions` — ``rounds``, ``participation``, ``dropout``,
+  ``checkpoint``, ``resume`` (every federated method);
+* :class:`LocalOptions` — ``local``, ``local_steps``, ``lr``,
+  ``local_damping`` (methods whose clients train locally).
+
+A method's configuration is a subclass: :class:`CentralizedConfig`,
+:class:`GNConfig`, :class:`FIPAConfig`, :class:`FedAvgConfig`,
+:class:`FedProxConfig`.  A new method declares its own subclass (with
+``method = "name"``) and registers it with
+:func:`fedsciml.runtime.driver.register_method`.
+
+Zero is a value: ``rank=0`` is full-rank FIPA, ``rounds=0`` evaluates θ₀ and
+stops, ``mu=0`` is FedProx with μ = 0.  ``None`` is only a default where the
+help says what it stands for (e.g. ``rounds=None``: the method's default
+number of rounds, or until the ``budget`` is spent).
+
+Errors: an unknown option raises :class:`OptionError` naming it and the
+allowed options; a value out of range raises :class:`OptionError` naming the
+value and the range; a value of the wrong type (``budget='5'``) raises
+:class:`OptionTypeError`.  Both are one line.
+"""
+from __future__ import annotations
+
+import contextlib
+import difflib
+import math
+import numbers
+import os
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar
+
+
+class OptionError(ValueError):
+    """An unknown option, or a value outside its allowed range (the message names both)."""
+
+
+class OptionTypeError(TypeError):
+    """An option value of the wrong type (the message names the option, the value and the type wanted)."""
+
+
+PATH = "path"  # option type: a file-system path (str or os.PathLike)
+
+_STYLE = {"cli": False}
+
+
+@contextlib.contextmanager
+def cli_names():
+    """Within the block, name options in error messages as command-line flags (``--local-steps``)."""
+    before, _STYLE["cli"] = _STYLE["cli"], True
+    try:
+        yield
+    finally:
+        _STYLE["cli"] = before
+
+
+def display(name: str) -> str:
+    """How an option is named in messages: ``local_steps`` (Python) or ``--local-steps`` (CLI)."""
+    return "--" + name.replace("_", "-") if _STYLE["cli"] else name
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What an option accepts: a type, a numeric range or a set of choices, and what ``None`` stands for."""
+
+    help: str
+    type: Any = float            # int | float | str | bool | PATH
+    lo: float | None = None      # lower bound (inclusive unless lo_open)
+    hi: float | None = None      # upper bound (inclusive unless hi_open)
+    lo_open: bool = False
+    hi_open: bool = False
+    finite: bool = True          # reject ±inf (NaN is always rejected)
+    choices: tuple | None = None
+    none: str | None = None      # None allowed; what it stands for
+    cli: bool = True             # has a command-line flag
+    metavar: str | None = None
+
+    def allowed(self, with_none: bool = True) -> str:
+        """The allowed values in words, e.g. ``an integer ≥ 0`` or ``a number in (0, 1]``; ``with_none``: add
+        what leaving the option out (``None``) means."""
+        if self.type is bool:
+            s = "True or False"
+        elif self.choices is not None:
+            s = "one of " + ", ".join(map(str, self.choices))
+        elif self.type is PATH:
+            s = "a path"
+        elif self.type is str:
+            s = "a string"
+        else:
+            kind = "an integer" if self.type is int else "a number"
+            lo, hi = _fmt(self.lo), _fmt(self.hi)
+            if self.lo is not None and self.hi is not None:
+                s = f"{kind} in {'(' if self.lo_open else '['}{lo}, {hi}{')' if self.hi_open else ']'}"
+            elif self.lo is not None:
+                s = f"{kind} {'>' if self.lo_open else '≥'} {lo}"
+            elif self.hi is not None:
+                s = f"{kind} {'<' if self.hi_open else '≤'} {hi}"
+            else:
+                s = kind
+            if self.type is float and self.finite:
+                s = s.replace("a number", "a finite number", 1)
+        if self.none is not None and with_none:
+            s += f"; if not given: {self.none}" if _STYLE["cli"] else f", or None ({self.none})"
+        return s
+
+
+def _fmt(v):
+    if v is None:
+        return ""
+    return str(int(v)) if float(v).is_integer() else repr(v)
+
+
+def option(default, help: str, type=float, **spec) -> Any:
+    """A dataclass field carrying its :class:`Spec` (help text and allowed range) as metadata."""
+    return field(default=default, metadata={"spec": Spec(help, type, **spec)})
+
+
+def check_value(name: str, value, spec: Spec, owner: str = ""):
+    """``value`` converted to the option's type, or :class:`OptionError` / :class:`OptionTypeError`."""
+    where = f"{owner} option " if owner else "option "
+    name = display(name)
+    if value is None:
+        if spec.none is None:
+            raise OptionTypeError(f"{where}{name} must be {spec.allowed()}, got None")
+        return None
+    t = spec.type
+    if t is bool:
+        if not isinstance(value, bool):
+            raise OptionTypeError(f"{where}{name} must be True or False, got {value!r} ({type(value).__name__})")
+        return value
+    if t is PATH:
+        if not isinstance(value, (str, os.PathLike)):
+            raise OptionTypeError(f"{where}{name} must be a path (str), got {value!r} ({type(value).__name__})")
+        value = os.fspath(value)
+        if not value:
+            raise OptionError(f"{where}{name} must be a non-empty path")
+        return value
+    if t is str:
+        if not isinstance(value, str):
+            raise OptionTypeError(f"{where}{name} must be {spec.allowed(False)}, got {value!r} ({type(value).__name__})")
+    elif t is int:
+        ok = isinstance(value, numbers.Integral) or (isinstance(value, numbers.Real) and float(value).is_integer())
+        if isinstance(value, bool) or not ok:
+            raise OptionTypeError(f"{where}{name} must be {spec.allowed(False)}, got {value!r} ({type(value).__name__})")
+        value = int(value)
+    elif t is float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise OptionTypeError(f"{where}{name} must be {spec.allowed(False)}, got {value!r} ({type(value).__name__})")
+        value = float(value)
+        if math.isnan(value) or (spec.finite and math.isinf(value)):
+            raise OptionError(f"{where}{name} must be {spec.allowed(False)}, got {value}")
+    if spec.choices is not None and value not in spec.choices:
+        raise OptionError(f"{where}{name} must be {spec.allowed(False)}, got {value!r}")
+    if t in (int, float):
+        bad = (spec.lo is not None and (value <= spec.lo if spec.lo_open else value < spec.lo)) or \
+              (spec.hi is not None and (value >= spec.hi if spec.hi_open else value > spec.hi))
+        if bad:
+            raise OptionError(f"{where}{name} must be {spec.allowed(False)}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """Base of every method configuration: validation on construction, unknown keys rejected."""
+
+    method: ClassVar[str] = ""
+
+    def __post_init__(self):
+        for f in fields(self):
+            object.__setattr__(self, f.name, check_value(f.name, getattr(self, f.name), f.metadata["spec"],
+                                                         self.method))
+        self._resolve()
+
+    def _resolve(self):
+        """Fill in the values that depend on other options (each subclass documents its own)."""
+
+    def _set(self, name, value):
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def specs(cls) -> dict[str, tuple[Any, Spec]]:
+        """``{option: (default, Spec)}`` in declaration order."""
+        return {f.name: (None if f.default is MISSING else f.default, f.metadata["spec"]) for f in fields(cls)}
+
+    @classmethod
+    def from_options(cls, options: dict | None = None, **more) -> "MethodConfig":
+        """Build from keyword options; an unknown key raises :class:`OptionError` listing the allowed ones."""
+        opts = {**(options or {}), **more}
+        allowed = list(cls.specs())
+        unknown = [k for k in opts if k not in allowed]
+        if unknown:
+            hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, allowed, 1)) else repr(k)
+                     for k in unknown]
+            raise OptionError(f"method {cls.method!r} has no option {', '.join(hints)}; "
+                              f"allowed: {', '.join(display(a) for a in sorted(allowed))}")
+        return cls(**opts)
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def forms_jacobians(self) -> bool:
+        """Whether the method holds every client's residual Jacobian at once (for the memory estimate)."""
+        return True
+
+
+# --- shared parts -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StopOptions(MethodConfig):
+    budget: float | None = option(None, "time budget in seconds (solver time; evaluation excluded)", float,
+                                  lo=0, lo_open=True, finite=False, none="no time limit", metavar="SECONDS")
+    tol: float = option(0.0, "stop when the mean loss ½‖r‖²/N falls to this value", float, lo=0)
+
+
+@dataclass(frozen=True)
+class RoundOptions(StopOptions):
+    """Options of the federated round loop.  ``rounds=None``: :attr:`default_rounds`, or with a ``budget``
+    as many rounds as fit in it."""
+
+    default_rounds: ClassVar[int | None] = 30  # None: the strategy decides when it is done
+
+    rounds: int | None = option(None, "communication rounds (0: evaluate θ₀ and stop)", int, lo=0,
+                                none="the method's default (one-shot: 1); with a budget, until it is spent")
+    participation: float = option(1.0, "fraction of the clients sampled per round", float, lo=0, lo_open=True, hi=1)
+    dropout: float = option(0.0, "probability that a sampled client fails to answer", float, lo=0, hi=1, hi_open=True)
+    checkpoint: str | None = option(None, "directory for per-round checkpoints", PATH, none="no checkpoints",
+                                    metavar="DIR")
+    resume: bool = option(False, "resume from the checkpoint in --checkpoint", bool)
+    transport: str = option("local", "how requests reach the clients: local (in-process, clients evaluated together) "
+                                     "or bytes (the same, every request and reply round-tripped through bytes)",
+                            str, choices=("local", "bytes"))
+
+    def _resolve(self):
+        super()._resolve()
+        if self.rounds is None and self.budget is None:
+            self._set("rounds", self.default_rounds)
+        if self.resume and not self.checkpoint:
+            raise OptionError(f"{display('resume')} needs {display('checkpoint')} DIR (the directory the "
+                              "interrupted run wrote)")
+
+
+@dataclass(frozen=True)
+class LocalOptions(MethodConfig):
+    """Local training on the clients (see :class:`fedsciml.runtime.client.LocalConfig`)."""
+
+    local: str = option("adam", "local solver: adam (τ Adam steps) or gn (one exact damped Gauss–Newton step)",
+                        str, choices=("adam", "gn"))
+    local_steps: int = option(100, "local Adam steps τ per round", int, lo=1)
+    lr: float = option(1e-3, "local Adam learning rate", float, lo=0, lo_open=True)
+    local_damping: float = option(0.0, "local GN damping relative to λ_max(H_m) (0: minimum-norm step −H_m^† g_m)",
+                                  float, lo=0)
+
+
+@dataclass(frozen=True)
+class RobustOptions(MethodConfig):
+    """How the server combines the clients' updates (see :mod:`fedsciml.runtime.robust`)."""
+
+    robust: str = option("mean", "combination of the clients' updates: mean (the plain method), median "
+                                 "(coordinate-wise) or trimmed (coordinate-wise trimmed mean)", str,
+                         choices=("mean", "median", "trimmed"))
+    trim: float = option(0.2, "fraction trimmed per side by robust=trimmed", float, lo=0, hi=0.5, hi_open=True)
+    clip_norm: float | None = option(None, "bound C on the norm of each client's update", float, lo=0, lo_open=True,
+                                     none="no bound")
+
+
+# --- the methods ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CentralizedConfig(StopOptions):
+    """The pooled-data reference.  ``max_iters=None``: :attr:`default_iters` of the optimizer (unless a
+    budget is given); ``lr=None``: :attr:`default_lr` of the optimizer."""
+
+    method: ClassVar[str] = "centralized"
+    default_iters: ClassVar[dict] = {"lm": 500, "adam": 20000, "lbfgs": 5000}
+    default_lr: ClassVar[dict] = {"lm": None, "adam": 1e-3, "lbfgs": 1.0}
+
+    optimizer: str = option("lm", "centralized optimizer: lm (Levenberg–Marquardt), adam or lbfgs", str,
+                            choices=("lm", "adam", "lbfgs"))
+    max_iters: int | None = option(None, "iteration cap", int, lo=0,
+                                   none="lm 500, adam 20000, lbfgs 5000; with a budget, until it is spent")
+    lr: float | None = option(None, "learning rate of adam / lbfgs", float, lo=0, lo_open=True,
+                              none="adam 1e-3, lbfgs 1.0")
+
+    def forms_jacobians(self) -> bool:
+        return self.optimizer == "lm"
+
+    def _resolve(self):
+        if self.max_iters is None and self.budget is None:
+            self._set("max_iters", self.default_iters[self.optimizer])
+        if self.lr is None:
+            self._set("lr", self.default_lr[self.optimizer])
+
+
+@dataclass(frozen=True)
+class GNConfig(RoundOptions):
+    """Exact federated Gauss–Newton (LM on the summed client statistics)."""
+
+    method: ClassVar[str] = "gn"
+    default_rounds: ClassVar[int] = 100
+
+    lm_tau: float | None = option(None, "LM initial damping μ₀ = τ·max diag(JᵀJ)", float, lo=0, lo_open=True,
+                                  none="the centralized solver's τ for this problem")
+    form: str = option("auto", "statistics sent: normal (JᵀJ, Jᵀr), sqrt (thin-QR factors) or auto "
+                               "(sqrt when all clients' rows are fewer than the parameters)", str,
+                       choices=("auto", "normal", "sqrt"))
+    max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
+    batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
+                           cli=False)
+
+    def _resolve(self):
+        super()._resolve()
+        if self.participation < 1:
+            raise OptionError(f"gn takes an exact step on every client's statistics; {display('participation')}="
+                              f"{self.participation} < 1 is not possible (use fipa/fedavg for partial participation)")
+
+
+#: The published FIPA for PDEs as the authors' code runs it (``FIPAConfig.from_options(preset="paper")``,
+#: ``run_fipa(..., preset="paper")``, ``solve --preset paper``): τ = 100 local Adam steps (lr 1e-4) on the
+#: per-part mean loss ``mean(r_int²) + β·mean(r_bc²)``, rank-20 curvature sketches, the merge
+#: ``γ Ĥ^† Σ Ĥ_m Δθ_m`` with a pseudo-inverse that drops eigenvalues below 1e-5·λ_max, a fixed γ = 0.3, no
+#: safeguard.  The reference code's collocation settings (400 interior points, each end point 20×, boundary
+#: weight 10) are problem options: ``problems.pinn.PDE1D.paper_options`` (the CLI preset fills them).
+#:
+#: Why the paper's stated β = 0, γ = 1 diverged here: the pseudo-inverse cutoff, not γ.  Rank-20 sketches of a
+#: PINN's ``J_mᵀJ_m`` keep eigenvalues down to ~1e-12·λ_max, and Adam's ``Δθ_m`` (not a GN step) has components
+#: along them, which the merge divides by those eigenvalues: on Bratu (2 clients) the first merged step has norm
+#: 1.6e4 with the default cutoff p·eps (FedAvg's: 0.15), 15 with 1e-8, 0.57 with 1e-5, and the run goes
+#: non-finite; with 1e-5 it converges with γ = 1 too (relative L2 1.4e-4 after 20 rounds; sin1d n=2: MSE 1.5e-5
+#: instead of 3.5e9).  ``reproductions/fipa_ablation.md``, README "The published FIPA".
+PAPER_PRESET = {"local": "adam", "lr": 1e-4, "local_steps": 100, "local_loss": "parts", "rank": 20, "merge": "qr",
+                "beta": 0.0, "gamma": 0.3, "pinv_rtol": 1e-5, "safeguard": False}
+
+
+@dataclass(frozen=True)
+class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
+    """FIPA.  ``merge=None``: pinv for full rank, qr for low rank; ``safeguard=None``: on with local gn."""
+
+    method: ClassVar[str] = "fipa"
+    default_rounds: ClassVar[int] = 40
+
+    local: str = option("gn", LocalOptions.specs()["local"][1].help, str, choices=("adam", "gn"))
+    rank: int = option(20, "rank r of each client's curvature sketch (0: the full H_m)", int, lo=0)
+    adaptive: bool = option(False, "adaptive per-client rank (≤ rank) and local steps", bool)
+    merge: str | None = option(None, "server merge", str, choices=("pinv", "qr"),
+                               none="pinv for full rank, qr for low rank")
+    beta: float = option(0.0, "QR-merge regularization β", float, lo=0)
+    gamma: float = option(1.0, "server step γ", float, lo=0, lo_open=True)
+    sketch: str = option("auto", "how a client computes its rank-r sketch", str, choices=("auto", "dense", "matfree"))
+    safeguard: bool | None = option(None, "LM safeguard on the server merge (β adapted, worse steps undone)", bool,
+                                    none="on with local gn")
+    complement: bool = option(False, "add the FedAvg average of the update outside the clients' sketches", bool)
+    adapt_c: float = option(1e-3, "adaptive FIPA: rank threshold constant C", float, lo=0, lo_open=True)
+    adapt_ctau: float = option(1e-3, "adaptive FIPA: local-steps constant C_τ", float, lo=0, lo_open=True)
+    pinv_rtol: float | None = option(None, "pseudo-inverse cutoff: merged-curvature eigenvalues below this × λ_max "
+                                           "are dropped", float, lo=0, hi=1, hi_open=True, none="p·eps")
+    local_loss: str = option("mean", "local Adam loss: mean ½‖r_m‖²/n_m, or parts Σ mean(r_part²) (the FIPA "
+                                     "reference code's)", str, choices=("mean", "parts"))
+    preset: str | None = option(None, "paper: the published FIPA with the authors' settings (local Adam lr 1e-4, "
+                                      "τ=100, per-part loss, rank 20, pinv cutoff 1e-5, γ=0.3, no safeguard; 1D PDEs "
+                                      "also 400 interior points, end points ×20, boundary weight 10); options given "
+                                      "explicitly win", str, choices=("paper",), none="none")
+
+    @classmethod
+    def from_options(cls, options: dict | None = None, **more) -> "FIPAConfig":
+        opts = {**(options or {}), **more}
+        if opts.get("preset") == "paper":  # fill what was not given (an explicit option wins)
+            opts = {**PAPER_PRESET, **{k: v for k, v in opts.items() if v is not None}}
+        return super().from_options(opts)
+
+    def _resolve(self):
+        super()._resolve()
+        if self.adaptive and self.rank == 0:
+            raise OptionError(f"fipa option {display('adaptive')} chooses a rank per client: give "
+                              f"{display('rank')} ≥ 1 as its upper bound")
+        if self.merge is None:
+            self._set("merge", "pinv" if self.rank == 0 else "qr")
+        if self.safeguard is None:
+            self._set("safeguard", self.local == "gn")
+        if self.complement and self.rank > 0 and self.merge != "qr":
+            raise OptionError(f"fipa option {display('complement')} is an option of the thin-QR merge; use "
+                              f"{display('merge')} qr (the default for low rank)")
+
+
+@dataclass(frozen=True)
+class FedAvgConfig(RobustOptions, LocalOptions, RoundOptions):
+    """FedAvg: data-size weighted average of local updates."""
+
+    method: ClassVar[str] = "fedavg"
+    default_rounds: ClassVar[int | None] = 30  # None: the strategy decides when it is done
+
+    server_lr: float = option(1.0, "server step applied to the averaged update", float, lo=0, lo_open=True)
+    outlier_ratio: float = option(1e3, "reject an update whose norm exceeds this multiple of the median "
+                                       "update norm of the round (needs ≥ 3 answering clients; inf: no screen)",
+                                  float, lo=1, lo_open=True, finite=False)
+
+    def forms_jacobians(self) -> bool:
+        return self.local == "gn"
+
+
+@dataclass(frozen=True)
+class FedProxConfig(FedAvgConfig):
+    """FedProx: FedAvg with the proximal term ``μ/2 ‖θ_m − θ_k‖²`` in the local loss."""
+
+    method: ClassVar[str] = "fedprox"
+
+    mu: float = option(0.01, "proximal weight μ (0: FedAvg's local loss)", float, lo=0)
+
+
+@dataclass(frozen=True)
+class OneShotConfig(RoundOptions):
+    """One-shot fusion of the clients' Gauss–Newton statistics at θ₀: one round, one fused step."""
+
+    method: ClassVar[str] = "one-shot"
+    default_rounds: ClassVar[int | None] = None  # one round: the strategy is done after it
+
+    sigma: float | None = option(None, "damping σ of the fused step; on a ridge problem the ridge σ, added once at "
+                                 "the server (default: the problem's σ)", float, lo=0,
+                                 none="the problem's ridge σ on ridge problems, else 0")
+    # client-side transforms of the statistics (fedsciml.methods.oneshot), seeded by the run's seed
+    dp_epsilon: float | None = option(None, "local DP: ε of the Gaussian mechanism on each client's statistics",
+                                      float, lo=0, lo_open=True, finite=False, none="no DP noise")
+    dp_delta: float = option(1e-5, "DP δ", float, lo=0, hi=1, lo_open=True, hi_open=True)
+    dp_clip_a: float = option(1.0, "DP row clip ‖a‖ ≤ C_a", float, lo=0, lo_open=True)
+    dp_clip_b: float = option(1.0, "DP target clip |b| ≤ C_b", float, lo=0, lo_open=True)
+    dp_clip: str = option("scale", "DP clipping: scale the whole row, or clip a and b separately", str,
+                          choices=("scale", "separate"))
+    dp_central: bool = option(False, "DP noise once on the secure sum instead of on every client", bool)
+    dp_noise_aware: bool = option(False, "add the noise's spectral norm √(2m)·s_total to σ", bool)
+    project: int | None = option(None, "random projection of the parameters to m dimensions", int, lo=1,
+                                 none="no projection")
+    project_sketch: str = option("gaussian", "projection sketch", str, choices=("gaussian", "sparse", "srht"))
+    cv_sigmas: str | None = option(None, "σ by leave-one-client-out CV over this grid: 'a,b,c' or 'lo:hi:count'",
+                                   str, none="σ as given", metavar="GRID")
+
+    def forms_jacobians(self) -> bool:
+        return True
+
+    def dp(self) -> dict | None:
+        """The :class:`fedsciml.ridge.DPConfig` fields, or None without DP."""
+        if self.dp_epsilon is None:
+            return None
+        return {"epsilon": self.dp_epsilon, "delta": self.dp_delta, "c_a": self.dp_clip_a, "c_b": self.dp_clip_b,
+                "clip": self.dp_clip, "central": self.dp_central, "noise_aware_sigma": self.dp_noise_aware}
+
+
+def defaults_of(cls) -> dict:
+    """``{option: default}`` of a typed configuration class — how the runtime's low-level structs
+    (:class:`~fedsciml.runtime.client.LocalConfig`, :class:`~fedsciml.runtime.loop.RoundConfig`)
+    take their defaults from here, so that every option has one default."""
+    return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+
+
+def parse_grid(text: str) -> list[float]:
+    """``"1e-3,0.01,0.1"`` or a log grid ``"1e-4:1e3:15"`` (lo:hi:count)."""
+    try:
+        if ":" in text:
+            lo, hi, n = text.split(":")
+            lo, hi, n = float(lo), float(hi), int(n)
+            if not (lo > 0 and hi > lo and 2 <= n <= MAX_GRID):
+                raise ValueError
+            import torch  # the grid the ridge experiments were run with, to the bit
+
+            return torch.logspace(math.log10(lo), math.log10(hi), n, dtype=torch.float64).tolist()
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--cv grid {text!r} must be comma-separated σ values or lo:hi:count with 0 < lo < hi, "
+                         f"2 ≤ count ≤ {MAX_GRID}")
+    if not vals or any(not (v > 0) for v in vals):
+        raise ValueError(f"--cv grid {text!r} must hold σ values > 0")
+    if len(vals) > MAX_GRID:
+        raise ValueError(f"--cv grid {text[:40]!r}… holds {len(vals)} σ values; at most {MAX_GRID}")
+    return vals
+
+
+MAX_GRID = 10_000  # σ values in a CV grid: each costs a d×d factorization at the server

@@ -1,0 +1,293 @@
+"""Run a method on a problem: the one entry point the CLI and the Python API share.
+
+:data:`METHODS` is the one registry of solve methods: name → :class:`MethodSpec`
+(its typed configuration class from :mod:`fedsciml.options`, the runner
+function as ``"module:function"``, imported on first use, and a one-line
+description).  ``centralized`` pools the clients' data and is labelled as the
+reference it is.  The runtime knows no method by itself: :mod:`fedsciml.methods` registers the built-in ones
+when it is imported (as :mod:`fedsciml.api`, the CLI and the engines do), and a new method is one call,
+
+    register_method("my-method", MyConfig, "my_package.module:run_my_method", "what it does")
+
+A runner has the signature
+``fn(problem, objectives, theta0, evaluate, config, *, seed, progress, every, message_hook)
+-> (θ, history rows, info)``.
+"""
+from __future__ import annotations
+
+import importlib
+import numbers
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from fedsciml.options import MethodConfig
+from fedsciml.runtime.results import Result, jsonable
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One registered solve method.  Calling it validates the options and runs the method."""
+
+    name: str
+    config: type[MethodConfig]
+    runner: str | Callable       # "module:function" (imported on first use) or the function itself
+    description: str = ""
+    federated: bool = True
+
+    def load(self) -> Callable:
+        if callable(self.runner):
+            return self.runner
+        module, _, attr = self.runner.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def make_config(self, options: dict) -> MethodConfig:
+        return self.config.from_options(options)
+
+    def __call__(self, problem, objectives, theta0, evaluate, config: MethodConfig | None = None, *, seed: int = 0,
+                 progress: bool = False, every: int = 10, message_hook=None, **options):
+        runtime = {}
+        if "transport" in options and not isinstance(options["transport"], str):  # a Transport object (Flower's)
+            runtime["transport"] = options.pop("transport")
+        if config is None:
+            config = self.make_config(options)
+        elif options:
+            raise TypeError(f"give the {self.name} options either as config or as keywords, not both")
+        return self.load()(problem, objectives, theta0, evaluate, config, seed=seed, progress=progress, every=every,
+                           message_hook=message_hook, **runtime)
+
+
+METHODS: dict[str, MethodSpec] = {}
+
+
+def register_method(name: str, config: type[MethodConfig], runner: str | Callable, description: str = "", *,
+                    federated: bool = True, replace: bool = False) -> MethodSpec:
+    """Add a solve method: its typed configuration class, its runner and a one-line description."""
+    if not (isinstance(config, type) and issubclass(config, MethodConfig)):
+        raise TypeError(f"method {name!r}: config must be a MethodConfig subclass, got {config!r}")
+    if name in METHODS and not replace:
+        raise ValueError(f"a method named {name!r} is already registered; pass replace=True")
+    spec = MethodSpec(name, config, runner, description, federated)
+    METHODS[name] = spec
+    return spec
+
+
+def available_methods() -> list[str]:
+    return sorted(METHODS)
+
+
+def get_method(name: str) -> MethodSpec:
+    if not isinstance(name, str) or name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; available: {', '.join(available_methods())}")
+    return METHODS[name]
+
+
+DEVICES = ("auto", "cpu", "cuda")
+# Who carries the clients' messages: ``local`` (this process, the runtime's own transports) and whatever
+# :mod:`fedsciml.engines` registers (``flower``).  An engine is ``fn(problem, method, *, clients, seed, device,
+# progress, **options) -> Result`` running the same strategy and round loop with its own transport.
+ENGINES: dict[str, Callable | None] = {"local": None}
+
+
+def register_engine(name: str, solve_fn: Callable, *, replace: bool = False) -> None:
+    """Add an engine (see :data:`ENGINES`)."""
+    if name in ENGINES and not replace:
+        raise ValueError(f"an engine named {name!r} is already registered; pass replace=True")
+    ENGINES[name] = solve_fn
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``; anything else is a ValueError."""
+    if isinstance(device, torch.device):
+        device = str(device)
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not isinstance(device, str):
+        raise TypeError(f"device must be auto, cpu or cuda, got {device!r} ({type(device).__name__})")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda (or cuda:N), got {device!r}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} was requested but no CUDA device is available; use cpu or auto")
+    return dev
+
+
+def check_seed(seed) -> int:
+    """The seed as an int in [0, 2⁶³), else TypeError / ValueError naming it."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an integer ≥ 0, got {seed!r} ({type(seed).__name__})")
+    if not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed}")
+    return int(seed)
+
+
+def check_clients(clients) -> int | None:
+    if clients is None:
+        return None
+    if isinstance(clients, bool) or not isinstance(clients, numbers.Integral):
+        raise TypeError(f"clients must be an integer ≥ 1, got {clients!r} ({type(clients).__name__})")
+    if clients < 1:
+        raise ValueError(f"clients must be an integer ≥ 1, got {clients}")
+    return int(clients)
+
+
+class OutOfMemory(ValueError):
+    """A run that cannot fit in the memory available (refused before anything is allocated)."""
+
+
+def available_memory(device: torch.device | None = None) -> int | None:
+    """Bytes of memory available now: free GPU memory for a CUDA device, else the OS's MemAvailable
+    (``None`` where it cannot be read)."""
+    if device is not None and torch.device(device).type == "cuda":
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - no such sysconf names here
+        return None
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.3g} GB"
+
+
+def check_memory(n_bytes: float, what: str, device=None, hint: str = "") -> None:
+    """Refuse (:class:`OutOfMemory`, one line with both figures) a run whose estimated memory
+    ``n_bytes`` exceeds what the machine has available."""
+    avail = available_memory(device)
+    if avail is not None and n_bytes > avail:
+        raise OutOfMemory(f"{what} needs about {_gb(n_bytes)} of memory, but this machine has {_gb(avail)} "
+                          f"available{'; ' + hint if hint else ''}")
+
+
+def estimate_memory(problem, clients: int, config: MethodConfig) -> tuple[float, str] | None:
+    """``(bytes, how)``: the data of every client, and their residual Jacobians when the method forms them
+    (8-byte floats), or ``None`` when the problem cannot say how many rows a client holds."""
+    rows = problem.rows_per_client(clients)
+    if rows is None:
+        return None
+    net = problem.network()
+    p = int(net.n_params)
+    d_in = int(net.sizes[0]) if hasattr(net, "sizes") else 1
+    jac = config.forms_jacobians() and problem.kind != "ridge"  # a linear residual's Jacobian is its data
+    per_row = d_in + 1 + (p if jac else 0)
+    how = f"{clients:,} client(s) × {rows:,} rows × ({d_in + 1:,}" + \
+          (f" + {p:,} Jacobian columns" if jac else "") + ") × 8 bytes"
+    return 8.0 * clients * rows * per_row, how
+
+
+def _options(problem, config: MethodConfig) -> dict:
+    """The problem's options and the method's; a method option named like a problem option (one-shot's
+    ``sigma`` beside ridge's) is recorded as ``method_NAME``, as its CLI flag ``--method-NAME``."""
+    out = dict(problem.options)
+    for k, v in jsonable(config.to_dict()).items():
+        out["method_" + k if k in problem.options else k] = v
+    return out
+
+
+def check_run_memory(problem, method: str, clients: int, config: MethodConfig, device=None) -> None:
+    """Refuse, before any data is built, a run whose estimated memory exceeds what is available."""
+    est = estimate_memory(problem, clients, config)
+    if est is not None:
+        check_memory(est[0], f"{problem.name} with {method} ({est[1]})", device,
+                     "use fewer clients or fewer points per client")
+
+
+def _ridge_sigma_once(problem, method: str, config: MethodConfig):
+    """On a ridge problem σ counts once.  ``one-shot`` runs the ridge protocol: the clients hold their data rows
+    only (problem option ``penalty="server"``) and the fused step adds ``σI`` — the method's ``sigma`` when given
+    (it then becomes the problem's σ, so that the recorded options say what ran), else the problem's ``sigma``.
+    Every other method needs the penalty as residual rows (``penalty="rows"``).  A ridge problem without a
+    ``penalty`` option (``table``) has no σ of its own: the one-shot method's ``sigma`` (default 0) is the only one."""
+    if getattr(problem, "kind", None) != "ridge" or "penalty" not in problem.options:
+        return problem, config  # (a table problem has no penalty rows: σ is the one-shot method's alone)
+    if method != "one-shot":
+        if problem.options.get("penalty") == "server":
+            raise ValueError(f"problem option penalty='server' leaves σ to the one-shot server; method {method!r} "
+                             f"needs penalty='rows' (σ as residual rows on every client)")
+        return problem, config
+    import dataclasses
+
+    s = problem.options["sigma"] if config.sigma is None else float(config.sigma)
+    if problem.options.get("penalty") != "server" or s != problem.options["sigma"]:
+        problem = type(problem)(**{**problem.options, "sigma": s, "penalty": "server"})
+    return problem, dataclasses.replace(config, sigma=s)
+
+
+def solve(problem, method: str = "centralized", clients: int | None = None, seed: int = 0, device="cpu",
+          progress: bool = False, every: int = 10, message_hook=None, config: MethodConfig | None = None,
+          engine: str = "local", **options: Any) -> Result:
+    """Solve ``problem`` (a :class:`~fedsciml.problems.Problem`) with ``method``.
+
+    ``clients`` defaults to the problem's own default (1 for most).  The method's
+    options come as keywords (``rounds=``, ``rank=``, …; see
+    :mod:`fedsciml.options`) or as a ready ``config``; unknown options and values
+    out of range raise before anything runs.  ``message_hook(round, client, msg)
+    -> msg`` (federated methods; tests) alters the messages clients send.
+    ``engine="flower"`` runs the same method with Flower's simulation engine
+    carrying the messages (:mod:`fedsciml.engines.flower`).
+    """
+    spec = get_method(method)
+    runtime = {}
+    if "transport" in options and not isinstance(options["transport"], str):  # a Transport object, not a name
+        if not spec.federated:
+            raise ValueError(f"transport applies to federated methods; {method!r} exchanges no messages")
+        runtime["transport"] = options.pop("transport")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if config is None:
+        config = spec.make_config(options)
+    elif options:
+        raise TypeError(f"give the {method} options either as config or as keywords, not both")
+    elif not isinstance(config, spec.config):
+        raise TypeError(f"method {method!r} needs a {spec.config.__name__}, got {type(config).__name__}")
+    if message_hook is not None and not spec.federated:
+        raise ValueError(f"message_hook applies to federated methods; {method!r} exchanges no messages")
+    seed = check_seed(seed)
+    clients = check_clients(clients)
+    if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
+        raise ValueError(f"every must be an integer ≥ 1, got {every!r}")
+    dev = resolve_device(device)
+    problem, config = _ridge_sigma_once(problem, method, config)
+    if engine != "local":  # the same strategy and round loop; the engine's transport carries the messages
+        if runtime:
+            raise ValueError(f"engine {engine!r} brings its own transport; do not give one")
+        if message_hook is not None:
+            raise ValueError(f"message_hook runs in this process; it does not apply to engine {engine!r}")
+        opts = config.to_dict()
+        if opts.pop("transport", "local") != "local":  # the engine's transport carries the messages
+            raise ValueError(f"transport={config.transport!r} applies to engine 'local'; engine {engine!r} brings its own")
+        return ENGINES[engine](problem, method, clients=clients, seed=seed, device=device, progress=progress, **opts)
+    if clients is None:
+        clients = problem.default_clients
+    from fedsciml.runtime.checks import check_objectives
+
+    check_run_memory(problem, method, clients, config, dev)
+    torch.manual_seed(seed)
+    objectives = problem.client_objectives(clients, seed=seed, device=dev)
+    theta0 = problem.init_params(seed, device=dev)
+    check_objectives(objectives, theta0)
+    t0 = time.perf_counter()
+    theta, rows, info = spec(problem, objectives, theta0, problem.evaluate, config, seed=seed, progress=progress,
+                             every=every, message_hook=message_hook, **runtime)
+    wall = time.perf_counter() - t0
+    last = rows[-1] if rows else {}
+    final = {"loss": last.get("loss")}
+    final.update(problem.evaluate(theta))
+    return Result(
+        problem=problem.name, method=method, options=_options(problem, config), seed=seed,
+        device=str(dev), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
+        clients=int(clients), wall_time_s=wall, final=final, history=rows, extra=jsonable(info), theta=theta,
+    )

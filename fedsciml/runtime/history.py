@@ -1,0 +1,100 @@
+"""Wall-clock accounting, per-step history and progress reporting shared by every solver.
+
+Progress (``progress=True``) goes through :mod:`logging` — the library never prints.  Every ``every`` steps
+a line goes to the logger ``fedsciml.progress`` at INFO; where the process's stderr is a terminal and the
+application asked for bars (:func:`use_progress_bars`, as the CLI does) a ``tqdm`` bar over the steps
+replaces those lines, so a log file gets plain lines and a person at a terminal gets a bar.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from contextlib import contextmanager
+
+log = logging.getLogger("fedsciml.progress")
+_BARS = {"on": False}
+
+
+def use_progress_bars(on: bool = True) -> None:
+    """Show a ``tqdm`` bar instead of progress lines when stderr is a terminal (the CLI turns this on)."""
+    _BARS["on"] = bool(on)
+
+
+def _bar(total, label):
+    if not (_BARS["on"] and sys.stderr.isatty()):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=label or "steps", unit="step", leave=False, file=sys.stderr, dynamic_ncols=True)
+
+
+class Recorder:
+    """Collects history rows; the clock excludes time spent evaluating test metrics.
+
+    ``budget`` (seconds) is checked against the same clock, so a time budget
+    buys the same amount of optimization whatever the evaluation costs.
+    """
+
+    def __init__(self, evaluate, n_residuals: int, budget: float | None = None,
+                 progress: bool = False, every: int = 1, label: str = "", total: int | None = None):
+        self.evaluate = evaluate
+        self.n_residuals = max(1, int(n_residuals))
+        self.budget = budget
+        self.progress = progress
+        self.every = max(1, int(every))
+        self.label = label
+        self.rows = []
+        self.floats_sent = 0
+        self._t0 = time.perf_counter()
+        self._paused = 0.0
+        self._bar = _bar(total, label) if progress else None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._t0 - self._paused
+
+    @contextmanager
+    def paused(self):
+        """A block whose time is not solver time (monitoring, checkpoint writing)."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._paused += time.perf_counter() - t
+
+    def credit(self, seconds: float):
+        """Count ``seconds`` already spent (a resumed run: the clock and the budget continue)."""
+        self._t0 -= float(seconds)
+
+    def time_left(self) -> float | None:
+        """Seconds of the budget left (``None`` without a budget)."""
+        return None if self.budget is None else max(0.0, self.budget - self.elapsed())
+
+    def out_of_time(self) -> bool:
+        return self.budget is not None and self.elapsed() >= self.budget
+
+    def record(self, step: int, theta, loss_sum: float, **extra) -> dict:
+        """Evaluate the test metrics at ``theta`` and append a row.
+
+        ``loss_sum`` is ½‖r‖² over all clients; it is stored as the mean ½‖r‖²/N.
+        """
+        t = self.elapsed()
+        with self.paused():
+            metrics = self.evaluate(theta)
+        row = {"step": int(step), "time_s": t, "loss": float(loss_sum) / self.n_residuals, **metrics,
+               "floats_sent": int(self.floats_sent), **extra}
+        self.rows.append(row)
+        if self._bar is not None:
+            self._bar.update(max(0, int(step) - self._bar.n))
+            self._bar.set_postfix({"loss": f"{row['loss']:.2e}", **{k: f"{v:.2e}" for k, v in metrics.items()}},
+                                  refresh=False)
+        elif self.progress and (step % self.every == 0):
+            m = " ".join(f"{k}={v:.3e}" for k, v in metrics.items())
+            log.info("  %s[%5d] t=%7.2fs loss=%.3e %s", self.label, step, t, row["loss"], m)
+        return row
+
+    def close(self) -> None:
+        """End the progress bar, if one is shown (the history stays)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

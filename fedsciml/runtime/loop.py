@@ -1,0 +1,386 @@
+"""The round loop of a federated run: participation, dropout, validation, history, checkpoints.
+
+:class:`Simulation` is the one round loop.  A method supplies a
+:class:`~fedsciml.runtime.strategy.Strategy` (the declared protocol: it
+configures exchanges and aggregates validated replies) and the loop asks the
+clients through a :class:`~fedsciml.runtime.transport.Transport` with
+plain-data requests.  Strategies use only the loop's public surface
+(:meth:`Simulation.sample`, :meth:`Simulation.drop_out`,
+:meth:`Simulation.exchange`, :meth:`Simulation.count_sent`,
+:meth:`Simulation.skip_round`, :meth:`Simulation.time_left`, …).
+
+Clients are sampled each round with a seeded ``numpy`` generator: a
+fraction ``participation`` of them (at least one), then each sampled client
+fails to answer with probability ``dropout``.  Every answer is validated
+against the method's message schema before it is used; a bad one is
+rejected, logged with the client id and the reason (``info["rejections"]``
+and the history row), and the round goes on with the rest.  A client
+from which nothing came back at all (the transport's
+``Failure(dropped=True)``: a node that is gone or timed out) is treated like
+a dropout of that exchange — the strategy goes on with the clients that
+answered (gn asks again, fipa/fedavg/one-shot fuse the rest), it does not
+count towards a rejection streak, and it is logged with its reason in
+``info["unanswered"]``.  The monitoring loss of a strategy that has none of
+its own (fipa, fedavg) is then summed over the clients that answered the
+``loss`` query: the history row's ``loss`` is their mean ½‖r‖² per row and
+``loss_clients`` says how many clients it covers (absent when all did).
+Communication
+is counted in floats: every float sent down (the broadcast θ to each sampled
+client) and up (every message received, rejected ones included).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedsciml.options import RoundOptions, defaults_of
+from fedsciml.runtime import checkpoint as ckpt
+from fedsciml.core.schema import floats_in
+from fedsciml.runtime.strategy import Exchange, Replies, Strategy
+from fedsciml.runtime.transport import Failure, LocalTransport, Request, Transport
+from fedsciml.runtime.history import Recorder
+
+log = logging.getLogger(__name__)
+
+_ROUND = defaults_of(RoundOptions)  # one default per option: the typed configuration's
+
+
+class RoundFailed(RuntimeError):
+    """A round cannot go on: no valid message remained."""
+
+
+@dataclass
+class RoundConfig:
+    rounds: int | None = None  # None: until the strategy is finished or the budget is spent
+    budget: float | None = _ROUND["budget"]
+    tol: float = _ROUND["tol"]
+    participation: float = _ROUND["participation"]
+    dropout: float = _ROUND["dropout"]
+    seed: int = 0
+    checkpoint: str | None = _ROUND["checkpoint"]
+    resume: bool = _ROUND["resume"]
+    max_rejected_rounds: int | None = 10  # stop when one client is rejected this many rounds in a row (None: never)
+
+    def validate(self):
+        if self.rounds is not None and (int(self.rounds) != self.rounds or self.rounds < 0):
+            raise ValueError(f"rounds must be an integer ≥ 0, got {self.rounds}")
+        if self.budget is not None and not self.budget > 0:
+            raise ValueError(f"budget must be > 0 seconds, got {self.budget}")
+        if not 0.0 < self.participation <= 1.0:
+            raise ValueError(f"participation must be in (0, 1], got {self.participation}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.resume and not self.checkpoint:
+            raise ValueError("--resume needs --checkpoint DIR (the directory the interrupted run wrote)")
+        return self
+
+
+class Simulation:
+    """One federated run: the round loop and its public accounting (see the module docstring).
+
+    ``transport`` is a :class:`~fedsciml.runtime.transport.Transport`, or a
+    list of :class:`~fedsciml.runtime.client.Client` (then a
+    :class:`~fedsciml.runtime.transport.LocalTransport` over them).
+    """
+
+    def __init__(self, transport, evaluate, cfg: RoundConfig, *, label: str = "", progress: bool = False,
+                 every: int = 10, fingerprint: dict | None = None, message_hook=None):
+        if not isinstance(transport, Transport):
+            transport = LocalTransport(list(transport))
+        self.transport = transport
+        self.client_ids = list(transport.client_ids)
+        self.cfg = cfg.validate()
+        self.evaluate = evaluate
+        self.n_total = sum(int(transport.sample_counts[c]) for c in self.client_ids)
+        self.rec = Recorder(evaluate, self.n_total, cfg.budget, progress, every, label, total=cfg.rounds)
+        self.label = label
+        self.progress = progress
+        self.rng = np.random.default_rng([int(cfg.seed), 7919])
+        self.fingerprint = fingerprint or {}
+        if message_hook is not None and not callable(message_hook):
+            raise TypeError(f"message_hook must be a function hook(round, client_id, message) -> message, "
+                            f"got {type(message_hook).__name__}")
+        self.message_hook = message_hook  # fault injection (tests): hook(round, cid, msg) -> msg
+        self.rejections: list[dict] = []
+        self.unanswered: list[dict] = []  # clients from which nothing came back (dead node, timeout)
+        self._loss_fields: dict = {}
+        self.skipped_rounds = 0
+        self.round_index = 0
+        self.floats_up = 0
+        self.floats_down = 0
+        self._round_up = 0
+        self._round_down = 0
+        self._round_rejected: dict = {}
+        self._round_dropped: list = []
+        self._round_accepted: set = set()
+        self._rejected_streak: dict = {}  # client id -> consecutive rounds in which it was rejected
+
+    # --- client sampling ----------------------------------------------------
+    def sample(self) -> tuple[list, list]:
+        """``(answering, dropped)`` client ids for one round (seeded): a fraction
+        ``participation`` of the clients (at least one), then dropout."""
+        K = len(self.client_ids)
+        m = max(1, int(round(self.cfg.participation * K)))
+        chosen = sorted(self.rng.choice(K, size=m, replace=False).tolist()) if m < K else list(range(K))
+        return self.drop_out([self.client_ids[i] for i in chosen])
+
+    def drop_out(self, client_ids) -> tuple[list, list]:
+        """Split ``client_ids`` into ``(answering, dropped)`` with the dropout probability (seeded);
+        the dropped ones are recorded for the round."""
+        client_ids = list(client_ids)
+        if self.cfg.dropout <= 0:
+            return client_ids, []
+        fail = self.rng.random(len(client_ids)) < self.cfg.dropout
+        dropped = [c for c, f in zip(client_ids, fail) if f]
+        self._round_dropped += dropped
+        return [c for c, f in zip(client_ids, fail) if not f], dropped
+
+    # --- public accounting ----------------------------------------------------
+    def count_sent(self, down: int = 0, up: int = 0):
+        """Count floats sent outside an exchange (e.g. the broadcast of θ₀)."""
+        self._round_down += int(down)
+        self._round_up += int(up)
+
+    def skip_round(self):
+        """The round had nobody to ask (every sampled client dropped out)."""
+        self.skipped_rounds += 1
+
+    @property
+    def round_floats(self) -> int:
+        """Floats sent so far in the current round (up and down)."""
+        return self._round_up + self._round_down
+
+    def time_left(self) -> float | None:
+        """Seconds of the budget left (``None`` without a budget); sent to clients as a deadline."""
+        return self.rec.time_left()
+
+    def paused(self):
+        """Context manager: time inside is not solver time (monitoring, checkpoint writing)."""
+        return self.rec.paused()
+
+    # --- one exchange -------------------------------------------------------
+    def exchange(self, ex: Exchange) -> Replies:
+        """Ask ``ex.clients`` through the transport, validate, count and log; returns :class:`Replies`.
+
+        Each client asked is counted ``ex.down_floats`` (default: the request's
+        tensors) floats down; each message received (rejected ones included)
+        its floats up.  A client whose computation failed, or whose message the
+        schema rejects, is logged with its id and the reason and left out.
+        """
+        clients, dropped = list(ex.clients), []
+        if ex.dropout:
+            clients, dropped = self.drop_out(clients)
+        down = ex.request.floats if ex.down_floats is None else int(ex.down_floats)
+        got = self.transport.ask(clients, ex.request) if clients else {}
+        msgs, metrics, bad, gone = {}, {}, {}, []
+        for cid in clients:
+            self._round_down += down
+            rep = got.get(cid, Failure("no reply"))
+            if isinstance(rep, Failure) and rep.dropped:  # nothing came back: a dropout of this exchange
+                gone.append(cid)
+                self._unanswered(cid, rep.reason)
+                continue
+            if isinstance(rep, Failure):
+                bad[cid] = rep.reason
+                continue
+            msg = rep.message
+            if self.message_hook is not None:
+                msg = self.message_hook(self.round_index, cid, msg)
+            if isinstance(msg, dict):
+                self._round_up += floats_in(msg)
+            msgs[cid] = msg
+            metrics[cid] = rep.metrics
+        ok, invalid = ex.validate(msgs)
+        bad.update(invalid)
+        self._round_accepted.update(ok)
+        for cid, reason in bad.items():
+            self._round_rejected[cid] = reason
+            self.rejections.append({"round": self.round_index, "client": cid, "reason": reason})
+            log.warning("%s round %s: rejected client %s: %s", self.label, self.round_index, cid, reason)
+        self._round_dropped += gone
+        return Replies(ok=ok, rejected=bad, dropped=dropped + gone, metrics={c: metrics[c] for c in ok},
+                       asked=[c for c in clients if c not in gone])
+
+    def _unanswered(self, cid, reason: str):
+        self.unanswered.append({"round": self.round_index, "client": cid, "reason": reason})
+        log.warning("%s round %s: no answer from client %s: %s", self.label, self.round_index, cid, reason)
+
+    def begin_round(self, k: int):
+        self.round_index = k
+        self._round_up = self._round_down = 0
+        self._round_rejected = {}
+        self._round_dropped = []
+        self._round_accepted = set()
+
+    def end_round(self):
+        self.floats_up += self._round_up
+        self.floats_down += self._round_down
+        self.rec.floats_sent = self.floats_up + self.floats_down
+        self._check_rejection_streaks()
+
+    def _check_rejection_streaks(self):
+        """A client rejected ``max_rejected_rounds`` rounds in a row is broken, not unlucky: stop with its reason."""
+        for cid in self._round_accepted:
+            self._rejected_streak.pop(cid, None)
+        for cid in set(self._round_rejected) - self._round_accepted:
+            self._rejected_streak[cid] = self._rejected_streak.get(cid, 0) + 1
+        limit = self.cfg.max_rejected_rounds
+        worst = max(self._rejected_streak.items(), key=lambda kv: (kv[1], -kv[0]), default=None)
+        if limit is not None and worst is not None and worst[1] >= limit:
+            cid = worst[0]
+            raise RoundFailed(f"round {self.round_index}: client {cid} was rejected in {worst[1]} consecutive rounds "
+                              f"(last reason: {self._round_rejected[cid]}); stopping instead of dropping it forever — "
+                              f"check that client's data and residual")
+
+    def round_fields(self) -> dict:
+        return {"floats_up": self._round_up, "floats_down": self._round_down,
+                "rejected": len(self._round_rejected), "dropped": len(self._round_dropped)}
+
+    def fail(self, what: str):
+        raise RoundFailed(
+            f"round {self.round_index}: no valid client message remained for {what}; "
+            + ("rejected: " + "; ".join(f"client {c}: {r}" for c, r in self._round_rejected.items())
+               if self._round_rejected else "every sampled client dropped out"))
+
+    def global_loss(self, theta) -> float:
+        """Monitoring only: the global training loss ½‖r‖² at θ (clock paused, nothing counted as sent).
+
+        Clients that do not answer (a dead node, an error) are left out: the
+        value is then the sum over the clients that answered, rescaled to all
+        rows (``Σ_answered ½‖r_m‖² · N / N_answered``, so that the history's
+        per-row ``loss`` is the answering clients' mean), and the next history
+        row gets ``loss_clients`` (how many clients it covers).  With no
+        answer at all the run stops (:class:`RoundFailed`)."""
+        self._loss_fields = {}
+        with self.paused(), torch.no_grad():
+            got = self.transport.ask(self.client_ids, Request("loss", {"theta": theta}, {"vectorize": False}))
+            v, n, missing = 0.0, 0, {}
+            for cid in self.client_ids:
+                rep = got.get(cid, Failure("no reply"))
+                if isinstance(rep, Failure):
+                    missing[cid] = rep.reason
+                    continue
+                v += float(rep.message["loss"][0])
+                n += int(self.transport.sample_counts[cid])
+        if not missing:
+            return float(v)
+        if n == 0:
+            raise RoundFailed(f"round {self.round_index}: no client could report its loss for monitoring: "
+                              + "; ".join(f"client {c}: {r}" for c, r in missing.items()))
+        for cid, reason in missing.items():
+            self._unanswered(cid, f"monitoring loss: {reason}")
+        self._loss_fields = {"loss_clients": len(self.client_ids) - len(missing)}
+        return float(v) * self.n_total / n
+
+    def _monitor(self, strategy) -> tuple[float, dict]:
+        """The loss for the history row and the row's monitoring fields."""
+        if strategy.loss_sum is not None:
+            return strategy.loss_sum, {}
+        loss = self.global_loss(strategy.theta)
+        return loss, self._loss_fields
+
+    # --- checkpoints --------------------------------------------------------
+    def save(self, strategy):
+        if not self.cfg.checkpoint:
+            return
+        with self.paused():  # writing checkpoints is not solver time
+            ckpt.save(self.cfg.checkpoint, {
+                "fingerprint": self.fingerprint, "round": self.round_index, "rng": self.rng.bit_generator.state,
+                "strategy": strategy.state_dict(), "rows": self.rec.rows, "floats_up": self.floats_up,
+                "floats_down": self.floats_down, "elapsed": self.rec.elapsed(), "rejections": self.rejections,
+                "skipped_rounds": self.skipped_rounds, "unanswered": self.unanswered,
+            })
+
+    def restore(self, strategy, theta0) -> bool:
+        if not (self.cfg.checkpoint and self.cfg.resume):
+            return False
+        state = ckpt.load(self.cfg.checkpoint, self.fingerprint, map_location=theta0.device)
+        if state is None:
+            return False
+        try:  # a file that passed the checksum but holds the wrong structure: one line, not a traceback
+            self.rng.bit_generator.state = state["rng"]
+            strategy.load_state_dict(state["strategy"])
+            th = strategy.theta
+            ok = isinstance(th, torch.Tensor) and th.shape == theta0.shape and th.dtype == theta0.dtype
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
+            raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)} has a malformed "
+                                       f"state: {type(e).__name__}: {e}") from None
+        if not ok or not bool(torch.isfinite(th).all()):
+            raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)}: the stored parameters "
+                                       f"are not a finite {tuple(theta0.shape)} {theta0.dtype} tensor")
+        self.round_index = int(state["round"])
+        self.rec.rows = list(state["rows"])
+        self.floats_up, self.floats_down = int(state["floats_up"]), int(state["floats_down"])
+        self.rec.floats_sent = self.floats_up + self.floats_down
+        self.rec.credit(float(state["elapsed"]))  # the clock (and the budget) continue where they stopped
+        self.rejections = list(state["rejections"])
+        self.skipped_rounds = int(state.get("skipped_rounds", 0))
+        self.unanswered = list(state.get("unanswered", []))
+        return True
+
+    # --- the loop -----------------------------------------------------------
+    def run(self, strategy: Strategy, theta0: torch.Tensor):
+        """Run rounds until ``rounds``, the budget, ``tol`` or the strategy stops; returns ``(θ, rows, info)``."""
+        try:
+            return self._run(strategy, theta0)
+        finally:
+            self.rec.close()
+
+    def _run(self, strategy: Strategy, theta0: torch.Tensor):
+        resumed = self.restore(strategy, theta0)
+        if not resumed:
+            self.begin_round(0)
+            extra = strategy.start(self, theta0) or {}
+            self.end_round()
+            loss, mon = self._monitor(strategy)
+            self.rec.record(0, strategy.theta, loss, round=0, **self.round_fields(), **extra, **mon)
+            self.save(strategy)
+        reason = None
+        while True:
+            if self.cfg.rounds is not None and self.round_index >= self.cfg.rounds:
+                reason = "rounds"
+                break
+            if self.rec.out_of_time():
+                reason = "budget"
+                break
+            last_loss = self.rec.rows[-1]["loss"] if self.rec.rows else None
+            if last_loss is not None and last_loss <= self.cfg.tol:
+                reason = "tol"
+                break
+            reason = strategy.finished(self)
+            if reason:
+                break
+            k = self.round_index + 1
+            self.begin_round(k)
+            extra = strategy.round(self, k) or {}
+            self.end_round()
+            loss, mon = self._monitor(strategy)
+            self.rec.record(k, strategy.theta, loss, round=k, **self.round_fields(), **extra, **mon)
+            self.save(strategy)
+        # e.g. a last acceptance check of an unvalidated step (its exchange counts as part of the last round)
+        before, sent = strategy.theta, self.floats_up + self.floats_down
+        self.begin_round(self.round_index)
+        strategy.finalize(self)
+        self.end_round()
+        if self.rec.rows and strategy.theta is before:
+            if self.floats_up + self.floats_down != sent:
+                self.rec.rows[-1]["floats_sent"] = self.rec.floats_sent
+        elif self.rec.rows:  # the last step was undone: the last row describes the parameters kept
+            last = self.rec.rows.pop()
+            keep = {k: last[k] for k in ("round", "floats_up", "floats_down", "rejected", "dropped", "answered")
+                    if k in last}
+            loss, mon = self._monitor(strategy)
+            self.rec.record(last["step"], strategy.theta, loss, **keep, **mon, final_check="last step undone")
+        info = {
+            "rounds": self.round_index, "stopped_by": reason, "resumed": resumed,
+            "floats_up": self.floats_up, "floats_down": self.floats_down,
+            "floats_per_round": (self.floats_up + self.floats_down) / max(1, self.round_index),
+            "rejections": self.rejections, "skipped_rounds": self.skipped_rounds,
+            **({"unanswered": self.unanswered} if self.unanswered else {}),
+            "solver_time_s": self.rec.elapsed(),
+            "strategy": {"name": strategy.name, **strategy.summary()},
+        }
+        return strategy.theta, self.rec.rows, info

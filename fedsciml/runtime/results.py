@@ -1,0 +1,218 @@
+"""Run results: history, final metrics, JSON / CSV output.
+
+``result.json`` schema (stable; later features add keys, never rename):
+
+``problem, method, options, seed, device, dtype, n_params, clients, wall_time_s,
+final {loss, rel_l2 | mse, ...}, history [{step, time_s, loss, rel_l2 | mse,
+floats_sent}], extra {...}``
+
+``loss`` is the mean of the squared weighted residuals, ``½‖r(θ)‖² / N``
+(N residual rows over all clients), so runs with different client counts are
+comparable.  ``time_s`` is the solver's own wall time: evaluating the test
+metrics for the history is excluded.  ``floats_sent`` is cumulative: all
+floats sent up (clients → server) and down (server → clients) so far.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if hasattr(v, "item") and getattr(v, "ndim", 1) == 0:
+        return _clean(v.item())
+    return v
+
+
+class OutputPathError(ValueError):
+    """An output path that cannot be written (checked before a run, so that no result is lost)."""
+
+
+def check_output_file(path, flag: str = "--json") -> str:
+    """Check, before a run, that ``path`` can be written as a file; returns it.
+
+    Policy: an existing *file* is overwritten (as ``-o`` does for compilers);
+    a directory, a path under a file, or a place that cannot be written is
+    refused with :class:`OutputPathError`.  Missing parent directories are
+    created.
+    """
+    path = _path(path, flag)
+    if os.path.isdir(path):
+        raise OutputPathError(f"{flag} {path!r} is a directory; give a file path (e.g. {os.path.join(path, 'result.json')!r})")
+    parent = os.path.dirname(os.path.abspath(path))
+    _make_dir(parent, flag, path)
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise OutputPathError(f"{flag} {path!r} cannot be written: {e.strerror or e}") from None
+    if not existed:
+        os.remove(path)
+    return path
+
+
+def check_output_dir(path, flag: str = "--out") -> str:
+    """Check, before a run, that ``path`` is (or can be made) a writable directory; creates it; returns it.
+
+    Files in it with the names a run writes (``result.json``, ``history*.csv``,
+    plots) are overwritten.
+    """
+    path = _path(path, flag)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputPathError(f"{flag} {path!r} is an existing file; give a directory")
+    _make_dir(path, flag, path)
+    try:
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".fedsciml-write-check-")
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise OutputPathError(f"{flag} {path!r} cannot be written: {e.strerror or e}") from None
+    return path
+
+
+def _path(path, flag):
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{flag} must be a path, got {path!r} ({type(path).__name__})")
+    path = os.fspath(path)
+    if not path.strip():
+        raise OutputPathError(f"{flag} must be a non-empty path")
+    return path
+
+
+def _make_dir(d, flag, path):
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise OutputPathError(f"{flag} {path!r} cannot be written: cannot create directory {d!r}: "
+                              f"{e.strerror or e}") from None
+
+
+def write_json(payload, path: str) -> str:
+    """The one JSON writer: non-finite floats as null / "inf", tensors and other objects as text;
+    written to ``path.tmp`` then renamed, so that an interrupted write leaves no half file."""
+    s = json.dumps(_clean(payload), indent=2, default=str)
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(s + "\n")
+    os.replace(tmp, path)
+    return s
+
+
+def format_table(columns, rows) -> str:
+    """The one table printer.  ``columns``: ``(header, key, format)`` triples, ``format`` like ``"10.3e"``
+    (the header is right-aligned to the width; a format starting with ``<`` is left-aligned)."""
+    lines = []
+    head = []
+    for h, _, fmt in columns:
+        w = int("".join(ch for ch in fmt.split(".")[0] if ch.isdigit()) or 0)
+        head.append(f"{h:<{w}s}" if fmt.startswith("<") else f"{h:>{w}s}")
+    lines.append(" ".join(head).rstrip())
+    for r in rows:
+        cells = []
+        for h, k, fmt in columns:
+            v = r.get(k)
+            if v is None or (isinstance(v, float) and math.isnan(v) and not fmt.endswith(("e", "f", "g"))):
+                w = int("".join(ch for ch in fmt.split(".")[0] if ch.isdigit()) or 0)
+                cells.append(f"{'—':>{w}s}" if not fmt.startswith("<") else f"{'—':<{w}s}")
+            else:
+                cells.append(format(v, fmt))
+        lines.append(" ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def jsonable(d: dict) -> dict:
+    """``d`` with every value JSON can hold kept and anything else (a tensor, a function) as its ``repr``."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, (int, float, str, bool)) or v is None:
+            out[k] = v
+        elif isinstance(v, (list, tuple)) and all(isinstance(x, (int, float, str, bool)) for x in v):
+            out[k] = list(v)
+        elif isinstance(v, dict):
+            out[k] = jsonable(v)
+        elif isinstance(v, (list, tuple)) and all(isinstance(x, dict) for x in v):  # e.g. rejected messages
+            out[k] = [jsonable(x) for x in v]
+        else:
+            out[k] = repr(v)
+    return out
+
+
+@dataclass
+class Result:
+    problem: str
+    method: str
+    options: dict
+    seed: int
+    device: str
+    dtype: str
+    n_params: int
+    clients: int
+    wall_time_s: float = 0.0
+    final: dict = field(default_factory=dict)
+    history: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+    theta: Any = field(default=None, repr=False, compare=False)  # final parameters (not serialized)
+
+    @property
+    def metric_name(self) -> str:
+        """``rel_l2`` (PDEs), ``mse`` (fitting, ridge), or ``loss`` when the problem has no reference."""
+        for k in ("rel_l2", "mse"):
+            if k in self.final:
+                return k
+        return "loss"
+
+    @property
+    def error(self) -> float:
+        return float(self.final.get(self.metric_name, float("nan")))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("theta", None)
+        return _clean(d)
+
+    def to_json(self, path: str | None = None) -> str:
+        if path:
+            return write_json(self.to_dict(), path)
+        return json.dumps(self.to_dict(), indent=2)
+
+    def write_history_csv(self, path: str):
+        if not self.history:
+            return
+        keys = list(dict.fromkeys(k for h in self.history for k in h))
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            for h in self.history:
+                w.writerow(_clean(h))
+
+    def plot(self, out_dir: str, problem=None) -> list:
+        """Write the PNG plots of this run (error against time and rounds; the solution when
+        ``problem`` is given and the final parameters are known).  Returns the paths."""
+        from fedsciml.runtime.plotting import plot_runs
+
+        os.makedirs(out_dir, exist_ok=True)
+        return plot_runs(problem, [self], out_dir)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Result":
+        fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "theta"}
+        return cls(**fields)
+
+    @classmethod
+    def from_json(cls, path: str) -> "Result":
+        with open(path) as f:
+            return cls.from_dict(json.load(f))

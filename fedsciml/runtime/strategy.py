@@ -1,0 +1,120 @@
+"""The strategy protocol: what a federated method declares to the round loop.
+
+Shaped like Flower's ``Strategy``: the loop owns the transport, client
+sampling, dropout, validation, rejection logging, checkpoints and the
+counters; a strategy only *configures* each exchange — which clients, which
+:class:`~fedsciml.runtime.transport.Request` — and *aggregates* the
+validated replies into the next global state.
+
+A round is, by default (:meth:`Strategy.round`), one exchange::
+
+    ex = strategy.configure_round(run, k)      # Exchange(clients, request, validate) or None
+    replies = run.exchange(ex)                 # the loop: dropout, transport, hook, validation, accounting
+    extra = strategy.aggregate_round(run, k, replies)   # new θ; returns history fields
+
+A method whose round needs several exchanges (an LM iteration asks for the
+losses at a trial point, then — if accepted — for the statistics there, and
+repeats a request until every client answered) overrides :meth:`round` and
+calls ``run.exchange`` once per exchange; it still never touches the loop's
+internals.  What a strategy may use of the loop (``run``, a
+:class:`~fedsciml.runtime.loop.Simulation`) is its public surface:
+``client_ids``, ``sample()``, ``drop_out()``, ``exchange()``,
+``count_sent()``, ``skip_round()``, ``round_floats``, ``time_left()``,
+``fail()``, ``round_index``.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from fedsciml.runtime.protocol import Request
+
+
+@dataclass
+class Exchange:
+    """One request to some clients.
+
+    ``validate(messages) -> (accepted, rejected)`` is the server-side schema
+    check (e.g. :meth:`~fedsciml.methods.aggregators.Aggregator.validate`);
+    ``down_floats`` overrides the floats counted as sent to each client
+    (default: the request's tensors); ``dropout`` says whether the loop's
+    dropout applies to these clients (``False`` when they were already drawn
+    by :meth:`~fedsciml.runtime.loop.Simulation.sample`).
+    """
+
+    clients: list
+    request: Request
+    validate: Callable
+    down_floats: int | None = None
+    dropout: bool = False
+
+
+@dataclass
+class Replies:
+    """The validated outcome of one exchange (client id → …)."""
+
+    ok: dict = field(default_factory=dict)         # accepted messages
+    rejected: dict = field(default_factory=dict)   # reasons (schema, or the client failed)
+    dropped: list = field(default_factory=list)    # clients that did not answer (dropout)
+    metrics: dict = field(default_factory=dict)    # history-only numbers from accepted clients
+    asked: list = field(default_factory=list)      # clients that were asked (after dropout)
+
+
+class Strategy(ABC):
+    """A federated method's server logic (see the module docstring).
+
+    State the loop reads: ``theta`` (current global parameters) and
+    ``loss_sum`` (global ½‖r‖² at ``theta`` when the strategy knows it, else
+    ``None`` and the loop measures it for the history, clock paused).
+    """
+
+    name = "strategy"
+    theta: torch.Tensor | None = None
+    loss_sum: float | None = None
+
+    def start(self, run, theta0: torch.Tensor) -> dict:
+        """Round 0: set the initial state (may exchange with clients); returns history fields."""
+        self.theta = theta0.detach().clone()
+        return {}
+
+    def configure_round(self, run, k: int) -> Exchange | None:
+        """Which clients are asked what in round ``k`` (``None``: skip the round)."""
+        raise NotImplementedError(f"{type(self).__name__} overrides round() instead")
+
+    def aggregate_round(self, run, k: int, replies: Replies) -> dict:
+        """Fold the validated replies into the next state; returns history fields."""
+        raise NotImplementedError(f"{type(self).__name__} overrides round() instead")
+
+    def round(self, run, k: int) -> dict:
+        """One communication round: configure, exchange, aggregate."""
+        ex = self.configure_round(run, k)
+        if ex is None:
+            run.skip_round()
+            return {"skipped": True}
+        return self.aggregate_round(run, k, run.exchange(ex))
+
+    def finished(self, run) -> str | None:
+        """A reason to stop before the loop's own limits (or ``None``)."""
+        return None
+
+    def finalize(self, run) -> None:
+        """After the last round (e.g. verify a last, unchecked step); may exchange and change ``theta``."""
+
+    @abstractmethod
+    def state_dict(self) -> dict:
+        """Everything the next round depends on (tensors, numbers, strings, lists, dicts)."""
+
+    @abstractmethod
+    def load_state_dict(self, d: dict) -> None:
+        ...
+
+    @abstractmethod
+    def summary(self) -> dict:
+        """The strategy's settings (plain values), recorded with the results."""
+
+    def info(self) -> dict:
+        """Counters for the result's ``extra`` (e.g. accepted/rejected steps)."""
+        return {}

@@ -1,1 +1,0 @@
-"""Optimizers: the Levenberg–Marquardt state machine and centralized drivers."""
