@@ -7,7 +7,7 @@ Rows (time, floor, ratio):
 * client statistics, Gram form (``client_message``) vs the bare products ``A.T @ A`` and ``A.T @ b`` on the
   same clients (median over ``--stat-clients`` clients, each the best of 3, interleaved); the square-root
   form (thin QR) against the same floor;
-* server fusion — the runtime's one-shot server (:class:`~fedsciml.federated.oneshot.OneShotStrategy` on the
+* server fusion — the runtime's one-shot server (:class:`~fedsciml.methods.oneshot.OneShotStrategy` on the
   round loop, validation included: what ``solve``/``ridge`` run), fed the K precomputed Gram-form messages by a
   replaying transport — vs summing the K packed vectors alone (best of 3, interleaved); the same for
   square-root messages, whose server must form ``ΣR_kᵀR_k`` itself, vs the bare Gram ``RᵀR`` of the stacked
