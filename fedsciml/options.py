@@ -549,14 +549,20 @@ def parse_grid(text: str) -> list[float]:
         if ":" in text:
             lo, hi, n = text.split(":")
             lo, hi, n = float(lo), float(hi), int(n)
-            if not (lo > 0 and hi > lo and n >= 2):
+            if not (lo > 0 and hi > lo and 2 <= n <= MAX_GRID):
                 raise ValueError
             import torch  # the grid the ridge experiments were run with, to the bit
 
             return torch.logspace(math.log10(lo), math.log10(hi), n, dtype=torch.float64).tolist()
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--cv grid {text!r} must be comma-separated σ values or lo:hi:count with 0 < lo < hi, count ≥ 2")
+        raise ValueError(f"--cv grid {text!r} must be comma-separated σ values or lo:hi:count with 0 < lo < hi, "
+                         f"2 ≤ count ≤ {MAX_GRID}")
     if not vals or any(not (v > 0) for v in vals):
         raise ValueError(f"--cv grid {text!r} must hold σ values > 0")
+    if len(vals) > MAX_GRID:
+        raise ValueError(f"--cv grid {text[:40]!r}… holds {len(vals)} σ values; at most {MAX_GRID}")
     return vals
+
+
+MAX_GRID = 10_000  # σ values in a CV grid: each costs a d×d factorization at the server

@@ -311,8 +311,17 @@ def _write_outputs(problem, results, args):
                 r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
             for path in plot_runs(problem, results, args.out):
                 print(f"wrote {path}")
+            if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
+                from fedsciml.cli.ridge import model_meta
+                from fedsciml.ridge.model_io import write_model
+
+                for r in results:
+                    if r.method == "one-shot":
+                        for path in write_model(args.out, r.theta, 0.0, model_meta(r, engine=args.engine),
+                                                stem="model" if len(results) == 1 else f"model_{r.method}"):
+                            print(f"wrote {path}")
         except OSError as e:
-            failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots not written "
+            failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))
     raise_collected(failed)
 
