@@ -232,6 +232,56 @@ def cmd_solve(args):
     return 0
 
 
+def cmd_predict(args):
+    """``predict DIR --points IN.csv --out OUT.csv``: the saved model at the points, written with a header of
+    the input axes and the output components."""
+    import csv
+
+    import numpy as np
+    import torch
+
+    from fedsciml.problems.saved import load_model
+    from fedsciml.runtime.results import check_output_file
+
+    u = load_model(args.model)
+    meta = getattr(u, "meta", {})
+    check_output_file(args.out, "--out")
+    try:
+        with open(args.points, newline="") as f:
+            rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
+    except OSError as e:
+        raise CLIError(f"--points {args.points!r} cannot be read: {e.strerror or e}") from None
+    if rows and not _numeric(rows[0]):
+        rows = rows[1:]  # a header line
+    try:
+        x = np.asarray([[float(v) for v in r] for r in rows], dtype=np.float64)
+    except ValueError as e:
+        raise CLIError(f"--points {args.points!r}: every value must be a number ({e})") from None
+    d = len(meta.get("inputs") or []) or None
+    if x.ndim != 2 or x.shape[0] == 0 or (d is not None and x.shape[1] != d):
+        want = f"{d} columns {meta.get('inputs')}" if d is not None else "one column per input"
+        raise CLIError(f"--points {args.points!r}: need one point per line with {want}, got "
+                       f"{x.shape[1] if x.ndim == 2 else 0} column(s) in {x.shape[0]} line(s)")
+    out = u(torch.as_tensor(x)).reshape(x.shape[0], -1).numpy()
+    names = list(meta.get("inputs") or [f"x{i}" for i in range(x.shape[1])]) + \
+        list(meta.get("outputs") or [f"u{i}" for i in range(out.shape[1])])
+    with open(args.out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(names)
+        for xi, ui in zip(x, out):
+            w.writerow([repr(float(v)) for v in xi] + [repr(float(v)) for v in ui])
+    print(f"wrote {args.out} ({x.shape[0]} points)")
+    return 0
+
+
+def _numeric(row) -> bool:
+    try:
+        [float(v) for v in row]
+        return True
+    except ValueError:
+        return False
+
+
 class RunFailed(Exception):
     """A run that started but could not finish (exit 1, one line)."""
 
@@ -320,6 +370,13 @@ def _write_outputs(problem, results, args):
                         for path in write_model(args.out, r.theta, 0.0, model_meta(r, engine=args.engine),
                                                 stem="model" if len(results) == 1 else f"model_{r.method}"):
                             print(f"wrote {path}")
+            if hasattr(problem, "model_description"):  # the trained network: model.safetensors + model.json
+                from fedsciml.problems.saved import save_model
+
+                for r in results:
+                    d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
+                    save_model(r, problem, d)
+                    print(f"wrote {os.path.join(d, 'model.safetensors')} (+ model.json)")
         except OSError as e:
             failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))
@@ -411,9 +468,14 @@ def build_parser():
                            help="also show debug messages of the library (logging level DEBUG)")
     verbosity.add_argument("-q", "--quiet-log", dest="quiet_log", action="store_true",
                            help="show only errors (no progress, no warnings about rejected or missing clients)")
-    sub = parser.add_subparsers(dest="command", metavar="{list,solve,ridge,bench}")
+    sub = parser.add_subparsers(dest="command", metavar="{list,solve,predict,ridge,bench}")
     sub.add_parser("list", help="list problems and methods")
     _add_solve_parser(sub)
+    pr = sub.add_parser("predict", help="evaluate a saved model (solve --out DIR) at the points of a CSV file")
+    pr.add_argument("model", metavar="DIR", help="a model directory (model.safetensors + model.json)")
+    pr.add_argument("--points", required=True, metavar="FILE.csv",
+                    help="one point per line, one column per input axis; a header line is optional")
+    pr.add_argument("--out", required=True, metavar="FILE.csv", help="the points and the model's outputs (overwritten)")
     from fedsciml.cli import images as images_cli
     from fedsciml.cli import ridge as ridge_cli
 
@@ -477,6 +539,8 @@ def main(argv=None) -> int:
                 return cmd_list(args)
             if args.command == "solve":
                 return cmd_solve(args)
+            if args.command == "predict":
+                return cmd_predict(args)
             if args.command == "ridge":
                 from fedsciml.cli import ridge as ridge_cli
 

@@ -310,6 +310,7 @@ def run(p: Plan) -> Result:
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}
     final.update(problem.evaluate(theta))
+    final.update(problem.final_metrics(theta, objectives))
     return Result(
         problem=problem.name, method=p.method, options=_options(problem, p.config), seed=p.seed,
         device=str(dev), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
