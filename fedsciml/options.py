@@ -292,9 +292,14 @@ class CentralizedConfig(StopOptions):
                                    none="lm 500, adam 20000, lbfgs 5000; with a budget, until it is spent")
     lr: float | None = option(None, "learning rate of adam / lbfgs", float, lo=0, lo_open=True,
                               none="adam 1e-3, lbfgs 1.0")
+    lm_solve: str = option("auto", "how lm solves its damped system: normal (p×p Cholesky), kernel (n×n), matfree "
+                                   "(Nyström-preconditioned CG on jvp/vjp products, no J) or auto (kernel when n < p, "
+                                   "normal when n ≥ p, matfree when J has more than 2.5e7 entries)", str,
+                           choices=("auto", "normal", "kernel", "matfree"))
+    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
 
     def forms_jacobians(self) -> bool:
-        return self.optimizer == "lm"
+        return self.optimizer == "lm" and self.lm_solve != "matfree"
 
     def _resolve(self):
         if self.max_iters is None and self.budget is None:
