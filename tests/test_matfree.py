@@ -123,3 +123,75 @@ def test_centralized_lm_matrix_free_on_a_pinn_tracks_the_dense_solve():
         assert rows[-1]["loss"] < 1e-2 * rows[0]["loss"], (solve, rows[0]["loss"], rows[-1]["loss"])
     assert all("cg_iters" in r for r in out["matfree"][1:])
     assert out["matfree"][-1]["loss"] < 10 * out["normal"][-1]["loss"]
+
+
+# --- federated matrix-free gn -----------------------------------------------------------------
+
+
+def _pinn_clients(K=3):
+    pb = get_problem("poisson", dim=2, n_interior=30, n_boundary=4)
+    pb.__dict__["_net"] = MLP([2, 8, 8, 1])
+    return pb, pb.client_objectives(K, seed=0), pb.init_params(0)
+
+
+def test_federated_matrix_free_gn_equals_centralized_matrix_free_lm():
+    """Σ_m J_mᵀJ_m v over exchanges equals the pooled JᵀJ v up to round-off, the Nyström test matrix is the
+    same (same seed), so the LM iterates agree to round-off amplified by CG (asserted 1e-8 relative)."""
+    from fedsciml.methods import METHODS
+    from fedsciml.methods.centralized import run_centralized
+
+    pb, objs, th0 = _pinn_clients()
+    th_f, rows_f, info_f = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=5, form="matfree", nystrom_rank=20)
+    th_c, rows_c, info_c = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=5,
+                                           lm_solve="matfree", nystrom_rank=20)
+    assert [r.get("accepted") for r in rows_f] == [r.get("accepted") for r in rows_c]
+    for a, b in zip(rows_f, rows_c):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-8)
+    assert float((th_f - th_c).norm() / th_c.norm()) < 1e-8
+    assert info_f["cg_iters"] == info_c["cg_iters"] > 0
+
+
+def test_federated_matrix_free_gn_counts_every_exchange():
+    """Per round: the trial θ down and the losses up; 2·K·p floats and one exchange per CG iteration; the
+    gradient up when accepted; a Nyström sketch (ℓ·p down and up per client) whenever the point is new."""
+    from fedsciml.methods import METHODS
+
+    pb, objs, th0 = _pinn_clients()
+    K, p, rank = 3, th0.numel(), 6
+    _, rows, _ = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=4, form="matfree", nystrom_rank=rank)
+    sketch = 2 * K * rank * p
+    # start: gradients up (p + 2 each), θ₀ down, one sketch
+    assert rows[0]["floats_sent"] == K * (p + 2) + K * p + sketch
+    new_point = False
+    for prev, r in zip(rows, rows[1:]):
+        expect = (sketch if new_point else 0) + 2 * K * p * r["cg_iters"] + K * p + 2 * K
+        expect += K * (p + 2) if r["accepted"] else 0
+        assert r["floats_sent"] - prev["floats_sent"] == expect
+        assert r["exchanges"] == (1 if new_point else 0) + r["cg_iters"] + 1 + (1 if r["accepted"] else 0)
+        new_point = r["accepted"]
+
+
+def test_federated_matrix_free_gn_rejects_a_bad_product_and_resumes(tmp_path):
+    from fedsciml.methods import METHODS
+    from fedsciml.methods.gn import validate_products
+
+    V = torch.eye(4, dtype=torch.float64)[:, :2]
+    ok, bad = validate_products({0: {"HV": V.clone()}, 1: {"HV": -V}, 2: {"HV": V[:3]},
+                                 3: {"HV": V, "x": V}}, V)
+    assert list(ok) == [0] and set(bad) == {1, 2, 3}
+    pb, objs, th0 = _pinn_clients()
+    full, rows_full, _ = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=4, form="matfree", nystrom_rank=6)
+    METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=2, form="matfree", nystrom_rank=6, checkpoint=str(tmp_path))
+    res, rows_res, _ = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=4, form="matfree", nystrom_rank=6,
+                                     checkpoint=str(tmp_path), resume=True)
+    assert [r["loss"] for r in rows_full] == pytest.approx([r["loss"] for r in rows_res], rel=1e-9)
+
+
+def test_gn_automatic_form_by_message_size():
+    from fedsciml.methods.gn import MATFREE_FLOATS, choose_form
+
+    assert choose_form([100, 102, 100, 100], 2209) == "sqrt"        # bratu, 4 clients: as before
+    assert choose_form([850] * 4, 2337) == "sqrt"                   # poisson d=5: 850·2338 < 2337·2338/2
+    assert choose_form([2000] * 4, 2337) == "normal"
+    assert choose_form([4000] * 4, 34_000) == "matfree"             # 4000·34001 floats > 50 MB
+    assert min(34_000 * 34_001 // 2, 4000 * 34_001) > MATFREE_FLOATS
