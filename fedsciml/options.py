@@ -324,9 +324,14 @@ class CentralizedConfig(StopOptions):
                                    none="lm 500, adam 20000, lbfgs 5000; with a budget, until it is spent")
     lr: float | None = option(None, "learning rate of adam / lbfgs", float, lo=0, lo_open=True,
                               none="adam 1e-3, lbfgs 1.0")
+    lm_solve: str = option("auto", "how lm solves its damped system: normal (p×p Cholesky), kernel (n×n), matfree "
+                                   "(Nyström-preconditioned CG on jvp/vjp products, no J) or auto (kernel when n < p, "
+                                   "normal when n ≥ p, matfree when J has more than 2.5e7 entries)", str,
+                           choices=("auto", "normal", "kernel", "matfree"))
+    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
 
     def forms_jacobians(self) -> bool:
-        return self.optimizer == "lm"
+        return self.optimizer == "lm" and self.lm_solve != "matfree"
 
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()
@@ -350,9 +355,12 @@ class GNConfig(RoundOptions):
 
     lm_tau: float | None = option(None, "LM initial damping μ₀ = τ·max diag(JᵀJ)", float, lo=0, lo_open=True,
                                   none="the centralized solver's τ for this problem")
-    form: str = option("auto", "statistics sent: normal (JᵀJ, Jᵀr), sqrt (thin-QR factors) or auto "
-                               "(sqrt when all clients' rows are fewer than the parameters)", str,
-                       choices=("auto", "normal", "sqrt"))
+    form: str = option("auto", "statistics sent: normal (JᵀJ, Jᵀr), sqrt (thin-QR factors), matfree (Jᵀr, then one "
+                               "exchange of p floats per CG iteration) or auto (the smaller of normal and sqrt while "
+                               "it is ≤ 6.25e6 floats per client, matfree beyond)", str,
+                       choices=("auto", "normal", "sqrt", "matfree"))
+    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free form (one sketch "
+                                   "exchange of rank·p floats per accepted step)", int, lo=1)
     max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
     batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
                            cli=False)

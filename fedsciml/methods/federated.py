@@ -35,7 +35,8 @@ from fedsciml.methods.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.runtime.client import AdaptiveSchedule, Client, LocalConfig
 from fedsciml.methods.fipa import FIPAStrategy
-from fedsciml.methods.gn import GNStrategy
+from fedsciml.core.matfree import MatfreeConfig
+from fedsciml.methods.gn import GNStrategy, choose_form
 from fedsciml.methods.oneshot import OneShotStrategy
 from fedsciml.runtime.loop import RoundConfig, Simulation
 from fedsciml.runtime.transport import BytesTransport, LocalTransport, Transport
@@ -111,10 +112,11 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     rc = _round_config(cfg, seed)
     lm_tau = default_tau(objectives) if cfg.lm_tau is None else cfg.lm_tau
     form = cfg.form
-    if form == "auto":  # square roots when all clients' rows together are fewer than the parameters
-        form = "sqrt" if sum(o.n_residuals for o in objectives) < theta0.numel() else "normal"
+    if form == "auto":  # the smaller dense message while it fits, matrix-free beyond (gn.choose_form)
+        form = choose_form([o.n_residuals for o in objectives], theta0.numel())
     options = {"lm_tau": lm_tau, "form": form}
-    strategy = GNStrategy(LMConfig(tau=lm_tau, solve="auto" if form == "sqrt" else "normal"),
+    solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
+    strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(rank=cfg.nystrom_rank, seed=seed)),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen)
     if cfg.screen is not None:
         options["screen"] = cfg.screen
