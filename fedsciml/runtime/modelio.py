@@ -113,7 +113,7 @@ def field_callable(net, theta: torch.Tensor, evaluation: str, n_outputs: int) ->
             out = vmap(lambda y: net(theta, y).reshape(n_outputs))(x)
             return out.squeeze(-1) if n_outputs == 1 else out
 
-    u.inputs_dim = d
+    u.inputs_dim = d  # type: ignore[attr-defined]  # the callable says how many inputs it takes
     return u
 
 
