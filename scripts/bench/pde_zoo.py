@@ -1,7 +1,7 @@
 """The geometry/time/system/inverse zoo (issue 19's targets): gn on 4 clients, FIPA and FedAvg beside at equal CPU time.
 
-    python scripts/pde_zoo.py [--problems heat,heat-inverse,poisson-lshape,kovasznay,burgers] [--rounds 60]
-                              [--clients 4] [--flower] [--repro pde_zoo]
+    python scripts/bench/pde_zoo.py [--problems heat,heat-inverse,poisson-lshape,kovasznay,burgers] [--rounds 60]
+                                    [--clients 4] [--flower] [--repro pde_zoo]
 
 For each problem, federated Gauss–Newton (``gn``) runs ``--rounds`` rounds (``--round-overrides NAME=R,...``
 per problem); its solver CPU time (process time with one torch thread, evaluation excluded, so the
@@ -21,8 +21,8 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # repro_common
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "papers"))  # repro_common
 
 import fedsciml as fs  # noqa: E402
 
