@@ -73,9 +73,9 @@ def test_ansatz_model_needs_its_problem(tmp_path):
 def test_reader_refuses_other_files(tmp_path):
     with pytest.raises(ModelFileError, match="model.json is missing"):
         read_model(str(tmp_path))
-    write_model(str(tmp_path / "r"), {"w": torch.ones(3)}, {"kind": "ridge"})
+    write_model(str(tmp_path / "r"), {"w": torch.ones(3)}, {"kind": "my-kind"})
     t, meta = read_model(str(tmp_path / "r"))
-    assert meta["kind"] == "ridge" and torch.equal(t["w"], torch.ones(3))
+    assert meta["kind"] == "my-kind" and torch.equal(t["w"], torch.ones(3))
     with pytest.raises(ModelFileError, match="no loader"):
         fs.load_model(tmp_path / "r")
     (tmp_path / "r" / "model.json").write_text('{"format": "other"}')
@@ -101,3 +101,17 @@ def test_cli_out_and_predict(tmp_path):
     (tmp_path / "bad.csv").write_text("0.5\n0.25\n")
     assert main(["predict", str(out), "--points", str(tmp_path / "bad.csv"), "--out", str(tmp_path / "v.csv")]) == 2
     assert main(["predict", str(tmp_path), "--points", str(tmp_path / "pts.csv"), "--out", str(tmp_path / "v.csv")]) == 2
+
+
+def test_ridge_cli_model_loads_as_kind_ridge(tmp_path):
+    from fedsciml.cli import main
+    from fedsciml.ridge.model_io import write_model as write_ridge
+
+    coef = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+    write_ridge(str(tmp_path), coef, 0.25, {"sigma": 0.1})
+    u = fs.load_model(tmp_path)
+    X = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    assert u.meta["kind"] == "ridge" and torch.equal(u(X), X @ coef + 0.25)
+    (tmp_path / "pts.csv").write_text("1,2,3\n0,0,0\n")
+    assert main(["predict", str(tmp_path), "--points", str(tmp_path / "pts.csv"), "--out", str(tmp_path / "y.csv")]) == 0
+    assert [float(r.split(",")[-1]) for r in (tmp_path / "y.csv").read_text().splitlines()[1:]] == [6.25, 0.25]
