@@ -114,4 +114,4 @@ def test_ridge_cli_model_loads_as_kind_ridge(tmp_path):
     assert u.meta["kind"] == "ridge" and torch.equal(u(X), X @ coef + 0.25)
     (tmp_path / "pts.csv").write_text("1,2,3\n0,0,0\n")
     assert main(["predict", str(tmp_path), "--points", str(tmp_path / "pts.csv"), "--out", str(tmp_path / "y.csv")]) == 0
-    assert [float(r.split(",")[-1]) for r in (tmp_path / "y.csv").read_text().splitlines()[1:]] == [6.25, 0.25]
+    assert [float(r.split(",")[-1]) for r in (tmp_path / "y.csv").read_text().splitlines()[1:]] == [4.75, 0.25]
