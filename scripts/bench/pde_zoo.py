@@ -73,6 +73,7 @@ def main(argv=None):
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--flower", action="store_true", help="also run gn on Flower's simulation engine")
+    ap.add_argument("--beside", default="fipa,fedavg", help="methods run at gn's CPU time beside it ('' for none)")
     ap.add_argument("--repro", default=None, help="write reproductions/NAME.{csv,md}")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -91,7 +92,7 @@ def main(argv=None):
         budget = max(rows[-1]["CPU s"], 1e-3)
         print(f"{lab}: gn {rounds} rounds, {budget:.1f} CPU s, wall {time.perf_counter() - t0:.0f} s: {g.final}",
               flush=True)
-        for m in ("fipa", "fedavg"):
+        for m in [m.strip() for m in a.beside.split(",") if m.strip()]:
             r = fs.solve(name, m, clients=a.clients, seed=a.seed, problem_options=opts, rounds=100000, budget=budget)
             rows.append(_row(lab, r, target, check))
             print(f"  {m} at {budget:.1f} CPU s: {r.final}", flush=True)
