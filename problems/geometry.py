@@ -25,8 +25,9 @@ A boundary is a list of *pieces* (a box face, a polygon edge, a sphere) each wit
 parametrization of the unit cube of dimension d−1, a distance and an outward normal.  CSG keeps each
 child's pieces with a filter that decides, per point, whether it lies on the boundary of the
 combination: a point p of ∂A with outward normal n is on ∂(A ∪ B) iff p + εn ∉ B; on ∂(A ∩ B) iff p − εn ∈ B;
-on ∂(A \\ B) iff p − εn ∉ B, and p of ∂B is on ∂(A \\ B), with normal −n, iff p + εn ∈ A and p − εn ... (see
-:class:`Difference`).  ε = 1e-7 × the diameter.  Boundary points are sampled from the pieces in
+on ∂(A \\ B) iff p − εn ∉ B; a point p of ∂B is on ∂(A \\ B), with normal −n, iff p ± εn are both in A
+(pieces of B where they coincide with pieces of A are counted once: see :class:`Union`, :class:`Intersection`).
+ε = 1e-7 × the diameter.  Boundary points are sampled from the pieces in
 proportion to their measure and then filtered, so they are uniform on the true boundary.
 
 Client partitions (:class:`Strips`, :class:`Grid`, :class:`ByFunction`) give each point one owner
