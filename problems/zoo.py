@@ -198,8 +198,8 @@ class Burgers(DomainPDE):
     conditions = [Dirichlet("x-", 0.0), Dirichlet("x+", 0.0), Initial(lambda x: -torch.sin(_PI * x[:, 0]))]
 
     def equation(self, u, x):
-        _, G, H = u.jet(x)
-        return G[0, 1] + u(x) * G[0, 0] - self.nu * H[0, 0, 0]
+        v, G, H = u.jet(x)                # a scalar output: v, G [2] (x, t), H [2, 2]
+        return G[1] + v * G[0] - self.nu * H[0, 0]
 
     def test_inputs(self):
         """256 × 100 points (x, t) on [−1, 1] × [0, 1] (the grid of Raissi et al.'s data set)."""
