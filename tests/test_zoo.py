@@ -84,3 +84,17 @@ def test_sensors_are_held_by_their_strips():
         (data,) = [q for q in o.parts if q.name == "data"]
         xs = data.points[0][:, 0]
         assert data.n_points == 2 * 11 and bool(((xs >= k / 4) & (xs < (k + 1) / 4)).all())
+
+
+def test_burgers_residual_of_a_known_field():
+    """The Burgers residual of u = sin(πx) e^{−t} against its closed form u_t + u u_x − ν u_xx."""
+    p = fs.get_problem("burgers", n_interior=30, n_boundary=5)
+    p._point_fn = lambda th: (lambda x: (torch.sin(math.pi * x[0]) * torch.exp(-x[1])).reshape(1) + 0.0 * th[0])
+    theta = p.init_params(0)
+    obj = p.client_objectives(2, seed=0)[0]
+    (pde,) = [q for q in obj.parts if q.name == "pde"]
+    x, t = pde.points[:, 0], pde.points[:, 1]
+    f = torch.sin(math.pi * x) * torch.exp(-t)
+    expect = -f + f * math.pi * torch.cos(math.pi * x) * torch.exp(-t) + p.nu * math.pi ** 2 * f
+    (r,) = [r for q, r in zip(obj.parts, obj.part_residuals(theta)) if q.name == "pde"]
+    assert torch.allclose(r, expect, rtol=0, atol=1e-12)
