@@ -111,9 +111,11 @@ def main(argv=None):
 
 def _write(a, rows, done, total):
     load = os.getloadavg()[0]
-    note = (f"gn on {a.clients} clients (strips along x), problem defaults, seed {a.seed}; FIPA (default options) and "
-            f"FedAvg (default options) with gn's solver CPU time as their budget (process time, 1 torch thread, "
-            f"evaluation excluded). 'rounds' is the rounds each ran. Load average when written: {load:.1f} "
+    beside = [m.strip() for m in a.beside.split(",") if m.strip()]
+    what = (f"{' and '.join(beside)} (default options) with gn's solver CPU time as their budget" if beside
+            else "gn alone")
+    note = (f"gn on {a.clients} clients (strips along x), problem defaults, seed {a.seed}; {what} (process time, "
+            f"1 torch thread, evaluation excluded). 'rounds' is the rounds each ran. Load average when written: {load:.1f} "
             f"(shared machine; CPU seconds are this process's own). Problems done: {done} of {total}.")
     for p in repro_common.write(a.repro, COLUMNS, rows, note):
         print(f"wrote {p}", flush=True)
