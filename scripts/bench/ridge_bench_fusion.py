@@ -7,9 +7,11 @@ Rows (time, floor, ratio):
 * client statistics, Gram form (``client_message``) vs the bare products ``A.T @ A`` and ``A.T @ b`` on the
   same clients (median over ``--stat-clients`` clients, each the best of 3, interleaved); the square-root
   form (thin QR) against the same floor;
-* server fusion (``FusionServer.receive_all`` + ``solve``) of the K Gram-form messages vs summing the K
-  packed vectors alone (best of 3, interleaved); the same for square-root messages, whose server must form
-  ``ΣR_kᵀR_k`` itself, vs the bare Gram ``RᵀR`` of the stacked factors;
+* server fusion — the runtime's one-shot server (:class:`~fedsciml.methods.oneshot.OneShotStrategy` on the
+  round loop, validation included: what ``solve``/``ridge`` run), fed the K precomputed Gram-form messages by a
+  replaying transport — vs summing the K packed vectors alone (best of 3, interleaved); the same for
+  square-root messages, whose server must form ``ΣR_kᵀR_k`` itself, vs the bare Gram ``RᵀR`` of the stacked
+  factors;
 * LOCO-CV (``loco_solutions`` on the clients' factors, the default chunk and each ``--chunks`` setting) vs
   its flop/traffic floor: (iterations + 1) × (one GEMM of every (k, σ) vector with its σ's d×d
   preconditioner + one read of all factors), plus the one-time factorizations of ``G + σI``;
@@ -32,7 +34,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import ridge_common as rc  # noqa: E402
 from fedsciml.core import linalg
 from fedsciml.problems import get_problem
+from fedsciml.methods.oneshot import OneShotStrategy
+from fedsciml.runtime.loop import RoundConfig, Simulation
+from fedsciml.runtime.transport import Reply, Transport
 from fedsciml.ridge import FusionServer, client_message
+from fedsciml.core.stats import to_gn
 from fedsciml.core.loco import loco_cv, loco_solutions, loco_solutions_naive
 
 
@@ -81,9 +87,41 @@ def client_stats(data, dev, n_clients):
     return statistics.median(gram), statistics.median(sqrt), statistics.median(bare)
 
 
+class Replay(Transport):
+    """Answers the one-shot ``gn_stats`` request with precomputed messages (the clients' work done beforehand),
+    so that a timed run is the runtime's server alone: validation, fusion, solve."""
+
+    def __init__(self, msgs):
+        self.msgs = msgs
+        self.client_ids = list(msgs)
+        self.sample_counts = {c: int(m["n"][0]) for c, m in msgs.items()}
+
+    def ask(self, client_ids, request):
+        return {c: Reply(self.msgs[c]) for c in client_ids}
+
+
+def runtime_fusion(msgs, d, sigma, form, dev):
+    """The runtime's one-shot server on ``msgs`` (gn schema): ``θ₁`` from θ₀ = 0."""
+    sim = Simulation(Replay(msgs), lambda theta: {}, RoundConfig(rounds=None, seed=0), label="one-shot")
+    w, _, info = sim.run(OneShotStrategy(sigma, form=form), torch.zeros(d, dtype=torch.float64, device=dev))
+    assert not info["rejections"], info["rejections"]
+    return w
+
+
+def gn_messages(data, form):
+    """Each client's one-shot message in the runtime's schema (loss = ½‖b‖² at θ₀ = 0)."""
+    out = {}
+    for k, (A, b) in enumerate(data):
+        m = client_message(A, b, form=form)
+        loss = (0.5 * (b @ b)).reshape(1)
+        out[k] = ({**to_gn(m), "loss": loss} if form == "gram"
+                  else {"R": m["R"], "s": -m["z"], "loss": loss, "n": m["n"]})
+    return out
+
+
 def fusion(msgs, d, sigma, dev, repeat=3):
-    """Best-of-``repeat`` fusion time and summation floor, interleaved; returns the last model too."""
-    vecs = [m["G"] for m in msgs.values()]
+    """Best-of-``repeat`` runtime fusion time and summation floor, interleaved; returns the last model too."""
+    vecs = [m["H"] for m in msgs.values()]
 
     def floor():
         acc = vecs[0].clone()
@@ -91,17 +129,11 @@ def fusion(msgs, d, sigma, dev, repeat=3):
             acc.add_(v)
         return acc
 
-    def fuse():
-        server = FusionServer(d, device=dev)
-        ok, bad = server.receive_all(msgs)
-        assert not bad, bad
-        return server, server.solve(sigma)
-
     t_floor = t_fuse = float("inf")
     out = None
     for _ in range(repeat):
         t_floor = min(t_floor, _best(floor, dev, 1, "sum")[0])
-        t, out = _best(fuse, dev, 1, "fuse")
+        t, out = _best(lambda: runtime_fusion(msgs, d, sigma, "gram", dev), dev, 1, "fuse")
         t_fuse = min(t_fuse, t)
     return t_fuse, t_floor, out
 
@@ -144,31 +176,25 @@ def main():
         f"{min(n_k, d) * (d + 1)} floats instead of {linalg.n_upper(d) + d}", cpu=("client_sqrt", "client_bare"))
 
     # 2. fusion, Gram form
-    msgs = {k: client_message(A, b) for k, (A, b) in enumerate(data)}
-    t_fuse, t_sum, (server, w) = fusion(msgs, d, args.sigma, dev)
-    row(f"fusion, Gram form (receive_all + solve, K={K})", t_fuse, t_sum, f"sum of the {K} packed vectors",
+    msgs = gn_messages(data, "gram")
+    t_fuse, t_sum, w = fusion(msgs, d, args.sigma, dev)
+    row(f"fusion, Gram form (runtime one-shot server, K={K})", t_fuse, t_sum, f"sum of the {K} packed vectors",
         "≤ 1.5×", cpu=("fuse", "sum"))
-    G, h = server.totals()
-    del msgs, server
+    del msgs
 
     # 3. fusion, square-root form
-    sq = {k: client_message(A, b, form="sqrt") for k, (A, b) in enumerate(data)}
+    sq = gn_messages(data, "sqrt")
     Rall = torch.cat([m["R"] for m in sq.values()])
-
-    def fuse_sqrt():
-        s = FusionServer(d, device=dev)
-        s.receive_all(sq)
-        return s, s.solve(args.sigma)
-
-    t_fs, (sserver, w_sqrt) = _best(fuse_sqrt, dev, 1, "fuse_sqrt")
+    t_fs, w_sqrt = _best(lambda: runtime_fusion(sq, d, args.sigma, "sqrt", dev), dev, 1, "fuse_sqrt")
     t_rr, _ = _best(lambda: Rall.T @ Rall, dev, 1, "rr")
     row("fusion, square-root form (server forms ΣR_kᵀR_k)", t_fs, t_rr, "bare RᵀR of the stacked factors", "",
         f"model vs Gram form {float((w_sqrt - w).norm() / w.norm()):.1e}", cpu=("fuse_sqrt", "rr"))
+    G = Rall.T @ Rall
     Rall = None  # free the stacked factors (a lambda above read them)
 
     # 4. LOCO-CV on the factors
-    Rs, hs = sserver.stacked_factors()
-    total = sserver.totals()
+    Rs, hs = OneShotStrategy._stack_factors(sq, sorted(sq), d, G)
+    total = (G, hs.sum(0))
     sig = torch.logspace(-2, 3, S, dtype=torch.float64, device=dev)
     V = torch.randn(S, K, d, dtype=torch.float64, device=dev)
     Pm = torch.randn(S, d, d, dtype=torch.float64, device=dev)
@@ -199,7 +225,7 @@ def main():
         Mk = linalg.add_diagonal(total[0] - Rs[k].T @ Rs[k], float(sig[j]))
         ref = torch.cholesky_solve((total[1] - hs[k])[:, None], torch.linalg.cholesky(Mk))[:, 0]
         cv_err = max(cv_err, float((W[k, j] - ref).norm() / ref.norm()))
-    Rs = hs = sserver = W = None  # free them (lambdas above read them)
+    Rs = hs = W = None  # free them (lambdas above read them)
 
     # exactness of fusion against pooled scikit-learn
     fuse_err = None
@@ -246,7 +272,7 @@ def compare(args, dev, tag, K=100, d=500, S=30):
     t_fast, (W, info) = _best(lambda: loco_solutions(Gs, hs, sig, return_info=True), dev, 1)
     t_naive, ref = _best(lambda: loco_solutions_naive(Gs, hs, sig), dev, 0)
     diff = float(((W - ref).norm(dim=-1) / ref.norm(dim=-1)).max())
-    fast = loco_cv(Gs, hs, sig, data)
+    fast = loco_cv(Gs, hs, sig, torch.stack([b @ b for _, b in data]))
     from sklearn.linear_model import RidgeCV
 
     A = torch.cat([a for a, _ in data]).cpu().numpy()

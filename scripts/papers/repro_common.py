@@ -2,8 +2,8 @@
 
 Every table is written as ``<name>.csv`` and ``<name>.md``; both start with the
 command that produced them and the commit it ran on (``+dirty`` when the
-code in the working tree had uncommitted changes), so a README figure can be traced back
-and rerun.
+code in the working tree had uncommitted changes, followed by the changed files and a
+hash of their diff), so a README figure can be traced back and rerun.
 """
 from __future__ import annotations
 
@@ -23,8 +23,16 @@ def commit() -> str:
         h = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *CODE], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return h + ("+dirty" if dirty else "")
+                               capture_output=True, text=True, check=True).stdout
+        if not dirty.strip():
+            return h
+        # say what was uncommitted: the files, and a hash of their diff (``git diff HEAD -- FILES | sha256sum``)
+        files = [line[3:] for line in dirty.splitlines() if line.strip()]  # 'XY path'
+        diff = subprocess.run(["git", "diff", "HEAD", "--", *files], cwd=ROOT, capture_output=True,
+                              check=True).stdout
+        import hashlib
+
+        return f"{h}+dirty ({', '.join(files)}; diff sha256 {hashlib.sha256(diff).hexdigest()[:12]})"
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

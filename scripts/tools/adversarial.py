@@ -71,7 +71,8 @@ class Case:
 
 # ----------------------------------------------------------------------------- helpers for cases
 
-SOLVE = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "1", "--local-steps", "2", "--quiet"]
+# (the default method, fipa, takes a local GN step: --local-steps would be refused there as an option without effect)
+SOLVE = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "1", "--seed", "0", "--quiet"]
 GN = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "1", "--method", "gn", "--quiet"]
 RIDGE = ["ridge", "--clients", "3", "--dim", "5", "--samples", "20"]
 IMAGES = ["bench", "images", "--dataset", "digits", "--methods", "fedavg", "--clients", "2", "--epochs", "1",
@@ -253,6 +254,16 @@ def ckpt_setup(kind):
         elif kind == "symlink-passwd":
             os.remove(path)
             os.symlink("/etc/passwd", path)
+        elif kind == "fifo":  # open() would block forever
+            os.remove(path)
+            os.mkfifo(path)
+        elif kind == "dev-zero":  # read() would run until memory runs out
+            os.remove(path)
+            os.symlink("/dev/zero", path)
+        elif kind in ("round-99", "round-neg"):  # forged values, checksum recomputed
+            st = _read_state(path)
+            st["round"] = 99 if kind == "round-99" else -5
+            write(path, _checkpoint_bytes(st, header=True))
     return setup
 
 
@@ -461,7 +472,7 @@ TINY = 'problem_options={"n_samples": 40}'
 
 def _hook_case(method, body, opts="", expect="any", check=None, name=None, group="api-messages"):
     """Run ``method`` clean and with ``hook`` (body of ``hook(rnd, cid, msg)``), return both results."""
-    extra = {"fedavg": "local_steps=3", "fedprox": "local_steps=3, mu=0.1", "fipa": "rank=4, local_steps=3",
+    extra = {"fedavg": "local_steps=3", "fedprox": "local_steps=3, mu=0.1", "fipa": "rank=4",  # fipa: local gn
              "gn": ""}[method]
     src = f'''
 def hook(rnd, cid, msg):
@@ -694,7 +705,7 @@ def _cli_cases():
                                                                     "100000000", "--budget", "2", "--rounds", "2",
                                                                     "--quiet"], T, expect="any",
       check=within_seconds(30))
-    C("solve --budget 1 fipa --local-steps 10000000", SOLVE[:-5] + ["--method", "fipa", "--local-steps", "10000000",
+    C("solve --budget 1 fipa --local-steps 10000000", SOLVE[:-5] + ["--method", "fipa", "--local", "adam", "--local-steps", "10000000",
                                                                    "--budget", "1", "--rounds", "2", "--quiet"],
       T, expect="any", check=within_seconds(30))
     # valid runs must work (controls)
@@ -787,8 +798,131 @@ def _cli_cases():
     return cases
 
 
+def _issue23_cases():
+    """One case per finding of issue 23 (correctness and records), each expected as a clear error or handled."""
+    cases = []
+    G = "issue23"
+
+    def C(name, argv, expect="error", check=None, **kw):
+        cases.append(Case(name, G, "cli", argv, expect=expect, check=check, **kw))
+
+    def A(name, src, expect="error", check=None, **kw):
+        cases.append(Case(name, G, "api", source=src, expect=expect, check=check, **kw))
+
+    # 1. a server optimisation whose objective is NaN must not return its start as "the best"
+    A("FedBEns/FedFisher server Adam on a NaN objective", '''
+from fedsciml.images.aggregators import _adam_best
+w, _ = _adam_best(torch.ones(4), lambda v: v * float("nan"), lambda v: 0.5, 10, 1e-2, (0.9, 0.99), 1e-8, 2)
+return w.tolist()
+''')
+    # 3. / 5. tables
+    table = ["solve", "table", "--clients", "1", "--method", "one-shot", "--quiet", "--tables"]
+    C("table: target column named twice", table + ["{dir}/t.csv"],
+      setup=lambda d, m: write(os.path.join(d, "t.csv"), "a,y,y\n1,2,3\n2,3,4\n3,4,5\n"))
+
+    def lying_npz(d, m):
+        import zipfile
+
+        import numpy as np
+
+        def member(shape, data):
+            b = io.BytesIO()
+            np.lib.format.write_array_header_1_0(b, {"descr": "<f8", "fortran_order": False, "shape": shape})
+            return b.getvalue() + data
+        with zipfile.ZipFile(os.path.join(d, "t.npz"), "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("X.npy", member((100000, 100000), b"\0" * 16))
+            z.writestr("y.npy", member((2,), b"\0" * 16))
+    C("table: 578-byte npz claiming (100000, 100000)", table + ["{dir}/t.npz"], setup=lying_npz, timeout=30)
+    C("table: missing file", table + ["{dir}/missing.csv"])
+    C("table: a directory", table + ["{dir}/sub"], setup=lambda d, m: os.makedirs(os.path.join(d, "sub")))
+    C("table: not a zip .npz", table + ["{dir}/t.npz"], setup=lambda d, m: write(os.path.join(d, "t.npz"), "hello\n"))
+    # 4. hangs: special checkpoint files; a Flower engine that fails to start
+    resume = SOLVE[:-1] + ["--method", "fedavg", "--rounds", "2", "--checkpoint", "{dir}/ck", "--resume", "--quiet"]
+    for kind in ("fifo", "dev-zero"):
+        C(f"checkpoint state.pt is {kind}", resume, setup=ckpt_setup(kind), timeout=30)
+    A("Flower engine that fails to start (run_simulation raises)", '''
+import flwr.simulation
+def crashed(**kw):
+    raise RuntimeError("An error was encountered. Ending simulation.") from Exception("node timed out during startup")
+flwr.simulation.run_simulation = crashed
+return fs.solve("sin1d", method="fedavg", clients=2, rounds=1, engine="flower", problem_options={"n_samples": 10}).final
+''', timeout=120)
+    # 6. a disk that fills during the final write: the results survive, one line
+    A("--json on a disk that fills during the final write", '''
+import builtins, errno, glob, json, os, tempfile
+import fedsciml.runtime.results as R
+from fedsciml.cli import main
+real = builtins.open
+class Full:
+    def __init__(self, f): self.f = f
+    def write(self, s): raise OSError(errno.ENOSPC, "No space left on device")
+    def __getattr__(self, k): return getattr(self.f, k)
+    def __enter__(self): return self
+    def __exit__(self, *a): self.f.close()
+full, spare = os.path.join(d, "full"), os.path.join(d, "spare")
+os.makedirs(full); os.makedirs(spare)
+R.open = lambda p, mode="r", *a, **k: Full(real(p, mode, *a, **k)) if "w" in mode and str(p).startswith(full) else real(p, mode, *a, **k)
+tempfile.gettempdir = lambda: spare
+rc = main(["solve", "sin1d", "--clients", "2", "--n-samples", "10", "--rounds", "1", "--quiet", "--json", os.path.join(full, "r.json")])
+saved = glob.glob(os.path.join(spare, "fedsciml-r-*.json"))
+return {"rc": rc, "saved": len(saved), "valid": bool(saved) and bool(json.load(real(saved[0])))}
+''', expect="ok", check=api_value(lambda v: None if v == {"rc": 1, "saved": 1, "valid": True}
+                                      else f"results not saved: {v}"))
+    # 8. options accepted and ignored
+    for extra in (["--method", "fedavg", "--trim", "0.3"], ["--merge", "qr", "--pinv-rtol", "1e-5"],
+                  ["--local", "adam", "--adapt-c", "0.1"], ["--method", "fedavg", "--local-damping", "0.1"],
+                  ["--json", ""], ["--out", ""]):
+        C("solve " + " ".join(extra) + " (no effect)", SOLVE + extra)
+    C("solve one-shot --dp-delta without --dp-epsilon", ["solve", "ridge-linear", "--method", "one-shot", "--dp-delta",
+                                                         "1e-3", "--quiet"])
+    C("solve one-shot --project-sketch without --project", ["solve", "ridge-linear", "--method", "one-shot",
+                                                            "--project-sketch", "srht", "--quiet"])
+    A("one-shot sigma and cv_sigmas together (Python)",
+      'return fs.solve("ridge-linear", "one-shot", clients=3, sigma=0.1, cv_sigmas="0.01,1").final')
+    # 9. message validation
+    A("fedavg: a sample count of 0.5 (rejected by name)", '''
+def hook(rnd, cid, msg):
+    return {**msg, "n": msg["n"] * 0 + 0.5} if cid == 1 else msg
+r = fs.solve("sin1d", method="fedavg", clients=3, rounds=1, local_steps=2, message_hook=hook, problem_options={"n_samples": 20})
+return [x["reason"] for x in r.extra["rejections"]]
+''', expect="ok", check=api_value(lambda v: None if v and all("whole number" in x for x in v) else f"not rejected: {v}"))
+    A("one-shot: one client sends 1e300 (rejected by name, the fusion goes on)", '''
+def hook(rnd, cid, msg):
+    return {k: (v * 0 + 1e300 if k != "n" else v) for k, v in msg.items()} if cid == 1 else msg
+r = fs.solve("ridge-linear", "one-shot", clients=3, message_hook=hook)
+return {"mse": r.final["mse"], "rejected": [x["client"] for x in r.extra["rejections"]]}
+''', expect="ok", check=api_value(lambda v: None if v["rejected"] == [1] and math.isfinite(v["mse"]) else str(v)))
+    A("fedavg: a meta-device tensor (rejected by name)", '''
+def hook(rnd, cid, msg):
+    return {**msg, "delta": torch.empty_like(msg["delta"], device="meta")} if cid == 1 else msg
+r = fs.solve("sin1d", method="fedavg", clients=3, rounds=1, local_steps=2, message_hook=hook, problem_options={"n_samples": 20})
+return [x["reason"] for x in r.extra["rejections"]]
+''', expect="ok", check=api_value(lambda v: None if v and all("meta" in x for x in v) else f"not rejected: {v}"))
+    for kind in ("round-99", "round-neg"):
+        C(f"checkpoint forged {kind} with a recomputed checksum", resume, setup=ckpt_setup(kind))
+    # 10. a consistent byzantine liar against the robust one-shot / gn screen
+    for method in ("one-shot", "gn"):
+        A(f"{method} --screen: a consistent liar (fabricated rows x100)", f'''
+from fedsciml.core import linalg
+def hook(rnd, cid, msg):
+    if cid != 2:
+        return msg
+    if "H" not in msg:
+        return {{**msg, "n": 100 * msg["n"]}}
+    p = msg["g"].numel()
+    H = linalg.unpack_upper(msg["H"], p)
+    w = torch.full((p,), 3.0, dtype=H.dtype)
+    return {{"H": 100 * msg["H"], "g": -100 * (H @ w), "loss": (50 * (w @ H @ w)).reshape(1), "n": 100 * msg["n"]}}
+kw = dict(clients=6, seed=0{", rounds=3" if method == "gn" else ""})
+clean = fs.solve("ridge-linear", "{method}", **kw)
+r = fs.solve("ridge-linear", "{method}", screen=20.0, message_hook=hook, **kw)
+return {{"clean": clean.final["mse"], "mse": r.final["mse"], "rejected": [x["client"] for x in r.extra["rejections"]]}}
+''', expect="ok", check=api_value(lambda v: None if v["rejected"] == [2] and v["mse"] < 2 * v["clean"] else str(v)))
+    return cases
+
+
 def all_cases():
-    return _cli_cases() + _api_cases() + _table_cases()
+    return _cli_cases() + _api_cases() + _table_cases() + _issue23_cases()
 
 
 # ------------------------------------------------------------------------------------- execution

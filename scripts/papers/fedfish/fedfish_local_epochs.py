@@ -11,6 +11,7 @@ seeds of the final-round test accuracy (and of the best round's).  Writes ``repr
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -37,6 +38,7 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=0.05, help="local SGD learning rate")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=repro_common.OUT)
+    ap.add_argument("--repro", default="fedfish_local_epochs", metavar="NAME", help="write reproductions/NAME.{md,csv}")
     a = ap.parse_args(argv)
     epochs = [int(e) for e in a.epochs.split(",")]
     opts = [o.strip() for o in a.server_opts.split(",")]
@@ -76,10 +78,12 @@ def main(argv=None):
             f"participation, local SGD lr {a.lr} momentum 0.9 batch 64; final-round test accuracy (and the best over the "
             f"rounds), mean ± std over {a.seeds} seeds (seed s: split, init, cohorts and local batches shared by both methods); server "
             f"avg: θ + Δ, adam: Adam(lr 0.01, β (0.9, 0.99), ε 1e-3) on −Δ; Δ = sample-weighted mean delta "
-            f"(FedAvg) or Fisher-weighted delta (FedFish). Wall time {time.perf_counter() - t0:.0f} s.")
+            f"(FedAvg) or Fisher-weighted delta (FedFish). torch threads {a.threads}; wall time "
+            f"{time.perf_counter() - t0:.0f} s on a shared {os.cpu_count()}-core CPU (1-min load average "
+            f"{os.getloadavg()[0]:.1f} at the end).")
     cols = ["server_opt", "local_epochs", "fedavg", "fedfish", "fedfish - fedavg", "fedavg best round",
             "fedfish best round"]
-    for p in repro_common.write("fedfish_local_epochs", cols, rows, note, out=a.out):
+    for p in repro_common.write(a.repro, cols, rows, note, out=a.out):
         print("wrote", p)
 
 

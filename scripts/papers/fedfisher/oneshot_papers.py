@@ -59,7 +59,7 @@ def main(argv=None):
     torch.set_num_threads(a.threads)
     spec = PAPERS[a.paper]
     methods = list(spec["paper"])
-    runs, t0 = {}, time.perf_counter()
+    runs, t0, load0 = {}, time.perf_counter(), os.getloadavg()[0]
     for setting in a.settings.split(","):
         split, epochs = ("hsu", spec["epochs"]) if setting == "paper" else ("balanced", M.TrainConfig().epochs)
         t = time.perf_counter()
@@ -74,7 +74,7 @@ def main(argv=None):
         for setting, res in runs.items():
             r = res["results"][m]
             row[f"ours, {setting} setting"] = f"{100 * r['acc_mean']:.2f} ± {100 * r['acc_std']:.2f}"
-            row[f"{setting}: per seed"] = " / ".join(f"{100 * v:.2f}" for v in r["per_seed"])
+            row[f"ours, {setting} setting: per seed"] = " / ".join(f"{100 * v:.2f}" for v in r["per_seed"])
         row["floats/client"] = f"{next(iter(runs.values()))['results'][m]['floats_per_client']:.0f}"
         rows.append(row)
         print(row, flush=True)
@@ -84,7 +84,8 @@ def main(argv=None):
             f"Hsu et al. split (per class, client shares ~ Dir(α)), {spec['epochs']} local epochs; default setting: "
             f"`bench images` defaults (balanced split: equal client sizes, label priors ~ Dir(α); 30 epochs). Both: "
             f"local SGD lr 0.01, momentum 0.9, batch 64; server validation set 143 digits (the paper: 500 images). "
-            f"torch threads {a.threads}; wall {time.perf_counter() - t0:.0f} s on a shared 2-core CPU.")
+            f"torch threads {a.threads}; wall {time.perf_counter() - t0:.0f} s on a shared {os.cpu_count()}-core CPU "
+            f"(1-min load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end).")
     if a.repro:
         for p in repro_common.write(a.repro, cols, rows, note):
             print("wrote", p)
@@ -115,7 +116,7 @@ def from_log(a):
                 mu = sum(v) / len(v)
                 sd = math.sqrt(sum((x - mu) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else float("nan")
                 row[f"ours, {st} setting"] = f"{mu:.2f} ± {sd:.2f} ({len(v)} seeds)"
-                row[f"{st}: per seed"] = " / ".join(f"{x:.2f}" for x in v)
+                row[f"ours, {st} setting: per seed"] = " / ".join(f"{x:.2f}" for x in v)
                 row["floats/client"] = by[meth][0][1]
         rows.append(row)
     cols = list(dict.fromkeys(k for r in rows for k in r))
