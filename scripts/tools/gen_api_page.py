@@ -5,8 +5,9 @@
 
 ``fedsciml/__init__.py`` maps each public name to its module lazily (``_PUBLIC``); mkdocstrings reads the
 source statically, so each entry points at the defining module's path (``::: fedsciml.runtime.results.Result``),
-not at the lazy re-export.  Names are grouped by layer, in the order of ``__all__``.  Only ``_PUBLIC`` is read
-(no fedsciml module is imported), so this runs without torch.
+not at the lazy re-export; where the module ``_PUBLIC`` names re-exports the name (``from fedsciml.x import name``),
+the entry follows the import to the module that defines it.  Names are grouped by layer, in alphabetical order.
+The sources are read, not imported (no fedsciml module is), so this runs without torch.
 """
 from __future__ import annotations
 
@@ -39,7 +40,33 @@ def public() -> dict[str, str]:
     raise SystemExit("error: fedsciml/__init__.py defines no _PUBLIC")
 
 
+def _source(module: str) -> str:
+    """The source file of a fedsciml module in this checkout (``fedsciml.problems`` is the top-level ``problems/``)."""
+    parts = module.split(".")
+    base = ["problems", *parts[2:]] if parts[:2] == ["fedsciml", "problems"] else parts
+    for path in (os.path.join(ROOT, *base) + ".py", os.path.join(ROOT, *base, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    raise SystemExit(f"error: no source file for {module}")
+
+
+def defining_module(module: str, name: str) -> str:
+    """Follow ``from fedsciml.x import name`` re-exports from ``module`` to the module that defines ``name``."""
+    seen = set()
+    while module not in seen:
+        seen.add(module)
+        tree = ast.parse(open(_source(module), encoding="utf-8").read())
+        origin = next((node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.level == 0
+                       and (node.module or "").startswith("fedsciml")
+                       and any(a.name == name and a.asname in (None, name) for a in node.names)), None)
+        if origin is None:
+            return module
+        module = origin
+    raise SystemExit(f"error: import circle while looking for {name}")
+
+
 def render(names: dict[str, str]) -> str:
+    names = {name: defining_module(module, name) for name, module in names.items()}
     groups: dict[str, list[str]] = {title: [] for title, _ in GROUPS}
     for name in sorted(names, key=str.lower):
         module = names[name]
