@@ -196,7 +196,7 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
     out.append(_summary(central, w_c, mse_c, "centralized", 0))
     for name in names:
         # DP-FedAvg's per-row gradient clip 3: the best of 1, 3, 10, 30 on a public draw of the ridge-linear
-        # generator, none of the evaluated data (scripts/ridge_table5_privacy.py --fedavg-clip public)
+        # generator, none of the evaluated data (scripts/papers/oneshot-ridge/ridge_table5_privacy.py --fedavg-clip public)
         t0 = time.perf_counter()
         wb, _, binfo = fedavg(data, rounds=rounds, mu=0.01 if name == "fedprox" else 0.0, sigma=s_used, seed=seed,
                               dropout=dropout, evaluate=ev,

@@ -42,6 +42,8 @@ direct Cholesky solves, so the result always equals the naive loop
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from fedsciml.core import linalg
@@ -288,6 +290,9 @@ def loco_cv(Gs, hs, sigmas, b_sq=None, naive: bool = False, chunk: int | None = 
     losses = stats_scores(Gs, hs, W, sqrt=sqrt, b_sq=b_sq)
     total_loss = losses.sum(0)
     s = _as_sigmas(sigmas, hs)
-    j = int(torch.argmin(total_loss))
+    finite = torch.isfinite(total_loss)
+    if not bool(finite.any()):  # never pick a σ by argmin over NaN/inf
+        raise ValueError(f"leave-one-client-out CV: no σ of the grid {s.tolist()} gave a finite validation loss")
+    j = int(torch.argmin(torch.where(finite, total_loss, torch.full_like(total_loss, math.inf))))
     return {"sigma": float(s[j]), "sigmas": s.tolist(), "loss": total_loss.tolist(), "per_client": losses,
             "floats_down": 0, "floats_up": 0}

@@ -184,7 +184,7 @@ class OneShotStrategy(Strategy):
     name = "one-shot"
 
     def __init__(self, sigma: float = 0.0, *, dp=None, project: int | None = None, sketch: str = "gaussian",
-                 seed: int = 0, repair: bool = True, cv_sigmas=None, form: str = "auto"):
+                 seed: int = 0, repair: bool = True, cv_sigmas=None, form: str = "auto", screen: float | None = None):
         from fedsciml.core.sketch import SKETCHES
         from fedsciml.core.stats import check_sigma
 
@@ -213,6 +213,13 @@ class OneShotStrategy(Strategy):
         if form == "sqrt" and self.dp is not None:
             raise ValueError("DP noise is added to the Gram form of the statistics; use form='gram' with DP")
         self.form = form
+        if screen is not None and not screen > 1:
+            raise ValueError(f"the influence screen's κ must be > 1, got {screen}")
+        if screen is not None and self.dp is not None:
+            raise ValueError("the influence screen compares exact statistics; with DP noise every client's "
+                             "statistics are perturbed on purpose (use robust options without DP)")
+        self.screen = None if screen is None else float(screen)
+        self.screened: list = []
         self._form = "gram" if form == "auto" else form  # resolved in configure_round
         self._sums = None  # (clients, packed ΣH, Σg) of the validated round (exact Gram form), reused by the fusion
         self.theta = None
@@ -299,17 +306,36 @@ class OneShotStrategy(Strategy):
         tr = self._transform(p)
         if tr is None:
             return Exchange(answering, Request("gn_stats", {"theta": theta}, {"form": "normal"}),
-                            self._exact_gram_check(p, theta.dtype))
+                            self._screened(self._exact_gram_check(p, theta.dtype), p))
         m = p if tr["project"] is None else tr["project"]
         if self.dp is None and self._form == "gram":  # exact (projected) statistics: as above, in m dimensions
-            check = self._exact_gram_check(m, theta.dtype)
+            check = self._screened(self._exact_gram_check(m, theta.dtype), m)
         elif self.dp is None:  # square-root form: the gn schema and its O(m) consistency check
             agg = GNAggregator(True, "sqrt")
-            check = lambda msg: agg.validate(msg, m, theta.dtype)  # noqa: E731
+            check = self._screened(lambda msg: agg.validate(msg, m, theta.dtype), m)
         else:  # noisy statistics: no count, no loss, H may be indefinite (repaired on the sum)
             agg = NoisyStatsAggregator()
             check = lambda msg: agg.validate(msg, m, theta.dtype)  # noqa: E731
         return Exchange(answering, Request("oneshot_stats", {"theta": theta}, {"transform": tr}), check)
+
+    def _screened(self, validate, m: int):
+        """``validate``, then (``screen`` κ given) the leave-one-client-out influence screen
+        (:func:`fedsciml.runtime.robust.influence_screen`) on the valid statistics."""
+        if self.screen is None:
+            return validate
+
+        def check(msgs):
+            from fedsciml.runtime.robust import screen_messages
+
+            ok, bad = validate(msgs)
+            ok, bad = dict(ok), dict(bad)
+            before = set(ok)
+            self.screened = screen_messages(ok, bad, m, self.sigma, self.screen)
+            if set(ok) != before:
+                self._sums = None  # the validated round's sums included a screened client: fused anew
+            return ok, bad
+        return check
+
 
     @staticmethod
     def _stack_factors(messages, order, m, like):
@@ -438,10 +464,15 @@ class OneShotStrategy(Strategy):
                        cv_sigmas=self.cv_sigmas)
         if self.form != "auto":
             out["form"] = self.form
+        if self.screen is not None:
+            out["screen"] = self.screen
         return out
 
     def info(self):
-        return {"fused_clients": self.fused, **self.noise, **getattr(self, "cv", {})}
+        out = {"fused_clients": self.fused, **self.noise, **getattr(self, "cv", {})}
+        if self.screen is not None:
+            out["screened_out"] = list(self.screened)
+        return out
 
 
 

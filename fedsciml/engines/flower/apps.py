@@ -176,7 +176,7 @@ def remote_objectives(transport: FlowerTransport) -> list:
 
 def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, device="cpu", progress: bool = False,
                 timeout_s: float = 300.0, connect_timeout_s: float = 300.0, job_extra: dict | None = None,
-                **options):
+                stop=None, **options):
     """Run ``method`` on ``problem`` with its clients on the Flower nodes of ``grid``; returns a Result.
 
     The same runner, strategy and round loop as ``fs.solve``; only the
@@ -199,7 +199,7 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
            "device": "cpu", "threads": torch.get_num_threads(), **(job_extra or {})}
     t_connect = time.perf_counter()
     transport = FlowerTransport(grid, job, clients, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
-                                device=dev, log=stderr_log if progress else None)
+                                device=dev, log=stderr_log if progress else None, stop=stop)
     t_connect = time.perf_counter() - t_connect
     if hasattr(problem, "client_data"):  # e.g. the ridge zoo: its test set is drawn with the clients' split
         torch.manual_seed(seed)
