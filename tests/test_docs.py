@@ -4,7 +4,6 @@ import importlib.util
 import pathlib
 import re
 
-import pytest
 
 import fedsciml
 
