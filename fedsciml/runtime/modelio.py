@@ -15,10 +15,8 @@ Format (simple on purpose, so that any language reads it):
     ``coefficients`` of an inverse problem, also listed by name and value), ``ansatz`` (true when the
     problem's hard constraint wraps the network: only the problem itself can evaluate it),
     ``problem``, ``options``, ``method``, ``final``;
-  - other kinds are written with the same :func:`write_model` and read back by a loader registered in
-    :data:`LOADERS`.  The ridge CLI's model (:mod:`fedsciml.ridge.model_io`, JSON ``format``
-    ``fedsciml-ridge-model/1``: tensors ``coef`` and ``intercept``, predictions ``X @ coef + intercept``) is read
-    as kind ``"ridge"`` (that module sits above this layer: its format tag is matched by value here).
+  - other kinds (``"ridge"``: linear coefficients) are written by their own modules with the same
+    :func:`write_model` and read back by a loader registered in :data:`LOADERS`.
 
 :func:`write_model` / :func:`read_model` are the one writer and reader; :func:`load` turns a directory into
 a callable by its kind.
@@ -32,7 +30,6 @@ from collections.abc import Callable
 import torch
 
 FORMAT = "fedsciml-model"
-RIDGE_FORMAT = "fedsciml-ridge-model/1"  # fedsciml.ridge.model_io.FORMAT
 VERSION = 1
 TENSORS = "model.safetensors"
 META = "model.json"
@@ -72,10 +69,7 @@ def read_model(directory: str) -> tuple[dict[str, torch.Tensor], dict]:
             meta = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise ModelFileError(f"{mpath!r} cannot be read as JSON: {e}") from None
-    if isinstance(meta, dict) and meta.get("format") == RIDGE_FORMAT:  # the ridge CLI's model
-        tpath = os.path.join(directory, os.path.basename(str(meta.get("tensors", TENSORS))))
-        meta = {**meta, "kind": "ridge", "version": VERSION}
-    if not isinstance(meta, dict) or (meta.get("format") not in (FORMAT, RIDGE_FORMAT)) or not isinstance(meta.get("kind"), str):
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("kind"), str):
         raise ModelFileError(f"{mpath!r} is not a fedsciml model description (format {FORMAT!r} with a kind)")
     if meta.get("version") != VERSION:
         raise ModelFileError(f"{mpath!r} has version {meta.get('version')!r}; this fedsciml reads version {VERSION}")
@@ -124,16 +118,19 @@ def field_callable(net, theta: torch.Tensor, evaluation: str, n_outputs: int) ->
 
 
 def _load_ridge(tensors: dict, meta: dict) -> Callable:
-    coef = tensors["coef"].reshape(-1)
-    intercept = tensors["intercept"].reshape(-1)[0] if "intercept" in tensors else torch.zeros((), dtype=coef.dtype)
+    """``kind="ridge"`` (:mod:`fedsciml.ridge.model_io`): ``x [n, d] → x @ coef + intercept``."""
+    if set(tensors) != {"coef", "intercept"} or tensors["coef"].ndim != 1 or tensors["intercept"].numel() != 1:
+        raise ModelFileError(f"a ridge model holds tensors coef [d] and intercept [1], got {sorted(tensors)}")
+    coef, intercept = tensors["coef"], tensors["intercept"][0]
 
-    def predict(x) -> torch.Tensor:
+    def f(x) -> torch.Tensor:
         x = torch.as_tensor(x, dtype=coef.dtype)
         if x.ndim != 2 or x.shape[1] != coef.numel():
             raise ValueError(f"points must have shape [n, {coef.numel()}], got {tuple(x.shape)}")
         return x @ coef + intercept
 
-    return predict
+    f.inputs_dim = coef.numel()  # type: ignore[attr-defined]
+    return f
 
 
 LOADERS: dict[str, Callable] = {"field": _load_field, "ridge": _load_ridge}
