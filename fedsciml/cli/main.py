@@ -183,6 +183,9 @@ def cmd_solve(args):
     for m in methods:
         get_method(m)
     given = {k[5:]: v for k, v in vars(args).items() if k.startswith("mopt_") and v is not None}
+    if given.get("preset") == "paper":  # a problem's own script settings for the published method, where declared
+        for k, v in (getattr(problem, "paper_method_options", None) or {}).items():
+            given.setdefault(k, v)
     per_method = method_options_for(methods, given)
     for m in methods:
         if len(methods) > 1 and "checkpoint" in per_method[m]:  # one checkpoint directory per compared method
