@@ -46,8 +46,9 @@ TRANSPORTS = ("local", "bytes")
 
 
 def _round_config(cfg, seed) -> RoundConfig:
+    # the typed RoundOptions already checked these values: the loop does not check them again
     return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, tol=cfg.tol, participation=cfg.participation,
-                       dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume)
+                       dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume, checked=True)
 
 
 def _fingerprint(problem, method, objectives, theta0, seed, options):
@@ -116,14 +117,17 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     options = {"lm_tau": lm_tau, "form": form}
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
     strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(rank=cfg.nystrom_rank, seed=seed)),
-                          max_retries=cfg.max_retries, form=form)
+                          max_retries=cfg.max_retries, form=form, screen=cfg.screen)
+    if cfg.screen is not None:
+        options["screen"] = cfg.screen
     return _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
                      options, message_hook, transport or cfg.transport, cfg.batched)
 
 
 def _local_config(cfg, prox) -> LocalConfig:
+    # built from the typed LocalOptions, which checked these values (a hand-built LocalConfig calls .validate())
     return LocalConfig(solver=cfg.local, steps=cfg.local_steps, lr=cfg.lr, damping=cfg.local_damping,
-                       prox=prox, loss=getattr(cfg, "local_loss", "mean")).validate()
+                       prox=prox, loss=getattr(cfg, "local_loss", "mean"))
 
 
 def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = None, *, progress=False, seed=0,
@@ -210,7 +214,8 @@ def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | 
     cfg, transport = _config(OneShotConfig, config, options, transport)
     rc = _round_config(cfg, seed)
     strategy = OneShotStrategy(cfg.sigma or 0.0, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch, seed=seed,
-                               cv_sigmas=None if cfg.cv_sigmas is None else parse_grid(cfg.cv_sigmas))
+                               cv_sigmas=None if cfg.cv_sigmas is None else parse_grid(cfg.cv_sigmas),
+                               screen=cfg.screen)
     options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
     return _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
                      every, options, message_hook, transport or cfg.transport)

@@ -207,9 +207,17 @@ class GNStrategy(Strategy):
 
     name = "gn"
 
-    def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, form: str = "normal"):
+    def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, form: str = "normal",
+                 screen: float | None = None):
         if form not in FORMS:
             raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
+        if screen is not None and not screen > 1:
+            raise ValueError(f"the influence screen's κ must be > 1, got {screen}")
+        if screen is not None and form == "matfree":
+            raise ValueError("the influence screen compares each client's dense statistics; the matrix-free form "
+                             "sends none (use form='normal' or 'sqrt' with screen)")
+        self.screen = None if screen is None else float(screen)
+        self.banned: list = []  # clients the screen left out of the run (at θ₀)
         self.form = form
         self.lm_config = lm_config or LMConfig()
         self.max_retries = int(max_retries)
@@ -277,12 +285,13 @@ class GNStrategy(Strategy):
         ex = Exchange([], req, lambda m: agg.validate(m, p, theta.dtype), down_floats=0 if with_curvature else p,
                       dropout=True)
         got: dict = {}
-        missing = list(run.client_ids)
+        clients = [c for c in run.client_ids if c not in self.banned]
+        missing = list(clients)
         for attempt in range(self.max_retries + 1):
             ex.clients = missing
             got.update(run.exchange(ex).ok)
             self._exchanges += 1
-            missing = [c for c in run.client_ids if c not in got]
+            missing = [c for c in clients if c not in got]
             if not missing:
                 return got
             self.retries += 1
@@ -299,6 +308,13 @@ class GNStrategy(Strategy):
             return {"mu": self.lm.mu, "exchanges": self._exchanges}
         msgs = self._gather(run, theta0, True)
         run.count_sent(down=theta0.numel() * len(run.client_ids))  # θ₀ broadcast
+        if self.screen is not None:  # robust: screened once, at θ₀; who is dropped stays out of the run
+            from fedsciml.runtime.robust import screen_messages
+
+            why: dict = {}
+            self.banned = screen_messages(msgs, why, theta0.numel(), 0.0, self.screen)
+            for c in self.banned:
+                run.rejections.append({"round": run.round_index, "client": c, "reason": f"screened out: {why[c]}"})
         self.lm.start(theta0, GNAggregator(True, self.form).aggregate_stats(msgs, theta0.numel()))
         return {"mu": self.lm.mu}
 
@@ -340,7 +356,7 @@ class GNStrategy(Strategy):
             curv = {}
         return {"theta": lm.theta, **curv, "g": st.g, "loss": st.loss, "n": st.n, "mu": lm.mu, "nu": lm.nu,
                 "accepted": lm.accepted_steps, "rejected": lm.rejected_steps, "retries": self.retries,
-                "enrolled": dict(self.enrolled)}
+                "enrolled": dict(self.enrolled), "banned": list(self.banned)}
 
     def load_state_dict(self, d):
         self.lm = LevenbergMarquardt(self.lm_config)
@@ -356,10 +372,13 @@ class GNStrategy(Strategy):
         self.lm.accepted_steps, self.lm.rejected_steps = d["accepted"], d["rejected"]
         self.retries = d["retries"]
         self.enrolled = dict(d.get("enrolled", {}))
+        self.banned = [int(c) for c in d.get("banned", [])]
 
     def info(self):
         out = {"accepted_steps": self.lm.accepted_steps, "rejected_steps": self.lm.rejected_steps,
                "final_mu": self.lm.mu, "retried_requests": self.retries}
+        if self.screen is not None:
+            out["screened_out"] = list(self.banned)
         if self.form == "matfree":
             out["cg_iters"] = self.lm.cg_iters
         return out

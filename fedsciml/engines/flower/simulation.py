@@ -23,9 +23,11 @@ call, which may change the last bits of ``gn``'s statistics.
 from __future__ import annotations
 
 import os
+import threading
 
 import fedsciml.engines.flower  # noqa: F401  (hygiene environment before flwr/ray import)
 from fedsciml.engines.flower import require_flower
+from fedsciml.runtime.loop import RoundFailed
 
 
 def backend_config(clients: int) -> dict:
@@ -44,6 +46,13 @@ def _check_registered(problem):
         raise ValueError(f"engine 'flower' rebuilds each client's data on its node from a registered problem's name "
                          f"and options; {type(problem).__name__} is not registered (register it with "
                          f"@fedsciml.register, or give each node its table: see README 'Flower')")
+    module = type(problem).__module__
+    if not (module.startswith("problems.") or module.startswith("fedsciml.")):
+        # a --plugin / FEDSCIML_PLUGINS / entry-point problem: the simulation's nodes (Ray workers) import
+        # fedsciml's own problems only, so each would fail to build its client 15 s after Ray started
+        raise ValueError(f"engine 'flower': problem {name!r} comes from a plugin (module {module!r}), which "
+                         f"Flower's simulation nodes do not load; run it with the local engine, or deploy nodes "
+                         f"that import it (see README 'Flower')")
 
 
 def solve_many(calls: list, clients: int, verbose: bool = False) -> list:
@@ -65,17 +74,40 @@ def solve_many(calls: list, clients: int, verbose: bool = False) -> list:
             raise ValueError(f"every call of one simulation must have clients={clients}, got {kw['clients']}")
     results: list = [None] * len(calls)
     app = ServerApp()
+    stop = threading.Event()  # set when run_simulation returns or raises: our ServerApp thread stops waiting
 
     @app.main()
     def main(grid, context):
         for i, kw in enumerate(calls):
-            results[i] = run_on_grid(grid, **kw)
+            results[i] = run_on_grid(grid, stop=stop, **kw)
 
-    run_simulation(server_app=app, client_app=client_app, num_supernodes=int(clients),
-                   backend_config=backend_config(clients), verbose_logging=verbose)
+    try:
+        run_simulation(server_app=app, client_app=client_app, num_supernodes=int(clients),
+                       backend_config=backend_config(clients), verbose_logging=verbose)
+    except RuntimeError as e:  # the engine failed to start or crashed; its own message is the root cause
+        stop.reason = f"the Flower simulation engine stopped: {_root_cause(e)}"
+        stop.set()
+        raise EngineFailed(stop.reason) from None
+    finally:
+        stop.set()
     if any(r is None for r in results):  # pragma: no cover - run_simulation re-raises the ServerApp's error
         raise RuntimeError("the Flower simulation ended before every run finished")
     return results
+
+
+class EngineFailed(RoundFailed):
+    """Flower's simulation engine failed to start or crashed (e.g. Ray could not start its node); a
+    :class:`RoundFailed` (the CLI: one line, exit 1)."""
+
+
+def _root_cause(e: BaseException) -> str:
+    """The first line of the innermost exception of ``e``'s cause chain."""
+    seen = set()
+    while (e.__cause__ or e.__context__) is not None and id(e) not in seen:
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
 
 
 def solve(problem, method: str, clients: int | None = None, seed: int = 0, device="cpu", progress: bool = False,
