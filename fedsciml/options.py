@@ -369,6 +369,9 @@ class GNConfig(RoundOptions):
                                         "the median client's is left out of the run; fedsciml.runtime.robust)",
                                   float, lo=1, lo_open=True, none="no screen", metavar="KAPPA")
 
+    def forms_jacobians(self) -> bool:
+        return self.form != "matfree"  # the matrix-free form's clients keep one residual graph, never J
+
     def _resolve(self):
         super()._resolve()
         if self.participation < 1:

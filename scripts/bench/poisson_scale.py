@@ -105,6 +105,9 @@ def main(argv=None):
     ap.add_argument("--big", action="store_true", help="also the [5,128,128,128,1] gn run")
     ap.add_argument("--big-only", action="store_true")
     ap.add_argument("--big-rounds", type=int, default=5)
+    ap.add_argument("--big-rank", type=int, default=50, help="Nyström rank of the big gn run (default 50)")
+    ap.add_argument("--big-points", type=int, default=None, help="interior points per client of the big run "
+                                                                 "(default: the problem's, 4000 at d = 5)")
     ap.add_argument("--json", default=os.path.join(ROOT, "results", "poisson_scale.json"))
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -126,7 +129,8 @@ def main(argv=None):
                 print(json.dumps(r), flush=True)
     if a.big or a.big_only:
         spec = {"name": "gn-big", "dim": 5, "method": "gn", "clients": a.clients, "hidden": [128, 128, 128],
-                "options": {"rounds": a.big_rounds}, "checkpoints": []}
+                "options": {"rounds": a.big_rounds, "nystrom_rank": a.big_rank}, "checkpoints": [],
+                "problem": {"n_interior": a.big_points} if a.big_points else {}}
         r = child(spec)
         results.append(r)
         print(json.dumps(r), flush=True)
