@@ -86,6 +86,28 @@ def one(spec: dict) -> dict:
     return out
 
 
+def table(results: list, checkpoints: list) -> str:
+    """A markdown table of the runs (what ``--md`` writes)."""
+    cols = ["run", "d", "p", *[f"rel L2 @ {c:g} s" for c in checkpoints], "steps/rounds", "final rel L2",
+            "solver s", "wall s", "peak RSS MB", "floats/round", "max floats up per client-exchange"]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+
+    def f(v):
+        return "—" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
+
+    for r in results:
+        if "error" in r:
+            out.append(f"| {r['name']} | {r['dim']} | error: {' '.join(r['error'])} |")
+            continue
+        at = r.get("rel_l2_at", {})
+        out.append("| " + " | ".join([r["name"], str(r["dim"]), str(r["p"]),
+                                      *[f(at.get(str(float(c)))) for c in checkpoints], f(r["steps"]),
+                                      f(r["final_rel_l2"]), f(r["info"].get("solver_time_s")), f(r["wall_s"]),
+                                      f(r["peak_rss_mb"]), f(r.get("floats_per_round")),
+                                      f(r.get("max_floats_up_per_client_exchange"))]) + " |")
+    return "\n".join(out)
+
+
 def child(spec: dict) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--one", json.dumps(spec)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -109,15 +131,26 @@ def main(argv=None):
     ap.add_argument("--big-points", type=int, default=None, help="interior points per client of the big run "
                                                                  "(default: the problem's, 4000 at d = 5)")
     ap.add_argument("--json", default=os.path.join(ROOT, "results", "poisson_scale.json"))
+    ap.add_argument("--md", help="also write the table as markdown to this file")
+    ap.add_argument("--from-json", help="only write the --md table from this earlier --json")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one:
         print(json.dumps(one(json.loads(a.one))))
         return 0
+    checkpoints = [float(c) for c in a.checkpoints.split(",") if c]
+    if a.from_json:
+        with open(a.from_json) as f:
+            d = json.load(f)
+        text = table(d["results"], checkpoints)
+        if a.md:
+            with open(a.md, "w") as f:
+                f.write(text + "\n")
+        print(text)
+        return 0
     meta = {"cpus": os.cpu_count(), "load_start": os.getloadavg(), "budget_s": a.budget, "clients": a.clients,
             "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     results = []
-    checkpoints = [float(c) for c in a.checkpoints.split(",") if c]
     if not a.big_only:
         for d in [int(x) for x in a.dims.split(",")]:
             for name in [r for r in a.runs.split(",") if r]:
@@ -139,6 +172,9 @@ def main(argv=None):
     with open(a.json, "w") as f:
         json.dump({"meta": meta, "results": results}, f, indent=1)
     print(f"wrote {a.json}", file=sys.stderr)
+    if a.md:
+        with open(a.md, "w") as f:
+            f.write(table(results, checkpoints) + "\n")
     return 0
 
 
