@@ -25,6 +25,8 @@ The machine is shared: the JSON records the CPU count and the load average at th
 
     nice -n 10 python scripts/bench/poisson_scale.py --dims 5,10 --budget 60 --checkpoints 15,30,60
     nice -n 10 python scripts/bench/poisson_scale.py --big-only
+    python scripts/bench/poisson_scale.py --floor 5          # CPU time of each piece of one step
+    python scripts/bench/poisson_scale.py --floor 5 --big    # one client of the p ≈ 34k network
 """
 from __future__ import annotations
 
@@ -86,6 +88,42 @@ def one(spec: dict) -> dict:
     return out
 
 
+def floor(dim: int, hidden=None, one_client: bool = False) -> None:
+    """Print the CPU time (``time.process_time``, one thread) of each piece of one Gauss–Newton step."""
+    import torch
+
+    from fedsciml.core import linalg
+    from fedsciml.core.matfree import GNOperator
+    from fedsciml.core.nn import MLP
+    from fedsciml.problems import get_problem
+
+    torch.set_num_threads(1)
+    pb = get_problem("poisson", dim=dim)
+    if hidden:
+        pb.__dict__["_net"] = MLP([dim, *hidden, 1], "tanh")
+    obj = pb.client_objectives(4, seed=0)[1] if one_client else pb.centralized_objective(4, seed=0)
+    th = pb.init_params(0)
+    print(f"d {dim} n {obj.n_residuals} p {th.numel()}", flush=True)
+
+    def cpu(label, fn):
+        t = time.process_time()
+        out = fn()
+        print(f"{label}: {time.process_time() - t:.2f} CPU s", flush=True)
+        return out
+
+    cpu("residual r(θ)", lambda: obj.residual(th))
+    op = cpu("GNOperator (r, pullback, g)", lambda: GNOperator(obj.residual, th))
+    v = torch.randn(th.numel(), dtype=torch.float64)
+    cpu("first product (builds the Jv graph)", lambda: op.matvec(v))
+    cpu("one product JᵀJv", lambda: op.matvec(v))
+    if obj.n_residuals * th.numel() <= 5e7:
+        r, J = cpu("J (vmap jacrev)", lambda: obj.residual_and_jacobian(th))
+        H = cpu("JᵀJ", lambda: J.T @ J)
+        cpu("Cholesky solve (H + μI)", lambda: linalg.damped_solve(0.5 * (H + H.T), J.T @ r,
+                                                                   1e-3 * float(H.diagonal().max())))
+    print("peak RSS MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, flush=True)
+
+
 def table(results: list, checkpoints: list) -> str:
     """A markdown table of the runs (what ``--md`` writes)."""
     cols = ["run", "d", "p", *[f"rel L2 @ {c:g} s" for c in checkpoints], "steps/rounds", "final rel L2",
@@ -133,12 +171,18 @@ def main(argv=None):
     ap.add_argument("--json", default=os.path.join(ROOT, "results", "poisson_scale.json"))
     ap.add_argument("--md", help="also write the table as markdown to this file")
     ap.add_argument("--from-json", help="only write the --md table from this earlier --json")
+    ap.add_argument("--floor", type=int, metavar="D", help="only print the CPU time of the pieces of one GN step at "
+                                                          "dimension D (pooled data; with --big: one client of the "
+                                                          "[5,128,128,128,1] network)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one:
         print(json.dumps(one(json.loads(a.one))))
         return 0
     checkpoints = [float(c) for c in a.checkpoints.split(",") if c]
+    if a.floor:
+        floor(a.floor, [128, 128, 128] if a.big else None, one_client=a.big)
+        return 0
     if a.from_json:
         with open(a.from_json) as f:
             d = json.load(f)
