@@ -53,4 +53,4 @@ def require_flower():
         import flwr  # noqa: F401
     except ImportError:
         raise ValueError('engine "flower" needs Flower: pip install "fedsciml[flower]" '
-                          '(or pip install "flwr[simulation]==1.41.0")') from None
+                          '(or pip install "flwr[simulation]>=1.41,<1.42")') from None

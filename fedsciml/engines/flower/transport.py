@@ -87,9 +87,6 @@ class FlowerTransport(Transport):
         self.exchange_seconds = 0.0
         self.exchange_times: list = []  # wall seconds of each ask (push, client work, pull)
         self.exchange_queries: list = []  # the query of each ask, beside its time
-        from fedsciml.engines.flower.latency import shorten_waits
-
-        shorten_waits()  # a deployment's Grid pulls reply objects with a 1 s first backoff otherwise
         self._connect(connect_timeout_s)
         self.client_ids = list(range(self.n_clients))
         self.sample_counts = {c: int(self.described[c]["n"]) for c in self.client_ids}
