@@ -299,7 +299,7 @@ def test_deployment_survives_a_killed_node_that_comes_back(deployment):
         return log.read_text(errors="replace").count("Receiving: query.")
 
     before = received()
-    proc, out = deployment.submit("bratu", "gn", rounds=2, batched=False, timeout_s=60.0, name="killed")
+    proc, out = deployment.submit("bratu", "gn", rounds=2, batched=False, timeout_s=180.0, name="killed")
     end = time.monotonic() + DEPLOY_WAIT_S
     while received() < before + 2:  # node 1 pulled describe and θ₀'s statistics request
         assert proc.poll() is None and time.monotonic() < end, deployment.tail("flwr-run-killed")

@@ -20,16 +20,22 @@ The node answers the query (``describe``: its partition id and sizes;
 ``gn_loss``, ``gn_stats``, ``update``, ``loss``, ``cv_scores``: through
 :meth:`fedsciml.runtime.client.Client.answer`); the data never leave it.
 A node keeps its objective between messages (a process-level cache keyed by
-the job and partition), so a long-lived ClientApp process — a Ray actor in
-simulation, ``--isolation process`` in deployment — builds it once.  If the
+the job and partition), so a long-lived ClientApp process — a Ray worker in
+simulation — builds it once; a stock SuperNode runs each message's ClientApp
+in a fresh ``flwr-clientapp`` process, which builds it again (what that costs:
+``docs/flower.md``).  If the
 computation raises, the reply is a ``failure`` naming the partition and the
 reason (the server logs it as a rejection), never a crash of the node.
 
-**ServerApp** (``fedsciml.engines.flower.apps:server_app``, for ``flwr run`` /
-``flower-superlink``): its run config names the problem, the method and the
-options (see :func:`job_from_run_config`); its main connects a
-:class:`~fedsciml.engines.flower.transport.FlowerTransport` to the Grid and runs the
-method's strategy in fedsciml's own round loop (:func:`run_on_grid`).
+**ServerApp** (``fedsciml.engines.flower.apps:server_app``; the Flower App that
+``flwr run`` starts is ``fedsciml/engines/flower/app/``): its run config names
+the problem, the method and the options, or a file of several jobs (see
+:func:`job_from_run_config`); its main connects a
+:class:`~fedsciml.engines.flower.transport.FlowerTransport` to the Grid, runs the
+method's strategy in fedsciml's own round loop (:func:`run_on_grid`), logs the
+table ``python -m fedsciml solve`` prints (:func:`summary_lines`; Flower
+streams it to ``flwr run --stream``) and writes the Result where ``out`` says
+(:func:`write_result`).
 """
 from __future__ import annotations
 

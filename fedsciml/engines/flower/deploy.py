@@ -168,12 +168,14 @@ class LocalSuperLink:
             self._tmp.cleanup()
 
     # --- runs ----------------------------------------------------------------------------
-    def submit_config(self, run_config: dict, name: str = "run", federation_config: dict | None = None):
-        """``flwr run <APP_DIR> fedsciml --run-config <file> [--federation-config …] --stream`` in the
-        background; returns its Popen (its output goes to ``<name>.log`` in this object's directory)."""
+    def submit_config(self, run_config: dict, name: str = "run", federation_config: dict | None = None,
+                      app: str = APP_DIR):
+        """``flwr run <app> fedsciml --run-config <file> [--federation-config …] --stream`` in the background
+        (``app``: fedsciml's, :data:`APP_DIR`, unless told); returns its Popen (its output goes to
+        ``flwr-run-<name>.log`` in this object's directory)."""
         rc = self.dir / f"{name}.toml"
         rc.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in run_config.items()))
-        argv = [os.path.join(self.bin, "flwr"), "run", APP_DIR, "fedsciml", "--run-config", str(rc), "--stream"]
+        argv = [os.path.join(self.bin, "flwr"), "run", str(app), "fedsciml", "--run-config", str(rc), "--stream"]
         if federation_config:
             argv += ["--federation-config", " ".join(f"{k}={_toml_value(v)}" for k, v in federation_config.items())]
         return self._start(f"flwr-run-{name}", argv)
@@ -190,13 +192,33 @@ class LocalSuperLink:
                "out": str(out), "timeout": float(timeout_s), "connect-timeout": float(timeout_s)}
         return self.submit_config(cfg, name, federation_config), out
 
-    def wait_files(self, proc, outs, timeout_s: float = 600.0):
+    def wait_files(self, proc, outs, timeout_s: float = 600.0, echo=None):
         """Wait (at most ``timeout_s``) until a submitted run wrote every path in ``outs``.  A run that ends
-        without them, or overruns, raises with the tail of its log (and is stopped)."""
+        without them, or overruns, raises with the tail of its log (and is stopped).  ``echo``: called with
+        each new line of the run's log (what ``flwr run --stream`` shows: the ServerApp's progress) as it
+        comes."""
         outs = [Path(o) for o in outs]
         name = next(n for n, p in self.procs.items() if p is proc)
         end = time.monotonic() + timeout_s
+        seen = 0
+
+        def forward():
+            nonlocal seen
+            if echo is None:
+                return
+            try:
+                with open(self.dir / f"{name}.log", "rb") as f:
+                    f.seek(seen)
+                    data = f.read()
+            except OSError:
+                return
+            done = data.rfind(b"\n") + 1  # whole lines only
+            seen += done
+            for line in data[:done].decode(errors="replace").splitlines():
+                echo(line)
+
         while not all(o.exists() for o in outs):
+            forward()
             if proc.poll() is not None:
                 time.sleep(0.2)
                 if all(o.exists() for o in outs):
@@ -208,6 +230,7 @@ class LocalSuperLink:
                 raise TimeoutError(f"the Flower run gave no result within {timeout_s:.0f} s; its log:\n"
                                    + self.tail(name))
             time.sleep(0.05)
+        forward()
 
     def wait(self, proc, outs, timeout_s: float = 600.0) -> list:
         """:meth:`wait_files`, then the Results (with θ) the ServerApp wrote there."""

@@ -33,6 +33,7 @@ through ``FEDSCIML_THREADS`` and sends it with every request).
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import fedsciml.engines.flower  # noqa: F401  (hygiene environment before flwr/ray import)
@@ -108,7 +109,9 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
             proc = link.submit_config({"problem": jobs[0].get("problem", "images"), "clients": int(clients),
                                        "jobs": path}, "sim", federation_config(clients))
             outs = [j["out"] for j in jobs]
-            link.wait_files(proc, outs, wait_s)
+            show = any(j.get("progress") for j in jobs)
+            log = logging.getLogger("fedsciml.engines.flower")
+            link.wait_files(proc, outs, wait_s, echo=(lambda line: log.info("%s", line)) if show else None)
         out = []
         for j in jobs:
             if j.get("kind", "solve") == "images":
