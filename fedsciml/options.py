@@ -192,10 +192,22 @@ class MethodConfig:
         """``{option: (default, Spec)}`` in declaration order."""
         return {f.name: (None if f.default is MISSING else f.default, f.metadata["spec"]) for f in fields(cls)}
 
+    def inapplicable(self) -> dict[str, str]:
+        """``{option: why it has no effect with these settings}`` (e.g. ``trim`` unless
+        ``robust='trimmed'``); each configuration class adds its own.  An option listed here that was
+        *given* with a value other than its default is refused by :meth:`from_options`: an option
+        accepted and ignored would report a run that did not happen."""
+        return {}
+
     @classmethod
-    def from_options(cls, options: dict | None = None, **more) -> "MethodConfig":
-        """Build from keyword options; an unknown key raises :class:`OptionError` listing the allowed ones."""
+    def from_options(cls, options: dict | None = None, **more) -> MethodConfig:
+        """Build from keyword options; an unknown key raises :class:`OptionError` listing the allowed ones,
+        a given option that has no effect with the other settings one naming it and why."""
         opts = {**(options or {}), **more}
+        return cls._build(opts, given=opts)
+
+    @classmethod
+    def _build(cls, opts: dict, given) -> MethodConfig:
         allowed = list(cls.specs())
         unknown = [k for k in opts if k not in allowed]
         if unknown:
@@ -203,7 +215,12 @@ class MethodConfig:
                      for k in unknown]
             raise OptionError(f"method {cls.method!r} has no option {', '.join(hints)}; "
                               f"allowed: {', '.join(display(a) for a in sorted(allowed))}")
-        return cls(**opts)
+        cfg = cls(**opts)
+        idle, specs = cfg.inapplicable(), cls.specs()
+        for name in given:  # a default value passed along (a wrapper forwarding all its options) changes nothing
+            if name in idle and given[name] != specs[name][0]:
+                raise OptionError(f"{cls.method} option {display(name)} has no effect here: {idle[name]}")
+        return cfg
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -261,6 +278,15 @@ class LocalOptions(MethodConfig):
     local_damping: float = option(0.0, "local GN damping relative to λ_max(H_m) (0: minimum-norm step −H_m^† g_m)",
                                   float, lo=0)
 
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        if self.local == "gn":
+            why = f"{display('local')} gn takes one exact Gauss–Newton step; this option sets the local Adam steps"
+            out.update({"local_steps": why, "lr": why, "local_loss": why})
+        else:
+            out["local_damping"] = f"it damps the {display('local')} gn step; local is {self.local}"
+        return out
+
 
 @dataclass(frozen=True)
 class RobustOptions(MethodConfig):
@@ -272,6 +298,12 @@ class RobustOptions(MethodConfig):
     trim: float = option(0.2, "fraction trimmed per side by robust=trimmed", float, lo=0, hi=0.5, hi_open=True)
     clip_norm: float | None = option(None, "bound C on the norm of each client's update", float, lo=0, lo_open=True,
                                      none="no bound")
+
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        if self.robust != "trimmed":
+            out["trim"] = f"it is the fraction trimmed by {display('robust')} trimmed (robust is {self.robust})"
+        return out
 
 
 # --- the methods ----------------------------------------------------------------------------------
@@ -292,9 +324,20 @@ class CentralizedConfig(StopOptions):
                                    none="lm 500, adam 20000, lbfgs 5000; with a budget, until it is spent")
     lr: float | None = option(None, "learning rate of adam / lbfgs", float, lo=0, lo_open=True,
                               none="adam 1e-3, lbfgs 1.0")
+    lm_solve: str = option("auto", "how lm solves its damped system: normal (p×p Cholesky), kernel (n×n), matfree "
+                                   "(Nyström-preconditioned CG on jvp/vjp products, no J) or auto (kernel when n < p, "
+                                   "normal when n ≥ p, matfree when J has more than 2.5e7 entries)", str,
+                           choices=("auto", "normal", "kernel", "matfree"))
+    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
 
     def forms_jacobians(self) -> bool:
-        return self.optimizer == "lm"
+        return self.optimizer == "lm" and self.lm_solve != "matfree"
+
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        if self.optimizer == "lm":
+            out["lr"] = f"Levenberg–Marquardt has no learning rate (it is for {display('optimizer')} adam or lbfgs)"
+        return out
 
     def _resolve(self):
         if self.max_iters is None and self.budget is None:
@@ -312,12 +355,19 @@ class GNConfig(RoundOptions):
 
     lm_tau: float | None = option(None, "LM initial damping μ₀ = τ·max diag(JᵀJ)", float, lo=0, lo_open=True,
                                   none="the centralized solver's τ for this problem")
-    form: str = option("auto", "statistics sent: normal (JᵀJ, Jᵀr), sqrt (thin-QR factors) or auto "
-                               "(sqrt when all clients' rows are fewer than the parameters)", str,
-                       choices=("auto", "normal", "sqrt"))
+    form: str = option("auto", "statistics sent: normal (JᵀJ, Jᵀr), sqrt (thin-QR factors), matfree (Jᵀr, then one "
+                               "exchange of p floats per CG iteration) or auto (the smaller of normal and sqrt while "
+                               "it is ≤ 6.25e6 floats per client, matfree beyond)", str,
+                       choices=("auto", "normal", "sqrt", "matfree"))
+    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free form (one sketch "
+                                   "exchange of rank·p floats per accepted step)", int, lo=1)
     max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
     batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
                            cli=False)
+    screen: float | None = option(None, "robust: leave-one-client-out influence screen on the statistics at θ₀ "
+                                        "with threshold κ (a client whose statistics cost the others more than κ × "
+                                        "the median client's is left out of the run; fedsciml.runtime.robust)",
+                                  float, lo=1, lo_open=True, none="no screen", metavar="KAPPA")
 
     def _resolve(self):
         super()._resolve()
@@ -373,11 +423,28 @@ class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
                                       "explicitly win", str, choices=("paper",), none="none")
 
     @classmethod
-    def from_options(cls, options: dict | None = None, **more) -> "FIPAConfig":
-        opts = {**(options or {}), **more}
-        if opts.get("preset") == "paper":  # fill what was not given (an explicit option wins)
-            opts = {**PAPER_PRESET, **{k: v for k, v in opts.items() if v is not None}}
-        return super().from_options(opts)
+    def from_options(cls, options: dict | None = None, **more) -> FIPAConfig:
+        given = {**(options or {}), **more}
+        opts = given
+        if given.get("preset") == "paper":  # fill what was not given (an explicit option wins, None included:
+            opts = {**PAPER_PRESET, **given}  # pinv_rtol=None is the p·eps cutoff, not "the preset's")
+        return cls._build(opts, given=given)  # type: ignore[return-value]  # _build returns cls
+
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        if not self.adaptive:
+            out["adapt_c"] = out["adapt_ctau"] = f"it is a constant of {display('adaptive')} FIPA, which is off"
+        if self.rank == 0:
+            out["sketch"] = f"{display('rank')} 0 sends the full H_m: there is no sketch"
+            out["complement"] = f"{display('rank')} 0 sends the full H_m: no direction lies outside the clients' " \
+                                "curvature"
+        if self.safeguard:
+            out["beta"] = (f"the {display('safeguard')} (on with local gn) sets β itself, from lm_tau·max diag H, "
+                           f"and adapts it; give {display('safeguard')} False to fix β")
+        if self.safeguard or self.beta > 0:
+            out["pinv_rtol"] = ("it is the cutoff of the pseudo-inverse, which only the undamped merge uses (β = 0 "
+                                f"and no {display('safeguard')}; the safeguard is on with local gn)")
+        return out
 
     def _resolve(self):
         super()._resolve()
@@ -443,9 +510,31 @@ class OneShotConfig(RoundOptions):
     project_sketch: str = option("gaussian", "projection sketch", str, choices=("gaussian", "sparse", "srht"))
     cv_sigmas: str | None = option(None, "σ by leave-one-client-out CV over this grid: 'a,b,c' or 'lo:hi:count'",
                                    str, none="σ as given", metavar="GRID")
+    screen: float | None = option(None, "robust: leave-one-client-out influence screen with threshold κ (a client "
+                                        "whose statistics cost the others more than κ × the median client's is "
+                                        "left out of the fusion; not with DP; fedsciml.runtime.robust)",
+                                  float, lo=1, lo_open=True, none="no screen", metavar="KAPPA")
 
     def forms_jacobians(self) -> bool:
         return True
+
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        if self.cv_sigmas is not None:
+            out["sigma"] = (f"σ is chosen by cross-validation over {display('cv_sigmas')}; give σ, or a grid to "
+                            "choose it, not both")
+        if self.dp_epsilon is None:
+            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware"):
+                out[k] = f"it is a differential-privacy option and DP is off (give {display('dp_epsilon')})"
+        if self.project is None:
+            out["project_sketch"] = f"it is the sketch of {display('project')}, which is off"
+        return out
+
+    def _resolve(self):
+        super()._resolve()
+        if self.screen is not None and self.dp_epsilon is not None:
+            raise OptionError(f"one-shot option {display('screen')} compares exact statistics; it cannot be combined "
+                              f"with {display('dp_epsilon')} (DP noise perturbs every client's statistics)")
 
     def dp(self) -> dict | None:
         """The :class:`fedsciml.ridge.DPConfig` fields, or None without DP."""
@@ -466,16 +555,22 @@ def parse_grid(text: str) -> list[float]:
     """``"1e-3,0.01,0.1"`` or a log grid ``"1e-4:1e3:15"`` (lo:hi:count)."""
     try:
         if ":" in text:
-            lo, hi, n = text.split(":")
-            lo, hi, n = float(lo), float(hi), int(n)
-            if not (lo > 0 and hi > lo and n >= 2):
+            a, b, c = text.split(":")
+            lo, hi, n = float(a), float(b), int(c)
+            if not (lo > 0 and hi > lo and 2 <= n <= MAX_GRID):
                 raise ValueError
             import torch  # the grid the ridge experiments were run with, to the bit
 
             return torch.logspace(math.log10(lo), math.log10(hi), n, dtype=torch.float64).tolist()
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--cv grid {text!r} must be comma-separated σ values or lo:hi:count with 0 < lo < hi, count ≥ 2")
+        raise ValueError(f"--cv grid {text!r} must be comma-separated σ values or lo:hi:count with 0 < lo < hi, "
+                         f"2 ≤ count ≤ {MAX_GRID}")
     if not vals or any(not (v > 0) for v in vals):
         raise ValueError(f"--cv grid {text!r} must hold σ values > 0")
+    if len(vals) > MAX_GRID:
+        raise ValueError(f"--cv grid {text[:40]!r}… holds {len(vals)} σ values; at most {MAX_GRID}")
     return vals
+
+
+MAX_GRID = 10_000  # σ values in a CV grid: each costs a d×d factorization at the server

@@ -22,7 +22,10 @@ MSE (optional; without it the metric is the training loss).
 from __future__ import annotations
 
 import csv
+import math
 import os
+import stat
+import zipfile
 
 import numpy as np
 import torch
@@ -35,12 +38,16 @@ from .ridge import LinearModel
 def read_table(path: str, target: str = "y") -> tuple[np.ndarray, np.ndarray]:
     """``(X [n, d], y [n])`` float64 from a CSV (header row, ``target`` column) or npz (``X``, ``y``) table;
     one line naming the file and the problem otherwise."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"data file {path!r} does not exist")
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ProblemError(f"data file {path!r} cannot be read ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ProblemError(f"data file {path!r} is not a regular file (a directory, FIFO or device); "
+                           "a table is a CSV or .npz file")
     if path.endswith(".npz"):
+        _check_npz(path)
         with np.load(path, allow_pickle=False) as z:
-            if "X" not in z or "y" not in z:
-                raise ValueError(f"{path}: an npz table needs arrays 'X' and 'y', found {sorted(z.files)}")
             X, y = np.asarray(z["X"], dtype=np.float64), np.asarray(z["y"], dtype=np.float64)
     else:
         with open(path, newline="", encoding="utf-8-sig") as f:
@@ -50,6 +57,9 @@ def read_table(path: str, target: str = "y") -> tuple[np.ndarray, np.ndarray]:
         head = [h.strip() for h in rows[0]]
         if target not in head:
             raise ValueError(f"{path}: target column {target!r} not in the header {head}")
+        if head.count(target) > 1:
+            raise ValueError(f"{path}: target column {target!r} appears {head.count(target)} times in the header "
+                             f"{head}; rename all but one")
         bad = [i + 2 for i, r in enumerate(rows[1:]) if len(r) != len(head)]
         if bad:
             raise ValueError(f"{path} line {bad[0]}: {len(rows[bad[0] - 1])} fields, the header has {len(head)}")
@@ -64,6 +74,64 @@ def read_table(path: str, target: str = "y") -> tuple[np.ndarray, np.ndarray]:
     if not (np.isfinite(X).all() and np.isfinite(y).all()):
         raise ValueError(f"{path}: the table has non-finite values")
     return X, y
+
+
+def _mem_available() -> int:
+    """Bytes of memory available now (``MemAvailable``; physical memory where /proc is absent)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - no sysconf
+        return 1 << 62
+
+
+def _check_npz(path: str) -> None:
+    """Refuse an npz table before anything is allocated: not a zip, no ``X``/``y``, an array header
+    that is not npy 1.0/2.0 or holds objects, a header whose shape claims more bytes than its zip
+    member holds (a 578-byte file claiming (10⁵, 10⁵) would otherwise make numpy allocate 74.5 GiB),
+    or arrays larger (as float64) than half the memory available now.  The member sizes come from
+    the zip's directory; a member whose directory entry lies is caught by the CRC check on read."""
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise ProblemError(f"{path}: not an npz table (not a zip archive: {e})") from None
+    with zf:
+        members = {n.removesuffix(".npy"): n for n in zf.namelist()}
+        if "X" not in members or "y" not in members:
+            raise ProblemError(f"{path}: an npz table needs arrays 'X' and 'y', found {sorted(members)}")
+        need = 0
+        for key in ("X", "y"):
+            info = zf.getinfo(members[key])
+            try:
+                with zf.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                    elif version == (2, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+                    else:
+                        raise ValueError(f"npy format version {version} (1.0 and 2.0 are read)")
+                    header_len = f.tell()
+            except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+                raise ProblemError(f"{path}: array {key!r} is not a readable npy array ({e})") from None
+            if dtype.hasobject:
+                raise ProblemError(f"{path}: array {key!r} holds Python objects; a table holds numbers")
+            count = math.prod(shape)
+            claimed = count * dtype.itemsize
+            if claimed > info.file_size - header_len:
+                raise ProblemError(f"{path}: array {key!r}'s header claims shape {shape} of {dtype} "
+                                   f"({claimed} bytes) but the file holds {max(0, info.file_size - header_len)}")
+            need += count * 8  # read as float64
+        avail = _mem_available()
+        if need > avail // 2:
+            raise ProblemError(f"{path}: X and y need {need / 2**30:.1f} GiB as float64, more than half the "
+                               f"{avail / 2**30:.1f} GiB of memory available")
 
 
 def table_objective(path: str, target: str = "y", dtype=DTYPE, device="cpu"):

@@ -125,7 +125,7 @@ def test_table_objective_reads_csv_and_npz_and_names_bad_input(tmp_path):
         f.write("a,y\n1,x\n")
     with pytest.raises(ValueError, match="every value must be a number"):
         table_objective(str(tmp_path / "bad.csv"))
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(ValueError, match="cannot be read"):  # a one-line CLI error, no traceback (issue 23)
         table_objective(str(tmp_path / "missing.csv"))
 
 

@@ -56,6 +56,9 @@ def add_parser(bench_subparsers):
                         "of a server Adam, lr 0.01)")
     p.add_argument("--gamma", type=float, default=1.0, help="FIPA: server step γ")
     p.add_argument("--modes", type=int, default=5, help="FedBEns: mixture components M per client")
+    p.add_argument("--fedfisher-start", default="samples", choices=["samples", "uniform"],
+                   help="FedFisher: start of the server Adam — samples (default): the sample-weighted average "
+                        "Σ(n_i/N)w_i; uniform: the plain mean (1/K)Σw_i of the paper's Algorithm 1")
     from fedsciml.cli.common import THREADS_HELP
 
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
@@ -94,7 +97,7 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
             raise ValueError(f"--data-dir {args.data_dir!r} is not an existing directory")
     cfg = M.TrainConfig(epochs=args.epochs if args.epochs is not None else (30 if one_shot else 2),
                         rank=args.rank, beta=args.beta, gamma=args.gamma, tail=not args.no_tail,
-                        modes=args.modes, server_opt=args.server_opt,
+                        modes=args.modes, server_opt=args.server_opt, fedfisher_start=args.fedfisher_start,
                         device=str(resolve_device(args.device)))
     cfg.lr = args.lr if args.lr is not None else (0.01 if one_shot else 0.05)
     for name, v in (("clients", args.clients), ("seeds", args.seeds), ("rounds", args.rounds),
@@ -120,6 +123,10 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
         bad = [m for m in methods if m not in allowed]
         if bad:
             raise ValueError(f"method(s) {bad} not available for protocol {args.protocol}; choose from {list(allowed)}")
+    if args.fedfisher_start != "samples" and (not one_shot or (methods is not None and
+                                                               not any(m.startswith("fedfisher") for m in methods))):
+        raise ValueError("--fedfisher-start has no effect here: it is the start of FedFisher's server Adam "
+                         "(one-shot methods fedfisher-diag, fedfisher-kfac), which this run does not include")
     setting = dict(dataset=args.dataset, data_dir=args.data_dir,
                    model=args.model or ("lenet5" if one_shot else "cnn23k"),
                    clients=args.clients or (5 if one_shot else 20), alpha=None if args.iid else args.alpha,
@@ -132,7 +139,8 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
 def run(args) -> int:
     from fedsciml.cli.common import CLIError, set_threads
     from fedsciml.images import bench
-    from fedsciml.runtime.results import check_output_dir, check_output_file, write_json
+    from fedsciml.runtime.results import (ResultsNotWritten, check_output_dir, check_output_file, raise_collected,
+                                          write_json)
 
     cfg, setting = config_from_args(args)
     if args.json:
@@ -156,9 +164,17 @@ def run(args) -> int:
     print()
     print(bench.table(res))
     print(f"(wall time {res['wall_s']:.0f} s)")
+    failed = []  # both outputs are tried; what could not be written is reported together
     if args.json:
-        write_json(res, args.json)
-        print(f"wrote {args.json}")
+        try:
+            write_json(res, args.json)
+            print(f"wrote {args.json}")
+        except ResultsNotWritten as e:
+            failed.append(e)
     if args.out:
-        print(f"wrote {bench.plot(res, args.out)}")
+        try:
+            print(f"wrote {bench.plot(res, args.out)}")
+        except OSError as e:
+            failed.append(ResultsNotWritten(f"--out {args.out!r}: the plot was not written ({e.strerror or e})"))
+    raise_collected(failed)
     return 0

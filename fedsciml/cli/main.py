@@ -155,12 +155,32 @@ def method_options_for(methods, given: dict) -> dict:
     return out
 
 
+def drop_where_idle(methods, per_method: dict) -> dict:
+    """With ``--compare``, a given option goes to every compared method that has it; it is dropped from
+    those where it has no effect with their other settings (``--local-steps`` reaches fipa's local gn
+    and fedavg's local Adam), and refused, by name, only when it has an effect in none of them."""
+    from fedsciml.options import OptionError
+    from fedsciml.runtime.driver import METHODS
+
+    idle = {m: METHODS[m].config._build(per_method[m], given={}).inapplicable() for m in methods}
+    out = {m: dict(o) for m, o in per_method.items()}
+    for name in dict.fromkeys(k for o in per_method.values() for k in o):
+        takers = [m for m in methods if name in per_method[m]]
+        if all(name in idle[m] for m in takers):
+            m = takers[0]
+            raise OptionError(f"{m} option --{name.replace('_', '-')} has no effect here: {idle[m][name]}")
+        for m in takers:
+            if name in idle[m]:
+                del out[m][name]
+    return out
+
+
 def cmd_solve(args):
     from fedsciml.runtime.loop import RoundFailed
     from fedsciml.problems import get_problem
     from fedsciml.runtime.results import check_output_dir, check_output_file
     from fedsciml.methods.centralized import Diverged
-    from fedsciml.runtime.driver import check_clients, check_run_memory, get_method, resolve_device, solve
+    from fedsciml.runtime.driver import check_clients, get_method, plan, run
 
     popts = {k[5:]: v for k, v in vars(args).items() if k.startswith("popt_") and v is not None}
     if getattr(args, "mopt_preset", None) is not None:  # the preset's collocation settings, where declared
@@ -174,7 +194,6 @@ def cmd_solve(args):
     check_clients(args.clients)
     if args.every < 1:
         raise CLIError(f"--every must be an integer ≥ 1, got {args.every}")
-    dev = resolve_device(args.device)
     compare = [m.strip() for m in args.compare.split(",") if m.strip()] if args.compare else []
     if compare and args.method is None:  # --compare alone: exactly the methods named, in that order
         methods = list(dict.fromkeys(compare))
@@ -184,31 +203,83 @@ def cmd_solve(args):
         get_method(m)
     given = {k[5:]: v for k, v in vars(args).items() if k.startswith("mopt_") and v is not None}
     per_method = method_options_for(methods, given)
-    for m in methods:
+    if len(methods) > 1:
+        per_method = drop_where_idle(methods, per_method)
+    plans = []
+    for m in methods:  # every run checked (options, memory) before the first one starts, and only here
         if len(methods) > 1 and "checkpoint" in per_method[m]:  # one checkpoint directory per compared method
             per_method[m]["checkpoint"] = os.path.join(per_method[m]["checkpoint"], m)
-        cfg = get_method(m).make_config(per_method[m])  # every option checked before anything runs
-        check_run_memory(problem, m, args.clients or problem.default_clients, cfg, dev)
+        engine = args.engine if m != "centralized" else "local"  # the pooled reference runs in this process
+        plans.append(plan(problem, m, clients=args.clients, seed=args.seed, device=args.device,
+                          progress=not args.quiet, every=args.every, engine=engine, **per_method[m]))
     if args.json:
         check_output_file(args.json, "--json")
     if args.out:
         check_output_dir(args.out, "--out")
     set_threads(args.threads, quiet=args.quiet)
     results = []
-    for m in methods:
+    for m, p in zip(methods, plans):
         if not args.quiet:
             print(f"[fedsciml] {problem.name} · method={m} · clients={args.clients or problem.default_clients} · "
                   f"params={problem.network().n_params if hasattr(problem, 'network') else '?'}", file=sys.stderr)
         try:
-            engine = args.engine if m != "centralized" else "local"  # the pooled reference runs in this process
-            res = solve(problem, method=m, clients=args.clients, seed=args.seed, device=args.device,
-                        progress=not args.quiet, every=args.every, engine=engine, **per_method[m])
+            res = run(p)
         except (RoundFailed, Diverged) as e:  # the run cannot go on
             raise RunFailed(f"{m}: {e}")
         results.append(res)
     _print_summary(results)
     _write_outputs(problem, results, args)
     return 0
+
+
+def cmd_predict(args):
+    """``predict DIR --points IN.csv --out OUT.csv``: the saved model at the points, written with a header of
+    the input axes and the output components."""
+    import csv
+
+    import numpy as np
+    import torch
+
+    from fedsciml.problems.saved import load_model
+    from fedsciml.runtime.results import check_output_file
+
+    u = load_model(args.model)
+    meta = getattr(u, "meta", {})
+    check_output_file(args.out, "--out")
+    try:
+        with open(args.points, newline="") as f:
+            rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
+    except OSError as e:
+        raise CLIError(f"--points {args.points!r} cannot be read: {e.strerror or e}") from None
+    if rows and not _numeric(rows[0]):
+        rows = rows[1:]  # a header line
+    try:
+        x = np.asarray([[float(v) for v in r] for r in rows], dtype=np.float64)
+    except ValueError as e:
+        raise CLIError(f"--points {args.points!r}: every value must be a number ({e})") from None
+    d = len(meta.get("inputs") or []) or None
+    if x.ndim != 2 or x.shape[0] == 0 or (d is not None and x.shape[1] != d):
+        want = f"{d} columns {meta.get('inputs')}" if d is not None else "one column per input"
+        raise CLIError(f"--points {args.points!r}: need one point per line with {want}, got "
+                       f"{x.shape[1] if x.ndim == 2 else 0} column(s) in {x.shape[0]} line(s)")
+    out = u(torch.as_tensor(x)).reshape(x.shape[0], -1).numpy()
+    names = list(meta.get("inputs") or [f"x{i}" for i in range(x.shape[1])]) + \
+        list(meta.get("outputs") or [f"u{i}" for i in range(out.shape[1])])
+    with open(args.out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(names)
+        for xi, ui in zip(x, out):
+            w.writerow([repr(float(v)) for v in xi] + [repr(float(v)) for v in ui])
+    print(f"wrote {args.out} ({x.shape[0]} points)")
+    return 0
+
+
+def _numeric(row) -> bool:
+    try:
+        [float(v) for v in row]
+        return True
+    except ValueError:
+        return False
 
 
 class RunFailed(Exception):
@@ -268,20 +339,48 @@ def _print_summary(results):
 
 def _write_outputs(problem, results, args):
     from fedsciml.runtime.plotting import plot_runs
-    from fedsciml.runtime.results import write_json
+    from fedsciml.runtime.results import ResultsNotWritten, raise_collected, write_json
 
     payload = results[0].to_dict() if len(results) == 1 else {"runs": [r.to_dict() for r in results]}
+    failed = []  # every output is tried; what could not be written is reported together at the end
     if args.json:
-        write_json(payload, args.json)
-        print(f"wrote {args.json}")
+        try:
+            write_json(payload, args.json)
+            print(f"wrote {args.json}")
+        except ResultsNotWritten as e:
+            failed.append(e)
     if args.out:
-        write_json(payload, os.path.join(args.out, "result.json"))
-        for r in results:
-            suffix = "" if len(results) == 1 else f"_{r.method}"
-            r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
-        for path in plot_runs(problem, results, args.out):
-            print(f"wrote {path}")
-        print(f"wrote {args.out}/result.json")
+        try:
+            write_json(payload, os.path.join(args.out, "result.json"))
+            print(f"wrote {args.out}/result.json")
+        except ResultsNotWritten as e:
+            failed.append(e)
+        try:
+            for r in results:
+                suffix = "" if len(results) == 1 else f"_{r.method}"
+                r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
+            for path in plot_runs(problem, results, args.out):
+                print(f"wrote {path}")
+            if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
+                from fedsciml.cli.ridge import model_meta
+                from fedsciml.ridge.model_io import write_model
+
+                for r in results:
+                    if r.method == "one-shot":
+                        for path in write_model(args.out, r.theta, 0.0, model_meta(r, engine=args.engine),
+                                                stem="model" if len(results) == 1 else f"model_{r.method}"):
+                            print(f"wrote {path}")
+            if hasattr(problem, "model_description"):  # the trained network: model.safetensors + model.json
+                from fedsciml.problems.saved import save_model
+
+                for r in results:
+                    d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
+                    save_model(r, problem, d)
+                    print(f"wrote {os.path.join(d, 'model.safetensors')} (+ model.json)")
+        except OSError as e:
+            failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
+                                            f"({e.strerror or e}); the history is in result.json"))
+    raise_collected(failed)
 
 
 def load_plugins(specs) -> list[str]:
@@ -369,9 +468,14 @@ def build_parser():
                            help="also show debug messages of the library (logging level DEBUG)")
     verbosity.add_argument("-q", "--quiet-log", dest="quiet_log", action="store_true",
                            help="show only errors (no progress, no warnings about rejected or missing clients)")
-    sub = parser.add_subparsers(dest="command", metavar="{list,solve,ridge,bench}")
+    sub = parser.add_subparsers(dest="command", metavar="{list,solve,predict,ridge,bench}")
     sub.add_parser("list", help="list problems and methods")
     _add_solve_parser(sub)
+    pr = sub.add_parser("predict", help="evaluate a saved model (solve --out DIR) at the points of a CSV file")
+    pr.add_argument("model", metavar="DIR", help="a model directory (model.safetensors + model.json)")
+    pr.add_argument("--points", required=True, metavar="FILE.csv",
+                    help="one point per line, one column per input axis; a header line is optional")
+    pr.add_argument("--out", required=True, metavar="FILE.csv", help="the points and the model's outputs (overwritten)")
     from fedsciml.cli import images as images_cli
     from fedsciml.cli import ridge as ridge_cli
 
@@ -418,8 +522,14 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    for flag in ("json", "out", "checkpoint"):  # given but empty: refused, not taken as "not given"
+        v = getattr(args, flag, None)
+        if isinstance(v, str) and not v.strip():
+            print(f"error: --{flag} must be a non-empty path, got {v!r}", file=sys.stderr)
+            return EXIT_USAGE
     from fedsciml.options import OptionTypeError, cli_names
     from fedsciml.runtime.loop import RoundFailed
+    from fedsciml.runtime.results import ResultsNotWritten
 
     configure_logging(args)
 
@@ -429,6 +539,8 @@ def main(argv=None) -> int:
                 return cmd_list(args)
             if args.command == "solve":
                 return cmd_solve(args)
+            if args.command == "predict":
+                return cmd_predict(args)
             if args.command == "ridge":
                 from fedsciml.cli import ridge as ridge_cli
 
@@ -441,6 +553,11 @@ def main(argv=None) -> int:
                 parser.parse_args(["bench", "--help"])
     except (RunFailed, RoundFailed) as e:  # RoundFailed: a round of bench images that cannot go on
         print(f"error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except ResultsNotWritten as e:  # the run finished; its results are in e.saved, or printed here
+        print(f"error: {e}", file=sys.stderr)
+        if e.saved is None and e.text:
+            print(e.text, end="" if e.text.endswith("\n") else "\n")
         return EXIT_FAILED
     except (CLIError, ValueError, OptionTypeError) as e:  # ProblemError, OptionError, MessageRejected: ValueErrors
         print(f"error: {e}", file=sys.stderr)

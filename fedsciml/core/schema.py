@@ -14,11 +14,18 @@ What every field must satisfy (checked in one pass over the message, O(its size)
   gives one; integer, bool and complex tensors are rejected by name (an
   ``int64`` delta or a complex NaN would otherwise be summed, cast or crash a
   merge later);
-* no autograd history (``requires_grad`` is False);
-* finite values (``finite=True``, the default);
-* ``positive``: every entry > 0, and at most :data:`MAX_COUNT` — the field is a
-  sample count (the largest integer float64 holds exactly; a larger "count" is
-  not a count, and K of them can no longer overflow a sum);
+* no autograd history (``requires_grad`` is False); a dense (strided) tensor
+  with data — a ``meta``-device tensor (shape only) or a sparse one is rejected
+  by name before any value is read;
+* finite values (``finite=True``, the default), each of magnitude at most
+  ``√max`` of the dtype (:func:`max_magnitude`: 1.3e154 in float64, 1.8e19 in
+  float32) — a larger entry is finite but its square is not, so one client
+  sending 1e300 would otherwise make a Gram matrix or a norm overflow and abort
+  the whole fusion instead of being rejected by name;
+* ``positive``: every entry a whole number > 0, and at most :data:`MAX_COUNT` — the
+  field is a sample count (the largest integer float64 holds exactly; a larger "count" is
+  not a count, and K of them can no longer overflow a sum; 0.5 samples would
+  silently reweight the clients);
 * ``nonneg``: every entry ≥ 0 (losses ``½‖r‖²``, eigenvalues, Fisher diagonals);
 * ``psd`` — the field is a positive semidefinite matrix: ``"packed"``, the
   row-major packed upper triangle of :func:`fedsciml.core.linalg.pack_upper` (its
@@ -60,6 +67,12 @@ class Field:
     def __post_init__(self):
         if self.psd not in PSD_KINDS:
             raise ValueError(f"Field psd must be one of {PSD_KINDS}, got {self.psd!r}")
+
+
+def max_magnitude(dtype) -> float:
+    """The largest entry a message may carry: ``√(largest finite value)`` of ``dtype``, so that any
+    entry squared (a Gram matrix, a norm) stays finite."""
+    return float(torch.finfo(dtype).max) ** 0.5
 
 
 def psd_tolerance(dtype) -> float:
@@ -151,6 +164,9 @@ class Schema:
                 raise MessageRejected(client_id, f"field {name!r} has dtype {t.dtype}, expected {want}")
             if dtype is not None and t.dtype != dtype:
                 raise MessageRejected(client_id, f"field {name!r} has dtype {t.dtype}, expected {dtype}")
+            if t.device.type == "meta" or t.layout != torch.strided:
+                raise MessageRejected(client_id, f"field {name!r} is a {t.layout} tensor on device "
+                                                 f"{t.device.type}; a message carries dense tensors with data")
             if t.requires_grad:  # an autograd graph would follow the message into the server's state
                 raise MessageRejected(client_id, f"field {name!r} requires grad; a message carries plain (detached) "
                                                  "tensors")
@@ -168,9 +184,14 @@ class Schema:
                     raise MessageRejected(client_id, f"field {name!r} has size {got} along axis {axis}, expected {want}")
             if spec.finite and not bool(torch.isfinite(t).all()):
                 raise MessageRejected(client_id, f"field {name!r} contains non-finite values")
-            if spec.positive and not bool(((t > 0) & (t <= MAX_COUNT)).all()):
-                raise MessageRejected(client_id, f"field {name!r} must be > 0 and ≤ 2^53 (a sample count), "
-                                                 f"got {_show(t)}")
+            if spec.positive and not bool(((t > 0) & (t <= MAX_COUNT) & (t == torch.round(t))).all()):
+                raise MessageRejected(client_id, f"field {name!r} must be a whole number > 0 and ≤ 2^53 (a sample "
+                                                 f"count), got {_show(t)}")
+            if spec.finite and t.numel() and float(t.abs().max()) > max_magnitude(t.dtype):
+                raise MessageRejected(client_id, f"field {name!r} has an entry of magnitude {float(t.abs().max()):.3g}"
+                                                 f" > {max_magnitude(t.dtype):.3g} (√ of the largest {t.dtype}): "
+                                                 "its square overflows")
+
             if spec.nonneg and bool((t < 0).any()):
                 raise MessageRejected(client_id, f"field {name!r} has negative entries ({_show(t)}); it must be ≥ 0")
             if spec.psd is not None:

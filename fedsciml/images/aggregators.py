@@ -213,25 +213,47 @@ class FisherMergeAggregator(Aggregator):
         return num / sum(wi * Fi for wi, Fi in zip(w, F))
 
 
-def _adam_best(w0, grad_fn, evaluate, steps, lr, betas, eps, eval_every):
+class NonFiniteObjective(FloatingPointError):
+    """A server optimisation met a non-finite gradient or validation score: the run cannot
+    produce the optimum it reports, so it stops instead of returning its start point."""
+
+
+def _adam_best(w0, grad_fn, evaluate, steps, lr, betas, eps, eval_every, who="server Adam"):
     """Adam on a quadratic/log-posterior from ``w0``; returns (best w, history) by ``evaluate``
-    (higher is better) every ``eval_every`` steps; without ``evaluate`` the last iterate."""
+    (higher is better) every ``eval_every`` steps; without ``evaluate`` the last iterate.
+
+    A non-finite gradient raises :class:`NonFiniteObjective` naming ``who`` and the step: Adam on
+    a NaN gradient never moves a finite best, and returning the start as "the best" would pass a
+    broken objective off as a converged one (FedBEns on a float32 ``eigh`` NaN returned the
+    median start at chance accuracy).  Likewise if no validation score is finite."""
     w = torch.nn.Parameter(w0.detach().clone())
     opt = torch.optim.Adam([w], lr=lr, betas=betas, eps=eps)
     best, best_score, hist = w0.detach().clone(), -math.inf, []
     if evaluate is not None:
         best_score = float(evaluate(best))
         hist.append((0, best_score))
+        if not math.isfinite(best_score):
+            best_score = -math.inf
     for t in range(1, steps + 1):
         opt.zero_grad(set_to_none=True)
-        w.grad = grad_fn(w.detach())
+        g = grad_fn(w.detach())
+        if not bool(torch.isfinite(g).all()):
+            raise NonFiniteObjective(f"{who}: the objective's gradient is not finite at step {t} of {steps} "
+                                     f"({int((~torch.isfinite(g)).sum())} of {g.numel()} entries); "
+                                     "refusing to return the start point as the optimum")
+        w.grad = g
         opt.step()
         if evaluate is not None and (t % eval_every == 0 or t == steps):
             s = float(evaluate(w.detach()))
             hist.append((t, s))
-            if s > best_score:
+            if math.isfinite(s) and s > best_score:
                 best, best_score = w.detach().clone(), s
+    if evaluate is not None and not any(math.isfinite(s) for _, s in hist):
+        raise NonFiniteObjective(f"{who}: no validation score was finite ({len(hist)} evaluated)")
     return (w.detach().clone() if evaluate is None else best), hist
+
+
+FEDFISHER_STARTS = ("samples", "uniform")
 
 
 class FedFisherAggregator(Aggregator):
@@ -239,19 +261,27 @@ class FedFisherAggregator(Aggregator):
     average; Adam(η=0.01, β=(0.9, 0.99), ε=0.01), T=2000 steps, validation every 100 (App. D.3).
 
     ``curvature='diag'``: field ``fisher`` [p]; ``'kfac'``: fields ``A{l}``, ``G{l}``, ``rest``
-    shaped like ``template`` (a :class:`KFAC` from any client: the layer layout)."""
+    shaped like ``template`` (a :class:`KFAC` from any client: the layer layout).
+
+    ``start`` — where the server optimization starts: ``"samples"`` (default, kept for the recorded
+    tables), the sample-weighted FedAvg average ``Σ (n_i/N) w_i``; ``"uniform"``, the plain mean
+    ``(1/K) Σ w_i`` of the paper's Algorithm 1 and Lemma 1.  The objective (and its minimizer) is the
+    same; only the Adam trajectory, hence the best validation checkpoint, differs."""
 
     name = "fedfisher"
 
     def __init__(self, curvature: str = "kfac", template: KFAC | None = None, evaluate: Callable | None = None,
                  steps: int = 2000, lr: float = 0.01, betas=(0.9, 0.99), eps: float = 0.01, eval_every: int = 100,
-                 optimizer: str = "adam"):
+                 optimizer: str = "adam", start: str = "samples"):
         if curvature not in ("diag", "kfac"):
             raise ValueError(f"FedFisher curvature must be 'diag' or 'kfac', got {curvature!r}")
         if curvature == "kfac" and template is None:
             raise ValueError("FedFisher(K-FAC) needs a KFAC template for the layer layout")
         if optimizer not in ("adam", "gd"):
             raise ValueError(f"optimizer must be 'adam' or 'gd', got {optimizer!r}")
+        if start not in FEDFISHER_STARTS:
+            raise ValueError(f"FedFisher start must be one of {', '.join(FEDFISHER_STARTS)}, got {start!r}")
+        self.start = start
         if steps < 0 or not lr > 0:
             raise ValueError(f"need steps ≥ 0 and lr > 0, got steps={steps}, lr={lr}")
         self.curvature, self.template, self.evaluate = curvature, template, evaluate
@@ -298,17 +328,20 @@ class FedFisherAggregator(Aggregator):
             raise ValueError("no client messages to aggregate")
         w, ops = self.operators(messages)
         ws = [m["w"] for m in messages.values()]
-        w_avg = sum(wi * wm for wi, wm in zip(w, ws))
+        w_start = sum(ws) / len(ws) if self.start == "uniform" else sum(wi * wm for wi, wm in zip(w, ws))
         b = sum(wi * op(wm) for wi, op, wm in zip(w, ops, ws))
         F = self.summed_operator(messages)
         grad = lambda v: F(v) - b  # noqa: E731
         if self.optimizer == "gd":
-            v = w_avg.clone()
+            v = w_start.clone()
             for _ in range(self.steps):
                 v = v - self.lr * grad(v)
+            if not bool(torch.isfinite(v).all()):
+                raise NonFiniteObjective(f"FedFisher server GD: the iterate is not finite after {self.steps} steps "
+                                         f"(lr={self.lr} too large for the summed Fisher, or a non-finite message)")
             return v
-        best, self.history = _adam_best(w_avg, grad, self.evaluate, self.steps, self.lr, self.betas, self.eps,
-                                        self.eval_every)
+        best, self.history = _adam_best(w_start, grad, self.evaluate, self.steps, self.lr, self.betas, self.eps,
+                                        self.eval_every, who="FedFisher server Adam")
         return best
 
 
@@ -354,12 +387,20 @@ class RegMeanAggregator(Aggregator):
     def aggregate(self, theta, messages):
         if not messages:
             raise ValueError("no client messages to aggregate")
-        best, best_s = None, -math.inf
+        best, best_s, why = None, -math.inf, []
         for a in self.alphas:
             w = self.merge(messages, a)
+            if not bool(torch.isfinite(w).all()):  # a singular Gram: never "the best" by default
+                why.append(f"α={a}: non-finite merge")
+                continue
             s = float(self.evaluate(w)) if (self.evaluate is not None and len(self.alphas) > 1) else 0.0
+            if not math.isfinite(s):
+                why.append(f"α={a}: validation score {s}")
+                continue
             if best is None or s > best_s:
                 best, best_s, self.chosen_alpha = w, s, a
+        if best is None:
+            raise NonFiniteObjective(f"RegMean: no α gave a finite merge and score ({'; '.join(why)})")
         return best
 
 
@@ -405,8 +446,16 @@ class FedBEnsAggregator(Aggregator):
         return Schema(f)
 
     def neg_log_posterior(self, messages):
-        """``w ↦ −L(w)`` of Eq. 5, vectorized over all (client, mode) Gaussians."""
-        msgs = list(messages.values())
+        """``w ↦ −L(w)`` of Eq. 5, vectorized over all (client, mode) Gaussians.
+
+        Computed in float64 whatever the messages' dtype (``w`` is cast in, the value is float64;
+        its autograd gradient comes back in ``w``'s dtype): a small client's K-FAC factor is
+        rank-deficient (16 images → an 84×84 ``A`` of rank 38, 80 % exact zeros) and torch's
+        float32 ``eigh`` returned NaN on one (Hsu split, seed 1, client 2), which made Eq. 5
+        NaN everywhere; float64 ``eigh`` does not, and the log-determinants of a 10⁵-term sum
+        need the precision anyway."""
+        dt = torch.float64
+        msgs = [{k: v.to(dt) for k, v in m.items()} for m in messages.values()]
         C, M = len(msgs), self.M
         mu = torch.stack([m["w"] for m in msgs])  # [C, M, p]
         s = torch.tensor([float(m["n"].reshape(-1)[0]) / self.T for m in msgs], dtype=mu.dtype,
@@ -455,6 +504,7 @@ class FedBEnsAggregator(Aggregator):
                     return (dk * dv[..., keep] ** 2).sum(-1) + (vl[..., None, :] @ B @ vl[..., :, None])[..., 0, 0]
 
         def f(w):
+            w = w.to(dt)
             terms = 0.5 * logdet - 0.5 * quad(w)  # [C, M]
             total = (torch.logsumexp(terms, -1) - math.log(M)).sum() + (C - 1) * (w * w).sum() / (2 * self.s2)
             return -total
@@ -472,6 +522,6 @@ class FedBEnsAggregator(Aggregator):
         out = []
         for m in range(self.M):
             best, _ = _adam_best(starts[m], grad, self.evaluate, self.steps, self.lr, (0.9, 0.999), 1e-8,
-                                 self.eval_every)
+                                 self.eval_every, who=f"FedBEns server Adam (mode {m})")
             out.append(best)
         return torch.stack(out)

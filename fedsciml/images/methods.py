@@ -80,6 +80,7 @@ class TrainConfig:
     # FedFisher
     fedfisher_steps: int = 2000
     fedfisher_lr: float = 0.01
+    fedfisher_start: str = "samples"  # "samples": Σ(n_i/N)w_i (default); "uniform": (1/K)Σw_i (the paper's Alg. 1)
     # FedBEns
     modes: int = 5
     temperature: float = 0.1
@@ -166,7 +167,8 @@ def _fedbens_aggregator(approx):
 
 def _fedfisher_aggregator(curvature):
     def make(model, cfg, modes, template, val):
-        return FedFisherAggregator(curvature, template, evaluate=val, steps=cfg.fedfisher_steps, lr=cfg.fedfisher_lr)
+        return FedFisherAggregator(curvature, template, evaluate=val, steps=cfg.fedfisher_steps, lr=cfg.fedfisher_lr,
+                                   start=cfg.fedfisher_start)
     return make
 
 

@@ -21,7 +21,17 @@ Safety and integrity:
   a crafted file cannot run code;
 * the file starts with one header line holding the SHA-256 of the serialized
   payload; a truncated, garbage or modified file fails the check and gives
-  one :class:`CheckpointError` naming the file (CLI: exit 2).
+  one :class:`CheckpointError` naming the file (CLI: exit 2);
+* only a regular file no larger than half the available memory is read (a
+  FIFO or a link to ``/dev/zero`` is refused without blocking);
+* on resume the round loop checks what a consistent state must satisfy: the
+  round in ``[0, rounds]``, history steps within it, non-negative counters and
+  clock, parameters of the run's shape, dtype and finite.
+
+The checksum is not a signature: it has no key, so someone who can write the
+directory can change values *and* recompute it.  A forged state that passes
+every consistency check above (say, other finite parameters of the right
+shape) cannot be told from a real one; keep checkpoint directories private.
 """
 from __future__ import annotations
 
@@ -30,6 +40,7 @@ import io
 import json
 import numbers
 import os
+import stat
 
 import numpy as np
 import torch
@@ -39,7 +50,7 @@ MAGIC = b"fedsciml-checkpoint v1 sha256="
 _HEADER_LEN = len(MAGIC) + 64 + 1  # magic, hex digest, newline
 
 # top-level entries the round loop writes, and their types
-REQUIRED = {"fingerprint": dict, "round": int, "rng": dict, "strategy": dict, "rows": list, "floats_up": int,
+REQUIRED: dict[str, type | tuple[type, ...]] = {"fingerprint": dict, "round": int, "rng": dict, "strategy": dict, "rows": list, "floats_up": int,
             "floats_down": int, "elapsed": (int, float), "rejections": list}
 
 
@@ -124,13 +135,56 @@ def save(directory: str, state: dict) -> str:
     return final
 
 
-def read(path: str, map_location=None) -> dict:
-    """The state stored in ``path``, checksum verified, loaded without running code."""
+def _available_memory() -> int:
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
+def _read_regular(path: str) -> bytes:
+    """The bytes of ``path`` if it is a regular file no larger than half the memory available.
+
+    Opened non-blocking and checked with ``fstat`` on the open descriptor (no window between the
+    check and the read): a FIFO would block ``open``/``read`` forever and a link to ``/dev/zero``
+    would read until memory runs out, so neither is ever read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"checkpoint {path} is not a regular file (a FIFO, device or directory); "
+                                  "delete it or use another --checkpoint directory")
+        limit = _available_memory() // 2
+        if st.st_size > limit:
+            raise CheckpointError(f"checkpoint {path} is {st.st_size / 2**30:.1f} GiB, more than half the "
+                                  f"{2 * limit / 2**30:.1f} GiB of memory available; not read")
+        chunks, left = [], st.st_size + 1  # one byte more: a file that grows while read is caught below
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        raw = b"".join(chunks)
+        if len(raw) > st.st_size:
+            raise CheckpointError(f"checkpoint {path} grew while it was read; not a finished checkpoint")
+        return raw
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+
+
+def read(path: str, map_location=None) -> dict:
+    """The state stored in ``path``, checksum verified, loaded without running code."""
+    raw = _read_regular(path)
     if not raw.startswith(MAGIC) or len(raw) < _HEADER_LEN or raw[_HEADER_LEN - 1:_HEADER_LEN] != b"\n":
         raise CheckpointError(f"{path} is not a fedsciml checkpoint (no checksum header; garbage, or written by an "
                               f"older version); delete it or use another --checkpoint directory")

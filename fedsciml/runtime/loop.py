@@ -31,7 +31,8 @@ client) and up (every message received, rejected ones included).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -63,6 +64,7 @@ class RoundConfig:
     checkpoint: str | None = _ROUND["checkpoint"]
     resume: bool = _ROUND["resume"]
     max_rejected_rounds: int | None = 10  # stop when one client is rejected this many rounds in a row (None: never)
+    checked: bool = field(default=False, repr=False, compare=False)  # built from validated typed RoundOptions
 
     def validate(self):
         if self.rounds is not None and (int(self.rounds) != self.rounds or self.rounds < 0):
@@ -92,7 +94,7 @@ class Simulation:
             transport = LocalTransport(list(transport))
         self.transport = transport
         self.client_ids = list(transport.client_ids)
-        self.cfg = cfg.validate()
+        self.cfg = cfg if cfg.checked else cfg.validate()
         self.evaluate = evaluate
         self.n_total = sum(int(transport.sample_counts[c]) for c in self.client_ids)
         self.rec = Recorder(evaluate, self.n_total, cfg.budget, progress, every, label, total=cfg.rounds)
@@ -170,7 +172,7 @@ class Simulation:
         its floats up.  A client whose computation failed, or whose message the
         schema rejects, is logged with its id and the reason and left out.
         """
-        clients, dropped = list(ex.clients), []
+        clients, dropped = list(ex.clients), list[int]()
         if ex.dropout:
             clients, dropped = self.drop_out(clients)
         down = ex.request.floats if ex.down_floats is None else int(ex.down_floats)
@@ -311,6 +313,7 @@ class Simulation:
         if not ok or not bool(torch.isfinite(th).all()):
             raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)}: the stored parameters "
                                        f"are not a finite {tuple(theta0.shape)} {theta0.dtype} tensor")
+        self._check_consistent(state)
         self.round_index = int(state["round"])
         self.rec.rows = list(state["rows"])
         self.floats_up, self.floats_down = int(state["floats_up"]), int(state["floats_down"])
@@ -320,6 +323,25 @@ class Simulation:
         self.skipped_rounds = int(state.get("skipped_rounds", 0))
         self.unanswered = list(state.get("unanswered", []))
         return True
+
+    def _check_consistent(self, state) -> None:
+        """What a state this run wrote must satisfy (its checksum can be recomputed by whoever edits it):
+        the round in ``[0, rounds]``, every history step within ``[0, round]``, non-negative counters and a
+        finite, non-negative clock.  One :class:`~fedsciml.runtime.checkpoint.CheckpointError` otherwise."""
+        where = f"checkpoint {ckpt.path_in(str(self.cfg.checkpoint))}"
+        k = state["round"]
+        if k < 0 or (self.cfg.rounds is not None and k > self.cfg.rounds):
+            hi = "" if self.cfg.rounds is None else f", {self.cfg.rounds}"
+            raise ckpt.CheckpointError(f"{where}: round {k} is outside [0{hi}] for this run")
+        for row in state["rows"]:
+            step = row.get("step") if isinstance(row, dict) else None
+            if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= k:
+                raise ckpt.CheckpointError(f"{where}: a history row has step {step!r}, not an integer in [0, {k}]")
+        for key in ("floats_up", "floats_down"):
+            if state[key] < 0:
+                raise ckpt.CheckpointError(f"{where}: {key} = {state[key]} < 0")
+        if not (math.isfinite(float(state["elapsed"])) and float(state["elapsed"]) >= 0):
+            raise ckpt.CheckpointError(f"{where}: elapsed time {state['elapsed']} is not a finite number ≥ 0")
 
     # --- the loop -----------------------------------------------------------
     def run(self, strategy: Strategy, theta0: torch.Tensor):

@@ -99,16 +99,92 @@ def _make_dir(d, flag, path):
                               f"{e.strerror or e}") from None
 
 
+class ResultsNotWritten(Exception):
+    """A finished run's results could not be written where asked (a full disk, a vanished
+    directory).  ``saved`` is where they were written instead (``None`` when nowhere could be
+    written: then ``text`` holds them, for the caller to show)."""
+
+    def __init__(self, message: str, saved: str | None = None, text: str = ""):
+        super().__init__(message)
+        self.saved, self.text = saved, text
+
+
+def _fallback_dirs() -> list[str]:
+    """Where a result goes when its own path cannot take it: the temporary directory, the working
+    directory, the home directory (in that order, each once)."""
+    dirs = [tempfile.gettempdir(), os.getcwd(), os.path.expanduser("~")]
+    return list(dict.fromkeys(os.path.abspath(d) for d in dirs))
+
+
+def _write_text_atomic(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:  # a half-written .tmp is never a result: remove it
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def save_text_or_fallback(text: str, path: str, what: str = "the results") -> str:
+    """Write ``text`` to ``path`` (``path.tmp`` then renamed, so an interrupted write leaves no half
+    file); returns ``path``.  When that fails (``ENOSPC``, ``EACCES``, …) the finished work must not be
+    lost: ``text`` is written to a new file in the first of :func:`_fallback_dirs` that takes it and
+    :class:`ResultsNotWritten` says, in one line, why ``path`` failed and where the text is."""
+    try:
+        parent = os.path.dirname(os.path.abspath(path))
+        os.makedirs(parent, exist_ok=True)
+        _write_text_atomic(path, text)
+        return path
+    except OSError as e:
+        why = e.strerror or str(e)
+    base = os.path.basename(path) or "result.json"
+    stem, ext = os.path.splitext(base)
+    for d in _fallback_dirs():
+        alt = None
+        try:
+            fd, alt = tempfile.mkstemp(prefix=f"fedsciml-{stem}-", suffix=ext or ".txt", dir=d)
+            os.close(fd)
+            with open(alt, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            if alt is not None:
+                try:
+                    os.remove(alt)
+                except OSError:
+                    pass
+            continue
+        raise ResultsNotWritten(f"{path!r} could not be written ({why}); {what} were saved to {alt!r} instead",
+                                saved=alt, text=text)
+    raise ResultsNotWritten(f"{path!r} could not be written ({why}), nor a fallback file in any of "
+                            f"{_fallback_dirs()}; {what} follow on standard output", saved=None, text=text)
+
+
+def raise_collected(failed) -> None:
+    """One :class:`ResultsNotWritten` for every output that could not be written (none: returns): the
+    messages joined, the first fallback file, and the text when some output was saved nowhere."""
+    if not failed:
+        return
+    text = next((e.text for e in failed if e.saved is None and e.text), "")
+    raise ResultsNotWritten("; ".join(str(e) for e in failed), saved=next((e.saved for e in failed if e.saved), None),
+                            text=text)
+
+
 def write_json(payload, path: str) -> str:
     """The one JSON writer: non-finite floats as null / "inf", tensors and other objects as text;
-    written to ``path.tmp`` then renamed, so that an interrupted write leaves no half file."""
+    written to ``path.tmp`` then renamed, so that an interrupted write leaves no half file.  A write
+    that fails (a disk that filled during the run) raises :class:`ResultsNotWritten` after saving the
+    JSON elsewhere (:func:`save_text_or_fallback`): a finished run's results are never lost."""
     s = json.dumps(_clean(payload), indent=2, default=str)
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(s + "\n")
-    os.replace(tmp, path)
+    save_text_or_fallback(s + "\n", path)
     return s
 
 
@@ -136,7 +212,7 @@ def format_table(columns, rows) -> str:
 
 def jsonable(d: dict) -> dict:
     """``d`` with every value JSON can hold kept and anything else (a tensor, a function) as its ``repr``."""
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in d.items():
         if isinstance(v, (int, float, str, bool)) or v is None:
             out[k] = v

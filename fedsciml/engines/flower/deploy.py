@@ -25,7 +25,7 @@ exit, also after an error; telemetry and update checks are off in each;
 nothing listens beyond 127.0.0.1; runtime dependency installation is off (and
 the app declares no dependencies).
 
-    python scripts/flower_deploy.py bratu --clients 2 --method gn --rounds 2
+    python scripts/tools/flower_deploy.py bratu --clients 2 --method gn --rounds 2
 """
 from __future__ import annotations
 

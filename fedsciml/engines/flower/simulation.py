@@ -38,6 +38,12 @@ import os
 
 import fedsciml.engines.flower  # noqa: F401  (hygiene environment before flwr/ray import)
 from fedsciml.engines.flower import require_flower
+from fedsciml.runtime.loop import RoundFailed
+
+
+class EngineFailed(RoundFailed):
+    """Flower's simulation runtime failed to start, crashed, or the ServerApp stopped with an error (the run
+    ended without its result, or overran its time); a :class:`RoundFailed` (the CLI: one line, exit 1)."""
 
 
 def federation_config(clients: int) -> dict:
@@ -56,6 +62,13 @@ def _check_registered(problem):
         raise ValueError(f"engine 'flower' rebuilds each client's data on its node from a registered problem's name "
                          f"and options; {type(problem).__name__} is not registered (register it with "
                          f"@fedsciml.register, or give each node its table: see docs/flower-sites.md)")
+    module = type(problem).__module__
+    if not (module.startswith("problems.") or module.startswith("fedsciml.")):
+        # a --plugin / FEDSCIML_PLUGINS / entry-point problem: the simulation's nodes (Ray workers) import
+        # fedsciml's own problems only, so each would fail to build its client after Ray started
+        raise ValueError(f"engine 'flower': problem {name!r} comes from a plugin (module {module!r}), which "
+                         f"Flower's simulation nodes do not load; run it with the local engine, or deploy nodes "
+                         f"that import it (see docs/flower-sites.md)")
 
 
 def _job(kw: dict, out: str) -> dict:
@@ -111,7 +124,12 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
             outs = [j["out"] for j in jobs]
             show = any(j.get("progress") for j in jobs)
             log = logging.getLogger("fedsciml.engines.flower")
-            link.wait_files(proc, outs, wait_s, echo=(lambda line: log.info("%s", line)) if show else None)
+            try:
+                link.wait_files(proc, outs, wait_s, echo=(lambda line: log.info("%s", line)) if show else None)
+            except (RuntimeError, TimeoutError) as e:
+                log.error("%s", e)  # the run's log (tail): the root cause is in it
+                raise EngineFailed(f"the Flower simulation stopped without its result: {_root_cause(str(e))}"
+                                   ) from None
         out = []
         for j in jobs:
             if j.get("kind", "solve") == "images":
@@ -120,6 +138,16 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
             else:
                 out.append(read_result(j["out"]))
         return out
+
+
+def _root_cause(log_text: str) -> str:
+    """The line of a run's log that names the error (the last ``…Error: …`` / ``Exception`` line), or its first
+    line."""
+    import re
+
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    errs = [ln for ln in lines if re.search(r"(Error|Exception|Failed)\b.*:", ln)]
+    return (errs[-1] if errs else lines[0] if lines else "no log")[:300]
 
 
 def solve_many(calls: list, clients: int, *, wait_s: float = 3600.0) -> list:

@@ -35,8 +35,9 @@ import logging
 
 import time
 
-from fedsciml.runtime.transport import Failure, Request, Transport
 from fedsciml.engines.flower import codec
+from fedsciml.runtime.loop import RoundFailed
+from fedsciml.runtime.transport import Failure, Request, Transport
 
 DESCRIBE = "describe"
 NODE_GONE_CODES = (5,)  # flwr ErrorCode.NODE_UNAVAILABLE: the SuperLink lost the node's heartbeat
@@ -57,8 +58,13 @@ def medians_by_query(times, queries) -> dict:
             for q in dict.fromkeys(queries)}
 
 
-class FlowerConnectError(RuntimeError):
-    """The nodes of a run could not be found or set up."""
+class FlowerConnectError(RoundFailed):
+    """The nodes of a run could not be found or set up (a :class:`RoundFailed`: the run started and
+    cannot go on; the CLI reports it in one line, exit 1)."""
+
+
+class EngineStopped(FlowerConnectError):
+    """The Flower engine under the run stopped (it failed to start, or crashed): no node will answer."""
 
 
 class FlowerTransport(Transport):
@@ -70,8 +76,10 @@ class FlowerTransport(Transport):
     """
 
     def __init__(self, grid, job: dict, n_clients: int, *, timeout_s: float = 300.0,
-                 connect_timeout_s: float = 300.0, poll_max_s: float = 0.02, device="cpu", log=None):
+                 connect_timeout_s: float = 300.0, poll_max_s: float = 0.02, device="cpu", log=None,
+                 stop=None):
         self.grid = grid
+        self.stop = stop  # a threading.Event set when the engine under the grid is gone (see _check_engine)
         self.job = dict(job)
         self.n_clients = int(n_clients)
         self.timeout_s = float(timeout_s)
@@ -91,6 +99,12 @@ class FlowerTransport(Transport):
         self.client_ids = list(range(self.n_clients))
         self.sample_counts = {c: int(self.described[c]["n"]) for c in self.client_ids}
 
+    def _check_engine(self):
+        """Raise :class:`EngineStopped` once the engine has stopped: waiting on nodes would then only end at
+        the connect timeout (Ray failing to start under a memory limit kept a run polling for minutes)."""
+        if self.stop is not None and self.stop.is_set():
+            raise EngineStopped(getattr(self.stop, "reason", "") or "the Flower engine stopped; no node will answer")
+
     # --- node discovery -------------------------------------------------------
     def _describe(self, node_ids, timeout_s) -> dict:
         """``{node id: Reply | Failure}`` of a ``describe`` query."""
@@ -101,6 +115,7 @@ class FlowerTransport(Transport):
         asked: set = set()
         wait = 0.01
         while True:
+            self._check_engine()
             fresh = [n for n in self.grid.get_node_ids() if n not in asked]
             if fresh:
                 asked.update(fresh)
@@ -174,6 +189,7 @@ class FlowerTransport(Transport):
         wait = 0.001
         last = False
         while pending:
+            self._check_engine()
             # one pull after the deadline too: a pull that itself took long (Flower retrying the objects of a
             # half-uploaded reply of a killed node) must not make the other nodes' replies, which arrived
             # meanwhile, count as missing
