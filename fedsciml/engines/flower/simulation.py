@@ -118,7 +118,14 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
         path = os.path.join(work, "jobs.json")
         with open(path, "w") as f:
             json.dump(jobs, f)
-        with LocalSuperLink(work, simulation=True, threads=torch.get_num_threads()) as link:
+        link = LocalSuperLink(work, simulation=True, threads=torch.get_num_threads())
+        try:
+            link.start()
+        except (RuntimeError, TimeoutError, OSError) as e:  # flower-superlink exited or never listened
+            link.stop()
+            raise EngineFailed(f"the Flower simulation SuperLink did not start: {e} "
+                               f"({_root_cause(link.tail('superlink'))})") from None
+        try:
             proc = link.submit_config({"problem": jobs[0].get("problem", "images"), "clients": int(clients),
                                        "jobs": path}, "sim", federation_config(clients))
             outs = [j["out"] for j in jobs]
@@ -130,6 +137,8 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
                 log.error("%s", e)  # the run's log (tail): the root cause is in it
                 raise EngineFailed(f"the Flower simulation stopped without its result: {_root_cause(str(e))}"
                                    ) from None
+        finally:
+            link.stop()
         out = []
         for j in jobs:
             if j.get("kind", "solve") == "images":
