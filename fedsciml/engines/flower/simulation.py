@@ -78,7 +78,8 @@ def _job(kw: dict, out: str) -> dict:
     job = {"kind": "solve", "problem": problem.name, "problem_options": dict(problem.options),
            "method": kw.pop("method"), "clients": int(kw.pop("clients")), "seed": int(kw.pop("seed", 0)),
            "progress": bool(kw.pop("progress", False)), "timeout": float(kw.pop("timeout_s", 300.0)),
-           "connect_timeout": float(kw.pop("connect_timeout_s", 300.0)), "out": out}
+           "connect_timeout": float(kw.pop("connect_timeout_s", 300.0)), "out": out,
+           "table": False}  # the caller prints its own table (the CLI) or none (fs.solve)
     device = kw.pop("device", "cpu")
     if str(device) not in ("cpu", "auto"):
         raise ValueError(f"engine 'flower' runs on the CPU (device='cpu'), got device={device!r}")
