@@ -572,3 +572,12 @@ def test_flower_refuses_a_plugin_problem_up_front(tmp_path):
             _check_registered(plugin())
     finally:
         del REGISTRY["adv-plugin"]
+
+
+@pytest.mark.parametrize("extra,flag", [(["--modes", "3"], "--modes"), (["--rank", "4"], "--rank"),
+                                        (["--gamma", "0.5"], "--gamma"), (["--rounds", "3"], "--rounds"),
+                                        (["--warmup", "3"], "--warmup"), (["--server-opt", "adam"], "--server-opt")])
+def test_bench_images_refuses_options_that_act_on_nothing_it_runs(capsys, extra, flag):
+    code, out, err = _cli(capsys, "bench", "images", "--quiet", "--clients", "2", "--epochs", "1", "--methods",
+                          "fedavg", *extra)
+    assert code == 2 and f"{flag} has no effect here" in err and len(err.strip().splitlines()) == 1
