@@ -8,8 +8,9 @@ node whose node config is the path of its table (``data=site0.csv``); the
 rows never leave it.  The server runs fedsciml's ``one-shot`` method on
 problem ``table``: every site sends its statistics ``(AᵀA, Aᵀb)`` once, with
 Gaussian noise for (ε, δ) local differential privacy, and σ is chosen by
-leave-one-client-out cross-validation (each site scores the models fitted
-without it on its own rows).  At ε = ∞ (no noise) the fused model is the
+leave-one-client-out cross-validation, scored by the server from each site's
+own noised statistics (post-processing: the printed ε is the whole release of
+each site, CV included).  At ε = ∞ (no noise) the fused model is the
 pooled scikit-learn ``Ridge`` at the chosen σ; the script prints the
 relative difference.
 

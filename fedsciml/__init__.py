@@ -26,6 +26,7 @@ if not _os.path.isdir(_os.path.join(_here, "problems")):
 _PUBLIC = {
     # running
     "solve": "fedsciml.api", "methods": "fedsciml.api", "Result": "fedsciml.runtime.results",
+    "save_model": "fedsciml.api", "load_model": "fedsciml.api",
     "register_method": "fedsciml.runtime.driver",
     # method configurations (one frozen dataclass per method; see fedsciml.options)
     "CentralizedConfig": "fedsciml.options", "GNConfig": "fedsciml.options", "FIPAConfig": "fedsciml.options",
@@ -36,6 +37,7 @@ _PUBLIC = {
     "Problem": "fedsciml.problems.base", "FieldProblem": "fedsciml.problems.base", "Param": "fedsciml.problems.base",
     "ProblemError": "fedsciml.problems.base", "PINNProblem": "fedsciml.problems.pinn",
     "PDE": "fedsciml.problems.custom", "FieldAt": "fedsciml.problems.custom", "ClientData": "fedsciml.problems.custom",
+    "DomainPDE": "fedsciml.problems.domain",
     "register": "fedsciml.problems.registry", "get_problem": "fedsciml.problems.registry",
     "list_problems": "fedsciml.problems.registry",
     # building blocks

@@ -18,6 +18,7 @@ import torch
 import fedsciml.engines  # noqa: F401  (registers the methods and the engines with the driver)
 from fedsciml.problems import get_problem
 from fedsciml.problems.base import Problem
+from fedsciml.problems.saved import load_model, save_model  # noqa: F401  (public: fs.save_model, fs.load_model)
 from fedsciml.runtime.results import Result
 from fedsciml.runtime.driver import available_methods
 from fedsciml.runtime.driver import solve as _solve
@@ -81,3 +82,4 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
 def methods() -> list[str]:
     """Names of the available solve methods."""
     return available_methods()
+

@@ -324,9 +324,14 @@ class CentralizedConfig(StopOptions):
                                    none="lm 500, adam 20000, lbfgs 5000; with a budget, until it is spent")
     lr: float | None = option(None, "learning rate of adam / lbfgs", float, lo=0, lo_open=True,
                               none="adam 1e-3, lbfgs 1.0")
+    lm_solve: str = option("auto", "how lm solves its damped system: normal (p×p Cholesky), kernel (n×n), matfree "
+                                   "(Nyström-preconditioned CG on jvp/vjp products, no J) or auto (kernel when n < p, "
+                                   "normal when n ≥ p, matfree when J has more than 2.5e7 entries)", str,
+                           choices=("auto", "normal", "kernel", "matfree"))
+    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
 
     def forms_jacobians(self) -> bool:
-        return self.optimizer == "lm"
+        return self.optimizer == "lm" and self.lm_solve != "matfree"
 
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()
@@ -350,9 +355,12 @@ class GNConfig(RoundOptions):
 
     lm_tau: float | None = option(None, "LM initial damping μ₀ = τ·max diag(JᵀJ)", float, lo=0, lo_open=True,
                                   none="the centralized solver's τ for this problem")
-    form: str = option("auto", "statistics sent: normal (JᵀJ, Jᵀr), sqrt (thin-QR factors) or auto "
-                               "(sqrt when all clients' rows are fewer than the parameters)", str,
-                       choices=("auto", "normal", "sqrt"))
+    form: str = option("auto", "statistics sent: normal (JᵀJ, Jᵀr), sqrt (thin-QR factors), matfree (Jᵀr, then one "
+                               "exchange of p floats per CG iteration) or auto (the smaller of normal and sqrt while "
+                               "it is ≤ 6.25e6 floats per client, matfree beyond)", str,
+                       choices=("auto", "normal", "sqrt", "matfree"))
+    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free form (one sketch "
+                                   "exchange of rank·p floats per accepted step)", int, lo=1)
     max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
     batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
                            cli=False)
@@ -549,14 +557,20 @@ def parse_grid(text: str) -> list[float]:
         if ":" in text:
             lo, hi, n = text.split(":")
             lo, hi, n = float(lo), float(hi), int(n)
-            if not (lo > 0 and hi > lo and n >= 2):
+            if not (lo > 0 and hi > lo and 2 <= n <= MAX_GRID):
                 raise ValueError
             import torch  # the grid the ridge experiments were run with, to the bit
 
             return torch.logspace(math.log10(lo), math.log10(hi), n, dtype=torch.float64).tolist()
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--cv grid {text!r} must be comma-separated σ values or lo:hi:count with 0 < lo < hi, count ≥ 2")
+        raise ValueError(f"--cv grid {text!r} must be comma-separated σ values or lo:hi:count with 0 < lo < hi, "
+                         f"2 ≤ count ≤ {MAX_GRID}")
     if not vals or any(not (v > 0) for v in vals):
         raise ValueError(f"--cv grid {text!r} must hold σ values > 0")
+    if len(vals) > MAX_GRID:
+        raise ValueError(f"--cv grid {text[:40]!r}… holds {len(vals)} σ values; at most {MAX_GRID}")
     return vals
+
+
+MAX_GRID = 10_000  # σ values in a CV grid: each costs a d×d factorization at the server

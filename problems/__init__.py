@@ -18,7 +18,8 @@ from .base import FieldProblem, Param, Problem, ProblemError, sample_box
 from .pinn import PDE1D, PINNProblem, laplacian
 from .registry import REGISTRY, get_problem, list_problems, register
 from .custom import ClientData, FieldAt, PDE
-from . import pde1d, poisson, fitting, ridge, table  # noqa: F401  (the built-in families register their problems)
+from .domain import DomainPDE
+from . import pde1d, poisson, fitting, ridge, table, zoo  # noqa: F401  (the built-in families register their problems)
 
-__all__ = ["PDE", "FieldAt", "ClientData", "Problem", "FieldProblem", "PINNProblem", "PDE1D", "Param", "ProblemError", "register",
+__all__ = ["PDE", "DomainPDE", "FieldAt", "ClientData", "Problem", "FieldProblem", "PINNProblem", "PDE1D", "Param", "ProblemError", "register",
            "get_problem", "list_problems", "REGISTRY", "laplacian", "sample_box"]

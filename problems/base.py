@@ -125,6 +125,11 @@ class Problem:
     def evaluate(self, theta: torch.Tensor) -> dict:
         raise NotImplementedError
 
+    def final_metrics(self, theta: torch.Tensor, objectives) -> dict:
+        """Metrics computed once at the end of a run from the clients' objectives (e.g. an inverse problem's
+        coefficient uncertainty from the final ``Σ_k J_kᵀJ_k``); none by default."""
+        return {}
+
     def rows_per_client(self, n_clients: int) -> int | None:
         """About how many residual rows one client holds (``None``: unknown).  Read before any data is
         built, to refuse a run that cannot fit in memory (:func:`fedsciml.runtime.driver.check_memory`)."""
@@ -178,6 +183,16 @@ class FieldProblem(Problem):
     def predict(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             return self.u(theta, x.to(theta.device, theta.dtype))
+
+    def model_description(self, theta: torch.Tensor) -> dict:
+        """What a saved model needs beside θ (:mod:`fedsciml.runtime.modelio`, kind ``field``): the network, its
+        evaluation (``batch``: the network on the whole batch, as :meth:`u` does here) and whether
+        :meth:`u` is more than the network (then only the problem can evaluate the model)."""
+        net = self.network()
+        return {"architecture": {"type": "mlp", "sizes": list(net.sizes), "activation": net.activation},
+                "evaluation": "batch", "outputs": ["u"], "inputs": [f"x{i}" for i in range(net.sizes[0])],
+                "n_network_params": net.n_params, "coefficients": {},
+                "ansatz": type(self).u is not FieldProblem.u}
 
     def evaluate(self, theta: torch.Tensor) -> dict:
         X, u = self._test()

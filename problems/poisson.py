@@ -12,7 +12,7 @@ keep a small part of its curvature and the merged step lies in a
 40-dimensional span;
 ``rank=300`` (40–50 % more CPU per round, 14× the floats) took
 d = 5 from 0.765 to 0.186 relative L2 after 20 rounds, ahead of FedAvg
-(0.575) and gn (0.210) — ``scripts/poisson_dims.py``,
+(0.575) and gn (0.210) — ``scripts/papers/fipa/poisson_dims.py``,
 ``reproductions/poisson_d5_ablation.md``.
 """
 from __future__ import annotations

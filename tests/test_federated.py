@@ -72,7 +72,7 @@ def test_gn_iterates_equal_centralized_lm():
 
 def test_gn_floats_counted_per_round():
     objs = make_clients()
-    _, rows, info = run("gn", objs, rounds=2)
+    _, rows, info = run("gn", objs, rounds=2, form="normal")  # auto: sqrt here (30·62 < 61·62/2 + 61 floats)
     p, K = THETA0.numel(), 3
     start = K * (linalg.n_upper(p) + p + 2) + K * p
     assert rows[0]["floats_sent"] == start
@@ -297,7 +297,7 @@ def test_gn_stops_with_clear_error_when_a_client_never_sends_valid_statistics():
         return msg
 
     with pytest.raises(RoundFailed, match=r"clients \[0\] never answered"):
-        run("gn", rounds=1, max_retries=2, message_hook=hook)
+        run("gn", rounds=1, max_retries=2, message_hook=hook, form="normal")
 
 
 # --- checkpoints ----------------------------------------------------------------------------

@@ -143,7 +143,8 @@ def test_one_shot_with_dp_crosses_bytes_bitwise():
     a, rows_a, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, **kw)
     b, rows_b, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, transport="bytes", **kw)
     strip = [{k: v for k, v in r.items() if "time" not in k} for r in rows_a]
-    assert torch.equal(a, b) and strip == [{k: v for k, v in r.items() if "time" not in k} for r in rows_b]
+    # repr: under DP the history's loss is NaN (the sites are not asked for it), and NaN != NaN
+    assert torch.equal(a, b) and repr(strip) == repr([{k: v for k, v in r.items() if "time" not in k} for r in rows_b])
 
 
 def test_noisy_messages_are_checked_and_bad_options_are_refused():
@@ -198,9 +199,9 @@ def test_loco_cv_on_the_runtime_equals_ridge_one_shot(dp, project):
     assert info["sigma_used"] == rinfo["sigma"] and info["cv_scored"] == 5
     assert torch.allclose(torch.tensor(info["cv_loss"]), torch.tensor(rinfo["cv_loss"]), rtol=1e-10, atol=0)
     assert _close(a, w)
-    # floats: the statistics up, then each client's S candidate models down and S losses up
-    m, K, S = project or w0.numel(), 5, len(grid)
+    # floats: the statistics up and θ₀ down, nothing else: the server scores the CV from the statistics
+    m, K = project or w0.numel(), 5
     per_msg = m * (m + 1) // 2 + m + (0 if dp else 2)
-    assert rows[1]["floats_up"] == K * per_msg + K * S and rows[1]["floats_down"] == K * w0.numel() + K * S * m
+    assert rows[1]["floats_up"] == K * per_msg and rows[1]["floats_down"] == K * w0.numel()
     with pytest.raises(ValueError, match="central DP"):
         METHODS["one-shot"](prob, objs, w0, prob.evaluate, cv_sigmas=_grid(grid), dp_epsilon=1.0, dp_central=True)

@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from sklearn.linear_model import Ridge
@@ -11,7 +12,7 @@ from fedsciml.core import linalg
 from fedsciml.core.schema import MessageRejected
 from fedsciml.core.objective import LinearLeastSquares
 from fedsciml.problems import ProblemError, get_problem
-from fedsciml.ridge import (FederatedRidge, FusionServer, SingularGram, client_message, dropout_mask, fuse, one_shot,
+from fedsciml.ridge import (FederatedRidge, FederatedRidgeCV, FusionServer, SingularGram, client_message, dropout_mask, fuse, one_shot,
                             pooled_ridge)
 
 D64 = torch.float64
@@ -130,9 +131,10 @@ def test_streaming_updates_equal_refit():
     w = server.solve(0.1)
     ref = pooled_ridge(torch.cat([A1, A2]), torch.cat([b1, b2]), 0.1)
     assert float((w - ref).norm() / ref.norm()) < 1e-12
-    est = FederatedRidge(sigma=0.1)
-    est.partial_fit(A1, b1, client=0).partial_fit(A2[:5], b2[:5], client=1).partial_fit(A2[5:], b2[5:], client=1)
-    assert float((est.coef_ - ref).norm() / ref.norm()) < 1e-12
+    est = FederatedRidge(alpha=0.1, fit_intercept=False)
+    A1n, b1n, A2n, b2n = A1.numpy(), b1.numpy(), A2.numpy(), b2.numpy()
+    est.partial_fit(A1n, b1n, site=0).partial_fit(A2n[:5], b2n[:5], site=1).partial_fit(A2n[5:], b2n[5:], site=1)
+    assert float(np.linalg.norm(est.coef_ - ref.numpy()) / ref.norm()) < 1e-12
     server.drop("b")  # a client withdrawn after the fact
     only_a = pooled_ridge(A1, b1, 0.1)
     assert float((server.solve(0.1) - only_a).norm() / only_a.norm()) < 1e-10
@@ -284,13 +286,16 @@ def test_estimator_fit_groups_and_predict():
     data = _iid(4, 20, 5, seed=7)
     X = torch.cat([a for a, _ in data])
     y = torch.cat([b for _, b in data])
-    groups = torch.arange(4).repeat_interleave(20)
-    est = FederatedRidge(sigma=0.5).fit(X, y, groups=groups)
-    assert float((est.coef_ - _sk(data, 0.5)).norm()) < 1e-10
-    assert est.predict(X[:3]).shape == (3,) and est.score(X, y) > -0.1
-    cv = FederatedRidge(sigma="cv", sigmas=[1e-3, 1.0, 1e3]).fit(X, y, groups=groups)
-    assert cv.sigma_ in (1e-3, 1.0)
-    with pytest.raises(ValueError, match="not fitted"):
+    groups = torch.arange(4).repeat_interleave(20).numpy()
+    X, y = X.numpy(), y.numpy()
+    est = FederatedRidge(alpha=0.5, fit_intercept=False).fit(X, y, sites=groups)
+    assert float(np.linalg.norm(est.coef_ - _sk(data, 0.5).numpy())) < 1e-10
+    assert est.predict(X[:3]).shape == (3,) and est.score(X, y) > 0.5
+    cv = FederatedRidgeCV(alphas=[1e-3, 1.0, 1e3], fit_intercept=False).fit(X, y, sites=groups)
+    assert cv.alpha_ in (1e-3, 1.0)
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError, match="not fitted"):
         FederatedRidge().predict(X)
 
 

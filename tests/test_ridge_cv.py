@@ -6,11 +6,15 @@ from fedsciml.core import linalg
 from fedsciml.problems import get_problem
 from fedsciml.ridge import FusionServer, client_message, one_shot, pooled_ridge
 from fedsciml.ridge.baselines import fedavg
-from fedsciml.core.loco import loco_cv, loco_solutions, loco_solutions_naive
+from fedsciml.core.loco import loco_cv, loco_solutions, loco_solutions_naive, stats_scores, validation_losses
 from fedsciml.core.sketch import sketch_matrix
 
 D64 = torch.float64
 SIGMAS = torch.logspace(-3, 2, 7, dtype=D64)
+
+
+def _bsq(data):
+    return torch.stack([b @ b for _, b in data])
 
 
 def _stats(data):
@@ -64,7 +68,7 @@ def test_loco_on_square_root_factors_equals_naive_loop(gamma):
     assert i_auto["floats_up_per_client"] == n * 31 + 2 < i_gram["floats_up_per_client"]
     assert torch.allclose(torch.tensor(i_auto["cv_loss"]), torch.tensor(i_gram["cv_loss"]), rtol=1e-10)
     assert float((w_auto - w_gram).norm() / w_gram.norm()) < 1e-12
-    res = loco_cv(Rs, hs, SIGMAS, data, sqrt=True, total=server.totals())  # the package's CV on the factors
+    res = loco_cv(Rs, hs, SIGMAS, _bsq(data), sqrt=True, total=server.totals())  # the package's CV on the factors
     assert i_auto["sigma"] == res["sigma"]
     assert torch.allclose(torch.tensor(i_auto["cv_loss"]), torch.tensor(res["loss"]), rtol=1e-10)
     w_b, _ = one_shot(data, cv_sigmas=SIGMAS, transport="bytes")
@@ -80,13 +84,13 @@ def test_loco_cv_needs_two_clients():
     data = p.client_data(1, seed=0)
     Gs, hs = _stats(data)
     with pytest.raises(ValueError, match="at least 2 clients"):
-        loco_cv(Gs, hs, SIGMAS, data)
+        loco_cv(Gs, hs, SIGMAS)
     with pytest.raises(ValueError, match="at least 2 clients"):
         one_shot(data, cv_sigmas=SIGMAS)
-    from fedsciml.ridge import FederatedRidge
+    from fedsciml.ridge import FederatedRidgeCV
 
-    with pytest.raises(ValueError, match="at least 2 clients"):
-        FederatedRidge(sigma="cv").fit(*data[0])
+    with pytest.raises(ValueError, match="at least 2 sites"):
+        FederatedRidgeCV().fit(data[0][0].numpy(), data[0][1].numpy())
 
 
 def test_loco_fallback_and_dominant_client():
@@ -119,8 +123,8 @@ def test_loco_cv_selects_like_naive_and_explicit_refits():
     p = get_problem("ridge-linear", dim=10, n_samples=25)
     data = p.client_data(6, seed=2)
     Gs, hs = _stats(data)
-    fast = loco_cv(Gs, hs, SIGMAS, data)
-    slow = loco_cv(Gs, hs, SIGMAS, data, naive=True)
+    fast = loco_cv(Gs, hs, SIGMAS, _bsq(data))
+    slow = loco_cv(Gs, hs, SIGMAS, _bsq(data), naive=True)
     assert fast["sigma"] == slow["sigma"]
     assert torch.allclose(torch.tensor(fast["loss"]), torch.tensor(slow["loss"]), rtol=1e-10)
     # one entry against an explicit refit without client 3
@@ -128,7 +132,31 @@ def test_loco_cv_selects_like_naive_and_explicit_refits():
     w = pooled_ridge(torch.cat([a for a, _ in rest]), torch.cat([b for _, b in rest]), float(SIGMAS[2]))
     A3, b3 = data[3]
     assert float(fast["per_client"][3, 2]) == pytest.approx(float(((A3 @ w - b3) ** 2).sum()), rel=1e-10)
-    assert fast["floats_up"] == 6 * 7 and fast["floats_down"] == 6 * 7 * 10
+    assert fast["floats_up"] == 0 and fast["floats_down"] == 0  # scored by the server from the statistics
+    # without ‖b_k‖² the losses omit a σ-independent constant: the same choice
+    assert loco_cv(Gs, hs, SIGMAS)["sigma"] == fast["sigma"]
+
+
+def test_server_scores_equal_client_scores_in_every_form():
+    # the held-out loss from client k's statistics (packed Gram, full Gram, square-root factor, projected rows)
+    # equals the loss on its rows (validation_losses, the client-side reference)
+    p = get_problem("ridge-linear", dim=12, n_samples=30)
+    data = p.client_data(5, seed=3)
+    W = torch.randn(5, 4, 12, generator=torch.Generator().manual_seed(1), dtype=D64)
+    ref = torch.stack([validation_losses(A, b, W[k]) for k, (A, b) in enumerate(data)])
+    Gp, hs = _stats(data)
+    server = _factors(data, 12)
+    Rs, hs_r = server.stacked_factors()
+    for got in (stats_scores(linalg.pack_upper(Gp), hs, W, b_sq=_bsq(data)),
+                stats_scores(Gp, hs, W, b_sq=_bsq(data), chunk=2),
+                stats_scores(Rs, hs_r, W, sqrt=True, b_sq=_bsq(data))):
+        assert torch.allclose(got, ref, rtol=1e-10, atol=1e-10)
+    S = sketch_matrix(12, 5, seed=0)
+    proj = [(A @ S, b) for A, b in data]
+    V = W[..., :5]
+    refp = torch.stack([validation_losses(A, b, V[k]) for k, (A, b) in enumerate(proj)])
+    Gq, hq = _stats(proj)
+    assert torch.allclose(stats_scores(Gq, hq, V, b_sq=_bsq(proj)), refp, rtol=1e-10, atol=1e-10)
 
 
 def test_repaired_loco_on_noisy_statistics():

@@ -149,10 +149,15 @@ def test_baselines_cross_bytes_bitwise_and_log_rejections_and_dropout():
         assert sum(r["dropped"] for r in ia["rows"]) > 0
     bad = list(data)
     bad[2] = (data[2][0].clone(), data[2][1].clone())
-    bad[2][1][0] = math.nan  # client 2's data hold a NaN: its update is rejected by name, the others averaged
-    w, _, info = fedavg(bad, rounds=2, sigma=0.01)
-    assert torch.isfinite(w).all() and {e["client"] for e in info["rejections"]} == {2}
-    assert "finite" in info["rejections"][0]["reason"]
+    bad[2][1][0] = math.nan  # client 2's data hold a NaN: refused up front, never silently left out (issue 23)
+    with pytest.raises(ValueError, match="client 2: Input y contains NaN"):
+        fedavg(bad, rounds=2, sigma=0.01)
+    with pytest.raises(ValueError, match="client 2: Input y contains NaN"):
+        one_shot(bad, 0.01)
+    bad[2] = (data[2][0].clone(), data[2][1])
+    bad[2][0][3, 1] = math.inf
+    with pytest.raises(ValueError, match=r"client 2: Input X contains infinity \(row 3\)"):
+        one_shot(bad, 0.01, cv_sigmas=[0.1, 1.0])
 
 
 def test_ridge_cli_preset_on_flower_is_bitwise_the_local_run():

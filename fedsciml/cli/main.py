@@ -180,7 +180,7 @@ def cmd_solve(args):
     from fedsciml.problems import get_problem
     from fedsciml.runtime.results import check_output_dir, check_output_file
     from fedsciml.methods.centralized import Diverged
-    from fedsciml.runtime.driver import check_clients, check_run_memory, get_method, resolve_device, solve
+    from fedsciml.runtime.driver import check_clients, get_method, plan, run
 
     popts = {k[5:]: v for k, v in vars(args).items() if k.startswith("popt_") and v is not None}
     if getattr(args, "mopt_preset", None) is not None:  # the preset's collocation settings, where declared
@@ -194,7 +194,6 @@ def cmd_solve(args):
     check_clients(args.clients)
     if args.every < 1:
         raise CLIError(f"--every must be an integer ≥ 1, got {args.every}")
-    dev = resolve_device(args.device)
     compare = [m.strip() for m in args.compare.split(",") if m.strip()] if args.compare else []
     if compare and args.method is None:  # --compare alone: exactly the methods named, in that order
         methods = list(dict.fromkeys(compare))
@@ -206,31 +205,81 @@ def cmd_solve(args):
     per_method = method_options_for(methods, given)
     if len(methods) > 1:
         per_method = drop_where_idle(methods, per_method)
-    for m in methods:
+    plans = []
+    for m in methods:  # every run checked (options, memory) before the first one starts, and only here
         if len(methods) > 1 and "checkpoint" in per_method[m]:  # one checkpoint directory per compared method
             per_method[m]["checkpoint"] = os.path.join(per_method[m]["checkpoint"], m)
-        cfg = get_method(m).make_config(per_method[m])  # every option checked before anything runs
-        check_run_memory(problem, m, args.clients or problem.default_clients, cfg, dev)
+        engine = args.engine if m != "centralized" else "local"  # the pooled reference runs in this process
+        plans.append(plan(problem, m, clients=args.clients, seed=args.seed, device=args.device,
+                          progress=not args.quiet, every=args.every, engine=engine, **per_method[m]))
     if args.json:
         check_output_file(args.json, "--json")
     if args.out:
         check_output_dir(args.out, "--out")
     set_threads(args.threads, quiet=args.quiet)
     results = []
-    for m in methods:
+    for m, p in zip(methods, plans):
         if not args.quiet:
             print(f"[fedsciml] {problem.name} · method={m} · clients={args.clients or problem.default_clients} · "
                   f"params={problem.network().n_params if hasattr(problem, 'network') else '?'}", file=sys.stderr)
         try:
-            engine = args.engine if m != "centralized" else "local"  # the pooled reference runs in this process
-            res = solve(problem, method=m, clients=args.clients, seed=args.seed, device=args.device,
-                        progress=not args.quiet, every=args.every, engine=engine, **per_method[m])
+            res = run(p)
         except (RoundFailed, Diverged) as e:  # the run cannot go on
             raise RunFailed(f"{m}: {e}")
         results.append(res)
     _print_summary(results)
     _write_outputs(problem, results, args)
     return 0
+
+
+def cmd_predict(args):
+    """``predict DIR --points IN.csv --out OUT.csv``: the saved model at the points, written with a header of
+    the input axes and the output components."""
+    import csv
+
+    import numpy as np
+    import torch
+
+    from fedsciml.problems.saved import load_model
+    from fedsciml.runtime.results import check_output_file
+
+    u = load_model(args.model)
+    meta = getattr(u, "meta", {})
+    check_output_file(args.out, "--out")
+    try:
+        with open(args.points, newline="") as f:
+            rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
+    except OSError as e:
+        raise CLIError(f"--points {args.points!r} cannot be read: {e.strerror or e}") from None
+    if rows and not _numeric(rows[0]):
+        rows = rows[1:]  # a header line
+    try:
+        x = np.asarray([[float(v) for v in r] for r in rows], dtype=np.float64)
+    except ValueError as e:
+        raise CLIError(f"--points {args.points!r}: every value must be a number ({e})") from None
+    d = len(meta.get("inputs") or []) or None
+    if x.ndim != 2 or x.shape[0] == 0 or (d is not None and x.shape[1] != d):
+        want = f"{d} columns {meta.get('inputs')}" if d is not None else "one column per input"
+        raise CLIError(f"--points {args.points!r}: need one point per line with {want}, got "
+                       f"{x.shape[1] if x.ndim == 2 else 0} column(s) in {x.shape[0]} line(s)")
+    out = u(torch.as_tensor(x)).reshape(x.shape[0], -1).numpy()
+    names = list(meta.get("inputs") or [f"x{i}" for i in range(x.shape[1])]) + \
+        list(meta.get("outputs") or [f"u{i}" for i in range(out.shape[1])])
+    with open(args.out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(names)
+        for xi, ui in zip(x, out):
+            w.writerow([repr(float(v)) for v in xi] + [repr(float(v)) for v in ui])
+    print(f"wrote {args.out} ({x.shape[0]} points)")
+    return 0
+
+
+def _numeric(row) -> bool:
+    try:
+        [float(v) for v in row]
+        return True
+    except ValueError:
+        return False
 
 
 class RunFailed(Exception):
@@ -312,8 +361,24 @@ def _write_outputs(problem, results, args):
                 r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
             for path in plot_runs(problem, results, args.out):
                 print(f"wrote {path}")
+            if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
+                from fedsciml.cli.ridge import model_meta
+                from fedsciml.ridge.model_io import write_model
+
+                for r in results:
+                    if r.method == "one-shot":
+                        for path in write_model(args.out, r.theta, 0.0, model_meta(r, engine=args.engine),
+                                                stem="model" if len(results) == 1 else f"model_{r.method}"):
+                            print(f"wrote {path}")
+            if hasattr(problem, "model_description"):  # the trained network: model.safetensors + model.json
+                from fedsciml.problems.saved import save_model
+
+                for r in results:
+                    d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
+                    save_model(r, problem, d)
+                    print(f"wrote {os.path.join(d, 'model.safetensors')} (+ model.json)")
         except OSError as e:
-            failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots not written "
+            failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))
     raise_collected(failed)
 
@@ -403,9 +468,14 @@ def build_parser():
                            help="also show debug messages of the library (logging level DEBUG)")
     verbosity.add_argument("-q", "--quiet-log", dest="quiet_log", action="store_true",
                            help="show only errors (no progress, no warnings about rejected or missing clients)")
-    sub = parser.add_subparsers(dest="command", metavar="{list,solve,ridge,bench}")
+    sub = parser.add_subparsers(dest="command", metavar="{list,solve,predict,ridge,bench}")
     sub.add_parser("list", help="list problems and methods")
     _add_solve_parser(sub)
+    pr = sub.add_parser("predict", help="evaluate a saved model (solve --out DIR) at the points of a CSV file")
+    pr.add_argument("model", metavar="DIR", help="a model directory (model.safetensors + model.json)")
+    pr.add_argument("--points", required=True, metavar="FILE.csv",
+                    help="one point per line, one column per input axis; a header line is optional")
+    pr.add_argument("--out", required=True, metavar="FILE.csv", help="the points and the model's outputs (overwritten)")
     from fedsciml.cli import images as images_cli
     from fedsciml.cli import ridge as ridge_cli
 
@@ -469,6 +539,8 @@ def main(argv=None) -> int:
                 return cmd_list(args)
             if args.command == "solve":
                 return cmd_solve(args)
+            if args.command == "predict":
+                return cmd_predict(args)
             if args.command == "ridge":
                 from fedsciml.cli import ridge as ridge_cli
 

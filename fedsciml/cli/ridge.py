@@ -24,6 +24,33 @@ import time
 
 import torch
 
+from fedsciml.ridge.model_io import write_model
+
+
+def estimate_memory(clients, dim, samples, features="linear", rff_dim=300, cv=None, project=None, epsilon=None,
+                    baselines=()) -> tuple[float, str]:
+    """``(bytes, how)``: the peak memory of a ``ridge`` run, estimated before anything is built (8-byte floats).
+
+    The data (every client's rows, the 20 % test rows included), the clients' messages (square-root factors
+    ``min(n_k, m)×m`` with CV and no DP where ``2n_k ≤ m``, else packed Grams), the server's working set (a few
+    m×m matrices; with CV one more per σ and the candidate models ``K·|Σ|·m``), and the pooled oracle (the rows
+    once more, and d×d)."""
+    d = int(rff_dim if features == "rff" else dim)
+    m = int(project or d)
+    K, n = int(clients), int(samples)
+    n_train = n - n // 5
+    S = len(cv) if cv else 0
+    sqrt = bool(S) and epsilon is None and 2 * n_train <= m
+    data = K * n * (d + 1) + (K * n * m if project else 0)
+    msgs = K * (min(n_train, m) * (m + 1) if sqrt else m * (m + 1) // 2 + m)
+    server = 4 * m * m + S * (m * m + K * m) + (min(K * 32 << 20, 6 * S * K * m) if S else 0)
+    oracle = K * n_train * d + 2 * d * d
+    base = 2 * K * n * d if baselines else 0
+    total = 8.0 * (data + msgs + server + oracle + base)
+    how = (f"{K:,} clients × {n:,} rows × {d:,} features, {'square-root' if sqrt else 'Gram'} messages"
+           + (f", CV over {S} σ" if S else ""))
+    return total, how
+
 
 def add_parser(subparsers):
     p = subparsers.add_parser(
@@ -62,6 +89,9 @@ def add_parser(subparsers):
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write the results as JSON to FILE (an existing file is overwritten; checked before the run)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="write the one-shot model to DIR: model.safetensors (coef, intercept) and model.json (what "
+                        "it is: σ, clients, DP), plus result.json (checked before the run)")
     return p
 
 
@@ -118,8 +148,17 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
             raise ValueError("dp-fedavg needs --epsilon")
     if names and engine != "local":
         raise ValueError(f"--baselines run in this process (engine local); with --engine {engine} leave them out")
+    if use_dp and central_dp and engine != "local":
+        raise ValueError(f"--central-dp adds the noise at the server to the sum of the sites' exact clipped "
+                         f"statistics; engine {engine} has no secure aggregation here, so the server would see each "
+                         f"site's un-noised statistics: use local DP (drop --central-dp) or --engine local")
     grid = parse_grid(cv) if isinstance(cv, str) else cv
     dev = resolve_device(device)
+    from fedsciml.runtime.driver import check_memory
+
+    need, how = estimate_memory(clients, dim, samples, features, rff_dim, grid, project, epsilon if use_dp else None,
+                                names)
+    check_memory(need, f"ridge ({how})", dev, "use fewer clients, features or samples per client")
     problem = make_problem(features, dim, samples, heterogeneity, sigma or 0.0, rff_dim,
                            **{"penalty": "server", **(problem_options or {})})
     opts = {"dropout": float(dropout), "project": project, "project_sketch": sketch}
@@ -157,7 +196,7 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
     out.append(_summary(central, w_c, mse_c, "centralized", 0))
     for name in names:
         # DP-FedAvg's per-row gradient clip 3: the best of 1, 3, 10, 30 on a public draw of the ridge-linear
-        # generator, none of the evaluated data (scripts/ridge_table5_privacy.py --fedavg-clip public)
+        # generator, none of the evaluated data (scripts/papers/oneshot-ridge/ridge_table5_privacy.py --fedavg-clip public)
         t0 = time.perf_counter()
         wb, _, binfo = fedavg(data, rounds=rounds, mu=0.01 if name == "fedprox" else 0.0, sigma=s_used, seed=seed,
                               dropout=dropout, evaluate=ev,
@@ -193,10 +232,12 @@ def table_rows(results) -> list[dict]:
 
 def run(args) -> int:
     from fedsciml.cli.common import set_threads
-    from fedsciml.runtime.results import check_output_file, format_table, write_json
+    from fedsciml.runtime.results import check_output_dir, check_output_file, format_table, write_json
 
     if args.json:
         check_output_file(args.json, "--json")
+    if args.out:
+        check_output_dir(args.out, "--out")
     set_threads(args.threads, quiet=True)
     results = run_experiment(clients=args.clients, dim=args.dim, samples=args.samples,
                              heterogeneity=args.heterogeneity, sigma=args.sigma, cv=args.cv, epsilon=args.epsilon,
@@ -218,4 +259,27 @@ def run(args) -> int:
     if args.json:
         write_json({"runs": [r.to_dict() for r in results]}, args.json)
         print(f"wrote {args.json}")
+    if args.out:
+        import os
+
+        for path in write_model(args.out, one.theta, 0.0, model_meta(one, engine=args.engine)):
+            print(f"wrote {path}")
+        write_json({"runs": [r.to_dict() for r in results]}, os.path.join(args.out, "result.json"))
+        print(f"wrote {os.path.join(args.out, 'result.json')}")
     return 0
+
+
+def model_meta(res, **extra) -> dict:
+    """What ``model.json`` says about a one-shot Result: σ used, clients fused, DP, projection, seed, problem."""
+    o = res.options
+    meta = {"method": res.method, "problem": res.problem, "fit_intercept": False,
+            "sigma": float(res.extra.get("sigma_used", o.get("sigma", 0.0))), "clients": res.clients,
+            "clients_fused": res.extra.get("fused_clients", res.clients), "seed": res.seed}
+    dp = o.get("dp")
+    if o.get("dp_epsilon") is not None or dp:
+        eps = o.get("dp_epsilon", (dp or {}).get("epsilon"))
+        meta["dp"] = {"epsilon": eps, "delta": o.get("dp_delta", (dp or {}).get("delta")),
+                      "central": bool(o.get("dp_central", (dp or {}).get("central", False)))}
+    if o.get("project"):
+        meta["project"] = {"m": o["project"], "sketch": o.get("project_sketch", o.get("sketch"))}
+    return {**meta, **extra}

@@ -5,6 +5,7 @@ keep the server side in float64.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -115,7 +116,8 @@ def add_diagonal(H: torch.Tensor, mu) -> torch.Tensor:
     ``H + μ·I`` bitwise (the off-diagonal entries are copied, the diagonal gets the same single addition).
     """
     mu = torch.as_tensor(mu, dtype=H.dtype, device=H.device)
-    out = H.expand(torch.broadcast_shapes(H.shape, mu.shape + (1, 1))).clone()
+    # numpy's shape rule (torch.broadcast_shapes imports sympy on first use: ~0.7 s of a one-shot CLI run)
+    out = H.expand(np.broadcast_shapes(tuple(H.shape), tuple(mu.shape) + (1, 1))).clone()
     out.diagonal(dim1=-2, dim2=-1).add_(mu[..., None])
     return out
 

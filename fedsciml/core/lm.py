@@ -21,18 +21,45 @@ forms (``LMConfig.solve``):
   PINNs here (402 residuals against 2209 parameters for bratu).
   The identity ``(JᵀJ + μI)⁻¹Jᵀ = Jᵀ(JJᵀ + μI)⁻¹`` makes both the same step;
   they differ only by round-off.
+* ``matfree`` — preconditioned conjugate gradients on ``(JᵀJ + μI) δ = −Jᵀr``
+  with Jacobian-vector / vector-Jacobian products only
+  (:mod:`fedsciml.core.matfree`; the statistics carry an operator ``op``,
+  never ``J`` or ``H``), preconditioned by a randomized Nyström sketch of
+  ``JᵀJ`` taken once per accepted point.  CG is stopped at a relative
+  residual (``MatfreeConfig.rtol``), so the step is inexact: the gain ratio's
+  predicted decrease is then the Gauss–Newton model's own ``−gᵀδ − ½‖Jδ‖²``
+  (equal to ``½δᵀ(μδ − g)`` for an exact step).  The damping unit
+  ``max diag(JᵀJ)`` is not available without J; the matrix-free solve uses
+  ``λ_max(JᵀJ)`` instead (the Nyström sketch's top eigenvalue, or 20 power
+  iterations without a preconditioner) — the two agree within a factor p, and
+  τ sets the initial damping only.
 * ``auto`` (default) — ``kernel`` when the statistics carry ``J`` and n < p,
-  else ``normal``.
+  ``matfree`` when they carry only an operator, else ``normal``.  A caller
+  holding the data asks :meth:`LevenbergMarquardt.statistics_form` which
+  statistics to compute: :func:`auto_form` — the dense forms while
+  ``J`` fits (``n·p ≤ MATFREE_ENTRIES`` = 2.5·10⁷ entries, 200 MB in float64:
+  ``kernel`` when n < p, else ``normal``), ``matfree`` beyond.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-from fedsciml.core import linalg
+from fedsciml.core import linalg, matfree
 from fedsciml.core.objective import GNStats
+
+#: the automatic choice takes the matrix-free solve when J would hold more entries than this (200 MB in float64)
+MATFREE_ENTRIES = 25_000_000
+
+
+def auto_form(n: int, p: int) -> str:
+    """The statistics a data holder computes for ``solve='auto'``: ``kernel`` (n < p) or ``normal`` while the
+    n×p Jacobian fits (``n·p ≤ MATFREE_ENTRIES``), ``matfree`` beyond (see the module docstring)."""
+    if n * p > MATFREE_ENTRIES:
+        return "matfree"
+    return "kernel" if n < p else "normal"
 
 
 @dataclass
@@ -41,7 +68,8 @@ class LMConfig:
     mu_min: float = 1e-20      # absolute floor (float64 round-off territory)
     mu_max: float = 1e20
     accept_ratio: float = 0.0  # accept a step when ρ > accept_ratio
-    solve: str = "auto"        # "normal" (p×p), "kernel" (n×n, needs J in the stats) or "auto"
+    solve: str = "auto"        # "normal" (p×p), "kernel" (n×n, needs J), "matfree" (CG, needs op) or "auto"
+    matfree: matfree.MatfreeConfig = field(default_factory=matfree.MatfreeConfig)
 
     def validate(self):
         if not self.tau >= 0:
@@ -50,9 +78,10 @@ class LMConfig:
             raise ValueError(f"LM solve must be one of {', '.join(SOLVES)}, got {self.solve!r}")
         if not 0 < self.mu_min < self.mu_max:
             raise ValueError(f"LM damping bounds need 0 < mu_min < mu_max, got {self.mu_min}, {self.mu_max}")
+        self.matfree.validate()
 
 
-SOLVES = ("auto", "normal", "kernel")
+SOLVES = ("auto", "normal", "kernel", "matfree")
 
 
 def damping_after_success(mu: float, rho: float, mu_min: float) -> tuple[float, float]:
@@ -81,6 +110,9 @@ class LevenbergMarquardt:
         self._trial = None
         self._pred = None
         self._kernel = None  # (stats, JJᵀ) for the kernel-form solve
+        self._nystrom = None  # (stats, Nyström sketch or None, λ_max) for the matrix-free solve
+        self.cg_iters = 0     # CG iterations of all matrix-free solves so far
+        self.last_cg_iters = 0
 
     @property
     def loss(self) -> float:
@@ -89,7 +121,21 @@ class LevenbergMarquardt:
     def wants_jacobian(self, n: int, p: int) -> bool:
         """Whether a caller holding the data should keep ``J`` and ``r`` in the statistics
         (and may skip forming ``JᵀJ``): the kernel-form solve is used."""
-        return self.cfg.solve == "kernel" or (self.cfg.solve == "auto" and n < p)
+        return self.statistics_form(n, p) == "kernel"
+
+    def statistics_form(self, n: int, p: int) -> str:
+        """Which statistics a caller holding the data should compute: ``normal`` (``JᵀJ``, ``Jᵀr``),
+        ``kernel`` (``J``, ``r``) or ``matfree`` (an operator, :class:`fedsciml.core.matfree.GNOperator`)."""
+        return auto_form(n, p) if self.cfg.solve == "auto" else self.cfg.solve
+
+    def _use_matfree(self) -> bool:
+        st = self.stats
+        if self.cfg.solve == "matfree" or (self.cfg.solve == "auto" and st.op is not None
+                                           and st.H is None and st.J is None):
+            if st.op is None:
+                raise ValueError("LM solve='matfree' needs statistics that carry a Gauss–Newton operator (op)")
+            return True
+        return False
 
     def _use_kernel(self) -> bool:
         st = self.stats
@@ -110,10 +156,39 @@ class LevenbergMarquardt:
         self.nu = 2.0
 
     def _curvature_scale(self) -> float:
-        """``max diag(JᵀJ)`` of the current statistics (the unit of the damping)."""
+        """``max diag(JᵀJ)`` of the current statistics (the unit of the damping); ``λ_max(JᵀJ)`` matrix-free."""
         st = self.stats
+        if st.H is None and st.J is None and self._use_matfree():
+            return max(self._sketch()[1], 1e-300)
         diag = st.H.diagonal() if st.H is not None else (st.J * st.J).sum(0)
         return float(diag.max().clamp_min(1e-300))
+
+    def _sketch(self):
+        """``(Nyström sketch or None, λ_max)`` of the current operator, computed once per statistics."""
+        st = self.stats
+        if self._nystrom is None or self._nystrom[0] is not st:
+            mc = self.cfg.matfree
+            gen = torch.Generator(device=st.g.device).manual_seed(mc.seed + self.accepted_steps)
+            p = st.g.numel()
+            if mc.precond == "nystrom":
+                ny = matfree.Nystrom.sketch(st.op.matmat, p, min(mc.rank, p), dtype=st.g.dtype,
+                                            device=st.g.device, generator=gen)
+                self._nystrom = (st, ny, float(ny.lam[0]))
+            else:
+                self._nystrom = (st, None, matfree.power_lambda_max(st.op.matvec, p, dtype=st.g.dtype,
+                                                                    device=st.g.device, generator=gen))
+        return self._nystrom[1], self._nystrom[2]
+
+    def _solve_matfree(self, mu: float):
+        st = self.stats
+        ny, _ = self._sketch()
+        mu = max(mu, self.cfg.mu_min)
+        mc = self.cfg.matfree
+        res = matfree.damped_gn_step(st.op.matvec, st.g, mu, precond=ny.inverse(mu) if ny is not None else None,
+                                     rtol=mc.rtol, max_iters=mc.max_iters)
+        self.last_cg_iters = res.cg_iters
+        self.cg_iters += res.cg_iters
+        return res.delta, res.model_decrease
 
     def _solve(self, mu: float) -> torch.Tensor:
         st = self.stats
@@ -127,6 +202,14 @@ class LevenbergMarquardt:
     def propose(self) -> torch.Tensor:
         """Next trial point ``θ + δ``, ``(H + μI) δ = −g``; raises the damping until the system factorizes."""
         g = self.stats.g
+        if self._use_matfree():
+            delta, pred = self._solve_matfree(self.mu)
+            if not bool(torch.isfinite(delta).all()):
+                raise FloatingPointError("non-finite LM step; the problem is badly scaled")
+            self._pred = pred
+            self._trial = self.theta + delta
+            self.last_step_norm = float(delta.norm())
+            return self._trial
         while True:
             try:
                 delta = self._solve(self.mu)

@@ -1,10 +1,24 @@
 """Federated leave-one-client-out cross-validation (paper Proposition 5).
 
 From the statistics it already holds the server forms, for every σ in a grid
-and every client k, ``w_{−k}(σ) = (G − G_k + σI)⁻¹ (h − h_k)``; client k
-returns one validation loss per σ, ``ℓ_k(σ) = ‖A_k w_{−k}(σ) − b_k‖²``; the
-server picks ``σ* = argmin_σ Σ_k ℓ_k(σ)``.  Communication: ``|Σ|·d`` floats
-down and ``|Σ|`` up per client.
+and every client k, ``w_{−k}(σ) = (G − G_k + σI)⁻¹ (h − h_k)``; client k's
+validation loss is ``ℓ_k(σ) = ‖A_k w_{−k}(σ) − b_k‖²``; the server picks
+``σ* = argmin_σ Σ_k ℓ_k(σ)``.
+
+The server scores client k itself, from client k's own statistics
+(:func:`stats_scores`): ``ℓ_k(σ) = wᵀG_k w − 2wᵀh_k + ‖b_k‖²`` with
+``w = w_{−k}(σ)`` (square-root form: ``wᵀG_k w = ‖R_k w‖²``).  The last term
+does not depend on σ, so the choice of σ is post-processing of the one message
+already sent: nothing goes down, nothing more comes up, no second round, and
+under local DP no privacy is spent beyond the noised statistics.  With random
+projection the statistics are those of the projected rows ``A_kS`` and the
+models ``v`` live in the projected space, so ``‖A_kSv − b_k‖²`` is the same
+quadratic form: no client-scored variant is needed anywhere.  (Under DP the
+scores are computed from the *noisy* ``G_k, h_k``: an unbiased estimate of the
+clipped rows' loss given w, since ``w_{−k}`` is built from the other clients' independent
+noise — at no privacy cost.)  ``‖b_k‖²`` is known exactly when the
+message carries the client's loss (``2·loss``, exact statistics); a DP
+message carries none, and the reported losses then omit ``Σ_k ‖b_k‖²``.
 
 The K·|Σ| systems are solved together (:func:`loco_solutions`): a batched
 preconditioned conjugate gradient over all (k, σ) pairs at once, with
@@ -164,6 +178,10 @@ def _pcg(G, h, x_full, Gs, hs, s, Pinv, tol, max_iter, sqrt):
     bnorm = torch.linalg.vector_norm(h[None] - hs, dim=-1).expand(S, c)
     X = x_full[:, None, :].expand(S, c, d).contiguous()
     R = Gk(X, torch.empty_like(X)).sub_(hs)   # rhs − (G + σ − G_k) x₀ = G_k x₀ − h_k
+    zero = bnorm == 0                         # rhs h − h_k = 0 (e.g. K = 1): the solution is exactly 0
+    if bool(zero.any()):
+        X[zero] = 0.0
+        R[zero] = 0.0
     Z = torch.bmm(R, Pinv)                  # (G + σ_j)⁻¹ R[j, k]: one GEMM per σ
     P, Q = Z.clone(), R.clone()             # Q = (G + σ) P
     AP = torch.empty_like(R)
@@ -210,43 +228,71 @@ def loco_solutions_repaired(Gs: torch.Tensor, hs: torch.Tensor, sigmas) -> torch
 
 
 def validation_losses(A: torch.Tensor, b: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """Client side: ``ℓ(σ_j) = ‖A W[j] − b‖²`` for its candidate models ``W [S, d]``."""
+    """``ℓ(σ_j) = ‖A W[j] − b‖²`` on a client's rows: the reference that :func:`stats_scores` equals (tests)."""
     R = A @ W.T - b[:, None]
     return (R * R).sum(0)
 
 
-def loco_cv(Gs, hs, sigmas, client_data, naive: bool = False, chunk: int | None = None,
+def stats_scores(Gs: torch.Tensor, hs: torch.Tensor, W: torch.Tensor, *, sqrt: bool = False, b_sq=None,
+                 chunk: int | None = None) -> torch.Tensor:
+    """Held-out losses ``[K, S]`` scored by the server from each client's own statistics.
+
+    ``ℓ_k(σ_j) = W[k, j]ᵀG_k W[k, j] − 2 W[k, j]ᵀh_k (+ b_sq[k])``.  ``Gs``: packed ``[K, d(d+1)/2]``, full
+    ``[K, d, d]``, or with ``sqrt=True`` the factors ``R_k [K, m, d]`` (``wᵀG_kw = ‖R_kw‖²``); ``hs [K, d]``;
+    ``W [K, S, d]``; ``b_sq [K]``: ``‖b_k‖²`` when known (omitted: the σ-independent constant is left out).
+    Clients are processed in chunks (packed Grams unpacked a chunk at a time), one batched product each.
+    """
+    _check_stats(Gs, hs, sqrt)
+    K, d = hs.shape
+    if W.shape[0] != K or W.shape[-1] != d:
+        raise ValueError(f"need models W [K={K}, S, d={d}], got {tuple(W.shape)}")
+    chunk = chunk or max(1, min(K, (256 << 20) // (8 * d * max(d, W.shape[1]))))
+    out = W.new_empty(K, W.shape[1])
+    for c0 in range(0, K, chunk):
+        G = Gs[c0:c0 + chunk]
+        Wc = W[c0:c0 + chunk]
+        if sqrt:
+            RW = torch.bmm(Wc, G.transpose(1, 2))                       # [c, S, m]: R_k w
+            quad = (RW * RW).sum(-1)
+        else:
+            GW = torch.bmm(Wc, _unpacked(G, d))                         # [c, S, d]: G_k w (G_k symmetric)
+            quad = (GW * Wc).sum(-1)
+        out[c0:c0 + chunk] = quad - 2.0 * torch.bmm(Wc, hs[c0:c0 + chunk, :, None])[..., 0]
+    if b_sq is not None:
+        out += torch.as_tensor(b_sq, dtype=out.dtype, device=out.device).reshape(K, 1)
+    return out
+
+
+def loco_cv(Gs, hs, sigmas, b_sq=None, naive: bool = False, chunk: int | None = None,
             repair: bool = False, *, sqrt: bool = False, total=None) -> dict:
-    """Leave-one-client-out CV over a σ grid (at least 2 clients).
+    """Leave-one-client-out CV over a σ grid (at least 2 clients), scored by the server (:func:`stats_scores`).
 
     ``Gs`` may be packed (``[K, d(d+1)/2]``) or, with ``sqrt=True``, the clients' factors ``[K, m, d]``;
     ``total`` as in :func:`loco_solutions`.  ``repair=True`` (noisy DP statistics) uses
-    :func:`loco_solutions_repaired`.  The validation losses are computed by the clients on their raw data:
-    under DP they are extra releases that the (ε, δ) of the statistics does not cover.  ``client_data`` is the list of each client's ``(A_k, b_k)`` (used only by
-    the client itself to score the models the server sends it).  Returns
-    ``{sigma, sigmas, loss [S], per_client [K, S], floats_down, floats_up}``.
+    :func:`loco_solutions_repaired`.  ``b_sq [K]``: each client's ``‖b_k‖²`` when known (then the losses are
+    the held-out squared errors themselves; without it they omit that σ-independent constant).  Returns
+    ``{sigma, sigmas, loss [S], per_client [K, S], floats_down: 0, floats_up: 0}`` — no model goes down and
+    no score comes up.
     """
     K, d = hs.shape[0], hs.shape[-1]
     if K < 2:
         raise ValueError(f"leave-one-client-out CV needs at least 2 clients (each is scored on a model fitted "
                          f"without it), got {K}; give σ directly")
-    if len(client_data) != K:
-        raise ValueError(f"{len(client_data)} clients' data for {K} clients' statistics")
-    if sqrt and (repair or naive):
-        Gs = torch.stack([R.T @ R for R in Gs])
+    if b_sq is not None and torch.as_tensor(b_sq).numel() != K:
+        raise ValueError(f"b_sq has {torch.as_tensor(b_sq).numel()} entries for {K} clients' statistics")
+    Gq = torch.stack([R.T @ R for R in Gs]) if sqrt and (repair or naive) else Gs
     if repair:
-        W = loco_solutions_repaired(Gs, hs, sigmas)
+        W = loco_solutions_repaired(Gq, hs, sigmas)
     elif naive:
-        W = loco_solutions_naive(_unpacked(Gs, d), hs, sigmas)
+        W = loco_solutions_naive(_unpacked(Gq, d), hs, sigmas)
     else:
         W = loco_solutions(Gs, hs, sigmas, chunk=chunk, sqrt=sqrt, total=total)
-    losses = torch.stack([validation_losses(A, b, W[k]) for k, (A, b) in enumerate(client_data)])
+    losses = stats_scores(Gs, hs, W, sqrt=sqrt, b_sq=b_sq)
     total_loss = losses.sum(0)
     s = _as_sigmas(sigmas, hs)
     finite = torch.isfinite(total_loss)
     if not bool(finite.any()):  # never pick a σ by argmin over NaN/inf
         raise ValueError(f"leave-one-client-out CV: no σ of the grid {s.tolist()} gave a finite validation loss")
     j = int(torch.argmin(torch.where(finite, total_loss, torch.full_like(total_loss, math.inf))))
-    K, S, d = W.shape
     return {"sigma": float(s[j]), "sigmas": s.tolist(), "loss": total_loss.tolist(), "per_client": losses,
-            "floats_down": K * S * d, "floats_up": K * S}
+            "floats_down": 0, "floats_up": 0}

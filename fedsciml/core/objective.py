@@ -41,6 +41,11 @@ class GNStats:
     (then ``H`` may be ``None``: Levenberg–Marquardt can solve its damped
     system in the n×n kernel form ``Jᵀ(JJᵀ + μI)⁻¹r`` when n < p).  Messages
     and federated sums never carry them.
+
+    ``op`` — a matrix-free Gauss–Newton operator in place of ``H`` and ``J``
+    (``matvec(v) -> JᵀJv``, ``matmat(V) -> JᵀJV``, ``p``:
+    :class:`fedsciml.core.matfree.GNOperator`, or federated gn's summed client
+    products) for the matrix-free LM solve.
     """
 
     H: torch.Tensor | None
@@ -49,6 +54,7 @@ class GNStats:
     n: int
     J: torch.Tensor | None = None
     r: torch.Tensor | None = None
+    op: object | None = None
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Benchmark driver shared by ``python -m fedsciml bench images`` and ``scripts/bench_images*.py``:
+"""Benchmark driver shared by ``python -m fedsciml bench images`` and ``scripts/bench/bench_images.py`` and
+``scripts/papers/fipa/bench_images_refine.py``:
 runs a protocol over seeds, aggregates mean ± std, prints a table, writes JSON and a PNG."""
 from __future__ import annotations
 

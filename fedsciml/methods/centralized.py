@@ -1,6 +1,9 @@
 """Centralized solvers on a pooled least-squares objective: the reference.
 
-* ``lm`` — Levenberg–Marquardt (:mod:`fedsciml.core.lm`), float64.
+* ``lm`` — Levenberg–Marquardt (:mod:`fedsciml.core.lm`), float64.  The damped system is solved in
+  the form ``lm_solve`` names; ``auto`` (default) picks by size (:func:`fedsciml.core.lm.auto_form`):
+  the n×n kernel form when n < p, the p×p normal form when n ≥ p, both while the n×p Jacobian
+  has at most 2.5·10⁷ entries, and matrix-free Nyström-preconditioned CG (jvp/vjp only) beyond.
 * ``adam`` — Adam on the mean loss ``½‖r‖²/N`` (lr 1e-3 by default).
 * ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
   25 function evaluations, per step; restarted from steepest descent if it stops moving).
@@ -16,7 +19,8 @@ from dataclasses import dataclass, field
 import torch
 
 from fedsciml.options import CentralizedConfig
-from fedsciml.core.objective import LeastSquares, gn_stats_from, stack_objectives
+from fedsciml.core.matfree import GNOperator, MatfreeConfig
+from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.runtime.history import Recorder
 from fedsciml.core.lm import LevenbergMarquardt, LMConfig, default_tau
 
@@ -53,8 +57,17 @@ class SolveConfig:
 
 def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
     """θ ↦ the Gauss–Newton statistics LM needs: ``(JᵀJ, Jᵀr)`` for the normal-form
-    solve, or ``(J, r, Jᵀr)`` without forming ``JᵀJ`` for the kernel form (n < p)."""
-    if not lm.wants_jacobian(obj.n_residuals, obj.n_params):
+    solve, ``(J, r, Jᵀr)`` without forming ``JᵀJ`` for the kernel form (n < p), or
+    a matrix-free operator (:class:`fedsciml.core.matfree.GNOperator`: ``Jᵀr`` and
+    jvp/vjp products, no J) — :meth:`LevenbergMarquardt.statistics_form`."""
+    form = lm.statistics_form(obj.n_residuals, obj.n_params)
+    if form == "matfree":
+        def operator(theta):
+            op = GNOperator(obj.residual, theta)
+            return GNStats(H=None, g=op.g, loss=op.loss, n=op.n, op=op)
+
+        return operator
+    if form != "kernel":
         return obj.gn_stats
 
     def stats(theta):
@@ -77,9 +90,14 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
         trial = lm.propose()
         accepted = lm.observe(float(obj.loss(trial)), lambda: stats_at(trial))
         it += 1
-        rec.record(it, lm.theta, lm.loss, mu=lm.mu, accepted=accepted)
-    return lm.theta, {"accepted_steps": lm.accepted_steps, "rejected_steps": lm.rejected_steps, "final_mu": lm.mu,
-                      "lm_solve": "kernel" if lm.wants_jacobian(n, obj.n_params) else "normal"}
+        extra = {"cg_iters": lm.last_cg_iters} if lm.stats.op is not None else {}
+        rec.record(it, lm.theta, lm.loss, mu=lm.mu, accepted=accepted, **extra)
+    info = {"accepted_steps": lm.accepted_steps, "rejected_steps": lm.rejected_steps, "final_mu": lm.mu,
+            "lm_solve": lm.statistics_form(n, obj.n_params)}
+    if info["lm_solve"] == "matfree":
+        info["cg_iters"] = lm.cg_iters
+        info["nystrom_rank"] = lm.cfg.matfree.rank if lm.cfg.matfree.precond == "nystrom" else 0
+    return lm.theta, info
 
 
 def run_torch_optimizer(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConfig):
@@ -161,8 +179,10 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
         raise TypeError("give the centralized options either as config or as keywords, not both")
     if message_hook is not None:
         raise ValueError("message_hook applies to federated methods; centralized exchanges no messages")
+    lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
+                  matfree=MatfreeConfig(rank=config.nystrom_rank, seed=seed))
     cfg = SolveConfig(optimizer=config.optimizer, max_iters=config.max_iters, budget=config.budget, tol=config.tol,
-                      lr=config.lr, lm=LMConfig(tau=default_tau(objectives)))
+                      lr=config.lr, lm=lm)
     theta, rows, info = solve_least_squares(stack_objectives(objectives), theta0, evaluate, cfg, progress=progress,
                                             every=every, label=f"centralized/{config.optimizer}")
     info["reference"] = "centralized: all clients' data pooled on one machine (not federated)"

@@ -35,7 +35,8 @@ from fedsciml.methods.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.runtime.client import AdaptiveSchedule, Client, LocalConfig
 from fedsciml.methods.fipa import FIPAStrategy
-from fedsciml.methods.gn import GNStrategy
+from fedsciml.core.matfree import MatfreeConfig
+from fedsciml.methods.gn import GNStrategy, choose_form
 from fedsciml.methods.oneshot import OneShotStrategy
 from fedsciml.runtime.loop import RoundConfig, Simulation
 from fedsciml.runtime.transport import BytesTransport, LocalTransport, Transport
@@ -45,8 +46,9 @@ TRANSPORTS = ("local", "bytes")
 
 
 def _round_config(cfg, seed) -> RoundConfig:
+    # the typed RoundOptions already checked these values: the loop does not check them again
     return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, tol=cfg.tol, participation=cfg.participation,
-                       dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume)
+                       dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume, checked=True)
 
 
 def _fingerprint(problem, method, objectives, theta0, seed, options):
@@ -110,10 +112,11 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     rc = _round_config(cfg, seed)
     lm_tau = default_tau(objectives) if cfg.lm_tau is None else cfg.lm_tau
     form = cfg.form
-    if form == "auto":  # square roots when all clients' rows together are fewer than the parameters
-        form = "sqrt" if sum(o.n_residuals for o in objectives) < theta0.numel() else "normal"
+    if form == "auto":  # the smaller dense message while it fits, matrix-free beyond (gn.choose_form)
+        form = choose_form([o.n_residuals for o in objectives], theta0.numel())
     options = {"lm_tau": lm_tau, "form": form}
-    strategy = GNStrategy(LMConfig(tau=lm_tau, solve="auto" if form == "sqrt" else "normal"),
+    solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
+    strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(rank=cfg.nystrom_rank, seed=seed)),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen)
     if cfg.screen is not None:
         options["screen"] = cfg.screen
@@ -122,8 +125,9 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
 
 
 def _local_config(cfg, prox) -> LocalConfig:
+    # built from the typed LocalOptions, which checked these values (a hand-built LocalConfig calls .validate())
     return LocalConfig(solver=cfg.local, steps=cfg.local_steps, lr=cfg.lr, damping=cfg.local_damping,
-                       prox=prox, loss=getattr(cfg, "local_loss", "mean")).validate()
+                       prox=prox, loss=getattr(cfg, "local_loss", "mean"))
 
 
 def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = None, *, progress=False, seed=0,

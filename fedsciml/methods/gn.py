@@ -17,6 +17,28 @@ centralized solver drives:
    fewer floats, and the server stacks them and solves the damped system in
    the n×n kernel form instead of factorizing a p×p matrix.
 
+Matrix-free form (``form="matfree"``, for p where no p×p matrix should
+travel or be factorized): the clients never send a matrix.  Per accepted
+point each client sends its gradient ``{"g": J_mᵀr_m, "loss", "n"}`` (p + 2
+floats) and answers one Nyström sketch request ``{"HV": J_mᵀJ_m Ω}`` (ℓ·p
+floats, ℓ the preconditioner's rank, one exchange); then every conjugate-
+gradient iteration of the damped solve is one exchange: the server sends a
+direction ``v`` (p floats to each client) and each client returns
+``J_mᵀ(J_m v)`` (p floats), computed with one jvp and one vjp of its own
+residual (:class:`fedsciml.core.matfree.GNOperator`).  The server sums the
+products and runs the same LM state machine with ``solve="matfree"``.  A
+round (one LM iteration) is therefore 2 + (CG iterations) exchanges, and
+one more (the gradient) when the trial is accepted, plus the sketch; the
+history's ``floats_up``/``floats_down`` count every one of them and the
+round's row records ``cg_iters`` and ``exchanges``.  Every product is
+checked (``vᵀJ_mᵀJ_m v ≥ 0`` up to round-off, the right shape, finite).
+
+Choice (``GNConfig.form="auto"``, :func:`choose_form`): per client, the
+normal form costs ``p(p+1)/2 + p`` floats and the square-root form
+``min(n_m, p)(p+1)``; the smaller is taken while it is at most
+``MATFREE_FLOATS`` = 6.25·10⁶ floats (50 MB in float64), else the
+matrix-free form.
+
 Since ``Σ_m J_mᵀJ_m = JᵀJ`` and ``Σ_m J_mᵀr_m = Jᵀr`` for the pooled
 residual, the iterates equal centralized LM's to round-off.  An exact step
 needs every client: a client that drops out or sends a bad message is asked
@@ -30,16 +52,58 @@ import dataclasses
 
 import torch
 
-from fedsciml.core import linalg
+from fedsciml.core import linalg, matfree
 from fedsciml.runtime import robust as _robust
 from fedsciml.methods.aggregators import Aggregator, _consistent, consistency_rtol
 from fedsciml.core.schema import Field, MessageRejected, Schema
 from fedsciml.runtime.strategy import Exchange, Strategy
-from fedsciml.runtime.transport import Request
+from fedsciml.runtime.transport import Reply, Request
+from fedsciml.runtime.client import Client, register_handler
 from fedsciml.core.objective import GNStats, gn_stats_from
 from fedsciml.core.lm import LevenbergMarquardt, LMConfig
 
-FORMS = ("normal", "sqrt")
+FORMS = ("normal", "sqrt", "matfree")
+
+#: the automatic choice sends no client matrix larger than this many floats (50 MB in float64)
+MATFREE_FLOATS = 6_250_000
+
+
+def choose_form(rows: list, p: int) -> str:
+    """``form="auto"`` of federated gn from the clients' residual rows and p (see the module docstring):
+    the smaller of the normal (``p(p+1)/2 + p``) and square-root (``min(n_m, p)(p+1)``, largest client)
+    messages while it is at most :data:`MATFREE_FLOATS`, else ``matfree``."""
+    normal = linalg.n_upper(p) + p
+    sqrt = max(min(int(n), p) for n in rows) * (p + 1)
+    if min(normal, sqrt) > MATFREE_FLOATS:
+        return "matfree"
+    return "sqrt" if sqrt < normal else "normal"
+
+
+# --- the clients' side of the matrix-free form ------------------------------------------------------------
+
+
+def _operator(client, theta) -> matfree.GNOperator:
+    """The client's Gauss–Newton operator at θ, kept while θ is unchanged (one vjp pass per point)."""
+    cached = client.__dict__.get("_gn_operator")
+    if cached is None or cached.theta.shape != theta.shape or not torch.equal(cached.theta, theta):
+        cached = matfree.GNOperator(client.objective.residual, theta)
+        client.__dict__["_gn_operator"] = cached
+    return cached
+
+
+def _answer_gn_grad(client, request, pre, deadline):
+    op = _operator(client, request.tensors["theta"])
+    return Reply({"g": op.g, "loss": op.loss.reshape(1), "n": client._n(op.theta)})
+
+
+def _answer_gn_gvp(client, request, pre, deadline):
+    op = _operator(client, request.tensors["theta"])
+    V = request.tensors["V"]
+    return Reply({"HV": op.matmat(V) if V.shape[1] > 1 else op.matvec(V[:, 0]).unsqueeze(1)})
+
+
+register_handler(Client, "gn_grad", _answer_gn_grad)
+register_handler(Client, "gn_gvp", _answer_gn_gvp)
 
 
 class GNAggregator(Aggregator):
@@ -68,7 +132,9 @@ class GNAggregator(Aggregator):
 
     def schema(self) -> Schema:
         f = {"loss": Field((1,), nonneg=True), "n": Field((1,), positive=True)}
-        if self.with_curvature and self.form == "sqrt":
+        if self.with_curvature and self.form == "matfree":
+            f["g"] = Field(("p",))
+        elif self.with_curvature and self.form == "sqrt":
             f["R"] = Field(("m", "p"))
             f["s"] = Field(("m",))
         elif self.with_curvature:
@@ -81,7 +147,7 @@ class GNAggregator(Aggregator):
         return {"p": p, "h": linalg.n_upper(p)}
 
     def check(self, cid, msg, p):
-        if not (self.with_curvature and self.consistency):
+        if not (self.with_curvature and self.consistency) or self.form == "matfree":
             return
         loss = float(msg["loss"][0])
         rtol = consistency_rtol(msg["loss"].dtype)
@@ -107,6 +173,11 @@ class GNAggregator(Aggregator):
         order = sorted(messages)
         loss = sum(messages[c]["loss"][0] for c in order)
         n = int(round(sum(float(messages[c]["n"][0]) for c in order)))  # counts ≤ 2^53 each (schema): finite
+        if self.form == "matfree":  # the operator is bound by the strategy (products are exchanges)
+            g = messages[order[0]]["g"].clone()
+            for c in order[1:]:
+                g += messages[c]["g"]
+            return GNStats(H=None, g=g, loss=loss, n=n)
         if self.form == "sqrt":  # stack the square roots: RᵀR = ΣJ_mᵀJ_m, Rᵀs = ΣJ_mᵀr_m
             R = torch.cat([messages[c]["R"] for c in order])
             s = torch.cat([messages[c]["s"] for c in order])
@@ -142,6 +213,9 @@ class GNStrategy(Strategy):
             raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
         if screen is not None and not screen > 1:
             raise ValueError(f"the influence screen's κ must be > 1, got {screen}")
+        if screen is not None and form == "matfree":
+            raise ValueError("the influence screen compares each client's dense statistics; the matrix-free form "
+                             "sends none (use form='normal' or 'sqrt' with screen)")
         self.screen = None if screen is None else float(screen)
         self.banned: list = []  # clients the screen left out of the run (at θ₀)
         self.form = form
@@ -150,6 +224,8 @@ class GNStrategy(Strategy):
         self.lm: LevenbergMarquardt | None = None
         self.retries = 0
         self.enrolled = {}  # client id → sample count of its first valid message (fixed from then on)
+        self._run = None
+        self._exchanges = 0
 
     # the simulation's view
     @property
@@ -162,6 +238,41 @@ class GNStrategy(Strategy):
 
     def summary(self) -> dict:
         return {"lm_tau": self.lm_config.tau, "form": self.form, "max_retries": self.max_retries}
+
+    def _ask(self, run, request, validate, down: int) -> dict:
+        """Every client's valid answer to ``request`` (asking again whoever did not answer validly)."""
+        ex = Exchange([], request, validate, down_floats=down, dropout=True)
+        got: dict = {}
+        missing = list(run.client_ids)
+        for attempt in range(self.max_retries + 1):
+            ex.clients = missing
+            got.update(run.exchange(ex).ok)
+            self._exchanges += 1
+            missing = [c for c in run.client_ids if c not in got]
+            if not missing:
+                return got
+            self.retries += 1
+        run.fail(f"a matrix-free Gauss–Newton {request.query} exchange (clients {missing} never answered validly "
+                 f"in {self.max_retries + 1} attempts)")
+
+    def _products(self, V: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+        """``Σ_m J_mᵀJ_m V`` at θ: one exchange, ``V`` down (the clients hold θ), ``J_mᵀJ_m V`` up."""
+        msgs = self._ask(self._run, Request("gn_gvp", {"theta": theta, "V": V}),
+                         lambda m: validate_products(m, V), V.numel())
+        order = sorted(msgs)
+        out = msgs[order[0]]["HV"].clone()
+        for c in order[1:]:
+            out += msgs[c]["HV"]
+        return out
+
+    def _matfree_stats(self, run, theta) -> GNStats:
+        agg = GNAggregator(True, "matfree")
+        agg.enrolled = self.enrolled
+        p = theta.numel()
+        msgs = self._ask(run, Request("gn_grad", {"theta": theta}), lambda m: agg.validate(m, p, theta.dtype), 0)
+        st = agg.aggregate_stats(msgs, p)
+        st.op = _FederatedOperator(self, theta)
+        return st
 
     def _gather(self, run, theta, with_curvature: bool) -> dict:
         """Every client's ``gn_stats`` (or ``gn_loss``) at θ, asking again whoever did not answer validly."""
@@ -179,6 +290,7 @@ class GNStrategy(Strategy):
         for attempt in range(self.max_retries + 1):
             ex.clients = missing
             got.update(run.exchange(ex).ok)
+            self._exchanges += 1
             missing = [c for c in clients if c not in got]
             if not missing:
                 return got
@@ -188,6 +300,12 @@ class GNStrategy(Strategy):
 
     def start(self, run, theta0):
         self.lm = LevenbergMarquardt(self.lm_config)
+        self._run = run
+        if self.form == "matfree":
+            st = self._matfree_stats(run, theta0)
+            run.count_sent(down=theta0.numel() * len(run.client_ids))  # θ₀ broadcast
+            self.lm.start(theta0, st)  # the Nyström sketch (one exchange) sets the damping unit
+            return {"mu": self.lm.mu, "exchanges": self._exchanges}
         msgs = self._gather(run, theta0, True)
         run.count_sent(down=theta0.numel() * len(run.client_ids))  # θ₀ broadcast
         if self.screen is not None:  # robust: screened once, at θ₀; who is dropped stays out of the run
@@ -206,6 +324,8 @@ class GNStrategy(Strategy):
         return None
 
     def round(self, run, k):
+        if self.form == "matfree":
+            return self._matfree_round(run)
         trial = self.lm.propose()
         losses = self._gather(run, trial, False)
         accepted = self.lm.observe(GNAggregator.total_loss(losses),
@@ -213,10 +333,27 @@ class GNStrategy(Strategy):
                                                                                       trial.numel()))
         return {"mu": self.lm.mu, "accepted": accepted}
 
+    def _matfree_round(self, run):
+        self._run = run
+        self._exchanges = 0
+        if self.lm.stats.op is None:  # restored from a checkpoint: bind the operator to this run
+            self.lm.stats.op = _FederatedOperator(self, self.lm.theta)
+        cg0 = self.lm.cg_iters
+        trial = self.lm.propose()
+        losses = self._gather(run, trial, False)
+        accepted = self.lm.observe(GNAggregator.total_loss(losses), lambda: self._matfree_stats(run, trial))
+        return {"mu": self.lm.mu, "accepted": accepted, "cg_iters": self.lm.cg_iters - cg0,
+                "exchanges": self._exchanges}
+
     def state_dict(self):
         lm = self.lm
         st = lm.stats
-        curv = {"H": linalg.pack_upper(st.H)} if st.H is not None else {"J": st.J, "r": st.r}
+        if st.H is not None:
+            curv = {"H": linalg.pack_upper(st.H)}
+        elif st.J is not None:
+            curv = {"J": st.J, "r": st.r}
+        else:  # matrix-free: the operator is re-bound on load
+            curv = {}
         return {"theta": lm.theta, **curv, "g": st.g, "loss": st.loss, "n": st.n, "mu": lm.mu, "nu": lm.nu,
                 "accepted": lm.accepted_steps, "rejected": lm.rejected_steps, "retries": self.retries,
                 "enrolled": dict(self.enrolled), "banned": list(self.banned)}
@@ -227,6 +364,8 @@ class GNStrategy(Strategy):
         self.lm.theta = d["theta"]
         if "H" in d:
             self.lm.stats = GNStats(H=linalg.unpack_upper(d["H"], p), g=d["g"], loss=d["loss"], n=d["n"])
+        elif "J" not in d:
+            self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"])
         else:
             self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"], J=d["J"], r=d["r"])
         self.lm.mu, self.lm.nu = d["mu"], d["nu"]
@@ -240,4 +379,43 @@ class GNStrategy(Strategy):
                "final_mu": self.lm.mu, "retried_requests": self.retries}
         if self.screen is not None:
             out["screened_out"] = list(self.banned)
+        if self.form == "matfree":
+            out["cg_iters"] = self.lm.cg_iters
         return out
+
+
+class _FederatedOperator:
+    """``v ↦ Σ_m J_mᵀJ_m v`` at θ, each product one exchange with the clients (:meth:`GNStrategy._products`)."""
+
+    def __init__(self, strategy: GNStrategy, theta: torch.Tensor):
+        self.strategy = strategy
+        self.theta = theta
+        self.p = theta.numel()
+
+    def matmat(self, V):
+        return self.strategy._products(V, self.theta)
+
+    def matvec(self, v):
+        return self.strategy._products(v.unsqueeze(1), self.theta)[:, 0]
+
+
+def validate_products(messages, V: torch.Tensor):
+    """Split ``{"HV"}`` answers into ``(accepted, rejected)``: exactly the field ``HV`` with V's shape and
+    dtype, finite, and ``vᵀ(J_mᵀJ_m v) ≥ 0`` for every column up to round-off (``√eps·‖v‖·‖J_mᵀJ_m v‖``)."""
+    from fedsciml.core.schema import psd_tolerance
+
+    ok, bad = {}, {}
+    vn = V.norm(dim=0)
+    for cid, msg in messages.items():
+        HV = msg.get("HV") if isinstance(msg, dict) else None
+        if HV is None or set(msg) != {"HV"}:
+            bad[cid] = f"a product message has exactly the field 'HV', got {sorted(msg) if isinstance(msg, dict) else msg!r}"
+        elif not isinstance(HV, torch.Tensor) or tuple(HV.shape) != tuple(V.shape) or HV.dtype != V.dtype:
+            bad[cid] = f"field 'HV' must be a {V.dtype} tensor of shape {tuple(V.shape)}"
+        elif not bool(torch.isfinite(HV).all()):
+            bad[cid] = "field 'HV' has non-finite entries"
+        elif bool(((V * HV).sum(0) < -psd_tolerance(V.dtype) * vn * HV.norm(dim=0)).any()):
+            bad[cid] = "field 'HV' gives vᵀ(J_mᵀJ_m)v < 0: a Gauss–Newton product is positive semidefinite"
+        else:
+            ok[cid] = msg
+    return ok, bad

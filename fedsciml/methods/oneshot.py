@@ -35,6 +35,12 @@ the ridge package's own functions, in the order of :func:`fedsciml.ridge.one_sho
   noisy sum (:func:`~fedsciml.core.dp.psd_repair`, ``repair``) and optionally
   adds the noise-aware σ.
 
+``cv_sigmas``: σ by leave-one-client-out CV, computed by the server alone from the statistics it received
+(each client's held-out loss from its own statistics, :func:`fedsciml.core.loco.stats_scores`): the round stays
+one exchange, and under DP nothing leaves a site but its noised statistics — the loop does not ask DP sites
+for their losses to monitor the run either (the history's ``loss`` is NaN), so the run's ε is its whole
+release.
+
 The message is always in the runtime's schema and sign (``{H, g = Jᵀr}``,
 :func:`fedsciml.core.stats.to_gn`).  :func:`fedsciml.ridge.one_shot` runs this
 strategy on in-process clients of the rows ``(A_k, b_k)`` (θ₀ = 0), so the two
@@ -45,6 +51,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
+import math
 
 import torch
 
@@ -57,6 +65,20 @@ from fedsciml.runtime.client import Client, register_handler
 from fedsciml.runtime.transport import Reply, Request
 
 TRANSFORM_KEYS = ("project", "sketch", "seed", "dp", "form")
+logger = logging.getLogger(__name__)
+CENTRAL_DP_REFUSED = ("dp_central adds the noise at the server to the sum of the sites' exact clipped statistics; "
+                      "the Flower engine has no secure aggregation here, so the server would see each site's "
+                      "un-noised statistics: use local DP (no dp_central) or the in-process engine")
+
+
+def refuse_central_dp_without_secure_sum(options) -> None:
+    """Central DP needs a secure sum; an engine without one (Flower here) refuses it in one line."""
+    get = options.get if isinstance(options, dict) else lambda k, d=None: getattr(options, k, d)
+    eps = get("dp_epsilon", None)
+    if get("dp_central", False) and eps is not None and eps != math.inf:
+        raise ValueError(CENTRAL_DP_REFUSED)
+CENTRAL_DP_TRUST = ("central DP without secure aggregation: the server adds the noise to the sum of the sites' "
+                    "exact clipped statistics, so it sees each site's statistics un-noised — this trusts the server")
 
 
 def _dp_config(dp: dict):
@@ -89,15 +111,6 @@ def client_rows(r: torch.Tensor, J: torch.Tensor, transform: dict):
         cfg = _dp_config(transform["dp"])
         A, b = privacy.clip_rows(A, b, cfg.c_a, cfg.c_b, cfg.clip)
     return A, b
-
-
-def client_scores(r: torch.Tensor, J: torch.Tensor, transform: dict, W: torch.Tensor) -> dict:
-    """Leave-one-client-out CV, client side: ``{"loss": ‖A W[j] − b‖² for each candidate j}`` on the client's
-    own (projected, clipped) rows (:func:`fedsciml.core.loco.validation_losses`)."""
-    from fedsciml.core.loco import validation_losses
-
-    A, b = client_rows(r, J, transform)
-    return {"loss": validation_losses(A, b, W)}
 
 
 def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dict) -> dict:
@@ -149,12 +162,29 @@ class NoisyStatsAggregator(Aggregator):
 
 
 class OneShotStrategy(Strategy):
-    """One exchange of GN statistics, one fused step (see the module docstring)."""
+    """One exchange of GN statistics, one fused step (see the module docstring).
+
+    ``form``: the clients' message form — ``"gram"`` (packed ``H = pack(J_kᵀJ_k)``, ``g``), ``"sqrt"``
+    (``R_k``, ``s_k`` from the thin QR of the client's rows; exact statistics only) or ``"auto"`` (default):
+    decided when the round is configured, from the answering clients' row counts — the square-root form when
+    σ is chosen by CV without DP and every client holds at most half as many rows as (projected) parameters
+    (fewer floats up, and the LOCO products cost ``4·n_k·m`` per vector instead of ``2m²``), else the Gram form.
+
+    Validation of exact Gram-form statistics costs O(m²) per message — the schema (shapes, dtype, finiteness,
+    counts, losses ≥ 0, the entrywise PSD conditions of ``H``) — and the consistency check
+    ``gᵀH⁺g ≤ 2·loss`` (one m×m Cholesky) runs once, on the round's sum.  The check is subadditive (the
+    matrix-fractional function ``(g, H) ↦ gᵀH⁺g`` is jointly convex and 1-homogeneous), so statistics that
+    are each consistent always pass on the sum; only when the sum fails is every message checked (one
+    Cholesky each) and the inconsistent ones rejected by name.  What this gives up against checking every
+    message: an inconsistent client whose excess is covered by the other clients' slack passes, but then the
+    fused statistics are still consistent with the clients' total loss — the step cannot be inflated beyond
+    what the total loss allows.  Square-root messages keep their O(m) check ``‖s‖² ≤ 2·loss``.
+    """
 
     name = "one-shot"
 
     def __init__(self, sigma: float = 0.0, *, dp=None, project: int | None = None, sketch: str = "gaussian",
-                 seed: int = 0, repair: bool = True, cv_sigmas=None, form: str = "gram", screen: float | None = None):
+                 seed: int = 0, repair: bool = True, cv_sigmas=None, form: str = "auto", screen: float | None = None):
         from fedsciml.core.sketch import SKETCHES
         from fedsciml.core.stats import check_sigma
 
@@ -176,8 +206,10 @@ class OneShotStrategy(Strategy):
                 raise ValueError("leave-one-client-out CV needs each client's statistics, which central DP (secure "
                                  "aggregation) hides from the server; give sigma directly or use local DP")
         self.cv_sigmas = cv_sigmas
-        if form not in ("gram", "sqrt"):
-            raise ValueError(f"one-shot message form must be gram or sqrt, got {form!r}")
+        if self.dp is not None and self.dp["central"] and self.dp["epsilon"] != math.inf:
+            logger.warning(CENTRAL_DP_TRUST)
+        if form not in ("auto", "gram", "sqrt"):
+            raise ValueError(f"one-shot message form must be auto, gram or sqrt, got {form!r}")
         if form == "sqrt" and self.dp is not None:
             raise ValueError("DP noise is added to the Gram form of the statistics; use form='gram' with DP")
         self.form = form
@@ -188,35 +220,98 @@ class OneShotStrategy(Strategy):
                              "statistics are perturbed on purpose (use robust options without DP)")
         self.screen = None if screen is None else float(screen)
         self.screened: list = []
+        self._form = "gram" if form == "auto" else form  # resolved in configure_round
+        self._sums = None  # (clients, packed ΣH, Σg) of the validated round (exact Gram form), reused by the fusion
         self.theta = None
-        self.loss_sum = None
+        # under DP nothing but the noised statistics may leave a site: the loop must not ask the sites for their
+        # exact losses to monitor the run (a release outside ε), so the history's loss is NaN ("not measured")
+        self.loss_sum = math.nan if self.dp is not None and self.dp["epsilon"] != math.inf else None
         self.fused = 0
         self.noise = {}
 
     def _transform(self, p):
         """The request's transform config, or None for plain GN statistics (the original path, bit for bit)."""
         project = self.project if self.project is not None and self.project != p else None
-        if self.dp is None and project is None and self.cv_sigmas is None and self.form == "gram":
+        if self.dp is None and project is None and self.cv_sigmas is None and self._form == "gram":
             return None
         if project is not None and project > p:
             raise ValueError(f"projection dimension must be an integer in [1, p={p}], got {project}")
         tr = {"project": project, "sketch": self.sketch, "seed": self.seed, "dp": self.dp}
-        if self.form == "sqrt":
+        if self._form == "sqrt":
             tr["form"] = "sqrt"
         return tr
+
+    def _resolve_form(self, run, answering, m):
+        if self.form != "auto":
+            return self.form
+        counts = getattr(run.transport, "sample_counts", {}) or {}
+        small = bool(answering) and all(c in counts and 2 * int(counts[c]) <= m for c in answering)
+        return "sqrt" if self.cv_sigmas is not None and self.dp is None and small else "gram"
+
+    def _exact_gram_check(self, m, dtype):
+        """Validation of exact Gram-form statistics: O(m²) per message, the consistency check on the sum (see the
+        class docstring); keeps the validated sums for the fusion."""
+        cheap = GNAggregator(True, "normal", consistency=False)
+        full = GNAggregator(True, "normal")
+
+        def sums(ok):
+            order = sorted(ok)
+            Hp, g = ok[order[0]]["H"].clone(), ok[order[0]]["g"].clone()
+            loss = ok[order[0]]["loss"].clone()
+            for c in order[1:]:
+                Hp += ok[c]["H"]
+                g += ok[c]["g"]
+                loss += ok[c]["loss"]
+            return Hp, g, loss
+
+        def consistent(Hp, g, loss) -> bool:
+            try:
+                full.check("sum", {"H": Hp, "g": g, "loss": loss}, m)
+                return True
+            except MessageRejected:
+                return False
+
+        def check(msgs):
+            ok, bad = cheap.validate(msgs, m, dtype)
+            self._sums = None
+            if not ok:
+                return ok, bad
+            Hp, g, loss = sums(ok)
+            if not consistent(Hp, g, loss):  # rare: find the inconsistent messages, one Cholesky each
+                for c in sorted(ok):
+                    try:
+                        full.check(c, ok[c], m)
+                    except MessageRejected as e:
+                        bad[c] = e.reason
+                ok = {c: v for c, v in ok.items() if c not in bad}
+                if not ok:
+                    return ok, bad
+                Hp, g, loss = sums(ok)
+            self._sums = (frozenset(ok), Hp, g)
+            return ok, bad
+
+        return check
+
+    def _cached_sums(self, messages):
+        if self._sums is not None and self._sums[0] == frozenset(messages):
+            return self._sums[1], self._sums[2]
+        return None
 
     def configure_round(self, run, k):
         answering, _dropped = run.sample()  # nobody answering fails the round in aggregate_round
         theta = self.theta
         p = theta.numel()
+        m0 = p if self.project is None else min(p, self.project)
+        self._form = self._resolve_form(run, answering, m0)
         tr = self._transform(p)
         if tr is None:
-            agg = GNAggregator(True, "normal")
             return Exchange(answering, Request("gn_stats", {"theta": theta}, {"form": "normal"}),
-                            self._screened(lambda m: agg.validate(m, p, theta.dtype), p))
+                            self._screened(self._exact_gram_check(p, theta.dtype), p))
         m = p if tr["project"] is None else tr["project"]
-        if self.dp is None:  # exact projected statistics: the gn schema and consistency check in m dimensions
-            agg = GNAggregator(True, "normal" if self.form == "gram" else "sqrt")
+        if self.dp is None and self._form == "gram":  # exact (projected) statistics: as above, in m dimensions
+            check = self._screened(self._exact_gram_check(m, theta.dtype), m)
+        elif self.dp is None:  # square-root form: the gn schema and its O(m) consistency check
+            agg = GNAggregator(True, "sqrt")
             check = self._screened(lambda msg: agg.validate(msg, m, theta.dtype), m)
         else:  # noisy statistics: no count, no loss, H may be indefinite (repaired on the sum)
             agg = NoisyStatsAggregator()
@@ -234,27 +329,45 @@ class OneShotStrategy(Strategy):
 
             ok, bad = validate(msgs)
             ok, bad = dict(ok), dict(bad)
+            before = set(ok)
             self.screened = screen_messages(ok, bad, m, self.sigma, self.screen)
+            if set(ok) != before:
+                self._sums = None  # the validated round's sums included a screened client: fused anew
             return ok, bad
         return check
 
-    def _cross_validate(self, run, order, messages, G, h, m, tr, noisy):
-        """σ by leave-one-client-out CV (:mod:`fedsciml.core.loco`): the server forms each answering client's
-        models ``w_{−k}(σ_j)`` from the others' statistics and sends them to that client alone (one exchange per
-        client, ``S·m`` floats down); the client returns its |Σ| validation losses.  A client that does not
-        score is left out of the CV sum (its statistics stay in the fusion)."""
+
+    @staticmethod
+    def _stack_factors(messages, order, m, like):
+        """``(Rs [K, rows, m], hs [K, m])``: the clients' factors zero-padded to the most rows (zero rows add
+        nothing to ``R_kᵀR_k``), built once — the fusion's Gram is that of ``Rs`` viewed as one tall matrix."""
+        rows = max(messages[c]["R"].shape[0] for c in order)
+        Rs = like.new_zeros(len(order), rows, m)
+        S = like.new_zeros(len(order), rows)
+        for i, c in enumerate(order):
+            n = messages[c]["R"].shape[0]
+            Rs[i, :n] = messages[c]["R"]
+            S[i, :n] = messages[c]["s"]
+        hs = -torch.bmm(Rs.transpose(1, 2), S[..., None])[..., 0]   # h_k = R_kᵀz_k = −R_kᵀs_k
+        return Rs, hs
+
+    def _cross_validate(self, order, messages, G, h, m, noisy, Rs=None, hs=None):
+        """σ by leave-one-client-out CV (:mod:`fedsciml.core.loco`), scored by the server from each client's own
+        statistics: the server forms client k's models ``w_{−k}(σ_j)`` from the others' statistics and its
+        held-out loss ``wᵀG_kw − 2wᵀh_k + ‖b_k‖²`` from client k's message (:func:`~fedsciml.core.loco.stats_scores`;
+        ``‖b_k‖² = 2·loss`` when the message carries its loss, i.e. exact statistics; a DP message does not, and
+        the reported CV losses then omit that σ-independent constant).  No model goes down, no score comes up,
+        no second exchange: under DP, CV is post-processing of the noised statistics and costs no privacy."""
         from fedsciml.core import loco as _cv
 
         if len(order) < 2:
             raise ValueError(f"leave-one-client-out CV needs at least 2 clients (each is scored on a model fitted "
                              f"without it), got {len(order)}; give sigma directly")
-        if self.form == "sqrt":  # the clients' factors, zero-padded to the most rows (zero rows add nothing)
-            rows = max(messages[c]["R"].shape[0] for c in order)
-            Rs = G.new_zeros(len(order), rows, m)
-            for i, c in enumerate(order):
-                Rs[i, :messages[c]["R"].shape[0]] = messages[c]["R"]
-            hs = -torch.stack([messages[c]["R"].T @ messages[c]["s"] for c in order])
+        b_sq = (torch.stack([2.0 * messages[c]["loss"][0] for c in order])
+                if all("loss" in messages[c] for c in order) else None)
+        if self._form == "sqrt":
             W = _cv.loco_solutions(Rs, hs, self.cv_sigmas, sqrt=True, total=(G, h))
+            losses = _cv.stats_scores(Rs, hs, W, sqrt=True, b_sq=b_sq)
         else:
             Gs = torch.stack([messages[c]["H"] for c in order])
             hs = -torch.stack([messages[c]["g"] for c in order])
@@ -262,20 +375,11 @@ class OneShotStrategy(Strategy):
                 W = _cv.loco_solutions_repaired(Gs, hs, self.cv_sigmas)
             else:
                 W = _cv.loco_solutions(Gs, hs, self.cv_sigmas, total=None if noisy else (G, h))
-        S = len(self.cv_sigmas)
-        schema = Schema({"loss": Field((S,), nonneg=True)})
-        losses = []
-        for i, c in enumerate(order):
-            rep = run.exchange(Exchange([c], Request("cv_scores", {"theta": self.theta, "W": W[i]}, {"transform": tr}),
-                                        lambda msgs: _validate_all(schema, msgs, self.theta.dtype),
-                                        down_floats=W[i].numel()))
-            if c in rep.ok:
-                losses.append(rep.ok[c]["loss"])
-        if not losses:
-            run.fail("leave-one-client-out CV")
-        total = torch.stack(losses).sum(0)
+            losses = _cv.stats_scores(Gs, hs, W, b_sq=b_sq)
+        total = losses.sum(0)
         j = int(torch.argmin(total))
-        self.cv = {"cv_sigmas": list(self.cv_sigmas), "cv_loss": total.tolist(), "cv_scored": len(losses)}
+        self.cv = {"cv_sigmas": list(self.cv_sigmas), "cv_loss": total.tolist(), "cv_scored": len(order),
+                   "cv_loss_includes_b_sq": b_sq is not None}
         return self.cv_sigmas[j]
 
     def _transformed_step(self, messages, p, run=None):
@@ -287,21 +391,26 @@ class OneShotStrategy(Strategy):
         tr = self._transform(p)
         m = p if tr["project"] is None else tr["project"]
         order = sorted(messages)
-        if self.form == "sqrt":  # ΣR_kᵀR_k formed by the server from the stacked factors, Σh_k = −ΣR_kᵀs_k
-            R = torch.cat([messages[c]["R"] for c in order])
-            G = linalg.unpack_upper(linalg.gram_packed(R), m)
-            h = -sum(messages[c]["R"].T @ messages[c]["s"] for c in order)
+        Rs = hs = None
+        if self._form == "sqrt":  # ΣR_kᵀR_k formed by the server from the stacked factors, Σh_k = −ΣR_kᵀs_k
+            Rs, hs = self._stack_factors(messages, order, m, messages[order[0]]["R"])
+            G = linalg.unpack_upper(linalg.gram_packed(Rs.reshape(-1, m)), m)
+            h = hs.sum(0)
         else:
-            Hp, g = messages[order[0]]["H"].clone(), messages[order[0]]["g"].clone()
-            for c in order[1:]:
-                Hp += messages[c]["H"]
-                g += messages[c]["g"]
+            cached = self._cached_sums(messages)
+            if cached is not None:
+                Hp, g = cached
+            else:
+                Hp, g = messages[order[0]]["H"].clone(), messages[order[0]]["g"].clone()
+                for c in order[1:]:
+                    Hp += messages[c]["H"]
+                    g += messages[c]["g"]
             G, h = linalg.unpack_upper(Hp, m), -g
         sigma, clipped, std = self.sigma, 0, 0.0
         cfg = None if self.dp is None else _dp_config(self.dp)
         if self.cv_sigmas is not None:
             noisy = cfg is not None and cfg.noise_std > 0 and not cfg.central
-            sigma = self._cross_validate(run, order, messages, G, h, m, tr, noisy)
+            sigma = self._cross_validate(order, messages, G, h, m, noisy, Rs, hs)
         if self.dp is not None:
             std = cfg.noise_std
             if cfg.central and std > 0:
@@ -315,7 +424,8 @@ class OneShotStrategy(Strategy):
         v = ridge_solve(G, h, sigma)
         if tr["project"] is not None:
             v = sketch_matrix(p, m, self.seed, self.sketch, v.dtype, v.device) @ v
-        self.noise = {"m": m, "noise_std": std, "eig_clipped": clipped, "sigma_used": float(sigma)}
+        self.noise = {"m": m, "noise_std": std, "eig_clipped": clipped, "sigma_used": float(sigma),
+                      "form_used": self._form}
         return v
 
     def aggregate_round(self, run, k, replies: Replies):
@@ -327,8 +437,14 @@ class OneShotStrategy(Strategy):
         if self._transform(p) is not None:
             self.theta = self.theta + self._transformed_step(replies.ok, p, run)
         else:
-            st = GNAggregator(True, "normal").aggregate_stats(replies.ok, p)
-            self.theta = self.theta + ridge_solve(st.H, -st.g, self.sigma)
+            cached = self._cached_sums(replies.ok)
+            if cached is not None:
+                H, g = linalg.unpack_upper(cached[0], p), cached[1]
+            else:
+                st = GNAggregator(True, "normal").aggregate_stats(replies.ok, p)
+                H, g = st.H, st.g
+            self.theta = self.theta + ridge_solve(H, -g, self.sigma)
+            self.noise = {"sigma_used": float(self.sigma), "form_used": "gram"}
         self.fused = len(replies.ok)
         return {"answered": len(replies.ok)}
 
@@ -346,7 +462,7 @@ class OneShotStrategy(Strategy):
         if self.dp is not None or self.project is not None or self.cv_sigmas is not None:
             out.update(dp=self.dp, project=self.project, sketch=self.sketch, repair=self.repair,
                        cv_sigmas=self.cv_sigmas)
-        if self.form != "gram":
+        if self.form != "auto":
             out["form"] = self.form
         if self.screen is not None:
             out["screen"] = self.screen
@@ -372,13 +488,5 @@ def _answer_stats(client, request, pre, deadline):
     return Reply(client_statistics(pre[0], pre[1], client.cid, request.config["transform"]))
 
 
-def _answer_scores(client, request, pre, deadline):
-    """``cv_scores``: score the server's candidate models ``W`` on the client's transformed rows (LOCO-CV)."""
-    with torch.no_grad():
-        r, J = client.objective.residual_and_jacobian(request.tensors["theta"])
-    return Reply(client_scores(r, J, request.config["transform"], request.tensors["W"]))
-
-
 register_handler(Client, "oneshot_stats", _answer_stats,
                  lambda batch, req: batch.residuals_and_jacobians(req.tensors["theta"]))
-register_handler(Client, "cv_scores", _answer_scores)

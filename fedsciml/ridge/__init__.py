@@ -8,9 +8,9 @@
 * :mod:`~fedsciml.ridge.protocol` — the whole one-shot round; :class:`FederatedRidge` — the estimator.
 """
 from fedsciml.core.dp import DPConfig, psd_repair, stats_sensitivity
-from fedsciml.ridge.estimator import FederatedRidge
+from fedsciml.ridge.estimator import FederatedRidge, FederatedRidgeCV, site_statistics
 from fedsciml.ridge.protocol import dropout_mask, one_shot
 from fedsciml.core.stats import SCHEMA, FusionServer, SingularGram, client_message, fuse, pooled_ridge, ridge_solve
 
-__all__ = ["FederatedRidge", "FusionServer", "SCHEMA", "SingularGram", "DPConfig", "client_message", "fuse",
+__all__ = ["FederatedRidge", "FederatedRidgeCV", "site_statistics", "FusionServer", "SCHEMA", "SingularGram", "DPConfig", "client_message", "fuse",
            "one_shot", "dropout_mask", "pooled_ridge", "ridge_solve", "psd_repair", "stats_sensitivity"]

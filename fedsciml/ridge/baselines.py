@@ -173,6 +173,10 @@ class RidgeAveraging(AveragingStrategy):
         super().__init__(FedAvgAggregator(outlier_ratio=None), None, seed)
         self.sgd = dict(sgd)
         self.name = name
+        # DP-FedAvg: the sites' exact losses are not asked for monitoring (a release outside the accountant's ε);
+        # the history's loss is NaN ("not measured")
+        if self.sgd.get("dp_clip") is not None:
+            self.loss_sum = math.nan
 
     def request_config(self, run, k: int) -> dict:
         return {"sgd": {**self.sgd, "seed": self.seed, "round": int(k)}}
@@ -206,6 +210,9 @@ def fedavg(data, rounds: int = 100, lr: float = 0.01, local_epochs: int = 5, mu:
         raise ValueError(f"transport must be local or bytes, got {transport!r}")
     if not data:
         raise ValueError("no clients: at least one client's data are needed")
+    from fedsciml.ridge.protocol import check_finite
+
+    check_finite(data)
     d = int(data[0][0].shape[1])
     N = sum(int(A.shape[0]) for A, _ in data)
     ids = list(range(len(data))) if client_ids is None else [int(c) for c in client_ids]

@@ -73,6 +73,7 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
         if A.ndim != 2 or A.shape[1] != d or b.shape != (A.shape[0],):
             raise ValueError(f"client {k}: features {tuple(A.shape)} and targets {tuple(b.shape)} do not match "
                              f"d={d} features with one target per row")
+    check_finite(data)
     ids = list(range(len(data))) if client_ids is None else [int(c) for c in client_ids]
     if len(set(ids)) != len(ids):
         raise ValueError(f"client_ids must be distinct, got {ids}")
@@ -86,12 +87,15 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
     sim = Simulation(tr, lambda theta: {}, RoundConfig(rounds=None, seed=int(seed), dropout=float(dropout)),
                      label="one-shot")
     w, rows, run = sim.run(strategy, torch.zeros(d, dtype=A0.dtype, device=A0.device))
+    if run["rejections"]:  # the caller handed over every client's data: a rejected one is an error, not a dropout
+        r = run["rejections"][0]
+        raise ValueError(f"client {r['client']}'s statistics were rejected ({r['reason']}); "
+                         f"{len(run['rejections'])} rejection(s) in all — the model would leave it out")
     st = strategy.info()
     fused = st["fused_clients"]
     m = st.get("m", d)
     up = run["floats_up"]
-    stats_up = up - (len(st["cv_sigmas"]) * st["cv_scored"] if "cv_sigmas" in st else 0)  # the CV scores aside
-    info = {"clients": fused, "d": d, "m": m, "form": form, "floats_up_per_client": stats_up // max(1, fused),
+    info = {"clients": fused, "d": d, "m": m, "form": form, "floats_up_per_client": up // max(1, fused),
             "floats_up": up, "floats_down": run["floats_down"], "floats_sent": up + run["floats_down"],
             "noise_std": st.get("noise_std", 0.0), "eig_clipped": st.get("eig_clipped", 0),
             "sigma": float(st.get("sigma_used", strategy.sigma)), "rejections": run["rejections"],
@@ -103,6 +107,17 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
         cfg = dp if isinstance(dp, _dp.DPConfig) else _dp.DPConfig(**dp)
         info.update(epsilon=cfg.epsilon, delta=cfg.delta, central=cfg.central)
     return w, info
+
+
+def check_finite(data) -> None:
+    """Refuse a client whose rows hold NaN or infinity, in scikit-learn's words (``Input X contains NaN``):
+    a library call that was handed every client's data never leaves one out silently."""
+    for k, (A, b) in enumerate(data):
+        for name, T in (("X", A), ("y", b)):
+            if not bool(torch.isfinite(T).all()):
+                what = "NaN" if bool(torch.isnan(T).any()) else "infinity"
+                raise ValueError(f"client {k}: Input {name} contains {what} "
+                                 f"(row {int(torch.nonzero(~torch.isfinite(T))[0, 0])}); remove or impute it")
 
 
 def dropout_mask(n_clients: int, p: float, seed: int = 0) -> list[int]:

@@ -238,7 +238,7 @@ class Client:
         ``"gn_stats"`` → :meth:`gn_message` (config ``form``); ``"update"`` → :meth:`update_message`
         (config: ``local`` — the :class:`LocalConfig` fields —, ``curvature``, ``rank``, ``sketch``, ``seed``,
         ``adaptive``, ``round``, ``global_grad_norm``, ``report_loss``); methods register theirs (one-shot:
-        ``oneshot_stats``, ``cv_scores``).  ``pre`` is what a :class:`ClientBatch` already computed for this
+        ``oneshot_stats``).  ``pre`` is what a :class:`ClientBatch` already computed for this
         client (a ready message, or ``(r_m, J_m)``); ``deadline`` a ``time.perf_counter()`` instant at which
         local training stops (else ``config["deadline_s"]`` seconds from now).  Returns a
         :class:`~fedsciml.runtime.transport.Reply`.

@@ -226,19 +226,33 @@ def _ridge_sigma_once(problem, method: str, config: MethodConfig):
     return problem, dataclasses.replace(config, sigma=s)
 
 
-def solve(problem, method: str = "centralized", clients: int | None = None, seed: int = 0, device="cpu",
-          progress: bool = False, every: int = 10, message_hook=None, config: MethodConfig | None = None,
-          engine: str = "local", **options: Any) -> Result:
-    """Solve ``problem`` (a :class:`~fedsciml.problems.Problem`) with ``method``.
+@dataclass(frozen=True)
+class Plan:
+    """A run checked before anything is built: the method, its validated typed configuration, the resolved
+    device, the engine, and the memory estimate passed.  :func:`plan` makes one, :func:`run` executes it —
+    the CLI plans every method of a ``--compare`` first (so a bad option or too large a run fails before the
+    first run starts) and runs them afterwards; :func:`solve` is the two in one call."""
 
-    ``clients`` defaults to the problem's own default (1 for most).  The method's
-    options come as keywords (``rounds=``, ``rank=``, …; see
-    :mod:`fedsciml.options`) or as a ready ``config``; unknown options and values
-    out of range raise before anything runs.  ``message_hook(round, client, msg)
-    -> msg`` (federated methods; tests) alters the messages clients send.
-    ``engine="flower"`` runs the same method with Flower's simulation engine
-    carrying the messages (:mod:`fedsciml.engines.flower`).
-    """
+    problem: Any
+    method: str
+    spec: MethodSpec
+    config: MethodConfig
+    clients: int | None
+    seed: int
+    device: torch.device
+    device_arg: Any
+    engine: str
+    progress: bool
+    every: int
+    message_hook: Callable | None
+    runtime: dict
+
+
+def plan(problem, method: str = "centralized", clients: int | None = None, seed: int = 0, device="cpu",
+         progress: bool = False, every: int = 10, message_hook=None, config: MethodConfig | None = None,
+         engine: str = "local", **options: Any) -> Plan:
+    """Check a run — every option, the seed, clients, device, engine and (in process) its memory — once.
+    Raises what :func:`solve` raises for bad input; builds no data."""
     spec = get_method(method)
     runtime = {}
     if "transport" in options and not isinstance(options["transport"], str):  # a Transport object, not a name
@@ -261,33 +275,61 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
         raise ValueError(f"every must be an integer ≥ 1, got {every!r}")
     dev = resolve_device(device)
     problem, config = _ridge_sigma_once(problem, method, config)
-    if engine != "local":  # the same strategy and round loop; the engine's transport carries the messages
+    if engine != "local":
         if runtime:
             raise ValueError(f"engine {engine!r} brings its own transport; do not give one")
         if message_hook is not None:
             raise ValueError(f"message_hook runs in this process; it does not apply to engine {engine!r}")
-        opts = config.to_dict()
-        if opts.pop("transport", "local") != "local":  # the engine's transport carries the messages
+        if getattr(config, "transport", "local") != "local":  # the engine's transport carries the messages
             raise ValueError(f"transport={config.transport!r} applies to engine 'local'; engine {engine!r} brings its own")
-        return ENGINES[engine](problem, method, clients=clients, seed=seed, device=device, progress=progress, **opts)
-    if clients is None:
-        clients = problem.default_clients
+    else:
+        check_run_memory(problem, method, problem.default_clients if clients is None else clients, config, dev)
+    return Plan(problem, method, spec, config, clients, seed, dev, device, engine, progress, every, message_hook,
+                runtime)
+
+
+def run(p: Plan) -> Result:
+    """Execute a :class:`Plan`: seed, the clients' objectives, θ₀, the method's run, the :class:`Result`."""
+    if p.engine != "local":  # the same strategy and round loop; the engine's transport carries the messages
+        opts = p.config.to_dict()
+        opts.pop("transport", None)
+        return ENGINES[p.engine](p.problem, p.method, clients=p.clients, seed=p.seed, device=p.device_arg,
+                                 progress=p.progress, **opts)
+    problem, dev = p.problem, p.device
+    clients = problem.default_clients if p.clients is None else p.clients
     from fedsciml.runtime.checks import check_objectives
 
-    check_run_memory(problem, method, clients, config, dev)
-    torch.manual_seed(seed)
-    objectives = problem.client_objectives(clients, seed=seed, device=dev)
-    theta0 = problem.init_params(seed, device=dev)
+    torch.manual_seed(p.seed)
+    objectives = problem.client_objectives(clients, seed=p.seed, device=dev)
+    theta0 = problem.init_params(p.seed, device=dev)
     check_objectives(objectives, theta0)
     t0 = time.perf_counter()
-    theta, rows, info = spec(problem, objectives, theta0, problem.evaluate, config, seed=seed, progress=progress,
-                             every=every, message_hook=message_hook, **runtime)
+    theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
+                               progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
     wall = time.perf_counter() - t0
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}
     final.update(problem.evaluate(theta))
+    final.update(problem.final_metrics(theta, objectives))
     return Result(
-        problem=problem.name, method=method, options=_options(problem, config), seed=seed,
+        problem=problem.name, method=p.method, options=_options(problem, p.config), seed=p.seed,
         device=str(dev), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
         clients=int(clients), wall_time_s=wall, final=final, history=rows, extra=jsonable(info), theta=theta,
     )
+
+
+def solve(problem, method: str = "centralized", clients: int | None = None, seed: int = 0, device="cpu",
+          progress: bool = False, every: int = 10, message_hook=None, config: MethodConfig | None = None,
+          engine: str = "local", **options: Any) -> Result:
+    """Solve ``problem`` (a :class:`~fedsciml.problems.Problem`) with ``method``: :func:`run` of :func:`plan`.
+
+    ``clients`` defaults to the problem's own default (1 for most).  The method's
+    options come as keywords (``rounds=``, ``rank=``, …; see
+    :mod:`fedsciml.options`) or as a ready ``config``; unknown options and values
+    out of range raise before anything runs.  ``message_hook(round, client, msg)
+    -> msg`` (federated methods; tests) alters the messages clients send.
+    ``engine="flower"`` runs the same method with Flower's simulation engine
+    carrying the messages (:mod:`fedsciml.engines.flower`).
+    """
+    return run(plan(problem, method, clients, seed, device, progress, every, message_hook, config, engine,
+                    **options))

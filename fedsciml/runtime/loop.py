@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -64,6 +64,7 @@ class RoundConfig:
     checkpoint: str | None = _ROUND["checkpoint"]
     resume: bool = _ROUND["resume"]
     max_rejected_rounds: int | None = 10  # stop when one client is rejected this many rounds in a row (None: never)
+    checked: bool = field(default=False, repr=False, compare=False)  # built from validated typed RoundOptions
 
     def validate(self):
         if self.rounds is not None and (int(self.rounds) != self.rounds or self.rounds < 0):
@@ -93,7 +94,7 @@ class Simulation:
             transport = LocalTransport(list(transport))
         self.transport = transport
         self.client_ids = list(transport.client_ids)
-        self.cfg = cfg.validate()
+        self.cfg = cfg if cfg.checked else cfg.validate()
         self.evaluate = evaluate
         self.n_total = sum(int(transport.sample_counts[c]) for c in self.client_ids)
         self.rec = Recorder(evaluate, self.n_total, cfg.budget, progress, every, label, total=cfg.rounds)

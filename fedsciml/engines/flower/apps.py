@@ -17,7 +17,7 @@ says which part of it this node holds:
   ``table`` (its model size comes from the nodes' ``describe``).
 
 The node answers the query (``describe``: its partition id and sizes;
-``gn_loss``, ``gn_stats``, ``update``, ``loss``, ``cv_scores``: through
+``gn_loss``, ``gn_stats``, ``update``, ``loss``, ``oneshot_stats``: through
 :meth:`fedsciml.runtime.client.Client.answer`); the data never leave it.
 A node keeps its objective between messages (a process-level cache keyed by
 the job and partition), so a long-lived ClientApp process — a Ray actor in
@@ -190,6 +190,10 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
         raise ValueError(f"unknown method {method!r}; available: {', '.join(available_methods())}")
     if method == "centralized":
         raise ValueError("method 'centralized' pools the clients' data on one machine; it does not run on Flower")
+    if method == "one-shot":  # central DP needs a secure sum, which this engine lacks
+        from fedsciml.methods.oneshot import refuse_central_dp_without_secure_sum
+
+        refuse_central_dp_without_secure_sum(options.get("config") or options)
     dev = resolve_device(device)
     job = {"problem": problem.name, "options": dict(problem.options), "clients": int(clients), "seed": int(seed),
            "device": "cpu", "threads": torch.get_num_threads(), **(job_extra or {})}

@@ -17,7 +17,7 @@ for it, and reads the Result the ServerApp wrote.  Every process it started
 process group and is stopped on exit, also after an error.  Telemetry and
 update checks are off in every process; nothing listens beyond 127.0.0.1.
 
-    python scripts/flower_deploy.py bratu --clients 2 --method gn --rounds 2
+    python scripts/tools/flower_deploy.py bratu --clients 2 --method gn --rounds 2
 """
 from __future__ import annotations
 

@@ -1,0 +1,345 @@
+"""Fields and conditions of a :class:`~fedsciml.problems.domain.DomainPDE`.
+
+:class:`Field` is the network ``u_θ`` (θ fixed) at one point ``x [d]`` — the shape ``torch.func``
+transforms see under ``vmap`` — with its derivatives in x: ``u(x)``, ``u.grad(x)``, ``u.hessian(x)``,
+``u.diff(x, "x")``, ``u.diff(x, "x", "t")``, ``u.laplacian(x)`` (spatial axes only), ``u.dn(x, n)``
+(normal derivative), a component by name (``u["p"]``) and the unknown coefficients of an inverse
+problem (``u.coef["k"]``).  Derivatives come from nested ``torch.func.jacrev``/``jacfwd`` — exact, so
+the residual's Jacobian in θ is exact too.  Within one residual call the value, gradient and Hessian
+at x are computed once and shared by every derivative asked for (a cache keyed by the point).
+
+Conditions name a boundary part of the problem's geometry (``"x-"``, ``"e3"``, ``"sphere"``, a user
+part, ``"boundary"`` for all of it) and, for systems, an output component; each has its own weight
+(``√w`` multiplies its residual rows) and number of points per client:
+
+* :class:`Dirichlet` — ``u_c(x) − g(x)``; ``g`` a number, a function of x, or the exact solution;
+* :class:`Neumann` — ``∂u_c/∂n(x) − g(x)`` with the part's outward unit normal;
+* :class:`Robin` — ``α u_c + β ∂u_c/∂n − g``;
+* :class:`Periodic` — ``u_c(x) − u_c(x + L e_axis)`` on the face ``axis−`` (and the same for
+  ``∂u_c/∂x_axis`` when ``derivative``), with ``L`` the bounding box's length along the axis;
+* :class:`Initial` — ``u_c(x, t0) − g(x)`` on the slice t = t0 of a space-time domain, and with
+  ``velocity`` also ``∂u_c/∂t(x, t0) − h(x)`` (second order in time);
+* :class:`Data` — measurements ``u_c(x_i) − y_i`` at given points (sensors); each point belongs to the
+  client that owns it under the partition, as a boundary point does.
+
+A hard Dirichlet condition is an ansatz: override ``DomainPDE.ansatz(x, out)`` (e.g.
+``g(x) + φ(x)·out`` with φ = 0 on the part); every derivative goes through it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, dataclass, field
+
+import torch
+from torch.func import jacfwd, jacrev
+
+from .base import DTYPE, ProblemError
+
+
+class Field:
+    """``u_θ`` at one point, its derivatives in x, its components and the problem's coefficients."""
+
+    def __init__(self, fn: Callable, names: Sequence[str], axes: Sequence[str], n_space: int, coef: dict,
+                 index: int | None = None, cache: dict | None = None):
+        self._fn = fn                  # x [d] → [C]
+        self.names, self.axes, self.n_space = tuple(names), tuple(axes), n_space
+        self.coef = coef
+        self._index = index if index is not None else (0 if len(self.names) == 1 else None)
+        self._cache = {} if cache is None else cache
+
+    # --- components -------------------------------------------------------------
+    def __getitem__(self, c) -> Field:
+        return Field(self._fn, self.names, self.axes, self.n_space, self.coef, component_index(c, self.names),
+                     self._cache)
+
+    def _pick(self, v):
+        return v if self._index is None else v[self._index]
+
+    # --- values and derivatives ----------------------------------------------------
+    def _jet(self, x, order: int):
+        key = (id(x), order)
+        if key not in self._cache:
+            f = self._fn
+            if order == 0:
+                self._cache[key] = (f(x),)
+            else:
+                def value_and_grad(y):
+                    G, v = jacrev(lambda z: (f(z), f(z)), has_aux=True)(y)
+                    return G, (G, v)
+
+                if order == 1:
+                    G, v = jacrev(lambda z: (f(z), f(z)), has_aux=True)(x)
+                    self._cache[key] = (v, G)
+                else:
+                    H, (G, v) = jacfwd(value_and_grad, has_aux=True)(x)
+                    self._cache[key] = (v, G, H)
+                    self._cache[(id(x), 1)] = (v, G)
+        return self._cache[key]
+
+    def _best(self, x, order):
+        for o in (order, 2, 1, 0):
+            if o >= order and (id(x), o) in self._cache:
+                return self._cache[(id(x), o)]
+        return self._jet(x, order)
+
+    def __call__(self, x):
+        return self._pick(self._best(x, 0)[0])
+
+    def grad(self, x):
+        """∇ₓu: ``[d]`` for a component, ``[C, d]`` for the whole system (t is the last axis in space-time)."""
+        return self._pick(self._best(x, 1)[1])
+
+    def hessian(self, x):
+        """∇ₓ²u: ``[d, d]`` for a component, ``[C, d, d]`` for the whole system."""
+        return self._pick(self._jet(x, 2)[2])
+
+    def jet(self, x):
+        """``(value, gradient, Hessian)`` at x from one nested pass (what a system's equations usually need)."""
+        v, G, H = self._jet(x, 2)
+        return self._pick(v), self._pick(G), self._pick(H)
+
+    def _axis(self, a) -> int:
+        if isinstance(a, int) and 0 <= a < len(self.axes):
+            return a
+        if a in self.axes:
+            return self.axes.index(a)
+        raise ProblemError(f"unknown axis {a!r}; this problem's axes are {list(self.axes)} (or 0..{len(self.axes) - 1})")
+
+    def diff(self, x, *axes):
+        """``∂u/∂a`` or ``∂²u/∂a∂b`` for axes given by name (``"x"``, ``"t"``) or index."""
+        if len(axes) == 1:
+            return self.grad(x)[..., self._axis(axes[0])]
+        if len(axes) == 2:
+            return self.hessian(x)[..., self._axis(axes[0]), self._axis(axes[1])]
+        raise ProblemError(f"diff takes one or two axes, got {len(axes)}")
+
+    def laplacian(self, x):
+        """Δu over the spatial axes (t excluded in space-time)."""
+        H = self.hessian(x)
+        return torch.diagonal(H, dim1=-2, dim2=-1)[..., : self.n_space].sum(-1)
+
+    def dn(self, x, n):
+        """The normal derivative ``∇u · n``."""
+        return (self.grad(x) * n).sum(-1)
+
+
+def component_index(c, names: Sequence[str]) -> int:
+    if isinstance(c, int) and not isinstance(c, bool) and 0 <= c < len(names):
+        return c
+    if isinstance(c, str) and c in names:
+        return list(names).index(c)
+    raise ProblemError(f"unknown component {c!r}; this problem's outputs are {list(names)}")
+
+
+# ----------------------------------------------------------------------------- conditions
+Value = float | Callable | None
+
+
+def _values(g: Value, x: torch.Tensor, exact: Callable | None, comp: int, what: str) -> torch.Tensor:
+    """``g`` at the points ``x [n, d]``: a number, a function of the batch, or (``None``) the exact solution."""
+    if g is None:
+        if exact is None:
+            raise ProblemError(f"{what} has no value and the problem has no exact solution to take it from")
+        v = exact(x)
+        v = v if v.ndim == 1 else v[:, comp]
+    elif callable(g):
+        v = torch.as_tensor(g(x), dtype=DTYPE)
+        if v.ndim == 0:
+            v = v.expand(x.shape[0])
+    else:
+        v = torch.full((x.shape[0],), float(g), dtype=DTYPE)
+    if v.shape != (x.shape[0],):
+        raise ProblemError(f"{what}: its value must give one number per point (shape [{x.shape[0]}]), got {tuple(v.shape)}")
+    return v.to(DTYPE)
+
+
+@dataclass
+class Condition:
+    """Base: a condition on the boundary part ``on`` for output ``component`` (a name or index; the
+    only output of a scalar problem by default), with its own ``weight`` (``None``: the problem's
+    ``boundary_weight``) and ``n`` points per client (``None``: the problem's ``n_boundary``)."""
+
+    on: str = "boundary"
+    _: KW_ONLY
+    component: str | int | None = None
+    weight: float | None = None
+    n: int | None = None
+
+    kind = "condition"
+    outputs = ("",)  # names of the residual rows it gives per point (one part each)
+
+    def label(self) -> str:
+        c = "" if self.component is None else f"[{self.component}]"
+        return (self.kind if self.on == self.kind else f"{self.kind}:{self.on}") + c
+
+    def points(self, problem, geometry, n: int, method: str, seed) -> tuple[torch.Tensor, tuple]:
+        """``(x used for ownership [n, d], point tuple)`` for the whole part."""
+        raise NotImplementedError
+
+    def residual(self, u: Field, pt, i: int):
+        raise NotImplementedError
+
+
+@dataclass
+class Dirichlet(Condition):
+    """``u_c = g`` on the part (``value`` a number, a function of x [n, d], or ``None``: the exact solution)."""
+
+    value: Value = None
+    kind = "dirichlet"
+
+    def points(self, problem, geometry, n, method, seed):
+        x = geometry.sample_boundary(n, method, seed, part=self.on)
+        return x, (x, _values(self.value, x, problem.exact_or_none(), problem.comp(self), self.label()))
+
+    def residual(self, u, pt, i):
+        x, g = pt
+        return u(x) - g
+
+
+@dataclass
+class Neumann(Condition):
+    """``∂u_c/∂n = g`` on the part (``value``: a number, a function of x, or ``None``: from the exact solution)."""
+
+    value: Value = 0.0
+    kind = "neumann"
+
+    def points(self, problem, geometry, n, method, seed):
+        x, nrm = geometry.sample_boundary(n, method, seed, part=self.on, with_normals=True)
+        if self.value is None:
+            g = problem.exact_normal_derivative(x, nrm, problem.comp(self))
+        else:
+            g = _values(self.value, x, None, 0, self.label())
+        return x, (x, nrm, g)
+
+    def residual(self, u, pt, i):
+        x, nrm, g = pt
+        return u.dn(x, nrm) - g
+
+
+@dataclass
+class Robin(Condition):
+    """``α u_c + β ∂u_c/∂n = g`` on the part (``value`` ``None``: from the exact solution)."""
+
+    alpha: float = 1.0
+    beta: float = 1.0
+    value: Value = None
+    kind = "robin"
+
+    def points(self, problem, geometry, n, method, seed):
+        x, nrm = geometry.sample_boundary(n, method, seed, part=self.on, with_normals=True)
+        c = problem.comp(self)
+        if self.value is None:
+            ex = problem.exact_or_none()
+            if ex is None:
+                raise ProblemError(f"{self.label()} has no value and the problem has no exact solution to take it from")
+            g = self.alpha * _values(None, x, ex, c, self.label()) + self.beta * problem.exact_normal_derivative(x, nrm, c)
+        else:
+            g = _values(self.value, x, None, 0, self.label())
+        return x, (x, nrm, g)
+
+    def residual(self, u, pt, i):
+        x, nrm, g = pt
+        return self.alpha * u(x) + self.beta * u.dn(x, nrm) - g
+
+
+@dataclass
+class Periodic(Condition):
+    """``u_c(x) = u_c(x + L e_axis)`` for x on the face ``axis−`` (``axis`` a name like ``"x"`` or an index),
+    and the same for ``∂u_c/∂x_axis`` when ``derivative``."""
+
+    on: str = field(default="periodic", kw_only=True)
+    axis: str | int = "x"
+    derivative: bool = True
+    kind = "periodic"
+
+    def __post_init__(self):
+        self.outputs = ("value", "derivative") if self.derivative else ("value",)
+
+    def label(self):
+        c = "" if self.component is None else f"[{self.component}]"
+        return f"periodic:{self.axis}{c}"
+
+    def _face(self, problem):
+        a = problem.axis_index(self.axis)
+        from .geometry import axis_name
+
+        return a, axis_name(a) + "-"
+
+    def points(self, problem, geometry, n, method, seed):
+        a, face = self._face(problem)
+        if face not in geometry.part_names() or face[:-1] + "+" not in geometry.part_names():
+            raise ProblemError(f"{self.label()} needs the faces {face!r} and {face[:-1] + '+'!r}; this geometry's parts: "
+                               f"{geometry.part_names()}")
+        x = geometry.sample_boundary(n, method, seed, part=face)
+        shift = torch.zeros(geometry.dim, dtype=DTYPE)
+        shift[a] = float(geometry.bbox[1][a] - geometry.bbox[0][a])
+        y = x + shift
+        geometry.check_inside(y, f"{self.label()}: the image of the face point")
+        return x, (x, y)
+
+    def residual(self, u, pt, i):
+        x, y = pt
+        if i == 0:
+            return u(x) - u(y)
+        a = u._axis(self.axis) if not isinstance(self.axis, int) else self.axis
+        return u.diff(x, a) - u.diff(y, a)
+
+
+@dataclass
+class Initial(Condition):
+    """On t = t0 of a space-time domain: ``u_c(x, t0) = value(x)`` and, with ``velocity``,
+    ``∂u_c/∂t(x, t0) = velocity(x)`` (``value`` ``None``: the exact solution; functions take ``(x, t)`` points)."""
+
+    on: str = field(default="initial", kw_only=True)
+    value: Value = None
+    velocity: Value = None
+    kind = "initial"
+
+    def __post_init__(self):
+        self.outputs = ("value", "velocity") if self.velocity is not None else ("value",)
+
+    def points(self, problem, geometry, n, method, seed):
+        if not hasattr(geometry, "sample_initial"):
+            raise ProblemError(f"{self.label()} needs a space-time problem (set T); this one has no time axis")
+        x = geometry.sample_initial(n, method, seed)
+        c = problem.comp(self)
+        g = _values(self.value, x, problem.exact_or_none(), c, self.label())
+        h = _values(self.velocity, x, None, 0, self.label() + " velocity") if self.velocity is not None else g
+        return x, (x, g, h)
+
+    def residual(self, u, pt, i):
+        x, g, h = pt
+        if i == 0:
+            return u(x) - g
+        return u.diff(x, len(u.axes) - 1) - h
+
+
+@dataclass
+class Data(Condition):
+    """Measurements: ``u_c(x_i) = y_i`` at the given points (sensors), each owned by the client whose cell
+    holds it.  ``noise`` (optional) is the readings' standard deviation, used for the coefficient
+    uncertainty of an inverse problem (otherwise estimated from the final residuals)."""
+
+    on: str = field(default="data", kw_only=True)
+    x: object = None
+    y: object = None
+    noise: float | None = None
+    kind = "data"
+
+    def label(self):
+        c = "" if self.component is None else f"[{self.component}]"
+        return f"data{c}"
+
+    def points(self, problem, geometry, n, method, seed):
+        x = torch.as_tensor(self.x, dtype=DTYPE)
+        y = torch.as_tensor(self.y, dtype=DTYPE).reshape(-1)
+        if x.ndim == 1:
+            x = x[:, None]
+        if x.shape[0] != y.shape[0]:
+            raise ProblemError(f"{self.label()}: {x.shape[0]} points but {y.shape[0]} values")
+        x = geometry.check_inside(x, f"{self.label()}: measurement point")
+        return x, (x, y)
+
+    def residual(self, u, pt, i):
+        x, y = pt
+        return u(x) - y

@@ -1,0 +1,400 @@
+"""A PDE on a geometry: named boundary parts with their own conditions, time, systems, inverse problems.
+
+::
+
+    import math, torch
+    import fedsciml as fs
+    from fedsciml.problems.geometry import Interval
+    from fedsciml.problems.conditions import Dirichlet, Neumann, Initial
+
+    class Heat(fs.DomainPDE):
+        name = "my-heat"
+        geometry = Interval(0.0, 1.0)
+        T = 1.0                                   # space-time: inputs (x, t); no condition at t = T
+        params = {"k": fs.Param(0.1, float, "diffusivity")}
+        conditions = [Dirichlet("x-", 0.0), Neumann("x+", 0.0), Initial(value=lambda x: torch.sin(math.pi / 2 * x[:, 0]))]
+
+        def equation(self, u, x):                 # at one interior point x = (x, t)
+            return u.diff(x, "t") - self.k * u.diff(x, "x", "x")
+
+Class attributes (each may also be a property, to depend on the options):
+
+* ``geometry`` — a :class:`~fedsciml.problems.geometry.Geometry`; ``T`` (and ``t0``) make it space-time;
+* ``outputs`` — the names of the output components (``("u", "v", "p")`` for a system);
+* ``conditions`` — a list of :mod:`~fedsciml.problems.conditions` objects;
+* ``unknowns`` — ``{name: initial value}``: scalar coefficients trained with θ (an inverse problem).
+  θ is the network's parameters followed by these scalars, so every method (gn, FIPA, FedAvg, …)
+  trains them unchanged; the equation reads them as ``u.coef["name"]``;
+* ``hidden``, ``activation`` — the network ``[d_in, *hidden, len(outputs)]``;
+* ``up_to_constant`` — components compared up to an additive constant (a pressure);
+* ``exact_coefficients`` — the true values of ``unknowns`` (for the report).
+
+Hooks: ``equation(u, x)`` (one residual, or a tuple of one per equation), ``exact(x)`` (batch ``[n, d]`` →
+``[n]`` or ``[n, C]``; optional), ``ansatz(x, out)`` (a hard constraint; identity by default),
+``test_inputs()`` and ``reference()`` (a test set with reference values where no closed form exists).
+
+Clients: the option ``split`` (``strips``, ``strips:AXIS``, ``grid``, ``grid:AxB``) or an overridden
+:meth:`client_partition`.  Each client samples ``n_interior`` points of its own subdomain; each
+condition samples ``n × clients`` points of its part and each point goes to the client that owns it
+(decision: one sample of each part split by ownership keeps its density uniform whatever the cells'
+shares of the boundary; the interior sample is per client, as the FIPA strips).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch.func import jacrev, vmap
+
+from .base import DTYPE, Param, ProblemError, ResidualPart, at_least, positive
+from .conditions import Condition, Data, Field, Initial, Periodic, component_index
+from .geometry import SAMPLINGS, Geometry, Partition, SpaceTime, axis_name, make_partition
+from .pinn import PINNProblem
+
+
+def _domain_params():
+    return {
+        "n_interior": Param(400, int, "interior collocation points per client", at_least("n_interior", 1)),
+        "n_boundary": Param(50, int, "points per client of each boundary/initial condition without its own n",
+                            at_least("n_boundary", 1)),
+        "boundary_weight": Param(10.0, float, "weight of each condition without its own weight", positive("boundary_weight")),
+        "sampling": Param("lhs", str, "collocation sampling: " + ", ".join(SAMPLINGS), choices=SAMPLINGS),
+        "split": Param("strips", str, "client partition: strips, strips:AXIS, grid, grid:AxB"),
+    }
+
+
+class _Residual:
+    """One residual part's pointwise function ``(θ, point) → scalar`` (one object per problem and part, so
+    that the clients' parts are recognised as the same part when pooled)."""
+
+    def __init__(self, problem: DomainPDE, cond: Condition | None, i: int):
+        self.problem, self.cond, self.i = problem, cond, i
+        self.comp = problem.comp(cond) if cond is not None else None
+
+    def __call__(self, theta, pt):
+        u = self.problem.field(theta)
+        if self.cond is None:
+            return _as_vector(self.problem.equation(u, pt))[self.i]
+        return self.cond.residual(u[self.comp], pt, self.i)
+
+
+def _as_vector(out) -> torch.Tensor:
+    if isinstance(out, (tuple, list)):
+        return torch.stack([torch.as_tensor(o).reshape(()) for o in out])
+    return out.reshape(-1)
+
+
+class DomainPDE(PINNProblem):
+    """A PDE on a :class:`Geometry` with conditions on named boundary parts (see the module docstring)."""
+
+    kind: ClassVar[str] = "pinn"
+    geometry: ClassVar[Geometry | None] = None
+    T: ClassVar[float | None] = None
+    t0: ClassVar[float] = 0.0
+    outputs: ClassVar[tuple] = ("u",)
+    conditions: ClassVar[list] = []
+    unknowns: ClassVar[dict] = {}
+    exact_coefficients: ClassVar[dict] = {}
+    up_to_constant: ClassVar[tuple] = ()
+    hidden: ClassVar[tuple] = (32, 32, 32)
+    activation: ClassVar[str] = "tanh"
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        cls.params = {**_domain_params(), **cls.__dict__.get("params", {})}
+        if not cls.__dict__.get("description"):
+            cls.description = (cls.__doc__ or f"user-defined PDE {cls.name}").strip().splitlines()[0]
+
+    # --- validation -------------------------------------------------------------------
+    def _check(self):
+        g = self.geometry
+        if not isinstance(g, Geometry):
+            raise ProblemError(f"problem {self.name!r} needs a geometry (a fedsciml.problems.geometry.Geometry), got {g!r}")
+        names = tuple(self.outputs)
+        if not names or len(set(names)) != len(names):
+            raise ProblemError(f"outputs must be distinct names, got {list(names)}")
+        dom = self.domain()
+        conds = self.condition_list()
+        if not conds and type(self).ansatz is DomainPDE.ansatz:
+            raise ProblemError(f"problem {self.name!r} has no conditions; give at least one (Dirichlet, Neumann, ...) "
+                               f"or a hard constraint (ansatz)")
+        for c in conds:
+            if not isinstance(c, Condition):
+                raise ProblemError(f"conditions must be Dirichlet/Neumann/Robin/Periodic/Initial/Data objects, got {c!r}")
+            if not isinstance(c, (Data, Periodic, Initial)):
+                dom.check_part(c.on)
+            self.comp(c)
+            if c.weight is not None and not c.weight > 0:
+                raise ProblemError(f"{c.label()}: weight must be > 0, got {c.weight}")
+            if c.n is not None and not c.n >= 1:
+                raise ProblemError(f"{c.label()}: n must be ≥ 1, got {c.n}")
+        for k in self.up_to_constant:
+            component_index(k, names)
+        for k in self.exact_coefficients:
+            if k not in self.unknowns:
+                raise ProblemError(f"exact_coefficients names {k!r}, which is not among the unknowns {list(self.unknowns)}")
+
+    def condition_list(self) -> list:
+        """The conditions, read once (``conditions`` may be a property that builds new objects each time)."""
+        if "_conds" not in self.__dict__:
+            self.__dict__["_conds"] = list(self.conditions)
+        return self.__dict__["_conds"]
+
+    def comp(self, cond: Condition) -> int:
+        """The output index a condition applies to."""
+        if cond.component is None:
+            if len(self.outputs) > 1:
+                raise ProblemError(f"{cond.label()}: this system has outputs {list(self.outputs)}; name the component")
+            return 0
+        return component_index(cond.component, self.outputs)
+
+    # --- the domain and the network -------------------------------------------------------
+    def domain(self) -> Geometry:
+        """The geometry, or geometry × [t0, T] for a time-dependent problem."""
+        if "_domain" not in self.__dict__:
+            g = self.geometry
+            self.__dict__["_domain"] = SpaceTime(g, float(self.T), float(self.t0)) if self.T is not None else g
+        return self.__dict__["_domain"]
+
+    @property
+    def space_dim(self) -> int:
+        return self.geometry.dim
+
+    def input_dim(self) -> int:
+        return self.domain().dim
+
+    @property
+    def axes(self) -> tuple:
+        ax = tuple(axis_name(i) for i in range(self.geometry.dim))
+        return ax + ("t",) if self.T is not None else ax
+
+    def axis_index(self, a) -> int:
+        if isinstance(a, int) and 0 <= a < len(self.axes):
+            return a
+        if a in self.axes:
+            return self.axes.index(a)
+        raise ProblemError(f"unknown axis {a!r}; this problem's axes are {list(self.axes)}")
+
+    def network(self):
+        if "_net" not in self.__dict__:
+            from fedsciml.core.nn import MLP
+
+            self.__dict__["_net"] = MLP([self.input_dim(), *self.hidden, len(self.outputs)], self.activation)
+        return self.__dict__["_net"]
+
+    @property
+    def n_params(self) -> int:
+        return self.network().n_params + len(self.unknowns)
+
+    def init_params(self, seed: int = 0, device="cpu") -> torch.Tensor:
+        th = self.network().init(seed, dtype=DTYPE, device=device)
+        c = torch.tensor([float(v) for v in self.unknowns.values()], dtype=DTYPE, device=device)
+        return torch.cat([th, c])
+
+    def coefficients(self, theta: torch.Tensor) -> dict:
+        p = self.network().n_params
+        return {k: theta[p + i] for i, k in enumerate(self.unknowns)}
+
+    def ansatz(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The output at one point from the network's ``out [C]``; override for a hard constraint."""
+        return out
+
+    def _point_fn(self, theta) -> Callable:
+        net, p, C = self.network(), self.network().n_params, len(self.outputs)
+        th = theta[:p]
+        return lambda x: self.ansatz(x, net(th, x).reshape(C))
+
+    def field(self, theta) -> Field:
+        return Field(self._point_fn(theta), self.outputs, self.axes, self.geometry.dim, self.coefficients(theta))
+
+    def u(self, theta, x):
+        """All outputs at a batch ``x [n, d]``: ``[n]`` for one output, ``[n, C]`` for a system."""
+        f = self._point_fn(theta)
+        out = vmap(f)(x) if x.ndim == 2 else f(x)
+        return out.squeeze(-1) if len(self.outputs) == 1 else out
+
+    def model_description(self, theta):
+        d = super().model_description(theta)
+        d.update(evaluation="pointwise", outputs=list(self.outputs), inputs=list(self.axes),
+                 coefficients={k: float(v) for k, v in self.coefficients(theta).items()},
+                 ansatz=type(self).ansatz is not DomainPDE.ansatz or type(self).u is not DomainPDE.u)
+        return d
+
+    def equation(self, u: Field, x: torch.Tensor):
+        raise NotImplementedError(f"{type(self).__name__} must define equation(self, u, x)")
+
+    # --- exact solution -------------------------------------------------------------------
+    @property
+    def has_exact(self) -> bool:
+        return type(self).exact is not DomainPDE.exact
+
+    def exact(self, x):
+        raise NotImplementedError
+
+    def exact_or_none(self):
+        return self.exact if self.has_exact else None
+
+    def exact_normal_derivative(self, x, n, comp: int) -> torch.Tensor:
+        """``∇u*·n`` of the exact solution at boundary points (for a Neumann/Robin value taken from it)."""
+        if not self.has_exact:
+            raise ProblemError("a Neumann/Robin condition without a value needs the problem's exact solution")
+
+        def one(y):
+            v = self.exact(y[None])
+            return v.reshape(-1)[comp] if v.ndim == 1 else v[0, comp]
+
+        return (vmap(jacrev(one))(x) * n).sum(-1)
+
+    # --- clients --------------------------------------------------------------------------
+    def client_partition(self, n_clients: int) -> Partition:
+        return make_partition(self.split, n_clients, self.domain())
+
+    def _parts(self, theta0) -> list:
+        """``[(name, fn, condition or None, output index)]`` — built once, so that every client's parts share
+        their functions."""
+        if "_part_fns" not in self.__dict__:
+            dom = self.domain()
+            x = dom.sample_interior(1, "uniform", 0)
+            m = _as_vector(vmap(lambda y: _as_vector(self.equation(self.field(theta0), y)))(x)[0]).numel()
+            out = [("pde" if m == 1 else f"pde{i}", _Residual(self, None, i), None, i) for i in range(m)]
+            for c in self.condition_list():
+                for i, o in enumerate(c.outputs):
+                    nm = c.label() + (f":{o}" if len(c.outputs) > 1 else "")
+                    out.append((nm, _Residual(self, c, i), c, i))
+            names = [o[0] for o in out]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ProblemError(f"two conditions share the part name(s) {dup}; give them different parts or components")
+            self.__dict__["_part_fns"] = out
+        return self.__dict__["_part_fns"]
+
+    def rows_per_client(self, n_clients: int) -> int:
+        per_eq = self.n_interior
+        rows = per_eq * max(1, len(self.outputs))
+        for c in self.condition_list():
+            rows += (c.n or self.n_boundary) * len(c.outputs) if not isinstance(c, Data) else len(c.y) * 1
+        return rows
+
+    def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
+        self.check_clients(n_clients)
+        dom, K = self.domain(), n_clients
+        part = self.client_partition(K)
+        theta0 = self.init_params(0)
+        parts = self._parts(theta0)
+        per_client: list[list] = [[] for _ in range(K)]
+        # interior: each client samples its own cell of the domain
+        for k in range(K):
+            xi = dom.sample_interior(self.n_interior, self.sampling, [seed, k, 0],
+                                     where=lambda y, k=k: part.owner(y) == k, box=part.cell_box(k, dom))
+            for name, fn, c, _i in parts:
+                if c is None:
+                    per_client[k].append(ResidualPart(name, fn, xi.to(device), 1.0))
+        # conditions: one sample of each part, split by ownership
+        for j, c in enumerate(self.condition_list()):
+            n = (c.n or self.n_boundary) * K
+            x_own, pts = c.points(self, dom, n, self.sampling, [seed, 1000 + j, 1])
+            owner = part.owner(x_own)
+            w = float(c.weight if c.weight is not None else self.boundary_weight)
+            for k in range(K):
+                sel = (owner == k).nonzero().squeeze(1)
+                pk = tuple(t[sel].to(device) for t in pts)
+                for name, fn, cc, _i in parts:
+                    if cc is c:
+                        per_client[k].append(ResidualPart(name, fn, pk, w))
+        return [self._objective(ps) for ps in per_client]
+
+    def _objective(self, parts):
+        from fedsciml.core.objective import PointwiseLeastSquares
+
+        return PointwiseLeastSquares(parts, self.n_params)
+
+    # --- test set and metrics --------------------------------------------------------------
+    def test_inputs(self) -> torch.Tensor:
+        """A grid over the bounding box kept inside the domain: 1001 points in 1-D, 101² in 2-D, 31³ in 3-D,
+        a fixed random set beyond."""
+        dom = self.domain()
+        lo, hi = dom.bbox
+        d = dom.dim
+        if d <= 3:
+            n = {1: 1001, 2: 101, 3: 31}[d]
+            axes = [torch.linspace(float(lo[i]), float(hi[i]), n, dtype=DTYPE) for i in range(d)]
+            X = torch.stack([m.reshape(-1) for m in torch.meshgrid(*axes, indexing="ij")], 1)
+        else:
+            X = torch.as_tensor(lo + (hi - lo) * np.random.default_rng(12345).random((20000, d)), dtype=DTYPE)
+        return X[dom.contains(X)]
+
+    def reference(self):
+        """``(X, U [n, C])``: the test points and the solution there (the exact solution by default)."""
+        X = self.test_inputs()
+        U = self.exact(X)
+        return X, U.reshape(X.shape[0], -1)
+
+    def _test(self):
+        if "_test_cache" not in self.__dict__:
+            self.__dict__["_test_cache"] = self.reference()
+        return self.__dict__["_test_cache"]
+
+    @property
+    def has_reference(self) -> bool:
+        return self.has_exact or type(self).reference is not DomainPDE.reference
+
+    def evaluate(self, theta: torch.Tensor) -> dict:
+        """``rel_l2``: the largest of the components' relative L2 errors on the test set (each component
+        ``rel_l2_NAME`` too for a system; those in ``up_to_constant`` with the means removed); the
+        unknown coefficients' values (``coef_NAME``) and, where known, their relative errors."""
+        out = {}
+        if self.has_reference:
+            X, U = self._test()
+            X, U = X.to(theta.device), U.to(theta.device)
+            with torch.no_grad():
+                P = self.u(theta, X).reshape(U.shape)
+            rels = {}
+            for c, name in enumerate(self.outputs):
+                e, ref = P[:, c] - U[:, c], U[:, c]
+                if name in self.up_to_constant:
+                    e, ref = e - e.mean(), ref - ref.mean()
+                rels[name] = float(e.norm() / ref.norm())
+            out["rel_l2"] = max(rels.values())
+            if len(self.outputs) > 1:
+                out.update({f"rel_l2_{k}": v for k, v in rels.items()})
+        for k, v in self.coefficients(theta).items():
+            out[f"coef_{k}"] = float(v)
+            if k in self.exact_coefficients:
+                out[f"coef_{k}_rel_err"] = abs(float(v) - self.exact_coefficients[k]) / abs(self.exact_coefficients[k])
+        return out
+
+    def final_metrics(self, theta: torch.Tensor, objectives) -> dict:
+        """Each unknown coefficient's Gauss–Newton (Laplace) standard deviation ``coef_NAME_std``.
+
+        The loss ``½‖r‖²`` is read as a negative log posterior at temperature ``τ = w_d σ²``: the data
+        rows ``√w_d (u(x_i) − y_i)`` then have the likelihood of readings with noise σ (given by the
+        :class:`Data` condition's ``noise``, else estimated as the RMS of the final data residuals), and
+        the physics rows count with the confidence their weights give them relative to the data.  The
+        covariance is ``τ (JᵀJ)⁺`` with ``JᵀJ = Σ_k J_kᵀJ_k`` — the sum gn's clients send — at the final θ;
+        a coefficient's variance is its diagonal entry (the pseudo-inverse drops directions of relative
+        eigenvalue below 1e-12).  Only scalar unknowns, and only with one Data condition."""
+        if not self.unknowns:
+            return {}
+        data = [c for c in self.condition_list() if isinstance(c, Data)]
+        if len(data) != 1:
+            return {}
+        d = data[0]
+        w = float(d.weight if d.weight is not None else self.boundary_weight)
+        H, rd = None, []
+        for obj in objectives:
+            st = obj.gn_stats(theta)
+            H = st.H if H is None else H + st.H
+            for p, r in zip(obj.parts, obj.part_residuals(theta)):
+                if isinstance(p.fn, _Residual) and p.fn.cond is d:
+                    rd.append(r / w ** 0.5)
+        rd = torch.cat(rd)
+        sigma = float(d.noise) if d.noise is not None else float(rd.norm() / rd.numel() ** 0.5)
+        tau = w * sigma ** 2
+        cov = tau * torch.linalg.pinv(H, hermitian=True, rtol=1e-12)
+        p = self.network().n_params
+        out = {"noise_sigma": sigma}
+        for i, k in enumerate(self.unknowns):
+            out[f"coef_{k}_std"] = float(cov[p + i, p + i].clamp_min(0.0) ** 0.5)
+        return out

@@ -1,0 +1,61 @@
+"""The trained model of a run, saved and loaded (:mod:`fedsciml.runtime.modelio` holds the format).
+
+Here, in the problems layer, because a model whose problem wraps the network in a hard-constraint ansatz
+is evaluated by that problem; re-exported as ``fs.save_model`` and ``fs.load_model``.
+"""
+from __future__ import annotations
+
+from typing import Union
+
+import torch
+
+from fedsciml.runtime.results import Result
+
+from .base import Problem
+from .registry import get_problem
+
+
+def save_model(result: Result, problem: Problem, directory) -> str:
+    """Write the trained model of ``result`` (a run of ``problem``) to ``directory`` as ``model.safetensors`` +
+    ``model.json`` (kind ``field``: the network, its architecture, the problem and its options, the method,
+    the final metrics and an inverse problem's coefficients; :mod:`fedsciml.runtime.modelio`).  Returns the directory."""
+    from fedsciml.runtime.modelio import write_model
+
+    if not hasattr(problem, "model_description"):
+        raise TypeError(f"problem {getattr(problem, 'name', problem)!r} has no network to save")
+    if result.theta is None:
+        raise ValueError("this result holds no parameters to save")
+    theta = result.theta.detach()
+    meta = {"kind": "field", **problem.model_description(theta), "problem": problem.name,
+            "options": dict(problem.options), "method": result.method, "clients": result.clients,
+            "seed": result.seed, "final": result.final}
+    write_model(str(directory), {"theta": theta}, meta)
+    return str(directory)
+
+
+def load_model(directory, problem: Union[Problem, None] = None):
+    """A callable evaluating a saved model at a batch of points: ``u = fs.load_model(DIR); u(x)`` with
+    ``x [n, d]`` → ``[n]`` (one output) or ``[n, C]`` (a system), the same operations as the run (so the same
+    bits).  A model whose problem wraps the network in a hard-constraint ansatz is evaluated by its problem:
+    the registered one of the saved name and options, or the ``problem`` given."""
+    from fedsciml.runtime.modelio import ModelFileError, load, read_model
+
+    tensors, meta = read_model(str(directory))
+    if meta["kind"] != "field" or not meta.get("ansatz"):
+        if problem is not None:
+            raise ValueError("problem= applies to a model with a hard-constraint ansatz only")
+        return load(str(directory))
+    if problem is None:
+        from .registry import REGISTRY
+
+        if meta.get("problem") not in REGISTRY:
+            raise ModelFileError(f"the model of problem {meta.get('problem')!r} has a hard-constraint ansatz and no "
+                                 f"such problem is registered: give it, fs.load_model(DIR, problem=...)")
+        problem = get_problem(meta["problem"], **meta.get("options", {}))
+    theta = tensors["theta"]
+
+    def u(x):
+        return problem.predict(theta, torch.as_tensor(x, dtype=theta.dtype))
+
+    u.meta = meta
+    return u

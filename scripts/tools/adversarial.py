@@ -1,0 +1,1280 @@
+"""Adversarial battery (issue 11): bad inputs, faults and hostile files against fedsciml.
+
+Runs a broad set of cheap cases against the CLI (``solve``, ``ridge``, ``bench images``,
+plugins, checkpoints, image data directories, output paths), the Python API (wrong
+argument types, injected client messages through ``message_hook``, byzantine clients,
+faulty user problems) and ``examples/ridge_table_dp.py --csv`` (bad tables), and sorts
+every outcome into one category:
+
+  clear_error    one clear line and exit 2 (CLI; exit 1 with one "error:" line for a run that started and
+                 could not go on), or an exception fedsciml raised on purpose (API)
+  handled        the run succeeded and its result passed the case's check (valid or tolerated input)
+  traceback      a Python traceback, or an exception nobody raised on purpose
+  hang           still running at the timeout
+  silent_wrong   exit 0 / a returned result, but the bad input was ignored or the result is wrong/NaN
+  lost_outputs   the run did the work, printed results, then failed writing them
+  code_executed  a hostile file ran code (its marker file exists)
+  unclear_exit   any other failure (another exit status, a multi-line error, a refused valid input)
+
+Each case runs in its own process: by default a fork of this script after torch, fedsciml
+and scikit-learn are imported (a case then costs its own work, not an interpreter start;
+the CLI runs exactly as ``python -m fedsciml``, through ``runpy``); ``--subprocess`` starts
+a fresh interpreter per case instead.  Sizes are tiny (a few clients, 1-2 rounds), every
+case has a timeout (``--timeout``, default 60 s) and a memory cap.
+
+    nice -n 10 python scripts/tools/adversarial.py [--jobs 2] [--json adversarial.json] [--only WORD] [--list]
+
+The summary prints the counts per category (overall and per group) and every case that is
+not ``clear_error``/``handled``; the JSON holds every case with its outcome and evidence.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import math
+import os
+import pickle
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE = os.path.join(ROOT, "examples", "ridge_table_dp.py")
+CATEGORIES = ("clear_error", "handled", "traceback", "hang", "silent_wrong", "lost_outputs", "code_executed",
+              "unclear_exit")
+
+
+@dataclass
+class Case:
+    name: str
+    group: str
+    kind: str                      # cli | example | api
+    argv: list = field(default_factory=list)   # cli/example arguments; "{dir}", "{marker}" are substituted
+    source: str = ""               # api: body of ``def case(d, marker)`` returning a JSON-able value
+    expect: str = "error"          # error | ok | any
+    check: Callable | None = None  # on success: check(outcome) -> None (fine) or a reason (silent_wrong)
+    setup: Callable | None = None  # setup(case_dir, marker) run in the parent before the case
+    output_case: bool = False      # bad output path: failing after printing results = lost outputs
+    env: dict = field(default_factory=dict)
+    timeout: float | None = None
+
+
+# ----------------------------------------------------------------------------- helpers for cases
+
+# (the default method, fipa, takes a local GN step: --local-steps would be refused there as an option without effect)
+SOLVE = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "1", "--seed", "0", "--quiet"]
+GN = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "1", "--method", "gn", "--quiet"]
+RIDGE = ["ridge", "--clients", "3", "--dim", "5", "--samples", "20"]
+IMAGES = ["bench", "images", "--dataset", "digits", "--methods", "fedavg", "--clients", "2", "--epochs", "1",
+          "--quiet"]
+
+
+def _json(outcome, name="r.json"):
+    p = os.path.join(outcome["dir"], name)
+    if not os.path.exists(p):
+        return None
+    with open(p) as f:
+        return json.load(f)
+
+
+def finite_final(outcome):
+    """Success is fine when every final metric in the written JSON is a finite number."""
+    d = _json(outcome)
+    if d is None:
+        return None
+    runs = d.get("runs", [d])
+    for r in runs:
+        for k, v in (r.get("final") or {}).items():
+            if not isinstance(v, (int, float)) or not math.isfinite(v):
+                return f"final {k} = {v!r}"
+    return None
+
+
+def honored(key, value):
+    """The written JSON records option ``key`` with ``value`` (not silently replaced by a default)."""
+    def check(outcome):
+        d = _json(outcome)
+        if d is None:
+            return "no result JSON written"
+        got = (d.get("options") or {}).get(key, (d.get("extra") or {}).get(key))
+        if got != value:
+            return f"{key}={value!r} was replaced by {got!r}"
+        return finite_final(outcome)
+    return check
+
+
+def rounds_run(n):
+    def check(outcome):
+        d = _json(outcome)
+        if d is None:
+            return "no result JSON written"
+        got = (d.get("extra") or {}).get("rounds")
+        return None if got == n else f"--rounds {n} ran {got} rounds"
+    return check
+
+
+def steps_run(n):
+    def check(outcome):
+        d = _json(outcome)
+        if d is None:
+            return "no result JSON written"
+        got = (d.get("history") or [{}])[-1].get("step")
+        return None if got == n else f"asked for {n} iterations, ran {got}"
+    return check
+
+
+def within_seconds(limit):
+    def check(outcome):
+        return None if outcome["wall_s"] <= limit else f"took {outcome['wall_s']:.0f} s (> {limit} s)"
+    return check
+
+
+def api_value(fn):
+    """Check of an API case's returned value: fn(value) -> None or a reason."""
+    def check(outcome):
+        return fn(outcome.get("value"))
+    return check
+
+
+def write(path, content):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(content if isinstance(content, bytes) else content.encode())
+
+
+# ----------------------------------------------------------------------------- hostile payloads
+
+
+class _Mkdir:
+    """Unpickling this calls ``os.mkdir(marker)``: proof that a file ran code."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def _checkpoint_bytes(state: dict, header: bool) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    payload = buf.getvalue()
+    if not header:
+        return payload
+    try:
+        from fedsciml.runtime.checkpoint import MAGIC
+    except ImportError:  # a version without checksum headers: the raw file is what it reads
+        return payload
+    return MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+SEED_CKPT = {}  # filled once: a valid checkpoint directory to copy from
+
+
+def _seed_checkpoint(workdir):
+    if "dir" not in SEED_CKPT:
+        d = os.path.join(workdir, "_seed_ckpt")
+        r = subprocess.run([sys.executable, "-m", "fedsciml", *SOLVE[:-1], "--method", "fedavg", "--checkpoint", d,
+                            "--quiet"], capture_output=True, text=True, cwd=workdir, env=_env({}))
+        if r.returncode != 0 or not os.path.exists(os.path.join(d, "state.pt")):
+            raise SystemExit(f"cannot write the seed checkpoint: {r.stderr[-2000:]}")
+        SEED_CKPT["dir"] = d
+    return SEED_CKPT["dir"]
+
+
+def _read_state(path):
+    """A valid checkpoint's state, read the safe way (``fedsciml.runtime.checkpoint.read``)."""
+    from fedsciml.runtime.checkpoint import read
+    return read(path)
+
+
+def ckpt_setup(kind):
+    def setup(d, marker):
+        src = _seed_checkpoint(os.path.dirname(d))
+        ck = os.path.join(d, "ck")
+        shutil.copytree(src, ck)
+        path = os.path.join(ck, "state.pt")
+        raw = open(path, "rb").read()
+        if kind == "payload":
+            st = _read_state(path)
+            st["rows"].append(_Mkdir(marker))
+            write(path, _checkpoint_bytes(st, header=True))
+        elif kind == "payload-raw":
+            st = _read_state(path)
+            st["rows"].append(_Mkdir(marker))
+            write(path, _checkpoint_bytes(st, header=False))
+        elif kind == "pickle":
+            buf = io.BytesIO()
+            pickle.dump({"fingerprint": {}, "x": _Mkdir(marker)}, buf, protocol=2)
+            write(path, buf.getvalue())
+        elif kind == "truncated":
+            write(path, raw[: len(raw) // 2])
+        elif kind == "garbage":
+            write(path, os.urandom(len(raw)))
+        elif kind == "empty":
+            write(path, b"")
+        elif kind == "bitflip":
+            theta = _read_state(path)["strategy"]["theta"]
+            at = raw.find(theta.numpy().tobytes())
+            b = bytearray(raw)
+            b[at + 8 * 3 + 2] ^= 0x04
+            write(path, bytes(b))
+        elif kind == "directory":
+            os.remove(path)
+            os.makedirs(path)
+        elif kind == "tmp-only":
+            os.replace(path, path + ".tmp")
+        elif kind == "tmp-leftover":
+            write(path + ".tmp", raw[:100])
+        elif kind == "wrong-theta":
+            import torch
+            st = _read_state(path)
+            st["strategy"]["theta"] = torch.zeros(3, dtype=torch.float64)
+            write(path, _checkpoint_bytes(st, header=True))
+        elif kind == "nan-theta":
+            st = _read_state(path)
+            st["strategy"]["theta"] = st["strategy"]["theta"] * float("nan")
+            write(path, _checkpoint_bytes(st, header=True))
+        elif kind == "missing-key":
+            st = _read_state(path)
+            del st["rows"]
+            write(path, _checkpoint_bytes(st, header=True))
+        elif kind == "symlink-passwd":
+            os.remove(path)
+            os.symlink("/etc/passwd", path)
+        elif kind == "fifo":  # open() would block forever
+            os.remove(path)
+            os.mkfifo(path)
+        elif kind == "dev-zero":  # read() would run until memory runs out
+            os.remove(path)
+            os.symlink("/dev/zero", path)
+        elif kind in ("round-99", "round-neg"):  # forged values, checksum recomputed
+            st = _read_state(path)
+            st["round"] = 99 if kind == "round-99" else -5
+            write(path, _checkpoint_bytes(st, header=True))
+    return setup
+
+
+def _cifar_batch(n, key=b"labels", k=10, seed=0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return {b"batch_label": b"batch", key: rng.integers(0, k, n).tolist(),
+            b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), b"filenames": [b"f%d" % i for i in range(n)]}
+
+
+def cifar_setup(kind):
+    def setup(d, marker):
+        import numpy as np
+
+        base = os.path.join(d, "cifar")
+        os.makedirs(base)
+        good = {"data_batch_1": _cifar_batch(60, seed=1), "test_batch": _cifar_batch(20, seed=2)}
+        for name, b in good.items():
+            write(os.path.join(base, name), pickle.dumps(b, protocol=2))
+        target = os.path.join(base, "data_batch_1")
+        if kind == "payload-data":
+            b = _cifar_batch(60)
+            b[b"filenames"] = [_Mkdir(marker)]
+            write(target, pickle.dumps(b, protocol=2))
+        elif kind == "payload-test":
+            write(os.path.join(base, "test_batch"), pickle.dumps(_Mkdir(marker), protocol=4))
+        elif kind == "payload-system":
+            class _Sys:
+                def __reduce__(self):
+                    return (os.system, (f"mkdir {marker}",))
+            write(target, pickle.dumps({b"data": _Sys(), b"labels": []}, protocol=2))
+        elif kind == "garbage":
+            write(target, os.urandom(4096))
+        elif kind == "empty":
+            write(target, b"")
+        elif kind == "text":
+            write(target, "this is not a pickle\n")
+        elif kind == "shape":
+            write(target, pickle.dumps({b"data": np.zeros((5, 100), np.uint8), b"labels": [0] * 5}))
+        elif kind == "labels":
+            b = _cifar_batch(60)
+            b[b"labels"] = [99] * 60
+            write(target, pickle.dumps(b))
+        elif kind == "float-data":
+            write(target, pickle.dumps({b"data": np.zeros((5, 3072)), b"labels": [0] * 5}))
+        elif kind == "object-array":
+            write(target, pickle.dumps({b"data": np.array([object()] * 3, dtype=object), b"labels": [0] * 3}))
+        elif kind == "directory":
+            os.remove(target)
+            os.makedirs(target)
+        elif kind == "missing-test":
+            os.remove(os.path.join(base, "test_batch"))
+        elif kind == "list":
+            write(target, pickle.dumps([1, 2, 3]))
+    return setup
+
+
+PLUGINS = {
+    "syntax": "def broken(:\n",
+    "raises": "raise RuntimeError('plugin import failed on purpose')\n",
+    "import-missing": "import module_that_does_not_exist_anywhere\n",
+    "empty-file": "",
+    "sliver-nan": textwrap.dedent('''
+        import math, torch
+        import fedsciml as fs
+
+        @fs.register
+        class Sliver(fs.PDE):
+            """NaN residual for x > 0.99 only"""
+            name = "adv-sliver"
+            def exact(self, x):
+                return torch.sin(math.pi * x[..., 0])
+            def equation(self, u, x):
+                r = -u.laplacian(x) - math.pi ** 2 * torch.sin(math.pi * x[..., 0])
+                return torch.where(x[..., 0] > 0.99, torch.full_like(r, float("nan")), r)
+        '''),
+    "residual-raises": textwrap.dedent('''
+        import math, torch
+        import fedsciml as fs
+
+        @fs.register
+        class Boom(fs.PDE):
+            """residual raises"""
+            name = "adv-boom"
+            def exact(self, x):
+                return torch.sin(math.pi * x[..., 0])
+            def equation(self, u, x):
+                raise ZeroDivisionError("user residual failed")
+        '''),
+    "shadow-builtin": textwrap.dedent('''
+        import math, torch
+        import fedsciml as fs
+
+        @fs.register
+        class Poisson(fs.PDE):
+            """tries to replace the built-in poisson"""
+            name = "poisson"
+            def exact(self, x):
+                return torch.sin(math.pi * x[..., 0])
+            def equation(self, u, x):
+                return -u.laplacian(x) - math.pi ** 2 * torch.sin(math.pi * x[..., 0])
+        '''),
+    "good": textwrap.dedent('''
+        import math, torch
+        import fedsciml as fs
+
+        @fs.register
+        class Good(fs.PDE):
+            """a valid plugin"""
+            name = "adv-good"
+            def exact(self, x):
+                return torch.sin(math.pi * x[..., 0])
+            def equation(self, u, x):
+                return -u.laplacian(x) - math.pi ** 2 * torch.sin(math.pi * x[..., 0])
+        '''),
+}
+
+
+def plugin_setup(kind):
+    def setup(d, marker):
+        write(os.path.join(d, f"plug_{kind.replace('-', '_')}.py"), PLUGINS[kind])
+    return setup
+
+
+def plugin_path(kind):
+    return "{dir}/" + f"plug_{kind.replace('-', '_')}.py"
+
+
+# --------------------------------------------------------------------------------- the CSV tables
+
+def _rows(n=60, sites=4, seed=0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = [["site", "x1", "x2", "x3", "y"]]
+    for i in range(n):
+        x = rng.normal(size=3)
+        out.append([f"s{i % sites}", *[f"{v:.6f}" for v in x], f"{x @ [1.0, -2.0, 0.5] + 0.1 * rng.normal():.6f}"])
+    return out
+
+
+def _csv(rows):
+    return "\n".join(",".join(r) for r in rows) + "\n"
+
+
+def _table_cases():
+    def edit(i, j, v):
+        rows = _rows()
+        rows[i][j] = v
+        return _csv(rows)
+
+    def pop(i):
+        rows = _rows()
+        rows[i].pop()
+        return _csv(rows)
+
+    def extra(i):
+        rows = _rows()
+        rows[i].append("1.0")
+        return _csv(rows)
+
+    tables = {
+        "empty file": "", "header only": "site,x1,x2,x3,y\n", "header and blank lines": "site,x1,x2,x3,y\n\n\n",
+        "no target column": _csv([r[:-1] for r in _rows()]), "no client column": _csv([r[1:] for r in _rows()]),
+        "NaN feature": edit(5, 1, "nan"), "inf target": edit(7, 4, "inf"), "-inf feature": edit(8, 2, "-inf"),
+        "string feature": edit(3, 2, "abc"), "string target": edit(3, 4, "high"), "empty feature cell": edit(3, 3, ""),
+        "empty target cell": edit(4, 4, ""), "empty client id": edit(9, 0, ""), "one row": _csv(_rows()[:2]),
+        "two rows": _csv(_rows()[:3]), "one group": _csv([_rows()[0]] + [["s0", *r[1:]] for r in _rows()[1:]]),
+        "duplicate column": _csv([["site", "x1", "x1", "x3", "y"]] + _rows()[1:]), "short row": pop(4),
+        "long row": extra(4), "no feature columns": _csv([[r[0], r[4]] for r in _rows()]),
+        "all-zero features": _csv([_rows()[0]] + [[r[0], "0", "0", "0", r[4]] for r in _rows()[1:]]),
+        "all-zero target": _csv([_rows()[0]] + [r[:4] + ["0"] for r in _rows()[1:]]),
+        "overflowing feature": edit(2, 1, "1.5e308"), "overflowing target": edit(2, 4, "1e200"),
+        "empty header names": ",,,,\n" + _csv(_rows()[1:]), "semicolon separated": _csv(_rows()).replace(",", ";"),
+        "binary garbage": bytes(range(256)) * 4, "NUL byte in a value": edit(3, 1, "1\x000"),
+        "quote not closed": edit(6, 2, '"1.0'), "hex float": edit(6, 2, "0x1p3"),
+        "tab separated": _csv(_rows()).replace(",", "\t"),
+    }
+    cases = []
+    for name, content in tables.items():
+        cases.append(Case(f"csv: {name}", "example-csv", "example", ["--csv", "{dir}/t.csv", "--epsilons", "inf",
+                                                                      "--quick"],
+                          setup=(lambda c: lambda d, m: write(os.path.join(d, "t.csv"), c))(content)))
+    good = lambda d, m: write(os.path.join(d, "t.csv"), _csv(_rows(n=80)))  # noqa: E731
+    for args in (["--epsilons", "0"], ["--epsilons", "nan"], ["--epsilons", "-1"], ["--epsilons", "1,,2"],
+                 ["--epsilons", ""], ["--delta", "1"], ["--delta", "0"], ["--seeds", "0"], ["--target", "site"],
+                 ["--target", "nope"], ["--client-column", "nope"]):
+        cases.append(Case(f"csv option {' '.join(args)}", "example-csv", "example",
+                          ["--csv", "{dir}/t.csv", "--quick", *args], setup=good))
+    cases.append(Case("csv: missing file", "example-csv", "example", ["--csv", "{dir}/nope.csv", "--quick"]))
+    cases.append(Case("csv: a directory", "example-csv", "example", ["--csv", "{dir}", "--quick"]))
+    cases.append(Case("csv: --epsilons 1 without inf", "example-csv", "example",
+                      ["--csv", "{dir}/t.csv", "--quick", "--epsilons", "1"], setup=good, expect="ok"))
+    cases.append(Case("csv: valid table with a UTF-8 BOM", "example-csv", "example",
+                      ["--csv", "{dir}/t.csv", "--quick", "--epsilons", "inf"], expect="ok",
+                      setup=lambda d, m: write(os.path.join(d, "t.csv"), b"\xef\xbb\xbf" + _csv(_rows(n=80)).encode())))
+    return cases
+
+
+# ------------------------------------------------------------------------------- API case sources
+
+API_PRELUDE = "import math, torch, numpy as np\nimport fedsciml as fs\n"
+TINY = 'problem_options={"n_samples": 40}'
+
+
+def _hook_case(method, body, opts="", expect="any", check=None, name=None, group="api-messages"):
+    """Run ``method`` clean and with ``hook`` (body of ``hook(rnd, cid, msg)``), return both results."""
+    extra = {"fedavg": "local_steps=3", "fedprox": "local_steps=3, mu=0.1", "fipa": "rank=4",  # fipa: local gn
+             "gn": ""}[method]
+    src = f'''
+def hook(rnd, cid, msg):
+{textwrap.indent(textwrap.dedent(body), "    ")}
+kw = dict(method="{method}", clients=4, rounds=3, {TINY}, {extra}{", " + opts if opts else ""})
+clean = fs.solve("sin1d", **kw)
+bad = fs.solve("sin1d", message_hook=hook, **kw)
+return {{"clean": clean.final["mse"], "bad": bad.final["mse"], "rejections": len(bad.extra.get("rejections", [])),
+         "rounds": bad.extra.get("rounds")}}
+'''
+    return Case(name or f"{method}: {body.strip().splitlines()[-1][:70]}", group, "api", source=src, expect=expect,
+                check=check)
+
+
+def rejected_and_sound(v):
+    """An invalid message must be rejected (counted) and the result stay finite and close to the clean run."""
+    if not isinstance(v, dict):
+        return f"returned {v!r}"
+    if not (isinstance(v["bad"], float) and math.isfinite(v["bad"])):
+        return f"final mse {v['bad']!r}"
+    if v["rejections"] < 1:
+        return "the invalid message was not rejected"
+    return None
+
+
+def robust(factor=10.0):
+    """Byzantine client: the run stops clearly, or rejects the client (logged), or ends within ``factor`` x the
+    clean error (+0.05); a finite result far off with no rejection is silently wrong."""
+    def fn(v):
+        if not isinstance(v, dict):
+            return f"returned {v!r}"
+        bad, clean = v["bad"], v["clean"]
+        if v.get("rejections", 0) >= 1 and isinstance(bad, float) and math.isfinite(bad):
+            return None  # the lie was caught and logged (the error then reflects the clients left: sin1d's
+            # clients own disjoint intervals, so losing one costs accuracy on its interval)
+        if not (isinstance(bad, float) and math.isfinite(bad)):
+            return f"final mse {bad!r} (clean run {clean:.3g})"
+        if bad > factor * clean + 0.05:
+            return f"final mse {bad:.3g} against {clean:.3g} without the byzantine client"
+        return None
+    return fn
+
+
+def _api_cases():
+    cases = []
+    A = lambda name, src, expect="error", check=None, group="api-arguments": cases.append(  # noqa: E731
+        Case(name, group, "api", source=src, expect=expect, check=check))
+    base = {"method": '"fedavg"', "clients": "2", "rounds": "1", "local_steps": "2"}
+    for arg in ("budget='5'", "budget=-1", "budget=float('nan')", "seed=-1", "seed='a'", "seed=1.5",
+                "checkpoint=123", "clients='2'", "clients=2.5", "clients=0", "rounds='3'", "rounds=2.5",
+                "rounds=-1", "device='gpu'", "device=123", "dropout='x'", "dropout=1.0", "participation=0",
+                "participation=float('nan')", "local_steps=-1", "lr=float('inf')", "lr=-1", "mu=-1",
+                "tol=float('nan')", "resume=True", "message_hook=5", "unknown_option=3"):
+        kw = {**base, arg.split("=")[0]: arg.split("=", 1)[1]}
+        if arg.startswith("mu="):
+            kw["method"] = '"fedprox"'  # the method that uses it
+        A(f"solve({arg})", 'return fs.solve("sin1d", ' + ", ".join(f"{k}={v}" for k, v in kw.items())
+          + f", {TINY}).final")
+    A("solve(problem=123)", "return fs.solve(123).final")
+    A("solve('nope')", "return fs.solve('nope').final")
+    A("solve(method=None)", 'return fs.solve("sin1d", method=None).final')
+    A("solve(method='nope')", 'return fs.solve("sin1d", method="nope").final')
+    A("problem_options unknown key", 'return fs.solve("sin1d", problem_options={"nope": 1}).final')
+    A("problem_options n_samples=-3", 'return fs.solve("sin1d", problem_options={"n_samples": -3}).final')
+    A("problem_options n_samples='x'", 'return fs.solve("sin1d", problem_options={"n_samples": "x"}).final')
+    A("centralized adam lr=inf", 'return fs.solve("sin1d", optimizer="adam", lr=float("inf"), max_iters=3, '
+                                 + TINY + ').final')
+    A("centralized max_iters=-1", 'return fs.solve("sin1d", max_iters=-1, ' + TINY + ').final')
+    # user problems and data
+    U = "api-user-problems"
+    A("ClientData with an empty client", "return fs.ClientData([(np.ones((3, 1)), np.ones(3)), "
+      "(np.zeros((0, 1)), np.zeros(0))])", group=U)
+    A("ClientData with NaN data", "d = fs.ClientData([(np.ones((5, 1)), np.ones(5)), "
+      "(np.full((5, 1), np.nan), np.ones(5))]); return fs.solve(d, method='fedavg', rounds=1).final", group=U)
+    A("ClientData with mismatched lengths", "return fs.ClientData([(np.ones((5, 1)), np.ones(4))])", group=U)
+    A("ClientData with strings", "return fs.ClientData([(np.array([['a'], ['b']]), np.ones(2))])", group=U)
+    A("ClientData not pairs", "return fs.ClientData([np.ones(3)])", group=U)
+    A("ClientData empty list", "return fs.ClientData([])", group=U)
+    pde = '''
+class P(fs.PDE):
+    name = "adv-inline"
+    def exact(self, x):
+        return torch.sin(math.pi * x[..., 0])
+    def equation(self, u, x):
+        r = -u.laplacian(x) - math.pi ** 2 * torch.sin(math.pi * x[..., 0])
+        return {ret}
+return fs.solve(P(n_interior=200), method="{method}", clients=2, rounds=2).final
+'''
+    for label, ret in (("NaN on x > 0.99", 'torch.where(x[..., 0] > 0.99, torch.full_like(r, float("nan")), r)'),
+                       ("inf everywhere", "r / 0.0"), ("two values per point", "torch.stack([r, r])"),
+                       ("a string", "'oops'"), ("raises", "1 / 0")):
+        for method in ("fedavg", "fipa"):
+            A(f"user PDE residual {label} ({method})", pde.format(ret=ret, method=method), group=U)
+    A("user PDE without exact()", '''
+class P(fs.PDE):
+    name = "adv-noexact"
+    def equation(self, u, x):
+        return -u.laplacian(x)
+return fs.solve(P(n_interior=20), max_iters=2).final''', expect="any",
+      check=api_value(lambda v: None if isinstance(v, dict) else f"returned {v!r}"), group=U)
+    # injected client messages (message_hook)
+    M = "api-messages"
+    corrupt = {
+        "NaN in every float field": 'if cid == 1:\n    msg = {k: v * float("nan") for k, v in msg.items()}\nreturn msg',
+        "inf in one entry": 'if cid == 1:\n    k = sorted(msg)[0]\n    v = msg[k].clone()\n    v.reshape(-1)[0] = float("inf")\n'
+                            '    msg = {**msg, k: v}\nreturn msg',
+        "int64 tensors": 'if cid == 1:\n    msg = {k: v.to(torch.int64) for k, v in msg.items()}\nreturn msg',
+        "bool tensors": 'if cid == 1:\n    msg = {k: v != 0 for k, v in msg.items()}\nreturn msg',
+        "float32 tensors": 'if cid == 1:\n    msg = {k: v.float() for k, v in msg.items()}\nreturn msg',
+        "complex NaN": 'if cid == 1:\n    msg = {k: v.to(torch.complex128) * complex(float("nan"), 0) '
+                       'for k, v in msg.items()}\nreturn msg',
+        "wrong shape": 'if cid == 1:\n    k = next(iter(msg))\n    msg = {**msg, k: msg[k].reshape(-1)[:-1]}\nreturn msg',
+        "missing field": 'if cid == 1:\n    msg = dict(list(msg.items())[1:])\nreturn msg',
+        "extra field": 'if cid == 1:\n    msg = {**msg, "evil": torch.zeros(3, dtype=torch.float64)}\nreturn msg',
+        "None message": 'return None if cid == 1 else msg',
+        "a list": 'return [1, 2] if cid == 1 else msg',
+        "a string": 'return "hello" if cid == 1 else msg',
+        "numpy arrays": 'return {k: v.numpy() for k, v in msg.items()} if cid == 1 else msg',
+        "negative sample count": 'if cid == 1 and "n" in msg:\n    msg = {**msg, "n": -msg["n"]}\nreturn msg',
+        "zero sample count": 'if cid == 1 and "n" in msg:\n    msg = {**msg, "n": msg["n"] * 0}\nreturn msg',
+        "NaN sample count": 'if cid == 1 and "n" in msg:\n    msg = {**msg, "n": msg["n"] * float("nan")}\nreturn msg',
+        "negative loss": 'if cid == 1 and "loss" in msg:\n    msg = {**msg, "loss": -msg["loss"].abs() - 1}\nreturn msg',
+        "negative curvature lam": 'if cid == 1 and "lam" in msg:\n    msg = {**msg, "lam": -msg["lam"].abs() - 1}\n'
+                                  'return msg',
+    }
+    for method in ("fedavg", "fipa", "gn"):  # valid values, only marked for autograd: rejected or harmless
+        cases.append(_hook_case(method, 'if cid == 1:\n    msg = {k: v.clone().requires_grad_(v.is_floating_point()) '
+                                        'for k, v in msg.items()}\nreturn msg', check=api_value(robust(1.5)),
+                                name=f"{method}: client 1 sends tensors requiring grad", group=M))
+    only = {"negative loss": ("fipa", "gn"), "negative curvature lam": ("fipa",)}
+    for label, body in corrupt.items():
+        for method in only.get(label, ("fedavg", "fipa", "gn")):
+            cases.append(_hook_case(method, body, check=api_value(rejected_and_sound),
+                                    name=f"{method}: client 1 sends {label}", group=M))
+    # byzantine clients: finite, well-formed, wrong
+    B = "api-byzantine"
+    byz = {
+        "update x1e6": 'if cid == 1:\n    msg = {k: (v * 1e6 if k not in ("n",) else v) for k, v in msg.items()}\n'
+                       'return msg',
+        "sign flip": 'if cid == 1:\n    msg = {k: (-v if k in ("delta", "g") else v) for k, v in msg.items()}\nreturn msg',
+        "sample count 1e300": 'if cid == 1 and "n" in msg:\n    msg = {**msg, "n": msg["n"] * 0 + 1e300}\nreturn msg',
+        "two clients claim 1e308": 'if cid in (1, 2) and "n" in msg:\n    msg = {**msg, "n": msg["n"] * 0 + 1e308}\n'
+                                   'return msg',
+        "sample count changes": 'if cid == 1 and "n" in msg and rnd > 1:\n    msg = {**msg, "n": msg["n"] * 50}\n'
+                                'return msg',
+        "curvature x1e6, loss kept": 'if cid == 1:\n    msg = {k: (v * 1e6 if k in ("H", "lam", "R") else v) '
+                                     'for k, v in msg.items()}\nreturn msg',
+        "statistics g / Qᵀr x1e3, loss kept": 'if cid == 1:\n    msg = {k: (v * 1e3 if k in ("g", "s") else v) '
+                                              'for k, v in msg.items()}\nreturn msg',
+    }
+    only = {"curvature x1e6, loss kept": ("fipa", "gn"), "statistics g / Qᵀr x1e3, loss kept": ("gn",)}
+    for label, body in byz.items():
+        for method in only.get(label, ("fedavg", "fipa", "gn")):
+            cases.append(_hook_case(method, body, check=api_value(robust()), name=f"{method}: byzantine {label}",
+                                    group=B))
+    cases.append(_hook_case("fedprox", byz["update x1e6"], check=api_value(robust()),
+                            name="fedprox: byzantine update x1e6", group=B))
+    for method, opts in (("fedavg", 'robust="median"'), ("fedavg", 'clip_norm=1.0'), ("fipa", 'robust="median"'),
+                         ("fipa", 'robust="trimmed", trim=0.25')):  # the documented robust options
+        cases.append(_hook_case(method, byz["update x1e6"], opts=opts, check=api_value(robust()),
+                                name=f"{method} {opts}: byzantine update x1e6", group=B))
+    # a client rejected every round must stop the run after a bounded number of rounds
+    cases.append(Case("fedavg: client 1 rejected in every one of 40 rounds", M, "api", source=f'''
+def hook(rnd, cid, msg):
+    return {{**msg, "delta": msg["delta"] * float("nan")}} if cid == 1 else msg
+r = fs.solve("sin1d", method="fedavg", clients=3, rounds=40, local_steps=1, message_hook=hook, {TINY})
+return {{"rounds": r.extra.get("rounds"), "rejections": len(r.extra.get("rejections", []))}}
+'''))
+    return cases
+
+
+# --------------------------------------------------------------------------------------- CLI cases
+
+def _cli_cases():
+    cases = []
+
+    def C(name, argv, group, expect="error", check=None, **kw):
+        cases.append(Case(name, group, "cli", argv, expect=expect, check=check, **kw))
+
+    S = "cli-solve"
+    bad_solve = [
+        ["--clients", "0"], ["--clients", "-1"], ["--clients", "1000000000"], ["--n-samples", "-5"],
+        ["--n-samples", "0"], ["--n-samples", "1000000000000"], ["--n-samples", "1e3"], ["--rounds", "-1"],
+        ["--rank", "-1"], ["--budget", "0"], ["--budget", "-1"], ["--budget", "nan"], ["--tol", "nan"], ["--participation", "0"],
+        ["--participation", "1.5"], ["--participation", "nan"], ["--dropout", "1"], ["--dropout", "-0.1"],
+        ["--dropout", "nan"], ["--beta", "inf"], ["--beta", "nan"], ["--beta", "-1"], ["--gamma", "nan"],
+        ["--gamma", "-1"], ["--gamma", "inf"], ["--local-steps", "-1"],
+        ["--seed", "-1"], ["--threads", "0"], ["--threads", "-2"], ["--device", "gpu"], ["--device", "tpu"],
+        ["--device", "cuda:7"], ["--every", "0"], ["--every", "-1"], ["--method", "nope"], ["--compare", "fedavg,nope"],
+        ["--merge", "bogus"], ["--local", "sgd"], ["--optimizer", "sgd"], ["--resume"], ["--split", "bogus"],
+        ["--freq", "nan"],
+    ] + [["--method", "fedavg", "--lr", v] for v in ("0", "-1", "nan", "inf")] + [
+        ["--method", "fedprox", "--mu", v] for v in ("-1", "nan", "inf")]
+    for extra in bad_solve:
+        C("solve " + " ".join(extra), SOLVE + extra, S)
+    C("solve --tol -1 (never stops early)", SOLVE + ["--tol", "-1", "--json", "{dir}/r.json"], S, expect="any",
+      check=finite_final)
+    C("solve unknown problem", ["solve", "nope", "--quiet"], S)
+    C("solve no problem", ["solve"], S)
+    C("solve poisson --dim 0", ["solve", "poisson", "--dim", "0", "--max-iters", "1", "--quiet"], S)
+    C("solve poisson --dim 11", ["solve", "poisson", "--dim", "11", "--max-iters", "1", "--quiet"], S)
+    C("solve poisson --dim 100000", ["solve", "poisson", "--dim", "100000", "--max-iters", "1", "--quiet"], S)
+    C("solve poisson --n-interior 0", ["solve", "poisson", "--n-interior", "0", "--max-iters", "1", "--quiet"], S)
+    C("solve poisson --n-interior 100000000", ["solve", "poisson", "--dim", "1", "--n-interior", "100000000",
+                                               "--max-iters", "1", "--quiet"], S)
+    C("solve poisson --variant bogus", ["solve", "poisson", "--variant", "bogus", "--quiet"], S)
+    C("solve poisson --boundary-weight 0", ["solve", "poisson", "--boundary-weight", "0", "--quiet"], S)
+    C("solve poisson --boundary-weight nan", ["solve", "poisson", "--boundary-weight", "nan", "--quiet"], S)
+    C("solve bratu --lam 10 (no solution)", ["solve", "bratu", "--lam", "10", "--max-iters", "2", "--quiet"], S)
+    C("solve bratu --lam nan", ["solve", "bratu", "--lam", "nan", "--max-iters", "2", "--quiet"], S)
+    C("solve ridge-linear --heterogeneity 2", ["solve", "ridge-linear", "--heterogeneity", "2", "--quiet"], S)
+    C("solve centralized adam --lr inf", ["solve", "sin1d", "--n-samples", "20", "--optimizer", "adam", "--lr", "inf",
+                                          "--max-iters", "3", "--quiet", "--json", "{dir}/r.json"], S)
+    C("solve --max-iters -1", ["solve", "sin1d", "--n-samples", "20", "--max-iters", "-1", "--quiet"], S)
+    C("solve gn --participation 0.5", GN + ["--participation", "0.5"], S)
+    # zero-valued options: an error, or the value honored (not replaced by a default)
+    Z = "cli-zero-values"
+    for opt, key, method in (("--rank", "rank", "fipa"), ("--mu", "mu", "fedprox"),
+                             ("--local-steps", "local_steps", "fedavg"), ("--gamma", "gamma", "fipa"),
+                             ("--participation", "participation", "fedavg")):
+        C(f"solve {opt} 0 ({method})", SOLVE + ["--method", method, opt, "0", "--json", "{dir}/r.json"], Z,
+          expect="any", check=honored(key, 0))
+    C("solve --rounds 0", SOLVE + ["--method", "fedavg", "--rounds", "0", "--json", "{dir}/r.json"], Z,
+      expect="any", check=rounds_run(0))
+    C("solve --max-iters 0", ["solve", "sin1d", "--n-samples", "20", "--max-iters", "0", "--quiet", "--json",
+                              "{dir}/r.json"], Z, expect="any", check=steps_run(0))
+    # budgets must hold inside long local work too
+    T = "cli-budget"
+    C("solve --budget 2 with --local-steps 100000000", SOLVE[:-5] + ["--method", "fedavg", "--local-steps",
+                                                                    "100000000", "--budget", "2", "--rounds", "2",
+                                                                    "--quiet"], T, expect="any",
+      check=within_seconds(30))
+    C("solve --budget 1 fipa --local-steps 10000000", SOLVE[:-5] + ["--method", "fipa", "--local", "adam", "--local-steps", "10000000",
+                                                                   "--budget", "1", "--rounds", "2", "--quiet"],
+      T, expect="any", check=within_seconds(30))
+    # valid runs must work (controls)
+    K = "controls"
+    C("solve fedavg (valid)", SOLVE + ["--method", "fedavg", "--json", "{dir}/r.json"], K, expect="ok",
+      check=finite_final)
+    C("solve gn (valid)", GN + ["--json", "{dir}/r.json"], K, expect="ok", check=finite_final)
+    C("ridge (valid)", RIDGE + ["--json", "{dir}/r.json"], K, expect="ok")
+    C("bench images digits (valid)", IMAGES + ["--json", "{dir}/r.json"], K, expect="ok")
+    # output paths: refused before the run, never after
+    O = "cli-output-paths"
+    for label, opt, path, setup in (
+            ("--json is a directory", "--json", "{dir}", None),
+            ("--json in a missing, uncreatable place", "--json", "/proc/adv/r.json", None),
+            ("--json under a file", "--json", "{dir}/f/r.json", lambda d, m: write(os.path.join(d, "f"), "x")),
+            ("--out is a file", "--out", "{dir}/f", lambda d, m: write(os.path.join(d, "f"), "x")),
+            ("--out under /proc", "--out", "/proc/adv-out", None)):
+        for cmd, argv in (("solve", SOLVE + ["--method", "fedavg"]), ("ridge", RIDGE), ("bench images", IMAGES)):
+            if cmd == "ridge" and opt == "--out":
+                continue
+            C(f"{cmd} {label}", argv + [opt, path], O, setup=setup, output_case=True)
+    # ridge
+    R = "cli-ridge"
+    for extra in (["--clients", "0"], ["--clients", "-3"], ["--clients", "100000000"], ["--dim", "0"],
+                  ["--dim", "10000000"], ["--samples", "0"], ["--samples", "1"], ["--samples", "100000000000"],
+                  ["--heterogeneity", "-1"], ["--heterogeneity", "2"], ["--heterogeneity", "nan"], ["--sigma", "-1"],
+                  ["--sigma", "nan"], ["--sigma", "inf"], ["--cv", "abc"], ["--cv", "0:1:5"], ["--cv", "1,-1"],
+                  ["--cv", ""], ["--epsilon", "0"], ["--epsilon", "-1"], ["--epsilon", "nan"], ["--delta", "0"],
+                  ["--delta", "1"], ["--clip-a", "0"], ["--clip-a", "nan"], ["--clip-b", "-1"], ["--project", "0"],
+                  ["--project", "-1"], ["--project", "1000000"], ["--dropout", "1"], ["--dropout", "-0.5"],
+                  ["--features", "rff", "--rff-dim", "0"], ["--features", "rff", "--rff-dim", "-5"], ["--baselines", "nope"],
+                  ["--baselines", "fedavg", "--rounds", "-1"], ["--device", "gpu"], ["--seed", "-1"],
+                  ["--clients", "1", "--cv", "1e-3:1:5"]):
+        C("ridge " + " ".join(extra), RIDGE + extra, R)
+    C("ridge --sigma 0 rank-deficient (4 rows, d=5)", ["ridge", "--clients", "1", "--dim", "5", "--samples", "5",
+                                                        "--sigma", "0", "--json", "{dir}/r.json"], R, expect="any",
+      check=finite_final)
+    # bench images
+    I = "cli-images"
+    for extra in (["--clients", "0"], ["--clients", "-1"], ["--clients", "100000"], ["--alpha", "0"],
+                  ["--alpha", "-1"], ["--alpha", "nan"], ["--epochs", "-1"], ["--lr", "-1"], ["--lr", "nan"],
+                  ["--lr", "inf"], ["--rounds", "-1", "--protocol", "rounds"], ["--participation", "0"],
+                  ["--participation", "2"], ["--rank", "-1"], ["--beta", "inf"], ["--beta", "nan"], ["--gamma", "nan"],
+                  ["--modes", "0"], ["--seeds", "0"], ["--seeds", "-1"], ["--threads", "0"], ["--methods", "nope"],
+                  ["--methods", ""], ["--device", "gpu"], ["--dataset", "cifar10"], ["--dataset", "fmnist"],
+                  ["--dataset", "cifar10", "--data-dir", "{dir}/missing"], ["--dataset", "fmnist", "--data-dir", "{dir}"],
+                  ["--dataset", "imagenet"], ["--model", "bogus"], ["--warmup", "-1", "--protocol", "warmup-refine"]):
+        C("bench images " + " ".join(extra), IMAGES + extra, I)
+    # plugins
+    P = "cli-plugins"
+    for kind in ("syntax", "raises", "import-missing", "shadow-builtin"):
+        C(f"plugin {kind}", ["--plugin", plugin_path(kind), "list"], P, setup=plugin_setup(kind))
+    C("plugin empty file (registers nothing)", ["--plugin", plugin_path("empty-file"), "list"], P, expect="any",
+      setup=plugin_setup("empty-file"))
+    C("plugin empty --plugin ''", ["--plugin", "", "list"], P)
+    C("plugin missing file", ["--plugin", "{dir}/nope.py", "list"], P)
+    C("plugin is a directory", ["--plugin", "{dir}", "list"], P)
+    C("plugin same file twice", ["--plugin", plugin_path("good"), "--plugin", plugin_path("good"), "solve", "adv-good",
+                                 "--n-interior", "10", "--max-iters", "1", "--quiet"], P, expect="any",
+      setup=plugin_setup("good"))
+    C("plugin via FEDSCIML_PLUGINS raising", ["list"], P, setup=plugin_setup("raises"),
+      env={"FEDSCIML_PLUGINS": plugin_path("raises")})
+    C("plugin residual NaN on a sliver (fedavg)", ["--plugin", plugin_path("sliver-nan"), "solve", "adv-sliver",
+                                                   "--n-interior", "400", "--clients", "2", "--method", "fedavg",
+                                                   "--rounds", "2", "--quiet"], P, setup=plugin_setup("sliver-nan"))
+    C("plugin residual raises", ["--plugin", plugin_path("residual-raises"), "solve", "adv-boom", "--n-interior", "10",
+                                 "--max-iters", "1", "--quiet"], P, setup=plugin_setup("residual-raises"))
+    # hostile and corrupt checkpoints
+    H = "cli-checkpoints"
+    resume = SOLVE[:-1] + ["--method", "fedavg", "--rounds", "2", "--checkpoint", "{dir}/ck", "--resume", "--quiet"]
+    for kind in ("payload", "payload-raw", "pickle", "truncated", "garbage", "empty", "bitflip", "directory",
+                 "wrong-theta", "nan-theta", "missing-key", "symlink-passwd"):
+        C(f"checkpoint {kind}", resume, H, setup=ckpt_setup(kind))
+    C("checkpoint leftover state.pt.tmp only (starts fresh)", resume + ["--json", "{dir}/r.json"], H, expect="ok",
+      setup=ckpt_setup("tmp-only"), check=lambda o: (
+          "state.pt.tmp left behind" if os.path.exists(os.path.join(o["dir"], "ck", "state.pt.tmp")) else None))
+    C("checkpoint leftover state.pt.tmp beside a good one", resume + ["--json", "{dir}/r.json"], H, expect="ok",
+      setup=ckpt_setup("tmp-leftover"), check=lambda o: (
+          "state.pt.tmp left behind" if os.path.exists(os.path.join(o["dir"], "ck", "state.pt.tmp")) else None))
+    C("checkpoint from another method", SOLVE[:-1] + ["--method", "fipa", "--rounds", "2", "--checkpoint", "{dir}/ck",
+                                                     "--resume", "--quiet"], H, setup=ckpt_setup("good"))
+    C("checkpoint dir is a file", SOLVE + ["--method", "fedavg", "--checkpoint", "{dir}/f"], H,
+      setup=lambda d, m: write(os.path.join(d, "f"), "x"))
+    # hostile image data directories
+    D = "cli-cifar-dirs"
+    cifar = IMAGES[:3] + ["cifar10", "--data-dir", "{dir}/cifar"] + IMAGES[4:]
+    for kind in ("payload-data", "payload-test", "payload-system", "garbage", "empty", "text", "shape", "labels",
+                 "float-data", "object-array", "directory", "missing-test", "list"):
+        C(f"cifar10 dir: {kind}", cifar, D, setup=cifar_setup(kind))
+    return cases
+
+
+def _issue23_cases():
+    """One case per finding of issue 23 (correctness and records), each expected as a clear error or handled."""
+    cases = []
+    G = "issue23"
+
+    def C(name, argv, expect="error", check=None, **kw):
+        cases.append(Case(name, G, "cli", argv, expect=expect, check=check, **kw))
+
+    def A(name, src, expect="error", check=None, **kw):
+        cases.append(Case(name, G, "api", source=src, expect=expect, check=check, **kw))
+
+    # 1. a server optimisation whose objective is NaN must not return its start as "the best"
+    A("FedBEns/FedFisher server Adam on a NaN objective", '''
+from fedsciml.images.aggregators import _adam_best
+w, _ = _adam_best(torch.ones(4), lambda v: v * float("nan"), lambda v: 0.5, 10, 1e-2, (0.9, 0.99), 1e-8, 2)
+return w.tolist()
+''')
+    # 3. / 5. tables
+    table = ["solve", "table", "--clients", "1", "--method", "one-shot", "--quiet", "--tables"]
+    C("table: target column named twice", table + ["{dir}/t.csv"],
+      setup=lambda d, m: write(os.path.join(d, "t.csv"), "a,y,y\n1,2,3\n2,3,4\n3,4,5\n"))
+
+    def lying_npz(d, m):
+        import zipfile
+
+        import numpy as np
+
+        def member(shape, data):
+            b = io.BytesIO()
+            np.lib.format.write_array_header_1_0(b, {"descr": "<f8", "fortran_order": False, "shape": shape})
+            return b.getvalue() + data
+        with zipfile.ZipFile(os.path.join(d, "t.npz"), "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("X.npy", member((100000, 100000), b"\0" * 16))
+            z.writestr("y.npy", member((2,), b"\0" * 16))
+    C("table: 578-byte npz claiming (100000, 100000)", table + ["{dir}/t.npz"], setup=lying_npz, timeout=30)
+    C("table: missing file", table + ["{dir}/missing.csv"])
+    C("table: a directory", table + ["{dir}/sub"], setup=lambda d, m: os.makedirs(os.path.join(d, "sub")))
+    C("table: not a zip .npz", table + ["{dir}/t.npz"], setup=lambda d, m: write(os.path.join(d, "t.npz"), "hello\n"))
+    # 4. hangs: special checkpoint files; a Flower engine that fails to start
+    resume = SOLVE[:-1] + ["--method", "fedavg", "--rounds", "2", "--checkpoint", "{dir}/ck", "--resume", "--quiet"]
+    for kind in ("fifo", "dev-zero"):
+        C(f"checkpoint state.pt is {kind}", resume, setup=ckpt_setup(kind), timeout=30)
+    A("Flower engine that fails to start (run_simulation raises)", '''
+import flwr.simulation
+def crashed(**kw):
+    raise RuntimeError("An error was encountered. Ending simulation.") from Exception("node timed out during startup")
+flwr.simulation.run_simulation = crashed
+return fs.solve("sin1d", method="fedavg", clients=2, rounds=1, engine="flower", problem_options={"n_samples": 10}).final
+''', timeout=120)
+    # 6. a disk that fills during the final write: the results survive, one line
+    A("--json on a disk that fills during the final write", '''
+import builtins, errno, glob, json, os, tempfile
+import fedsciml.runtime.results as R
+from fedsciml.cli import main
+real = builtins.open
+class Full:
+    def __init__(self, f): self.f = f
+    def write(self, s): raise OSError(errno.ENOSPC, "No space left on device")
+    def __getattr__(self, k): return getattr(self.f, k)
+    def __enter__(self): return self
+    def __exit__(self, *a): self.f.close()
+full, spare = os.path.join(d, "full"), os.path.join(d, "spare")
+os.makedirs(full); os.makedirs(spare)
+R.open = lambda p, mode="r", *a, **k: Full(real(p, mode, *a, **k)) if "w" in mode and str(p).startswith(full) else real(p, mode, *a, **k)
+tempfile.gettempdir = lambda: spare
+rc = main(["solve", "sin1d", "--clients", "2", "--n-samples", "10", "--rounds", "1", "--quiet", "--json", os.path.join(full, "r.json")])
+saved = glob.glob(os.path.join(spare, "fedsciml-r-*.json"))
+return {"rc": rc, "saved": len(saved), "valid": bool(saved) and bool(json.load(real(saved[0])))}
+''', expect="ok", check=api_value(lambda v: None if v == {"rc": 1, "saved": 1, "valid": True}
+                                      else f"results not saved: {v}"))
+    # 8. options accepted and ignored
+    for extra in (["--method", "fedavg", "--trim", "0.3"], ["--merge", "qr", "--pinv-rtol", "1e-5"],
+                  ["--local", "adam", "--adapt-c", "0.1"], ["--method", "fedavg", "--local-damping", "0.1"],
+                  ["--json", ""], ["--out", ""]):
+        C("solve " + " ".join(extra) + " (no effect)", SOLVE + extra)
+    C("solve one-shot --dp-delta without --dp-epsilon", ["solve", "ridge-linear", "--method", "one-shot", "--dp-delta",
+                                                         "1e-3", "--quiet"])
+    C("solve one-shot --project-sketch without --project", ["solve", "ridge-linear", "--method", "one-shot",
+                                                            "--project-sketch", "srht", "--quiet"])
+    A("one-shot sigma and cv_sigmas together (Python)",
+      'return fs.solve("ridge-linear", "one-shot", clients=3, sigma=0.1, cv_sigmas="0.01,1").final')
+    # 9. message validation
+    A("fedavg: a sample count of 0.5 (rejected by name)", '''
+def hook(rnd, cid, msg):
+    return {**msg, "n": msg["n"] * 0 + 0.5} if cid == 1 else msg
+r = fs.solve("sin1d", method="fedavg", clients=3, rounds=1, local_steps=2, message_hook=hook, problem_options={"n_samples": 20})
+return [x["reason"] for x in r.extra["rejections"]]
+''', expect="ok", check=api_value(lambda v: None if v and all("whole number" in x for x in v) else f"not rejected: {v}"))
+    A("one-shot: one client sends 1e300 (rejected by name, the fusion goes on)", '''
+def hook(rnd, cid, msg):
+    return {k: (v * 0 + 1e300 if k != "n" else v) for k, v in msg.items()} if cid == 1 else msg
+r = fs.solve("ridge-linear", "one-shot", clients=3, message_hook=hook)
+return {"mse": r.final["mse"], "rejected": [x["client"] for x in r.extra["rejections"]]}
+''', expect="ok", check=api_value(lambda v: None if v["rejected"] == [1] and math.isfinite(v["mse"]) else str(v)))
+    A("fedavg: a meta-device tensor (rejected by name)", '''
+def hook(rnd, cid, msg):
+    return {**msg, "delta": torch.empty_like(msg["delta"], device="meta")} if cid == 1 else msg
+r = fs.solve("sin1d", method="fedavg", clients=3, rounds=1, local_steps=2, message_hook=hook, problem_options={"n_samples": 20})
+return [x["reason"] for x in r.extra["rejections"]]
+''', expect="ok", check=api_value(lambda v: None if v and all("meta" in x for x in v) else f"not rejected: {v}"))
+    for kind in ("round-99", "round-neg"):
+        C(f"checkpoint forged {kind} with a recomputed checksum", resume, setup=ckpt_setup(kind))
+    # 10. a consistent byzantine liar against the robust one-shot / gn screen
+    for method in ("one-shot", "gn"):
+        A(f"{method} --screen: a consistent liar (fabricated rows x100)", f'''
+from fedsciml.core import linalg
+def hook(rnd, cid, msg):
+    if cid != 2:
+        return msg
+    if "H" not in msg:
+        return {{**msg, "n": 100 * msg["n"]}}
+    p = msg["g"].numel()
+    H = linalg.unpack_upper(msg["H"], p)
+    w = torch.full((p,), 3.0, dtype=H.dtype)
+    return {{"H": 100 * msg["H"], "g": -100 * (H @ w), "loss": (50 * (w @ H @ w)).reshape(1), "n": 100 * msg["n"]}}
+kw = dict(clients=6, seed=0{", rounds=3" if method == "gn" else ""})
+clean = fs.solve("ridge-linear", "{method}", **kw)
+r = fs.solve("ridge-linear", "{method}", screen=20.0, message_hook=hook, **kw)
+return {{"clean": clean.final["mse"], "mse": r.final["mse"], "rejected": [x["client"] for x in r.extra["rejections"]]}}
+''', expect="ok", check=api_value(lambda v: None if v["rejected"] == [2] and v["mse"] < 2 * v["clean"] else str(v)))
+    return cases
+
+
+def all_cases():
+    return _cli_cases() + _api_cases() + _table_cases() + _issue23_cases()
+
+
+# ------------------------------------------------------------------------------------- execution
+
+def _env(extra):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
+    env["MPLBACKEND"] = "Agg"
+    env.update(extra)
+    return env
+
+
+def _subst(argv, d, marker):
+    return [a.replace("{dir}", d).replace("{marker}", marker) for a in argv]
+
+
+API_RUNNER = r'''
+import json, sys, traceback
+def _clear(e):
+    tb = traceback.extract_tb(e.__traceback__)
+    last = tb[-1] if tb else None
+    ours = type(e).__module__.split(".")[0] in ("fedsciml", "problems")
+    explicit = bool(last and last.filename.startswith(ROOT) and (last.line or "").lstrip().startswith("raise"))
+    msg = str(e).strip()
+    return (ours or (explicit and isinstance(e, (ValueError, TypeError, KeyError)))) and msg != "" and "\n" not in msg, last
+def main(source):
+    ns = {}
+    exec(compile(PRELUDE + "def case(d, marker):\n" + "\n".join("    " + l for l in source.splitlines()), "<case>", "exec"), ns)
+    try:
+        value = ns["case"](CASE_DIR, MARKER)
+    except BaseException as e:
+        clear, last = _clear(e)
+        if not clear:
+            traceback.print_exc()
+        out = {"status": "raised", "type": type(e).__name__, "message": str(e)[:400], "clear": clear,
+               "where": f"{last.filename}:{last.lineno}" if last else ""}
+    else:
+        out = {"status": "ok", "value": value}
+    with open(RESULT, "w") as f:
+        json.dump(out, f, default=str)
+'''
+
+
+def _child(case: Case, d: str, marker: str, mem_mb: int):
+    """Runs in the forked child: the case, with stdout/stderr to files; exits with the status."""
+    os.chdir(d)
+    out = os.open(os.path.join(d, "stdout"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    err = os.open(os.path.join(d, "stderr"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), write_through=True)
+    sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), write_through=True)
+    try:
+        vm = int(next(ln.split()[1] for ln in open("/proc/self/status") if ln.startswith("VmSize:"))) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (vm + mem_mb * 2**20, vm + mem_mb * 2**20))
+    except (OSError, ValueError, StopIteration):
+        pass
+    os.environ.update(case.env)
+    code = 0
+    try:
+        import runpy
+
+        if case.kind == "cli":
+            sys.argv = ["fedsciml", *_subst(case.argv, d, marker)]
+            runpy.run_module("fedsciml", run_name="__main__", alter_sys=True)
+        elif case.kind == "example":
+            sys.argv = [EXAMPLE, *_subst(case.argv, d, marker)]
+            runpy.run_path(EXAMPLE, run_name="__main__")
+        else:
+            ns = {"__name__": "adv_api"}
+            exec(API_RUNNER, ns)
+            ns.update(ROOT=ROOT, RESULT=os.path.join(d, "result.json"), MARKER=marker, CASE_DIR=d, PRELUDE=API_PRELUDE)
+            ns["main"](case.source)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, (int, type(None))):
+            print(e.code, file=sys.stderr)
+    except BaseException:  # what the interpreter would print
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _subprocess_cmd(case, d, marker):
+    if case.kind == "cli":
+        return [sys.executable, "-m", "fedsciml", *_subst(case.argv, d, marker)]
+    if case.kind == "example":
+        return [sys.executable, EXAMPLE, *_subst(case.argv, d, marker)]
+    runner = os.path.join(d, "api_runner.py")
+    with open(runner, "w") as f:
+        f.write("import sys\nROOT, RESULT, MARKER, CASE_DIR = sys.argv[1:5]\n" + API_RUNNER
+                + f"\nPRELUDE = {API_PRELUDE!r}\nmain({case.source!r})\n")
+    return [sys.executable, runner, ROOT, os.path.join(d, "result.json"), marker, d]
+
+
+class Running:
+    def __init__(self, case, d, marker, proc=None, pid=None):
+        self.case, self.d, self.marker, self.proc, self.pid = case, d, marker, proc, pid
+        self.t0 = time.perf_counter()
+
+
+def start(case: Case, workdir: str, idx: int, args) -> Running:
+    d = os.path.join(workdir, f"{idx:03d}")
+    os.makedirs(d)
+    marker = os.path.join(workdir, f"{idx:03d}.MARKER")
+    if case.setup is not None:
+        case.setup(d, marker)
+    if args.subprocess:
+        proc = subprocess.Popen(_subprocess_cmd(case, d, marker), cwd=d, env=_env(case.env),
+                                stdout=open(os.path.join(d, "stdout"), "w"), stderr=open(os.path.join(d, "stderr"), "w"),
+                                start_new_session=True)
+        return Running(case, d, marker, proc=proc)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            _child(case, d, marker, args.mem_mb)
+        finally:
+            os._exit(99)
+    return Running(case, d, marker, pid=pid)
+
+
+def poll(r: Running):
+    """The exit status, or None while running."""
+    if r.proc is not None:
+        return r.proc.poll()
+    pid, status = os.waitpid(r.pid, os.WNOHANG)
+    if pid == 0:
+        return None
+    return os.waitstatus_to_exitcode(status)
+
+
+def kill(r: Running):
+    pid = r.proc.pid if r.proc is not None else r.pid
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the case's own session: it and anything it started
+    except ProcessLookupError:
+        pass
+    if r.proc is not None:
+        r.proc.wait()
+    else:
+        os.waitpid(r.pid, 0)
+
+
+def _stderr_lines(text):
+    return [ln for ln in text.splitlines() if ln.strip() and "Warning" not in ln and not ln.startswith("  warnings.")]
+
+
+def classify(case: Case, o: dict) -> tuple[str, str]:
+    """``(category, reason)`` for one finished case."""
+    if os.path.exists(o["marker"]):
+        return "code_executed", "the hostile file's marker exists"
+    if o["timed_out"]:
+        return "hang", f"still running after {o['wall_s']:.0f} s"
+    err, out = o["stderr"], o["stdout"]
+    failed_after_work = case.output_case and out.strip() != "" and o["rc"] != 0
+    if case.kind == "api":
+        res = o.get("result")
+        if res is None:
+            if "Traceback" in err:
+                return "traceback", err.strip().splitlines()[-1][:200]
+            return "unclear_exit", f"no result (exit {o['rc']})"
+        if res["status"] == "raised":
+            if not res["clear"]:
+                return "traceback", f"{res['type']}: {res['message'][:160]} at {res['where']}"
+            if case.expect == "ok":
+                return "unclear_exit", f"refused a valid call: {res['type']}: {res['message'][:160]}"
+            return "clear_error", f"{res['type']}: {res['message'][:200]}"
+        o["value"] = res.get("value")
+        return _success(case, o)
+    if "Traceback (most recent call last)" in err:
+        if failed_after_work:
+            return "lost_outputs", "traceback after the results were printed: " + err.strip().splitlines()[-1][:160]
+        return "traceback", err.strip().splitlines()[-1][:200]
+    if o["rc"] == 0:
+        return _success(case, o)
+    if failed_after_work:
+        return "lost_outputs", f"exit {o['rc']} after the results were printed: {err.strip()[-160:]}"
+    lines = _stderr_lines(err)
+    argparse_style = bool(lines) and lines[0].startswith("usage:") and ": error: " in lines[-1]  # usage, then 1 line
+    # exit 2: refused input; exit 1 with one "error:" line: a run that started and could not go on (e.g. diverged)
+    if (o["rc"] == 2 and lines and "error" in lines[-1] and (len(lines) == 1 or argparse_style)) or (
+            o["rc"] == 1 and len(lines) == 1 and lines[0].startswith("error:")):
+        if case.expect == "ok":
+            return "unclear_exit", f"refused valid input: {lines[-1][:200]}"
+        return "clear_error", lines[-1][:200]
+    if o["rc"] < 0:
+        return "unclear_exit", f"killed by signal {-o['rc']} ({err.strip()[-120:]})"
+    return "unclear_exit", f"exit {o['rc']}, {len(lines)} stderr line(s): {' | '.join(lines[-3:])[:200]}"
+
+
+def _success(case, o):
+    if case.expect == "error":
+        why = None
+        if case.check is not None:
+            why = case.check(o)
+        return "silent_wrong", "accepted: " + (why or "exit 0 / returned normally although the input is invalid")
+    if case.check is not None:
+        why = case.check(o)
+        if why:
+            return "silent_wrong", why
+    return "handled", "ok"
+
+
+def finish(r: Running, rc, timed_out) -> dict:
+    o = {"dir": r.d, "marker": r.marker, "rc": rc, "timed_out": timed_out,
+         "wall_s": time.perf_counter() - r.t0}
+    for k in ("stdout", "stderr"):
+        p = os.path.join(r.d, k)
+        o[k] = open(p, errors="replace").read() if os.path.exists(p) else ""
+    rp = os.path.join(r.d, "result.json")
+    if os.path.exists(rp):
+        try:
+            o["result"] = json.load(open(rp))
+        except ValueError:
+            o["result"] = None
+    cat, why = classify(r.case, o)
+    if os.path.exists(r.marker):  # remove the proof (a directory) after counting it
+        shutil.rmtree(r.marker, ignore_errors=True)
+    return {"name": r.case.name, "group": r.case.group, "kind": r.case.kind, "expect": r.case.expect,
+            "category": cat, "reason": why, "exit": rc, "seconds": round(o["wall_s"], 2),
+            "stderr_tail": o["stderr"][-600:]}
+
+
+def preload():
+    """Import what the cases use once, so that forked cases start warm (no torch ops: fork-safe)."""
+    import numpy  # noqa: F401
+    import torch
+
+    torch.set_num_threads(1)
+    import fedsciml  # noqa: F401
+    import fedsciml.cli  # noqa: F401
+    import fedsciml.methods.federated  # noqa: F401
+    import fedsciml.cli.images  # noqa: F401
+    import fedsciml.cli.ridge  # noqa: F401
+    import sklearn.datasets  # noqa: F401
+    import sklearn.linear_model  # noqa: F401
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+    # the first Jacobian imports torch._dynamo (seconds): pay it once here, single-threaded
+    from torch.func import jacrev, vmap
+
+    vmap(jacrev(lambda t, x: (t * x).sum()), in_dims=(None, 0))(torch.ones(2), torch.ones(3, 2))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=2, help="cases run at once")
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
+    ap.add_argument("--mem-mb", type=int, default=3000, help="address-space cap per case beyond its start (MiB)")
+    ap.add_argument("--json", default="adversarial.json", help="write every case's outcome here")
+    ap.add_argument("--only", default=None, help="run only cases whose group or name contains this text")
+    ap.add_argument("--list", action="store_true", help="list the cases and exit")
+    ap.add_argument("--subprocess", action="store_true", help="a fresh interpreter per case (slower)")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args(argv)
+    if args.jobs < 1 or not args.timeout > 0:
+        ap.error("--jobs must be ≥ 1 and --timeout > 0")
+    sys.path.insert(0, ROOT)
+    os.environ.update({k: v for k, v in _env({}).items() if k in ("PYTHONPATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                                     "MPLBACKEND")})
+    cases = all_cases()
+    if args.only:
+        cases = [c for c in cases if args.only in c.group or args.only in c.name]
+    if args.list:
+        for c in cases:
+            print(f"{c.group:20s} {c.kind:8s} {c.expect:6s} {c.name}")
+        print(f"{len(cases)} cases")
+        return 0
+    if not args.subprocess:
+        preload()
+    workdir = tempfile.mkdtemp(prefix="fedsciml-adversarial-")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the cleanup below kills running cases
+    results, queue, running = [None] * len(cases), list(enumerate(cases)), []
+    t0 = time.perf_counter()
+    try:
+        while queue or running:
+            while queue and len(running) < args.jobs:
+                i, c = queue.pop(0)
+                try:
+                    r = start(c, workdir, i, args)
+                except Exception as e:  # noqa: BLE001 - a broken setup is reported, not fatal
+                    results[i] = {"name": c.name, "group": c.group, "kind": c.kind, "expect": c.expect,
+                                  "category": "unclear_exit", "reason": f"setup failed: {type(e).__name__}: {e}",
+                                  "exit": None, "seconds": 0.0, "stderr_tail": ""}
+                    continue
+                r.index = i
+                running.append(r)
+            time.sleep(0.05)
+            for r in list(running):
+                rc = poll(r)
+                timed_out = rc is None and time.perf_counter() - r.t0 > (r.case.timeout or args.timeout)
+                if timed_out:
+                    kill(r)
+                if rc is not None or timed_out:
+                    running.remove(r)
+                    results[r.index] = finish(r, rc, timed_out)
+                    res = results[r.index]
+                    print(f"[{sum(x is not None for x in results):3d}/{len(cases)}] {res['category']:13s} "
+                          f"{res['seconds']:5.1f}s  {res['group']}: {res['name']}", file=sys.stderr, flush=True)
+    finally:
+        for r in running:
+            kill(r)
+        if not args.keep:
+            for root, dirs, _files in os.walk(workdir):  # read-only dirs written by cases
+                for x in dirs:
+                    try:
+                        os.chmod(os.path.join(root, x), 0o700)
+                    except OSError:
+                        pass
+            shutil.rmtree(workdir, ignore_errors=True)
+    report(results, time.perf_counter() - t0, args)
+    return 0
+
+
+def report(results, seconds, args):
+    groups = sorted({r["group"] for r in results})
+    counts = {g: {c: 0 for c in CATEGORIES} for g in groups}
+    total = {c: 0 for c in CATEGORIES}
+    for r in results:
+        counts[r["group"]][r["category"]] += 1
+        total[r["category"]] += 1
+    short = {"clear_error": "clear", "handled": "handled", "traceback": "trace", "hang": "hang",
+             "silent_wrong": "silent", "lost_outputs": "lost", "code_executed": "code", "unclear_exit": "unclear"}
+    print(f"\nadversarial battery: {len(results)} cases in {seconds:.0f} s "
+          f"({'subprocess' if args.subprocess else 'forked'} runs, timeout {args.timeout:.0f} s)\n")
+    head = f"{'group':20s} {'cases':>5s} " + " ".join(f"{short[c]:>7s}" for c in CATEGORIES)
+    print(head)
+    print("-" * len(head))
+    for g in groups:
+        n = sum(counts[g].values())
+        print(f"{g:20s} {n:5d} " + " ".join(f"{counts[g][c]:7d}" for c in CATEGORIES))
+    print("-" * len(head))
+    print(f"{'total':20s} {len(results):5d} " + " ".join(f"{total[c]:7d}" for c in CATEGORIES))
+    bad = [r for r in results if r["category"] not in ("clear_error", "handled")]
+    if bad:
+        print(f"\nnot clear / not handled ({len(bad)}):")
+        for r in sorted(bad, key=lambda r: (r["category"], r["group"], r["name"])):
+            print(f"  {r['category']:13s} {r['group']:18s} {r['name']}: {r['reason']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"seconds": seconds, "counts": total, "by_group": counts, "cases": results}, f, indent=1)
+        print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

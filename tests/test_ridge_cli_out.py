@@ -1,0 +1,75 @@
+"""The model out of the ``ridge`` CLI and ``solve … one-shot`` (``--out DIR``), the up-front memory check, and
+central DP's one line (issue 21 items 3 and 5; issue 23 item 7)."""
+import json
+import logging
+
+import pytest
+import torch
+
+from fedsciml.ridge.model_io import FORMAT, read_model, write_model
+
+
+def test_write_read_model_round_trip(tmp_path):
+    coef = torch.linspace(-1, 1, 7, dtype=torch.float64)
+    write_model(str(tmp_path), coef, 0.25, {"sigma": 0.1})
+    c, b, doc = read_model(str(tmp_path))
+    assert torch.equal(c, coef) and b == 0.25 and doc["format"] == FORMAT and doc["sigma"] == 0.1
+    assert not list(tmp_path.glob("*.tmp"))
+    with pytest.raises(ValueError, match="non-finite"):
+        write_model(str(tmp_path / "x"), torch.tensor([1.0, float("nan")]))
+
+
+def test_ridge_cli_out_writes_the_fitted_model(tmp_path, capsys):
+    from fedsciml.cli import main
+    from fedsciml.cli.ridge import run_experiment
+
+    out = tmp_path / "m"
+    argv = ["--clients", "3", "--dim", "6", "--samples", "30", "--cv", "1e-3:1e2:6", "--seed", "4"]
+    assert main(["ridge", *argv, "--out", str(out)]) == 0
+    coef, intercept, doc = read_model(str(out))
+    ref = run_experiment(clients=3, dim=6, samples=30, cv="1e-3:1e2:6", seed=4, sigma=None)[0]
+    assert torch.equal(coef, ref.theta) and intercept == 0.0      # bitwise: the same run, the same operations
+    assert doc["sigma"] == ref.extra["sigma_used"] and doc["clients"] == 3 and doc["method"] == "one-shot"
+    assert json.loads((out / "result.json").read_text())["runs"][0]["method"] == "one-shot"
+
+
+def test_solve_one_shot_out_writes_the_model(tmp_path):
+    from fedsciml.cli import main
+
+    out = tmp_path / "s"
+    assert main(["solve", "ridge-linear", "--method", "one-shot", "--clients", "3", "--dim", "5", "--dp-epsilon",
+                 "2", "--quiet", "--out", str(out)]) == 0
+    coef, _, doc = read_model(str(out))
+    assert coef.shape == (5,) and doc["dp"] == {"epsilon": 2.0, "delta": 1e-5, "central": False}
+
+
+def test_ridge_memory_is_checked_before_anything_is_built(capsys):
+    from fedsciml.cli import main
+
+    for extra in (["--dim", "100000"], ["--clients", "1000000"], ["--dim", "10000000"]):
+        assert main(["ridge", *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "needs about" in err[0] and "available" in err[0]
+    assert main(["ridge", "--cv", "1e-3:1:100000000"]) == 2
+    assert "count ≤ 10000" in capsys.readouterr().err
+
+
+def test_central_dp_says_it_trusts_the_server_and_flower_refuses(capsys, caplog):
+    from fedsciml.cli import main
+
+    with caplog.at_level(logging.WARNING):
+        assert main(["ridge", "--clients", "3", "--dim", "4", "--samples", "20", "--epsilon", "2",
+                     "--central-dp"]) == 0
+    lines = [r.getMessage() for r in caplog.records if "trusts the server" in r.getMessage()]
+    assert len(lines) == 1
+    capsys.readouterr()
+    assert main(["ridge", "--clients", "3", "--dim", "4", "--samples", "20", "--epsilon", "2", "--central-dp",
+                 "--engine", "flower"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no secure aggregation" in err[0]
+    import fedsciml as fs
+    from fedsciml.problems import get_problem
+
+    with pytest.raises(ValueError, match="no secure aggregation"):
+        fs.solve(get_problem("ridge-linear", dim=4), "one-shot", clients=3, engine="flower", dp_epsilon=2.0,
+                 dp_central=True)
