@@ -551,11 +551,10 @@ def test_loco_cv_never_picks_sigma_by_argmin_over_nan():
             for _ in range(3)]
     Gs = torch.stack([linalg.pack_upper(A.T @ A) for A, _ in data])
     hs = torch.stack([A.T @ b for A, b in data])
-    ok = loco_cv(Gs, hs, [0.1, 1.0], data)
+    ok = loco_cv(Gs, hs, [0.1, 1.0], b_sq=torch.stack([b @ b for _, b in data]))
     assert ok["sigma"] in (0.1, 1.0)
-    bad = [(A, b * float("nan")) for A, b in data]  # every client's validation loss is NaN
-    with pytest.raises(ValueError, match="no σ of the grid"):
-        loco_cv(Gs, hs, [0.1, 1.0], bad)
+    with pytest.raises(ValueError, match="no σ of the grid"):  # every client's held-out loss is NaN
+        loco_cv(Gs, hs, [0.1, 1.0], b_sq=torch.full((3,), float("nan"), dtype=torch.float64))
 
 
 def test_flower_refuses_a_plugin_problem_up_front(tmp_path):
