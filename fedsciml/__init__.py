@@ -25,7 +25,7 @@ if not _os.path.isdir(_os.path.join(_here, "problems")):
 # --- public API (imported lazily so `import fedsciml` stays light) ----------------
 _PUBLIC = {
     # running
-    "solve": "fedsciml.api", "methods": "fedsciml.api", "Result": "fedsciml.runtime.results",
+    "solve": "fedsciml.api", "list_methods": "fedsciml.api", "Result": "fedsciml.runtime.results",
     "save_model": "fedsciml.api", "load_model": "fedsciml.api",
     "register_method": "fedsciml.runtime.driver",
     # method configurations (one frozen dataclass per method; see fedsciml.options)

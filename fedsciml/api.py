@@ -36,7 +36,7 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         ``fs.get_problem("poisson", dim=3)`` or an instance of your own class.
     method : str
         ``centralized`` (pooled-data reference), ``gn``, ``fipa``, ``fedavg``,
-        ``fedprox``, ``one-shot`` (see :func:`methods`).
+        ``fedprox``, ``one-shot``, ``fedavgm``, ``fedadam``, ``fedyogi`` (see :func:`list_methods`).
     clients : int, optional
         Number of clients the domain or data is split among (default: the
         problem's own, 1 for most; for :class:`ClientData` the number of
@@ -79,7 +79,7 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
                   **method_options)
 
 
-def methods() -> list[str]:
-    """Names of the available solve methods."""
+def list_methods() -> list[str]:
+    """Names of the available solve methods (``fs.methods`` is the subpackage :mod:`fedsciml.methods`)."""
     return available_methods()
 

@@ -431,7 +431,7 @@ class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
         opts = given
         if given.get("preset") == "paper":  # fill what was not given (an explicit option wins, None included:
             opts = {**PAPER_PRESET, **given}  # pinv_rtol=None is the p·eps cutoff, not "the preset's")
-        return cls._build(opts, given=given)
+        return cls._build(opts, given=given)  # type: ignore[return-value]  # _build returns cls
 
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()
@@ -558,8 +558,8 @@ def parse_grid(text: str) -> list[float]:
     """``"1e-3,0.01,0.1"`` or a log grid ``"1e-4:1e3:15"`` (lo:hi:count)."""
     try:
         if ":" in text:
-            lo, hi, n = text.split(":")
-            lo, hi, n = float(lo), float(hi), int(n)
+            a, b, c = text.split(":")
+            lo, hi, n = float(a), float(b), int(c)
             if not (lo > 0 and hi > lo and 2 <= n <= MAX_GRID):
                 raise ValueError
             import torch  # the grid the ridge experiments were run with, to the bit

@@ -6,14 +6,19 @@ import logging
 import pytest
 import torch
 
-from fedsciml.ridge.model_io import FORMAT, read_model, write_model
+from fedsciml.ridge.model_io import KIND, read_model, write_model
 
 
 def test_write_read_model_round_trip(tmp_path):
     coef = torch.linspace(-1, 1, 7, dtype=torch.float64)
     write_model(str(tmp_path), coef, 0.25, {"sigma": 0.1})
     c, b, doc = read_model(str(tmp_path))
-    assert torch.equal(c, coef) and b == 0.25 and doc["format"] == FORMAT and doc["sigma"] == 0.1
+    assert torch.equal(c, coef) and b == 0.25 and doc["kind"] == KIND and doc["sigma"] == 0.1
+    # the project's loader (fs.load_model, `predict`) turns it into X @ coef + intercept
+    import fedsciml as fs
+
+    X = torch.randn(4, 7, dtype=torch.float64)
+    assert torch.equal(fs.load_model(str(tmp_path))(X), X @ coef + 0.25)
     assert not list(tmp_path.glob("*.tmp"))
     with pytest.raises(ValueError, match="non-finite"):
         write_model(str(tmp_path / "x"), torch.tensor([1.0, float("nan")]))
@@ -41,6 +46,13 @@ def test_solve_one_shot_out_writes_the_model(tmp_path):
                  "2", "--quiet", "--out", str(out)]) == 0
     coef, _, doc = read_model(str(out))
     assert coef.shape == (5,) and doc["dp"] == {"epsilon": 2.0, "delta": 1e-5, "central": False}
+    # and `predict` evaluates it
+    pts, pred = tmp_path / "p.csv", tmp_path / "y.csv"
+    pts.write_text("1,0,0,0,0\n0,1,0,0,2\n")
+    assert main(["predict", str(out), "--points", str(pts), "--out", str(pred)]) == 0
+    got = [float(r.split(",")[-1]) for r in pred.read_text().splitlines()[1:]]
+    want = torch.tensor([[1.0, 0, 0, 0, 0], [0, 1, 0, 0, 2]], dtype=torch.float64) @ coef
+    assert torch.allclose(torch.tensor(got, dtype=torch.float64), want, rtol=1e-12)
 
 
 def test_ridge_memory_is_checked_before_anything_is_built(capsys):

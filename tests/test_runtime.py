@@ -358,8 +358,10 @@ def test_the_loop_records_the_strategy_summary():
     _, _, info = run("fipa", rounds=1, rank=3)
     assert info["strategy"]["name"] == "fipa" and info["strategy"]["rank"] == 3
     assert info["strategy"]["curvature"] == "lowrank" and info["strategy"]["safeguard"] is True
-    _, _, info = run("gn", rounds=1)
+    _, _, info = run("gn", rounds=1, form="normal")
     assert info["strategy"] == {"name": "gn", "lm_tau": 1e-3, "form": "normal", "max_retries": 20}
+    _, _, info = run("gn", rounds=1)  # auto: these clients' square roots are smaller than the packed p×p
+    assert info["strategy"]["form"] == "sqrt"
 
 
 # --- a node that never answers (a dead Flower node, a timeout) -----------------------------------

@@ -40,7 +40,7 @@ def ggn_matmat(f: Callable, theta: torch.Tensor, loss_hessian: Callable | None =
     vmapped: one ``jvp``, the Hessian, one ``vjp`` each.
     """
     theta = theta.detach()
-    out, pullback = vjp(f, theta)
+    out, pullback = vjp(f, theta)  # type: ignore[misc]  # torch's stub also lists the has_aux triple
     lam = loss_hessian(out) if loss_hessian is not None else None
 
     def col(v):
@@ -64,7 +64,7 @@ class Curvature:
     layer layout is not in the message and is given as ``layout=``).
     """
 
-    p: int
+    p: int  # the number of parameters it acts on (a field, or a property of the form's tensors)
 
     def matvec(self, v: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
@@ -114,7 +114,7 @@ class Dense(Curvature):
     H: torch.Tensor
 
     @property
-    def p(self) -> int:
+    def p(self) -> int:  # type: ignore[override]  # the base declares p a plain attribute (KFAC: a field)
         return self.H.shape[-1]
 
     def matvec(self, v):
@@ -149,7 +149,7 @@ class Diagonal(Curvature):
     d: torch.Tensor
 
     @property
-    def p(self) -> int:
+    def p(self) -> int:  # type: ignore[override]  # the base declares p a plain attribute (KFAC: a field)
         return self.d.shape[-1]
 
     def matvec(self, v):
@@ -195,7 +195,7 @@ class LowRank(Curvature):
     lam: torch.Tensor
 
     @property
-    def p(self) -> int:
+    def p(self) -> int:  # type: ignore[override]  # the base declares p a plain attribute (KFAC: a field)
         return self.U.shape[0]
 
     @property
@@ -251,6 +251,7 @@ def fipa_merge_dense(Hs: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor],
         b = rhs(torch.stack([Hi @ di for Hi, di in zip(Hs, deltas)]), w)
     else:
         b = sum(wi * (Hi @ di) for wi, Hi, di in zip(w, Hs, deltas))
+    assert isinstance(H, torch.Tensor)  # at least one client
     return linalg.pinv_solve(H, b, rtol)
 
 

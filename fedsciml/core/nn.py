@@ -134,7 +134,7 @@ class MLP:
             if b is not None:
                 z = z + b
             Gz = W.T.expand(x.shape[:-1] + W.T.shape) if G is None else G @ W.T
-            Lz = None if L is None else L @ W.T
+            Lz: torch.Tensor | None = None if L is None else L @ W.T
             if i < last:
                 h, s1, s2 = d2(z)
                 G = s1.unsqueeze(-2) * Gz

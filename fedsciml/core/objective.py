@@ -102,7 +102,7 @@ class LeastSquares:
 
     def vjp(self, theta: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """``J(θ)ᵀ u`` without forming J."""
-        _, pullback = vjp(self.residual, theta)
+        _, pullback = vjp(self.residual, theta)  # type: ignore[misc]  # torch's stub also lists the has_aux triple
         return pullback(u)[0]
 
     def gradient(self, theta: torch.Tensor) -> torch.Tensor:
@@ -230,10 +230,10 @@ def stack_objectives(objs: Sequence[LeastSquares]) -> LeastSquares:
     """The pooled (centralized) objective of several clients: ``r = [r_1; …; r_M]``."""
     objs = list(objs)
     if all(isinstance(o, PointwiseLeastSquares) for o in objs):
-        merged = {}
-        order = []
+        merged: dict[tuple, list] = {}
+        order: list[tuple] = []
         for o in objs:
-            for p in o.parts:
+            for p in o.parts:  # type: ignore[attr-defined]  # every o is a PointwiseLeastSquares here
                 key = (p.name, p.weight)
                 if key in merged and merged[key][0].fn != p.fn:
                     raise ValueError(f"residual part {p.name!r} has different functions on different clients")
@@ -244,6 +244,7 @@ def stack_objectives(objs: Sequence[LeastSquares]) -> LeastSquares:
         parts = []
         for key in order:
             ps = merged[key]
+            pts: torch.Tensor | tuple[torch.Tensor, ...]
             if isinstance(ps[0].points, tuple):
                 pts = tuple(torch.cat([q.points[j] for q in ps]) for j in range(len(ps[0].points)))
             else:
@@ -251,5 +252,6 @@ def stack_objectives(objs: Sequence[LeastSquares]) -> LeastSquares:
             parts.append(ResidualPart(ps[0].name, ps[0].fn, pts, ps[0].weight))
         return PointwiseLeastSquares(parts, objs[0].n_params)
     if all(isinstance(o, LinearLeastSquares) for o in objs):
-        return LinearLeastSquares(torch.cat([o.A for o in objs]), torch.cat([o.b for o in objs]))
+        return LinearLeastSquares(torch.cat([o.A for o in objs]),  # type: ignore[attr-defined]
+                                  torch.cat([o.b for o in objs]))  # type: ignore[attr-defined]
     raise TypeError("cannot pool objectives of different kinds")

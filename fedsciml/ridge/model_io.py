@@ -1,56 +1,44 @@
-"""The fitted ridge model out of a run: ``model.safetensors`` (the numbers) and ``model.json`` (what they are).
+"""The fitted ridge model out of a run, in the project's one model format (:mod:`fedsciml.runtime.modelio`).
 
-``model.safetensors`` holds ``coef`` ``[d]`` and ``intercept`` ``[1]`` (float64) — safetensors, so reading
-the file back never runs code; ``model.json`` is small: the format tag, ``n_features``, the intercept, the
-σ used, how the model was fitted (method, clients, DP ε/δ when private, projection) and the name of the
-tensor file.  Predictions are ``X @ coef + intercept``.  Both files are written to ``NAME.tmp`` and
-renamed, so an interrupted write leaves no half file.  :func:`read_model` reads them back (and checks that
-they agree).
+A directory with ``model.safetensors`` — ``coef`` ``[d]`` and ``intercept`` ``[1]`` (float64; safetensors, so
+reading it back never runs code) — and ``model.json`` of kind ``"ridge"``: ``n_features``, the intercept, the
+σ used, how the model was fitted (method, clients, DP ε/δ when private, projection) and ``predict``:
+``X @ coef + intercept``.  :func:`fedsciml.runtime.modelio.load` (``fs.load_model``, ``python -m fedsciml
+predict``) turns it into a callable; :func:`read_model` returns the numbers and checks that the two files agree.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 
 import torch
 
-FORMAT = "fedsciml-ridge-model/1"
+from fedsciml.runtime import modelio
+
+KIND = "ridge"
 
 
-def write_model(out_dir: str, coef, intercept: float = 0.0, meta: dict | None = None, stem: str = "model") -> list:
-    """Write ``stem.safetensors`` and ``stem.json`` into ``out_dir``; returns the two paths."""
-    from safetensors.torch import save_file
-
+def write_model(out_dir: str, coef, intercept: float = 0.0, meta: dict | None = None) -> list:
+    """Write ``model.safetensors`` and ``model.json`` into ``out_dir``; returns the two paths."""
     coef = torch.as_tensor(coef).detach().to(device="cpu", dtype=torch.float64).reshape(-1).contiguous()
     intercept = float(intercept)
     if not (bool(torch.isfinite(coef).all()) and math.isfinite(intercept)):
         raise ValueError("the model has non-finite coefficients or intercept; nothing written")
-    os.makedirs(out_dir, exist_ok=True)
-    st = os.path.join(out_dir, stem + ".safetensors")
-    js = os.path.join(out_dir, stem + ".json")
-    save_file({"coef": coef, "intercept": torch.tensor([intercept], dtype=torch.float64)}, st + ".tmp",
-              metadata={"format": FORMAT})
-    os.replace(st + ".tmp", st)
-    doc = {"format": FORMAT, "n_features": int(coef.numel()), "intercept": intercept,
-           "tensors": os.path.basename(st), "predict": "X @ coef + intercept", **(meta or {})}
-    with open(js + ".tmp", "w") as f:
-        json.dump(doc, f, indent=2, default=str)
-        f.write("\n")
-    os.replace(js + ".tmp", js)
-    return [st, js]
+    d = int(coef.numel())
+    doc = {"kind": KIND, "n_features": d, "intercept": intercept, "inputs": [f"x{i}" for i in range(d)],
+           "outputs": ["y"], "predict": "X @ coef + intercept", **(meta or {})}
+    js = modelio.write_model(out_dir, {"coef": coef, "intercept": torch.tensor([intercept], dtype=torch.float64)},
+                             doc)
+    return [os.path.join(out_dir, modelio.TENSORS), js]
 
 
-def read_model(out_dir: str, stem: str = "model"):
-    """``(coef [d] float64 tensor, intercept, json dict)`` of a model written by :func:`write_model`."""
-    from safetensors.torch import load_file
-
-    with open(os.path.join(out_dir, stem + ".json")) as f:
-        doc = json.load(f)
-    if doc.get("format") != FORMAT:
-        raise ValueError(f"{out_dir}/{stem}.json is not a {FORMAT} file (format {doc.get('format')!r})")
-    t = load_file(os.path.join(out_dir, doc["tensors"]))
-    coef, intercept = t["coef"], float(t["intercept"][0])
-    if coef.numel() != doc["n_features"] or intercept != doc["intercept"]:
-        raise ValueError(f"{out_dir}: {stem}.json and {doc['tensors']} disagree (features or intercept)")
-    return coef, intercept, doc
+def read_model(out_dir: str):
+    """``(coef [d] float64 tensor, intercept, model.json dict)`` of a ridge model directory."""
+    tensors, meta = modelio.read_model(out_dir)
+    if meta["kind"] != KIND or set(tensors) != {"coef", "intercept"}:
+        raise modelio.ModelFileError(f"{out_dir!r} holds a model of kind {meta['kind']!r}, not a ridge model")
+    coef, intercept = tensors["coef"], float(tensors["intercept"][0])
+    if coef.numel() != meta.get("n_features") or intercept != meta.get("intercept"):
+        raise modelio.ModelFileError(f"{out_dir!r}: model.json and model.safetensors disagree (features or "
+                                     f"intercept)")
+    return coef, intercept, meta

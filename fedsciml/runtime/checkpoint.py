@@ -50,7 +50,7 @@ MAGIC = b"fedsciml-checkpoint v1 sha256="
 _HEADER_LEN = len(MAGIC) + 64 + 1  # magic, hex digest, newline
 
 # top-level entries the round loop writes, and their types
-REQUIRED = {"fingerprint": dict, "round": int, "rng": dict, "strategy": dict, "rows": list, "floats_up": int,
+REQUIRED: dict[str, type | tuple[type, ...]] = {"fingerprint": dict, "round": int, "rng": dict, "strategy": dict, "rows": list, "floats_up": int,
             "floats_down": int, "elapsed": (int, float), "rejections": list}
 
 

@@ -164,10 +164,11 @@ def register_handler(kind: type, query: str, answer: Callable, precompute: Calla
     if not isinstance(query, str) or not query:
         raise ValueError(f"a query name must be a non-empty string, got {query!r}")
     if "handlers" not in kind.__dict__:
-        kind.handlers = {}
-    if query in kind.__dict__["handlers"] and not replace and kind.handlers[query].answer is not answer:
+        setattr(kind, "handlers", {})
+    table: dict[str, Handler] = kind.__dict__["handlers"]
+    if query in table and not replace and table[query].answer is not answer:
         raise ValueError(f"{kind.__name__} already answers {query!r}; pass replace=True")
-    kind.handlers[query] = Handler(answer, precompute)
+    table[query] = Handler(answer, precompute)
     _VOCABULARY.setdefault(query, set()).add(kind)
 
 
@@ -227,6 +228,7 @@ class Client:
             r, J = self.objective.residual_and_jacobian(theta)
             return {**sqrt_gn_fields(J, r), "loss": (0.5 * (r @ r)).reshape(1), "n": self._n(theta)}
         s = self.objective.gn_stats(theta)
+        assert s.H is not None  # gn_stats forms H
         return {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": self._n(theta)}
 
     # --- answering a request (the transport seam) --------------------------------
@@ -263,8 +265,10 @@ class Client:
             if deadline is not None and i > 0 and time.perf_counter() >= deadline:
                 break
             opt.zero_grad(set_to_none=True)
+            loss: torch.Tensor
             if by_part:
-                loss = sum((q @ q) / q.numel() for q in self.objective.part_residuals(x))
+                loss = sum(((q @ q) / q.numel() for q in self.objective.part_residuals(x)),  # type: ignore[attr-defined]
+                           x.new_zeros(()))
             else:
                 r = self.objective.residual(x)
                 loss = (0.5 / n if cfg.loss == "mean" else 1.0 / n) * (r @ r)
@@ -300,19 +304,23 @@ class Client:
         need_dense = cfg.solver == "gn" or curvature == "full" or adaptive is not None or (
             curvature == "lowrank" and dense_ok)
         msg: dict = {}
-        spec = r_vec = None
+        spec: Spectrum | None = None
+        r_vec: torch.Tensor | None = None
         if need_dense and rj is not None:  # residual and Jacobian already evaluated (ClientBatch)
             r_vec, spec = rj[0], Spectrum(rj[1])
         elif need_dense:
             spec, r_vec = self.spectrum(theta)
+        # every branch below that reads the Jacobian's spectrum or r is one of need_dense's cases
         info = {}
         steps = cfg.steps
         if adaptive is not None and curvature is not None:
+            assert spec is not None and r_vec is not None
             g_norm = float((spec.J.T @ r_vec).norm())
             rank, steps = adaptive.choose(spec.lam / n, g_norm / n, global_grad_norm, rnd, cfg, max_rank=rank)
             info = {"rank": rank, "steps": steps, "gnorm": g_norm / n}
         # local update
         if cfg.solver == "gn":
+            assert spec is not None and r_vec is not None
             mu = cfg.damping * spec.lam_max
             delta = spec.damped_step(r_vec, mu)
         else:
@@ -320,7 +328,8 @@ class Client:
         msg["delta"] = delta
         # curvature at the broadcast θ
         if curvature == "full":
-            msg["H"] = linalg.pack_upper(gn_stats_from(spec.J, r_vec).H)
+            assert spec is not None and r_vec is not None
+            msg["H"] = linalg.pack_upper(gn_stats_from(spec.J, r_vec).H)  # type: ignore[arg-type]  # H is formed
         elif curvature == "lowrank":
             if spec is not None:
                 U, lam = spec.top(rank)
@@ -419,9 +428,9 @@ class ClientBatch:
             except (TypeError, ValueError):
                 self.pooled = None
         if self.pooled is not None:  # row owners, in stack_objectives' order (part-major, then client)
-            rows = {c.cid: [] for c in self.clients}
+            rows: dict[int, list[torch.Tensor]] = {c.cid: [] for c in self.clients}
             start = 0
-            for part in self.pooled.parts:
+            for part in self.pooled.parts:  # type: ignore[attr-defined]  # pooled pointwise objectives have parts
                 for c in self.clients:
                     for q in c.objective.parts:
                         if q.name == part.name and q.weight == part.weight:
@@ -442,6 +451,7 @@ class ClientBatch:
                 out[c.cid] = {**sqrt_gn_fields(Jm, rm), "loss": (0.5 * (rm @ rm)).reshape(1), "n": c._n(theta)}
                 continue
             s = gn_stats_from(Jm, rm)
+            assert s.H is not None
             out[c.cid] = {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": c._n(theta)}
         return out
 

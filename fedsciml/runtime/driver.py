@@ -122,7 +122,7 @@ def check_seed(seed) -> int:
     """The seed as an int in [0, 2⁶³), else TypeError / ValueError naming it."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"seed must be an integer ≥ 0, got {seed!r} ({type(seed).__name__})")
-    if not 0 <= seed < 2**63:
+    if not 0 <= int(seed) < 2**63:
         raise ValueError(f"seed must be an integer in [0, 2**63), got {seed}")
     return int(seed)
 
@@ -220,10 +220,11 @@ def _ridge_sigma_once(problem, method: str, config: MethodConfig):
         return problem, config
     import dataclasses
 
-    s = problem.options["sigma"] if config.sigma is None else float(config.sigma)
+    sigma = getattr(config, "sigma")  # a one-shot configuration (OneShotConfig)
+    s = problem.options["sigma"] if sigma is None else float(sigma)
     if problem.options.get("penalty") != "server" or s != problem.options["sigma"]:
         problem = type(problem)(**{**problem.options, "sigma": s, "penalty": "server"})
-    return problem, dataclasses.replace(config, sigma=s)
+    return problem, dataclasses.replace(config, sigma=s)  # type: ignore[call-arg]  # OneShotConfig has sigma
 
 
 @dataclass(frozen=True)
@@ -293,7 +294,9 @@ def run(p: Plan) -> Result:
     if p.engine != "local":  # the same strategy and round loop; the engine's transport carries the messages
         opts = p.config.to_dict()
         opts.pop("transport", None)
-        return ENGINES[p.engine](p.problem, p.method, clients=p.clients, seed=p.seed, device=p.device_arg,
+        engine = ENGINES[p.engine]
+        assert engine is not None  # "local" is the only engine without a function, and it runs below
+        return engine(p.problem, p.method, clients=p.clients, seed=p.seed, device=p.device_arg,
                                  progress=p.progress, **opts)
     problem, dev = p.problem, p.device
     clients = problem.default_clients if p.clients is None else p.clients

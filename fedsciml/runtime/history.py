@@ -44,7 +44,7 @@ class Recorder:
         self.progress = progress
         self.every = max(1, int(every))
         self.label = label
-        self.rows = []
+        self.rows: list[dict] = []
         self.floats_sent = 0
         self._t0 = time.perf_counter()
         self._paused = 0.0

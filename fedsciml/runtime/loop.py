@@ -172,7 +172,7 @@ class Simulation:
         its floats up.  A client whose computation failed, or whose message the
         schema rejects, is logged with its id and the reason and left out.
         """
-        clients, dropped = list(ex.clients), []
+        clients, dropped = list(ex.clients), list[int]()
         if ex.dropout:
             clients, dropped = self.drop_out(clients)
         down = ex.request.floats if ex.down_floats is None else int(ex.down_floats)
@@ -328,7 +328,7 @@ class Simulation:
         """What a state this run wrote must satisfy (its checksum can be recomputed by whoever edits it):
         the round in ``[0, rounds]``, every history step within ``[0, round]``, non-negative counters and a
         finite, non-negative clock.  One :class:`~fedsciml.runtime.checkpoint.CheckpointError` otherwise."""
-        where = f"checkpoint {ckpt.path_in(self.cfg.checkpoint)}"
+        where = f"checkpoint {ckpt.path_in(str(self.cfg.checkpoint))}"
         k = state["round"]
         if k < 0 or (self.cfg.rounds is not None and k > self.cfg.rounds):
             hi = "" if self.cfg.rounds is None else f", {self.cfg.rounds}"

@@ -113,11 +113,27 @@ def field_callable(net, theta: torch.Tensor, evaluation: str, n_outputs: int) ->
             out = vmap(lambda y: net(theta, y).reshape(n_outputs))(x)
             return out.squeeze(-1) if n_outputs == 1 else out
 
-    u.inputs_dim = d
+    u.inputs_dim = d  # type: ignore[attr-defined]  # the callable says how many inputs it takes
     return u
 
 
-LOADERS: dict[str, Callable] = {"field": _load_field}
+def _load_ridge(tensors: dict, meta: dict) -> Callable:
+    """``kind="ridge"`` (:mod:`fedsciml.ridge.model_io`): ``x [n, d] → x @ coef + intercept``."""
+    if set(tensors) != {"coef", "intercept"} or tensors["coef"].ndim != 1 or tensors["intercept"].numel() != 1:
+        raise ModelFileError(f"a ridge model holds tensors coef [d] and intercept [1], got {sorted(tensors)}")
+    coef, intercept = tensors["coef"], tensors["intercept"][0]
+
+    def f(x) -> torch.Tensor:
+        x = torch.as_tensor(x, dtype=coef.dtype)
+        if x.ndim != 2 or x.shape[1] != coef.numel():
+            raise ValueError(f"points must have shape [n, {coef.numel()}], got {tuple(x.shape)}")
+        return x @ coef + intercept
+
+    f.inputs_dim = coef.numel()  # type: ignore[attr-defined]
+    return f
+
+
+LOADERS: dict[str, Callable] = {"field": _load_field, "ridge": _load_ridge}
 
 
 def load(directory: str) -> Callable:

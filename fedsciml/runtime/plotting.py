@@ -41,7 +41,9 @@ def _metric(result) -> str:
 
 def _series(result, key):
     """(step, time, value) arrays of the history rows that carry a finite ``key``."""
-    s, t, v = [], [], []
+    s: list[int] = []
+    t: list[float] = []
+    v: list[float] = []
     for row in result.history or []:
         val = row.get(key)
         if val is None or not isinstance(val, (int, float)) or not math.isfinite(val) or val <= 0:

@@ -212,7 +212,7 @@ def format_table(columns, rows) -> str:
 
 def jsonable(d: dict) -> dict:
     """``d`` with every value JSON can hold kept and anything else (a tensor, a function) as its ``repr``."""
-    out = {}
+    out: dict[str, Any] = {}
     for k, v in d.items():
         if isinstance(v, (int, float, str, bool)) or v is None:
             out[k] = v

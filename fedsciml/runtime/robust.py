@@ -213,7 +213,7 @@ def influence_screen(Hs: torch.Tensor, gs: torch.Tensor, sigma: float = 0.0, kap
     result, are exactly the plain method's.  Cost: K + 1 dense p×p solves per pass (p the parameter
     count, or the projected dimension)."""
     K, p = gs.shape
-    keep, dropped, reasons = list(range(K)), [], {}
+    keep, dropped, reasons = list(range(K)), list[int](), dict[int, str]()
     max_drop = (K - 1) // 2 if max_drop is None else int(max_drop)
     eye = torch.eye(p, dtype=Hs.dtype, device=Hs.device)
     infl: list = []

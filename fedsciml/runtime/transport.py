@@ -71,7 +71,7 @@ class LocalTransport(Transport):
         self.client_ids = [c.cid for c in clients]
         self.sample_counts = {c.cid: c.n for c in clients}
         self.vectorize = bool(vectorize)
-        self._batches = {}
+        self._batches: dict[tuple, ClientBatch] = {}
 
     def _batch(self, cids):
         key = tuple(cids)

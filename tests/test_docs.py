@@ -1,0 +1,56 @@
+"""The API reference page (docs/api.md) documents exactly ``fedsciml.__all__``, each name at its defining module."""
+import importlib
+import importlib.util
+import pathlib
+import re
+
+
+import fedsciml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+ENTRY = re.compile(r"^::: (fedsciml(?:\.\w+)+)\.(\w+)$", re.M)
+
+
+def _entries() -> dict[str, str]:
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    found = ENTRY.findall(text)
+    names = [name for _, name in found]
+    assert len(names) == len(set(names)), "a name is documented twice"
+    return {name: module for module, name in found}
+
+
+def test_api_page_lists_exactly_the_public_names():
+    entries = _entries()
+    # __version__ is a string, not an object mkdocstrings documents: the page names it in its text instead.
+    assert set(entries) == set(fedsciml.__all__) - {"__version__"}
+    assert "`fedsciml.__version__`" in (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+
+
+def test_api_page_points_at_the_defining_modules():
+    for name, module in _entries().items():
+        obj = getattr(importlib.import_module(fedsciml._PUBLIC[name]), name)  # what fs.<name> resolves to
+        assert getattr(obj, "__module__", module) == module, f"{name} is defined in {obj.__module__}, not {module}"
+        assert getattr(importlib.import_module(module), name) is obj, name
+
+
+def test_public_names_are_the_documented_objects():
+    # fs.methods is the subpackage fedsciml.methods (the method list is fs.list_methods): no public name is
+    # shadowed by a subpackage once that is imported
+    import fedsciml.methods  # noqa: F401  (what any solve imports)
+
+    for name, module in _entries().items():
+        assert getattr(fedsciml, name) is getattr(importlib.import_module(module), name), name
+    assert fs_list_methods_is_the_registry()
+
+
+def fs_list_methods_is_the_registry() -> bool:
+    from fedsciml.methods import METHODS
+
+    return fedsciml.list_methods() == sorted(METHODS)
+
+
+def test_api_page_is_what_the_generator_writes():
+    spec = importlib.util.spec_from_file_location("gen_api_page", ROOT / "scripts" / "tools" / "gen_api_page.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.main(["--check"]) == 0, "docs/api.md is out of date: run python scripts/tools/gen_api_page.py"
