@@ -326,7 +326,7 @@ class CentralizedConfig(StopOptions):
                               none="adam 1e-3, lbfgs 1.0")
     lm_solve: str = option("auto", "how lm solves its damped system: normal (p×p Cholesky), kernel (n×n), matfree "
                                    "(Nyström-preconditioned CG on jvp/vjp products, no J) or auto (kernel when n < p, "
-                                   "normal when n ≥ p, matfree when J has more than 2.5e7 entries)", str,
+                                   "normal when n ≥ p, matfree when J has more than 5e7 entries)", str,
                            choices=("auto", "normal", "kernel", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
 
@@ -368,6 +368,9 @@ class GNConfig(RoundOptions):
                                         "with threshold κ (a client whose statistics cost the others more than κ × "
                                         "the median client's is left out of the run; fedsciml.runtime.robust)",
                                   float, lo=1, lo_open=True, none="no screen", metavar="KAPPA")
+
+    def forms_jacobians(self) -> bool:
+        return self.form != "matfree"  # the matrix-free form's clients keep one residual graph, never J
 
     def _resolve(self):
         super()._resolve()

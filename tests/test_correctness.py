@@ -407,22 +407,21 @@ def test_flower_transport_stops_waiting_for_nodes_once_the_engine_stopped():
 
 
 def test_flower_engine_failure_is_one_clear_error(monkeypatch):
+    """The Flower engine runs ``flwr run`` on a simulation SuperLink; a run that ends without its result (here:
+    Ray could not start its node, as its log says) is one EngineFailed naming the root cause."""
     pytest.importorskip("flwr")
-    import flwr.simulation
-
-    from fedsciml.runtime.loop import RoundFailed
+    from fedsciml.engines.flower import deploy
     from fedsciml.engines.flower import simulation as fsim
     from fedsciml.problems import get_problem
+    from fedsciml.runtime.loop import RoundFailed
 
-    def crashed(**kw):  # as run_simulation raises when Ray cannot start its node
-        try:
-            try:
-                raise Exception("The current node timed out during startup.")
-            except Exception as e:
-                raise RuntimeError("Simulation Runtime crashed.") from e
-        except RuntimeError as e:
-            raise RuntimeError("An error was encountered. Ending simulation.") from e
-    monkeypatch.setattr(flwr.simulation, "run_simulation", crashed)
+    def crashed(self, proc, outs, timeout_s=600.0, echo=None):  # what wait_files raises with the run's log
+        raise RuntimeError("the Flower run ended without its result (flwr run status 1); its log:\n"
+                           "ERROR :  RuntimeError: Simulation Runtime crashed.\n"
+                           "Exception: The current node timed out during startup.\n")
+    monkeypatch.setattr(deploy.LocalSuperLink, "start", lambda self: self)  # no processes in this test
+    monkeypatch.setattr(deploy.LocalSuperLink, "submit_config", lambda self, *a, **k: None)
+    monkeypatch.setattr(deploy.LocalSuperLink, "wait_files", crashed)
     with pytest.raises(fsim.EngineFailed, match="node timed out during startup") as ei:
         fsim.solve(get_problem("sin1d", n_samples=10), "fedavg", clients=2, rounds=1)
     assert isinstance(ei.value, RoundFailed)  # the CLI: one line, exit 1

@@ -1,7 +1,9 @@
-"""Flower as a transport: codec, ClientApp, and runs through Flower's simulation engine.
+"""Flower as an engine: codec, ClientApp, runs through Flower's simulation runtime (``flwr run`` on a simulation
+SuperLink) and through a deployment of stock ``flower-superlink`` / ``flower-supernode`` processes.
 
-The simulation runs share one Flower simulation (Ray starts once for the
-module: :func:`fedsciml.engines.flower.simulation.solve_many`).  Bitwise equality is
+The simulation runs share one ``flwr run`` (Ray starts once for the
+module: :func:`fedsciml.engines.flower.simulation.solve_many`).  Every run
+that starts processes is bounded in time (it fails, never hangs).  Bitwise equality is
 asserted against the in-process run that evaluates each client on its own
 (``LocalTransport(vectorize=False)``) with the same torch thread count: a
 Flower node holds one client, so the operations and their order are the
@@ -252,12 +254,15 @@ def test_vectorized_local_run_is_close(simulated):
 # --- a real deployment: SuperLink and SuperNodes as processes on 127.0.0.1 -----------------------
 
 
+DEPLOY_WAIT_S = 900.0  # a stock SuperNode starts a flwr-clientapp process per message: seconds each when loaded
+
+
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    """A SuperLink and 2 fedsciml nodes on 127.0.0.1 (free ports); every process stopped at the end."""
+    """A stock SuperLink and 2 stock SuperNodes on 127.0.0.1 (free ports); every process stopped at the end."""
     from fedsciml.engines.flower.deploy import LocalDeployment
 
-    d = LocalDeployment(K, str(tmp_path_factory.mktemp("flower-deploy")), threads=1, trace=True)
+    d = LocalDeployment(K, str(tmp_path_factory.mktemp("flower-deploy")), threads=1)
     with d:
         yield d
     assert not d.procs  # stopped (the context manager kills each process group it started)
@@ -265,7 +270,7 @@ def deployment(tmp_path_factory):
 
 def _local_reference(problem_name, method, **opts):
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the deployment's nodes and ServerApp run one thread each
+    torch.set_num_threads(1)  # the deployment's ClientApps and ServerApp run one thread each
     try:
         return local_run(get_problem(problem_name), method, K, **opts)
     finally:
@@ -273,12 +278,12 @@ def _local_reference(problem_name, method, **opts):
 
 
 def test_deployment_gn_and_one_shot_are_bitwise_equal_to_in_process(deployment):
-    res, theta = deployment.run("bratu", "gn", rounds=2, batched=False, name="gn")
-    ref = _local_reference("bratu", "gn", rounds=2, batched=False)
+    res, theta = deployment.run("bratu", "gn", rounds=1, batched=False, name="gn", wait_s=DEPLOY_WAIT_S)
+    ref = _local_reference("bratu", "gn", rounds=1, batched=False)
     assert torch.equal(theta, ref.theta)  # one client per node, one thread everywhere: the same operations
     assert [r["loss"] for r in res.history] == [r["loss"] for r in ref.history]
     assert res.extra["engine"]["name"] == "flower" and res.extra["rejections"] == []
-    res, theta = deployment.run("ridge-linear", "one-shot", name="one-shot")
+    res, theta = deployment.run("ridge-linear", "one-shot", name="one-shot", wait_s=DEPLOY_WAIT_S)
     ref = _local_reference("ridge-linear", "one-shot")
     assert torch.equal(theta, ref.theta)  # bitwise: one client per node, linear rows exact, the same operations
 
@@ -291,24 +296,25 @@ def test_deployment_survives_a_killed_node_that_comes_back(deployment):
 
     log = deployment.dir / "node1.log"
 
-    def tasks():
-        return log.read_text(errors="replace").count("fedsciml.engines.flower.node] task")
+    def received():  # messages the stock SuperNode of site 1 pulled (its own INFO line per message)
+        return log.read_text(errors="replace").count("Receiving: query.")
 
-    before = tasks()
-    proc, out = deployment.submit("bratu", "gn", rounds=3, batched=False, timeout_s=20.0, name="killed")
-    end = time.monotonic() + 300
-    while time.monotonic() < end and tasks() < before + 3:
-        time.sleep(0.2)  # node 1 answered describe, θ₀'s statistics and a first trial loss
+    before = received()
+    proc, out = deployment.submit("bratu", "gn", rounds=2, batched=False, timeout_s=180.0, name="killed")
+    end = time.monotonic() + DEPLOY_WAIT_S
+    while received() < before + 2:  # node 1 pulled describe and θ₀'s statistics request
+        assert proc.poll() is None and time.monotonic() < end, deployment.tail("flwr-run-killed")
+        time.sleep(0.2)
     deployment.kill("node1")
-    time.sleep(4.0)  # at least one exchange times out or cannot be delivered
+    time.sleep(2.0)  # the request in flight is lost with the node
     deployment.start_node(1)
-    res, theta = deployment.wait(proc, out, 600)
-    ref = _local_reference("bratu", "gn", rounds=3, batched=False)
-    assert torch.equal(theta, ref.theta)  # bitwise: the restarted node answers the same requests with the same operations
+    res = deployment.wait(proc, out, DEPLOY_WAIT_S)[0]
+    ref = _local_reference("bratu", "gn", rounds=2, batched=False)
+    assert torch.equal(res.theta, ref.theta)  # bitwise: the restarted node answers the same requests the same way
     back = res.extra["engine"]["rejoined"]
     assert [b["client"] for b in back] == [1] and back[0]["new_node"] != back[0]["old_node"]
     # within one exchange's timeout the restarted node is asked in place of the dead one; an exchange that
-    # failed first is logged with the node and the reason — no answer in 20 s, undeliverable or "node
+    # failed first is logged with the node and the reason — no answer in time, undeliverable or "node
     # unavailable": a dropout (info["unanswered"]); another error reply: a rejection — and gn asks again
     missed = res.extra["rejections"] + res.extra.get("unanswered", [])
     assert all(r["reason"].startswith("node ") and f"(client {r['client']})" in r["reason"] for r in missed), missed
@@ -319,56 +325,78 @@ def test_deployment_survives_a_killed_node_that_comes_back(deployment):
 # --- bench images on Flower's simulation engine -----------------------------------------------------
 
 
-def test_image_clients_built_on_nodes_send_the_in_process_messages_bitwise():
+def test_image_clients_built_on_nodes_give_the_in_process_run():
     """Each virtual node rebuilds its image client from the split's plain description (image_client); FedAvg
-    for 2 rounds sends, round by round and client by client, the same float32 bits as the in-process run
-    (hence the same merged model and accuracies); the CLI's engine path refuses fipa-fc in one line."""
-    from flwr.serverapp import ServerApp
-    from flwr.simulation import run_simulation
-
-    from fedsciml.engines.flower.apps import client_app
+    for 2 rounds over Flower's simulation runtime gives the in-process run's history, accuracies and floats
+    (one client per node, one thread: the same float32 operations); fipa-fc is refused in one line."""
     from fedsciml.engines.flower.images import run_setting
-    from fedsciml.engines.flower.simulation import backend_config
-    from fedsciml.engines.flower.transport import FlowerTransport
-    from fedsciml.images import data as imdata
+    from fedsciml.images import bench
     from fedsciml.images import methods as M
 
-    spec = {"dataset": "digits", "data_dir": None, "clients": K, "alpha": 0.5, "split": "balanced", "seed": 0,
-            "model": "linear", "device": "cpu"}
-    cfg = M.TrainConfig(epochs=1)
-
-    def go(transport):
-        sent = []
-
-        def hook(rnd, cid, msg):
-            sent.append((rnd, cid, {k: v.clone() for k, v in msg.items()}))
-            return msg
-
-        fed = imdata.federate(imdata.load("digits"), K, 0.5, 0, "balanced")
-        res = M.run_rounds(fed, "linear", ["fedavg"], 0, cfg, 2, transport=transport, message_hook=hook)["fedavg"]
-        return res, sent
-
+    setting = dict(dataset="digits", model="linear", clients=K, alpha=0.5, protocol="rounds", rounds=2,
+                   methods=["fedavg"], seeds=[0], cfg=M.TrainConfig(epochs=1))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        out = {}
-        app = ServerApp()
-
-        @app.main()
-        def main(grid, context):
-            job = {"images": spec, "clients": K, "threads": 1}
-            out["flower"] = go(FlowerTransport(grid, job, K, timeout_s=300.0))
-
-        run_simulation(server_app=app, client_app=client_app, num_supernodes=K, backend_config=backend_config(K))
-        local = go("local")
+        fl = run_setting(wait_s=900.0, **setting)
+        lo = bench.run_setting(progress=lambda s: None, **setting)
     finally:
         torch.set_num_threads(threads)
-    (fl, fl_sent), (lo, lo_sent) = out["flower"], local
-    assert [(r, c) for r, c, _ in fl_sent] == [(r, c) for r, c, _ in lo_sent] and len(lo_sent) == 2 * K
-    for (_, _, a), (_, _, b) in zip(fl_sent, lo_sent):  # one client per node, one thread: the same operations
-        assert a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]) for k in a)
-    assert fl.history == lo.history and fl.floats_per_client == lo.floats_per_client
-    assert fl.info["rejections"] == [] and fl.info["rounds"] == lo.info["rounds"]
+    assert fl["setting"]["engine"] == "flower" and fl["setting"]["flower"][0]["exchanges"] > 0
+    assert len(fl["runs"]) == len(lo["runs"]) == 1
+    a, b = fl["runs"][0], lo["runs"][0]
+    drop = ("time_s",)
+    assert [{k: v for k, v in r.items() if k not in drop} for r in a["history"]] == \
+        [{k: v for k, v in r.items() if k not in drop} for r in b["history"]]
+    assert a["final"] == b["final"]
     with pytest.raises(ValueError, match="does not run fipa-fc"):
         run_setting(dataset="digits", model="linear", clients=K, protocol="rounds", rounds=1)
 
+
+# --- the Flower App's ServerApp: run config and table ------------------------------------------------
+
+
+def test_server_app_prints_the_cli_table(capsys):
+    """The table the ServerApp logs after a run (``flwr run … --stream`` shows it) is the one ``python -m
+    fedsciml solve`` prints: the same lines for the same Result."""
+    from fedsciml.cli.main import _print_summary
+    from fedsciml.engines.flower.apps import summary_lines
+
+    for method, opts in (("fipa", dict(rounds=1)), ("gn", dict(rounds=1)), ("fedavg", dict(rounds=1))):
+        r = fs.solve("bratu", method, clients=K, **opts)
+        _print_summary([r])
+        assert capsys.readouterr().out.splitlines() == summary_lines([r])
+
+
+def test_run_config_is_checked_in_one_line():
+    from fedsciml.engines.flower.apps import job_from_run_config
+
+    job = job_from_run_config({"problem": "bratu", "method": "fipa", "clients": 4, "method-options": '{"rounds": 3}'})
+    assert job["clients"] == 4 and job["options"] == {"rounds": 3} and job["method"] == "fipa"
+    with pytest.raises(ValueError, match=r"unknown run-config key\(s\) \['rounds'\]"):
+        job_from_run_config({"problem": "bratu", "clients": 2, "rounds": 3})
+    with pytest.raises(ValueError, match="method-options='\\[1\\]' must be a JSON object"):
+        job_from_run_config({"problem": "bratu", "clients": 2, "method-options": "[1]"})
+    with pytest.raises(ValueError, match="problem-options='{rounds' is not JSON"):
+        job_from_run_config({"problem": "bratu", "clients": 2, "problem-options": "{rounds"})
+    with pytest.raises(ValueError, match="clients must be ≥ 1, got 0"):
+        job_from_run_config({"problem": "bratu", "clients": 0})
+
+
+def test_engine_refuses_options_that_cannot_travel_as_json():
+    from fedsciml.engines.flower.simulation import _job
+
+    with pytest.raises(ValueError, match="option callback=.* is not a JSON value"):
+        _job(dict(problem=get_problem("bratu"), method="gn", clients=K, callback=print), "")
+
+
+def test_no_private_flower_module_is_imported():
+    """Only Flower's public API: no flwr.supernode / flwr.supercore module, nothing with a leading underscore."""
+    import pathlib
+    import re
+
+    pat = re.compile(r"flwr\.(supernode|supercore)|from flwr[.a-z_]*\._|import flwr[.a-z_]*\._")
+    root = pathlib.Path(fs.__file__).resolve().parent
+    hits = [f"{p}:{i}" for p in root.rglob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1)
+            if pat.search(line)]
+    assert hits == []

@@ -123,10 +123,25 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
         bad = [m for m in methods if m not in allowed]
         if bad:
             raise ValueError(f"method(s) {bad} not available for protocol {args.protocol}; choose from {list(allowed)}")
-    if args.fedfisher_start != "samples" and (not one_shot or (methods is not None and
-                                                               not any(m.startswith("fedfisher") for m in methods))):
-        raise ValueError("--fedfisher-start has no effect here: it is the start of FedFisher's server Adam "
-                         "(one-shot methods fedfisher-diag, fedfisher-kfac), which this run does not include")
+    ran = methods if methods is not None else M.default_methods(args.protocol)
+    fipa = [m for m in ran if m.startswith("fipa")]
+    # options given (not their defaults) that act on nothing this run does: refused, one line (as solve's are)
+    idle = [("--fedfisher-start", args.fedfisher_start != "samples", any(m.startswith("fedfisher") for m in ran),
+             "the start of FedFisher's server Adam (fedfisher-diag, fedfisher-kfac)"),
+            ("--modes", args.modes != 5, any(m.startswith("fedbens") for m in ran), "FedBEns's modes per client"),
+            ("--rank", args.rank != 10, bool(fipa), "FIPA's eigenpairs per client (fipa, fipa-fc)"),
+            ("--beta", args.beta != 0.0, bool(fipa), "FIPA's merge regularization (fipa, fipa-fc)"),
+            ("--gamma", args.gamma != 1.0, bool(fipa), "FIPA's server step (fipa, fipa-fc)"),
+            ("--no-tail", args.no_tail, bool(fipa), "FIPA's plain Eq. 13 (fipa, fipa-fc)"),
+            ("--server-opt", args.server_opt != "default", not one_shot and any(m in ("fedavg", "fedfish")
+                                                                                 for m in ran),
+             "the server rule of multi-round fedavg and fedfish"),
+            ("--warmup", args.warmup != 30, args.protocol == "warmup-refine", "the warm-up of --protocol warmup-refine"),
+            ("--rounds", args.rounds != 15, not one_shot, "the rounds of a multi-round protocol")]
+    for flag, given, acts, what in idle:
+        if given and not acts:
+            raise ValueError(f"{flag} has no effect here: it is {what}, which this run "
+                             f"(--protocol {args.protocol}, methods {','.join(ran)}) does not include")
     setting = dict(dataset=args.dataset, data_dir=args.data_dir,
                    model=args.model or ("lenet5" if one_shot else "cnn23k"),
                    clients=args.clients or (5 if one_shot else 20), alpha=None if args.iid else args.alpha,

@@ -202,6 +202,9 @@ def cmd_solve(args):
     for m in methods:
         get_method(m)
     given = {k[5:]: v for k, v in vars(args).items() if k.startswith("mopt_") and v is not None}
+    if given.get("preset") == "paper":  # a problem's own script settings for the published method, where declared
+        for k, v in (getattr(problem, "paper_method_options", None) or {}).items():
+            given.setdefault(k, v)
     per_method = method_options_for(methods, given)
     if len(methods) > 1:
         per_method = drop_where_idle(methods, per_method)

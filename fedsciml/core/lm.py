@@ -37,8 +37,14 @@ forms (``LMConfig.solve``):
   ``matfree`` when they carry only an operator, else ``normal``.  A caller
   holding the data asks :meth:`LevenbergMarquardt.statistics_form` which
   statistics to compute: :func:`auto_form` — the dense forms while
-  ``J`` fits (``n·p ≤ MATFREE_ENTRIES`` = 2.5·10⁷ entries, 200 MB in float64:
-  ``kernel`` when n < p, else ``normal``), ``matfree`` beyond.
+  ``J`` fits (``n·p ≤ MATFREE_ENTRIES`` = 5·10⁷ entries, 400 MB in float64:
+  ``kernel`` when n < p, else ``normal``), ``matfree`` beyond.  Why there:
+  at p ≈ 2 300 the dense step is the cheaper one while it fits — measured on
+  Poisson d = 5 (n = 17 700, p = 2 337, one thread, CPU time): J 1.8 s,
+  JᵀJ 4.2 s, Cholesky 0.3 s, against 0.4 s per matrix-free product, so a
+  rank-50 Nyström sketch alone (20 s) costs three dense steps; the
+  matrix-free solve pays where J and the p×p matrix do not fit (p ≈ 34k:
+  JᵀJ is 9 GB) — ``scripts/bench/poisson_scale.py``.
 """
 from __future__ import annotations
 
@@ -50,8 +56,8 @@ import torch
 from fedsciml.core import linalg, matfree
 from fedsciml.core.objective import GNStats
 
-#: the automatic choice takes the matrix-free solve when J would hold more entries than this (200 MB in float64)
-MATFREE_ENTRIES = 25_000_000
+#: the automatic choice takes the matrix-free solve when J would hold more entries than this (400 MB in float64)
+MATFREE_ENTRIES = 50_000_000
 
 
 def auto_form(n: int, p: int) -> str:

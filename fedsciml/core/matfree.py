@@ -1,16 +1,16 @@
 """Matrix-free damped Gauss–Newton: preconditioned CG on ``(JᵀJ + μI) x = −Jᵀr``.
 
 Nothing of size n×p, p×p or n×n is formed: the Gauss–Newton operator is applied
-through Jacobian-vector products (``torch.func.jvp``) and vector-Jacobian
-products (one ``torch.func.vjp`` pullback per point θ, reused), the same
+through Jacobian-vector and vector-Jacobian products (``torch.func.vjp``
+pullbacks, built once per point θ and reused — :class:`GNOperator`), the same
 products as :func:`fedsciml.core.curvature.ggn_matmat`.  Memory is O(n + p·ℓ)
-(ℓ the preconditioner's rank); one CG iteration costs one jvp and one vjp of
-the residual — about three evaluations of ``r(θ)``.
+(ℓ the preconditioner's rank) plus the saved graph of one residual
+evaluation; one CG iteration costs two reverse sweeps over it.
 
 Preconditioner: randomized Nyström (Frangella, Tropp & Udell, *Randomized
 Nyström preconditioning*, SIMAX 2023, Algorithms 2.1 and 5.1; used for PINN
 natural-gradient steps by Bioli, Marcati & Sangalli, 2025).  A rank-ℓ sketch
-``A Ω`` (ℓ GGN products, vmapped) gives ``Â = U Λ̂ Uᵀ ≈ JᵀJ``, and
+``A Ω`` (ℓ Gauss–Newton products) gives ``Â = U Λ̂ Uᵀ ≈ JᵀJ``, and
 
     P⁻¹ = (λ̂_ℓ + μ) U (Λ̂ + μI)⁻¹ Uᵀ + (I − UUᵀ),
 
@@ -33,15 +33,23 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
-from torch.func import jvp, vjp, vmap
+from torch.func import vjp
 
 
 class GNOperator:
     """``v ↦ J(θ)ᵀJ(θ) v`` of a residual map ``r: θ ↦ ℝⁿ`` at a fixed θ, matrix-free.
 
-    The residual and its pullback are computed once (``vjp``); each product is
-    one ``jvp`` and one pullback.  :meth:`matmat` vmaps columns (sketches).
-    ``g = Jᵀr`` and ``loss = ½‖r‖²`` come from the same pass.
+    The residual and its pullback ``u ↦ Jᵀu`` are computed once (``vjp``), and
+    so is the pullback of that linear map, ``v ↦ Jv`` (the "double-vjp"
+    trick: ``u ↦ Jᵀu`` is linear, so its vjp with cotangent ``v`` is ``Jv``).
+    Each product is then two reverse-mode sweeps over saved graphs and no new
+    forward pass.  Measured on Poisson d = 5 ([5,32,32,32,1], 5 700 rows, one
+    loaded CPU core): 1.5 s per product against 2.2 s with forward-mode
+    ``jvp`` (which re-runs the forward pass with dual numbers every time),
+    the same numbers to 1e-16.  :meth:`matmat` applies the columns one after
+    another: ``vmap`` over the columns was measured 2–3× slower on CPU (its
+    batched intermediates are ℓ·n·width·(d+2) floats).  ``g = Jᵀr`` and
+    ``loss = ½‖r‖²`` come from the same pass.
     """
 
     def __init__(self, residual: Callable, theta: torch.Tensor):
@@ -53,21 +61,20 @@ class GNOperator:
         self.p = int(self.theta.numel())
         self.g = self._pullback(self.r)[0].detach()
         self.loss = 0.5 * (self.r @ self.r)
+        self._jv = None  # v ↦ Jv, built on the first product
         self.products = 0  # Gauss–Newton products applied (columns of matmat included)
 
     def jv(self, v: torch.Tensor) -> torch.Tensor:
-        return jvp(self.residual, (self.theta,), (v,))[1]
-
-    def _col(self, v):
-        return self._pullback(self.jv(v))[0]
+        if self._jv is None:
+            _, self._jv = vjp(lambda u: self._pullback(u)[0], torch.zeros_like(self.r))
+        return self._jv(v)[0]
 
     def matvec(self, v: torch.Tensor) -> torch.Tensor:
         self.products += 1
-        return self._col(v).detach()
+        return self._pullback(self.jv(v))[0].detach()
 
     def matmat(self, V: torch.Tensor) -> torch.Tensor:
-        self.products += int(V.shape[1])
-        return vmap(self._col, in_dims=1, out_dims=1)(V).detach()
+        return torch.stack([self.matvec(V[:, j]) for j in range(V.shape[1])], 1)
 
 
 @dataclass

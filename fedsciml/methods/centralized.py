@@ -3,7 +3,7 @@
 * ``lm`` — Levenberg–Marquardt (:mod:`fedsciml.core.lm`), float64.  The damped system is solved in
   the form ``lm_solve`` names; ``auto`` (default) picks by size (:func:`fedsciml.core.lm.auto_form`):
   the n×n kernel form when n < p, the p×p normal form when n ≥ p, both while the n×p Jacobian
-  has at most 2.5·10⁷ entries, and matrix-free Nyström-preconditioned CG (jvp/vjp only) beyond.
+  has at most 5·10⁷ entries, and matrix-free Nyström-preconditioned CG (jvp/vjp only) beyond.
 * ``adam`` — Adam on the mean loss ``½‖r‖²/N`` (lr 1e-3 by default).
 * ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
   25 function evaluations, per step; restarted from steepest descent if it stops moving).

@@ -1,18 +1,20 @@
-"""Per-exchange overhead of Flower as fedsciml's transport: in-process vs Flower simulation vs a real deployment.
+"""What Flower costs fedsciml: in process vs Flower's simulation runtime vs a deployment of stock Flower processes.
 
-The same gn run (bratu, 2 clients, ``--rounds`` LM iterations, one thread per
-client, per-client evaluation) three ways; for each, the median wall time of
-one exchange (``transport.ask``: push to every client, their work, all
-replies back).  The Flower overhead of an exchange is its median minus the
-in-process median (the clients' own work).  Then the main job as a user
-runs it, ``python -m fedsciml solve bratu --clients 2 --method gn --rounds 3``
-(``--main``), with ``--engine local`` and ``--engine flower``: the wall time
-of the whole command (imports, Ray, the nodes' set-up included) and its
-solver time.  Prints the tables (JSON with ``--json``, a markdown table for
-the README with ``--markdown``) and the load average before and after: on a
-shared machine, compare only ratios taken in the same run.
+For each engine, the same work — ``gn`` (bratu, ``--clients`` clients, ``--rounds`` LM iterations,
+per-client evaluation) and ``fipa`` (``--rounds`` rounds) — with one thread per client:
 
-    OMP_NUM_THREADS=1 nice python scripts/bench/flower_overhead.py --rounds 10 --markdown /tmp/overhead.md
+* start-up: the engine's wall time outside the solver (processes, ``flwr run``, Ray, the nodes' set-up);
+* the median wall time of one exchange (push to every client, their work, all replies back) by query:
+  ``gn_loss`` (a small exchange: θ down, one float up), ``gn_stats`` (θ down, the packed JᵀJ up), ``update``
+  (fipa's local solve and sketch);
+* idle CPU: CPU seconds the engine's processes burn over ``--idle`` seconds with no run (stock SuperLink and
+  SuperNodes with their SuperExecs; the simulation SuperLink);
+
+then the main job as a user runs it, ``python -m fedsciml <--main>`` with ``--engine local`` and ``--engine
+flower`` (the whole command's wall time, imports and start-up included), and the same-run ratio.  The machine
+may be shared: the load average is printed at the start and the end; compare only ratios taken in one run.
+
+    OMP_NUM_THREADS=1 nice python scripts/bench/flower_overhead.py --markdown /tmp/overhead.md
 """
 from __future__ import annotations
 
@@ -25,7 +27,11 @@ import time
 
 import torch
 
-from fedsciml.runtime.transport import Transport
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from fedsciml.runtime.transport import Transport  # noqa: E402
+
+QUERIES = ("gn_loss", "gn_stats", "update")
 
 
 class TimedTransport(Transport):
@@ -42,94 +48,126 @@ class TimedTransport(Transport):
         self.queries.append(request.query)
         return out
 
-    def by_query(self) -> dict:
-        from fedsciml.engines.flower.transport import medians_by_query
 
-        return medians_by_query(self.times, self.queries)
+def _by_query(times, queries) -> dict:
+    return {q: statistics.median([t for t, qq in zip(times, queries) if qq == q]) for q in set(queries)}
 
 
-def _q(row: dict, query: str) -> float:
-    """Median seconds of one query's exchanges (``gn_loss``: a few floats each way; ``gn_stats``: θ down,
-    the packed JᵀJ up)."""
-    return float(row.get("by_query", {}).get(query, {}).get("median_s", float("nan")))
+def _merge(results) -> dict:
+    out: dict = {}
+    for r in results:
+        for q, v in r.extra["engine"]["by_query"].items():
+            out[q] = v["median_s"]
+    return out
+
+
+def group_cpu_s(pgids) -> float:
+    """CPU seconds (user + system, children that were waited for included) of every process in these groups."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) in pgids:  # fields[2]: the process group (stat field 5)
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return total / tick
+
+
+def idle_cpu(link, seconds: float) -> float:
+    pgids = {p.pid for p in link.procs.values()}
+    c0 = group_cpu_s(pgids)
+    time.sleep(seconds)
+    return group_cpu_s(pgids) - c0
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--problem", default="bratu")
     ap.add_argument("--clients", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--skip", default="", help="comma-separated: simulation,deployment")
-    ap.add_argument("--main", default="solve bratu --clients 2 --method gn --rounds 3",
-                    help="the main job timed with --engine local and --engine flower ('' to skip)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--idle", type=float, default=30.0, help="seconds of idle time measured per engine")
+    ap.add_argument("--skip", default="", help="comma-separated: simulation,deployment,main")
+    ap.add_argument("--main", default="solve bratu --clients 4",
+                    help="the main job timed with --engine local and --engine flower")
     ap.add_argument("--json", default=None)
     ap.add_argument("--markdown", default=None, help="write the tables as markdown here")
     args = ap.parse_args(argv)
     load0 = os.getloadavg()
     torch.set_num_threads(1)
     import fedsciml as fs
+    from fedsciml.problems import get_problem
     from fedsciml.runtime.client import Client
     from fedsciml.runtime.transport import LocalTransport
-    from fedsciml.problems import get_problem
 
     p = get_problem(args.problem)
-    K, opts = args.clients, dict(rounds=args.rounds, batched=False)
-    torch.manual_seed(0)
-    tt = TimedTransport(LocalTransport([Client(i, o) for i, o in enumerate(p.client_objectives(K, seed=0))],
-                                       vectorize=False))
-    t0 = time.perf_counter()
-    loc = fs.solve(p, "gn", clients=K, transport=tt, **opts)
-    rows = [{"engine": "in-process", "exchanges": len(tt.times), "median_s": statistics.median(tt.times),
-             "wall_s": loc.wall_time_s, "setup_s": time.perf_counter() - t0 - loc.wall_time_s,
-             "by_query": tt.by_query()}]
-    same = {}
+    K, R = args.clients, args.rounds
+    runs = [("gn", dict(rounds=R, batched=False)), ("fipa", dict(rounds=R))]
     skip = set(args.skip.split(","))
+    rows, same = [], {}
+    # in process, each client on its own (what one Flower node computes)
+    t0 = time.perf_counter()
+    loc, times, queries = {}, [], []
+    for m, o in runs:
+        torch.manual_seed(0)
+        tt = TimedTransport(LocalTransport([Client(i, ob) for i, ob in enumerate(p.client_objectives(K, seed=0))],
+                                           vectorize=False))
+        loc[m] = fs.solve(p, m, clients=K, transport=tt, **o)
+        times += tt.times
+        queries += tt.queries
+    solver = sum(r.wall_time_s for r in loc.values())
+    rows.append({"engine": "in process", "startup_s": time.perf_counter() - t0 - solver, "solver_s": solver,
+                 "by_query": _by_query(times, queries), "idle_cpu_s": 0.0})
     if "simulation" not in skip:
+        from fedsciml.engines.flower.deploy import LocalSuperLink
         from fedsciml.engines.flower.simulation import solve_many
 
         t0 = time.perf_counter()
-        r = solve_many([dict(problem=p, method="gn", clients=K, seed=0, **opts)], K)[0]
-        e = r.extra["engine"]
-        rows.append({"engine": "flower simulation", "exchanges": e["exchanges"], "median_s": e["exchange_median_s"],
-                     "by_query": e.get("by_query", {}),
-                     "wall_s": r.wall_time_s, "setup_s": time.perf_counter() - t0 - r.wall_time_s})
-        same["simulation"] = bool(torch.equal(r.theta, loc.theta))
+        res = solve_many([dict(problem=p, method=m, clients=K, seed=0, **o) for m, o in runs], K)
+        solver = sum(r.wall_time_s for r in res)
+        with LocalSuperLink(simulation=True) as link:
+            idle = idle_cpu(link, args.idle)
+        rows.append({"engine": "Flower simulation (flwr run)", "startup_s": time.perf_counter() - t0 - solver - args.idle,
+                     "solver_s": solver, "by_query": _merge(res), "idle_cpu_s": idle})
+        same["Flower simulation (flwr run)"] = all(torch.equal(r.theta, loc[m].theta) for r, (m, _) in zip(res, runs))
     if "deployment" not in skip:
         from fedsciml.engines.flower.deploy import LocalDeployment
 
         t0 = time.perf_counter()
         with LocalDeployment(K, threads=1) as d:
-            t1 = time.perf_counter()
-            r, theta = d.run(args.problem, "gn", **opts)
-        e = r.extra["engine"]
-        rows.append({"engine": "flower deployment (127.0.0.1)", "exchanges": e["exchanges"],
-                     "median_s": e["exchange_median_s"], "wall_s": r.wall_time_s, "by_query": e.get("by_query", {}),
-                     "setup_s": time.perf_counter() - t0 - r.wall_time_s, "processes_start_s": t1 - t0})
-        same["deployment"] = bool(torch.equal(theta, loc.theta))
-    main_rows = main_job(args.main) if args.main else []
-    base = rows[0]["median_s"]
+            time.sleep(5.0)  # let the SuperNodes register and settle before measuring idle
+            idle = idle_cpu(d, args.idle)
+            res = [d.run(args.problem, m, wait_s=3600, name=m, **o)[0] for m, o in runs]
+        solver = sum(r.wall_time_s for r in res)
+        name = f"stock deployment, {K} SuperNodes on 127.0.0.1"
+        rows.append({"engine": name, "startup_s": time.perf_counter() - t0 - solver - args.idle - 5.0,
+                     "solver_s": solver, "by_query": _merge(res), "idle_cpu_s": idle})
+        same[name] = all(torch.equal(r.theta, loc[m].theta) for r, (m, _) in zip(res, runs))
+    main_rows = main_job(args.main) if "main" not in skip and args.main else []
     load = os.getloadavg()
-    lines = [f"{args.problem}, gn, {K} clients, {args.rounds} rounds, 1 thread per client; load average "
+    lines = [f"{args.problem}, {K} clients, gn and fipa {R} rounds each, 1 thread per client; load average "
              f"{load0[0]:.1f} {load0[1]:.1f} {load0[2]:.1f} at the start, {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
              f"at the end, on {os.cpu_count()} cores", "",
-             "| engine | exchanges | median exchange (s) | overhead per exchange (s) | small exchange: gn_loss "
-             "median (s) | gn_stats median (s) | run (s) | start-up (s) | θ bitwise = in-process |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| engine | start-up (s) | small exchange: gn_loss (s) | gn_stats (s) | update (s) | solver (s) | "
+             f"idle CPU (CPU-s per {args.idle:.0f} s) | θ bitwise = in process |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        bit = same.get(r["engine"].split()[1], "—") if r["engine"] != "in-process" else "—"
-        lines.append(f"| {r['engine']} | {r['exchanges']} | {r['median_s']:.3f} | "
-                     f"{r['median_s'] - base:.3f} | {_q(r, 'gn_loss'):.3f} | {_q(r, 'gn_stats'):.3f} | "
-                     f"{r['wall_s']:.2f} | {r['setup_s']:.1f} | {bit} |")
+        q = r["by_query"]
+        lines.append(f"| {r['engine']} | {r['startup_s']:.1f} | " + " | ".join(
+            f"{q[k]:.3f}" if k in q else "—" for k in QUERIES) + f" | {r['solver_s']:.2f} | {r['idle_cpu_s']:.2f} | "
+            f"{same.get(r['engine'], '—')} |")
     if main_rows:
-        lines += ["", f"main job `python -m fedsciml {args.main}`:", "",
-                  "| engine | wall time of the command (s) | solver time (s) | exchanges | final loss |",
-                  "|---|---|---|---|---|"]
+        lines += ["", f"main job `python -m fedsciml {args.main} --engine E` (whole command):", "",
+                  "| engine | wall time (s) | solver (s) | exchanges | final loss |", "|---|---|---|---|---|"]
         for r in main_rows:
             lines.append(f"| --engine {r['engine']} | {r['wall_s']:.1f} | {r['solver_s']:.2f} | "
                          f"{r.get('exchanges', '—')} | {r['loss']:.6e} |")
         w = {r["engine"]: r["wall_s"] for r in main_rows}
-        if w.get("local"):
-            lines += ["", f"same-run ratio flower/local wall time: {w['flower'] / w['local']:.1f}×"]
+        lines += ["", f"same-run ratio flower / local, whole command: {w['flower'] / w['local']:.2f}×"]
     print("\n".join(lines))
     if args.markdown:
         with open(args.markdown, "w") as f:
@@ -153,10 +191,9 @@ def main_job(command: str) -> list:
     for engine in ("local", "flower"):
         with tempfile.TemporaryDirectory() as tmp:
             js = os.path.join(tmp, "r.json")
-            cmd = [sys.executable, "-m", "fedsciml", *shlex.split(command), "--engine", engine, "--threads", "1",
-                   "--quiet", "--json", js]
+            cmd = [sys.executable, "-m", "fedsciml", *shlex.split(command), "--engine", engine, "--quiet", "--json", js]
             t0 = time.perf_counter()
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root)
             wall = time.perf_counter() - t0
             if p.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")

@@ -840,11 +840,14 @@ return w.tolist()
     resume = SOLVE[:-1] + ["--method", "fedavg", "--rounds", "2", "--checkpoint", "{dir}/ck", "--resume", "--quiet"]
     for kind in ("fifo", "dev-zero"):
         C(f"checkpoint state.pt is {kind}", resume, setup=ckpt_setup(kind), timeout=30)
-    A("Flower engine that fails to start (run_simulation raises)", '''
-import flwr.simulation
-def crashed(**kw):
-    raise RuntimeError("An error was encountered. Ending simulation.") from Exception("node timed out during startup")
-flwr.simulation.run_simulation = crashed
+    A("Flower engine whose run ends without its result (the simulation runtime crashed)", '''
+from fedsciml.engines.flower import deploy
+def crashed(self, proc, outs, timeout_s=600.0, echo=None):
+    raise RuntimeError("the Flower run ended without its result (flwr run status 1); its log:\\n"
+                       "Exception: The current node timed out during startup.")
+deploy.LocalSuperLink.start = lambda self: self
+deploy.LocalSuperLink.submit_config = lambda self, *a, **k: None
+deploy.LocalSuperLink.wait_files = crashed
 return fs.solve("sin1d", method="fedavg", clients=2, rounds=1, engine="flower", problem_options={"n_samples": 10}).final
 ''', timeout=120)
     # 6. a disk that fills during the final write: the results survive, one line

@@ -1,4 +1,4 @@
-"""One command: a SuperLink and K fedsciml SuperNodes on 127.0.0.1, one fedsciml run over them, everything stopped.
+"""One command: a stock SuperLink and K stock SuperNodes on 127.0.0.1, one fedsciml run over them, everything stopped.
 
     python scripts/tools/flower_deploy.py bratu --clients 2 --method gn --rounds 5
     python scripts/tools/flower_deploy.py ridge-linear --clients 3 --method one-shot
@@ -6,8 +6,9 @@
 Needs ``pip install ".[flower]"``.  Every process it starts (SuperLink, the
 SuperLink's ServerApp process, the K nodes, ``flwr run``) runs in its own
 process group on 127.0.0.1 and is stopped at the end, also after an error or
-Ctrl-C.  ``--keep DIR`` keeps the logs, the generated Flower app and the
-result JSON there.
+Ctrl-C.  ``--keep DIR`` keeps the logs, the run config and the result JSON
+there.  (Each message costs a fresh ``flwr-clientapp`` process on the stock
+SuperNode: seconds per exchange, see ``docs/flower.md``.)
 """
 from __future__ import annotations
 

@@ -19,11 +19,18 @@ the run; Flower only carries the plain-data requests and replies
   loop's dropout and rejection rules apply;
 * :mod:`fedsciml.engines.flower.apps` — the ``ClientApp`` (answers fedsciml queries
   from the node's own data, described by its node config) and the
-  ``ServerApp`` of a real deployment;
+  ``ServerApp`` (runs the run config's job(s) in fedsciml's round loop); the
+  Flower App that ``flwr run`` starts is ``fedsciml/engines/flower/app/``;
 * :mod:`fedsciml.engines.flower.simulation` — ``fs.solve(..., engine="flower")``:
-  the same run through Flower's simulation engine;
-* :mod:`fedsciml.engines.flower.deploy` — a SuperLink and K SuperNodes on
-  127.0.0.1 as separate processes (demo and tests).
+  the same app through Flower's simulation runtime (``flwr run`` on a
+  ``flower-superlink --simulation`` on 127.0.0.1);
+* :mod:`fedsciml.engines.flower.deploy` — a stock SuperLink (and K stock
+  SuperNodes) on 127.0.0.1 as separate processes (the simulation engine, the
+  demo and the tests).
+
+Only Flower's public API and its stock programs with documented options are
+used (``docs/flower.md``; what Flower lacks for fedsciml's many small
+exchanges: ``docs/flower-upstream.md``).
 
 Hygiene: importing this package turns Flower's telemetry and update check
 and Ray's usage statistics off (unless the environment already says
@@ -53,4 +60,4 @@ def require_flower():
         import flwr  # noqa: F401
     except ImportError:
         raise ValueError('engine "flower" needs Flower: pip install "fedsciml[flower]" '
-                          '(or pip install "flwr[simulation]==1.41.0")') from None
+                          '(or pip install "flwr[simulation]>=1.41,<1.42")') from None

@@ -20,21 +20,29 @@ The node answers the query (``describe``: its partition id and sizes;
 ``gn_loss``, ``gn_stats``, ``update``, ``loss``, ``oneshot_stats``: through
 :meth:`fedsciml.runtime.client.Client.answer`); the data never leave it.
 A node keeps its objective between messages (a process-level cache keyed by
-the job and partition), so a long-lived ClientApp process — a Ray actor in
-simulation, ``--isolation process`` in deployment — builds it once.  If the
+the job and partition), so a long-lived ClientApp process — a Ray worker in
+simulation — builds it once; a stock SuperNode runs each message's ClientApp
+in a fresh ``flwr-clientapp`` process, which builds it again (what that costs:
+``docs/flower.md``).  If the
 computation raises, the reply is a ``failure`` naming the partition and the
 reason (the server logs it as a rejection), never a crash of the node.
 
-**ServerApp** (``fedsciml.engines.flower.apps:server_app``, for ``flwr run`` /
-``flower-superlink``): its run config names the problem, the method and the
-options (see :func:`job_from_run_config`); its main connects a
-:class:`~fedsciml.engines.flower.transport.FlowerTransport` to the Grid and runs the
-method's strategy in fedsciml's own round loop (:func:`run_on_grid`).
+**ServerApp** (``fedsciml.engines.flower.apps:server_app``; the Flower App that
+``flwr run`` starts is ``fedsciml/engines/flower/app/``): its run config names
+the problem, the method and the options, or a file of several jobs (see
+:func:`job_from_run_config`); its main connects a
+:class:`~fedsciml.engines.flower.transport.FlowerTransport` to the Grid, runs the
+method's strategy in fedsciml's own round loop (:func:`run_on_grid`), logs the
+table ``python -m fedsciml solve`` prints (:func:`summary_lines`; Flower
+streams it to ``flwr run --stream``) and writes the Result where ``out`` says
+(:func:`write_result`).
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
+import sys
 import time
 from collections import OrderedDict
 
@@ -234,23 +242,186 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
                   wall_time_s=wall, final=final, history=rows, extra=_jsonable(info), theta=theta)
 
 
-RUN_CONFIG_KEYS = ("problem", "method", "clients", "seed", "problem-options", "method-options", "out", "timeout")
+RUN_CONFIG_KEYS = ("problem", "method", "clients", "seed", "problem-options", "method-options", "out", "timeout",
+                   "connect-timeout", "jobs")
+
+
+def _json_object(rc, key: str) -> dict:
+    raw = str(rc.get(key, "{}") or "{}")
+    try:
+        val = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"run config {key}={raw!r} is not JSON ({e.msg}); give an object, e.g. "
+                         f"{key}='{{\"rounds\": 5}}'") from None
+    if not isinstance(val, dict):
+        raise ValueError(f"run config {key}={raw!r} must be a JSON object, e.g. {key}='{{\"rounds\": 5}}'")
+    return val
 
 
 def job_from_run_config(rc) -> dict:
-    """The ServerApp's run config (``flwr run --run-config``): ``problem``, ``method``, ``clients``, ``seed``,
-    ``problem-options`` and ``method-options`` (JSON objects as strings), ``out`` (result JSON path),
-    ``timeout`` (seconds a node may take for one answer)."""
+    """The ServerApp's run config (``flwr run --run-config``, defaults in the app's ``pyproject.toml``):
+    ``problem``, ``method``, ``clients``, ``seed``, ``problem-options`` and ``method-options`` (JSON objects as
+    strings), ``out`` (result JSON path, ``""``: none), ``timeout`` (seconds a node may take for one answer),
+    ``connect-timeout`` (seconds to wait for the nodes at the start), ``jobs`` (a JSON file listing several
+    jobs, each a dict with these keys in snake case, run one after the other; ``""``: this one job)."""
     unknown = sorted(set(rc) - set(RUN_CONFIG_KEYS))
     if unknown:
         raise ValueError(f"unknown run-config key(s) {unknown}; allowed: {', '.join(RUN_CONFIG_KEYS)}")
     for k in ("problem", "clients"):
         if k not in rc:
             raise ValueError(f"run config needs {k!r} (e.g. --run-config \"problem='bratu' clients=2\")")
-    return {"problem": str(rc["problem"]), "method": str(rc.get("method", "gn")), "clients": int(rc["clients"]),
-            "seed": int(rc.get("seed", 0)), "problem_options": json.loads(str(rc.get("problem-options", "{}"))),
-            "options": json.loads(str(rc.get("method-options", "{}"))), "out": rc.get("out"),
-            "timeout": float(rc.get("timeout", 300.0))}
+    clients = int(rc["clients"])
+    if clients < 1:
+        raise ValueError(f"run config clients must be ≥ 1, got {clients}")
+    return {"kind": "solve", "problem": str(rc["problem"]), "method": str(rc.get("method", "fipa")),
+            "clients": clients, "seed": int(rc.get("seed", 0)),
+            "problem_options": _json_object(rc, "problem-options"), "options": _json_object(rc, "method-options"),
+            "out": str(rc.get("out", "") or ""), "timeout": float(rc.get("timeout", 300.0)),
+            "connect_timeout": float(rc.get("connect-timeout", 300.0)), "jobs": str(rc.get("jobs", "") or "")}
+
+
+def _method_settings(r) -> str:
+    """Short settings of a run for the table: ``fedsciml.cli.main._describe``'s (the CLI sits above the engines
+    and cannot be imported from here; the two must stay the same for the tables to match)."""
+    o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
+    if r.method == "gn":
+        return "LM on ΣH_m, Σg_m"
+    if r.method == "one-shot":
+        return f"one fused step on ΣH_m, Σg_m, σ={r.options.get('sigma')}"
+    parts = []
+    if r.method == "fipa":
+        parts.append("full H_m" if o.get("rank") == 0 else f"rank {o.get('rank')}" + (" adaptive" if o.get("adaptive") else ""))
+        parts.append(f"merge {o.get('merge')}")
+    if o.get("local") == "gn":
+        parts.append("local GN")
+    elif o.get("local"):
+        parts.append(f"local adam τ={o.get('local_steps')} lr={o.get('lr')}")
+    if r.method == "fedprox":
+        parts.append(f"μ={o.get('mu')}")
+    return ", ".join(parts)
+
+
+def summary_lines(results) -> list:
+    """The table ``python -m fedsciml solve`` prints after its runs (the same columns and formats)."""
+    from fedsciml.runtime.results import format_table
+
+    r0 = results[0]
+    metric = r0.metric_name
+    lines = ["", f"{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters, device {r0.device}, {r0.dtype}"]
+    rows = []
+    for r in results:
+        last = r.history[-1] if r.history else {}
+        rounds = r.extra.get("rounds", last.get("step", 0)) if isinstance(r.extra, dict) else last.get("step", 0)
+        sent = last.get("floats_sent", 0)
+        loss = r.final.get("loss")
+        rows.append({"method": r.method, "rounds": rounds, "seconds": r.wall_time_s,
+                     "loss": float("nan") if loss is None else loss, "metric": r.error, "sent": sent,
+                     "per": sent / rounds if rounds else 0, "settings": " " + _method_settings(r)})
+    lines += format_table([("method", "method", "<12s"), ("rounds", "rounds", "6d"), ("seconds", "seconds", "8.2f"),
+                           ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"), ("floats sent", "sent", "12d"),
+                           ("floats/round", "per", "12.3g"), (" settings", "settings", "<s")], rows).split("\n")
+    for r in results:
+        rej = r.extra.get("rejections") if isinstance(r.extra, dict) else None
+        if rej:
+            lines.append(f"{r.method}: {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client "
+                         f"{rej[0]['client']}: {rej[0]['reason']}")
+    lines.append(f"final {metric} ({r0.method}): {r0.error:.3e}")
+    return lines
+
+
+def write_result(res, out: str):
+    """``out`` (the Result as JSON) and ``out + ".theta.safetensors"`` (θ, bitwise); θ is written first, the JSON
+    last and renamed into place, so a reader that sees the JSON finds both complete."""
+    from safetensors.torch import save_file
+
+    save_file({"theta": res.theta.detach().cpu().contiguous()}, out + ".theta.safetensors")
+    res.to_json(out + ".part")
+    os.replace(out + ".part", out)
+
+
+def read_result(out: str):
+    """The Result :func:`write_result` wrote, with its θ."""
+    from safetensors.torch import load_file
+
+    from fedsciml.runtime.results import Result
+
+    res = Result.from_json(out)
+    res.theta = load_file(out + ".theta.safetensors")["theta"]
+    return res
+
+
+def run_job(grid, job: dict):
+    """One job of the ServerApp (:func:`job_from_run_config`'s dict, or one entry of its ``jobs`` file):
+    ``kind`` ``"solve"`` (a method on a problem; returns the Result) or ``"images"`` (the image benchmark's
+    setting, :func:`fedsciml.images.bench.run_setting`; returns its result dict)."""
+    from fedsciml.problems import get_problem
+
+    if job.get("kind", "solve") == "images":
+        from fedsciml.images import bench
+
+        clients, timeout = int(job["clients"]), float(job.get("timeout", 600.0))
+        engine: list = []
+
+        def transport(seed, spec):
+            tr = FlowerTransport(grid, {"images": spec, "clients": clients, "threads": torch.get_num_threads()},
+                                 clients, timeout_s=timeout, connect_timeout_s=timeout)
+            engine.append(tr)
+            return tr
+
+        from fedsciml.images.methods import TrainConfig
+
+        setting = dict(job["setting"])
+        if setting.get("cfg") is not None:
+            setting["cfg"] = TrainConfig(**setting["cfg"])
+        log = logging.getLogger("fedsciml.engines.flower.app")
+        res = bench.run_setting(transport=transport, progress=lambda line: log.info("%s", line), **setting)
+        res["setting"]["engine"] = "flower"
+        res["setting"]["flower"] = [{"exchanges": t.exchanges, "exchange_s": t.exchange_seconds} for t in engine]
+        return res
+    problem = get_problem(job["problem"], **job.get("problem_options", {}))
+    return run_on_grid(grid, problem, job.get("method", "fipa"), int(job["clients"]), seed=int(job.get("seed", 0)),
+                       progress=bool(job.get("progress", True)), timeout_s=float(job.get("timeout", 300.0)),
+                       connect_timeout_s=float(job.get("connect_timeout", 300.0)), **job.get("options", {}))
+
+
+def serve(grid, run_config):
+    """The ServerApp's main: run the job(s) of ``run_config`` on ``grid``; log each solve's table; write each
+    result where its ``out`` says."""
+    torch.set_num_threads(int(os.environ.get("FEDSCIML_THREADS", torch.get_num_threads())))
+    job = job_from_run_config(run_config)
+    if job["jobs"]:
+        with open(job["jobs"]) as f:
+            jobs = json.load(f)
+        if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
+            raise ValueError(f"run config jobs={job['jobs']!r}: the file must hold a JSON list of job objects")
+    else:
+        jobs = [job]
+    log = logging.getLogger("fedsciml.engines.flower.app")
+    for i, j in enumerate(jobs):
+        res = run_job(grid, j)
+        if j.get("kind", "solve") == "solve" and j.get("table", True):
+            for line in summary_lines([res]):
+                log.info("%s", line)
+        if j.get("out"):
+            if j.get("kind", "solve") == "images":
+                tmp = str(j["out"]) + ".part"
+                with open(tmp, "w") as f:
+                    json.dump(res, f)
+                os.replace(tmp, str(j["out"]))
+            else:
+                write_result(res, str(j["out"]))
+
+
+def _app_logging():
+    """The ServerApp's lines (its progress and table) to stderr, which Flower streams to ``flwr run --stream``."""
+    log = logging.getLogger("fedsciml")
+    if not any(getattr(h, "_fedsciml_app", False) for h in log.handlers):
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(logging.Formatter("%(message)s"))
+        h._fedsciml_app = True
+        log.addHandler(h)
+        log.setLevel(logging.INFO)
+        log.propagate = False
 
 
 def _make_server_app():
@@ -260,18 +431,8 @@ def _make_server_app():
 
     @app.main()
     def main(grid, context):
-        from fedsciml.problems import get_problem
-
-        torch.set_num_threads(int(os.environ.get("FEDSCIML_THREADS", torch.get_num_threads())))
-        job = job_from_run_config(context.run_config)
-        problem = get_problem(job["problem"], **job["problem_options"])
-        res = run_on_grid(grid, problem, job["method"], job["clients"], seed=job["seed"], progress=True,
-                          timeout_s=job["timeout"], **job["options"])
-        stderr_log(f"{res.method} on {res.problem}: {res.metric_name} = {res.error:.3e} "
-                   f"after {res.extra.get('rounds')} rounds, {res.wall_time_s:.2f} s")
-        if job["out"]:
-            res.to_json(str(job["out"]))
-            torch.save({"theta": res.theta.detach().cpu()}, str(job["out"]) + ".theta.pt")  # for bitwise checks
+        _app_logging()
+        serve(grid, context.run_config)
 
     return app
 

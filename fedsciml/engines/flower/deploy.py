@@ -1,29 +1,36 @@
-"""A real Flower deployment on one machine: a SuperLink and K fedsciml nodes on 127.0.0.1, as separate processes.
+"""Flower's own processes on 127.0.0.1: a SuperLink (simulation or deployment) and K stock SuperNodes.
 
-:class:`LocalDeployment` (a context manager) starts
+Only Flower's command-line programs with their documented options are used:
 
-* ``flower-superlink --insecure --disable-runtime-dependency-installation``
-  on a free 127.0.0.1 port (Fleet, Control and Runtime APIs share it in
-  Flower 1.41);
-* K sites, each ``python -m fedsciml.engines.flower.node`` (a SuperNode with a warm
-  ClientApp, :mod:`fedsciml.engines.flower.node`) with ``--node-config
-  "partition-id=k num-partitions=K"`` (plus ``data=PATH`` for a table), its
-  own runtime API on another free 127.0.0.1 port;
+* :class:`LocalSuperLink` starts ``flower-superlink --insecure
+  --disable-runtime-dependency-installation --host 127.0.0.1 --port P``
+  (``--simulation`` for Flower's simulation runtime: the SuperLink runs the
+  ServerApp and K virtual SuperNodes in a ``flwr-simulation`` process) with a
+  private ``FLWR_HOME`` whose ``config.toml`` has one SuperLink connection,
+  ``fedsciml``, to it; :meth:`LocalSuperLink.submit` runs ``flwr run
+  <fedsciml's app> fedsciml --run-config … --stream`` (the app:
+  :data:`APP_DIR`, the ``pyproject.toml`` with fedsciml's ServerApp and
+  ClientApp), and :meth:`LocalSuperLink.wait` reads the Result the ServerApp
+  wrote (:func:`fedsciml.engines.flower.apps.write_result`), or fails with the
+  run's log after a bounded time;
+* :class:`LocalDeployment` adds K stock ``flower-supernode --insecure
+  --superlink 127.0.0.1:P --node-config "partition-id=k num-partitions=K"``
+  (plus ``data=PATH`` for a site table), each with its own runtime API on a
+  free 127.0.0.1 port and Flower's default ``--isolation subprocess``: the
+  SuperNode runs each message's ClientApp in a fresh ``flwr-clientapp``
+  process (what that costs: ``docs/flower.md`` and ``docs/flower-upstream.md``).
 
-and :meth:`LocalDeployment.run` submits fedsciml's ServerApp with ``flwr run``
-(a private ``FLWR_HOME`` whose only SuperLink connection is this one), waits
-for it, and reads the Result the ServerApp wrote.  Every process it started
-(and their children: the SuperLink's ServerApp process) runs in its own
-process group and is stopped on exit, also after an error.  Telemetry and
-update checks are off in every process; nothing listens beyond 127.0.0.1.
+Every process started here runs in its own process group and is stopped on
+exit, also after an error; telemetry and update checks are off in each;
+nothing listens beyond 127.0.0.1; runtime dependency installation is off (and
+the app declares no dependencies).
 
     python scripts/tools/flower_deploy.py bratu --clients 2 --method gn --rounds 2
 """
 from __future__ import annotations
 
-import logging
-
 import json
+import logging
 import os
 import signal
 import socket
@@ -35,40 +42,9 @@ from pathlib import Path
 
 import fedsciml.engines.flower  # noqa: F401
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
+REPO_ROOT = str(Path(__file__).resolve().parents[3])  # the directory that holds the fedsciml package
+APP_DIR = str(Path(__file__).resolve().parent / "app")  # fedsciml's Flower App (pyproject.toml)
 HOST = "127.0.0.1"
-
-APP_PYPROJECT = """[build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
-
-[project]
-name = "fedsciml-app"
-version = "1.0.0"
-description = "fedsciml methods on Flower: the ServerApp drives fedsciml's round loop, the ClientApp answers its queries"
-license = "MIT"
-dependencies = []
-
-[tool.hatch.build.targets.wheel]
-packages = ["."]
-
-[tool.flwr.app]
-publisher = "fedsciml"
-
-[tool.flwr.app.components]
-serverapp = "fedsciml.engines.flower.apps:server_app"
-clientapp = "fedsciml.engines.flower.apps:client_app"
-
-[tool.flwr.app.config]
-problem = "bratu"
-method = "gn"
-clients = 2
-seed = 0
-problem-options = "{}"
-method-options = "{}"
-out = ""
-timeout = 300.0
-"""
 
 
 def free_port() -> int:
@@ -98,48 +74,36 @@ def _toml_value(v) -> str:
     return json.dumps(str(v))  # a JSON string is a TOML basic string
 
 
-class LocalDeployment:
-    """A SuperLink and ``clients`` fedsciml nodes on 127.0.0.1 (see the module docstring).
+class LocalSuperLink:
+    """A ``flower-superlink`` on 127.0.0.1 and a private ``FLWR_HOME`` to submit fedsciml runs to it (see the
+    module docstring).  ``simulation``: Flower's simulation runtime (virtual SuperNodes, Ray) instead of a
+    deployment's Fleet of real SuperNodes.  ``threads``: torch threads of the ServerApp (and, through each
+    request's job, of every ClientApp)."""
 
-    ``node_configs``: extra node config per site (e.g. ``[{"data": "site0.csv"}, …]``);
-    ``threads``: torch threads of each node and of the ServerApp (1 keeps K sites
-    from oversubscribing a small machine, and makes runs comparable bit for bit
-    with an in-process run at one thread).
-    """
-
-    def __init__(self, clients: int, workdir: str | None = None, *, node_configs=None, threads: int = 1,
-                 poll_s: float = 0.01, log=None, trace: bool = False):
-        if int(clients) < 1:
-            raise ValueError(f"clients must be ≥ 1, got {clients}")
-        self.clients = int(clients)
+    def __init__(self, workdir: str | None = None, *, simulation: bool = False, threads: int = 1, log=None,
+                 start_timeout_s: float = 120.0):
         self._tmp = None
         if workdir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="fedsciml-flower-")
             workdir = self._tmp.name
         self.dir = Path(workdir)
-        self.node_configs = list(node_configs or [{} for _ in range(self.clients)])
-        if len(self.node_configs) != self.clients:
-            raise ValueError(f"node_configs has {len(self.node_configs)} entries for {self.clients} clients")
+        self.simulation = bool(simulation)
         self.threads = int(threads)
-        self.poll_s = float(poll_s)
         self.log = log or logging.getLogger(__name__).info
-        self.trace = trace
+        self.start_timeout_s = float(start_timeout_s)
         self.procs: dict = {}
         self.superlink_port = None
-        self.node_ports: list = []
         self.bin = str(Path(sys.executable).parent)
 
     # --- processes ------------------------------------------------------------------------
     def env(self) -> dict:
         env = dict(os.environ)
         env.update(FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1", RAY_USAGE_STATS_ENABLED="0",
+                   RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_DISABLE_DOCKER_CPU_WARNING="1",
                    FLWR_HOME=str(self.dir / "flwr-home"), FEDSCIML_THREADS=str(self.threads),
-                   OMP_NUM_THREADS=str(self.threads), FLWR_SUPEREXEC_TASK_POLL_INTERVAL="0.05",
-                   PATH=self.bin + os.pathsep + env.get("PATH", ""),
+                   OMP_NUM_THREADS=str(self.threads), PATH=self.bin + os.pathsep + env.get("PATH", ""),
                    PYTHONPATH=os.pathsep.join([REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                                              if p]))
-        if self.trace:
-            env["FEDSCIML_NODE_TRACE"] = "1"
         return env
 
     def _start(self, name: str, argv: list):
@@ -149,37 +113,26 @@ class LocalDeployment:
         log.close()
         return self.procs[name]
 
-    def start_node(self, k: int):
-        cfg = {"partition-id": k, "num-partitions": self.clients, **self.node_configs[k]}
-        node_config = " ".join(f"{key}={_toml_value(v)}" for key, v in cfg.items())
-        return self._start(f"node{k}", [sys.executable, "-m", "fedsciml.engines.flower.node", "--insecure",
-                                        "--superlink", f"{HOST}:{self.superlink_port}", "--node-config", node_config,
-                                        "--host", HOST, "--port", str(self.node_ports[k]), "--poll", str(self.poll_s),
-                                        "--threads", str(self.threads)])
-
-    def start(self):
+    def start_superlink(self):
         (self.dir / "flwr-home").mkdir(parents=True, exist_ok=True)
-        (self.dir / "app").mkdir(exist_ok=True)
-        (self.dir / "app" / "pyproject.toml").write_text(APP_PYPROJECT)
-        (self.dir / "app" / "README.md").write_text("fedsciml's Flower app (generated by fedsciml.engines.flower.deploy)\n")
         self.superlink_port = free_port()
-        self.node_ports = [free_port() for _ in range(self.clients)]
         (self.dir / "flwr-home" / "config.toml").write_text(
             f'[superlink]\ndefault = "fedsciml"\n\n[superlink.fedsciml]\naddress = "{HOST}:{self.superlink_port}"\n'
             f"insecure = true\n")
-        sl = self._start("superlink", [os.path.join(self.bin, "flower-superlink"), "--insecure",
-                                       "--disable-runtime-dependency-installation", "--host", HOST,
-                                       "--port", str(self.superlink_port)])
-        _wait_port(self.superlink_port, 120, sl, "flower-superlink")
-        for k in range(self.clients):
-            self.start_node(k)
-        for k in range(self.clients):
-            _wait_port(self.node_ports[k], 120, self.procs[f"node{k}"], f"node {k}")
-        self.log(f"SuperLink on {HOST}:{self.superlink_port}, {self.clients} node(s) on {self.node_ports}")
+        argv = [os.path.join(self.bin, "flower-superlink"), "--insecure", "--disable-runtime-dependency-installation",
+                "--host", HOST, "--port", str(self.superlink_port)]
+        if self.simulation:
+            argv.append("--simulation")
+        sl = self._start("superlink", argv)
+        _wait_port(self.superlink_port, self.start_timeout_s, sl, "flower-superlink")
+
+    def start(self):
+        self.start_superlink()
+        self.log(f"SuperLink{' (simulation)' if self.simulation else ''} on {HOST}:{self.superlink_port}")
         return self
 
     def kill(self, name: str, sig=signal.SIGKILL):
-        """Stop one process this deployment started (and its children), e.g. ``kill("node1")``."""
+        """Stop one process this object started (and its children), e.g. ``kill("node1")``."""
         p = self.procs.get(name)
         if p is None or p.poll() is not None:
             return
@@ -191,14 +144,14 @@ class LocalDeployment:
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:  # e.g. a SuperNode retrying a SuperLink that is gone
             pass
-        try:  # whatever is left of the group (children such as the SuperLink's ServerApp process)
+        try:  # whatever is left of the group (children: a SuperNode's flower-superexec and flwr-clientapp)
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         p.wait(timeout=10)
 
     def stop(self):
-        for name in sorted(self.procs, key=lambda n: n == "superlink"):  # nodes first, the SuperLink last
+        for name in sorted(self.procs, key=lambda n: n == "superlink"):  # the SuperLink last
             self.kill(name, signal.SIGTERM)
         self.procs.clear()
 
@@ -215,50 +168,132 @@ class LocalDeployment:
             self._tmp.cleanup()
 
     # --- runs ----------------------------------------------------------------------------
-    def submit(self, problem: str, method: str = "gn", *, seed: int = 0, problem_options: dict | None = None,
-               timeout_s: float = 300.0, name: str = "run", **method_options):
-        """Start ``flwr run`` for one fedsciml job (returns the Popen and the result path; see :meth:`run`)."""
-        out = self.dir / f"{name}.json"
-        for f in (out, Path(str(out) + ".theta.pt")):
-            f.unlink(missing_ok=True)
-        cfg = {"problem": problem, "method": method, "clients": self.clients, "seed": int(seed),
-               "problem-options": json.dumps(problem_options or {}), "method-options": json.dumps(method_options),
-               "out": str(out), "timeout": float(timeout_s)}
+    def submit_config(self, run_config: dict, name: str = "run", federation_config: dict | None = None,
+                      app: str = APP_DIR):
+        """``flwr run <app> fedsciml --run-config <file> [--federation-config …] --stream`` in the background
+        (``app``: fedsciml's, :data:`APP_DIR`, unless told); returns its Popen (its output goes to
+        ``flwr-run-<name>.log`` in this object's directory)."""
         rc = self.dir / f"{name}.toml"
-        rc.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in cfg.items()))
-        proc = self._start(f"flwr-run-{name}", [os.path.join(self.bin, "flwr"), "run", str(self.dir / "app"),
-                                                "fedsciml", "--run-config", str(rc), "--stream"])
-        return proc, out
+        rc.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in run_config.items()))
+        argv = [os.path.join(self.bin, "flwr"), "run", str(app), "fedsciml", "--run-config", str(rc), "--stream"]
+        if federation_config:
+            argv += ["--federation-config", " ".join(f"{k}={_toml_value(v)}" for k, v in federation_config.items())]
+        return self._start(f"flwr-run-{name}", argv)
 
-    def wait(self, proc, out: Path, timeout_s: float = 600.0):
-        """Wait for a submitted run; returns ``(Result, θ)``."""
-        import torch
+    def submit(self, problem: str, method: str = "gn", *, clients: int, seed: int = 0,
+               problem_options: dict | None = None, timeout_s: float = 300.0, name: str = "run",
+               federation_config: dict | None = None, **method_options):
+        """Start one fedsciml job (returns the Popen and the result path; see :meth:`wait`)."""
+        out = self.dir / f"{name}.json"
+        for f in (out, Path(str(out) + ".theta.safetensors")):
+            f.unlink(missing_ok=True)
+        cfg = {"problem": problem, "method": method, "clients": int(clients), "seed": int(seed),
+               "problem-options": json.dumps(problem_options or {}), "method-options": json.dumps(method_options),
+               "out": str(out), "timeout": float(timeout_s), "connect-timeout": float(timeout_s)}
+        return self.submit_config(cfg, name, federation_config), out
 
-        from fedsciml.runtime.results import Result
-
+    def wait_files(self, proc, outs, timeout_s: float = 600.0, echo=None):
+        """Wait (at most ``timeout_s``) until a submitted run wrote every path in ``outs``.  A run that ends
+        without them, or overruns, raises with the tail of its log (and is stopped).  ``echo``: called with
+        each new line of the run's log (what ``flwr run --stream`` shows: the ServerApp's progress) as it
+        comes."""
+        outs = [Path(o) for o in outs]
+        name = next(n for n, p in self.procs.items() if p is proc)
         end = time.monotonic() + timeout_s
-        theta_path = Path(str(out) + ".theta.pt")
-        while time.monotonic() < end:
-            if theta_path.exists():
-                break
-            if proc.poll() is not None and not theta_path.exists():
-                time.sleep(0.5)
-                if theta_path.exists():
+        seen = 0
+
+        def forward():
+            nonlocal seen
+            if echo is None:
+                return
+            try:
+                with open(self.dir / f"{name}.log", "rb") as f:
+                    f.seek(seen)
+                    data = f.read()
+            except OSError:
+                return
+            done = data.rfind(b"\n") + 1  # whole lines only
+            seen += done
+            for line in data[:done].decode(errors="replace").splitlines():
+                echo(line)
+
+        while not all(o.exists() for o in outs):
+            forward()
+            if proc.poll() is not None:
+                time.sleep(0.2)
+                if all(o.exists() for o in outs):
                     break
-                tail = (self.dir / [n for n, p in self.procs.items() if p is proc][0]).with_suffix(".log")
-                raise RuntimeError(f"the Flower run ended without a result (status {proc.returncode}); "
-                                   f"see {tail}:\n" + _tail(tail))
-            time.sleep(0.1)
-        else:
-            raise TimeoutError(f"the Flower run gave no result within {timeout_s:.0f} s")
-        time.sleep(0.2)  # the JSON is written before θ
-        theta = torch.load(theta_path, weights_only=True)["theta"]
-        return Result.from_json(str(out)), theta
+                raise RuntimeError(f"the Flower run ended without its result (flwr run status {proc.returncode}); "
+                                   f"its log:\n" + self.tail(name))
+            if time.monotonic() > end:
+                self.kill(name)
+                raise TimeoutError(f"the Flower run gave no result within {timeout_s:.0f} s; its log:\n"
+                                   + self.tail(name))
+            time.sleep(0.05)
+        forward()
+
+    def wait(self, proc, outs, timeout_s: float = 600.0) -> list:
+        """:meth:`wait_files`, then the Results (with θ) the ServerApp wrote there."""
+        from fedsciml.engines.flower.apps import read_result
+
+        outs = [outs] if isinstance(outs, (str, Path)) else list(outs)
+        self.wait_files(proc, outs, timeout_s)
+        return [read_result(str(o)) for o in outs]
+
+    def tail(self, name: str, n: int = 40) -> str:
+        out = _tail(self.dir / f"{name}.log", n)
+        if name != "superlink":
+            out += "\n--- superlink.log ---\n" + _tail(self.dir / "superlink.log", n)
+        return out
+
+
+class LocalDeployment(LocalSuperLink):
+    """A SuperLink and ``clients`` stock ``flower-supernode`` s on 127.0.0.1 (see the module docstring).
+
+    ``node_configs``: extra node config per site (e.g. ``[{"data": "site0.csv"}, …]``);
+    ``threads``: torch threads of the ServerApp and each ClientApp (1 keeps K sites
+    from oversubscribing a small machine, and makes runs comparable bit for bit
+    with an in-process run at one thread).
+    """
+
+    def __init__(self, clients: int, workdir: str | None = None, *, node_configs=None, threads: int = 1,
+                 log=None, start_timeout_s: float = 120.0):
+        if int(clients) < 1:
+            raise ValueError(f"clients must be ≥ 1, got {clients}")
+        super().__init__(workdir, simulation=False, threads=threads, log=log, start_timeout_s=start_timeout_s)
+        self.clients = int(clients)
+        self.node_configs = list(node_configs or [{} for _ in range(self.clients)])
+        if len(self.node_configs) != self.clients:
+            raise ValueError(f"node_configs has {len(self.node_configs)} entries for {self.clients} clients")
+        self.node_ports: list = []
+
+    def start_node(self, k: int):
+        """Start site ``k``: a stock ``flower-supernode`` (again, after :meth:`kill`: a new Flower node id)."""
+        cfg = {"partition-id": k, "num-partitions": self.clients, **self.node_configs[k]}
+        node_config = " ".join(f"{key}={_toml_value(v)}" for key, v in cfg.items())
+        proc = self._start(f"node{k}", [os.path.join(self.bin, "flower-supernode"), "--insecure",
+                                        "--superlink", f"{HOST}:{self.superlink_port}", "--node-config", node_config,
+                                        "--host", HOST, "--port", str(self.node_ports[k])])
+        _wait_port(self.node_ports[k], self.start_timeout_s, proc, f"flower-supernode {k}")
+        return proc
+
+    def start(self):
+        self.start_superlink()
+        self.node_ports = [free_port() for _ in range(self.clients)]
+        for k in range(self.clients):
+            self.start_node(k)
+        self.log(f"SuperLink on {HOST}:{self.superlink_port}, {self.clients} SuperNode(s), runtime APIs on "
+                 f"{self.node_ports}")
+        return self
+
+    def submit(self, problem: str, method: str = "gn", **kw):
+        return super().submit(problem, method, clients=self.clients, **kw)
 
     def run(self, problem: str, method: str = "gn", *, timeout_s: float = 300.0, wait_s: float = 600.0, **kw):
         """Run one fedsciml job on this deployment; returns ``(Result, θ)``."""
         proc, out = self.submit(problem, method, timeout_s=timeout_s, **kw)
-        return self.wait(proc, out, wait_s)
+        res = self.wait(proc, out, wait_s)[0]
+        return res, res.theta
 
 
 def _tail(path: Path, n: int = 30) -> str:

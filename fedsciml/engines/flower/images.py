@@ -34,41 +34,27 @@ def _bench_defaults() -> dict:
 _BENCH_DEFAULTS = _bench_defaults()  # one default per keyword: images.bench.run_setting's
 
 
-def run_setting(timeout_s: float = 600.0, verbose: bool = False, **setting) -> dict:
-    """:func:`fedsciml.images.bench.run_setting` (same keywords) inside one Flower simulation with one virtual
-    SuperNode per client; the result's setting records ``engine: flower`` and each seed's exchanges."""
+def run_setting(timeout_s: float = 600.0, wait_s: float = 7200.0, **setting) -> dict:
+    """:func:`fedsciml.images.bench.run_setting` (same keywords) inside one Flower simulation (``flwr run`` on a
+    simulation SuperLink, :func:`fedsciml.engines.flower.simulation.run_jobs`) with one virtual SuperNode per
+    client; the result's setting records ``engine: flower`` and each seed's exchanges."""
     require_flower()
     if setting.get("protocol", "one-shot") != "one-shot" and "fipa-fc" in (setting.get("methods") or ["fipa-fc"]):
         raise ValueError("engine 'flower' does not run fipa-fc (its clients train a head on a body the server fixes); "
                          "give --methods without it, e.g. fedavg,fedprox,fipa,fedfish")
-    from flwr.serverapp import ServerApp
-    from flwr.simulation import run_simulation
+    import dataclasses
 
-    from fedsciml.engines.flower.apps import client_app
-    from fedsciml.engines.flower.simulation import backend_config
-    from fedsciml.engines.flower.transport import FlowerTransport
-    from fedsciml.images import bench
+    from fedsciml.engines.flower.simulation import _plain, run_jobs
 
+    setting = dict(setting)
+    setting.pop("progress", None)  # a callable cannot travel: the ServerApp logs the progress lines itself
+    if setting.get("cfg") is not None:
+        setting["cfg"] = dataclasses.asdict(setting["cfg"])  # TrainConfig, rebuilt by the ServerApp
+    for k, v in setting.items():
+        if not _plain(v):
+            raise ValueError(f"engine 'flower' sends the setting to Flower's ServerApp as JSON; {k}={v!r} is not a "
+                             f"JSON value")
     clients = int(setting.get("clients", _BENCH_DEFAULTS["clients"]))
-    out: dict = {}
-    engine: list = []
-    app = ServerApp()
-
-    @app.main()
-    def main(grid, context):
-        def transport(seed, spec):
-            job = {"images": spec, "clients": clients, "threads": torch.get_num_threads()}
-            tr = FlowerTransport(grid, job, clients, timeout_s=timeout_s, connect_timeout_s=timeout_s)
-            engine.append(tr)
-            return tr
-
-        out["res"] = bench.run_setting(transport=transport, **setting)
-
-    run_simulation(server_app=app, client_app=client_app, num_supernodes=clients,
-                   backend_config=backend_config(clients), verbose_logging=verbose)
-    if "res" not in out:  # pragma: no cover - run_simulation re-raises the ServerApp's error
-        raise RuntimeError("the Flower simulation ended before the benchmark finished")
-    res = out["res"]
-    res["setting"]["engine"] = "flower"
-    res["setting"]["flower"] = [{"exchanges": t.exchanges, "exchange_s": t.exchange_seconds} for t in engine]
-    return res
+    job = {"kind": "images", "clients": clients, "timeout": float(timeout_s), "setting": setting,
+           "threads": torch.get_num_threads()}
+    return run_jobs([job], clients, wait_s=wait_s)[0]

@@ -1,41 +1,57 @@
-"""``fs.solve(..., engine="flower")``: the same run through Flower's simulation engine.
+"""``fs.solve(..., engine="flower")``: the same run through Flower's simulation runtime, started as Flower users do.
 
-Flower's ``run_simulation`` starts K virtual SuperNodes (Ray actors run the
-ClientApp, :data:`fedsciml.engines.flower.apps.client_app`) and runs a ServerApp in a
-thread of this process; the ServerApp's main runs fedsciml's runner with a
-:class:`~fedsciml.engines.flower.transport.FlowerTransport` over the simulation's
-Grid (:func:`fedsciml.engines.flower.apps.run_on_grid`).  Each node builds its own
-client's data from the problem's name, options and seed (so the problem must
-be a registered one: ``fs.get_problem(name, ...)``).
+Flower 1.41's supported simulation entry is ``flwr run`` against a SuperLink
+in simulation mode (``flwr.simulation.run_simulation`` is deprecated: its
+warning says "use ``flwr run``").  So :func:`solve_many`
 
-Ray is bound to 127.0.0.1, without dashboard or usage statistics.  Starting
-Ray costs seconds (14–35 s measured on a loaded 2-core machine) and
-``run_simulation`` shuts it down when its ServerApp returns, so
-:func:`solve_many` runs several solves in one simulation.
+1. starts ``flower-superlink --simulation --insecure
+   --disable-runtime-dependency-installation`` on a free 127.0.0.1 port with
+   a private ``FLWR_HOME`` (:class:`~fedsciml.engines.flower.deploy.LocalSuperLink`);
+2. writes the runs as a ``jobs`` file and submits fedsciml's Flower App
+   (:data:`~fedsciml.engines.flower.deploy.APP_DIR`, the same app as ``flwr
+   run <app> local-simulation``) with ``flwr run … --run-config
+   "jobs='…'" --federation-config "num-supernodes=K …"``: one virtual
+   SuperNode per client, one CPU per ClientApp, at most one Ray worker per
+   core;
+3. the ServerApp (``fedsciml.engines.flower.apps:server_app``) runs the jobs
+   one after the other in fedsciml's round loop over a
+   :class:`~fedsciml.engines.flower.transport.FlowerTransport` and writes each
+   Result (JSON and θ as safetensors); this process reads them back.
+
+Each node builds its own client's data from the problem's name, options and
+seed (so the problem must be a registered one: ``fs.get_problem(name, …)``)
+and keeps it for the rest of the simulation (a Ray actor is a long-lived
+process: :func:`fedsciml.engines.flower.apps._client`'s cache).  Ray starts
+once per ``flwr run``, hence :func:`solve_many` for several solves.
 
 What is bitwise: a run on Flower evaluates each client on its own (one node,
 one client), so it equals the in-process run whose clients are evaluated one
 by one — ``LocalTransport(vectorize=False)`` (``batched=False`` for ``gn``)
-— with the same torch thread count (the job carries the server's; each node
-uses it).  The default in-process run vectorizes several clients in one
-call, which may change the last bits of ``gn``'s statistics.
+— with the same torch thread count (the ServerApp gets this process's
+through ``FEDSCIML_THREADS`` and sends it with every request).
 """
 from __future__ import annotations
 
+import json
+import logging
 import os
-import threading
 
 import fedsciml.engines.flower  # noqa: F401  (hygiene environment before flwr/ray import)
 from fedsciml.engines.flower import require_flower
 from fedsciml.runtime.loop import RoundFailed
 
 
-def backend_config(clients: int) -> dict:
-    """Ray on 127.0.0.1, no dashboard, at most one actor per core (one CPU per ClientApp)."""
+class EngineFailed(RoundFailed):
+    """Flower's simulation runtime failed to start, crashed, or the ServerApp stopped with an error (the run
+    ended without its result, or overran its time); a :class:`RoundFailed` (the CLI: one line, exit 1)."""
+
+
+def federation_config(clients: int) -> dict:
+    """Flower's simulation settings for ``clients`` clients: one virtual SuperNode each, one CPU per ClientApp,
+    Ray with at most one worker per core (``flwr run --federation-config``)."""
     cpus = max(1, min(int(clients), os.cpu_count() or 1))
-    return {"init_args": {"num_cpus": cpus, "_node_ip_address": "127.0.0.1", "include_dashboard": False,
-                          "logging_level": "error", "log_to_driver": False},
-            "client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
+    return {"num-supernodes": int(clients), "client-resources-num-cpus": 1, "init-args-num-cpus": cpus,
+            "init-args-logging-level": "error", "init-args-log-to-driver": False}
 
 
 def _check_registered(problem):
@@ -45,74 +61,122 @@ def _check_registered(problem):
     if name not in REGISTRY or type(problem) is not REGISTRY[name]:
         raise ValueError(f"engine 'flower' rebuilds each client's data on its node from a registered problem's name "
                          f"and options; {type(problem).__name__} is not registered (register it with "
-                         f"@fedsciml.register, or give each node its table: see README 'Flower')")
+                         f"@fedsciml.register, or give each node its table: see docs/flower-sites.md)")
     module = type(problem).__module__
     if not (module.startswith("problems.") or module.startswith("fedsciml.")):
         # a --plugin / FEDSCIML_PLUGINS / entry-point problem: the simulation's nodes (Ray workers) import
-        # fedsciml's own problems only, so each would fail to build its client 15 s after Ray started
+        # fedsciml's own problems only, so each would fail to build its client after Ray started
         raise ValueError(f"engine 'flower': problem {name!r} comes from a plugin (module {module!r}), which "
                          f"Flower's simulation nodes do not load; run it with the local engine, or deploy nodes "
-                         f"that import it (see README 'Flower')")
+                         f"that import it (see docs/flower-sites.md)")
 
 
-def solve_many(calls: list, clients: int, verbose: bool = False) -> list:
+def _job(kw: dict, out: str) -> dict:
+    kw = dict(kw)
+    problem = kw.pop("problem")
+    _check_registered(problem)
+    job = {"kind": "solve", "problem": problem.name, "problem_options": dict(problem.options),
+           "method": kw.pop("method"), "clients": int(kw.pop("clients")), "seed": int(kw.pop("seed", 0)),
+           "progress": bool(kw.pop("progress", False)), "timeout": float(kw.pop("timeout_s", 300.0)),
+           "connect_timeout": float(kw.pop("connect_timeout_s", 300.0)), "out": out,
+           "table": False}  # the caller prints its own table (the CLI) or none (fs.solve)
+    device = kw.pop("device", "cpu")
+    if str(device) not in ("cpu", "auto"):
+        raise ValueError(f"engine 'flower' runs on the CPU (device='cpu'), got device={device!r}")
+    for k, v in kw.items():  # the options travel as JSON to the ServerApp: nothing may be lost on the way
+        if not _plain(v):
+            raise ValueError(f"engine 'flower' sends the method's options to Flower's ServerApp as JSON; option "
+                             f"{k}={v!r} is not a JSON value (numbers, strings, booleans, None, lists, dicts)")
+    job["options"] = kw
+    return job
+
+
+def _plain(v) -> bool:
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return True
+    if isinstance(v, (list, tuple)):
+        return all(_plain(x) for x in v)
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _plain(x) for k, x in v.items())
+    return False
+
+
+def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str | None = None) -> list:
+    """Run ``jobs`` (the ServerApp's job dicts, each with an ``out`` path below the run's directory, filled in
+    here) in one ``flwr run`` on a simulation SuperLink with ``clients`` virtual SuperNodes; returns what each
+    job wrote (a Result with θ, or an images result dict), in order."""
+    require_flower()
+    import tempfile
+
+    import torch
+
+    from fedsciml.engines.flower.apps import read_result
+    from fedsciml.engines.flower.deploy import LocalSuperLink
+
+    with tempfile.TemporaryDirectory(prefix="fedsciml-flower-sim-") as tmp:
+        work = workdir or tmp
+        jobs = [{**j, "out": os.path.join(work, f"job{i}.json")} for i, j in enumerate(jobs)]
+        path = os.path.join(work, "jobs.json")
+        with open(path, "w") as f:
+            json.dump(jobs, f)
+        link = LocalSuperLink(work, simulation=True, threads=torch.get_num_threads())
+        try:
+            link.start()
+        except (RuntimeError, TimeoutError, OSError) as e:  # flower-superlink exited or never listened
+            link.stop()
+            raise EngineFailed(f"the Flower simulation SuperLink did not start: {e} "
+                               f"({_root_cause(link.tail('superlink'))})") from None
+        try:
+            proc = link.submit_config({"problem": jobs[0].get("problem", "images"), "clients": int(clients),
+                                       "jobs": path}, "sim", federation_config(clients))
+            outs = [j["out"] for j in jobs]
+            show = any(j.get("progress") for j in jobs)
+            log = logging.getLogger("fedsciml.engines.flower")
+            try:
+                link.wait_files(proc, outs, wait_s, echo=(lambda line: log.info("%s", line)) if show else None)
+            except (RuntimeError, TimeoutError) as e:
+                log.error("%s", e)  # the run's log (tail): the root cause is in it
+                raise EngineFailed(f"the Flower simulation stopped without its result: {_root_cause(str(e))}"
+                                   ) from None
+        finally:
+            link.stop()
+        out = []
+        for j in jobs:
+            if j.get("kind", "solve") == "images":
+                with open(j["out"]) as f:
+                    out.append(json.load(f))
+            else:
+                out.append(read_result(j["out"]))
+        return out
+
+
+def _root_cause(log_text: str) -> str:
+    """The line of a run's log that names the error (the last ``…Error: …`` / ``Exception`` line), or its first
+    line."""
+    import re
+
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    errs = [ln for ln in lines if re.search(r"(Error|Exception|Failed)\b.*:", ln)]
+    return (errs[-1] if errs else lines[0] if lines else "no log")[:300]
+
+
+def solve_many(calls: list, clients: int, *, wait_s: float = 3600.0) -> list:
     """Run several solves in one Flower simulation with ``clients`` virtual SuperNodes (Ray starts once).
 
     ``calls``: keyword dicts for :func:`fedsciml.engines.flower.apps.run_on_grid`
     (``problem``, ``method``, ``clients``, ``seed``, options …); every call
-    must use ``clients`` clients.  Returns their Results in order.
+    must use ``clients`` clients.  Returns their Results (with θ) in order.
     """
-    require_flower()
-    from flwr.serverapp import ServerApp
-    from flwr.simulation import run_simulation
-
-    from fedsciml.engines.flower.apps import client_app, run_on_grid
-
     for kw in calls:
-        _check_registered(kw["problem"])
         if int(kw["clients"]) != int(clients):
             raise ValueError(f"every call of one simulation must have clients={clients}, got {kw['clients']}")
-    results: list = [None] * len(calls)
-    app = ServerApp()
-    stop = threading.Event()  # set when run_simulation returns or raises: our ServerApp thread stops waiting
-
-    @app.main()
-    def main(grid, context):
-        for i, kw in enumerate(calls):
-            results[i] = run_on_grid(grid, stop=stop, **kw)
-
-    try:
-        run_simulation(server_app=app, client_app=client_app, num_supernodes=int(clients),
-                       backend_config=backend_config(clients), verbose_logging=verbose)
-    except RuntimeError as e:  # the engine failed to start or crashed; its own message is the root cause
-        stop.reason = f"the Flower simulation engine stopped: {_root_cause(e)}"
-        stop.set()
-        raise EngineFailed(stop.reason) from None
-    finally:
-        stop.set()
-    if any(r is None for r in results):  # pragma: no cover - run_simulation re-raises the ServerApp's error
-        raise RuntimeError("the Flower simulation ended before every run finished")
-    return results
-
-
-class EngineFailed(RoundFailed):
-    """Flower's simulation engine failed to start or crashed (e.g. Ray could not start its node); a
-    :class:`RoundFailed` (the CLI: one line, exit 1)."""
-
-
-def _root_cause(e: BaseException) -> str:
-    """The first line of the innermost exception of ``e``'s cause chain."""
-    seen = set()
-    while (e.__cause__ or e.__context__) is not None and id(e) not in seen:
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+    jobs = [_job(kw, "") for kw in calls]
+    return run_jobs(jobs, clients, wait_s=wait_s)
 
 
 def solve(problem, method: str, clients: int | None = None, seed: int = 0, device="cpu", progress: bool = False,
           **options):
-    """One solve through Flower's simulation engine (what ``fs.solve(..., engine="flower")`` calls)."""
+    """One solve through Flower's simulation runtime (what ``fs.solve(..., engine="flower")`` calls)."""
     clients = problem.default_clients if clients is None else int(clients)
     if clients < 1:
         raise ValueError(f"clients must be ≥ 1, got {clients}")

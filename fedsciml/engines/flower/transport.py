@@ -95,9 +95,6 @@ class FlowerTransport(Transport):
         self.exchange_seconds = 0.0
         self.exchange_times: list = []  # wall seconds of each ask (push, client work, pull)
         self.exchange_queries: list = []  # the query of each ask, beside its time
-        from fedsciml.engines.flower.latency import shorten_waits
-
-        shorten_waits()  # a deployment's Grid pulls reply objects with a 1 s first backoff otherwise
         self._connect(connect_timeout_s)
         self.client_ids = list(range(self.n_clients))
         self.sample_counts = {c: int(self.described[c]["n"]) for c in self.client_ids}
@@ -175,8 +172,10 @@ class FlowerTransport(Transport):
         from flwr.app import Message
 
         keys = list(targets)
+        # the message expires when the exchange gives up on it: a node that comes back late (a restarted
+        # SuperNode, one that starts a process per message) is not handed requests nobody waits for any more
         msgs = [Message(codec.request_content(request, self.job), int(targets[k]), f"query.{request.query}",
-                        ttl=timeout_s + 30.0) for k in keys]
+                        ttl=max(1.0, timeout_s)) for k in keys]
         out: dict = {}
         ids = list(self.grid.push_messages(msgs)) if msgs else []
         pending = {}
@@ -235,10 +234,9 @@ class FlowerTransport(Transport):
             time.sleep(min(0.25, max(0.0, end - time.monotonic())))
             self._refresh()
             back = [c for c in gone if c not in self._stale]
-            if back:
+            if back:  # asked with the full timeout: the exchange takes at most twice the timeout
                 gone -= set(back)
-                got.update(self._round_trip({c: self.nodes[c] for c in back}, request,
-                                            max(0.1, end - time.monotonic()), gone))
+                got.update(self._round_trip({c: self.nodes[c] for c in back}, request, self.timeout_s, gone))
         self.exchange_times.append(time.perf_counter() - t0)
         self.exchange_queries.append(request.query)
         self.exchange_seconds += self.exchange_times[-1]

@@ -1,0 +1,226 @@
+#!/usr/bin/env python
+"""Second order at research scale: Poisson d = 5 and d = 10, every solver at equal time, and a p ≈ 34k network.
+
+Two parts (issue 20):
+
+1. **accuracy at a budget** — Poisson ``−Δu = f`` on [0,1]^d, ``u = Π sin πxᵢ``, at the problem's defaults
+   ([d,32,32,32,1], 800·max(d,5) interior points per client), the domain split among 4 clients.  Each run
+   gets the same solver-time budget (``--budget`` seconds; test evaluation excluded) and runs in its own
+   process, which reports its peak resident memory (``resource.getrusage(RUSAGE_SELF).ru_maxrss``):
+
+   * ``centralized/lm`` — Levenberg–Marquardt on the pooled data, dense normal form (forms J and JᵀJ);
+   * ``centralized/lm-matfree`` — the same LM with the matrix-free Nyström-preconditioned CG solve;
+   * ``centralized/adam``, ``centralized/lbfgs`` — first-order and quasi-Newton references;
+   * ``gn`` — federated Gauss–Newton, automatic form (4 clients);
+   * ``fipa`` — FIPA at its defaults (local GN, rank 20, safeguard), ``fedavg`` at its defaults.
+
+   Reported: relative L2 error after ``--checkpoints`` seconds of solver time (the last history row at or
+   before each), steps/rounds done, floats sent per round (federated), peak RSS.
+
+2. **p ≈ 34k** — a [5,128,128,128,1] network (``--big``), 4 clients, 5 rounds of federated gn in its automatic
+   form (matrix-free at this size): peak RSS and the largest message one client sends in one exchange
+   (floats up of a round divided by the exchanges and clients, and the Nyström sketch separately).
+
+The machine is shared: the JSON records the CPU count and the load average at the start and end.
+
+    nice -n 10 python scripts/bench/poisson_scale.py --dims 5,10 --budget 60 --checkpoints 15,30,60
+    nice -n 10 python scripts/bench/poisson_scale.py --big-only
+    python scripts/bench/poisson_scale.py --floor 5          # CPU time of each piece of one step
+    python scripts/bench/poisson_scale.py --floor 5 --big    # one client of the p ≈ 34k network
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+RUNS = {  # name: (method, options)
+    "centralized/lm": ("centralized", {"optimizer": "lm", "lm_solve": "normal"}),
+    "centralized/lm-matfree": ("centralized", {"optimizer": "lm", "lm_solve": "matfree"}),
+    "centralized/adam": ("centralized", {"optimizer": "adam"}),
+    "centralized/lbfgs": ("centralized", {"optimizer": "lbfgs"}),
+    "gn": ("gn", {}),
+    "fipa": ("fipa", {}),
+    "fedavg": ("fedavg", {}),
+}
+
+
+def one(spec: dict) -> dict:
+    """Run one configuration in this process and return its figures (called in a child process)."""
+    import torch
+
+    from fedsciml.api import solve
+    from fedsciml.core.nn import MLP
+    from fedsciml.problems import get_problem
+
+    torch.set_num_threads(1)
+    pb = get_problem("poisson", dim=spec["dim"], **spec.get("problem", {}))
+    if spec.get("hidden"):
+        pb.__dict__["_net"] = MLP([spec["dim"], *spec["hidden"], 1], "tanh")
+    opts = dict(spec["options"])
+    t0 = time.perf_counter()
+    res = solve(pb, method=spec["method"], clients=spec["clients"], seed=0, **opts)
+    wall = time.perf_counter() - t0
+    rows = res.history
+    out = {"name": spec["name"], "dim": spec["dim"], "p": pb.network().n_params,
+           "rows": int(rows[-1].get("n_residuals", 0)) or None, "wall_s": wall,
+           "steps": rows[-1].get("step"), "final_rel_l2": rows[-1].get("rel_l2"),
+           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+           "floats_sent": rows[-1].get("floats_sent"), "info": {k: v for k, v in res.extra.items()
+                                                               if isinstance(v, (int, float, str))}}
+    at = {}
+    for c in spec.get("checkpoints", []):
+        done = [r for r in rows if r["time_s"] <= c]
+        at[str(c)] = done[-1]["rel_l2"] if done else None
+    out["rel_l2_at"] = at
+    if spec["method"] != "centralized" and len(rows) > 1:
+        out["floats_per_round"] = (rows[-1]["floats_sent"] - rows[0]["floats_sent"]) / max(1, len(rows) - 1)
+        ups = [r.get("floats_up", 0) / max(1, r.get("exchanges", 1)) / spec["clients"] for r in rows[1:]]
+        out["max_floats_up_per_client_exchange"] = max(ups) if ups else None
+        out["cg_iters_per_round"] = [r.get("cg_iters") for r in rows[1:]] if "cg_iters" in rows[-1] else None
+    return out
+
+
+def floor(dim: int, hidden=None, one_client: bool = False) -> None:
+    """Print the CPU time (``time.process_time``, one thread) of each piece of one Gauss–Newton step."""
+    import torch
+
+    from fedsciml.core import linalg
+    from fedsciml.core.matfree import GNOperator
+    from fedsciml.core.nn import MLP
+    from fedsciml.problems import get_problem
+
+    torch.set_num_threads(1)
+    pb = get_problem("poisson", dim=dim)
+    if hidden:
+        pb.__dict__["_net"] = MLP([dim, *hidden, 1], "tanh")
+    obj = pb.client_objectives(4, seed=0)[1] if one_client else pb.centralized_objective(4, seed=0)
+    th = pb.init_params(0)
+    print(f"d {dim} n {obj.n_residuals} p {th.numel()}", flush=True)
+
+    def cpu(label, fn):
+        t = time.process_time()
+        out = fn()
+        print(f"{label}: {time.process_time() - t:.2f} CPU s", flush=True)
+        return out
+
+    cpu("residual r(θ)", lambda: obj.residual(th))
+    op = cpu("GNOperator (r, pullback, g)", lambda: GNOperator(obj.residual, th))
+    v = torch.randn(th.numel(), dtype=torch.float64)
+    cpu("first product (builds the Jv graph)", lambda: op.matvec(v))
+    cpu("one product JᵀJv", lambda: op.matvec(v))
+    if obj.n_residuals * th.numel() <= 5e7:
+        r, J = cpu("J (vmap jacrev)", lambda: obj.residual_and_jacobian(th))
+        H = cpu("JᵀJ", lambda: J.T @ J)
+        cpu("Cholesky solve (H + μI)", lambda: linalg.damped_solve(0.5 * (H + H.T), J.T @ r,
+                                                                   1e-3 * float(H.diagonal().max())))
+    print("peak RSS MB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, flush=True)
+
+
+def table(results: list, checkpoints: list) -> str:
+    """A markdown table of the runs (what ``--md`` writes)."""
+    cols = ["run", "d", "p", *[f"rel L2 @ {c:g} s" for c in checkpoints], "steps/rounds", "final rel L2",
+            "solver s", "wall s", "peak RSS MB", "floats/round", "max floats up per client-exchange"]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+
+    def f(v):
+        return "—" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
+
+    for r in results:
+        if "error" in r:
+            out.append(f"| {r['name']} | {r['dim']} | error: {' '.join(r['error'])} |")
+            continue
+        at = r.get("rel_l2_at", {})
+        out.append("| " + " | ".join([r["name"], str(r["dim"]), str(r["p"]),
+                                      *[f(at.get(str(float(c)))) for c in checkpoints], f(r["steps"]),
+                                      f(r["final_rel_l2"]), f(r["info"].get("solver_time_s")), f(r["wall_s"]),
+                                      f(r["peak_rss_mb"]), f(r.get("floats_per_round")),
+                                      f(r.get("max_floats_up_per_client_exchange"))]) + " |")
+    return "\n".join(out)
+
+
+def child(spec: dict) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", json.dumps(spec)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    if p.returncode != 0:
+        return {"name": spec["name"], "dim": spec["dim"], "error": p.stderr.strip().splitlines()[-1:]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dims", default="5,10")
+    ap.add_argument("--budget", type=float, default=60.0, help="solver seconds per run (default 60)")
+    ap.add_argument("--checkpoints", default="15,30,60", help="report rel L2 at these solver seconds")
+    ap.add_argument("--runs", default=",".join(RUNS), help=f"subset of {', '.join(RUNS)}")
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--big", action="store_true", help="also the [5,128,128,128,1] gn run")
+    ap.add_argument("--big-only", action="store_true")
+    ap.add_argument("--big-rounds", type=int, default=5)
+    ap.add_argument("--big-rank", type=int, default=50, help="Nyström rank of the big gn run (default 50)")
+    ap.add_argument("--big-points", type=int, default=None, help="interior points per client of the big run "
+                                                                 "(default: the problem's, 4000 at d = 5)")
+    ap.add_argument("--json", default=os.path.join(ROOT, "results", "poisson_scale.json"))
+    ap.add_argument("--md", help="also write the table as markdown to this file")
+    ap.add_argument("--from-json", help="only write the --md table from this earlier --json")
+    ap.add_argument("--floor", type=int, metavar="D", help="only print the CPU time of the pieces of one GN step at "
+                                                          "dimension D (pooled data; with --big: one client of the "
+                                                          "[5,128,128,128,1] network)")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.one:
+        print(json.dumps(one(json.loads(a.one))))
+        return 0
+    checkpoints = [float(c) for c in a.checkpoints.split(",") if c]
+    if a.floor:
+        floor(a.floor, [128, 128, 128] if a.big else None, one_client=a.big)
+        return 0
+    if a.from_json:
+        with open(a.from_json) as f:
+            d = json.load(f)
+        text = table(d["results"], checkpoints)
+        if a.md:
+            with open(a.md, "w") as f:
+                f.write(text + "\n")
+        print(text)
+        return 0
+    meta = {"cpus": os.cpu_count(), "load_start": os.getloadavg(), "budget_s": a.budget, "clients": a.clients,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    results = []
+    if not a.big_only:
+        for d in [int(x) for x in a.dims.split(",")]:
+            for name in [r for r in a.runs.split(",") if r]:
+                method, opts = RUNS[name]
+                spec = {"name": name, "dim": d, "method": method, "clients": a.clients,
+                        "options": {**opts, "budget": a.budget}, "checkpoints": checkpoints}
+                r = child(spec)
+                results.append(r)
+                print(json.dumps(r), flush=True)
+    if a.big or a.big_only:
+        spec = {"name": "gn-big", "dim": 5, "method": "gn", "clients": a.clients, "hidden": [128, 128, 128],
+                "options": {"rounds": a.big_rounds, "nystrom_rank": a.big_rank}, "checkpoints": [],
+                "problem": {"n_interior": a.big_points} if a.big_points else {}}
+        r = child(spec)
+        results.append(r)
+        print(json.dumps(r), flush=True)
+    meta["load_end"] = os.getloadavg()
+    os.makedirs(os.path.dirname(a.json), exist_ok=True)
+    with open(a.json, "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=1)
+    print(f"wrote {a.json}", file=sys.stderr)
+    if a.md:
+        with open(a.md, "w") as f:
+            f.write(table(results, checkpoints) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
