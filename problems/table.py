@@ -30,6 +30,7 @@ import zipfile
 import numpy as np
 import torch
 
+from fedsciml.runtime.memory import available_memory
 from .base import DTYPE, Param, Problem, ProblemError
 from .registry import register
 from .ridge import LinearModel
@@ -76,21 +77,6 @@ def read_table(path: str, target: str = "y") -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-def _mem_available() -> int:
-    """Bytes of memory available now (``MemAvailable``; physical memory where /proc is absent)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - no sysconf
-        return 1 << 62
-
-
 def _check_npz(path: str) -> None:
     """Refuse an npz table before anything is allocated: not a zip, no ``X``/``y``, an array header
     that is not npy 1.0/2.0 or holds objects, a header whose shape claims more bytes than its zip
@@ -128,7 +114,7 @@ def _check_npz(path: str) -> None:
                 raise ProblemError(f"{path}: array {key!r}'s header claims shape {shape} of {dtype} "
                                    f"({claimed} bytes) but the file holds {max(0, info.file_size - header_len)}")
             need += count * 8  # read as float64
-        avail = _mem_available()
+        avail = available_memory() or (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
         if need > avail // 2:
             raise ProblemError(f"{path}: X and y need {need / 2**30:.1f} GiB as float64, more than half the "
                                f"{avail / 2**30:.1f} GiB of memory available")

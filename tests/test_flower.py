@@ -360,7 +360,7 @@ def test_server_app_prints_the_cli_table(capsys):
     """The table the ServerApp logs after a run (``flwr run … --stream`` shows it) is the one ``python -m
     fedsciml solve`` prints: the same lines for the same Result."""
     from fedsciml.cli.main import _print_summary
-    from fedsciml.engines.flower.apps import summary_lines
+    from fedsciml.runtime.results import summary_lines
 
     for method, opts in (("fipa", dict(rounds=1)), ("gn", dict(rounds=1)), ("fedavg", dict(rounds=1))):
         r = fs.solve("bratu", method, clients=K, **opts)

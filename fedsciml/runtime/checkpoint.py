@@ -45,6 +45,8 @@ import stat
 import numpy as np
 import torch
 
+from fedsciml.runtime.memory import available_memory
+
 FILENAME = "state.pt"
 MAGIC = b"fedsciml-checkpoint v1 sha256="
 _HEADER_LEN = len(MAGIC) + 64 + 1  # magic, hex digest, newline
@@ -135,17 +137,6 @@ def save(directory: str, state: dict) -> str:
     return final
 
 
-def _available_memory() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 62
-
-
 def _read_regular(path: str) -> bytes:
     """The bytes of ``path`` if it is a regular file no larger than half the memory available.
 
@@ -161,7 +152,7 @@ def _read_regular(path: str) -> bytes:
         if not stat.S_ISREG(st.st_mode):
             raise CheckpointError(f"checkpoint {path} is not a regular file (a FIFO, device or directory); "
                                   "delete it or use another --checkpoint directory")
-        limit = _available_memory() // 2
+        limit = (available_memory() or 1 << 62) // 2  # unknown: no cap beyond the file's own size
         if st.st_size > limit:
             raise CheckpointError(f"checkpoint {path} is {st.st_size / 2**30:.1f} GiB, more than half the "
                                   f"{2 * limit / 2**30:.1f} GiB of memory available; not read")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import numbers
-import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -25,6 +24,7 @@ from typing import Any, Callable
 import torch
 
 from fedsciml.options import MethodConfig
+from fedsciml.runtime.memory import available_memory
 from fedsciml.runtime.results import Result, jsonable
 
 
@@ -139,24 +139,6 @@ def check_clients(clients) -> int | None:
 
 class OutOfMemory(ValueError):
     """A run that cannot fit in the memory available (refused before anything is allocated)."""
-
-
-def available_memory(device: torch.device | None = None) -> int | None:
-    """Bytes of memory available now: free GPU memory for a CUDA device, else the OS's MemAvailable
-    (``None`` where it cannot be read)."""
-    if device is not None and torch.device(device).type == "cuda":
-        return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - no such sysconf names here
-        return None
 
 
 def _gb(n: float) -> str:

@@ -292,3 +292,54 @@ class Result:
     def from_json(cls, path: str) -> "Result":
         with open(path) as f:
             return cls.from_dict(json.load(f))
+
+
+# --- the summary table ----------------------------------------------------------------------------
+
+
+def method_settings(r) -> str:
+    """Short settings of a run for the table (local solver, rank, ...)."""
+    o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
+    if r.method == "centralized":
+        return f"pooled data, {r.options.get('optimizer', 'lm')}"
+    if r.method == "gn":
+        return "LM on ΣH_m, Σg_m"
+    if r.method == "one-shot":
+        return f"one fused step on ΣH_m, Σg_m, σ={r.options.get('sigma')}"
+    parts = []
+    if r.method == "fipa":
+        parts.append("full H_m" if o.get("rank") == 0 else f"rank {o.get('rank')}" + (" adaptive" if o.get("adaptive") else ""))
+        parts.append(f"merge {o.get('merge')}")
+    if o.get("local") == "gn":
+        parts.append("local GN")
+    elif o.get("local"):
+        parts.append(f"local adam τ={o.get('local_steps')} lr={o.get('lr')}")
+    if r.method == "fedprox":
+        parts.append(f"μ={o.get('mu')}")
+    return ", ".join(parts)
+
+
+def summary_lines(results) -> list:
+    """The summary table of a set of runs, as lines: what ``python -m fedsciml solve`` and the Flower App print."""
+    r0 = results[0]
+    metric = r0.metric_name
+    lines = ["", f"{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters, device {r0.device}, {r0.dtype}"]
+    rows = []
+    for r in results:
+        last = r.history[-1] if r.history else {}
+        rounds = r.extra.get("rounds", last.get("step", 0)) if isinstance(r.extra, dict) else last.get("step", 0)
+        sent = last.get("floats_sent", 0)
+        loss = r.final.get("loss")
+        rows.append({"method": r.method, "rounds": rounds, "seconds": r.wall_time_s,
+                     "loss": float("nan") if loss is None else loss, "metric": r.error, "sent": sent,
+                     "per": sent / rounds if rounds else 0, "settings": " " + method_settings(r)})
+    lines += format_table([("method", "method", "<12s"), ("rounds", "rounds", "6d"), ("seconds", "seconds", "8.2f"),
+                           ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"), ("floats sent", "sent", "12d"),
+                           ("floats/round", "per", "12.3g"), (" settings", "settings", "<s")], rows).split("\n")
+    for r in results:
+        rej = r.extra.get("rejections") if isinstance(r.extra, dict) else None
+        if rej:
+            lines.append(f"{r.method}: {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client "
+                         f"{rej[0]['client']}: {rej[0]['reason']}")
+    lines.append(f"final {metric} ({r0.method}): {r0.error:.3e}")
+    return lines

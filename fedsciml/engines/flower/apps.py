@@ -33,7 +33,7 @@ the problem, the method and the options, or a file of several jobs (see
 :func:`job_from_run_config`); its main connects a
 :class:`~fedsciml.engines.flower.transport.FlowerTransport` to the Grid, runs the
 method's strategy in fedsciml's own round loop (:func:`run_on_grid`), logs the
-table ``python -m fedsciml solve`` prints (:func:`summary_lines`; Flower
+table ``python -m fedsciml solve`` prints (:func:`fedsciml.runtime.results.summary_lines`; Flower
 streams it to ``flwr run --stream``) and writes the Result where ``out`` says
 (:func:`write_result`).
 """
@@ -51,6 +51,7 @@ import torch
 
 import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off before flwr is imported)
 from fedsciml.runtime.protocol import Failure, Reply
+from fedsciml.runtime.results import summary_lines
 from fedsciml.engines.flower import codec
 from fedsciml.engines.flower.transport import DESCRIBE, FlowerTransport, medians_by_query, stderr_log
 from fedsciml.core.objective import LeastSquares, LinearLeastSquares
@@ -278,55 +279,6 @@ def job_from_run_config(rc) -> dict:
             "problem_options": _json_object(rc, "problem-options"), "options": _json_object(rc, "method-options"),
             "out": str(rc.get("out", "") or ""), "timeout": float(rc.get("timeout", 300.0)),
             "connect_timeout": float(rc.get("connect-timeout", 300.0)), "jobs": str(rc.get("jobs", "") or "")}
-
-
-def _method_settings(r) -> str:
-    """Short settings of a run for the table: ``fedsciml.cli.main._describe``'s (the CLI sits above the engines
-    and cannot be imported from here; the two must stay the same for the tables to match)."""
-    o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
-    if r.method == "gn":
-        return "LM on ΣH_m, Σg_m"
-    if r.method == "one-shot":
-        return f"one fused step on ΣH_m, Σg_m, σ={r.options.get('sigma')}"
-    parts = []
-    if r.method == "fipa":
-        parts.append("full H_m" if o.get("rank") == 0 else f"rank {o.get('rank')}" + (" adaptive" if o.get("adaptive") else ""))
-        parts.append(f"merge {o.get('merge')}")
-    if o.get("local") == "gn":
-        parts.append("local GN")
-    elif o.get("local"):
-        parts.append(f"local adam τ={o.get('local_steps')} lr={o.get('lr')}")
-    if r.method == "fedprox":
-        parts.append(f"μ={o.get('mu')}")
-    return ", ".join(parts)
-
-
-def summary_lines(results) -> list:
-    """The table ``python -m fedsciml solve`` prints after its runs (the same columns and formats)."""
-    from fedsciml.runtime.results import format_table
-
-    r0 = results[0]
-    metric = r0.metric_name
-    lines = ["", f"{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters, device {r0.device}, {r0.dtype}"]
-    rows = []
-    for r in results:
-        last = r.history[-1] if r.history else {}
-        rounds = r.extra.get("rounds", last.get("step", 0)) if isinstance(r.extra, dict) else last.get("step", 0)
-        sent = last.get("floats_sent", 0)
-        loss = r.final.get("loss")
-        rows.append({"method": r.method, "rounds": rounds, "seconds": r.wall_time_s,
-                     "loss": float("nan") if loss is None else loss, "metric": r.error, "sent": sent,
-                     "per": sent / rounds if rounds else 0, "settings": " " + _method_settings(r)})
-    lines += format_table([("method", "method", "<12s"), ("rounds", "rounds", "6d"), ("seconds", "seconds", "8.2f"),
-                           ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"), ("floats sent", "sent", "12d"),
-                           ("floats/round", "per", "12.3g"), (" settings", "settings", "<s")], rows).split("\n")
-    for r in results:
-        rej = r.extra.get("rejections") if isinstance(r.extra, dict) else None
-        if rej:
-            lines.append(f"{r.method}: {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client "
-                         f"{rej[0]['client']}: {rej[0]['reason']}")
-    lines.append(f"final {metric} ({r0.method}): {r0.error:.3e}")
-    return lines
 
 
 def write_result(res, out: str):
