@@ -303,7 +303,7 @@ def method_settings(r) -> str:
     if r.method == "centralized":
         return f"pooled data, {r.options.get('optimizer', 'lm')}"
     if r.method == "gn":
-        return "LM on ΣH_m, Σg_m"
+        return "matrix-free LM (CG on Σ J_mᵀJ_m v)" if o.get("form") == "matfree" else "LM on ΣH_m, Σg_m"
     if r.method == "one-shot":
         return f"one fused step on ΣH_m, Σg_m, σ={r.options.get('sigma')}"
     parts = []
