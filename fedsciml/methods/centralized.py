@@ -13,6 +13,8 @@ iterations, or ``budget`` seconds (solver time, evaluation excluded).
 """
 from __future__ import annotations
 
+import logging
+
 import math
 from dataclasses import dataclass, field
 
@@ -148,8 +150,8 @@ def _load_autodiff():
     on a busy machine) before the solver clock starts: a one-time library load, not solver work."""
     try:
         import torch._dynamo.compiled_autograd  # noqa: F401
-    except Exception:  # pragma: no cover - a torch build without dynamo
-        pass
+    except ImportError:  # pragma: no cover - a torch build without dynamo: torch.func then loads what it needs
+        logging.getLogger(__name__).debug("torch._dynamo not importable; autodiff loads on first use")
 
 
 def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: SolveConfig,

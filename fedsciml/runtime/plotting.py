@@ -91,7 +91,7 @@ def plot_convergence(results, out_dir: str, prefix: str = "") -> list[str]:
 def _field_inputs(problem):
     try:
         return int(problem.input_dim())
-    except Exception:
+    except (AttributeError, NotImplementedError, TypeError, ValueError):  # no field over a domain: no field plot
         return None
 
 
