@@ -244,6 +244,14 @@ class _FederatedRidgeBase(RegressorMixin, BaseEstimator):
         "standardize": ["boolean"],
     }
 
+    def fit(self, X, y, sample_weight=None, sites=None):
+        """Fit on a table whose rows belong to sites ``sites`` (one label per row; None: one site —
+        :class:`FederatedRidgeCV` needs at least 2 distinct labels): one message per site, then the server."""
+        self._validate_params()
+        self._reset()
+        msgs, labels = self._messages_from_table(X, y, sample_weight, sites)
+        return self._fit_from(msgs, labels)
+
     def _messages_from_table(self, X, y, sample_weight, sites):
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True, reset=True)
         sw = None if sample_weight is None else _check_sample_weight(sample_weight, X, dtype=np.float64,
@@ -362,13 +370,6 @@ class FederatedRidge(_FederatedRidgeBase):
         self.fit_intercept = fit_intercept
         self.standardize = standardize
 
-    def fit(self, X, y, sample_weight=None, sites=None):
-        """Fit on a table whose rows belong to sites ``sites`` (one label per row; None: one site)."""
-        self._validate_params()
-        self._reset()
-        msgs, labels = self._messages_from_table(X, y, sample_weight, sites)
-        return self._fit_from(msgs, labels)
-
     def _fit_from(self, msgs, labels):
         self._validate_params()
         self._set_messages(msgs, labels)
@@ -416,13 +417,6 @@ class FederatedRidgeCV(_FederatedRidgeBase):
         self.alphas = alphas
         self.fit_intercept = fit_intercept
         self.standardize = standardize
-
-    def fit(self, X, y, sample_weight=None, sites=None):
-        """Fit on a table whose rows belong to ``sites`` (one label per row, at least 2 distinct labels)."""
-        self._validate_params()
-        self._reset()
-        msgs, labels = self._messages_from_table(X, y, sample_weight, sites)
-        return self._fit_from(msgs, labels)
 
     def _fit_from(self, msgs, labels):
         self._validate_params()
