@@ -49,7 +49,7 @@ forms (``LMConfig.solve``):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, cast
+from typing import Callable, Iterable, Sequence, cast
 
 import torch
 
@@ -58,6 +58,21 @@ from fedsciml.core.objective import GNStats
 
 #: the automatic choice takes the matrix-free solve when J would hold more entries than this (400 MB in float64)
 MATFREE_ENTRIES = 50_000_000
+
+
+#: federated gn's automatic form sends no client matrix larger than this many floats (50 MB in float64)
+MATFREE_FLOATS = 6_250_000
+
+
+def federated_form(rows: Sequence[int], p: int) -> str:
+    """``form="auto"`` of federated gn from the clients' residual rows and p (:mod:`fedsciml.methods.gn`):
+    the smaller of the normal (``p(p+1)/2 + p``) and square-root (``min(n_m, p)(p+1)``, largest client)
+    messages while it is at most :data:`MATFREE_FLOATS`, else ``matfree``."""
+    normal = linalg.n_upper(p) + p
+    sqrt = max(min(int(n), p) for n in rows) * (p + 1)
+    if min(normal, sqrt) > MATFREE_FLOATS:
+        return "matfree"
+    return "sqrt" if sqrt < normal else "normal"
 
 
 def auto_form(n: int, p: int) -> str:

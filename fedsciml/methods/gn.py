@@ -60,23 +60,15 @@ from fedsciml.runtime.strategy import Exchange, Strategy
 from fedsciml.runtime.transport import Reply, Request
 from fedsciml.runtime.client import Client, register_handler
 from fedsciml.core.objective import GNStats, gn_stats_from
-from fedsciml.core.lm import LevenbergMarquardt, LMConfig
+from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, federated_form  # noqa: F401
 
 FORMS = ("normal", "sqrt", "matfree")
 
-#: the automatic choice sends no client matrix larger than this many floats (50 MB in float64)
-MATFREE_FLOATS = 6_250_000
-
-
 def choose_form(rows: list, p: int) -> str:
-    """``form="auto"`` of federated gn from the clients' residual rows and p (see the module docstring):
-    the smaller of the normal (``p(p+1)/2 + p``) and square-root (``min(n_m, p)(p+1)``, largest client)
-    messages while it is at most :data:`MATFREE_FLOATS`, else ``matfree``."""
-    normal = linalg.n_upper(p) + p
-    sqrt = max(min(int(n), p) for n in rows) * (p + 1)
-    if min(normal, sqrt) > MATFREE_FLOATS:
-        return "matfree"
-    return "sqrt" if sqrt < normal else "normal"
+    """``form="auto"`` of federated gn (:func:`fedsciml.core.lm.federated_form`, where the rule lives so that the
+    memory estimate applies the same one): the smaller of the normal (``p(p+1)/2 + p``) and square-root
+    (``min(n_m, p)(p+1)``, largest client) messages while it is at most :data:`MATFREE_FLOATS`, else ``matfree``."""
+    return federated_form(rows, p)
 
 
 # --- the clients' side of the matrix-free form ------------------------------------------------------------

@@ -1,0 +1,45 @@
+"""The up-front memory estimate counts what the chosen form allocates (fedsciml.runtime.driver.estimate_memory):
+J's p columns per row for the dense forms, the matrix-free operator's residual graph when the automatic (or named)
+form is matrix-free, the points only for first-order methods."""
+import pytest
+
+from fedsciml.core.lm import auto_form, federated_form
+from fedsciml.core.matfree import graph_floats_per_row
+from fedsciml.core.nn import MLP
+from fedsciml.options import CentralizedConfig, FedAvgConfig, GNConfig
+from fedsciml.problems import get_problem
+from fedsciml.runtime.driver import estimate_memory
+
+
+def poisson5(hidden):
+    pb = get_problem("poisson", dim=5)
+    pb.__dict__["_net"] = MLP([5, *hidden, 1], "tanh")
+    return pb
+
+
+def test_dense_auto_form_counts_the_jacobian():
+    pb = poisson5((32, 32, 32))  # p = 2337, 4 × 4400 rows: n·p = 4.1e7 ≤ 5e7 → normal form, J formed
+    rows, p = pb.rows_per_client(4), pb.network().n_params
+    assert auto_form(4 * rows, p) == "normal"
+    b, how = estimate_memory(pb, 4, CentralizedConfig.from_options({}))
+    assert b == 8.0 * 4 * rows * (6 + p) and "Jacobian columns" in how
+
+
+@pytest.mark.parametrize("cls, opts", [(CentralizedConfig, {}), (GNConfig, {})])
+def test_matrix_free_auto_form_counts_the_graph_not_the_jacobian(cls, opts):
+    pb = poisson5((128, 128, 128))  # p = 33 921: auto is matrix-free for both
+    rows, p = pb.rows_per_client(4), pb.network().n_params
+    assert auto_form(4 * rows, p) == "matfree" and federated_form([rows] * 4, p) == "matfree"
+    b, how = estimate_memory(pb, 4, cls.from_options(opts))
+    graph = graph_floats_per_row(5, [128, 128, 128])
+    assert b == 8.0 * 4 * rows * (6 + graph) and "matrix-free residual graph" in how and "Jacobian" not in how
+    dense, _ = estimate_memory(pb, 4, cls.from_options({"lm_solve": "normal"} if cls is CentralizedConfig
+                                                       else {"form": "normal"}))
+    assert dense == 8.0 * 4 * rows * (6 + p) and b < dense / 2  # 4.8 GB of J against ~1.2 GB of graph
+
+
+def test_first_order_methods_count_the_points_only():
+    pb = poisson5((128, 128, 128))
+    rows = pb.rows_per_client(4)
+    assert estimate_memory(pb, 4, CentralizedConfig.from_options({"optimizer": "adam"}))[0] == 8.0 * 4 * rows * 6
+    assert estimate_memory(pb, 4, FedAvgConfig.from_options({}))[0] == 8.0 * 4 * rows * 6
