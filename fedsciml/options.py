@@ -229,6 +229,12 @@ class MethodConfig:
         """Whether the method holds every client's residual Jacobian at once (for the memory estimate)."""
         return True
 
+    def memory_form(self, rows: int, p: int, clients: int) -> str:
+        """What the method holds per residual row, for the memory estimate (``rows`` per client, ``p``
+        parameters): ``jacobian`` (J's p columns), ``graph`` (a matrix-free residual graph, no J) or
+        ``data`` (the points only)."""
+        return "jacobian" if self.forms_jacobians() else "data"
+
 
 # --- shared parts -------------------------------------------------------------------------------
 
@@ -335,6 +341,14 @@ class CentralizedConfig(StopOptions):
     def forms_jacobians(self) -> bool:
         return self.optimizer == "lm" and self.lm_solve != "matfree"
 
+    def memory_form(self, rows: int, p: int, clients: int) -> str:
+        if self.optimizer != "lm":
+            return "data"
+        from fedsciml.core.lm import auto_form  # (torch is loaded by then; options itself imports nothing heavy)
+
+        form = auto_form(rows * clients, p) if self.lm_solve == "auto" else self.lm_solve  # the pooled rows
+        return "graph" if form == "matfree" else "jacobian"
+
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()
         if self.optimizer == "lm":
@@ -377,6 +391,12 @@ class GNConfig(RoundOptions):
 
     def forms_jacobians(self) -> bool:
         return self.form != "matfree"  # the matrix-free form's clients keep one residual graph, never J
+
+    def memory_form(self, rows: int, p: int, clients: int) -> str:
+        from fedsciml.core.lm import federated_form
+
+        form = federated_form([rows] * clients, p) if self.form == "auto" else self.form
+        return "graph" if form == "matfree" else "jacobian"
 
     def _resolve(self):
         super()._resolve()
