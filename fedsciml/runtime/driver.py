@@ -155,18 +155,30 @@ def check_memory(n_bytes: float, what: str, device=None, hint: str = "") -> None
 
 
 def estimate_memory(problem, clients: int, config: MethodConfig) -> tuple[float, str] | None:
-    """``(bytes, how)``: the data of every client, and their residual Jacobians when the method forms them
-    (8-byte floats), or ``None`` when the problem cannot say how many rows a client holds."""
+    """``(bytes, how)``: the data of every client, and per row what the method's chosen form holds at once
+    (:meth:`MethodConfig.memory_form`, 8-byte floats): the residual Jacobian's p columns for the dense
+    forms, the matrix-free operator's residual graph
+    (:func:`fedsciml.core.matfree.graph_floats_per_row`) when the automatic or named form is matrix-free,
+    nothing more for first-order methods; ``None`` when the problem cannot say how many rows a client holds."""
     rows = problem.rows_per_client(clients)
     if rows is None:
         return None
     net = problem.network()
     p = int(net.n_params)
-    d_in = int(net.sizes[0]) if hasattr(net, "sizes") else 1
-    jac = config.forms_jacobians() and problem.kind != "ridge"  # a linear residual's Jacobian is its data
-    per_row = d_in + 1 + (p if jac else 0)
-    how = f"{clients:,} client(s) × {rows:,} rows × ({d_in + 1:,}" + \
-          (f" + {p:,} Jacobian columns" if jac else "") + ") × 8 bytes"
+    sizes = list(getattr(net, "sizes", []))
+    d_in = int(sizes[0]) if sizes else 1
+    # a linear residual's Jacobian is its data
+    form = "data" if problem.kind == "ridge" else config.memory_form(int(rows), p, int(clients))
+    extra, what = 0.0, ""
+    if form == "jacobian":
+        extra, what = float(p), f" + {p:,} Jacobian columns"
+    elif form == "graph":
+        from fedsciml.core.matfree import graph_floats_per_row
+
+        extra = graph_floats_per_row(d_in, sizes[1:-1] if len(sizes) > 2 else [p])
+        what = f" + {extra:,.0f} floats of matrix-free residual graph"
+    per_row = d_in + 1 + extra
+    how = f"{clients:,} client(s) × {rows:,} rows × ({d_in + 1:,}{what}) × 8 bytes"
     return 8.0 * clients * rows * per_row, how
 
 
