@@ -100,6 +100,11 @@ class Strategy(ABC):
         """A reason to stop before the loop's own limits (or ``None``)."""
         return None
 
+    def resampled(self, run) -> dict:
+        """The clients hold fresh collocation points (``resample``): re-measure whatever state refers to the
+        old ones (may exchange); returns history fields.  Default: nothing (the next round asks afresh)."""
+        return {}
+
     def finalize(self, run) -> None:
         """After the last round (e.g. verify a last, unchecked step); may exchange and change ``theta``."""
 

@@ -73,6 +73,17 @@ class LocalTransport(Transport):
         self.vectorize = bool(vectorize)
         self._batches: dict[tuple, ClientBatch] = {}
 
+    def replace_clients(self, clients) -> None:
+        """New in-process clients with the same ids (collocation resampling, :mod:`fedsciml.methods.resample`);
+        the cached client batches go with the old ones."""
+        clients = list(clients)
+        if [c.cid for c in clients] != self.client_ids:
+            raise ValueError(f"replace_clients needs the same client ids {self.client_ids}, got {[c.cid for c in clients]}")
+        self.clients = {c.cid: c for c in clients}
+        self.sample_counts.clear()
+        self.sample_counts.update({c.cid: c.n for c in clients})
+        self._batches = {}
+
     def _batch(self, cids):
         key = tuple(cids)
         if key not in self._batches:
