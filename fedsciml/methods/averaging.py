@@ -60,6 +60,11 @@ class AveragingStrategy(Strategy):
         self.theta = self.merge(self.theta, replies.ok)
         return {"answered": len(replies.ok)}
 
+    def resampled(self, run):
+        """Fresh collocation points (``resample``): the clients' row counts may change; nothing else refers to them."""
+        self.agg.enrolled = {}
+        return {}
+
     def state_dict(self):
         return {"theta": self.theta, "enrolled": dict(self.agg.enrolled)}
 

@@ -148,7 +148,7 @@ def _run(kind: str, cls, problem, objectives, theta0, evaluate, config=None, *, 
     if not agg.rule.plain:
         summary.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
     return _simulate(cls.method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     summary, message_hook, transport or cfg.transport)
+                     summary, message_hook, transport or cfg.transport, resample=cfg.resample)
 
 
 def run_fedavgm(problem, objectives, theta0, evaluate, config: FedAvgMConfig | None = None, **kw):

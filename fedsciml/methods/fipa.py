@@ -148,6 +148,21 @@ class FIPAStrategy(AveragingStrategy):
             self.pred = 0.5 * float(step @ (_merge_rhs(ok, theta.numel()) + self.beta * step))
         self.theta = new
 
+    def resampled(self, run):
+        """Fresh collocation points (``resample``): the safeguard's reference loss at the last accepted θ is
+        measured again on them (one loss exchange, counted), so that the next gain compares like with like."""
+        self.agg.enrolled = {}  # the clients' row counts may change with their points
+        if not (self.safeguard and self.prev_theta is not None):
+            return {}
+        theta = self.prev_theta
+        p = theta.numel()
+        got = run.exchange(Exchange(list(run.client_ids), Request("gn_loss", {"theta": theta}, {"vectorize": False}),
+                                    lambda m: GNAggregator(False).validate(m, p, theta.dtype), down_floats=p))
+        if len(got.ok) != len(run.client_ids):
+            run.fail("the reference loss on the resampled points")
+        self.prev_loss = GNAggregator.total_loss(got.ok)
+        return {}
+
     def finalize(self, run):
         """Safeguard: check the last, not yet validated merged step with one loss query; undo it if worse."""
         if not (self.safeguard and self.prev_theta is not None and self.theta is not self.prev_theta):
