@@ -244,6 +244,9 @@ class StopOptions(MethodConfig):
     budget: float | None = option(None, "time budget in seconds (solver time; evaluation excluded)", float,
                                   lo=0, lo_open=True, finite=False, none="no time limit", metavar="SECONDS")
     tol: float = option(0.0, "stop when the mean loss ½‖r‖²/N falls to this value", float, lo=0)
+    resample: int | None = option(None, "draw fresh collocation points every K steps (centralized) or rounds "
+                                        "(federated), seeded from the run seed (PINN problems; "
+                                        "fedsciml.methods.resample)", int, lo=1, none="fixed points", metavar="K")
 
 
 @dataclass(frozen=True)
@@ -549,6 +552,7 @@ class OneShotConfig(RoundOptions):
 
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()
+        out["resample"] = "one-shot takes one fused step on the points at θ₀; resampling needs several steps"
         if self.cv_sigmas is not None:
             out["sigma"] = (f"σ is chosen by cross-validation over {display('cv_sigmas')}; give σ, or a grid to "
                             "choose it, not both")
