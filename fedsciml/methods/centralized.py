@@ -8,6 +8,8 @@
 * ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
   25 function evaluations, per step; restarted from steepest descent if it stops moving).
 
+``resample=K``: fresh collocation points every K iterations (:mod:`fedsciml.methods.resample`).
+
 Every solver stops on the first of: ``tol`` on the mean loss, ``max_iters``
 iterations, or ``budget`` seconds (solver time, evaluation excluded).
 """
@@ -17,6 +19,7 @@ import logging
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -24,6 +27,7 @@ from fedsciml.options import CentralizedConfig
 from fedsciml.core.matfree import GNOperator, MatfreeConfig
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.runtime.history import Recorder
+from fedsciml.methods.resample import check_resample, resampled_objectives
 from fedsciml.core.lm import LevenbergMarquardt, LMConfig, default_tau
 
 OPTIMIZERS = CentralizedConfig.specs()["optimizer"][1].choices
@@ -43,6 +47,8 @@ class SolveConfig:
     tol: float = 0.0          # stop when the mean loss ½‖r‖²/N ≤ tol
     lr: float | None = None   # adam / lbfgs learning rate
     lm: LMConfig = field(default_factory=LMConfig)
+    resample: int | None = None  # fresh collocation points every K iterations (fedsciml.methods.resample)
+    make_objective: Callable[[int], LeastSquares] | None = None  # the pooled objective of resample j ≥ 1
 
     def validate(self):
         if self.optimizer not in OPTIMIZERS:
@@ -55,6 +61,13 @@ class SolveConfig:
             raise ValueError(f"learning rate must be a finite number > 0, got {self.lr}")
         if self.max_iters is None and self.budget is None:
             self.max_iters = DEFAULT_ITERS[self.optimizer]
+        if self.resample is not None and (self.resample < 1 or self.make_objective is None):
+            raise ValueError(f"resample={self.resample} needs K ≥ 1 and a way to draw the points (make_objective)")
+
+    def resample_index(self, it: int) -> int:
+        """Which points iteration ``it`` (1, 2, …) runs on: 0 (the run's own) until K iterations are done,
+        then j = (it − 1) // K."""
+        return 0 if self.resample is None else (it - 1) // self.resample
 
 
 def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
@@ -86,16 +99,27 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
     rec.record(0, lm.theta, lm.loss, mu=lm.mu)
     n = obj.n_residuals
     it = 0
+    held = 0  # the resample whose points obj holds
     while (cfg.max_iters is None or it < cfg.max_iters) and not rec.out_of_time():
+        j = cfg.resample_index(it + 1)
+        if j != held:  # fresh points: the statistics at θ on them (μ and the SPRING direction carry over)
+            assert cfg.make_objective is not None and lm.theta is not None
+            obj, held = cfg.make_objective(j), j
+            stats_at = lm_stats_fn(obj, lm)
+            lm.stats = stats_at(lm.theta)
         if lm.loss / n <= cfg.tol or lm.mu >= lm.cfg.mu_max:
             break
         trial = lm.propose()
         accepted = lm.observe(float(obj.loss(trial)), lambda: stats_at(trial))
         it += 1
         extra = {"cg_iters": lm.last_cg_iters} if lm.stats.op is not None else {}
+        if held:
+            extra["resample"] = held
         rec.record(it, lm.theta, lm.loss, mu=lm.mu, accepted=accepted, **extra)
     info = {"accepted_steps": lm.accepted_steps, "rejected_steps": lm.rejected_steps, "final_mu": lm.mu,
             "lm_solve": lm.statistics_form(n, obj.n_params)}
+    if cfg.resample is not None:
+        info["resamples"] = held
     if info["lm_solve"] == "matfree":
         info["cg_iters"] = lm.cg_iters
         info["nystrom_rank"] = lm.cfg.matfree.rank if lm.cfg.matfree.precond == "nystrom" else 0
@@ -114,9 +138,11 @@ def run_torch_optimizer(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, c
         opt = torch.optim.LBFGS([p], lr=cfg.lr or DEFAULT_LR["lbfgs"], max_iter=1, max_eval=25, history_size=50,
                                 tolerance_grad=0.0, tolerance_change=0.0, line_search_fn="strong_wolfe")
 
+    current = [obj]  # the objective in use (replaced by resampling)
+
     def closure():
         opt.zero_grad()
-        loss = obj.loss(p) / n
+        loss = current[0].loss(p) / n
         loss.backward()
         return loss
 
@@ -124,7 +150,14 @@ def run_torch_optimizer(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, c
         rec.record(0, p.detach(), float(obj.loss(p)))
     it = 0
     restarts = 0
+    held = 0
     while (cfg.max_iters is None or it < cfg.max_iters) and not rec.out_of_time():
+        j = cfg.resample_index(it + 1)
+        if j != held:  # fresh points; L-BFGS's curvature pairs belong to the old function: dropped
+            assert cfg.make_objective is not None
+            current[0], held = cfg.make_objective(j), j
+            if cfg.optimizer == "lbfgs":
+                opt.state.clear()
         before = p.detach().clone() if cfg.optimizer == "lbfgs" else None
         opt.step(closure)
         it += 1
@@ -135,14 +168,17 @@ def run_torch_optimizer(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, c
             opt.state.clear()
             restarts += 1
         with torch.no_grad():
-            loss = float(obj.loss(p))
-        rec.record(it, p.detach(), loss)
+            loss = float(current[0].loss(p))
+        rec.record(it, p.detach(), loss, **({"resample": held} if held else {}))
         if not math.isfinite(loss):
             raise Diverged(f"{cfg.optimizer}: the loss became {loss} at iteration {it} (lr={opt.param_groups[0]['lr']:g}); "
                            "try a smaller --lr")
         if loss / n <= cfg.tol:
             break
-    return p.detach(), ({"lbfgs_restarts": restarts} if cfg.optimizer == "lbfgs" else {})
+    info = {"lbfgs_restarts": restarts} if cfg.optimizer == "lbfgs" else {}
+    if cfg.resample is not None:
+        info["resamples"] = held
+    return p.detach(), info
 
 
 def _load_autodiff():
@@ -183,8 +219,16 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
         raise ValueError("message_hook applies to federated methods; centralized exchanges no messages")
     lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
                   matfree=MatfreeConfig(rank=config.nystrom_rank, seed=seed), momentum=config.momentum)
+    make = None
+    if config.resample is not None:
+        check_resample(problem, config.resample)
+        n_clients, device = len(objectives), theta0.device
+
+        def make(j: int) -> LeastSquares:
+            return stack_objectives(resampled_objectives(problem, n_clients, seed, j, device))
+
     cfg = SolveConfig(optimizer=config.optimizer, max_iters=config.max_iters, budget=config.budget, tol=config.tol,
-                      lr=config.lr, lm=lm)
+                      lr=config.lr, lm=lm, resample=config.resample, make_objective=make)
     theta, rows, info = solve_least_squares(stack_objectives(objectives), theta0, evaluate, cfg, progress=progress,
                                             every=every, label=f"centralized/{config.optimizer}")
     info["reference"] = "centralized: all clients' data pooled on one machine (not federated)"

@@ -38,6 +38,7 @@ from fedsciml.methods.fipa import FIPAStrategy
 from fedsciml.core.matfree import MatfreeConfig
 from fedsciml.methods.gn import GNStrategy, choose_form
 from fedsciml.methods.oneshot import OneShotStrategy
+from fedsciml.methods.resample import ResamplingStrategy, check_resample, resampled_objectives
 from fedsciml.runtime.loop import RoundConfig, Simulation
 from fedsciml.runtime.transport import BytesTransport, LocalTransport, Transport
 from fedsciml.core.lm import LMConfig, default_tau
@@ -71,7 +72,16 @@ def make_transport(objectives, transport="local", vectorize: bool = True, device
 
 
 def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every, options, message_hook,
-              transport="local", vectorize=True):
+              transport="local", vectorize=True, resample=None):
+    if resample is not None:  # fresh collocation points every `resample` rounds (fedsciml.methods.resample)
+        check_resample(problem, resample)
+        if isinstance(transport, Transport) and not isinstance(transport, (LocalTransport, BytesTransport)):
+            raise ValueError(f"resample needs the clients in this process (transport local or bytes); "
+                             f"{type(transport).__name__}'s clients would have to draw their own points")
+        n_clients, device = len(objectives), theta0.device
+        strategy = ResamplingStrategy(strategy, resample,
+                                      lambda j: resampled_objectives(problem, n_clients, seed, j, device))
+        options = {**options, "resample": resample}
     sim = Simulation(make_transport(objectives, transport, vectorize, theta0.device), evaluate, rc, label=method, progress=progress,
                      every=every,
                      fingerprint=_fingerprint(problem, method, objectives, theta0, seed, options),
@@ -124,7 +134,7 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     if cfg.momentum:
         options["momentum"] = cfg.momentum
     return _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport, cfg.batched)
+                     options, message_hook, transport or cfg.transport, cfg.batched, resample=cfg.resample)
 
 
 def _local_config(cfg, prox) -> LocalConfig:
@@ -170,7 +180,7 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
     strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), cfg.sketch, sched, seed, safeguard=cfg.safeguard,
                             complement=cfg.complement)
     return _simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport)
+                     options, message_hook, transport or cfg.transport, resample=cfg.resample)
 
 
 def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progress, seed, every, message_hook,
@@ -189,7 +199,7 @@ def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progre
         options["local_damping"] = lc.damping
     strategy = AveragingStrategy(agg, lc, seed)
     return _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport)
+                     options, message_hook, transport or cfg.transport, resample=cfg.resample)
 
 
 def run_fedavg(problem, objectives, theta0, evaluate, config: FedAvgConfig | None = None, *, progress=False, seed=0,

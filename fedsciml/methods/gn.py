@@ -310,6 +310,20 @@ class GNStrategy(Strategy):
         self.lm.start(theta0, GNAggregator(True, self.form).aggregate_stats(msgs, theta0.numel()))
         return {"mu": self.lm.mu}
 
+    def resampled(self, run):
+        """Fresh collocation points (``resample``): the statistics at θ are gathered again on them (an exchange,
+        counted) and replace the LM state's; μ and the SPRING direction carry over."""
+        lm = self.lm
+        self.enrolled.clear()  # the clients' row counts may change with their points
+        self._run = run
+        theta = lm.theta
+        assert theta is not None
+        if self.form == "matfree":
+            lm.stats = self._matfree_stats(run, theta)
+        else:
+            lm.stats = GNAggregator(True, self.form).aggregate_stats(self._gather(run, theta, True), theta.numel())
+        return {}
+
     def finished(self, run):
         if self.lm.mu >= self.lm.cfg.mu_max:
             return "damping"

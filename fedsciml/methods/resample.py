@@ -1,0 +1,119 @@
+"""Collocation resampling (``resample=K``, every method): fresh collocation points every K steps or rounds.
+
+Problems that sample their collocation points (``samples_collocation``: the PINN problems, among them
+:class:`~fedsciml.problems.domain.DomainPDE`) draw them with their own sampler (``sampling``: Latin
+hypercube by default) from a seed.  Resample ``j`` (j = 1, 2, … after K, 2K, … steps or rounds) builds
+every client's objective again from :func:`resample_seed` ``(seed, j)`` — a reproducible function of the
+run seed and j (same seed: same points; every resample: different points; j = 0 are the run's own points).
+
+* centralized (``lm``, ``adam``, ``lbfgs``): the pooled objective is replaced; LM takes the Gauss–Newton
+  statistics at the current θ on the new points (its damping μ and SPRING direction carry over), L-BFGS
+  forgets its curvature pairs (they belong to the old function), Adam keeps its moments.
+* federated: :class:`ResamplingStrategy` replaces each client's objective in the in-process transport
+  before round ``jK + 1`` and asks the strategy to :meth:`~fedsciml.runtime.strategy.Strategy.resampled`
+  (gn gathers its statistics at θ again, FIPA's safeguard its reference loss — each an exchange, counted).
+  In a real deployment each site draws its own points from the same seed; the Flower engine does not
+  offer it (one clear error).
+
+The history rows carry ``resample`` (the index j of the points in use) from the first resample on.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from fedsciml.runtime.strategy import Strategy
+from fedsciml.runtime.transport import BytesTransport, LocalTransport
+from fedsciml.runtime.client import Client
+
+RESAMPLE_TAG = 0x5E5A  # keeps resample seeds apart from the run seeds themselves
+
+
+def resample_seed(seed: int, j: int) -> int:
+    """The seed of resample ``j`` of a run with ``seed`` (j ≥ 1): ``SeedSequence([seed, 0x5E5A, j])``'s first
+    32-bit word — the same for the same (seed, j), different for different j."""
+    if j < 1:
+        raise ValueError(f"resample index must be ≥ 1 (0 is the run's own points), got {j}")
+    return int(np.random.SeedSequence([int(seed), RESAMPLE_TAG, int(j)]).generate_state(1)[0])
+
+
+def check_resample(problem: Any, every: int | None) -> None:
+    """One line when ``resample`` is asked of a problem that has no collocation points to draw."""
+    if every is not None and not getattr(problem, "samples_collocation", False):
+        raise ValueError(f"resample={every}: problem {getattr(problem, 'name', problem)!r} has fixed data, not "
+                         "sampled collocation points; resampling applies to the PINN problems")
+
+
+def resampled_objectives(problem: Any, n_clients: int, seed: int, j: int, device: Any) -> list:
+    """Every client's objective on the points of resample ``j``."""
+    return problem.client_objectives(n_clients, seed=resample_seed(seed, j), device=device)
+
+
+class ResamplingStrategy(Strategy):
+    """``inner`` with the clients' collocation points drawn afresh before rounds K+1, 2K+1, … (module docstring).
+
+    Delegates every call to ``inner``; ``make_objectives(j)`` gives the clients' objectives of resample j.
+    """
+
+    def __init__(self, inner: Strategy, every: int, make_objectives: Callable[[int], list]):
+        if every < 1:
+            raise ValueError(f"resample must be ≥ 1 (steps or rounds between draws), got {every}")
+        self.inner = inner
+        self.every = int(every)
+        self.make_objectives = make_objectives
+        self.index = 0  # the resample whose points the strategy's state refers to (checkpointed)
+        self._held = 0  # the resample whose points the clients in this process hold (0 after a resume too)
+        self.name = inner.name
+
+    @property  # type: ignore[override]
+    def theta(self):
+        return self.inner.theta
+
+    @property  # type: ignore[override]
+    def loss_sum(self):
+        return self.inner.loss_sum
+
+    def start(self, run, theta0):
+        return self.inner.start(run, theta0)
+
+    def _swap(self, run, j: int) -> None:
+        transport = run.transport
+        local = transport.inner if isinstance(transport, BytesTransport) else transport
+        if not isinstance(local, LocalTransport):
+            raise ValueError(f"resample needs the clients in this process (transport local or bytes); "
+                             f"{type(transport).__name__}'s clients draw their own points")
+        objectives = self.make_objectives(j)
+        local.replace_clients([Client(cid, objectives[i]) for i, cid in enumerate(local.client_ids)])
+        self._held = j
+
+    def round(self, run, k):
+        j = (k - 1) // self.every
+        extra: dict = {}
+        if j != self._held:
+            self._swap(run, j)
+        if j > self.index:  # new points: the strategy's state at θ is measured on them again
+            self.index = j
+            extra = self.inner.resampled(run) or {}
+        out = self.inner.round(run, k) or {}
+        return {**extra, **out, **({"resample": self.index} if self.index else {})}
+
+    def finished(self, run):
+        return self.inner.finished(run)
+
+    def finalize(self, run):
+        return self.inner.finalize(run)
+
+    def state_dict(self):
+        return {"inner": self.inner.state_dict(), "resample": self.index}
+
+    def load_state_dict(self, d):
+        self.inner.load_state_dict(d["inner"])
+        self.index = int(d.get("resample", 0))
+
+    def summary(self):
+        return {**self.inner.summary(), "resample": self.every}
+
+    def info(self):
+        return {**self.inner.info(), "resamples": self.index}
+
