@@ -21,7 +21,7 @@ for a core, so its ratios are the steadier ones).  Peak RSS (``ru_maxrss``) is r
 size of the clients' data plus their messages.  The load average is printed at the start and the end:
 on a loaded machine only the ratios mean anything.
 
-Usage: ``python scripts/ridge_cli_floor.py [--clients 500 --dim 1000 --samples 200 --cv 1e-2:1e3:10]``
+Usage: ``python scripts/bench/ridge_cli_floor.py [--clients 500 --dim 1000 --samples 200 --cv 1e-2:1e3:10]``
 """
 from __future__ import annotations
 
