@@ -453,6 +453,8 @@ class CentralizedConfig(StopOptions):
                                    "normal when n ≥ p, matfree when J has more than 5e7 entries)", str,
                            choices=("auto", "normal", "kernel", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
+    momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
+                             lo=0, hi=1, hi_open=True)
 
     def forms_jacobians(self) -> bool:
         return self.optimizer == "lm" and self.lm_solve != "matfree"
@@ -461,6 +463,8 @@ class CentralizedConfig(StopOptions):
         out = super().inapplicable()
         if self.optimizer == "lm":
             out["lr"] = f"Levenberg–Marquardt has no learning rate (it is for {display('optimizer')} adam or lbfgs)"
+        else:
+            out["momentum"] = f"SPRING momentum is an option of {display('optimizer')} lm"
         return out
 
     def _resolve(self):
@@ -485,6 +489,8 @@ class GNConfig(RoundOptions):
                        choices=("auto", "normal", "sqrt", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free form (one sketch "
                                    "exchange of rank·p floats per accepted step)", int, lo=1)
+    momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
+                                  "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
     max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
     batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
                            cli=False)

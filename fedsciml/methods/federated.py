@@ -116,10 +116,13 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
         form = choose_form([o.n_residuals for o in objectives], theta0.numel())
     options = {"lm_tau": lm_tau, "form": form}
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
-    strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(rank=cfg.nystrom_rank, seed=seed)),
+    strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(rank=cfg.nystrom_rank, seed=seed),
+                                   momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen)
     if cfg.screen is not None:
         options["screen"] = cfg.screen
+    if cfg.momentum:
+        options["momentum"] = cfg.momentum
     return _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
                      options, message_hook, transport or cfg.transport, cfg.batched)
 
