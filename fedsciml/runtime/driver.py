@@ -376,7 +376,7 @@ def run(p: Plan) -> Result:
     torch.manual_seed(p.seed)
     objectives = problem.client_objectives(clients, seed=p.seed, device=dev)
     theta0 = problem.init_params(p.seed, device=dev)
-    getattr(problem, "check_clients", check_objectives)(objectives, theta0)  # a task of its own kind checks its own
+    getattr(problem, "check_objectives", check_objectives)(objectives, theta0)  # a task of its own kind checks its own
     t0 = time.perf_counter()
     theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
                                progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
