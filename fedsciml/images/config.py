@@ -2,11 +2,10 @@
 
 * :class:`ImageConfig` — what one run of an image method takes through the one driver
   (:func:`fedsciml.runtime.driver.plan`): the protocol, the round loop's options and the clients' training
-  recipe (:class:`fedsciml.images.methods.TrainConfig`, the plain struct sent to the clients with each request).
-* :class:`BenchImagesOptions` — every option of ``python -m fedsciml bench images``; the command's flags, their
-  help, ranges and choices are generated from these declarations by the generator ``solve`` uses
-  (:func:`fedsciml.cli.common.add_option_flags`), and the checks that an option acts on the run are its
-  :meth:`~BenchImagesOptions.inapplicable`.
+  recipe (:class:`TrainConfig`, the plain struct sent to the clients with each request).
+* :class:`TrainConfig` — that recipe: every method's knobs, sent as plain values with each request.
+
+The options of ``python -m fedsciml bench images`` are declared in :class:`fedsciml.images.bench.BenchImagesOptions`.
 """
 from __future__ import annotations
 
@@ -16,6 +15,48 @@ from typing import Any, ClassVar
 from fedsciml.options import PATH, MethodConfig, OptionError, OptionTypeError, display, option
 
 PROTOCOLS = ("one-shot", "rounds")  # of one method's run; bench images adds warmup-refine (a warm-up, then rounds)
+
+
+@dataclass
+class TrainConfig:
+    """The clients' training recipe and each method's knobs: the plain struct sent with every request (its
+    fields as a dict) and stored with checkpoints; also :class:`fedsciml.images.methods.TrainConfig`."""
+
+    epochs: int = 30
+    lr: float = 0.01
+    momentum: float = 0.9
+    batch_size: int = 64
+    prox_mu: float = 0.01
+    # FIPA
+    rank: int = 10
+    oversample: int = 10
+    power_iters: int = 3
+    beta: float = 0.0        # extra regularization, relative: beta · max_m (N_m/N) λ_max,m
+    gamma: float = 1.0
+    tail: bool = True        # isotropic tail floor τ_m = λ_r,m per client (complement correction)
+    # FedAvg/FedProx robust aggregation (fedsciml.runtime.robust): "mean" | "median" | "trimmed", trim ∈ [0, 0.5),
+    # clip_norm None (off) or C > 0
+    robust: str = "mean"
+    trim: float = 0.2
+    clip_norm: float | None = None
+    # FedFish
+    fedfish_lr: float = 0.01  # learning rate of the server Adam (FedFish; FedAvg with server_opt="adam")
+    # server optimizer of multi-round FedAvg and FedFish: "default" (FedAvg plain average, FedFish server Adam),
+    # "avg" (both add their merged delta: θ + Δ), "adam" (both use it as the pseudo-gradient of the server Adam)
+    server_opt: str = "default"
+    # FedFisher
+    fedfisher_steps: int = 2000
+    fedfisher_lr: float = 0.01
+    fedfisher_start: str = "samples"  # "samples": Σ(n_i/N)w_i (default); "uniform": (1/K)Σw_i (the paper's Alg. 1)
+    # FedBEns
+    modes: int = 5
+    temperature: float = 0.1
+    prior_var: float = 0.1
+    fedbens_steps: int = 300
+    fedbens_lr: float = 1e-3
+    # RegMean
+    regmean_alphas: tuple = (0.1, 0.5, 0.9)
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -43,8 +84,6 @@ class ImageConfig(MethodConfig):
         return False
 
     def _resolve(self):
-        from fedsciml.images.methods import TrainConfig
-
         if self.train is None:
             self._set("train", TrainConfig())
         elif not isinstance(self.train, TrainConfig):

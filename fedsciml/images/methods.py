@@ -43,6 +43,7 @@ from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.core.schema import floats_in
 from fedsciml.runtime.client import dispatch, register_handler
 from fedsciml.runtime.driver import METHODS, KindUse, add_kind, kind_error, solve
+from fedsciml.runtime.history import Progress
 from fedsciml.runtime.loop import RoundConfig, Simulation
 from fedsciml.runtime.strategy import Exchange, Strategy
 from fedsciml.runtime.transport import BytesTransport, LocalTransport, Reply, Request, Transport
@@ -50,51 +51,12 @@ from fedsciml.images import fisher as fz
 from fedsciml.images.aggregators import (FedAvgAdamAggregator, FedBEnsAggregator, FedFishAggregator,
                                          FedFisherAggregator, FIPAComplementAggregator, FisherMergeAggregator,
                                          RegMeanAggregator)
-from fedsciml.images.config import ImageConfig
+from fedsciml.images.config import ImageConfig, TrainConfig
 from fedsciml.images.data import FederatedImages
 from fedsciml.images.models import FlatModel, build, head_names
 
 SERVER_OPTS = ("default", "avg", "adam")  # TrainConfig.server_opt
 IMAGES = "images"  # the kind of task the image methods apply to (fedsciml.runtime.driver.MethodSpec.kinds)
-
-
-@dataclass
-class TrainConfig:
-    epochs: int = 30
-    lr: float = 0.01
-    momentum: float = 0.9
-    batch_size: int = 64
-    prox_mu: float = 0.01
-    # FIPA
-    rank: int = 10
-    oversample: int = 10
-    power_iters: int = 3
-    beta: float = 0.0        # extra regularization, relative: beta · max_m (N_m/N) λ_max,m
-    gamma: float = 1.0
-    tail: bool = True        # isotropic tail floor τ_m = λ_r,m per client (complement correction)
-    # FedAvg/FedProx robust aggregation (fedsciml.runtime.robust): "mean" | "median" | "trimmed", trim ∈ [0, 0.5),
-    # clip_norm None (off) or C > 0
-    robust: str = "mean"
-    trim: float = 0.2
-    clip_norm: float | None = None
-    # FedFish
-    fedfish_lr: float = 0.01  # learning rate of the server Adam (FedFish; FedAvg with server_opt="adam")
-    # server optimizer of multi-round FedAvg and FedFish: "default" (FedAvg plain average, FedFish server Adam),
-    # "avg" (both add their merged delta: θ + Δ), "adam" (both use it as the pseudo-gradient of the server Adam)
-    server_opt: str = "default"
-    # FedFisher
-    fedfisher_steps: int = 2000
-    fedfisher_lr: float = 0.01
-    fedfisher_start: str = "samples"  # "samples": Σ(n_i/N)w_i (default); "uniform": (1/K)Σw_i (the paper's Alg. 1)
-    # FedBEns
-    modes: int = 5
-    temperature: float = 0.1
-    prior_var: float = 0.1
-    fedbens_steps: int = 300
-    fedbens_lr: float = 1e-3
-    # RegMean
-    regmean_alphas: tuple = (0.1, 0.5, 0.9)
-    device: str = "cpu"
 
 
 @dataclass
@@ -122,24 +84,28 @@ class MethodResult:
 
 # ------------------------------------------------------------------ primitives
 def local_train(model: FlatModel, theta0, x, y, cfg: TrainConfig, seed: int, epochs: int | None = None,
-                prox_mu: float = 0.0):
-    """SGD with momentum on the client's cross-entropy (+ FedProx's ``μ/2‖θ−θ₀‖²``)."""
+                prox_mu: float = 0.0, label: str = "local training"):
+    """SGD with momentum on the client's cross-entropy (+ FedProx's ``μ/2‖θ−θ₀‖²``).  A long training shows
+    progress (:class:`fedsciml.runtime.history.Progress`: a bar over the epochs at a terminal, else log lines)."""
     theta = theta0.detach().clone().requires_grad_(True)
     anchor = theta0.detach()
     buf = torch.zeros_like(anchor)
     n = x.shape[0]
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    for _ in range(cfg.epochs if epochs is None else epochs):
-        perm = torch.randperm(n, generator=gen).to(x.device)
-        for a in range(0, n, cfg.batch_size):
-            idx = perm[a:a + cfg.batch_size]
-            loss = F.cross_entropy(model(theta, x[idx]), y[idx])
-            if prox_mu > 0:
-                loss = loss + 0.5 * prox_mu * ((theta - anchor) ** 2).sum()
-            g, = torch.autograd.grad(loss, theta)
-            with torch.no_grad():
-                buf.mul_(cfg.momentum).add_(g)
-                theta.sub_(cfg.lr * buf)
+    epochs = cfg.epochs if epochs is None else epochs
+    with Progress(epochs, label, unit="epoch") as bar:
+        for _ in range(epochs):
+            perm = torch.randperm(n, generator=gen).to(x.device)
+            for a in range(0, n, cfg.batch_size):
+                idx = perm[a:a + cfg.batch_size]
+                loss = F.cross_entropy(model(theta, x[idx]), y[idx])
+                if prox_mu > 0:
+                    loss = loss + 0.5 * prox_mu * ((theta - anchor) ** 2).sum()
+                g, = torch.autograd.grad(loss, theta)
+                with torch.no_grad():
+                    buf.mul_(cfg.momentum).add_(g)
+                    theta.sub_(cfg.lr * buf)
+            bar.update()
     return theta.detach()
 
 
@@ -409,7 +375,8 @@ class ImageClient:
         tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
         t0 = time.perf_counter()
         seed = int(cfg["seed"]) + self.cid
-        w = local_train(self.model, theta, self.x, self.y, tc, seed, prox_mu=tc.prox_mu if spec.prox else 0.0)
+        w = local_train(self.model, theta, self.x, self.y, tc, seed, prox_mu=tc.prox_mu if spec.prox else 0.0,
+                        label=f"client {self.cid} {cfg['method']}")
         msg = spec.message(self.model, theta, w, self.x, self.y, tc, seed, n)
         return Reply(msg, {"seconds": time.perf_counter() - t0})
 
@@ -423,7 +390,8 @@ class ImageClient:
         for m in range(modes):
             if (s0, m) not in self._trained:
                 t0 = time.perf_counter()
-                w = local_train(self.model, inits[m], self.x, self.y, tc, seed=s0 + self.cid * 31 + m)
+                w = local_train(self.model, inits[m], self.x, self.y, tc, seed=s0 + self.cid * 31 + m,
+                                label=f"client {self.cid} training" + (f" (mode {m + 1}/{modes})" if modes > 1 else ""))
                 self._trained[s0, m] = (w, time.perf_counter() - t0)
             local.append(self._trained[s0, m][0])
             train_s += self._trained[s0, m][1]
@@ -580,7 +548,7 @@ class ImageTask:
     def final_metrics(self, theta, objectives) -> dict:
         return {}
 
-    def check_clients(self, clients, theta0) -> None:
+    def check_objectives(self, clients, theta0) -> None:
         """Before the run (the driver's check): clients with images, and θ₀ of the network's size."""
         from fedsciml.runtime.checks import SetupError
 
