@@ -638,6 +638,12 @@ class OneShotConfig(RoundOptions):
                           choices=("scale", "separate"))
     dp_central: bool = option(False, "DP noise once on the secure sum instead of on every client", bool)
     dp_noise_aware: bool = option(False, "add the noise's spectral norm √(2m)·s_total to σ", bool)
+    dp_min_survivors: int | None = option(None, "central DP: the fewest sites whose noise shares must reach the "
+                                          "sum (each site adds s/√t; fewer arriving fails the run)", int, lo=1,
+                                          none="every site asked", metavar="T")
+    dp_max_rows: int | None = option(None, "central DP on Flower: a public bound on any site's rows (fixes "
+                                     "SecAgg+'s fixed-point range)", int, lo=1,
+                                     none="the problem's rows per client when public", metavar="N")
     project: int | None = option(None, "random projection of the parameters to m dimensions", int, lo=1,
                                  none="no projection")
     project_sketch: str = option("gaussian", "projection sketch", str, choices=("gaussian", "sparse", "srht"))
@@ -659,8 +665,12 @@ class OneShotConfig(RoundOptions):
             out["sigma"] = (f"σ is chosen by cross-validation over {display('cv_sigmas')}; give σ, or a grid to "
                             "choose it, not both")
         if self.dp_epsilon is None:
-            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware"):
+            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware",
+                      "dp_min_survivors", "dp_max_rows"):
                 out[k] = f"it is a differential-privacy option and DP is off (give {display('dp_epsilon')})"
+        elif not self.dp_central:
+            for k in ("dp_min_survivors", "dp_max_rows"):
+                out[k] = f"it sizes central DP's noise shares and secure sum, and {display('dp_central')} is off"
         if self.project is None:
             out["project_sketch"] = f"it is the sketch of {display('project')}, which is off"
         return out

@@ -148,10 +148,6 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
             raise ValueError("dp-fedavg needs --epsilon")
     if names and engine != "local":
         raise ValueError(f"--baselines run in this process (engine local); with --engine {engine} leave them out")
-    if use_dp and central_dp and engine != "local":
-        raise ValueError(f"--central-dp adds the noise at the server to the sum of the sites' exact clipped "
-                         f"statistics; engine {engine} has no secure aggregation here, so the server would see each "
-                         f"site's un-noised statistics: use local DP (drop --central-dp) or --engine local")
     grid = parse_grid(cv) if isinstance(cv, str) else cv
     dev = resolve_device(device)
     from fedsciml.runtime.driver import check_memory

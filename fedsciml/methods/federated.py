@@ -218,7 +218,7 @@ def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | 
     rc = _round_config(cfg, seed)
     strategy = OneShotStrategy(cfg.sigma or 0.0, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch, seed=seed,
                                cv_sigmas=cfg.cv_sigmas,
-                               screen=cfg.screen)
+                               screen=cfg.screen, min_survivors=cfg.dp_min_survivors)
     options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
     return _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
                      every, options, message_hook, transport or cfg.transport)
