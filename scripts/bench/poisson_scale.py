@@ -4,14 +4,19 @@
 Two parts (issue 20):
 
 1. **accuracy at a budget** — Poisson ``−Δu = f`` on [0,1]^d, ``u = Π sin πxᵢ``, at the problem's defaults
-   ([d,32,32,32,1], 800·max(d,5) interior points per client), the domain split among 4 clients.  Each run
-   gets the same solver-time budget (``--budget`` seconds; test evaluation excluded) and runs in its own
-   process, which reports its peak resident memory (``resource.getrusage(RUSAGE_SELF).ru_maxrss``):
+   ([d,32,32,32,1], 800·max(d,5) interior points per client; ``--hidden``, ``--n-interior``,
+   ``--n-boundary`` change them), the domain split among 4 clients.  Each run gets the same solver-time
+   budget (``--budget`` seconds; test evaluation excluded) and runs in its own process at one thread, which
+   reports its peak resident memory (``resource.getrusage(RUSAGE_SELF).ru_maxrss``).  ``--clock cpu``
+   (default) measures that budget in **CPU seconds of the process** (``time.process_time``: the child
+   replaces the clock of :class:`fedsciml.runtime.history.Recorder`, which every solver's budget and history
+   times use), so that runs on a shared, loaded machine get the same amount of computation; ``--clock wall``
+   keeps the library's wall clock.  ``--jobs`` runs that many children at once (CPU budgets stay equal):
 
    * ``centralized/lm`` — Levenberg–Marquardt on the pooled data, dense normal form (forms J and JᵀJ);
    * ``centralized/lm-matfree`` — the same LM with the matrix-free Nyström-preconditioned CG solve;
    * ``centralized/adam``, ``centralized/lbfgs`` — first-order and quasi-Newton references;
-   * ``gn`` — federated Gauss–Newton, automatic form (4 clients);
+   * ``gn`` — federated Gauss–Newton, automatic form (4 clients); ``gn-matfree`` — its matrix-free form;
    * ``fipa`` — FIPA at its defaults (local GN, rank 20, safeguard), ``fedavg`` at its defaults.
 
    Reported: relative L2 error after ``--checkpoints`` seconds of solver time (the last history row at or
@@ -23,7 +28,8 @@ Two parts (issue 20):
 
 The machine is shared: the JSON records the CPU count and the load average at the start and end.
 
-    nice -n 10 python scripts/bench/poisson_scale.py --dims 5,10 --budget 60 --checkpoints 15,30,60
+    nice -n 10 python scripts/bench/poisson_scale.py --dims 5,10 --budget 60 --checkpoints 15,30,60 \
+        --jobs 4 --csv reproductions/poisson_scale.csv --md reproductions/poisson_scale_table.md
     nice -n 10 python scripts/bench/poisson_scale.py --big-only
     python scripts/bench/poisson_scale.py --floor 5          # CPU time of each piece of one step
     python scripts/bench/poisson_scale.py --floor 5 --big    # one client of the p ≈ 34k network
@@ -31,12 +37,15 @@ The machine is shared: the JSON records the CPU count and the load average at th
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import resource
 import subprocess
 import sys
 import time
+import types
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -47,6 +56,7 @@ RUNS = {  # name: (method, options)
     "centralized/adam": ("centralized", {"optimizer": "adam"}),
     "centralized/lbfgs": ("centralized", {"optimizer": "lbfgs"}),
     "gn": ("gn", {}),
+    "gn-matfree": ("gn", {"form": "matfree"}),
     "fipa": ("fipa", {}),
     "fedavg": ("fedavg", {}),
 }
@@ -61,16 +71,21 @@ def one(spec: dict) -> dict:
     from fedsciml.problems import get_problem
 
     torch.set_num_threads(1)
+    if spec.get("clock", "cpu") == "cpu":  # budgets and history times in CPU seconds of this process
+        import fedsciml.runtime.history as history
+
+        history.time = types.SimpleNamespace(perf_counter=time.process_time)  # type: ignore[assignment]
     pb = get_problem("poisson", dim=spec["dim"], **spec.get("problem", {}))
     if spec.get("hidden"):
         pb.__dict__["_net"] = MLP([spec["dim"], *spec["hidden"], 1], "tanh")
     opts = dict(spec["options"])
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = solve(pb, method=spec["method"], clients=spec["clients"], seed=0, **opts)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     rows = res.history
     out = {"name": spec["name"], "dim": spec["dim"], "p": pb.network().n_params,
-           "rows": int(rows[-1].get("n_residuals", 0)) or None, "wall_s": wall,
+           "rows": int(rows[-1].get("n_residuals", 0)) or None, "wall_s": wall, "cpu_s": cpu,
+           "best_rel_l2": min(r["rel_l2"] for r in rows), "clock": spec.get("clock", "cpu"),
            "steps": rows[-1].get("step"), "final_rel_l2": rows[-1].get("rel_l2"),
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
            "floats_sent": rows[-1].get("floats_sent"), "info": {k: v for k, v in res.extra.items()
@@ -127,7 +142,7 @@ def floor(dim: int, hidden=None, one_client: bool = False) -> None:
 def table(results: list, checkpoints: list) -> str:
     """A markdown table of the runs (what ``--md`` writes)."""
     cols = ["run", "d", "p", *[f"rel L2 @ {c:g} s" for c in checkpoints], "steps/rounds", "final rel L2",
-            "solver s", "wall s", "peak RSS MB", "floats/round", "max floats up per client-exchange"]
+            "solver s", "process CPU s", "wall s", "peak RSS MB", "floats/round", "max floats up per client-exchange"]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
 
     def f(v):
@@ -140,10 +155,28 @@ def table(results: list, checkpoints: list) -> str:
         at = r.get("rel_l2_at", {})
         out.append("| " + " | ".join([r["name"], str(r["dim"]), str(r["p"]),
                                       *[f(at.get(str(float(c)))) for c in checkpoints], f(r["steps"]),
-                                      f(r["final_rel_l2"]), f(r["info"].get("solver_time_s")), f(r["wall_s"]),
+                                      f(r["final_rel_l2"]), f(r["info"].get("solver_time_s")), f(r.get("cpu_s")),
+                                      f(r["wall_s"]),
                                       f(r["peak_rss_mb"]), f(r.get("floats_per_round")),
                                       f(r.get("max_floats_up_per_client_exchange"))]) + " |")
     return "\n".join(out)
+
+
+CSV_COLS = ["name", "dim", "p", "clock", "budget_s", "steps", "final_rel_l2", "best_rel_l2", "solver_s", "cpu_s",
+            "wall_s", "peak_rss_mb", "floats_per_round", "max_floats_up_per_client_exchange"]
+
+
+def write_csv(path: str, results: list, budget: float) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLS)
+        for r in results:
+            if "error" in r:
+                w.writerow([r["name"], r["dim"]] + ["error: " + " ".join(r["error"])] + [""] * (len(CSV_COLS) - 3))
+                continue
+            w.writerow([r["name"], r["dim"], r["p"], r.get("clock"), budget, r["steps"], r["final_rel_l2"],
+                        r.get("best_rel_l2"), r["info"].get("solver_time_s"), r.get("cpu_s"), r["wall_s"],
+                        r["peak_rss_mb"], r.get("floats_per_round"), r.get("max_floats_up_per_client_exchange")])
 
 
 def child(spec: dict) -> dict:
@@ -162,6 +195,13 @@ def main(argv=None):
     ap.add_argument("--checkpoints", default="15,30,60", help="report rel L2 at these solver seconds")
     ap.add_argument("--runs", default=",".join(RUNS), help=f"subset of {', '.join(RUNS)}")
     ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                    help="budget and history times in CPU seconds of each run's process (default) or wall seconds")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at once (each one thread; default 1)")
+    ap.add_argument("--hidden", help="hidden widths, e.g. 32,32 (default: the problem's 32,32,32)")
+    ap.add_argument("--n-interior", type=int, help="interior points per client (default: the problem's)")
+    ap.add_argument("--n-boundary", type=int, help="boundary points per face per client strip (default 50)")
+    ap.add_argument("--csv", help="also write the runs as CSV to this file")
     ap.add_argument("--big", action="store_true", help="also the [5,128,128,128,1] gn run")
     ap.add_argument("--big-only", action="store_true")
     ap.add_argument("--big-rounds", type=int, default=5)
@@ -192,20 +232,29 @@ def main(argv=None):
                 f.write(text + "\n")
         print(text)
         return 0
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     meta = {"cpus": os.cpu_count(), "load_start": os.getloadavg(), "budget_s": a.budget, "clients": a.clients,
+            "clock": a.clock, "threads": 1, "jobs": a.jobs, "commit": commit.strip(), "argv": sys.argv[1:],
             "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    results = []
+    problem = {k: v for k, v in (("n_interior", a.n_interior), ("n_boundary", a.n_boundary)) if v is not None}
+    hidden = [int(h) for h in a.hidden.split(",")] if a.hidden else None
+    specs = []
     if not a.big_only:
         for d in [int(x) for x in a.dims.split(",")]:
             for name in [r for r in a.runs.split(",") if r]:
+                if name not in RUNS:
+                    ap.error(f"unknown run {name!r}; allowed: {', '.join(RUNS)}")
                 method, opts = RUNS[name]
-                spec = {"name": name, "dim": d, "method": method, "clients": a.clients,
-                        "options": {**opts, "budget": a.budget}, "checkpoints": checkpoints}
-                r = child(spec)
-                results.append(r)
-                print(json.dumps(r), flush=True)
+                specs.append({"name": name, "dim": d, "method": method, "clients": a.clients, "clock": a.clock,
+                              "options": {**opts, "budget": a.budget}, "checkpoints": checkpoints,
+                              "problem": problem, "hidden": hidden})
+    with ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        results = list(pool.map(child, specs))
+    for r in results:
+        print(json.dumps(r), flush=True)
     if a.big or a.big_only:
         spec = {"name": "gn-big", "dim": 5, "method": "gn", "clients": a.clients, "hidden": [128, 128, 128],
+                "clock": a.clock,
                 "options": {"rounds": a.big_rounds, "nystrom_rank": a.big_rank}, "checkpoints": [],
                 "problem": {"n_interior": a.big_points} if a.big_points else {}}
         r = child(spec)
@@ -219,6 +268,8 @@ def main(argv=None):
     if a.md:
         with open(a.md, "w") as f:
             f.write(table(results, checkpoints) + "\n")
+    if a.csv:
+        write_csv(a.csv, results, a.budget)
     return 0
 
 
