@@ -78,6 +78,7 @@ def test_model_error_bound_holds_for_perturbed_sums():
     w = ridge_solve(_dp.psd_repair(G)[0], h, sigma)
     w2 = ridge_solve(_dp.psd_repair(G + E)[0], h + B, sigma)
     assert float((w - w2).norm()) <= _dp.model_error_bound(d, w, sigma, B)
+    assert _dp.model_error_bound(d, w, 0.0, B) == math.inf
 
 
 def test_a_site_refuses_more_rows_than_the_public_bound_or_a_clipped_entry():

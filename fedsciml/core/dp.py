@@ -202,12 +202,15 @@ def secure_sum_error_bound(arrived: int, clipping_range: float, quant_range: int
     return K * 2.0 * c / int(quant_range) + 16.0 * K * c * 2.0 ** -52
 
 
-def model_error_bound(d: int, w: torch.Tensor, sigma: float, entry_bound: float) -> float:
-    """Bound on ``‖w − w'‖₂`` between the ridge solutions (dimension ``d``, σ > 0) of two fused statistics whose
-    entries differ by at most ``B = entry_bound``, both PSD-repaired (a projection: it does not increase the
-    Frobenius distance): ``w' − w = (G'₊ + σI)⁻¹[(h' − h) − (G'₊ − G₊)w]`` with ``‖(G'₊ + σI)⁻¹‖ ≤ 1/σ``,
-    ``‖G'₊ − G₊‖₂ ≤ ‖G' − G‖_F ≤ d·B`` and ``‖h' − h‖ ≤ √d·B``, so ``‖w − w'‖ ≤ (√d·B + d·B·‖w‖)/σ``."""
-    if not sigma > 0:
-        raise ValueError(f"the model bound needs σ > 0, got {sigma}")
+def model_error_bound(d: int, w: torch.Tensor, lam_min: float, entry_bound: float) -> float:
+    """Bound on ``‖w − w'‖₂`` between the ridge solutions (dimension ``d``) of two fused statistics whose entries
+    differ by at most ``B = entry_bound``, both PSD-repaired (a projection: it does not increase the Frobenius
+    distance), given the fused one's solution ``w`` and ``lam_min`` ≤ the smallest eigenvalue of the *other*
+    system matrix ``G'₊ + σD``: ``w' − w = (G'₊ + σD)⁻¹[(h' − h) − (G'₊ − G₊)w]``, ``‖G'₊ − G₊‖₂ ≤ ‖G' − G‖_F ≤
+    d·B`` and ``‖h' − h‖ ≤ √d·B``, so ``‖w − w'‖ ≤ (√d·B + d·B·‖w‖)/lam_min``.  With every coordinate penalized
+    ``lam_min = σ`` (``G'₊ ⪰ 0``); with an unpenalized intercept, ``λ_min(G₊ + σD) − d·B`` (Weyl) from the
+    fused system.  ``inf`` when ``lam_min ≤ 0`` (no bound)."""
+    if not lam_min > 0:
+        return math.inf
     B = float(entry_bound)
-    return (math.sqrt(d) * B + d * B * float(w.norm())) / float(sigma)
+    return (math.sqrt(d) * B + d * B * float(w.norm())) / float(lam_min)
