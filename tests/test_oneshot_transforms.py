@@ -32,7 +32,7 @@ def _flat(dp):
 
 
 def _grid(values):
-    return ",".join(repr(float(v)) for v in values)
+    return [float(v) for v in values]  # a list-valued option is a list (the CLI's text is parsed at the edge)
 
 
 def _close(a, b, rtol=1e-10):
@@ -160,7 +160,7 @@ def test_projection_to_the_full_dimension_is_the_plain_path_bitwise():
 
 def test_one_shot_with_dp_crosses_bytes_bitwise():
     prob, objs, w0 = _ridge(6)
-    kw = dict(dp_epsilon=2.0, project=8, seed=3, dropout=0.3, cv_sigmas="0.01,0.1,1")
+    kw = dict(dp_epsilon=2.0, project=8, seed=3, dropout=0.3, cv_sigmas=[0.01, 0.1, 1.0])
     a, rows_a, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, **kw)
     b, rows_b, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, transport="bytes", **kw)
     strip = [{k: v for k, v in r.items() if "time" not in k} for r in rows_a]

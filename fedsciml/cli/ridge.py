@@ -161,7 +161,7 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
     if grid is None:
         opts["sigma"] = float(sigma or 0.0)
     else:
-        opts["cv_sigmas"] = ",".join(repr(float(x)) for x in grid)
+        opts["cv_sigmas"] = [float(x) for x in grid]
     if use_dp:
         opts.update(dp_epsilon=float(epsilon), dp_delta=float(delta), dp_clip_a=float(clip_a),
                     dp_clip_b=float(clip_b), dp_central=bool(central_dp), dp_noise_aware=bool(noise_aware_sigma))

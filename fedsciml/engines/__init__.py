@@ -3,6 +3,7 @@ Flower (engine ``flower``, :mod:`fedsciml.engines.flower`).  Importing this pack
 the driver; Flower itself is imported only when a run asks for it."""
 from __future__ import annotations
 
+import fedsciml.images  # noqa: F401  (registers the image methods in the one registry, kind images)
 import fedsciml.methods  # noqa: F401  (the engines run registered methods)
 from fedsciml.runtime.driver import ENGINES, register_engine
 
