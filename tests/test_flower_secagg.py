@@ -91,7 +91,7 @@ def test_a_site_refuses_more_rows_than_the_public_bound_or_a_clipped_entry():
     with pytest.raises(ValueError, match="exceeds SecAgg\\+'s clipping range"):
         _site_vectors(problem, {**pl, "clipping_range": 1e-3})
     with pytest.raises(ValueError, match="cross-validation"):
-        secagg.plan(_job(problem, options={**OPTS, "cv_sigmas": "0.1,1"}), problem)
+        secagg.plan(_job(problem, options={**OPTS, "cv_sigmas": [0.1, 1.0]}), problem)
 
 
 def test_secagg_on_flower_masks_each_site_and_fuses_the_in_process_central_dp_model(tmp_path):

@@ -54,7 +54,7 @@ def test_one_shot_intercept_cv_is_the_estimators_leave_one_site_out_choice(diabe
     paths, tp, X, y, *_ = diabetes_sites
     grid = np.logspace(-4, 1, 11)
     prob = fs.get_problem("table", tables=",".join(paths), test_table=tp)
-    res = fs.solve(prob, "one-shot", clients=3, cv_sigmas="1e-4:10:11", fit_intercept=True)
+    res = fs.solve(prob, "one-shot", clients=3, cv_sigmas=list(grid), fit_intercept=True)
     tables = [np.load(p, allow_pickle=False) for p in paths]
     est = FederatedRidgeCV(alphas=grid).fit_clients([(t["X"], t["y"]) for t in tables])
     assert res.extra["sigma_used"] == pytest.approx(est.alpha_, rel=1e-12)
@@ -74,7 +74,7 @@ def test_intercept_under_dp_is_an_unpenalized_constant_column(diabetes_sites):
     assert _rel(res.theta.numpy(), ref.coef_) < 1e-8
     assert res.extra["intercept"] == pytest.approx(ref.intercept_, rel=1e-8)
     with pytest.raises(ValueError, match="give sigma with fit_intercept and DP"):
-        fs.solve(prob, "one-shot", clients=3, cv_sigmas="0.1,1", fit_intercept=True, dp_epsilon=2.0)
+        fs.solve(prob, "one-shot", clients=3, cv_sigmas=[0.1, 1.0], fit_intercept=True, dp_epsilon=2.0)
 
 
 def test_without_intercept_the_original_path_runs():
