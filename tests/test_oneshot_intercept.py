@@ -91,3 +91,19 @@ def test_without_intercept_the_original_path_runs():
     assert c.final["mse"] == pytest.approx(float(((A @ c.theta + c.extra["intercept"] - y) ** 2).mean()), rel=1e-12)
     with pytest.raises(ValueError, match="linear ridge problems"):
         fs.solve("bratu", "one-shot", clients=2, fit_intercept=True)
+
+
+def test_solve_one_shot_out_writes_the_intercept(diabetes_sites, tmp_path, capsys):
+    from fedsciml.cli import main
+    from fedsciml.ridge.model_io import read_model
+
+    paths, tp, X, y, Xt, _ = diabetes_sites
+    out = str(tmp_path / "model")
+    assert main(["solve", "table", "--tables", ",".join(paths), "--clients", "3", "--method", "one-shot",
+                 "--fit-intercept", "--method-sigma", "0.5", "--out", out]) == 0
+    capsys.readouterr()
+    coef, intercept, meta = read_model(out)
+    ref = Ridge(alpha=0.5).fit(X, y)
+    assert meta["fit_intercept"] is True and _rel(coef.numpy(), ref.coef_) < 1e-10
+    assert intercept == pytest.approx(ref.intercept_, rel=1e-10)
+    assert np.allclose(fs.load_model(out)(torch.as_tensor(Xt)).numpy(), ref.predict(Xt), rtol=1e-10, atol=1e-8)
