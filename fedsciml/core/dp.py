@@ -37,10 +37,14 @@ E has spectral norm ≈ √(2m)·s (Wigner semicircle edge; m the dimension,
 It depends only on public quantities (ε, δ, C_a, C_b, K, m), so it costs no
 privacy.
 
-Central DP (the paper's future-work item 1, "secure aggregation"): clients
-send clipped exact statistics into a secure sum and the noise is added once to
-the sum, with the same s — the total noise is √K times smaller than K
-independent local draws.
+Central DP (the paper's future-work item 1, "secure aggregation"): the sum
+carries the noise once, with the same s — √K times smaller than K independent
+local draws.  The noise is distributed: each site adds its share N(0, s²/t)
+(:func:`share_std`, its own :func:`client_generator`) before its statistics
+enter the secure sum, so no party sees an un-noised statistic; a sum with fewer
+than t shares is refused (:func:`check_survivors`).  On Flower the secure sum is
+SecAgg+ (:mod:`fedsciml.engines.flower.secagg`), whose fixed point is bounded by
+:func:`secure_sum_error_bound`.
 """
 from __future__ import annotations
 
@@ -87,13 +91,6 @@ class DPConfig:
 
 
 NOISE_SEED_OFFSET = 104729  # the noise generator of a one-shot run with seed s is seeded s + 104729
-
-
-def shared_generator(seed: int) -> torch.Generator:
-    """The server's noise generator: central DP draws its one noise sample (on the secure sum) from it.  (Local
-    noise used to be drawn from it too, for every client in list order; each client now draws from its own
-    :func:`client_generator`, since a site cannot draw from another site's generator.)"""
-    return torch.Generator(device="cpu").manual_seed(int(seed) + NOISE_SEED_OFFSET)
 
 
 def client_generator(seed: int, cid: int) -> torch.Generator:

@@ -30,8 +30,12 @@ the ridge package's own functions, in the order of :func:`fedsciml.ridge.one_sho
   mechanism on ``(G, h)`` (:func:`fedsciml.core.dp.privatize`) with the
   client's own generator :func:`fedsciml.core.dp.client_generator` (seed,
   cid); the message carries no count and no loss.  Central DP: clipped exact
-  statistics, noise once on the sum from
-  :func:`~fedsciml.core.dp.shared_generator` (seed).  The server repairs the
+  statistics plus the client's *share* of the noise, ``s/√t`` from the same
+  generator (:func:`fedsciml.core.dp.share_std`; ``t`` = ``min_survivors``, default
+  every client asked), so the sum of the shares carries ``s``; a sum of fewer than
+  ``t`` is refused.  In process the server sees each message (it logs that it
+  trusts the server); on Flower the sum is SecAgg+'s
+  (:mod:`fedsciml.engines.flower.secagg`, :meth:`OneShotStrategy.fuse_sum`).  The server repairs the
   noisy sum (:func:`~fedsciml.core.dp.psd_repair`, ``repair``) and optionally
   adds the noise-aware σ.
 
@@ -41,7 +45,13 @@ one exchange, and under DP nothing leaves a site but its noised statistics — t
 for their losses to monitor the run either (the history's ``loss`` is NaN), so the run's ε is its whole
 release.
 
-The message is always in the runtime's schema and sign (``{H, g = Jᵀr}``,
+``fit_intercept``: an unpenalized intercept.  Exact: each client sends its count, means and centered scatter
+of ``(a_i, b_i)`` (:func:`fedsciml.core.centered.site_statistics`, the scikit-learn estimators' message) and the
+server solves ridge with the intercept from the merged centered blocks (CV from the same messages); under DP
+the rows get a constant column ``κ = C_a/√(m+1)`` before clipping (:func:`intercept_column`), whose coordinate
+the server leaves unpenalized.  The model is ``(θ, intercept)``; ``info()["intercept"]``.
+
+Otherwise the message is always in the runtime's schema and sign (``{H, g = Jᵀr}``,
 :func:`fedsciml.core.stats.to_gn`).  :func:`fedsciml.ridge.one_shot` runs this
 strategy on in-process clients of the rows ``(A_k, b_k)`` (θ₀ = 0), so the two
 are one loop; ``solve(..., method="one-shot")`` on a ridge problem does the
