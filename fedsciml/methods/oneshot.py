@@ -74,7 +74,7 @@ from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.client import Client, register_handler
 from fedsciml.runtime.transport import Reply, Request
 
-TRANSFORM_KEYS = ("project", "sketch", "seed", "dp", "form", "noise_shares", "intercept")
+TRANSFORM_KEYS = ("project", "sketch", "seed", "dp", "form", "noise_shares", "intercept", "max_rows")
 logger = logging.getLogger(__name__)
 CENTRAL_DP_REFUSED = ("dp_central needs a secure sum: fedsciml's generic Flower App has none (the server would see "
                       "each site's statistics under its noise share only); run it through the SecAgg+ App "
@@ -140,6 +140,9 @@ def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dic
     from fedsciml.core import dp as _dp
     from fedsciml.core.stats import client_message, to_gn
 
+    if transform.get("max_rows") is not None and J.shape[0] > int(transform["max_rows"]):
+        raise ValueError(f"client {cid} holds {J.shape[0]} rows, more than the public bound dp_max_rows="
+                         f"{transform['max_rows']} the secure sum is sized for; it sends nothing")
     A, b = client_rows(r, J, transform)
     dp = transform.get("dp")
     if dp is None and transform.get("intercept"):  # exact: count, means and centered scatter of (a, b)
@@ -240,7 +243,8 @@ class OneShotStrategy(Strategy):
 
     def __init__(self, sigma: float = 0.0, *, dp=None, project: int | None = None, sketch: str = "gaussian",
                  seed: int = 0, repair: bool = True, cv_sigmas=None, form: str = "auto", screen: float | None = None,
-                 min_survivors: int | None = None, secure_sum: bool = False, fit_intercept: bool = False):
+                 min_survivors: int | None = None, secure_sum: bool = False, fit_intercept: bool = False,
+                 max_rows: int | None = None):
         from fedsciml.core.sketch import SKETCHES
         from fedsciml.core.stats import check_sigma
 
@@ -291,6 +295,9 @@ class OneShotStrategy(Strategy):
             raise ValueError(f"dp_min_survivors must be an integer ≥ 1, got {min_survivors}")
         self.min_survivors = None if min_survivors is None else int(min_survivors)
         self._shares = 0  # central DP: t, sized when the round is configured (size_noise_shares)
+        if max_rows is not None and (int(max_rows) != max_rows or int(max_rows) < 1):
+            raise ValueError(f"dp_max_rows must be an integer ≥ 1, got {max_rows}")
+        self.max_rows = None if max_rows is None else int(max_rows)  # central DP: a site with more rows refuses
         self._form = "gram" if form == "auto" else form  # resolved in configure_round
         self._sums = None  # (clients, packed ΣH, Σg) of the validated round (exact Gram form), reused by the fusion
         self.theta = None
@@ -311,6 +318,8 @@ class OneShotStrategy(Strategy):
         tr = {"project": project, "sketch": self.sketch, "seed": self.seed, "dp": self.dp}
         if self._central():
             tr["noise_shares"] = self._shares
+            if self.max_rows is not None:
+                tr["max_rows"] = self.max_rows
         if self.fit_intercept:
             tr["intercept"] = True
         if self._form == "sqrt":

@@ -90,7 +90,7 @@ def plan(job: dict, problem=None) -> dict:
         raise ValueError(f"SecAgg+ needs at least 2 sites, got clients={K}")
     dpc = cfg.dp()
     st = OneShotStrategy(cfg.sigma or 0.0, dp=dpc, seed=int(job.get("seed", 0)), min_survivors=cfg.dp_min_survivors,
-                         secure_sum=True, fit_intercept=cfg.fit_intercept)
+                         secure_sum=True, fit_intercept=cfg.fit_intercept, max_rows=cfg.dp_max_rows)
     t = st.size_noise_shares(K)
     max_rows = cfg.dp_max_rows if cfg.dp_max_rows is not None else (
         _default_max_rows(problem) if problem is not None else None)
@@ -100,7 +100,7 @@ def plan(job: dict, problem=None) -> dict:
     share = _dp.share_std(_dp.DPConfig(**st.dp).noise_std, t)
     c = _dp.statistics_bound(int(max_rows), cfg.dp_clip_a, cfg.dp_clip_b, share)
     T = _dp.quantization_range(K)
-    tr = st._transform(0)  # the request's transform (no projection): dp config, seed, noise shares
+    tr = {**st._transform(0), "max_rows": int(max_rows)}  # the request's transform: dp, seed, shares, bound
     return {"clients": K, "survivors": t, "max_rows": int(max_rows), "clipping_range": c, "quantization_range": T,
             "modulus_range": _dp.MODULUS_RANGE, "share_std": share, "transform": tr,
             "sigma": float(cfg.sigma or 0.0), "dp": st.dp, "seed": int(job.get("seed", 0)),
