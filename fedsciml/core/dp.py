@@ -194,7 +194,7 @@ def secure_sum_error_bound(arrived: int, clipping_range: float, quant_range: int
     (unbiased); the integer sum is exact (no wrap: :func:`quantization_range`).  The server's float64
     dequantization ``Σq·(2c/T) − K'c``, its division by ``K'`` and our multiplication by ``K'`` add a few
     roundings of numbers below ``3K'c``: at most ``16·K'·c·2⁻⁵²`` in all.  So the bound is
-    ``K'·2c/T + 16·K'·c·2⁻⁵²`` (with T = 2³¹ − 1 and c = 1000 at 3 sites: 2.8e-6)."""
+    ``K'·2c/T + 16·K'·c·2⁻⁵²`` (c = 1000 at K' = K = 3 sites, T = ⌊(2³² − 1)/3⌋: 4.2e-6)."""
     K, c = int(arrived), float(clipping_range)
     return K * 2.0 * c / int(quant_range) + 16.0 * K * c * 2.0 ** -52
 

@@ -28,7 +28,7 @@ own (``fedsciml/engines/flower/secagg_app``; ``--engine flower`` picks it for ``
    max(C_a, C_b)`` plus ten noise-share deviations), ``T`` = :func:`~fedsciml.core.dp.quantization_range`
    (the largest with ``K·T < M`` and ``T < 2³¹``: nothing wraps); each entry of the sum is within
    :func:`~fedsciml.core.dp.secure_sum_error_bound` ``K'·2c/T + 16·K'·c·2⁻⁵²`` of the float64 sum
-   (2.8e-6 at c = 1000, K' = 3), and the model within :func:`~fedsciml.core.dp.model_error_bound`; the Result
+   (4.2e-6 at c = 1000, K' = K = 3), and the model within :func:`~fedsciml.core.dp.model_error_bound`; the Result
    reports both (``secagg_entry_bound``, ``secagg_model_bound``).
 4. **The server** fuses only the sum (:meth:`fedsciml.methods.oneshot.OneShotStrategy.fuse_sum`: PSD repair,
    noise-aware σ, solve) — the same code as the in-process run, whose sites draw the same shares, so the two
