@@ -9,10 +9,7 @@ from fedsciml.runtime.driver import ENGINES, register_engine
 
 
 def _flower(problem, method, **options):
-    if method == "one-shot":  # central DP needs a secure sum, which this engine lacks: refused before Flower starts
-        from fedsciml.methods.oneshot import refuse_central_dp_without_secure_sum
-
-        refuse_central_dp_without_secure_sum(options)
+    # one-shot with central DP runs through Flower's SecAgg+ (fedsciml.engines.flower.secagg; solve_many picks it)
     from fedsciml.engines.flower.simulation import solve
 
     return solve(problem, method, **options)
