@@ -289,7 +289,7 @@ def _register_with_driver(specs) -> None:
         by_name.setdefault(s.name, {})[s.protocol] = s
     for name, protocols in by_name.items():
         text = "; ".join(f"{p}: {m.description}" for p, m in protocols.items())
-        add_kind(name, IMAGES, KindUse(functools.partial(run_image_method, name), ImageConfig, dict(protocols), f"images — {text}"))
+        add_kind(name, IMAGES, KindUse(functools.partial(run_image_method, name), ImageConfig, dict(protocols), text))
 
 
 def _order(protocol: str) -> tuple[str, ...]:
