@@ -270,3 +270,33 @@ def test_n_floats_equals_what_the_loop_counts_for_image_messages():
     K = fz.kfac(model, model.theta(), fed.x_val[:2])
     assert one["fedfisher-kfac"].floats_per_client == p + 1 + K.n_floats
     assert one["fedfisher-kfac"].rows[1]["floats_up"] == 3 * (p + 1 + K.n_floats)
+
+
+# ------------------------------------------------------------------ progress
+def test_long_training_and_local_steps_show_progress_in_the_log_never_print(caplog, capsys, monkeypatch):
+    """A long loop (an image client's epochs, a client's local Adam steps) reports progress through the logger
+    fedsciml.progress (here: a line per step, log_every=0; by default every 30 s, so a short loop says nothing)
+    and prints nothing; the numbers are those of the same loop without progress (bitwise: same operations)."""
+    import logging
+
+    from fedsciml.runtime import history
+    from fedsciml.runtime.client import Client, LocalConfig
+    from fedsciml.core.objective import LinearLeastSquares
+
+    fed = _fed(2)
+    model = FlatModel(build("linear", fed.shape, fed.n_classes, 0))
+    x, y = fed.clients[0]
+    quiet = M.local_train(model, model.theta(), x, y, CFG, seed=3, epochs=2)
+    assert not caplog.records  # default: a line only every 30 s
+    monkeypatch.setitem(history.Progress.__init__.__kwdefaults__, "log_every", 0.0)
+    with caplog.at_level(logging.INFO, logger="fedsciml.progress"):
+        loud = M.local_train(model, model.theta(), x, y, CFG, seed=3, epochs=2, label="client 0 training")
+        torch.manual_seed(0)
+        A, b = torch.randn(20, 3, dtype=torch.float64), torch.randn(20, dtype=torch.float64)
+        Client(0, LinearLeastSquares(A, b)).adam_delta(torch.zeros(3, dtype=torch.float64), LocalConfig(steps=3))
+    assert torch.equal(quiet, loud)
+    lines = [r.getMessage() for r in caplog.records if r.name == "fedsciml.progress"]
+    assert [ln.split(" (")[0].strip() for ln in lines] == ["client 0 training: 1/2 epochs", "client 0 training: 2/2 epochs",
+                                                          "client 0 local adam: 1/3 steps", "client 0 local adam: 2/3 steps",
+                                                          "client 0 local adam: 3/3 steps"]
+    assert capsys.readouterr().out == ""
