@@ -299,3 +299,23 @@ def test_long_training_and_local_steps_show_progress_in_the_log_never_print(capl
     want = [f"client 0 training: {i}/2 epochs" for i in (1, 2)] + [f"client 0 local adam: {i}/3 steps" for i in (1, 2, 3)]
     assert [ln.split(" (")[0].strip() for ln in lines] == want
     assert capsys.readouterr().out == ""
+
+
+def test_the_driver_checks_an_image_run_s_memory_once_before_it_starts(monkeypatch):
+    """The image runs go through the driver's memory check: the clients' images plus one round's messages."""
+    from fedsciml.runtime import driver
+
+    fed = _fed(3)
+    calls = []
+
+    def avail(device=None):
+        calls.append(device)
+        return 1000.0  # bytes
+
+    monkeypatch.setattr(driver, "available_memory", avail)
+    with pytest.raises(driver.OutOfMemory, match=r"images with fipa \(.* image floats \+ 3 client\(s\) × 650 "
+                                                 r"parameters × 4 × 4 bytes\)"):
+        M.run_rounds(fed, "linear", ["fipa"], 0, CFG, 1)
+    with pytest.raises(driver.OutOfMemory, match=r"images with regmean .* × 3 × 4 bytes"):
+        M.run_one_shot(fed, "linear", ["regmean"], 0, CFG)
+    assert len(calls) == 2  # once per run

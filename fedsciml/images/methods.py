@@ -560,16 +560,17 @@ class ImageTask:
                 raise SetupError(f"image client {c.cid}: the network has {c.model.p} parameters, θ₀ has "
                                  f"{theta0.numel()}")
 
-    def estimate_memory(self, clients: int, config: ImageConfig) -> tuple[float, str]:
+    def estimate_memory(self, clients: int, config: ImageConfig, method: str = "") -> tuple[float, str]:
         """Bytes of the clients' images and of the messages the server holds in one round (float32): per client
-        the model and, by method, its curvature (FIPA r eigenvectors, a diagonal, FedBEns per mode)."""
-        cfg = self.train
-        p = int(self.model.p)
+        the model and what ``method`` sends with it (FIPA r eigenvectors; a diagonal or K-FAC factors, of at
+        most the model's size; FedBEns that per mode)."""
+        p, cfg = int(self.model.p), self.train
+        spec = image_method(method, config.protocol) if method else None
+        per = 3 if spec is None else (2 + min(cfg.rank, p) if spec.name.startswith("fipa") else
+                                      2 * (cfg.modes if spec.modes else 1) + 1)
         images = sum(int(x.numel()) for x, _ in self.fed.clients)
-        per_client = p * (2 + min(cfg.rank, p) + 2 * cfg.modes)  # a bound over the methods: delta/w, sketch, modes
-        how = (f"{images:,} image floats + {clients:,} client(s) × {p:,} parameters × "
-               f"{2 + min(cfg.rank, p) + 2 * cfg.modes} (model, curvature) × 4 bytes")
-        return 4.0 * (images + clients * per_client), how
+        how = f"{images:,} image floats + {clients:,} client(s) × {p:,} parameters × {per} × 4 bytes"
+        return 4.0 * (images + clients * per * p), how
 
     # --- what the image runner uses
     def lift(self, theta):
