@@ -319,3 +319,24 @@ def test_the_driver_checks_an_image_run_s_memory_once_before_it_starts(monkeypat
     with pytest.raises(driver.OutOfMemory, match=r"images with regmean .* × 3 × 4 bytes"):
         M.run_one_shot(fed, "linear", ["regmean"], 0, CFG)
     assert len(calls) == 2  # once per run
+
+
+def test_bench_images_flags_are_generated_from_the_declarations(capsys):
+    """Every option of bench images is declared once (BenchImagesOptions) and its flag, help, allowed values and
+    default come from there (the generator solve uses); a value out of range is refused by the declaration."""
+    from fedsciml.cli.main import main
+    from fedsciml.images.bench import BenchImagesOptions
+
+    with pytest.raises(SystemExit):
+        main(["bench", "images", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    specs = BenchImagesOptions.specs()
+    assert len(specs) == 25
+    for name, (default, spec) in specs.items():
+        flag = "--" + name.replace("_", "-")
+        assert flag in text and " ".join(spec.help.split())[:40] in text, name
+    assert "--rank N FIPA: eigenpairs per client [an integer ≥ 1; default 10]" in text
+    assert main(["bench", "images", "--rank", "0", "--methods", "fipa", "--protocol", "rounds", "--quiet"]) == 2
+    assert "bench images option --rank must be an integer ≥ 1, got 0" in capsys.readouterr().err
+    assert main(["bench", "images", "--iid", "--alpha", "0.5", "--quiet"]) == 2
+    assert "--iid and --alpha exclude each other" in capsys.readouterr().err
