@@ -85,3 +85,86 @@ def test_central_dp_says_it_trusts_the_server_and_flower_refuses(capsys, caplog)
     with pytest.raises(ValueError, match="no secure aggregation"):
         fs.solve(get_problem("ridge-linear", dim=4), "one-shot", clients=3, engine="flower", dp_epsilon=2.0,
                  dp_central=True)
+
+
+# --- the ridge subcommand's flags are generated from the option declarations ------------------------------------
+
+
+def _ridge_parser():
+    from fedsciml.cli import build_parser
+
+    return build_parser()._subparsers._group_actions[0].choices["ridge"]
+
+
+def test_ridge_flags_are_generated_from_the_declarations(monkeypatch):
+    """An option declared on the ridge problem (or the one-shot method) is a ``ridge`` flag, with its help,
+    without touching cli/ridge.py; every declared option has one (but penalty and one-shot's rounds, named)."""
+    from fedsciml.options import option
+    from fedsciml.problems import REGISTRY
+    from fedsciml.runtime.driver import METHODS
+
+    lin = REGISTRY["ridge-linear"]
+    monkeypatch.setattr(lin, "params", {**lin.params,
+                                        "label_shift": option(0.0, "a new ridge option (test)", float, lo=0)})
+    ridge = _ridge_parser()
+    flags = {s for a in ridge._actions for s in a.option_strings}
+    assert "--label-shift" in flags
+    helps = {a.option_strings[0]: a.help for a in ridge._actions if a.option_strings}
+    assert helps["--label-shift"] == "a new ridge option (test) [ridge-linear: a finite number ≥ 0; default 0.0]"
+    for name, (_, spec) in {**lin.specs(), **REGISTRY["ridge-rff"].specs()}.items():
+        assert (("--" + name.replace("_", "-")) in flags) == (name != "penalty"), name
+    for name, (_, spec) in METHODS["one-shot"].config.specs().items():
+        flag = "--" + ("method-" if name == "sigma" else "") + name.replace("_", "-")
+        if name == "rounds":  # --rounds is the baselines' (one-shot runs one round)
+            assert "rounds of the iterative baselines" in helps[flag]
+            continue
+        assert (flag in flags) == spec.cli, name
+    # the subcommand's older spellings are the same flags
+    old = {"--samples": "--n-samples", "--cv": "--cv-sigmas", "--epsilon": "--dp-epsilon", "--delta": "--dp-delta",
+           "--central-dp": "--dp-central", "--clip-a": "--dp-clip-a", "--clip-b": "--dp-clip-b",
+           "--noise-aware-sigma": "--dp-noise-aware", "--sketch": "--project-sketch"}
+    by_flag = {s: a for a in ridge._actions for s in a.option_strings}
+    for spelling, generated in old.items():
+        assert by_flag[spelling] is by_flag[generated], spelling
+    for kept in ("--clients", "--dim", "--heterogeneity", "--sigma", "--dropout", "--project", "--features",
+                 "--rff-dim", "--baselines", "--rounds", "--seed", "--engine", "--device", "--threads", "--json",
+                 "--out"):
+        assert kept in flags, kept
+
+
+def test_ridge_old_and_generated_spellings_give_the_same_run(capsys, tmp_path):
+    """``--samples 20 --epsilon 2 --cv …`` and ``--n-samples 20 --dp-epsilon 2 --cv-sigmas …``: one run, the
+    same numbers (bitwise: the same options reach the same driver)."""
+    import json
+
+    from fedsciml.cli import main
+
+    base = ["ridge", "--clients", "3", "--dim", "4", "--device", "cpu", "--threads", "1", "--json"]
+    runs = []
+    for flags in (["--samples", "20", "--epsilon", "2", "--clip-a", "2", "--cv", "1e-2:1:3"],
+                  ["--n-samples", "20", "--dp-epsilon", "2", "--dp-clip-a", "2", "--cv-sigmas", "1e-2:1:3"]):
+        out = str(tmp_path / f"run{len(runs)}.json")
+        assert main([*base, out, *flags]) == 0
+        runs.append(json.loads(open(out).read())["runs"])
+    capsys.readouterr()
+    a, b = runs
+    assert [r["final"] for r in a] == [r["final"] for r in b] and a[0]["options"] == b[0]["options"]
+    assert a[0]["options"]["dp_epsilon"] == 2.0 and a[0]["options"]["dp_clip_a"] == 2.0
+
+
+@pytest.mark.parametrize("extra,want", [
+    (["--sigma", "0.1", "--cv", "1e-2:1:3"], "--cv chooses σ by cross-validation; give --sigma or --cv, not both"),
+    (["--features", "rff", "--dim", "5"], "problem 'ridge-rff' has no option 'dim'"),
+    (["--delta", "0.5"], "one-shot option --delta has no effect here"),
+    (["--samples", "many"], "problem 'ridge-linear' option --samples must be an integer ≥ 2, got 'many'"),
+    (["--method-sigma", "-1"], "one-shot option --method-sigma must be a finite number ≥ 0, got -1.0"),
+    (["--baselines", "nope"], "unknown baseline 'nope'"),
+    (["--baselines", "dp-fedavg"], "dp-fedavg needs --epsilon"),
+])
+def test_ridge_generated_flags_are_checked_by_their_owner_in_one_line(capsys, extra, want):
+    from fedsciml.cli import main
+
+    base = ["ridge", "--clients", "3", "--samples", "20", "--device", "cpu"]
+    assert main(base + extra if "--samples" not in extra else base[:3] + extra) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and want in err, err
