@@ -168,3 +168,22 @@ def test_ridge_generated_flags_are_checked_by_their_owner_in_one_line(capsys, ex
     assert main(base + extra if "--samples" not in extra else base[:3] + extra) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and want in err, err
+
+
+def test_ridge_preset_is_solve_one_shot_bitwise(tmp_path, capsys):
+    """``ridge`` is a preset over ``solve``: its one-shot run is ``solve ridge-linear --method one-shot`` with the
+    same options, bit for bit (the same driver, the same operations in the same order)."""
+    import json
+
+    from fedsciml.cli import main
+
+    common = ["--clients", "4", "--dim", "6", "--seed", "2", "--device", "cpu", "--threads", "1"]
+    r, s = str(tmp_path / "r.json"), str(tmp_path / "s.json")
+    assert main(["ridge", *common, "--samples", "30", "--epsilon", "3", "--project", "4", "--json", r]) == 0
+    assert main(["solve", "ridge-linear", "--method", "one-shot", *common, "--n-samples", "30", "--dp-epsilon", "3",
+                 "--project", "4", "--quiet", "--json", s]) == 0
+    capsys.readouterr()
+    one, solved = json.loads(open(r).read())["runs"][0], json.loads(open(s).read())
+    assert one["final"]["loss"] == solved["final"]["loss"] and one["final"]["mse"] == solved["final"]["mse"]
+    strip = lambda rows: [{k: v for k, v in row.items() if "time" not in k} for row in rows]  # noqa: E731
+    assert strip(one["history"]) == strip(solved["history"])
