@@ -643,6 +643,13 @@ class OneShotConfig(RoundOptions):
                                         "whose statistics cost the others more than κ × the median client's is "
                                         "left out of the fusion; not with DP; fedsciml.runtime.robust)",
                                   float, lo=1, lo_open=True, none="no screen", metavar="KAPPA")
+    # the library function fedsciml.ridge.one_shot's knobs (no flag): the message form, the PSD repair, the calibration
+    message_form: str = option("auto", "the clients' message form: gram (packed AᵀA, Aᵀb), sqrt (thin-QR factors, "
+                                       "no DP) or auto (the server's choice)", str, choices=("auto", "gram", "sqrt"),
+                               cli=False)
+    repair: bool = option(True, "PSD repair of the noisy fused statistics (DP)", bool, cli=False)
+    dp_calibration: str = option("analytic", "DP noise calibration", str, cli=False,
+                                 choices=("analytic", "classical", "rdp", "prv", "gdp"))  # core.privacy.METHODS
 
     def forms_jacobians(self) -> bool:
         return True
@@ -653,7 +660,7 @@ class OneShotConfig(RoundOptions):
             out["sigma"] = (f"σ is chosen by cross-validation over {display('cv_sigmas')}; give σ, or a grid to "
                             "choose it, not both")
         if self.dp_epsilon is None:
-            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware"):
+            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware", "dp_calibration"):
                 out[k] = f"it is a differential-privacy option and DP is off (give {display('dp_epsilon')})"
         if self.project is None:
             out["project_sketch"] = f"it is the sketch of {display('project')}, which is off"
@@ -670,7 +677,8 @@ class OneShotConfig(RoundOptions):
         if self.dp_epsilon is None:
             return None
         return {"epsilon": self.dp_epsilon, "delta": self.dp_delta, "c_a": self.dp_clip_a, "c_b": self.dp_clip_b,
-                "clip": self.dp_clip, "central": self.dp_central, "noise_aware_sigma": self.dp_noise_aware}
+                "clip": self.dp_clip, "central": self.dp_central, "noise_aware_sigma": self.dp_noise_aware,
+                "calibration": self.dp_calibration}
 
 
 def defaults_of(cls) -> dict:
