@@ -102,8 +102,11 @@ class Spec:
     max_items: int | None = None  # FLOATS: at most this many values
 
     def __post_init__(self):
+        if self.type is object and not self.cli:
+            return  # a structured value with no flag (e.g. images' TrainConfig): its config's _resolve checks it
         if self.type not in (int, float, str, bool, PATH, FLOATS):
-            raise TypeError(f"option type must be int, float, str, bool, PATH or FLOATS, got {self.type!r}")
+            raise TypeError(f"option type must be int, float, str, bool, PATH or FLOATS (or object with cli=False), "
+                            f"got {self.type!r}")
 
     def allowed(self, with_none: bool = True) -> str:
         """The allowed values in words, e.g. ``an integer ≥ 0`` or ``a number in (0, 1]``; ``with_none``: add
@@ -453,6 +456,8 @@ class CentralizedConfig(StopOptions):
                                    "normal when n ≥ p, matfree when J has more than 5e7 entries)", str,
                            choices=("auto", "normal", "kernel", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
+    momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
+                             lo=0, hi=1, hi_open=True)
 
     def forms_jacobians(self) -> bool:
         return self.optimizer == "lm" and self.lm_solve != "matfree"
@@ -461,6 +466,8 @@ class CentralizedConfig(StopOptions):
         out = super().inapplicable()
         if self.optimizer == "lm":
             out["lr"] = f"Levenberg–Marquardt has no learning rate (it is for {display('optimizer')} adam or lbfgs)"
+        else:
+            out["momentum"] = f"SPRING momentum is an option of {display('optimizer')} lm"
         return out
 
     def _resolve(self):
@@ -485,6 +492,8 @@ class GNConfig(RoundOptions):
                        choices=("auto", "normal", "sqrt", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free form (one sketch "
                                    "exchange of rank·p floats per accepted step)", int, lo=1)
+    momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
+                                  "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
     max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
     batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
                            cli=False)
@@ -632,6 +641,12 @@ class OneShotConfig(RoundOptions):
                           choices=("scale", "separate"))
     dp_central: bool = option(False, "DP noise once on the secure sum instead of on every client", bool)
     dp_noise_aware: bool = option(False, "add the noise's spectral norm √(2m)·s_total to σ", bool)
+    dp_min_survivors: int | None = option(None, "central DP: the fewest sites whose noise shares must reach the "
+                                          "sum (each site adds s/√t; fewer arriving fails the run)", int, lo=1,
+                                          none="every site asked", metavar="T")
+    dp_max_rows: int | None = option(None, "central DP on Flower: a public bound on any site's rows (fixes "
+                                     "SecAgg+'s fixed-point range)", int, lo=1,
+                                     none="the problem's rows per client when public", metavar="N")
     project: int | None = option(None, "random projection of the parameters to m dimensions", int, lo=1,
                                  none="no projection")
     project_sketch: str = option("gaussian", "projection sketch", str, choices=("gaussian", "sparse", "srht"))
@@ -660,8 +675,12 @@ class OneShotConfig(RoundOptions):
             out["sigma"] = (f"σ is chosen by cross-validation over {display('cv_sigmas')}; give σ, or a grid to "
                             "choose it, not both")
         if self.dp_epsilon is None:
-            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware", "dp_calibration"):
+            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware",
+                      "dp_min_survivors", "dp_max_rows", "dp_calibration"):
                 out[k] = f"it is a differential-privacy option and DP is off (give {display('dp_epsilon')})"
+        elif not self.dp_central:
+            for k in ("dp_min_survivors", "dp_max_rows"):
+                out[k] = f"it sizes central DP's noise shares and secure sum, and {display('dp_central')} is off"
         if self.project is None:
             out["project_sketch"] = f"it is the sketch of {display('project')}, which is off"
         return out

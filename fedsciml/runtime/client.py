@@ -35,7 +35,8 @@ from fedsciml.core import linalg
 from fedsciml.options import FIPAConfig, LocalOptions, defaults_of
 from fedsciml.core.curvature import ggn_matmat
 from fedsciml.core.objective import LeastSquares, gn_stats_from
-from fedsciml.runtime.protocol import Reply
+from fedsciml.runtime.history import Progress
+from fedsciml.runtime.protocol import MONITOR, Reply, Request
 
 LOCAL_SOLVERS = ("adam", "gn")
 LOCAL_LOSSES = ("mean", "parts")
@@ -188,9 +189,30 @@ def dispatch(client, request, pre=None, deadline: float | None = None):
     if handler is None:
         raise ValueError(f"client {client.cid}: unknown query {request.query!r}; "
                          f"{type(client).__name__} answers {', '.join(sorted(table))}")
+    # the monitoring loss first, in the place of the separate query it replaces
+    monitor = _monitor_loss(client, table, request) if request.config.get(MONITOR) else None
     if deadline is None and request.config.get("deadline_s") is not None:
         deadline = time.perf_counter() + float(request.config["deadline_s"])
-    return handler.answer(client, request, pre, deadline)
+    reply = handler.answer(client, request, pre, deadline)
+    if monitor is not None and isinstance(reply, Reply):
+        reply = Reply(reply.message, {**reply.metrics, MONITOR: monitor})
+    return reply
+
+
+def _monitor_loss(client, table, request) -> float | None:
+    """The client's monitoring loss ½‖r_m‖² at the request's θ, from its own ``loss`` handler, exactly as a
+    separate ``loss`` query (unvectorized) answers it — computed first, in that query's place.  ``None`` when
+    it cannot be had here (no ``loss`` handler, no θ, the computation failed): the round loop then asks the
+    separate query, which reports the reason."""
+    handler = table.get("loss")
+    if handler is None or "theta" not in request.tensors:
+        return None
+    try:
+        rep = handler.answer(client, Request("loss", {"theta": request.tensors["theta"]}, {"vectorize": False}),
+                             None, None)
+        return float(rep.message["loss"][0])
+    except Exception:  # noqa: BLE001 - monitoring only: the loop's separate query asks again and logs why
+        return None
 
 
 def queries() -> tuple[str, ...]:
@@ -261,22 +283,24 @@ class Client:
         opt = torch.optim.Adam([x], lr=cfg.lr)
         n = self.n
         by_part = cfg.loss == "parts" and hasattr(self.objective, "part_residuals")
-        for i in range(steps):
-            if deadline is not None and i > 0 and time.perf_counter() >= deadline:
-                break
-            opt.zero_grad(set_to_none=True)
-            loss: torch.Tensor
-            if by_part:
-                loss = sum(((q @ q) / q.numel() for q in self.objective.part_residuals(x)),  # type: ignore[attr-defined]
-                           x.new_zeros(()))
-            else:
-                r = self.objective.residual(x)
-                loss = (0.5 / n if cfg.loss == "mean" else 1.0 / n) * (r @ r)
-            if cfg.prox > 0:
-                d = x - theta
-                loss = loss + 0.5 * cfg.prox * (d @ d)
-            loss.backward()
-            opt.step()
+        with Progress(steps, f"client {self.cid} local adam") as bar:  # a long loop shows progress, never prints
+            for i in range(steps):
+                if deadline is not None and i > 0 and time.perf_counter() >= deadline:
+                    break
+                opt.zero_grad(set_to_none=True)
+                loss: torch.Tensor
+                if by_part:
+                    loss = sum(((q @ q) / q.numel() for q in self.objective.part_residuals(x)),  # type: ignore[attr-defined]
+                               x.new_zeros(()))
+                else:
+                    r = self.objective.residual(x)
+                    loss = (0.5 / n if cfg.loss == "mean" else 1.0 / n) * (r @ r)
+                if cfg.prox > 0:
+                    d = x - theta
+                    loss = loss + 0.5 * cfg.prox * (d @ d)
+                loss.backward()
+                opt.step()
+                bar.update()
         return (x.detach() - theta).detach()
 
     def spectrum(self, theta: torch.Tensor) -> tuple[Spectrum, torch.Tensor]:

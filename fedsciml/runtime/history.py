@@ -29,6 +29,47 @@ def _bar(total, label):
     return tqdm(total=total, desc=label or "steps", unit="step", leave=False, file=sys.stderr, dynamic_ncols=True)
 
 
+class Progress:
+    """Progress over ``total`` steps of one long loop (a client's local steps, an image client's training epochs).
+
+    Where bars are on (:func:`use_progress_bars`) and stderr is a terminal: a ``tqdm`` bar that appears only once
+    the loop has run ``delay`` seconds (short loops stay silent) and goes away when it ends.  Otherwise a line to
+    the logger ``fedsciml.progress`` at INFO each ``log_every`` seconds while the loop runs (none for a loop
+    shorter than that), so a log file shows that a long loop is alive.  Costs a clock read per step."""
+
+    def __init__(self, total: int, label: str, *, unit: str = "step", delay: float = 1.0, log_every: float = 30.0):
+        self.total, self.label, self.unit, self.n = int(total), label, unit, 0
+        self.log_every = float(log_every)
+        self._t0 = self._last = time.perf_counter()
+        self._bar = None
+        if _BARS["on"] and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total, desc=label, unit=unit, leave=False, file=sys.stderr,
+                             dynamic_ncols=True, delay=delay)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self._bar is not None:
+            self._bar.update(n)
+            return
+        now = time.perf_counter()
+        if now - self._last >= self.log_every:
+            self._last = now
+            log.info("  %s: %d/%d %ss (%.0f s)", self.label, self.n, self.total, self.unit, now - self._t0)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class Recorder:
     """Collects history rows; the clock excludes time spent evaluating test metrics.
 
@@ -73,25 +114,48 @@ class Recorder:
     def out_of_time(self) -> bool:
         return self.budget is not None and self.elapsed() >= self.budget
 
-    def record(self, step: int, theta, loss_sum: float, **extra) -> dict:
+    def record(self, step: int, theta, loss_sum: float | None, **extra) -> dict:
         """Evaluate the test metrics at ``theta`` and append a row.
 
-        ``loss_sum`` is ½‖r‖² over all clients; it is stored as the mean ½‖r‖²/N.
+        ``loss_sum`` is ½‖r‖² over all clients; it is stored as the mean ½‖r‖²/N.  ``None``: not known yet
+        (the clients report it with their next answer): the row's ``loss`` is ``None`` until :meth:`fill`,
+        which also reports the row's progress.
         """
         t = self.elapsed()
         with self.paused():
             metrics = self.evaluate(theta)
-        row = {"step": int(step), "time_s": t, "loss": float(loss_sum) / self.n_residuals, **metrics,
-               "floats_sent": int(self.floats_sent), **extra}
+        loss = None if loss_sum is None else float(loss_sum) / self.n_residuals
+        row = {"step": int(step), "time_s": t, "loss": loss, **metrics, "floats_sent": int(self.floats_sent), **extra}
         self.rows.append(row)
+        if loss is not None:
+            self._report(row, metrics)
+        return row
+
+    def fill(self, row: dict, loss_sum: float, **fields) -> dict:
+        """Set the ``loss`` of a row recorded without it (and the monitoring ``fields``), then report it."""
+        row["loss"] = float(loss_sum) / self.n_residuals
+        row.update(fields)
+        self._report(row, {k: row[k] for k in self._metric_names(row)})
+        return row
+
+    def exclude(self, seconds: float) -> None:
+        """Take ``seconds`` already spent off the solver clock (work that turned out to be monitoring only)."""
+        self._paused += float(seconds)
+
+    @staticmethod
+    def _metric_names(row: dict) -> list:
+        keys = list(row)
+        return keys[keys.index("loss") + 1:keys.index("floats_sent")]
+
+    def _report(self, row: dict, metrics: dict) -> None:
+        step = row["step"]
         if self._bar is not None:
             self._bar.update(max(0, int(step) - self._bar.n))
             self._bar.set_postfix({"loss": f"{row['loss']:.2e}", **{k: f"{v:.2e}" for k, v in metrics.items()}},
                                   refresh=False)
         elif self.progress and (step % self.every == 0):
             m = " ".join(f"{k}={v:.3e}" for k, v in metrics.items())
-            log.info("  %s[%5d] t=%7.2fs loss=%.3e %s", self.label, step, t, row["loss"], m)
-        return row
+            log.info("  %s[%5d] t=%7.2fs loss=%.3e %s", self.label, step, row["time_s"], row["loss"], m)
 
     def close(self) -> None:
         """End the progress bar, if one is shown (the history stays)."""

@@ -24,6 +24,23 @@ count towards a rejection streak, and it is logged with its reason in
 its own (fipa, fedavg) is then summed over the clients that answered the
 ``loss`` query: the history row's ``loss`` is their mean ½‖r‖² per row and
 ``loss_clients`` says how many clients it covers (absent when all did).
+
+That monitoring loss rides on the next exchange where it can (one exchange
+per round instead of two): the row of round k is recorded at once with its
+loss pending, and the next request that broadcasts the same θ (bitwise) —
+the next round's ``update`` — carries the config flag :data:`MONITOR`; each
+client then also reports ``½‖r_m‖²`` at that θ, computed by its own
+``loss`` handler exactly as the separate query would
+(:func:`fedsciml.runtime.client.dispatch`), in the reply's ``metrics``
+under the same name.  The loop fills the row from those replies and asks
+a separate ``loss`` query only of the clients the exchange did not reach
+(not sampled, dropped, failed), or of all of them when no exchange at that
+θ follows (the last round, a round that asks elsewhere first).  The history
+is the one the separate query gives, number for number: the same per-client
+values, summed in client order.  Like that query, the reported float is
+monitoring — not counted in ``floats_up`` — and when the filled loss meets
+``tol`` the exchange that carried it is discarded unused (its floats
+uncounted, its time off the clock), so the run stops where it stopped before.
 Communication
 is counted in floats: every float sent down (the broadcast θ to each sampled
 client) and up (every message received, rejected ones included).
@@ -32,6 +49,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,8 +59,9 @@ from fedsciml.options import RoundOptions, defaults_of
 from fedsciml.runtime import checkpoint as ckpt
 from fedsciml.core.schema import floats_in
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
-from fedsciml.runtime.transport import Failure, LocalTransport, Request, Transport
+from fedsciml.runtime.transport import Failure, LocalTransport, Reply, Request, Transport
 from fedsciml.runtime.history import Recorder
+from fedsciml.runtime.protocol import MONITOR
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +70,24 @@ _ROUND = defaults_of(RoundOptions)  # one default per option: the typed configur
 
 class RoundFailed(RuntimeError):
     """A round cannot go on: no valid message remained."""
+
+
+class _Converged(Exception):
+    """The pending monitoring loss, filled during a round, met ``tol``: the run stops before that round."""
+
+
+def _same_bits(a, b) -> bool:
+    """``a`` and ``b`` are the same tensor or hold the same bits (-0.0 ≠ 0.0; NaNs by payload)."""
+    if a is b:
+        return True
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if not a.is_floating_point():
+        return bool(torch.equal(a, b))
+    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16}.get(a.element_size())
+    if ints is None or a.is_complex():
+        return bool(torch.equal(a, b))
+    return bool(torch.equal(a.detach().contiguous().view(ints), b.detach().to(a.device).contiguous().view(ints)))
 
 
 @dataclass
@@ -88,6 +125,10 @@ class Simulation:
     :class:`~fedsciml.runtime.transport.LocalTransport` over them).
     """
 
+    #: the monitoring loss rides on the next exchange at its θ (see the module docstring); ``False``: a
+    #: separate ``loss`` query after every round (the reference the tests compare with)
+    merge_monitoring = True
+
     def __init__(self, transport, evaluate, cfg: RoundConfig, *, label: str = "", progress: bool = False,
                  every: int = 10, fingerprint: dict | None = None, message_hook=None):
         if not isinstance(transport, Transport):
@@ -109,6 +150,9 @@ class Simulation:
         self.rejections: list[dict] = []
         self.unanswered: list[dict] = []  # clients from which nothing came back (dead node, timeout)
         self._loss_fields: dict = {}
+        self._pending: tuple | None = None  # (history row, θ, round) whose monitoring loss is not known yet
+        self._in_round = False
+        self.monitor_exchanges = 0  # separate monitoring ``loss`` queries asked (the merged ones are not counted)
         self.skipped_rounds = 0
         self.round_index = 0
         self.floats_up = 0
@@ -176,7 +220,17 @@ class Simulation:
         if ex.dropout:
             clients, dropped = self.drop_out(clients)
         down = ex.request.floats if ex.down_floats is None else int(ex.down_floats)
-        got = self.transport.ask(clients, ex.request) if clients else {}
+        request, carry = ex.request, False
+        if self._pending is not None:
+            carry = bool(clients) and _same_bits(request.tensors.get("theta"), self._pending[1])
+            if carry:  # the clients report the pending monitoring loss with this answer
+                request = Request(request.query, request.tensors, {**request.config, MONITOR: True})
+            else:  # asked elsewhere first: the pending row gets its separate query now
+                self._settle({})
+        t0 = time.perf_counter()
+        got = self.transport.ask(clients, request) if clients else {}
+        if carry:
+            self._settle(got, time.perf_counter() - t0)
         msgs, metrics, bad, gone = {}, {}, {}, []
         for cid in clients:
             self._round_down += down
@@ -194,7 +248,7 @@ class Simulation:
             if isinstance(msg, dict):
                 self._round_up += floats_in(msg)
             msgs[cid] = msg
-            metrics[cid] = rep.metrics
+            metrics[cid] = {k: v for k, v in rep.metrics.items() if k != MONITOR}
         ok, invalid = ex.validate(msgs)
         bad.update(invalid)
         self._round_accepted.update(ok)
@@ -247,7 +301,7 @@ class Simulation:
             + ("rejected: " + "; ".join(f"client {c}: {r}" for c, r in self._round_rejected.items())
                if self._round_rejected else "every sampled client dropped out"))
 
-    def global_loss(self, theta) -> float:
+    def global_loss(self, theta, reported: dict | None = None, rnd: int | None = None) -> float:
         """Monitoring only: the global training loss ½‖r‖² at θ (clock paused, nothing counted as sent).
 
         Clients that do not answer (a dead node, an error) are left out: the
@@ -255,12 +309,25 @@ class Simulation:
         rows (``Σ_answered ½‖r_m‖² · N / N_answered``, so that the history's
         per-row ``loss`` is the answering clients' mean), and the next history
         row gets ``loss_clients`` (how many clients it covers).  With no
-        answer at all the run stops (:class:`RoundFailed`)."""
+        answer at all the run stops (:class:`RoundFailed`).
+
+        ``reported``: ``{client id: loss}`` the clients already sent with another answer at θ (the
+        :data:`MONITOR` metric); only the others are asked.  ``rnd``: the round the value is for."""
         self._loss_fields = {}
+        rnd = self.round_index if rnd is None else rnd
+        reported = reported or {}
         with self.paused(), torch.no_grad():
-            got = self.transport.ask(self.client_ids, Request("loss", {"theta": theta}, {"vectorize": False}))
+            ask = [c for c in self.client_ids if c not in reported]
+            got: dict = {}
+            if ask:
+                got = self.transport.ask(ask, Request("loss", {"theta": theta}, {"vectorize": False}))
+                self.monitor_exchanges += 1
             v, n, missing = 0.0, 0, {}
             for cid in self.client_ids:
+                if cid in reported:
+                    v += float(reported[cid])
+                    n += int(self.transport.sample_counts[cid])
+                    continue
                 rep = got.get(cid, Failure("no reply"))
                 if isinstance(rep, Failure):
                     missing[cid] = rep.reason
@@ -270,10 +337,11 @@ class Simulation:
         if not missing:
             return float(v)
         if n == 0:
-            raise RoundFailed(f"round {self.round_index}: no client could report its loss for monitoring: "
+            raise RoundFailed(f"round {rnd}: no client could report its loss for monitoring: "
                               + "; ".join(f"client {c}: {r}" for c, r in missing.items()))
         for cid, reason in missing.items():
-            self._unanswered(cid, f"monitoring loss: {reason}")
+            self.unanswered.append({"round": rnd, "client": cid, "reason": f"monitoring loss: {reason}"})
+            log.warning("%s round %s: no answer from client %s: monitoring loss: %s", self.label, rnd, cid, reason)
         self._loss_fields = {"loss_clients": len(self.client_ids) - len(missing)}
         return float(v) * self.n_total / n
 
@@ -283,6 +351,40 @@ class Simulation:
             return strategy.loss_sum, {}
         loss = self.global_loss(strategy.theta)
         return loss, self._loss_fields
+
+    def _record(self, k: int, strategy, **fields):
+        """Record round ``k``'s row; its monitoring loss left pending for the next exchange where it can."""
+        if self._pending is not None:
+            self._settle({})
+        if strategy.loss_sum is not None or not self.merge_monitoring:
+            loss, mon = self._monitor(strategy)
+            self.rec.record(k, strategy.theta, loss, **fields, **mon)
+            return
+        row = self.rec.record(k, strategy.theta, None, **fields)
+        self._pending = (row, strategy.theta, k)
+
+    def _settle(self, got: dict, seconds: float = 0.0):
+        """Fill the pending row's loss from the :data:`MONITOR` metrics in ``got`` (asking the clients that sent
+        none).  Inside a round, a loss that meets ``tol`` stops the run before it (:class:`_Converged`); the
+        ``seconds`` of the exchange that carried it then leave the solver clock."""
+        assert self._pending is not None
+        row, theta, k = self._pending
+        self._pending = None
+        reported = {c: r.metrics[MONITOR] for c, r in got.items()
+                    if isinstance(r, Reply) and isinstance(r.metrics.get(MONITOR), (int, float))}
+        loss = self.global_loss(theta, reported, rnd=k)
+        self.rec.fill(row, loss, **self._loss_fields)
+        if self._in_round and row["loss"] <= self.cfg.tol:
+            self.rec.exclude(seconds)
+            raise _Converged
+
+    def _settle_before_stop(self, reason: str | None) -> str | None:
+        """The loop stops for ``reason``; a pending row gets its loss now, and ``tol`` comes first (as when
+        the loss was known at once)."""
+        if self._pending is None:
+            return reason
+        self._settle({})
+        return "tol" if self.rec.rows[-1]["loss"] <= self.cfg.tol else reason
 
     # --- checkpoints --------------------------------------------------------
     def save(self, strategy):
@@ -294,6 +396,7 @@ class Simulation:
                 "strategy": strategy.state_dict(), "rows": self.rec.rows, "floats_up": self.floats_up,
                 "floats_down": self.floats_down, "elapsed": self.rec.elapsed(), "rejections": self.rejections,
                 "skipped_rounds": self.skipped_rounds, "unanswered": self.unanswered,
+                "loss_pending": self._pending is not None,
             })
 
     def restore(self, strategy, theta0) -> bool:
@@ -322,6 +425,8 @@ class Simulation:
         self.rejections = list(state["rejections"])
         self.skipped_rounds = int(state.get("skipped_rounds", 0))
         self.unanswered = list(state.get("unanswered", []))
+        if state.get("loss_pending") and self.rec.rows:  # the last row's loss comes with the next answers
+            self._pending = (self.rec.rows[-1], strategy.theta, int(self.rec.rows[-1]["step"]))
         return True
 
     def _check_consistent(self, state) -> None:
@@ -357,8 +462,7 @@ class Simulation:
             self.begin_round(0)
             extra = strategy.start(self, theta0) or {}
             self.end_round()
-            loss, mon = self._monitor(strategy)
-            self.rec.record(0, strategy.theta, loss, round=0, **self.round_fields(), **extra, **mon)
+            self._record(0, strategy, round=0, **self.round_fields(), **extra)
             self.save(strategy)
         reason = None
         while True:
@@ -374,19 +478,32 @@ class Simulation:
                 break
             reason = strategy.finished(self)
             if reason:
+                reason = self._settle_before_stop(reason)
                 break
             k = self.round_index + 1
             self.begin_round(k)
-            extra = strategy.round(self, k) or {}
+            skipped = self.skipped_rounds
+            self._in_round = True
+            try:
+                extra = strategy.round(self, k) or {}
+                if self._pending is not None:  # a round without an exchange at the pending θ (e.g. skipped)
+                    self._settle({})
+            except _Converged:  # the last row's loss met tol: this round is not run (nothing of it counts)
+                self.round_index, self.skipped_rounds = k - 1, skipped
+                reason = "tol"
+                break
+            finally:
+                self._in_round = False
             self.end_round()
-            loss, mon = self._monitor(strategy)
-            self.rec.record(k, strategy.theta, loss, round=k, **self.round_fields(), **extra, **mon)
+            self._record(k, strategy, round=k, **self.round_fields(), **extra)
             self.save(strategy)
         # e.g. a last acceptance check of an unvalidated step (its exchange counts as part of the last round)
         before, sent = strategy.theta, self.floats_up + self.floats_down
         self.begin_round(self.round_index)
         strategy.finalize(self)
         self.end_round()
+        if self._pending is not None:
+            self._settle({})
         if self.rec.rows and strategy.theta is before:
             if self.floats_up + self.floats_down != sent:
                 self.rec.rows[-1]["floats_sent"] = self.rec.floats_sent
@@ -403,6 +520,7 @@ class Simulation:
             "rejections": self.rejections, "skipped_rounds": self.skipped_rounds,
             **({"unanswered": self.unanswered} if self.unanswered else {}),
             "solver_time_s": self.rec.elapsed(),
+            "monitor_exchanges": self.monitor_exchanges,
             "strategy": {"name": strategy.name, **strategy.summary()},
         }
         return strategy.theta, self.rec.rows, info

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: A request config flag, and the name of the reply metric that answers it: "also report your loss
+#: ½‖r_m‖² at this request's θ" (the round loop's monitoring loss riding on another exchange; see
+#: :mod:`fedsciml.runtime.loop`).  The client computes it with its own ``loss`` handler, as a separate
+#: ``loss`` query would (:func:`fedsciml.runtime.client.dispatch`).
+MONITOR = "monitor_loss"
+
 
 @dataclass(frozen=True)
 class Request:
