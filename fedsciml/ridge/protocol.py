@@ -120,7 +120,7 @@ class _ClientRows:
     """The clients' given rows ``[(A_k, b_k)]`` as the problem the driver runs (the linear residuals
     ``A_k w − b_k``, θ₀ = 0, no test set, no memory estimate: the rows are already in memory)."""
 
-    name, kind, options = "client-rows", "rows", {}  # type: ignore[var-annotated]
+    name, kind, options = "client-rows", "ridge", {}  # type: ignore[var-annotated]  # ridge: no penalty option, σ is one_shot's
 
     def __init__(self, data, d: int):
         from fedsciml.core.objective import LinearLeastSquares
