@@ -60,6 +60,7 @@ class OptionTypeError(TypeError):
 
 PATH = "path"  # option type: a file-system path (str or os.PathLike)
 FLOATS = "floats"  # option type: a list of numbers (each within the Spec's range); the CLI parses parse_grid's text
+PATHS = "paths"  # option type: a list of paths; the CLI's text is comma-separated
 
 _STYLE: dict[str, Any] = {"cli": False, "flags": {}}
 
@@ -104,9 +105,9 @@ class Spec:
     def __post_init__(self):
         if self.type is object and not self.cli:
             return  # a structured value with no flag (e.g. images' TrainConfig): its config's _resolve checks it
-        if self.type not in (int, float, str, bool, PATH, FLOATS):
-            raise TypeError(f"option type must be int, float, str, bool, PATH or FLOATS (or object with cli=False), "
-                            f"got {self.type!r}")
+        if self.type not in (int, float, str, bool, PATH, PATHS, FLOATS):
+            raise TypeError(f"option type must be int, float, str, bool, PATH, PATHS or FLOATS (or object with "
+                            f"cli=False), got {self.type!r}")
 
     def allowed(self, with_none: bool = True) -> str:
         """The allowed values in words, e.g. ``an integer ≥ 0`` or ``a number in (0, 1]``; ``with_none``: add
@@ -123,6 +124,8 @@ class Spec:
             s = "one of " + ", ".join(map(str, self.choices))
         elif self.type is PATH:
             s = "a path"
+        elif self.type is PATHS:
+            s = "a list of paths"
         elif self.type is str:
             s = "a string"
         else:
@@ -205,6 +208,8 @@ def from_text(name: str, text, spec: Spec, owner: str = "", *,
     naming the value and what is allowed.  A value that is not text is returned as it is."""
     if not isinstance(text, str) or spec.type in (str, PATH):
         return text
+    if spec.type is PATHS:
+        return [p.strip() for p in text.split(",") if p.strip()]
     t, s = spec.type, text.strip()
     error = errors[0] or OptionError
     try:
@@ -250,6 +255,16 @@ def _check_value(name: str, value, spec: Spec, owner: str = ""):
             raise OptionTypeError(f"{where}{name} must be {spec.allowed()}, got None")
         return None
     t = spec.type
+    if t is PATHS:
+        if isinstance(value, (str, bytes, os.PathLike)) or not hasattr(value, "__iter__"):
+            raise OptionTypeError(f"{where}{name} must be a list of paths, got {value!r} ({type(value).__name__}; on "
+                                  f"the command line: comma-separated)")
+        paths = list(value)
+        for i, v in enumerate(paths):
+            if not isinstance(v, (str, os.PathLike)) or not os.fspath(v):
+                raise OptionTypeError(f"{where}{name} must be a list of non-empty paths, got {v!r} at position {i}")
+            paths[i] = os.fspath(v)
+        return paths
     if t is FLOATS:
         if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
             raise OptionTypeError(f"{where}{name} must be {spec.allowed(False)}, got {value!r} "
