@@ -101,7 +101,7 @@ def run(engine: str, paths, test_path, epsilons, delta: float, seed: int = 0, pr
                 res.theta = theta
                 out.append(res)
         return out
-    problem = fs.get_problem("table", tables=",".join(paths), test_table=test_path)
+    problem = fs.get_problem("table", tables=paths, test_table=test_path)
     if engine == "flower":  # every ε in one Flower simulation (Ray starts once)
         from fedsciml.engines.flower.simulation import solve_many
 
