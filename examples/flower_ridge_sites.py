@@ -126,7 +126,7 @@ def run(engine: str, paths, test_path, epsilons, delta: float, seed: int = 0, pr
                                       name=f"eps{i}", app=app, **o)
                 out.append(d.wait(proc, [path])[0])
         return out
-    problem = fs.get_problem("table", tables=",".join(paths), test_table=test_path)
+    problem = fs.get_problem("table", tables=paths, test_table=test_path)
     if engine == "flower":  # the exact run on fedsciml's App, the central-DP runs on the SecAgg+ App
         from fedsciml.engines.flower.simulation import solve_many
 

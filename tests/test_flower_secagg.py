@@ -118,7 +118,7 @@ def flower_runs(tmp_path_factory):
     problem = _problem()
     audit = str(root / "seen.npz")
     tables = _unequal_tables(root)
-    tprob = fs.get_problem("table", tables=",".join(tables))
+    tprob = fs.get_problem("table", tables=tables)
     drop = dict(OPTS, dp_max_rows=40, fit_intercept=True)
     jobs = [{**_job(problem, audit=audit)},
             {**_job(tprob, options={**drop, "dp_min_survivors": 2})},
@@ -137,7 +137,7 @@ def test_secagg_tolerates_dropouts_down_to_t_and_fails_below(flower_runs):
     res, tables, drop = flower_runs["dropout"]
     assert res.extra["arrived"] == 2 and res.extra["noise_shares"] == 2
     assert res.extra["noise_std_total"] == pytest.approx(res.extra["noise_std"])
-    two = fs.get_problem("table", tables=",".join(tables[:2]))
+    two = fs.get_problem("table", tables=tables[:2])
     local = fs.solve(two, "one-shot", clients=2, seed=3, **{**drop, "dp_min_survivors": 2})
     assert float((res.theta - local.theta).norm()) <= res.extra["secagg_model_bound"] < 1e-3
     assert res.extra["intercept"] == pytest.approx(local.extra["intercept"], abs=res.extra["secagg_model_bound"])

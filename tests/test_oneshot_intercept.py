@@ -40,7 +40,7 @@ def _rel(a, b):
 @pytest.mark.parametrize("sigma", [1e-3, 0.5, 10.0])
 def test_one_shot_intercept_equals_sklearn_ridge_on_pooled_rows(diabetes_sites, sigma):
     paths, tp, X, y, Xt, yt = diabetes_sites
-    prob = fs.get_problem("table", tables=",".join(paths), test_table=tp)
+    prob = fs.get_problem("table", tables=paths, test_table=tp)
     res = fs.solve(prob, "one-shot", clients=3, sigma=sigma, fit_intercept=True)
     ref = Ridge(alpha=sigma, fit_intercept=True, solver="cholesky").fit(X, y)
     assert _rel(res.theta.numpy(), ref.coef_) < 1e-10
@@ -53,7 +53,7 @@ def test_one_shot_intercept_equals_sklearn_ridge_on_pooled_rows(diabetes_sites, 
 def test_one_shot_intercept_cv_is_the_estimators_leave_one_site_out_choice(diabetes_sites):
     paths, tp, X, y, *_ = diabetes_sites
     grid = np.logspace(-4, 1, 11)
-    prob = fs.get_problem("table", tables=",".join(paths), test_table=tp)
+    prob = fs.get_problem("table", tables=paths, test_table=tp)
     res = fs.solve(prob, "one-shot", clients=3, cv_sigmas=list(grid), fit_intercept=True)
     tables = [np.load(p, allow_pickle=False) for p in paths]
     est = FederatedRidgeCV(alphas=grid).fit_clients([(t["X"], t["y"]) for t in tables])
@@ -67,7 +67,7 @@ def test_intercept_under_dp_is_an_unpenalized_constant_column(diabetes_sites):
     """At ε = ∞ with bounds that never bind, the DP path (rows [x, κ], clipped, Gram form, the constant column's
     coordinate unpenalized) is the same ridge fit as scikit-learn's with an intercept; CV with it is refused."""
     paths, tp, X, y, *_ = diabetes_sites
-    prob = fs.get_problem("table", tables=",".join(paths))
+    prob = fs.get_problem("table", tables=paths)
     res = fs.solve(prob, "one-shot", clients=3, sigma=0.5, fit_intercept=True, dp_epsilon=float("inf"),
                    dp_clip_a=1e3, dp_clip_b=1e4)
     ref = Ridge(alpha=0.5).fit(X, y)

@@ -217,8 +217,9 @@ def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | 
     cfg, transport = _config(OneShotConfig, config, options, transport)
     rc = _round_config(cfg, seed)
     strategy = OneShotStrategy(cfg.sigma or 0.0, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch, seed=seed,
-                               cv_sigmas=cfg.cv_sigmas,
-                               screen=cfg.screen, min_survivors=cfg.dp_min_survivors, fit_intercept=cfg.fit_intercept, max_rows=cfg.dp_max_rows)
+                               cv_sigmas=cfg.cv_sigmas, screen=cfg.screen, min_survivors=cfg.dp_min_survivors,
+                               form=cfg.message_form, repair=cfg.repair, fit_intercept=cfg.fit_intercept,
+                               max_rows=cfg.dp_max_rows)
     if cfg.fit_intercept:  # the model is (θ, intercept): the problem evaluates both
         if getattr(problem, "kind", None) != "ridge":
             raise ValueError(f"fit_intercept applies to linear ridge problems (kind 'ridge'); {problem.name!r} is "
