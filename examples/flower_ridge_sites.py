@@ -37,8 +37,10 @@ import time
 
 import numpy as np
 
+from fedsciml.options import parse_grid
+
 Y_BOUND = 400.0  # public bound of the diabetes target (disease progression one year after baseline)
-SIGMAS = "1e-4:10:11"  # the CV grid (log-spaced, 11 values)
+SIGMAS = parse_grid("1e-4:10:11")  # the CV grid: 11 log-spaced σ values (a list, as solve --cv-sigmas parses it)
 
 
 def write_site_tables(workdir: str, sites: int, seed: int = 0) -> tuple[list[str], str, list[str]]:

@@ -27,7 +27,7 @@ class Helmholtz(fs.PDE):
     name = "helmholtz"
     dim = 1
     hidden = (32, 32)
-    params = {"k": fs.Param(2.0, float, "wave number k (k² must not be an eigenvalue (nπ)²)")}
+    params = {"k": fs.option(2.0, "wave number k (k² must not be an eigenvalue (nπ)²)", float)}
 
     def exact(self, x):
         return torch.sin(math.pi * x[..., 0])

@@ -34,7 +34,7 @@ _PUBLIC = {
     "MethodConfig": "fedsciml.options",
     "RoundOptions": "fedsciml.options", "LocalOptions": "fedsciml.options", "option": "fedsciml.options",
     # problems
-    "Problem": "fedsciml.problems.base", "FieldProblem": "fedsciml.problems.base", "Param": "fedsciml.problems.base",
+    "Problem": "fedsciml.problems.base", "FieldProblem": "fedsciml.problems.base",
     "ProblemError": "fedsciml.problems.base", "PINNProblem": "fedsciml.problems.pinn",
     "PDE": "fedsciml.problems.custom", "FieldAt": "fedsciml.problems.custom", "ClientData": "fedsciml.problems.custom",
     "DomainPDE": "fedsciml.problems.domain",
@@ -60,6 +60,9 @@ def __getattr__(name):
         value = getattr(importlib.import_module(_PUBLIC[name]), name)
         globals()[name] = value
         return value
+    if name == "Param":  # the problems' own option dialect, replaced by the one of fedsciml.options
+        raise AttributeError("fedsciml.Param was replaced by fedsciml.option(default, help, type, lo=…, hi=…, "
+                             "choices=…): e.g. Param(0.1, float, 'diffusivity') → option(0.1, 'diffusivity', float)")
     raise AttributeError(f"module 'fedsciml' has no attribute {name!r}")
 
 

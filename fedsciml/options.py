@@ -1,10 +1,19 @@
-"""Typed method configurations: one frozen dataclass per method, one default per option.
+"""The one option dialect: typed method configurations and problem options, one declaration per option.
 
-Every option of every solve method is a field declared once, here, with its
-default, its help text and its allowed range (:func:`option`).  The Python API
-(``fs.solve(..., rank=5)``), the CLI (``--rank 5``, flags generated from the
-fields) and ``--help`` all read these declarations, so a default or a range
-exists in exactly one place.
+Every option — of a solve method or of a problem — is declared once with
+:func:`option` (its default, its help text, its type and allowed range, a
+:class:`Spec`).  A method declares its options as the fields of a frozen
+dataclass (one per method, below); a problem declares them in its ``params``
+dict (``params = {"k": option(0.1, "diffusivity", float, lo=0, lo_open=True)}``,
+see :class:`fedsciml.problems.Problem`).  Both are validated by the same code
+(:func:`check_value`, :func:`check_options`), so a bad value is the same one
+line whoever declared it, and the command line's flags are generated from the
+same declarations (:func:`fedsciml.cli.common.add_option_flags`), so a default
+or a range exists in exactly one place.
+
+List-valued options (:data:`FLOATS`, e.g. one-shot's ``cv_sigmas``) are
+Python lists; the command line's text (``1e-3,0.1`` or ``1e-4:1e3:15``) is
+parsed once, at the edge, by :func:`from_text` / :func:`parse_grid`.
 
 The shared parts:
 
@@ -50,23 +59,29 @@ class OptionTypeError(TypeError):
 
 
 PATH = "path"  # option type: a file-system path (str or os.PathLike)
+FLOATS = "floats"  # option type: a list of numbers (each within the Spec's range); the CLI parses parse_grid's text
 
-_STYLE = {"cli": False}
+_STYLE: dict[str, Any] = {"cli": False, "flags": {}}
 
 
 @contextlib.contextmanager
-def cli_names():
-    """Within the block, name options in error messages as command-line flags (``--local-steps``)."""
-    before, _STYLE["cli"] = _STYLE["cli"], True
+def cli_names(flags: dict[str, str] | None = None):
+    """Within the block, name options in error messages as command-line flags (``--local-steps``);
+    ``flags``: ``{option: flag}`` where a flag is spelled otherwise (``{"dp_delta": "--delta"}``)."""
+    before = dict(_STYLE)
+    _STYLE.update(cli=True, flags={**_STYLE["flags"], **(flags or {})})
     try:
         yield
     finally:
-        _STYLE["cli"] = before
+        _STYLE.clear()
+        _STYLE.update(before)
 
 
 def display(name: str) -> str:
     """How an option is named in messages: ``local_steps`` (Python) or ``--local-steps`` (CLI)."""
-    return "--" + name.replace("_", "-") if _STYLE["cli"] else name
+    if not _STYLE["cli"]:
+        return name
+    return _STYLE["flags"].get(name) or "--" + name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -84,12 +99,23 @@ class Spec:
     none: str | None = None      # None allowed; what it stands for
     cli: bool = True             # has a command-line flag
     metavar: str | None = None
+    max_items: int | None = None  # FLOATS: at most this many values
+
+    def __post_init__(self):
+        if self.type not in (int, float, str, bool, PATH, FLOATS):
+            raise TypeError(f"option type must be int, float, str, bool, PATH or FLOATS, got {self.type!r}")
 
     def allowed(self, with_none: bool = True) -> str:
         """The allowed values in words, e.g. ``an integer ≥ 0`` or ``a number in (0, 1]``; ``with_none``: add
         what leaving the option out (``None``) means."""
         if self.type is bool:
             s = "True or False"
+        elif self.type is FLOATS:
+            item = Spec(self.help, float, self.lo, self.hi, self.lo_open, self.hi_open, self.finite).allowed(False)
+            s = "a list of numbers, each " + item.removeprefix("a finite number ").removeprefix("a number ")
+            s = s.rstrip() if s.strip() != "a list of numbers, each" else "a list of numbers"
+            if self.max_items is not None:
+                s += f" (at most {self.max_items})"
         elif self.choices is not None:
             s = "one of " + ", ".join(map(str, self.choices))
         elif self.type is PATH:
@@ -121,12 +147,99 @@ def _fmt(v):
 
 
 def option(default, help: str, type=float, **spec) -> Any:
-    """A dataclass field carrying its :class:`Spec` (help text and allowed range) as metadata."""
+    """Declare one option: its default, its help text, its type (``int``, ``float``, ``str``, ``bool``,
+    :data:`PATH` or :data:`FLOATS`) and what it accepts (``lo``/``hi`` with ``lo_open``/``hi_open``,
+    ``finite``, ``choices``, ``none``: what ``None`` stands for, ``cli``, ``metavar``, ``max_items``; see
+    :class:`Spec`).  The same call declares a method option (a field of a :class:`MethodConfig` dataclass)
+    and a problem option (a value of a problem's ``params`` dict)."""
     return field(default=default, metadata={"spec": Spec(help, type, **spec)})
 
 
-def check_value(name: str, value, spec: Spec, owner: str = ""):
-    """``value`` converted to the option's type, or :class:`OptionError` / :class:`OptionTypeError`."""
+def declared(params: dict) -> dict[str, tuple[Any, Spec]]:
+    """``{option: (default, Spec)}`` of a ``params`` dict of :func:`option` declarations (a problem's)."""
+    out = {}
+    for name, f in params.items():
+        spec = getattr(f, "metadata", {}).get("spec") if hasattr(f, "metadata") else None
+        if spec is None:
+            raise TypeError(f"option {name!r} must be declared with fedsciml.option(default, help, type, ...), "
+                            f"got {f!r}")
+        out[name] = (None if f.default is MISSING else f.default, spec)
+    return out
+
+
+def check_options(owner: str, specs: dict[str, tuple[Any, Spec]], given: dict, *,
+                  errors: tuple[type[Exception] | None, type[Exception] | None] = (None, None)) -> dict:
+    """Every declared option's value: the given one (unknown names refused, naming the allowed ones) or the
+    default, each through :func:`check_value`.  ``None`` given means "not given" (the default).  ``owner``
+    names who declared them in messages (``method 'fipa'``, ``problem 'bratu'``); ``errors``: the
+    (value, type) exception classes to raise (default :class:`OptionError`, :class:`OptionTypeError`)."""
+    refuse_unknown(owner, specs, given, errors[0] or OptionError)
+    out = {}
+    for name, (default, spec) in specs.items():
+        v = given.get(name)
+        v = default if v is None else v
+        out[name] = None if v is None and spec.none is not None else \
+            check_value(name, v, spec, owner, errors=errors)
+    return out
+
+
+def refuse_unknown(owner: str, specs, given, error: type[Exception] | None = None) -> None:
+    """One line naming each unknown option of ``given`` (with a close match, if any) and the allowed ones."""
+    allowed = list(specs)
+    unknown = [k for k in given if k not in specs]
+    if unknown:
+        hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, allowed, 1)) else repr(k)
+                 for k in unknown]
+        raise (error or OptionError)(f"{owner} has no option {', '.join(hints)}; "
+                                     f"allowed: {', '.join(display(a) for a in sorted(allowed)) or 'none'}")
+
+
+def from_text(name: str, text, spec: Spec, owner: str = "", *,
+              errors: tuple[type[Exception] | None, type[Exception] | None] = (None, None)):
+    """The command line's ``text`` for an option converted to its type — a number, a bool, a :data:`FLOATS`
+    list (:func:`parse_grid`) — the one place where CLI text becomes a value.  Only parsed, not checked: the
+    owner (a :class:`MethodConfig`, a problem) checks the value, once.  Text that is not of the type: one line
+    naming the value and what is allowed.  A value that is not text is returned as it is."""
+    if not isinstance(text, str) or spec.type in (str, PATH):
+        return text
+    t, s = spec.type, text.strip()
+    error = errors[0] or OptionError
+    try:
+        if t is int:
+            return int(s)
+        if t is float:
+            return float(s)
+        if t is bool:
+            low = s.lower()
+            if low not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return low in ("true", "1", "yes")
+        return parse_grid(text, display(name), max_items=spec.max_items)  # FLOATS
+    except ValueError as e:
+        where = f"{owner} option " if owner else "option "
+        raise error(str(e) if t is FLOATS else
+                    f"{where}{display(name)} must be {spec.allowed(False)}, got {text!r}") from None
+
+
+def check_value(name: str, value, spec: Spec, owner: str = "", *,
+                errors: tuple[type[Exception] | None, type[Exception] | None] = (None, None)):
+    """``value`` converted to the option's type, or :class:`OptionError` / :class:`OptionTypeError`
+    (``errors``: other classes to raise instead, subclasses of these, e.g. a problem's)."""
+    OptionError_ = errors[0] or OptionError
+    OptionTypeError_ = errors[1] or OptionTypeError
+    try:
+        return _check_value(name, value, spec, owner)
+    except OptionTypeError as e:
+        if OptionTypeError_ is OptionTypeError:
+            raise
+        raise OptionTypeError_(str(e)) from None
+    except OptionError as e:
+        if OptionError_ is OptionError:
+            raise
+        raise OptionError_(str(e)) from None
+
+
+def _check_value(name: str, value, spec: Spec, owner: str = ""):
     where = f"{owner} option " if owner else "option "
     name = display(name)
     if value is None:
@@ -134,6 +247,23 @@ def check_value(name: str, value, spec: Spec, owner: str = ""):
             raise OptionTypeError(f"{where}{name} must be {spec.allowed()}, got None")
         return None
     t = spec.type
+    if t is FLOATS:
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise OptionTypeError(f"{where}{name} must be {spec.allowed(False)}, got {value!r} "
+                                  f"({type(value).__name__}; on the command line: a,b,c or lo:hi:count)")
+        values = list(value)
+        item = Spec(spec.help, float, spec.lo, spec.hi, spec.lo_open, spec.hi_open, spec.finite)
+        for i, v in enumerate(values):
+            try:
+                values[i] = _check_value(name, v, item, owner)
+            except (OptionError, OptionTypeError):
+                raise OptionError(f"{where}{name} must be {spec.allowed(False)}, got {v!r} at position {i}") \
+                    from None
+        if not values:
+            raise OptionError(f"{where}{name} must be {spec.allowed(False)}, got an empty list")
+        if spec.max_items is not None and len(values) > spec.max_items:
+            raise OptionError(f"{where}{name} holds {len(values)} values; at most {spec.max_items}")
+        return values
     if t is bool:
         if not isinstance(value, bool):
             raise OptionTypeError(f"{where}{name} must be True or False, got {value!r} ({type(value).__name__})")
@@ -208,13 +338,7 @@ class MethodConfig:
 
     @classmethod
     def _build(cls, opts: dict, given) -> MethodConfig:
-        allowed = list(cls.specs())
-        unknown = [k for k in opts if k not in allowed]
-        if unknown:
-            hints = [f"{k!r} (did you mean {m[0]!r}?)" if (m := difflib.get_close_matches(k, allowed, 1)) else repr(k)
-                     for k in unknown]
-            raise OptionError(f"method {cls.method!r} has no option {', '.join(hints)}; "
-                              f"allowed: {', '.join(display(a) for a in sorted(allowed))}")
+        refuse_unknown(f"method {cls.method!r}", cls.specs(), opts)
         cfg = cls(**opts)
         idle, specs = cfg.inapplicable(), cls.specs()
         for name in given:  # a default value passed along (a wrapper forwarding all its options) changes nothing
@@ -329,6 +453,8 @@ class CentralizedConfig(StopOptions):
                                    "normal when n ≥ p, matfree when J has more than 5e7 entries)", str,
                            choices=("auto", "normal", "kernel", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
+    momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
+                             lo=0, hi=1, hi_open=True)
 
     def forms_jacobians(self) -> bool:
         return self.optimizer == "lm" and self.lm_solve != "matfree"
@@ -337,6 +463,8 @@ class CentralizedConfig(StopOptions):
         out = super().inapplicable()
         if self.optimizer == "lm":
             out["lr"] = f"Levenberg–Marquardt has no learning rate (it is for {display('optimizer')} adam or lbfgs)"
+        else:
+            out["momentum"] = f"SPRING momentum is an option of {display('optimizer')} lm"
         return out
 
     def _resolve(self):
@@ -361,6 +489,8 @@ class GNConfig(RoundOptions):
                        choices=("auto", "normal", "sqrt", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free form (one sketch "
                                    "exchange of rank·p floats per accepted step)", int, lo=1)
+    momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
+                                  "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
     max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
     batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
                            cli=False)
@@ -508,11 +638,19 @@ class OneShotConfig(RoundOptions):
                           choices=("scale", "separate"))
     dp_central: bool = option(False, "DP noise once on the secure sum instead of on every client", bool)
     dp_noise_aware: bool = option(False, "add the noise's spectral norm √(2m)·s_total to σ", bool)
+    dp_min_survivors: int | None = option(None, "central DP: the fewest sites whose noise shares must reach the "
+                                          "sum (each site adds s/√t; fewer arriving fails the run)", int, lo=1,
+                                          none="every site asked", metavar="T")
+    dp_max_rows: int | None = option(None, "central DP on Flower: a public bound on any site's rows (fixes "
+                                     "SecAgg+'s fixed-point range)", int, lo=1,
+                                     none="the problem's rows per client when public", metavar="N")
     project: int | None = option(None, "random projection of the parameters to m dimensions", int, lo=1,
                                  none="no projection")
     project_sketch: str = option("gaussian", "projection sketch", str, choices=("gaussian", "sparse", "srht"))
-    cv_sigmas: str | None = option(None, "σ by leave-one-client-out CV over this grid: 'a,b,c' or 'lo:hi:count'",
-                                   str, none="σ as given", metavar="GRID")
+    cv_sigmas: list[float] | None = option(None, "σ by leave-one-client-out CV over these values (a list; on the "
+                                                 "command line 'a,b,c' or 'lo:hi:count', log-spaced)", FLOATS,
+                                           lo=0, lo_open=True, max_items=10_000, none="σ as given",
+                                           metavar="GRID")
     screen: float | None = option(None, "robust: leave-one-client-out influence screen with threshold κ (a client "
                                         "whose statistics cost the others more than κ × the median client's is "
                                         "left out of the fusion; not with DP; fedsciml.runtime.robust)",
@@ -527,8 +665,12 @@ class OneShotConfig(RoundOptions):
             out["sigma"] = (f"σ is chosen by cross-validation over {display('cv_sigmas')}; give σ, or a grid to "
                             "choose it, not both")
         if self.dp_epsilon is None:
-            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware"):
+            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware",
+                      "dp_min_survivors", "dp_max_rows"):
                 out[k] = f"it is a differential-privacy option and DP is off (give {display('dp_epsilon')})"
+        elif not self.dp_central:
+            for k in ("dp_min_survivors", "dp_max_rows"):
+                out[k] = f"it sizes central DP's noise shares and secure sum, and {display('dp_central')} is off"
         if self.project is None:
             out["project_sketch"] = f"it is the sketch of {display('project')}, which is off"
         return out
@@ -554,25 +696,27 @@ def defaults_of(cls) -> dict:
     return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 
 
-def parse_grid(text: str) -> list[float]:
-    """``"1e-3,0.01,0.1"`` or a log grid ``"1e-4:1e3:15"`` (lo:hi:count)."""
+def parse_grid(text: str, flag: str = "--cv", max_items: int | None = None) -> list[float]:
+    """The command line's list of σ values: ``"1e-3,0.01,0.1"`` or a log grid ``"1e-4:1e3:15"`` (lo:hi:count);
+    ``flag`` names the option in messages; at most ``max_items`` (default :data:`MAX_GRID`) values."""
+    most = MAX_GRID if max_items is None else max_items
     try:
         if ":" in text:
             a, b, c = text.split(":")
             lo, hi, n = float(a), float(b), int(c)
-            if not (lo > 0 and hi > lo and 2 <= n <= MAX_GRID):
+            if not (lo > 0 and hi > lo and 2 <= n <= most):
                 raise ValueError
             import torch  # the grid the ridge experiments were run with, to the bit
 
             return torch.logspace(math.log10(lo), math.log10(hi), n, dtype=torch.float64).tolist()
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--cv grid {text!r} must be comma-separated σ values or lo:hi:count with 0 < lo < hi, "
-                         f"2 ≤ count ≤ {MAX_GRID}")
+        raise ValueError(f"{flag} grid {text!r} must be comma-separated σ values or lo:hi:count with 0 < lo < hi, "
+                         f"2 ≤ count ≤ {most}")
     if not vals or any(not (v > 0) for v in vals):
-        raise ValueError(f"--cv grid {text!r} must hold σ values > 0")
-    if len(vals) > MAX_GRID:
-        raise ValueError(f"--cv grid {text[:40]!r}… holds {len(vals)} σ values; at most {MAX_GRID}")
+        raise ValueError(f"{flag} grid {text!r} must hold σ values > 0")
+    if len(vals) > most:
+        raise ValueError(f"{flag} grid {text[:40]!r}… holds {len(vals)} σ values; at most {most}")
     return vals
 
 

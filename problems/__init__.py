@@ -14,12 +14,12 @@ if __name__ != "fedsciml.problems":
     raise ImportError(f"import fedsciml.problems (e.g. `from fedsciml.problems import get_problem`), not "
                       f"{__name__!r}: a second copy would hold a second problem registry")
 
-from .base import FieldProblem, Param, Problem, ProblemError, sample_box
+from .base import FieldProblem, Problem, ProblemError, sample_box
 from .pinn import PDE1D, PINNProblem, laplacian
 from .registry import REGISTRY, get_problem, list_problems, register
 from .custom import ClientData, FieldAt, PDE
 from .domain import DomainPDE
 from . import pde1d, poisson, fitting, ridge, table, zoo  # noqa: F401  (the built-in families register their problems)
 
-__all__ = ["PDE", "DomainPDE", "FieldAt", "ClientData", "Problem", "FieldProblem", "PINNProblem", "PDE1D", "Param", "ProblemError", "register",
+__all__ = ["PDE", "DomainPDE", "FieldAt", "ClientData", "Problem", "FieldProblem", "PINNProblem", "PDE1D", "ProblemError", "register",
            "get_problem", "list_problems", "REGISTRY", "laplacian", "sample_box"]

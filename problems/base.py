@@ -1,45 +1,47 @@
-"""Problem base types, parameter declarations, sampling and the registry.
+"""Problem base types, sampling and the registry.
 
-A problem is declarative: its parameters, domain, how the domain (or data)
+A problem is declarative: its options, domain, how the domain (or data)
 splits among clients, its default network, its residual parts, its exact
 solution and its test metric.  No training code lives here.
+
+Options are declared in the one dialect of :mod:`fedsciml.options`, as a
+method's are: ``params = {"k": option(0.1, "diffusivity k", float, lo=0,
+lo_open=True)}`` — a default, a help text, a type and what is allowed — and
+validated by the same code (:func:`fedsciml.options.check_options`); the
+``solve`` and ``ridge`` command lines generate their flags from them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from fedsciml.core.nn import MLP
+from fedsciml.options import OptionError, OptionTypeError, Spec, check_options, declared, option
 from fedsciml.core.objective import LeastSquares, PointwiseLeastSquares, ResidualPart, stack_objectives
 
 DTYPE = torch.float64
 
 
 class ProblemError(ValueError):
-    """Invalid problem options (the message names the value and what is allowed)."""
+    """Invalid problem options or data (the message names the value and what is allowed)."""
 
 
-@dataclass(frozen=True)
-class Param:
-    default: Any
-    type: Callable = float
-    help: str = ""
-    check: Callable[[Any], str | None] | None = None  # returns an error message or None
-    choices: tuple | None = None
+class ProblemOptionError(ProblemError, OptionError):
+    """A problem option out of its allowed range, or unknown (both a :class:`ProblemError` and an
+    :class:`~fedsciml.options.OptionError`, as a method option's would be)."""
 
 
-def positive(name):
-    return lambda v: None if v > 0 else f"{name} must be > 0, got {v}"
+class ProblemOptionTypeError(ProblemError, OptionTypeError):
+    """A problem option of the wrong type (``n_samples='many'``): a :class:`ProblemError` and an
+    :class:`~fedsciml.options.OptionTypeError`."""
 
 
-def at_least(name, lo):
-    return lambda v: None if v >= lo else f"{name} must be ≥ {lo}, got {v}"
+PROBLEM_ERRORS = (ProblemOptionError, ProblemOptionTypeError)
 
-
-SAMPLING = Param("lhs", str, "collocation sampling: lhs (pyDOE Latin hypercube) or uniform", choices=("lhs", "uniform"))
+SAMPLING = option("lhs", "collocation sampling: lhs (pyDOE Latin hypercube) or uniform", str,
+                  choices=("lhs", "uniform"))
 
 
 def sample_box(n: int, lo, hi, method: str, seed) -> torch.Tensor:
@@ -77,28 +79,16 @@ class Problem:
     default_clients: ClassVar[int] = 1
 
     def __init__(self, **options):
-        unknown = set(options) - set(self.params)
-        if unknown:
-            raise ProblemError(
-                f"problem {self.name!r} has no option(s) {sorted(unknown)}; allowed: {sorted(self.params) or 'none'}"
-            )
-        self.options = {}
-        for key, spec in self.params.items():
-            v = options.get(key)
-            if v is None:
-                v = spec.default
-            try:
-                v = spec.type(v) if v is not None else None
-            except (TypeError, ValueError):
-                raise ProblemError(f"option {key}={options.get(key)!r} of problem {self.name!r} is not a valid {spec.type.__name__}")
-            if spec.choices is not None and v not in spec.choices:
-                raise ProblemError(f"option {key}={v!r} of problem {self.name!r} must be one of {list(spec.choices)}")
-            if spec.check is not None and v is not None:
-                msg = spec.check(v)
-                if msg:
-                    raise ProblemError(f"problem {self.name!r}: {msg}")
-            self.options[key] = v
+        """Validate ``options`` against :meth:`specs` (unknown names, types, ranges: one line naming the value and
+        what is allowed, a :class:`ProblemOptionError` / :class:`ProblemOptionTypeError`); ``None``: the default."""
+        self.options = check_options(f"problem {self.name!r}", self.specs(), options, errors=PROBLEM_ERRORS)
         self._check()
+
+    @classmethod
+    def specs(cls) -> dict[str, tuple[Any, Spec]]:
+        """``{option: (default, Spec)}`` of the problem's ``params`` (declaration order), as
+        :meth:`fedsciml.options.MethodConfig.specs` of a method."""
+        return declared(cls.params)
 
     def _check(self):
         """Cross-option validation hook."""

@@ -10,7 +10,7 @@ and the plots come from the toolkit::
     class Helmholtz(fs.PDE):
         name = "helmholtz"
         dim = 1
-        params = {"k": fs.Param(3.0, float, "wave number")}
+        params = {"k": fs.option(3.0, "wave number", float)}
 
         def exact(self, x):                      # optional; gives rel_l2 and boundary values
             return torch.sin(math.pi * x[..., 0])
@@ -33,8 +33,9 @@ import numpy as np
 import torch
 from torch.func import jacfwd, jacrev
 
-from .base import (SAMPLING, FieldProblem, Param, ProblemError, ResidualPart, at_least, box_boundary_points, grid,
-                   positive, sample_box)
+from fedsciml.options import option
+
+from .base import SAMPLING, FieldProblem, ProblemError, ResidualPart, box_boundary_points, grid, sample_box
 from .pinn import PINNProblem
 
 
@@ -75,9 +76,9 @@ class FieldAt:
 
 def _pde_params():
     return {
-        "n_interior": Param(400, int, "interior collocation points per client", at_least("n_interior", 1)),
-        "n_boundary": Param(50, int, "boundary points per face per client strip (d ≥ 2)", at_least("n_boundary", 1)),
-        "boundary_weight": Param(10.0, float, "boundary penalty β", positive("boundary_weight")),
+        "n_interior": option(400, "interior collocation points per client", int, lo=1),
+        "n_boundary": option(50, "boundary points per face per client strip (d ≥ 2)", int, lo=1),
+        "boundary_weight": option(10.0, "boundary penalty β", float, lo=0, lo_open=True),
         "sampling": SAMPLING,
     }
 

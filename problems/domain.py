@@ -11,7 +11,7 @@
         name = "my-heat"
         geometry = Interval(0.0, 1.0)
         T = 1.0                                   # space-time: inputs (x, t); no condition at t = T
-        params = {"k": fs.Param(0.1, float, "diffusivity")}
+        params = {"k": fs.option(0.1, "diffusivity", float)}
         conditions = [Dirichlet("x-", 0.0), Neumann("x+", 0.0), Initial(value=lambda x: torch.sin(math.pi / 2 * x[:, 0]))]
 
         def equation(self, u, x):                 # at one interior point x = (x, t)
@@ -48,7 +48,9 @@ import numpy as np
 import torch
 from torch.func import jacrev, vmap
 
-from .base import DTYPE, Param, ProblemError, ResidualPart, at_least, positive
+from fedsciml.options import option
+
+from .base import DTYPE, ProblemError, ResidualPart
 from .conditions import Condition, Data, Field, Initial, Periodic, component_index
 from .geometry import SAMPLINGS, Geometry, Partition, SpaceTime, axis_name, make_partition
 from .pinn import PINNProblem
@@ -56,12 +58,11 @@ from .pinn import PINNProblem
 
 def _domain_params():
     return {
-        "n_interior": Param(400, int, "interior collocation points per client", at_least("n_interior", 1)),
-        "n_boundary": Param(50, int, "points per client of each boundary/initial condition without its own n",
-                            at_least("n_boundary", 1)),
-        "boundary_weight": Param(10.0, float, "weight of each condition without its own weight", positive("boundary_weight")),
-        "sampling": Param("lhs", str, "collocation sampling: " + ", ".join(SAMPLINGS), choices=SAMPLINGS),
-        "split": Param("strips", str, "client partition: strips, strips:AXIS, grid, grid:AxB"),
+        "n_interior": option(400, "interior collocation points per client", int, lo=1),
+        "n_boundary": option(50, "points per client of each boundary/initial condition without its own n", int, lo=1),
+        "boundary_weight": option(10.0, "weight of each condition without its own weight", float, lo=0, lo_open=True),
+        "sampling": option("lhs", "collocation sampling: " + ", ".join(SAMPLINGS), str, choices=SAMPLINGS),
+        "split": option("strips", "client partition: strips, strips:AXIS, grid, grid:AxB", str),
     }
 
 

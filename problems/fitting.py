@@ -12,7 +12,9 @@ import math
 import numpy as np
 import torch
 
-from .base import SAMPLING, FieldProblem, Param, ProblemError, ResidualPart, at_least, grid, interval_edges, sample_box
+from fedsciml.options import option
+
+from .base import SAMPLING, FieldProblem, ProblemError, ResidualPart, grid, interval_edges, sample_box
 from .registry import register
 
 UNEVEN_8 = (0.0, 0.1, 0.3, 0.5, 0.6, 0.7, 0.85, 0.9, 1.0)
@@ -48,9 +50,9 @@ class Sin1D(FitProblem):
     space_dim = 1
     hidden = (20, 20, 20)
     params = {
-        "n": Param(2, int, "frequency n in sin(nπx)", at_least("n", 1)),
-        "split": Param("equal", str, "equal intervals, or uneven (the paper's 8-client edges)", choices=("equal", "uneven")),
-        "n_samples": Param(400, int, "samples per client", at_least("n_samples", 1)),
+        "n": option(2, "frequency n in sin(nπx)", int, lo=1),
+        "split": option("equal", "equal intervals, or uneven (the paper's 8-client edges)", str, choices=("equal", "uneven")),
+        "n_samples": option(400, "samples per client", int, lo=1),
         "sampling": SAMPLING,
     }
 
@@ -89,7 +91,7 @@ class Gauss2D(FitProblem):
     hidden = (20, 20, 20, 20)
     default_clients = 9
     params = {
-        "n_samples": Param(1000, int, "samples per client", at_least("n_samples", 1)),
+        "n_samples": option(1000, "samples per client", int, lo=1),
         "sampling": SAMPLING,
     }
 

@@ -9,7 +9,9 @@ import math
 import torch
 from scipy.optimize import brentq
 
-from .base import Param, ProblemError, positive
+from fedsciml.options import option
+
+from .base import ProblemError
 from .pinn import PDE1D, pinn_params
 from .registry import register
 
@@ -43,8 +45,8 @@ class Bratu(PDE1D):
     name = "bratu"
     description = "1D Bratu −u″ = λeᵘ, closed-form lower branch (variant: manufactured u = x(1−x))"
     params = {
-        "lam": Param(1.0, float, "λ; the classical problem needs 0 < λ < λ_c ≈ 3.513830719"),
-        "variant": Param("classical", str, "classical | manufactured", choices=("classical", "manufactured")),
+        "lam": option(1.0, "λ; the classical problem needs 0 < λ < λ_c ≈ 3.513830719", float),
+        "variant": option("classical", "classical | manufactured", str, choices=("classical", "manufactured")),
         **pinn_params(400, 10.0),
     }
 
@@ -96,8 +98,8 @@ class Fisher(PDE1D):
     name = "fisher"
     description = "1D Fisher–KPP −u″ − ρu(1−u) = f, u = x²(1−x) (variant paper-code: +ρu(1−u))"
     params = {
-        "rho": Param(1.0, float, "reaction rate ρ", positive("rho")),
-        "variant": Param("standard", str, "standard (−ρu(1−u)) | paper-code (+ρu(1−u))", choices=("standard", "paper-code")),
+        "rho": option(1.0, "reaction rate ρ", float, lo=0, lo_open=True),
+        "variant": option("standard", "standard (−ρu(1−u)) | paper-code (+ρu(1−u))", str, choices=("standard", "paper-code")),
         **pinn_params(400, 10.0),
     }
 

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch.func import jacfwd
 
-from .base import SAMPLING, FieldProblem, Param, ResidualPart, at_least, positive, sample_box
+from fedsciml.options import option
 
-
+from .base import SAMPLING, FieldProblem, ResidualPart, sample_box
 def laplacian(u, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``Δ_x u(θ, x)`` at one point ``x [d]`` (u returns a 0-d tensor)."""
     H = jacfwd(jacfwd(u, argnums=1), argnums=1)(theta, x)
@@ -34,10 +34,9 @@ def pinn_params(n_interior: int, boundary_weight: float) -> dict:
     20 copies, which weighs the boundary 20× more in ``J_mᵀJ_m`` (and in a sum-form loss) — not in its
     per-part mean local loss (``LocalConfig(loss='parts')``)."""
     return {
-        "n_interior": Param(n_interior, int, "interior collocation points per client", at_least("n_interior", 1)),
-        "n_boundary": Param(1, int, "copies of each Dirichlet end point (1D; the FIPA reference code uses 20)",
-                            at_least("n_boundary", 1)),
-        "boundary_weight": Param(boundary_weight, float, "boundary penalty β (weight of squared boundary residuals)", positive("boundary_weight")),
+        "n_interior": option(n_interior, "interior collocation points per client", int, lo=1),
+        "n_boundary": option(1, "copies of each Dirichlet end point (1D; the FIPA reference code uses 20)", int, lo=1),
+        "boundary_weight": option(boundary_weight, "boundary penalty β (weight of squared boundary residuals)", float, lo=0, lo_open=True),
         "sampling": SAMPLING,
     }
 

@@ -35,7 +35,9 @@ import math
 import numpy as np
 import torch
 
-from .base import SAMPLING, Param, ProblemError, at_least, box_boundary_points, grid, positive, sample_box
+from fedsciml.options import option
+
+from .base import SAMPLING, ProblemError, box_boundary_points, grid, sample_box
 from .pinn import PINNProblem
 from .registry import register
 
@@ -52,12 +54,14 @@ class Poisson(PINNProblem):
     name = "poisson"
     description = "d-dim Poisson −Δu = f on [0,1]^d, u = Π sin πxᵢ (variant sum: Σ sin πxᵢ)"
     params = {
-        "dim": Param(2, int, "space dimension d ≥ 1", at_least("dim", 1)),
-        "variant": Param("product", str, "product (Π sin πxᵢ) | sum (Σ sin πxᵢ)", choices=("product", "sum")),
-        "n_interior": Param(None, int, "interior collocation points per client (default 400 for d ≤ 2, "
-                                       "800·max(d, 5) for d ≥ 3)", at_least("n_interior", 1)),
-        "n_boundary": Param(50, int, "boundary points per face per client strip (d ≥ 2)", at_least("n_boundary", 1)),
-        "boundary_weight": Param(None, float, "boundary penalty β (default 10 for d = 1, 100 for d ≥ 2)", positive("boundary_weight")),
+        "dim": option(2, "space dimension d ≥ 1", int, lo=1),
+        "variant": option("product", "product (Π sin πxᵢ) | sum (Σ sin πxᵢ)", str, choices=("product", "sum")),
+        "n_interior": option(None, "interior collocation points per client (default 400 for d ≤ 2, "
+                                       "800·max(d, 5) for d ≥ 3)", int, lo=1,
+                             none="400 for d ≤ 2, 800·max(d, 5) for d ≥ 3"),
+        "n_boundary": option(50, "boundary points per face per client strip (d ≥ 2)", int, lo=1),
+        "boundary_weight": option(None, "boundary penalty β (default 10 for d = 1, 100 for d ≥ 2)", float, lo=0,
+                                  lo_open=True, none="10 for d = 1, 100 for d ≥ 2"),
         "sampling": SAMPLING,
     }
 

@@ -44,20 +44,10 @@ import torch
 
 from fedsciml.core.objective import LinearLeastSquares
 
-from .base import DTYPE, Param, Problem, ProblemError, at_least, positive
+from fedsciml.options import option
+
+from .base import DTYPE, Problem, ProblemError
 from .registry import register
-
-
-def _unit_interval(name):
-    return lambda v: None if 0.0 <= v <= 1.0 else f"{name} must be in [0, 1], got {v}"
-
-
-def _open_unit(name):
-    return lambda v: None if 0.0 < v < 1.0 else f"{name} must be in (0, 1), got {v}"
-
-
-def _nonneg(name):
-    return lambda v: None if v >= 0 else f"{name} must be ≥ 0, got {v}"
 
 
 class LinearModel:
@@ -148,15 +138,13 @@ class RidgeProblem(Problem):
 
 
 COMMON = {
-    "n_samples": Param(500, int, "samples per client (a test_fraction of them held out)", at_least("n_samples", 2)),
-    "heterogeneity": Param(0.5, float, "heterogeneity γ ∈ [0, 1] (client feature means γ·u_k; 0 = IID)",
-                           _unit_interval("heterogeneity")),
-    "sigma": Param(0.01, float, "ridge regularization σ in ‖Aw − b‖² + σ‖w‖²", _nonneg("sigma")),
-    "noise": Param(0.1, float, "standard deviation of the target noise ε", _nonneg("noise")),
-    "test_fraction": Param(0.2, float, "fraction of each client's samples held out for the test set",
-                           _open_unit("test_fraction")),
-    "penalty": Param("rows", str, "where σ enters: rows (√(σ/K)·I residual rows on every client) or server "
-                     "(data rows only; the one-shot server adds σI)", choices=("rows", "server")),
+    "n_samples": option(500, "samples per client (a test_fraction of them held out)", int, lo=2),
+    "heterogeneity": option(0.5, "heterogeneity γ ∈ [0, 1] (client feature means γ·u_k; 0 = IID)", float, lo=0, hi=1),
+    "sigma": option(0.01, "ridge regularization σ in ‖Aw − b‖² + σ‖w‖²", float, lo=0),
+    "noise": option(0.1, "standard deviation of the target noise ε", float, lo=0),
+    "test_fraction": option(0.2, "fraction of each client's samples held out for the test set", float, lo=0, hi=1, lo_open=True, hi_open=True),
+    "penalty": option("rows", "where σ enters: rows (√(σ/K)·I residual rows on every client) or server "
+                     "(data rows only; the one-shot server adds σI)", str, choices=("rows", "server")),
 }
 
 
@@ -165,12 +153,10 @@ class RidgeLinear(RidgeProblem):
     name = "ridge-linear"
     description = "linear ridge, the one-shot paper's heterogeneous synthetic data (d=100, γ=0.5, K=20)"
     params = {
-        "dim": Param(100, int, "feature dimension d", at_least("dim", 1)),
+        "dim": option(100, "feature dimension d", int, lo=1),
         **COMMON,
-        "spectrum": Param("flat", str, "feature variances: flat (the paper's) or powerlaw λ_j ∝ j^−decay",
-                          choices=("flat", "powerlaw")),
-        "decay": Param(2.0, float, "power-law exponent α of the feature spectrum (spectrum=powerlaw)",
-                       positive("decay")),
+        "spectrum": option("flat", "feature variances: flat (the paper's) or powerlaw λ_j ∝ j^−decay", str, choices=("flat", "powerlaw")),
+        "decay": option(2.0, "power-law exponent α of the feature spectrum (spectrum=powerlaw)", float, lo=0, lo_open=True),
     }
 
     def n_features(self):
@@ -203,10 +189,10 @@ class RidgeRFF(RidgeProblem):
     name = "ridge-rff"
     description = "ridge on random Fourier features of a nonlinear target (shared feature seed)"
     params = {
-        "rff_dim": Param(300, int, "number of random Fourier features D", at_least("rff_dim", 1)),
-        "input_dim": Param(3, int, "input dimension p", at_least("input_dim", 1)),
-        "lengthscale": Param(1.0, float, "RBF kernel length scale ℓ (Ω ~ N(0, 1/ℓ²))", positive("lengthscale")),
-        "feature_seed": Param(0, int, "seed of the shared feature map (Ω, β)"),
+        "rff_dim": option(300, "number of random Fourier features D", int, lo=1),
+        "input_dim": option(3, "input dimension p", int, lo=1),
+        "lengthscale": option(1.0, "RBF kernel length scale ℓ (Ω ~ N(0, 1/ℓ²))", float, lo=0, lo_open=True),
+        "feature_seed": option(0, "seed of the shared feature map (Ω, β)", int, lo=0),
         **COMMON,
     }
 

@@ -31,7 +31,9 @@ import numpy as np
 import torch
 
 from fedsciml.runtime.memory import available_memory
-from .base import DTYPE, Param, Problem, ProblemError
+from fedsciml.options import option
+
+from .base import DTYPE, Problem, ProblemError
 from .registry import register
 from .ridge import LinearModel
 
@@ -136,10 +138,10 @@ class TableProblem(Problem):
     metric = "mse"
     description = "your own regression table, one CSV/npz file per client (--tables a.csv,b.csv): least squares"
     params = {
-        "tables": Param("", str, "the clients' tables, comma-separated, one file per client (CSV with a header: "
-                                 "feature columns and the target column; or npz with X and y)"),
-        "target": Param("y", str, "the target column of the CSV tables"),
-        "test_table": Param("", str, "a held-out table for the test MSE (optional)"),
+        "tables": option("", "the clients' tables, comma-separated, one file per client (CSV with a header: "
+                                 "feature columns and the target column; or npz with X and y)", str),
+        "target": option("y", "the target column of the CSV tables", str),
+        "test_table": option("", "a held-out table for the test MSE (optional)", str),
     }
 
     @property

@@ -23,7 +23,9 @@ import math
 import numpy as np
 import torch
 
-from .base import DTYPE, Param, at_least, positive
+from fedsciml.options import option
+
+from .base import DTYPE
 from .conditions import Data, Dirichlet, Initial, Neumann
 from .domain import DomainPDE
 from .geometry import Box, Interval, LShape
@@ -42,9 +44,9 @@ class Heat(DomainPDE):
     T = 1.0
     hidden = (20, 20, 20)
     default_clients = 4
-    params = {"k": Param(0.1, float, "diffusivity k", positive("k")),
-              "n_interior": Param(300, int, "interior collocation points per client", at_least("n_interior", 1)),
-              "n_boundary": Param(40, int, "points per client of each boundary/initial condition", at_least("n_boundary", 1))}
+    params = {"k": option(0.1, "diffusivity k", float, lo=0, lo_open=True),
+              "n_interior": option(300, "interior collocation points per client", int, lo=1),
+              "n_boundary": option(40, "points per client of each boundary/initial condition", int, lo=1)}
 
     @property
     def conditions(self):
@@ -67,12 +69,12 @@ class HeatInverse(Heat):
     name = "heat-inverse"
     description = "heat's diffusivity k recovered from noisy sensor readings held by 4 sites (k ± Laplace std)"
     params = {**Heat.params,
-              "k0": Param(0.05, float, "initial guess of k", positive("k0")),
-              "noise": Param(0.0, float, "standard deviation of the readings' noise (0: exact readings)",
-                             lambda v: None if v >= 0 else f"noise must be ≥ 0, got {v}"),
-              "sensors": Param(8, int, "sensor positions x_s = (s + ½)/sensors", at_least("sensors", 1)),
-              "readings": Param(11, int, "readings per sensor at t = 0 .. T", at_least("readings", 1)),
-              "data_seed": Param(0, int, "seed of the readings' noise (fixed: part of the problem, not of the run)")}
+              "k0": option(0.05, "initial guess of k", float, lo=0, lo_open=True),
+              "noise": option(0.0, "standard deviation of the readings' noise (0: exact readings)", float, lo=0),
+              "sensors": option(8, "sensor positions x_s = (s + ½)/sensors", int, lo=1),
+              "readings": option(11, "readings per sensor at t = 0 .. T", int, lo=1),
+              "data_seed": option(0, "seed of the readings' noise (fixed: part of the problem, not of the run)", int,
+                                  lo=0)}
 
     @property
     def unknowns(self):
@@ -118,7 +120,7 @@ class PoissonLShape(DomainPDE):
     geometry = LShape()
     hidden = (32, 32, 32)
     default_clients = 4
-    params = {"boundary_weight": Param(100.0, float, "weight of the Dirichlet rows", positive("boundary_weight"))}
+    params = {"boundary_weight": option(100.0, "weight of the Dirichlet rows", float, lo=0, lo_open=True)}
     conditions = [Dirichlet("boundary")]
 
     def equation(self, u, x):
@@ -139,7 +141,7 @@ class Kovasznay(DomainPDE):
     up_to_constant = ("p",)
     hidden = (32, 32, 32)
     default_clients = 4
-    params = {"Re": Param(20.0, float, "Reynolds number", positive("Re"))}
+    params = {"Re": option(20.0, "Reynolds number", float, lo=0, lo_open=True)}
     conditions = [Dirichlet("boundary", component="u"), Dirichlet("boundary", component="v"),
                   Dirichlet("x+", component="p")]
 
@@ -192,9 +194,9 @@ class Burgers(DomainPDE):
     T = 1.0
     hidden = (20, 20, 20, 20)
     default_clients = 4
-    params = {"nu": Param(0.01 / _PI, float, "viscosity ν", positive("nu")),
-              "n_interior": Param(1500, int, "interior collocation points per client", at_least("n_interior", 1)),
-              "n_boundary": Param(50, int, "points per client of each boundary/initial condition", at_least("n_boundary", 1))}
+    params = {"nu": option(0.01 / _PI, "viscosity ν", float, lo=0, lo_open=True),
+              "n_interior": option(1500, "interior collocation points per client", int, lo=1),
+              "n_boundary": option(50, "points per client of each boundary/initial condition", int, lo=1)}
     conditions = [Dirichlet("x-", 0.0), Dirichlet("x+", 0.0), Initial(lambda x: -torch.sin(_PI * x[:, 0]))]
 
     def equation(self, u, x):

@@ -235,7 +235,7 @@ IDLE = [  # (method, options, the option refused)
     ("one-shot", dict(dp_central=True), "dp_central"),
     ("one-shot", dict(dp_noise_aware=True), "dp_noise_aware"),
     ("one-shot", dict(project_sketch="srht"), "project_sketch"),
-    ("one-shot", dict(sigma=0.1, cv_sigmas="1,2"), "sigma"),
+    ("one-shot", dict(sigma=0.1, cv_sigmas=[1.0, 2.0]), "sigma"),
 ]
 
 

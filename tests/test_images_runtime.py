@@ -118,19 +118,74 @@ def test_cli_hostile_or_corrupt_image_checkpoint_is_one_line(tmp_path, capsys):
 
 # ------------------------------------------------------------------ registry
 def test_image_methods_come_from_one_registry():
-    assert M.ONE_SHOT == tuple(M.METHODS["one-shot"]) and M.MULTI_ROUND == tuple(M.METHODS["rounds"])
-    for proto, table in M.METHODS.items():
-        for name, spec in table.items():
-            assert spec.name == name and spec.protocol == proto and callable(spec.aggregator) and callable(spec.message)
+    """The image methods are entries of the one method registry (fedsciml.runtime.driver.METHODS) under the kind
+    ``images``, each with its protocols; fedavg, fedprox and fipa are one entry for problems and images alike."""
+    from fedsciml.runtime.driver import METHODS, available_methods, get_method
+
+    assert set(M.ONE_SHOT) | set(M.MULTI_ROUND) <= set(available_methods("images"))
+    for name in set(M.ONE_SHOT) | set(M.MULTI_ROUND):
+        spec = METHODS[name]
+        assert "images" in spec.kinds
+        for proto, im in spec.uses["images"].detail.items():
+            assert im.name == name and im.protocol == proto and callable(im.aggregator) and callable(im.message)
+            assert (name in M.ONE_SHOT) if proto == "one-shot" else (name in M.MULTI_ROUND)
+    for name in ("fedavg", "fedprox", "fipa"):  # one entry: solve's method and the image one
+        assert METHODS[name].kinds == ("pinn", "fit", "ridge", "images")
+    assert METHODS["regmean"].kinds == ("images",) and "gn" not in available_methods("images")
     assert M.image_method("fedbens", "one-shot").modes and M.image_method("fipa-fc", "rounds").head_only
     assert M.default_methods("one-shot") == list(M.ONE_SHOT[:6])
     assert M.default_methods("warmup-refine") == list(M.MULTI_ROUND)
-    with pytest.raises(ValueError, match=r"unknown multi-round method 'fishermerge' \(image benchmarks\); "
-                                         r"choose from fedavg, fedprox, fipa, fipa-fc, fedfish"):
+    with pytest.raises(ValueError, match=r"method 'fishermerge' is a one-shot image method, not a multi-round one "
+                                         r"\(image benchmarks\); multi-round methods: fedavg, fedprox, fipa, fipa-fc, "
+                                         r"fedfish"):
         M.image_method("fishermerge", "rounds")
-    with pytest.raises(ValueError, match=r"unknown one-shot method 'fipa' \(image benchmarks\); "
-                                         r"choose from fedavg, fishermerge"):
+    with pytest.raises(ValueError, match=r"method 'fipa' is a multi-round image method, not a one-shot one "
+                                         r"\(image benchmarks\); one-shot methods: fedavg, fishermerge"):
         M.run_one_shot(_fed(3), "linear", ["fipa"], 0, CFG)
+    with pytest.raises(ValueError, match=r"unknown one-shot method 'nope' \(image benchmarks\)"):
+        M.image_method("nope", "one-shot")
+    # a method used on the wrong kind: one line each way
+    with pytest.raises(ValueError, match=r"method 'gn' does not apply to image classification .*it applies to: "
+                                         r"pinn, fit, ridge; methods that do: .*regmean"):
+        M.image_method("gn", "rounds")
+    with pytest.raises(ValueError, match=r"method 'regmean' does not apply to a problem of kind 'pinn'; it applies "
+                                         r"to: images; methods that do: centralized, .*gn"):
+        get_method("regmean", "pinn")
+
+
+def test_wrong_kind_is_one_line_on_the_cli(capsys):
+    from fedsciml.cli.main import main
+
+    assert main(["solve", "bratu", "--clients", "2", "--method", "regmean"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "method 'regmean' does not apply to a problem of kind 'pinn'" in err
+    assert main(["bench", "images", "--protocol", "rounds", "--methods", "gn", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "method 'gn' does not apply to image classification" in err
+
+
+def test_one_shot_and_rounds_run_through_the_one_driver(monkeypatch):
+    """run_one_shot / run_rounds call fedsciml.runtime.driver.solve once per method run (warm-up included), on an
+    ImageTask, and return the same accounting."""
+    from fedsciml.runtime import driver
+
+    calls = []
+    real = driver.solve
+
+    def spy(problem, method, *a, **kw):
+        calls.append((type(problem).__name__, method, kw["config"].protocol))
+        return real(problem, method, *a, **kw)
+
+    monkeypatch.setattr(M, "solve", spy)
+    fed = _fed(3)
+    out = M.run_rounds(fed, "linear", ["fedavg", "fipa"], 0, CFG, 1, warmup=1)
+    assert calls == [("ImageTask", "fedavg", "rounds"), ("ImageTask", "fedavg", "rounds"),
+                     ("ImageTask", "fipa", "rounds")]
+    assert list(out) == ["warmup", "fedavg", "fipa"] and [h[0] for h in out["fipa"].history] == [2]
+    calls.clear()
+    one = M.run_one_shot(fed, "linear", ["fedavg", "regmean"], 0, CFG)
+    assert calls == [("ImageTask", "fedavg", "one-shot"), ("ImageTask", "regmean", "one-shot")]
+    assert 0 <= one["regmean"].accuracy <= 1 and one["regmean"].n_params == out["fipa"].n_params
 
 
 # ------------------------------------------------------------------ one Result type

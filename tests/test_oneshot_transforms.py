@@ -9,7 +9,7 @@ import torch
 from fedsciml.methods import federated as methods  # noqa: F401  (registers the methods)
 from fedsciml.methods import METHODS
 from fedsciml.ridge import DPConfig, one_shot
-from fedsciml.core.dp import client_generator, shared_generator
+from fedsciml.core.dp import client_generator
 from fedsciml.core.stats import client_message, from_gn, fuse, to_gn
 
 
@@ -32,7 +32,7 @@ def _flat(dp):
 
 
 def _grid(values):
-    return ",".join(repr(float(v)) for v in values)
+    return [float(v) for v in values]  # a list-valued option is a list (the CLI's text is parsed at the edge)
 
 
 def _close(a, b, rtol=1e-10):
@@ -99,9 +99,10 @@ def test_central_dp_on_the_runtime_equals_ridge_one_shot():
     prob, objs, w0 = _ridge()
     dp = DPConfig(epsilon=1.0, delta=1e-5, central=True)
     a, _, info = METHODS["one-shot"](prob, objs, w0, prob.evaluate, **_flat(dp), sigma=0.2, seed=11)
-    w, _ = one_shot(_rows(objs), sigma=0.2, dp=dp, seed=11)  # central noise: one draw of the shared generator
+    w, _ = one_shot(_rows(objs), sigma=0.2, dp=dp, seed=11)  # central noise: the sites' shares s/√K
     assert _close(a, w)
-    # and it is the exact fusion of the clipped rows plus that one draw (independent reference)
+    # and it is the exact fusion of the clipped rows plus the K shares, each drawn by its site's own generator
+    # with std s/√K (distributed Gaussian noise: the sum carries s; independent reference)
     from fedsciml.core import linalg, privacy
     from fedsciml.core.dp import noise_like, psd_repair
     from fedsciml.core.stats import ridge_solve
@@ -109,10 +110,30 @@ def test_central_dp_on_the_runtime_equals_ridge_one_shot():
     clipped = [privacy.clip_rows(A, b, 1.0, 1.0, "scale") for A, b in _rows(objs)]
     A = torch.cat([c[0] for c in clipped])
     b = torch.cat([c[1] for c in clipped])
-    p = A.shape[1]
-    e = noise_like(p, info["noise_std"], shared_generator(11))
-    G, _ = psd_repair(A.T @ A + linalg.unpack_upper(e["G"], p))
-    assert _close(a, ridge_solve(G, A.T @ b + e["h"], 0.2), 1e-9)
+    p, K = A.shape[1], len(objs)
+    shares = [noise_like(p, info["noise_std"] / K ** 0.5, client_generator(11, k)) for k in range(K)]
+    eG, eh = sum(e["G"] for e in shares), sum(e["h"] for e in shares)
+    G, _ = psd_repair(A.T @ A + linalg.unpack_upper(eG, p))
+    assert _close(a, ridge_solve(G, A.T @ b + eh, 0.2), 1e-9)
+    assert info["noise_shares"] == K and info["noise_std_total"] == pytest.approx(info["noise_std"])
+
+
+def test_central_dp_refuses_a_sum_with_too_few_noise_shares():
+    """Each share is sized for t sites: a sum with fewer carries less noise than the calibrated σ and is refused
+    (ε not delivered); a smaller t tolerates the dropout with more noise."""
+    from fedsciml.methods.oneshot import OneShotStrategy
+
+    prob, objs, w0 = _ridge()
+    dp = DPConfig(epsilon=1.0, delta=1e-5, central=True)
+
+    st = OneShotStrategy(0.2, dp=dp, min_survivors=len(objs))
+    st.size_noise_shares(len(objs))
+    p = w0.numel()
+    Hp, g = torch.zeros(p * (p + 1) // 2, dtype=torch.float64), torch.zeros(p, dtype=torch.float64)
+    with pytest.raises(ValueError, match="noise shares reached the sum"):
+        st.fuse_sum(Hp + torch.eye(p, dtype=torch.float64)[torch.triu_indices(p, p).unbind()], g, len(objs) - 1, p)
+    with pytest.raises(ValueError, match="dp_min_survivors=9"):
+        OneShotStrategy(0.2, dp=dp, min_survivors=9).size_noise_shares(len(objs))
 
 
 @pytest.mark.parametrize("sketch", ["gaussian", "sparse", "srht"])
@@ -139,7 +160,7 @@ def test_projection_to_the_full_dimension_is_the_plain_path_bitwise():
 
 def test_one_shot_with_dp_crosses_bytes_bitwise():
     prob, objs, w0 = _ridge(6)
-    kw = dict(dp_epsilon=2.0, project=8, seed=3, dropout=0.3, cv_sigmas="0.01,0.1,1")
+    kw = dict(dp_epsilon=2.0, project=8, seed=3, dropout=0.3, cv_sigmas=[0.01, 0.1, 1.0])
     a, rows_a, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, **kw)
     b, rows_b, _ = METHODS["one-shot"](prob, objs, w0, prob.evaluate, transport="bytes", **kw)
     strip = [{k: v for k, v in r.items() if "time" not in k} for r in rows_a]

@@ -125,20 +125,66 @@ def test_bratu_manufactured_accepts_any_finite_lambda():
 # --- options and errors ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name,opts,match", [
-    ("poisson", {"dim": 0}, "dim must be ≥ 1"),
+    # the one option dialect's words (fedsciml.options.check_value), as a method option's
+    ("poisson", {"dim": 0}, "problem 'poisson' option dim must be an integer ≥ 1, got 0$"),
     ("poisson", {"dim": 11}, "dim=11"),
-    ("bratu", {"n_interior": -3}, "n_interior must be ≥ 1"),
-    ("reaction-diffusion", {"boundary_weight": 0.0}, "boundary_weight must be > 0"),
-    ("fisher", {"rho": -1.0}, "rho must be > 0"),
-    ("fisher", {"variant": "other"}, "must be one of"),
-    ("bratu", {"sampling": "sobol"}, "must be one of"),
-    ("allen-cahn", {"lam": 1.0}, "no option"),
-    ("sin1d", {"n": 0}, "n must be ≥ 1"),
-    ("gauss2d", {"n_samples": "many"}, "not a valid int"),
+    ("bratu", {"n_interior": -3}, "n_interior must be an integer ≥ 1, got -3"),
+    ("reaction-diffusion", {"boundary_weight": 0.0}, "boundary_weight must be a finite number > 0, got 0.0"),
+    ("fisher", {"rho": -1.0}, "rho must be a finite number > 0, got -1.0"),
+    ("fisher", {"variant": "other"}, "variant must be one of standard, paper-code, got 'other'"),
+    ("bratu", {"sampling": "sobol"}, "must be one of lhs, uniform"),
+    ("allen-cahn", {"lam": 1.0}, "has no option 'lam'; allowed: boundary_weight, n_boundary"),
+    ("sin1d", {"n": 0}, "n must be an integer ≥ 1, got 0"),
+    ("gauss2d", {"n_samples": "many"}, r"n_samples must be an integer ≥ 1, got 'many' \(str\)"),
 ])
 def test_bad_options_are_named(name, opts, match):
     with pytest.raises(ProblemError, match=match):
         get_problem(name, **opts)
+
+
+def test_problem_and_method_options_are_one_dialect():
+    """A problem option and a method option are declared by the same ``option()`` and checked by the same code:
+    a bad value is one line naming the owner, the value and what is allowed, in the same words."""
+    import fedsciml as fs
+    from fedsciml.options import OptionError, OptionTypeError, Spec
+    from fedsciml.problems.base import ProblemOptionError, ProblemOptionTypeError
+
+    (_, p_spec), (_, m_spec) = get_problem("sin1d").specs()["n_samples"], fs.FIPAConfig.specs()["local_steps"]
+    assert isinstance(p_spec, Spec) and isinstance(m_spec, Spec) and p_spec.allowed() == m_spec.allowed()
+    with pytest.raises(OptionError) as p_err:
+        get_problem("sin1d", n_samples=0)
+    with pytest.raises(OptionError) as m_err:
+        fs.FIPAConfig.from_options(local_steps=0)
+    assert str(p_err.value) == "problem 'sin1d' option n_samples must be an integer ≥ 1, got 0"
+    assert str(m_err.value) == "fipa option local_steps must be an integer ≥ 1, got 0"
+    assert isinstance(p_err.value, ProblemOptionError) and isinstance(p_err.value, ProblemError)
+    with pytest.raises(OptionTypeError) as p_type:  # a TypeError and still a ProblemError (a ValueError)
+        get_problem("sin1d", n_samples=2.5)
+    assert isinstance(p_type.value, ProblemOptionTypeError) and "\n" not in str(p_type.value)
+    with pytest.raises(OptionTypeError, match=r"local_steps must be an integer ≥ 1, got 2.5 \(float\)"):
+        fs.FIPAConfig.from_options(local_steps=2.5)
+    with pytest.raises(AttributeError, match=r"fedsciml.option\(default, help, type"):  # Param's replacement named
+        fs.Param
+
+
+def test_a_user_problem_declares_options_with_option():
+    import fedsciml as fs
+
+    class Wave(fs.PDE):
+        name = "wave-dialect-test"
+        params = {"k": fs.option(2.0, "wave number", float, lo=0, lo_open=True)}
+
+        def exact(self, x):
+            return x[..., 0] * 0
+
+        def equation(self, u, x):
+            return u(x)
+
+    assert Wave().k == 2.0 and Wave(k=3).k == 3.0 and isinstance(Wave(k=3).k, float)
+    with pytest.raises(ProblemError, match="problem 'wave-dialect-test' option k must be a finite number > 0, got -1"):
+        Wave(k=-1)
+    with pytest.raises(TypeError, match="declared with fedsciml.option"):
+        type("Bad", (fs.PDE,), {"name": "bad-dialect-test", "params": {"k": 2.0}})()
 
 
 def test_unknown_problem_and_bad_client_counts():

@@ -66,8 +66,11 @@ def test_ridge_memory_is_checked_before_anything_is_built(capsys):
     assert "count ≤ 10000" in capsys.readouterr().err
 
 
-def test_central_dp_says_it_trusts_the_server_and_flower_refuses(capsys, caplog):
+def test_central_dp_says_it_trusts_the_server_and_flower_runs_it_through_secagg(capsys, caplog, monkeypatch):
+    """In process: one line saying it trusts the server.  On Flower: the job goes to the SecAgg+ App (its run is
+    tests/test_flower_secagg.py; here the simulation is replaced by a recorder, which fails the run on purpose)."""
     from fedsciml.cli import main
+    from fedsciml.engines.flower import secagg, simulation
 
     with caplog.at_level(logging.WARNING):
         assert main(["ridge", "--clients", "3", "--dim", "4", "--samples", "20", "--epsilon", "2",
@@ -75,13 +78,22 @@ def test_central_dp_says_it_trusts_the_server_and_flower_refuses(capsys, caplog)
     lines = [r.getMessage() for r in caplog.records if "trusts the server" in r.getMessage()]
     assert len(lines) == 1
     capsys.readouterr()
+    seen = []
+
+    def recorder(jobs, clients, *, wait_s=0.0, workdir=None, app=None):
+        seen.append((app, [j["method"] for j in jobs], [j["options"].get("dp_central") for j in jobs]))
+        raise simulation.EngineFailed("recorded, not run")
+
+    monkeypatch.setattr(simulation, "run_jobs", recorder)
     assert main(["ridge", "--clients", "3", "--dim", "4", "--samples", "20", "--epsilon", "2", "--central-dp",
-                 "--engine", "flower"]) == 2
+                 "--engine", "flower"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no secure aggregation" in err[0]
+    assert len(err) == 1 and "recorded, not run" in err[0]
+    assert seen and seen[0][0] == secagg.APP_DIR and seen[0][2] == [True]
     import fedsciml as fs
     from fedsciml.problems import get_problem
 
-    with pytest.raises(ValueError, match="no secure aggregation"):
-        fs.solve(get_problem("ridge-linear", dim=4), "one-shot", clients=3, engine="flower", dp_epsilon=2.0,
-                 dp_central=True)
+    seen.clear()
+    with pytest.raises(simulation.EngineFailed):
+        fs.solve(get_problem("ridge-linear", dim=4), "one-shot", clients=3, engine="flower", dp_epsilon=2.0)
+    assert seen[0][0] is None   # local DP: fedsciml's generic App

@@ -18,7 +18,7 @@ def test_auto_form_is_square_root_with_cv_and_few_rows_and_equals_gram():
     from fedsciml.ridge import one_shot
 
     prob = _prob(d=20, n=10)                         # 8 training rows per client: 2·8 ≤ d
-    auto = fs.solve(prob, "one-shot", clients=5, seed=1, cv_sigmas="1e-3,1e-1,10")
+    auto = fs.solve(prob, "one-shot", clients=5, seed=1, cv_sigmas=[1e-3, 1e-1, 10])
     assert auto.extra["form_used"] == "sqrt"
     assert auto.history[-1]["floats_up"] == 5 * (8 * 20 + 8 + 2)  # R_k [8, 20], s_k [8], loss, n
     data = prob.client_data(5, 1)
@@ -30,7 +30,7 @@ def test_auto_form_is_square_root_with_cv_and_few_rows_and_equals_gram():
     ref = pooled_ridge(A, b, auto.extra["sigma_used"])
     assert float((auto.theta - ref).norm() / ref.norm()) < 1e-10
     # more rows than d/2, or DP, or no CV: the Gram form
-    assert fs.solve(_prob(d=12, n=10), "one-shot", clients=5, seed=1, cv_sigmas="1,10").extra["form_used"] == "gram"
+    assert fs.solve(_prob(d=12, n=10), "one-shot", clients=5, seed=1, cv_sigmas=[1, 10]).extra["form_used"] == "gram"
     assert fs.solve(prob, "one-shot", clients=5, seed=1).extra["form_used"] == "gram"
     assert OneShotStrategy(form="auto").summary() == {"sigma": 0.0}
 

@@ -35,3 +35,122 @@ def set_threads(threads, quiet=False):
         if not quiet:
             print(f"[fedsciml] load average {load:.1f} ≥ {cores} cores: using 1 thread (--threads N to override)",
                   file=sys.stderr)
+
+
+# --- flags generated from option declarations ---------------------------------------------------------------------
+#
+# The one generator of command-line flags: ``solve``, ``ridge`` (and ``bench images``) build their option flags
+# from the declarations of :mod:`fedsciml.options` (a method configuration's ``specs()``, a problem's ``specs()``),
+# so a default, a range or a help text is written once.  API (kept stable; other subcommands build on it):
+#
+#   flags = add_option_flags(group, {"fipa": FIPAConfig.specs(), "gn": GNConfig.specs()}, dest="mopt_")
+#   ...
+#   given = given_options(args, "mopt_")                       # {option: value} of the flags given
+#   values = given_options(args, "popt_", specs=problem_cls.specs(), owner="problem 'bratu'")  # text converted
+#
+# and ``with fedsciml.options.cli_names(flags): ...`` names the options by their flags in error messages.
+
+def option_flag(name: str, prefix: str = "") -> str:
+    """The flag of an option: ``local_steps`` → ``--local-steps`` (``prefix``: ``method-`` → ``--method-sigma``)."""
+    return "--" + prefix + name.replace("_", "-")
+
+
+def flag_help(per_owner: dict, name_owners: bool = True) -> str:
+    """Help of a generated flag from ``{owner: (default, Spec)}``: what it does, its allowed values and its default,
+    per owner where they differ (``text [fipa, fedavg: an integer ≥ 1; default 100]``; one help text declared with
+    several defaults: ``text [a, b: an integer ≥ 1; default 400 · c: an integer ≥ 1; default 1500]``)."""
+    from fedsciml.options import cli_names
+
+    texts: dict[str, dict[tuple, list]] = {}
+    with cli_names():
+        for owner, (default, s) in per_owner.items():
+            shown = "" if default is None or default is False else f"; default {default!r}"
+            allowed = "" if s.type is bool else s.allowed()
+            texts.setdefault(s.help, {}).setdefault((allowed, shown), []).append(owner)
+    parts = []
+    for text, groups in texts.items():
+        inner = []
+        for (allowed, default), owners in groups.items():
+            who = ", ".join(owners) if name_owners else ""
+            inner.append((who + (": " if who and allowed else "") + allowed + default).strip("; "))
+        inner = [x for x in inner if x]
+        parts.append(f"{text} [{' · '.join(inner)}]" if inner else text)
+    return " | ".join(parts).replace("%", "%%")
+
+
+def add_option_flags(group, owners: dict, *, dest: str, typed: bool = True, rename: dict | None = None,
+                     aliases: dict | None = None, skip=(), name_owners: bool = True) -> dict[str, str]:
+    """Add one flag per option declared by any of ``owners`` (``{owner: {option: (default, Spec)}}``, e.g.
+    ``{m.name: m.config.specs()}`` or ``{cls.name: cls.specs()}``) to ``group`` (a parser or argument group).
+
+    Each flag's value lands in ``args.<dest><option>``, ``None`` when not given (so the declared default applies
+    downstream, once).  ``typed``: argparse converts the text by the first owner's Spec type (int, float, str;
+    a bool is a switch, ``--x/--no-x`` when its Spec has ``none``); with ``typed=False`` (owners whose Specs for
+    one name may differ, e.g. every problem's) the text is kept and :func:`given_options` converts it by the
+    chosen owner's Spec.  :data:`~fedsciml.options.FLOATS` options are text either way, parsed by
+    :func:`given_options` (:func:`~fedsciml.options.parse_grid`).  ``rename``: ``{option: flag}`` for a flag
+    spelled otherwise than ``--option-name``; ``aliases``: ``{option: [more flags]}`` (older spellings kept
+    working); ``skip``: options without a flag here (a Spec with ``cli=False`` never has one).
+    Returns ``{option: flag}`` (pass it to :func:`fedsciml.options.cli_names` so messages name the flags)."""
+    import argparse
+
+    from fedsciml.options import FLOATS, PATH
+
+    rename, aliases = dict(rename or {}), dict(aliases or {})
+    per_option: dict[str, dict] = {}
+    for owner, specs in owners.items():
+        for name, (default, spec) in specs.items():
+            if spec.cli and name not in skip:
+                per_option.setdefault(name, {})[owner] = (default, spec)
+    flags = {}
+    for name, per_owner in per_option.items():
+        spec = next(iter(per_owner.values()))[1]
+        flag = rename.get(name) or option_flag(name)
+        kw: dict = dict(dest=dest + name, default=None, help=flag_help(per_owner, name_owners))
+        if spec.type is bool and all(s.type is bool for _, s in per_owner.values()):
+            if spec.none is not None:
+                kw["action"] = argparse.BooleanOptionalAction
+            else:
+                kw.update(action="store_const", const=True)
+        else:
+            if typed and spec.type in (int, float, str, PATH):
+                kw["type"] = str if spec.type is PATH else spec.type
+                if spec.choices is not None:
+                    kw["choices"] = spec.choices
+            kw["metavar"] = spec.metavar or ("N" if spec.type is int else "X" if spec.type is float else
+                                             "LIST" if spec.type is FLOATS else None)
+            if not typed and kw["metavar"] is None:
+                kw["metavar"] = name.upper()
+        group.add_argument(flag, *aliases.get(name, ()), **kw)
+        flags[name] = flag
+    return flags
+
+
+def given_options(args, dest: str, specs: dict | None = None, owner: str = "", errors=(None, None)) -> dict:
+    """``{option: value}`` of the generated flags given on the command line (``args.<dest><option>`` not None).
+    Text is converted to the declared type, once, here (:func:`fedsciml.options.from_text`; a
+    :data:`~fedsciml.options.FLOATS` option's list by :func:`~fedsciml.options.parse_grid`) by ``specs``
+    (``{option: (default, Spec)}``: the chosen owner's, or the union of the owners' for typed flags); values are
+    checked by their owner afterwards, once.  An option that ``specs`` does not declare is returned as given
+    (the owner's validation refuses it by name)."""
+    from fedsciml.options import from_text
+
+    out = {}
+    for key, v in vars(args).items():
+        if not key.startswith(dest) or v is None:
+            continue
+        name = key[len(dest):]
+        if specs is not None and name in specs:
+            v = from_text(name, v, specs[name][1], owner, errors=errors)
+        out[name] = v
+    return out
+
+
+def union_specs(owners: dict) -> dict:
+    """``{option: (default, Spec)}`` of the first owner declaring each option (``{owner: specs}`` as
+    :func:`add_option_flags` takes): the types by which :func:`given_options` converts typed flags' text."""
+    out: dict = {}
+    for specs in owners.values():
+        for name, ds in specs.items():
+            out.setdefault(name, ds)
+    return out

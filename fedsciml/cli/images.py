@@ -120,9 +120,8 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
         if not methods:  # an empty list is a mistake, not "the default set"
             raise ValueError(f"--methods is empty; give a comma-separated list from {list(allowed)} "
                              "(or leave --methods out for the default set)")
-        bad = [m for m in methods if m not in allowed]
-        if bad:
-            raise ValueError(f"method(s) {bad} not available for protocol {args.protocol}; choose from {list(allowed)}")
+        for m in methods:  # from the one registry: a method of another kind or protocol is refused in one line
+            M.image_method(m, args.protocol)
     ran = methods if methods is not None else M.default_methods(args.protocol)
     fipa = [m for m in ran if m.startswith("fipa")]
     # options given (not their defaults) that act on nothing this run does: refused, one line (as solve's are)

@@ -14,67 +14,36 @@ import os
 import sys
 
 import fedsciml.engines  # noqa: F401  (registers the methods and the engines with the driver)
-from fedsciml.cli.common import EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, set_threads
+from fedsciml.cli.common import (EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, add_option_flags, given_options,
+                                 option_flag, set_threads, union_specs)
 
 SOLVE_FLAGS = ("method", "clients", "compare", "seed", "device", "engine", "threads", "json", "out", "quiet", "every",
                "plugin")
 
 
-def _problem_param_flags():
+def problem_owners() -> dict:
+    """``{problem: {option: (default, Spec)}}`` of every registered problem (the problem flags' declarations)."""
     from fedsciml.problems import REGISTRY
 
-    flags = {}
-    for cls in REGISTRY.values():
-        for name, spec in cls.params.items():
-            flags.setdefault(name, spec)
-    return flags
+    return {name: cls.specs() for name, cls in REGISTRY.items()}
+
+
+def method_owners() -> dict:
+    """``{method: {option: (default, Spec)}}`` of every registered method's configuration."""
+    from fedsciml.runtime.driver import METHODS
+
+    return {m.name: m.config.specs() for m in METHODS.values()}
 
 
 def method_option_flags() -> dict:
-    """``{option: (Spec, {method: default})}`` over every registered method's configuration (declaration order)."""
-    from fedsciml.runtime.driver import METHODS
-
-    flags = {}
-    for m in METHODS.values():
-        for name, (default, spec) in m.config.specs().items():
+    """``{option: (Spec, {method: (default, Spec)})}`` over every registered method's configuration (declaration
+    order; the options that have a flag)."""
+    flags: dict = {}
+    for m, specs in method_owners().items():
+        for name, (default, spec) in specs.items():
             if spec.cli:
-                flags.setdefault(name, (spec, {}))[1][m.name] = (default, spec)
+                flags.setdefault(name, (spec, {}))[1][m] = (default, spec)
     return flags
-
-
-def _flag_help(name, spec, per_method) -> str:
-    """Help of a generated flag: what it does, its allowed values and its default, per method where they differ."""
-    groups = {}
-    for m, (default, s) in per_method.items():
-        groups.setdefault((s.help, "" if s.type is bool else ": " + s.allowed(), repr(default)), []).append(m)
-    parts = []
-    for (text, allowed, default), ms in groups.items():
-        d = "" if default in ("None", "False") else f"; default {default}"
-        parts.append(f"{text} [{', '.join(ms)}{allowed}{d}]")
-    return " | ".join(parts).replace("%", "%%")
-
-
-def _add_method_flags(group, taken, problem_names=()):
-    """One flag per method option; an option named like a problem parameter (ridge's ``sigma``) is
-    ``--method-NAME``, so that ``--NAME`` keeps meaning the problem's parameter."""
-    from fedsciml.options import PATH, cli_names
-
-    for name, (spec, per_method) in method_option_flags().items():
-        flag = "--" + ("method-" if name in problem_names else "") + name.replace("_", "-")
-        with cli_names():
-            kw = dict(dest="mopt_" + name, default=None, help=_flag_help(name, spec, per_method))
-        if spec.type is bool:
-            if spec.none is not None:
-                kw["action"] = argparse.BooleanOptionalAction
-            else:
-                kw.update(action="store_const", const=True)
-        else:
-            kw["type"] = {int: int, float: float, str: str, PATH: str}[spec.type]
-            if spec.choices is not None:
-                kw["choices"] = spec.choices
-            kw["metavar"] = spec.metavar or ("N" if spec.type is int else "X" if spec.type is float else None)
-        group.add_argument(flag, **kw)
-        taken.add(name)
 
 
 def _add_solve_parser(sub):
@@ -101,15 +70,19 @@ def _add_solve_parser(sub):
                    help="who carries the clients' messages: this process, or Flower's simulation engine "
                         "(pip install \"fedsciml[flower]\"; same strategy, same numbers; default local)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
-    taken = set(SOLVE_FLAGS)
-    problem_flags = _problem_param_flags()
-    _add_method_flags(p.add_argument_group("method options (generated from fedsciml.options)"), taken,
-                      problem_flags)
-    prob = p.add_argument_group("problem options (see `list`; each applies to the problems that declare it)")
-    for name, spec in sorted(problem_flags.items()):
-        flag = name if name not in SOLVE_FLAGS else "problem-" + name  # never shadow a solve flag
-        prob.add_argument("--" + flag.replace("_", "-"), dest="popt_" + name, default=None, metavar=name.upper(),
-                          help=spec.help.replace("%", "%%"))
+    problems = problem_owners()
+    problem_names = {n for specs in problems.values() for n in specs}
+    methods = method_owners()
+    # a method option named like a problem option (one-shot's sigma beside ridge's) is --method-NAME, so that
+    # --NAME keeps meaning the problem's; a problem option named like a solve flag is --problem-NAME
+    mflags = add_option_flags(p.add_argument_group("method options (generated from fedsciml.options)"), methods,
+                              dest="mopt_", rename={n: option_flag(n, "method-") for s in methods.values()
+                                                    for n in s if n in problem_names})
+    pflags = add_option_flags(p.add_argument_group("problem options (see `list`; each applies to the problems "
+                                                   "that declare it)"),
+                              dict(sorted(problems.items())), dest="popt_", typed=False,
+                              rename={n: option_flag(n, "problem-") for n in problem_names if n in SOLVE_FLAGS})
+    p.set_defaults(_method_flags=mflags, _problem_flags=pflags, _method_specs=union_specs(methods))
     out = p.add_argument_group("output")
     out.add_argument("--json", default=None, metavar="FILE",
                      help="write the result JSON to FILE (an existing file is overwritten; checked before the run)")
@@ -137,18 +110,19 @@ def cmd_list(args):
     return 0
 
 
-def method_options_for(methods, given: dict) -> dict:
+def method_options_for(methods, given: dict, flags: dict | None = None) -> dict:
     """``{method: {option: value}}``: each given option goes to the methods whose configuration has it; an
-    option that none of ``methods`` accepts is refused (one line naming it and the methods it applies to)."""
+    option that none of ``methods`` accepts is refused (one line naming it — by ``flags``, ``{option: flag}``,
+    where given — and the methods it applies to)."""
     from fedsciml.runtime.driver import METHODS
 
-    out = {m: {} for m in methods}
+    out: dict = {m: {} for m in methods}
     for name, value in given.items():
         takers = [m for m in methods if name in METHODS[m].config.specs()]
         if not takers:
             applies = [m for m in sorted(METHODS) if name in METHODS[m].config.specs()]
-            flag = ("method-" if name in _problem_param_flags() else "") + name.replace("_", "-")
-            raise CLIError(f"option --{flag} does not apply to method "
+            flag = (flags or {}).get(name) or option_flag(name)
+            raise CLIError(f"option {flag} does not apply to method "
                            f"{', '.join(methods)} (it applies to: {', '.join(applies)})")
         for m in takers:
             out[m][name] = value
@@ -159,7 +133,7 @@ def drop_where_idle(methods, per_method: dict) -> dict:
     """With ``--compare``, a given option goes to every compared method that has it; it is dropped from
     those where it has no effect with their other settings (``--local-steps`` reaches fipa's local gn
     and fedavg's local Adam), and refused, by name, only when it has an effect in none of them."""
-    from fedsciml.options import OptionError
+    from fedsciml.options import OptionError, display
     from fedsciml.runtime.driver import METHODS
 
     idle = {m: METHODS[m].config._build(per_method[m], given={}).inapplicable() for m in methods}
@@ -168,7 +142,7 @@ def drop_where_idle(methods, per_method: dict) -> dict:
         takers = [m for m in methods if name in per_method[m]]
         if all(name in idle[m] for m in takers):
             m = takers[0]
-            raise OptionError(f"{m} option --{name.replace('_', '-')} has no effect here: {idle[m][name]}")
+            raise OptionError(f"{m} option {display(name)} has no effect here: {idle[m][name]}")
         for m in takers:
             if name in idle[m]:
                 del out[m][name]
@@ -176,20 +150,30 @@ def drop_where_idle(methods, per_method: dict) -> dict:
 
 
 def cmd_solve(args):
+    from fedsciml.options import cli_names
+    from fedsciml.problems import REGISTRY, get_problem
+    from fedsciml.problems.base import PROBLEM_ERRORS
+
+    cls = REGISTRY.get(args.problem)
+    with cli_names(args._problem_flags):  # the problem's flags' text, parsed once here, checked by the problem
+        popts = given_options(args, "popt_", cls.specs() if cls is not None else {},
+                              f"problem {args.problem!r}", errors=PROBLEM_ERRORS)
+        if getattr(args, "mopt_preset", None) is not None:  # the preset's collocation settings, where declared
+            for k, v in (getattr(cls, "paper_options", None) or {}).items():
+                popts.setdefault(k, v)
+        problem = get_problem(args.problem, **popts)
+    with cli_names(args._method_flags):
+        return _solve(args, problem)
+
+
+def _solve(args, problem):
+    """``solve`` once the problem is built: the methods' options, every run planned (checked) before the first
+    one starts, the runs, the summary and the outputs."""
     from fedsciml.runtime.loop import RoundFailed
-    from fedsciml.problems import get_problem
     from fedsciml.runtime.results import check_output_dir, check_output_file
     from fedsciml.methods.centralized import Diverged
     from fedsciml.runtime.driver import check_clients, get_method, plan, run
 
-    popts = {k[5:]: v for k, v in vars(args).items() if k.startswith("popt_") and v is not None}
-    if getattr(args, "mopt_preset", None) is not None:  # the preset's collocation settings, where declared
-        from fedsciml.problems import REGISTRY
-
-        cls = REGISTRY.get(args.problem)
-        for k, v in (getattr(cls, "paper_options", None) or {}).items():
-            popts.setdefault(k, v)
-    problem = get_problem(args.problem, **popts)
     method = args.method or ("fipa" if args.clients and args.clients > 1 else "centralized")
     check_clients(args.clients)
     if args.every < 1:
@@ -201,11 +185,11 @@ def cmd_solve(args):
         methods = list(dict.fromkeys([method] + compare))
     for m in methods:
         get_method(m)
-    given = {k[5:]: v for k, v in vars(args).items() if k.startswith("mopt_") and v is not None}
+    given = given_options(args, "mopt_", args._method_specs)
     if given.get("preset") == "paper":  # a problem's own script settings for the published method, where declared
         for k, v in (getattr(problem, "paper_method_options", None) or {}).items():
             given.setdefault(k, v)
-    per_method = method_options_for(methods, given)
+    per_method = method_options_for(methods, given, args._method_flags)
     if len(methods) > 1:
         per_method = drop_where_idle(methods, per_method)
     plans = []

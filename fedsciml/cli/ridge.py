@@ -148,10 +148,6 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
             raise ValueError("dp-fedavg needs --epsilon")
     if names and engine != "local":
         raise ValueError(f"--baselines run in this process (engine local); with --engine {engine} leave them out")
-    if use_dp and central_dp and engine != "local":
-        raise ValueError(f"--central-dp adds the noise at the server to the sum of the sites' exact clipped "
-                         f"statistics; engine {engine} has no secure aggregation here, so the server would see each "
-                         f"site's un-noised statistics: use local DP (drop --central-dp) or --engine local")
     grid = parse_grid(cv) if isinstance(cv, str) else cv
     dev = resolve_device(device)
     from fedsciml.runtime.driver import check_memory
@@ -165,7 +161,7 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
     if grid is None:
         opts["sigma"] = float(sigma or 0.0)
     else:
-        opts["cv_sigmas"] = ",".join(repr(float(x)) for x in grid)
+        opts["cv_sigmas"] = [float(x) for x in grid]
     if use_dp:
         opts.update(dp_epsilon=float(epsilon), dp_delta=float(delta), dp_clip_a=float(clip_a),
                     dp_clip_b=float(clip_b), dp_central=bool(central_dp), dp_noise_aware=bool(noise_aware_sigma))

@@ -135,3 +135,79 @@ def psd_repair(G: torch.Tensor, floor: float = 0.0) -> tuple[torch.Tensor, int]:
     if n_clipped == 0:
         return G, 0
     return (V * lam.clamp_min(floor).unsqueeze(-2)) @ V.transpose(-1, -2), n_clipped
+
+
+# --- central DP through a secure sum: distributed noise and fixed point --------------------------------------
+
+
+def share_std(std: float, survivors: int) -> float:
+    """Distributed Gaussian noise: each site's share ``s/√t`` of the calibrated ``s``.
+
+    Each site adds ``N(0, s²/t)`` to its clipped statistics (the same per-entry factors as
+    :func:`noise_like`) before they enter the secure sum; the sum of the shares of the ``K' ≥ t`` sites that
+    reach it is ``N(0, (K'/t)·s²)``, at least the calibrated noise, so the release is (ε, δ)-DP whenever at
+    least ``t`` shares arrive — and is refused otherwise (:func:`check_survivors`).  No party sees an
+    un-noised statistic: a site's message is masked by the secure sum, and the sum carries the noise.  Against a
+    server colluding with ``c`` sites (who subtract their own shares) the noise left is ``(K' − c)/t · s²``:
+    the guarantee holds for up to ``K' − t`` colluders."""
+    if int(survivors) != survivors or survivors < 1:
+        raise ValueError(f"the number of sites whose noise shares must reach the sum must be an integer ≥ 1, "
+                         f"got {survivors}")
+    return float(std) / math.sqrt(int(survivors))
+
+
+def check_survivors(arrived: int, survivors: int, epsilon: float) -> None:
+    """Refuse a central-DP sum that carries fewer than ``t`` noise shares (its noise is below the calibrated
+    σ, so it cannot deliver its ε): one line."""
+    if arrived < survivors:
+        raise ValueError(f"central DP: only {arrived} sites' noise shares reached the sum, but each share was sized "
+                         f"for at least {survivors} (noise std below the calibrated one: ε={epsilon} is not "
+                         f"delivered); nothing is released — lower dp_min_survivors to tolerate dropouts")
+
+
+MODULUS_RANGE = 2 ** 32   # Flower SecAgg+'s default (and largest documented) mask modulus M
+INT32_MAX = 2 ** 31 - 1   # Flower quantizes into int32 before masking
+
+
+def statistics_bound(max_rows: int, c_a: float, c_b: float, share: float, margin: float = 10.0) -> float:
+    """A bound on every entry of one site's clipped, share-noised statistics ``(pack(G), h)``: with
+    ``n ≤ max_rows`` rows of ``‖a‖ ≤ C_a``, ``|b| ≤ C_b``, ``|G_ij| ≤ n C_a²`` and ``|h_j| ≤ n C_a C_b``; the
+    noise share adds at most ``margin`` of its standard deviations (a site whose draw exceeds it refuses:
+    probability below ``2·10⁻²³`` per entry at margin 10).  This is Flower's ``clipping_range`` ``c``."""
+    if int(max_rows) != max_rows or max_rows < 1:
+        raise ValueError(f"the public bound on a site's rows must be an integer ≥ 1, got {max_rows}")
+    return float(max_rows) * c_a * max(c_a, c_b) + margin * float(share)
+
+
+def quantization_range(sites: int, modulus: int = MODULUS_RANGE) -> int:
+    """Flower's ``quantization_range`` T for ``sites`` summands: the largest with ``sites·T < M`` (the masked
+    sum of the quantized values, each in ``[0, T]``, and of the weight factors ``T`` never wraps modulo M)
+    and ``T ≤ 2³¹ − 1`` (Flower rounds into int32)."""
+    if int(sites) != sites or sites < 1:
+        raise ValueError(f"the number of sites must be an integer ≥ 1, got {sites}")
+    return int(min(INT32_MAX, (int(modulus) - 1) // int(sites)))
+
+
+def secure_sum_error_bound(arrived: int, clipping_range: float, quant_range: int) -> float:
+    """Per-entry bound on ``|sum returned by SecAgg+ − Σ_k x_k|`` for ``arrived`` sites' vectors with
+    ``|x_k| ≤ c`` (Flower 1.41's fixed point, ``max_weight = num_examples = 1`` so its weights are exactly 1,
+    the average multiplied back by the number of sites; see :mod:`fedsciml.engines.flower.secagg`).
+
+    Each site rounds ``(x + c)·T/(2c)`` stochastically to an integer: an error below one step ``2c/T``
+    (unbiased); the integer sum is exact (no wrap: :func:`quantization_range`).  The server's float64
+    dequantization ``Σq·(2c/T) − K'c``, its division by ``K'`` and our multiplication by ``K'`` add a few
+    roundings of numbers below ``3K'c``: at most ``16·K'·c·2⁻⁵²`` in all.  So the bound is
+    ``K'·2c/T + 16·K'·c·2⁻⁵²`` (with T = 2³¹ − 1 and c = 1000 at 3 sites: 2.8e-6)."""
+    K, c = int(arrived), float(clipping_range)
+    return K * 2.0 * c / int(quant_range) + 16.0 * K * c * 2.0 ** -52
+
+
+def model_error_bound(d: int, w: torch.Tensor, sigma: float, entry_bound: float) -> float:
+    """Bound on ``‖w − w'‖₂`` between the ridge solutions (dimension ``d``, σ > 0) of two fused statistics whose
+    entries differ by at most ``B = entry_bound``, both PSD-repaired (a projection: it does not increase the
+    Frobenius distance): ``w' − w = (G'₊ + σI)⁻¹[(h' − h) − (G'₊ − G₊)w]`` with ``‖(G'₊ + σI)⁻¹‖ ≤ 1/σ``,
+    ``‖G'₊ − G₊‖₂ ≤ ‖G' − G‖_F ≤ d·B`` and ``‖h' − h‖ ≤ √d·B``, so ``‖w − w'‖ ≤ (√d·B + d·B·‖w‖)/σ``."""
+    if not sigma > 0:
+        raise ValueError(f"the model bound needs σ > 0, got {sigma}")
+    B = float(entry_bound)
+    return (math.sqrt(d) * B + d * B * float(w.norm())) / float(sigma)

@@ -49,7 +49,7 @@ forms (``LMConfig.solve``):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable, cast
 
 import torch
 
@@ -76,14 +76,17 @@ class LMConfig:
     accept_ratio: float = 0.0  # accept a step when ρ > accept_ratio
     solve: str = "auto"        # "normal" (p×p), "kernel" (n×n, needs J), "matfree" (CG, needs op) or "auto"
     matfree: matfree.MatfreeConfig = field(default_factory=matfree.MatfreeConfig)
+    momentum: float = 0.0      # SPRING momentum β ∈ [0, 1) (0: plain Levenberg–Marquardt)
 
-    def validate(self):
+    def validate(self) -> None:
         if not self.tau >= 0:
             raise ValueError(f"LM tau must be ≥ 0 (0: an undamped first step), got {self.tau}")
         if self.solve not in SOLVES:
             raise ValueError(f"LM solve must be one of {', '.join(SOLVES)}, got {self.solve!r}")
         if not 0 < self.mu_min < self.mu_max:
             raise ValueError(f"LM damping bounds need 0 < mu_min < mu_max, got {self.mu_min}, {self.mu_max}")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"SPRING momentum β must be in [0, 1), got {self.momentum}")
         self.matfree.validate()
 
 
@@ -102,23 +105,55 @@ def damping_after_failure(mu: float, nu: float, mu_max: float, floor: float = 0.
 
 
 class LevenbergMarquardt:
-    """Drive with :meth:`start` once, then alternate :meth:`propose` / :meth:`observe`."""
+    """Drive with :meth:`start` once, then alternate :meth:`propose` / :meth:`observe`.
+
+    SPRING momentum (``LMConfig.momentum`` = β > 0; Goldshlager, Abrahamsen &
+    Lin 2024, for PINNs Guzmán-Cordero, Dangel, Goldshlager & Zeinhofer,
+    NeurIPS 2025): the step is ``δ = −φ_k`` with
+
+        φ_k = argmin_φ ‖Jφ − r‖² + μ‖φ − βφ_{k−1}‖² = (JᵀJ + μI)⁻¹(Jᵀr + μβφ_{k−1})
+            = βφ_{k−1} + Jᵀ(JJᵀ + μI)⁻¹(r − βJφ_{k−1})        (kernel form),
+
+    LM's damping μ in the role of SPRING's regularization λ, and the gain
+    ratio in the role of its learning rate: the predicted decrease is the
+    Gauss–Newton model's ``−gᵀδ − ½‖Jδ‖²`` (the momentum step is not the
+    model's minimizer).  ``φ_{k−1}`` is the last *accepted* step; a rejected
+    trial drops it (``φ := 0``), so the next trial is the plain LM step —
+    without that, as μ grows the trial tends to ``−βφ_{k−1}``, not to 0, and
+    the gain-ratio safeguard could reject forever.  β = 0 is the plain LM
+    step, the same operations as without the option (bitwise).
+    """
 
     def __init__(self, config: LMConfig | None = None):
         self.cfg = config or LMConfig()
         self.cfg.validate()
-        self.theta = None
-        self.stats: GNStats | None = None
-        self.mu = None
+        self.theta: torch.Tensor | None = None
+        self._stats: GNStats | None = None
+        self.mu: float = 0.0
         self.nu = 2.0
         self.accepted_steps = 0
         self.rejected_steps = 0
-        self._trial = None
-        self._pred = None
-        self._kernel = None  # (stats, JJᵀ) for the kernel-form solve
-        self._nystrom = None  # (stats, Nyström sketch or None, λ_max) for the matrix-free solve
+        self._trial: torch.Tensor | None = None
+        self._delta: torch.Tensor | None = None
+        self._pred = 0.0
+        self._kernel: tuple[GNStats, torch.Tensor] | None = None  # (stats, JJᵀ) for the kernel-form solve
+        # (stats, Nyström sketch or None, λ_max) for the matrix-free solve
+        self._nystrom: tuple[GNStats, matfree.Nystrom | None, float] | None = None
+        self.momentum_direction: torch.Tensor | None = None  # φ_{k−1} of SPRING (None: none yet / dropped)
         self.cg_iters = 0     # CG iterations of all matrix-free solves so far
         self.last_cg_iters = 0
+        self.last_step_norm = 0.0
+
+    @property
+    def stats(self) -> GNStats:
+        """The statistics at the current point (set by :meth:`start`)."""
+        if self._stats is None:
+            raise RuntimeError("LevenbergMarquardt: start() has not been called")
+        return self._stats
+
+    @stats.setter
+    def stats(self, value: GNStats) -> None:
+        self._stats = value
 
     @property
     def loss(self) -> float:
@@ -134,12 +169,17 @@ class LevenbergMarquardt:
         ``kernel`` (``J``, ``r``) or ``matfree`` (an operator, :class:`fedsciml.core.matfree.GNOperator`)."""
         return auto_form(n, p) if self.cfg.solve == "auto" else self.cfg.solve
 
+    def _op(self) -> matfree.GNProducts:
+        op = self.stats.op
+        if op is None:
+            raise ValueError("LM solve='matfree' needs statistics that carry a Gauss–Newton operator (op)")
+        return cast(matfree.GNProducts, op)
+
     def _use_matfree(self) -> bool:
         st = self.stats
         if self.cfg.solve == "matfree" or (self.cfg.solve == "auto" and st.op is not None
                                            and st.H is None and st.J is None):
-            if st.op is None:
-                raise ValueError("LM solve='matfree' needs statistics that carry a Gauss–Newton operator (op)")
+            self._op()
             return True
         return False
 
@@ -150,90 +190,122 @@ class LevenbergMarquardt:
             if st.H is None:
                 raise ValueError("LM solve='normal' needs H = JᵀJ in the statistics")
             return False
-        if not has_j:
+        if st.J is None or st.r is None:
             raise ValueError("LM solve='kernel' needs statistics that carry J and r "
                              "(gn_stats_from(J, r, keep_jacobian=True)); federated sums only carry H and g")
         return self.cfg.solve == "kernel" or st.H is None or st.J.shape[0] < st.J.shape[1]
 
-    def start(self, theta: torch.Tensor, stats: GNStats):
+    def start(self, theta: torch.Tensor, stats: GNStats) -> None:
         self.theta = theta.detach().clone()
         self.stats = stats
         self.mu = self.cfg.tau * self._curvature_scale()
         self.nu = 2.0
+        self.momentum_direction = None
 
     def _curvature_scale(self) -> float:
         """``max diag(JᵀJ)`` of the current statistics (the unit of the damping); ``λ_max(JᵀJ)`` matrix-free."""
         st = self.stats
         if st.H is None and st.J is None and self._use_matfree():
             return max(self._sketch()[1], 1e-300)
-        diag = st.H.diagonal() if st.H is not None else (st.J * st.J).sum(0)
+        if st.H is not None:
+            diag = st.H.diagonal()
+        elif st.J is not None:
+            diag = (st.J * st.J).sum(0)
+        else:
+            raise ValueError("LM statistics carry neither H, J nor an operator")
         return float(diag.max().clamp_min(1e-300))
 
-    def _sketch(self):
+    def _sketch(self) -> tuple[matfree.Nystrom | None, float]:
         """``(Nyström sketch or None, λ_max)`` of the current operator, computed once per statistics."""
         st = self.stats
         if self._nystrom is None or self._nystrom[0] is not st:
             mc = self.cfg.matfree
             gen = torch.Generator(device=st.g.device).manual_seed(mc.seed + self.accepted_steps)
             p = st.g.numel()
+            op = self._op()
             if mc.precond == "nystrom":
-                ny = matfree.Nystrom.sketch(st.op.matmat, p, min(mc.rank, p), dtype=st.g.dtype,
+                ny = matfree.Nystrom.sketch(op.matmat, p, min(mc.rank, p), dtype=st.g.dtype,
                                             device=st.g.device, generator=gen)
                 self._nystrom = (st, ny, float(ny.lam[0]))
             else:
-                self._nystrom = (st, None, matfree.power_lambda_max(st.op.matvec, p, dtype=st.g.dtype,
+                self._nystrom = (st, None, matfree.power_lambda_max(op.matvec, p, dtype=st.g.dtype,
                                                                     device=st.g.device, generator=gen))
         return self._nystrom[1], self._nystrom[2]
 
-    def _solve_matfree(self, mu: float):
+    def _momentum_term(self) -> torch.Tensor | None:
+        """``βφ_{k−1}`` when SPRING momentum is on and a previous accepted step exists, else ``None``."""
+        if self.cfg.momentum > 0 and self.momentum_direction is not None:
+            return self.cfg.momentum * self.momentum_direction
+        return None
+
+    def _solve_matfree(self, mu: float) -> tuple[torch.Tensor, float]:
         st = self.stats
         ny, _ = self._sketch()
         mu = max(mu, self.cfg.mu_min)
         mc = self.cfg.matfree
-        res = matfree.damped_gn_step(st.op.matvec, st.g, mu, precond=ny.inverse(mu) if ny is not None else None,
-                                     rtol=mc.rtol, max_iters=mc.max_iters)
+        bphi = self._momentum_term()
+        rhs = None if bphi is None else -(st.g + mu * bphi)
+        res = matfree.damped_gn_step(self._op().matvec, st.g, mu, precond=ny.inverse(mu) if ny is not None else None,
+                                     rtol=mc.rtol, max_iters=mc.max_iters, rhs=rhs)
         self.last_cg_iters = res.cg_iters
         self.cg_iters += res.cg_iters
         return res.delta, res.model_decrease
 
-    def _solve(self, mu: float) -> torch.Tensor:
-        st = self.stats
-        if not self._use_kernel():
-            return -linalg.damped_solve(st.H, st.g, mu)
+    def _kernel_gram(self, st: GNStats, J: torch.Tensor) -> torch.Tensor:
         if self._kernel is None or self._kernel[0] is not st:
-            K = st.J @ st.J.T
+            K = J @ J.T
             self._kernel = (st, 0.5 * (K + K.T))
-        return -(st.J.T @ linalg.damped_solve(self._kernel[1], st.r, mu))
+        return self._kernel[1]
+
+    def _solve(self, mu: float) -> tuple[torch.Tensor, float | None]:
+        """The dense step and, with momentum, its Gauss–Newton model decrease (``None``: LM's own formula)."""
+        st = self.stats
+        bphi = self._momentum_term()
+        if not self._use_kernel():
+            H = st.H
+            assert H is not None  # _use_kernel checked it
+            if bphi is None:
+                return -linalg.damped_solve(H, st.g, mu), None
+            delta = -linalg.damped_solve(H, st.g + mu * bphi, mu)
+            return delta, -float(st.g @ delta) - 0.5 * float(delta @ (H @ delta))
+        J, r = st.J, st.r
+        assert J is not None and r is not None  # _use_kernel checked them
+        K = self._kernel_gram(st, J)
+        if bphi is None:
+            return -(J.T @ linalg.damped_solve(K, r, mu)), None
+        delta = -(bphi + J.T @ linalg.damped_solve(K, r - J @ bphi, mu))
+        Jd = J @ delta
+        return delta, -float(st.g @ delta) - 0.5 * float(Jd @ Jd)
 
     def propose(self) -> torch.Tensor:
-        """Next trial point ``θ + δ``, ``(H + μI) δ = −g``; raises the damping until the system factorizes."""
+        """Next trial point ``θ + δ``, ``(H + μI) δ = −g`` (with momentum ``−(g + μβφ)``); raises the damping
+        until the system factorizes."""
         g = self.stats.g
+        if self.theta is None:
+            raise RuntimeError("LevenbergMarquardt: start() has not been called")
+        pred: float | None
         if self._use_matfree():
             delta, pred = self._solve_matfree(self.mu)
-            if not bool(torch.isfinite(delta).all()):
-                raise FloatingPointError("non-finite LM step; the problem is badly scaled")
-            self._pred = pred
-            self._trial = self.theta + delta
-            self.last_step_norm = float(delta.norm())
-            return self._trial
-        while True:
-            try:
-                delta = self._solve(self.mu)
-                break
-            except linalg.NotPositiveDefinite:
-                self.mu = min(self.cfg.mu_max, max(self.mu * 10.0, 1e-12 * self._curvature_scale()))
-                if self.mu >= self.cfg.mu_max:
-                    raise
+        else:
+            while True:
+                try:
+                    delta, pred = self._solve(self.mu)
+                    break
+                except linalg.NotPositiveDefinite:
+                    self.mu = min(self.cfg.mu_max, max(self.mu * 10.0, 1e-12 * self._curvature_scale()))
+                    if self.mu >= self.cfg.mu_max:
+                        raise
         if not bool(torch.isfinite(delta).all()):
             raise FloatingPointError("non-finite LM step; the problem is badly scaled")
-        self._pred = float(0.5 * (delta @ (self.mu * delta - g)))
+        self._pred = float(0.5 * (delta @ (self.mu * delta - g))) if pred is None else pred
+        self._delta = delta
         self._trial = self.theta + delta
         self.last_step_norm = float(delta.norm())
         return self._trial
 
     def observe(self, trial_loss: float, stats_fn: Callable[[], GNStats]) -> bool:
         """Accept or reject the last trial from its loss; ``stats_fn()`` gives its statistics if accepted."""
-        if self._trial is None:
+        if self._trial is None or self._delta is None:
             raise RuntimeError("observe() called before propose()")
         trial_loss = float(trial_loss)
         gain = self.loss - trial_loss
@@ -244,15 +316,19 @@ class LevenbergMarquardt:
             self.stats = stats_fn()
             self.mu, self.nu = damping_after_success(self.mu, rho, self.cfg.mu_min)
             self.accepted_steps += 1
+            if self.cfg.momentum > 0:
+                self.momentum_direction = -self._delta
         else:
             self.mu, self.nu = damping_after_failure(self.mu, self.nu, self.cfg.mu_max,
                                                      1e-12 * self._curvature_scale())
             self.rejected_steps += 1
+            self.momentum_direction = None
         self._trial = None
+        self._delta = None
         return accepted
 
 
-def default_tau(objectives) -> float:
+def default_tau(objectives: Iterable[object]) -> float:
     """Initial damping τ for these objectives: 0 when every residual is linear
     (``LinearLeastSquares``: the Gauss–Newton model is exact, so the undamped
     first step is the solution — ridge converges in one round), else 1e-3."""

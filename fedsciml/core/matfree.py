@@ -29,11 +29,21 @@ point serves every damping tried there.  Decisions the papers leave open:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol
 
 import torch
 from torch.func import vjp
+
+Vec = Callable[[torch.Tensor], torch.Tensor]  # a linear map v ↦ A v on vectors (or on [p, k] blocks)
+
+
+class GNProducts(Protocol):
+    """What the matrix-free solve needs of a Gauss–Newton operator: ``JᵀJ v`` and ``JᵀJ V`` (columns)."""
+
+    def matvec(self, v: torch.Tensor) -> torch.Tensor: ...
+
+    def matmat(self, V: torch.Tensor) -> torch.Tensor: ...
 
 
 class GNOperator:
@@ -52,21 +62,23 @@ class GNOperator:
     ``loss = ½‖r‖²`` come from the same pass.
     """
 
-    def __init__(self, residual: Callable, theta: torch.Tensor):
+    def __init__(self, residual: Vec, theta: torch.Tensor):
         self.residual = residual
         self.theta = theta.detach()
-        r, self._pullback = vjp(residual, self.theta)
-        self.r = r.detach()
+        out = vjp(residual, self.theta)  # (r, pullback): no auxiliary output
+        self._pullback: Callable[..., tuple[torch.Tensor, ...]] = out[1]
+        self.r: torch.Tensor = out[0].detach()
         self.n = int(self.r.numel())
         self.p = int(self.theta.numel())
-        self.g = self._pullback(self.r)[0].detach()
-        self.loss = 0.5 * (self.r @ self.r)
-        self._jv = None  # v ↦ Jv, built on the first product
+        self.g: torch.Tensor = self._pullback(self.r)[0].detach()
+        self.loss: torch.Tensor = 0.5 * (self.r @ self.r)
+        self._jv: Optional[Callable[..., tuple[torch.Tensor, ...]]] = None  # v ↦ Jv, built on the first product
         self.products = 0  # Gauss–Newton products applied (columns of matmat included)
 
     def jv(self, v: torch.Tensor) -> torch.Tensor:
+        """``J v`` (the pullback's own pullback; built on the first call)."""
         if self._jv is None:
-            _, self._jv = vjp(lambda u: self._pullback(u)[0], torch.zeros_like(self.r))
+            self._jv = vjp(lambda u: self._pullback(u)[0], torch.zeros_like(self.r))[1]
         return self._jv(v)[0]
 
     def matvec(self, v: torch.Tensor) -> torch.Tensor:
@@ -85,8 +97,8 @@ class Nystrom:
     lam: torch.Tensor  # [ℓ], descending, ≥ 0
 
     @classmethod
-    def sketch(cls, matmat: Callable, p: int, rank: int, *, dtype=torch.float64, device="cpu",
-               generator: torch.Generator | None = None) -> "Nystrom":
+    def sketch(cls, matmat: Vec, p: int, rank: int, *, dtype: torch.dtype = torch.float64,
+               device: torch.device | str = "cpu", generator: torch.Generator | None = None) -> "Nystrom":
         """``matmat(Ω [p, ℓ]) -> A Ω``; Ω Gaussian with orthonormalized columns."""
         if not 1 <= rank <= p:
             raise ValueError(f"Nyström rank must be in 1..p={p}, got {rank}")
@@ -118,14 +130,14 @@ class Nystrom:
     def rank(self) -> int:
         return int(self.lam.numel())
 
-    def inverse(self, mu: float) -> Callable:
+    def inverse(self, mu: float) -> Vec:
         """``v ↦ P⁻¹ v`` for the damped operator ``A + μI`` (see the module docstring); μ > 0."""
         if not mu > 0:
             raise ValueError(f"the Nyström preconditioner needs damping μ > 0, got {mu}")
         U = self.U
         scale = (float(self.lam[-1]) + mu) / (self.lam + mu) - 1.0
 
-        def apply(v):
+        def apply(v: torch.Tensor) -> torch.Tensor:
             return v + U @ (scale * (U.T @ v))
 
         return apply
@@ -136,10 +148,10 @@ class CGResult:
     x: torch.Tensor
     iters: int
     rel_residual: float
-    Ax: torch.Tensor = field(repr=False, default=None)  # A x, recovered from the CG residual (b − r)
+    Ax: torch.Tensor  # A x, recovered from the CG residual (b − r)
 
 
-def cg(matvec: Callable, b: torch.Tensor, *, precond: Callable | None = None, rtol: float = 1e-10,
+def cg(matvec: Vec, b: torch.Tensor, *, precond: Vec | None = None, rtol: float = 1e-10,
        max_iters: int = 1000, x0: torch.Tensor | None = None) -> CGResult:
     """Preconditioned conjugate gradients for an SPD ``A`` given as ``matvec``.
 
@@ -198,7 +210,7 @@ class MatfreeConfig:
     max_iters: int = 500      # CG iterations per solve
     seed: int = 0
 
-    def validate(self):
+    def validate(self) -> None:
         if self.precond not in PRECONDITIONERS:
             raise ValueError(f"matrix-free preconditioner must be one of {', '.join(PRECONDITIONERS)}, "
                              f"got {self.precond!r}")
@@ -218,28 +230,32 @@ class StepResult:
     rel_residual: float
 
 
-def damped_gn_step(matvec: Callable, g: torch.Tensor, mu: float, *, precond: Callable | None = None,
-                   rtol: float = 1e-10, max_iters: int = 500) -> StepResult:
+def damped_gn_step(matvec: Vec, g: torch.Tensor, mu: float, *, precond: Vec | None = None,
+                   rtol: float = 1e-10, max_iters: int = 500, rhs: torch.Tensor | None = None) -> StepResult:
     """``δ ≈ −(JᵀJ + μI)⁻¹ g`` by (preconditioned) CG on ``matvec = v ↦ JᵀJv``, and the model decrease.
 
+    ``rhs`` replaces the right-hand side ``−g`` (SPRING momentum solves
+    ``(JᵀJ + μI) δ = −(g + μβφ)``, :mod:`fedsciml.core.lm`); the model
+    decrease is always the Gauss–Newton model's at ``g``.
     The decrease ``−gᵀδ − ½δᵀJᵀJδ`` uses ``δᵀJᵀJδ = δᵀ(Aδ) − μ‖δ‖²`` with
-    ``Aδ`` from CG's residual; for an exact solve it equals LM's
-    ``½δᵀ(μδ − g)``.
+    ``Aδ`` from CG's residual; for an exact solve with ``rhs = −g`` it equals
+    LM's ``½δᵀ(μδ − g)``.
     """
     if not mu > 0:
         raise ValueError(f"the damped step needs μ > 0, got {mu}")
 
-    def A(v):
+    def A(v: torch.Tensor) -> torch.Tensor:
         return matvec(v) + mu * v
 
-    res = cg(A, -g, precond=precond, rtol=rtol, max_iters=max_iters)
+    res = cg(A, -g if rhs is None else rhs, precond=precond, rtol=rtol, max_iters=max_iters)
     d = res.x
     quad = float(d @ res.Ax) - mu * float(d @ d)
     dec = -float(g @ d) - 0.5 * quad
     return StepResult(d, dec, res.iters, res.rel_residual)
 
 
-def power_lambda_max(matvec: Callable, p: int, *, iters: int = 20, dtype=torch.float64, device="cpu",
+def power_lambda_max(matvec: Vec, p: int, *, iters: int = 20, dtype: torch.dtype = torch.float64,
+                     device: torch.device | str = "cpu",
                      generator: torch.Generator | None = None) -> float:
     """An estimate (from below) of ``λ_max`` of a PSD operator by power iteration."""
     v = torch.randn(p, dtype=dtype, device=device, generator=generator)

@@ -3,15 +3,13 @@ Flower (engine ``flower``, :mod:`fedsciml.engines.flower`).  Importing this pack
 the driver; Flower itself is imported only when a run asks for it."""
 from __future__ import annotations
 
+import fedsciml.images  # noqa: F401  (registers the image methods in the one registry, kind images)
 import fedsciml.methods  # noqa: F401  (the engines run registered methods)
 from fedsciml.runtime.driver import ENGINES, register_engine
 
 
 def _flower(problem, method, **options):
-    if method == "one-shot":  # central DP needs a secure sum, which this engine lacks: refused before Flower starts
-        from fedsciml.methods.oneshot import refuse_central_dp_without_secure_sum
-
-        refuse_central_dp_without_secure_sum(options)
+    # one-shot with central DP runs through Flower's SecAgg+ (fedsciml.engines.flower.secagg; solve_many picks it)
     from fedsciml.engines.flower.simulation import solve
 
     return solve(problem, method, **options)

@@ -27,6 +27,7 @@ rounds, from the validated messages), client / server compute seconds
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -35,11 +36,14 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+import fedsciml.methods  # noqa: F401  (the built-in methods first: the image ones join fedavg, fedprox, fipa)
 from fedsciml.core import linalg
 from fedsciml.core.curvature import Diagonal, LowRank
 from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.core.schema import floats_in
 from fedsciml.runtime.client import dispatch, register_handler
+from fedsciml.runtime.driver import METHODS, KindUse, add_kind, kind_error, solve
+from fedsciml.runtime.history import Progress
 from fedsciml.runtime.loop import RoundConfig, Simulation
 from fedsciml.runtime.strategy import Exchange, Strategy
 from fedsciml.runtime.transport import BytesTransport, LocalTransport, Reply, Request, Transport
@@ -47,49 +51,12 @@ from fedsciml.images import fisher as fz
 from fedsciml.images.aggregators import (FedAvgAdamAggregator, FedBEnsAggregator, FedFishAggregator,
                                          FedFisherAggregator, FIPAComplementAggregator, FisherMergeAggregator,
                                          RegMeanAggregator)
+from fedsciml.images.config import ImageConfig, TrainConfig
 from fedsciml.images.data import FederatedImages
 from fedsciml.images.models import FlatModel, build, head_names
 
 SERVER_OPTS = ("default", "avg", "adam")  # TrainConfig.server_opt
-
-
-@dataclass
-class TrainConfig:
-    epochs: int = 30
-    lr: float = 0.01
-    momentum: float = 0.9
-    batch_size: int = 64
-    prox_mu: float = 0.01
-    # FIPA
-    rank: int = 10
-    oversample: int = 10
-    power_iters: int = 3
-    beta: float = 0.0        # extra regularization, relative: beta · max_m (N_m/N) λ_max,m
-    gamma: float = 1.0
-    tail: bool = True        # isotropic tail floor τ_m = λ_r,m per client (complement correction)
-    # FedAvg/FedProx robust aggregation (fedsciml.runtime.robust): "mean" | "median" | "trimmed", trim ∈ [0, 0.5),
-    # clip_norm None (off) or C > 0
-    robust: str = "mean"
-    trim: float = 0.2
-    clip_norm: float | None = None
-    # FedFish
-    fedfish_lr: float = 0.01  # learning rate of the server Adam (FedFish; FedAvg with server_opt="adam")
-    # server optimizer of multi-round FedAvg and FedFish: "default" (FedAvg plain average, FedFish server Adam),
-    # "avg" (both add their merged delta: θ + Δ), "adam" (both use it as the pseudo-gradient of the server Adam)
-    server_opt: str = "default"
-    # FedFisher
-    fedfisher_steps: int = 2000
-    fedfisher_lr: float = 0.01
-    fedfisher_start: str = "samples"  # "samples": Σ(n_i/N)w_i (default); "uniform": (1/K)Σw_i (the paper's Alg. 1)
-    # FedBEns
-    modes: int = 5
-    temperature: float = 0.1
-    prior_var: float = 0.1
-    fedbens_steps: int = 300
-    fedbens_lr: float = 1e-3
-    # RegMean
-    regmean_alphas: tuple = (0.1, 0.5, 0.9)
-    device: str = "cpu"
+IMAGES = "images"  # the kind of task the image methods apply to (fedsciml.runtime.driver.MethodSpec.kinds)
 
 
 @dataclass
@@ -117,24 +84,28 @@ class MethodResult:
 
 # ------------------------------------------------------------------ primitives
 def local_train(model: FlatModel, theta0, x, y, cfg: TrainConfig, seed: int, epochs: int | None = None,
-                prox_mu: float = 0.0):
-    """SGD with momentum on the client's cross-entropy (+ FedProx's ``μ/2‖θ−θ₀‖²``)."""
+                prox_mu: float = 0.0, label: str = "local training"):
+    """SGD with momentum on the client's cross-entropy (+ FedProx's ``μ/2‖θ−θ₀‖²``).  A long training shows
+    progress (:class:`fedsciml.runtime.history.Progress`: a bar over the epochs at a terminal, else log lines)."""
     theta = theta0.detach().clone().requires_grad_(True)
     anchor = theta0.detach()
     buf = torch.zeros_like(anchor)
     n = x.shape[0]
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    for _ in range(cfg.epochs if epochs is None else epochs):
-        perm = torch.randperm(n, generator=gen).to(x.device)
-        for a in range(0, n, cfg.batch_size):
-            idx = perm[a:a + cfg.batch_size]
-            loss = F.cross_entropy(model(theta, x[idx]), y[idx])
-            if prox_mu > 0:
-                loss = loss + 0.5 * prox_mu * ((theta - anchor) ** 2).sum()
-            g, = torch.autograd.grad(loss, theta)
-            with torch.no_grad():
-                buf.mul_(cfg.momentum).add_(g)
-                theta.sub_(cfg.lr * buf)
+    epochs = cfg.epochs if epochs is None else epochs
+    with Progress(epochs, label, unit="epoch") as bar:
+        for _ in range(epochs):
+            perm = torch.randperm(n, generator=gen).to(x.device)
+            for a in range(0, n, cfg.batch_size):
+                idx = perm[a:a + cfg.batch_size]
+                loss = F.cross_entropy(model(theta, x[idx]), y[idx])
+                if prox_mu > 0:
+                    loss = loss + 0.5 * prox_mu * ((theta - anchor) ** 2).sum()
+                g, = torch.autograd.grad(loss, theta)
+                with torch.no_grad():
+                    buf.mul_(cfg.momentum).add_(g)
+                    theta.sub_(cfg.lr * buf)
+            bar.update()
     return theta.detach()
 
 
@@ -279,14 +250,7 @@ class ImageMethod:
     default: bool = True
 
 
-def _register(*specs):
-    out = {}
-    for s in specs:
-        out.setdefault(s.protocol, {})[s.name] = s
-    return out
-
-
-METHODS: dict[str, dict[str, ImageMethod]] = _register(
+_DECLARED = (
     ImageMethod("fedavg", "one-shot", lambda model, cfg, modes, template, val: FedAvgAggregator(outlier_ratio=None),
                 _msg_fedavg, "sample-weighted mean of the local models"),
     ImageMethod("fishermerge", "one-shot",
@@ -314,23 +278,53 @@ METHODS: dict[str, dict[str, ImageMethod]] = _register(
     ImageMethod("fedfish", "rounds", _fedfish_aggregator, _msg_fedfish,
                 "delta + empirical Fisher diagonal, server Adam"),
 )
-ONE_SHOT = tuple(METHODS["one-shot"])
-MULTI_ROUND = tuple(METHODS["rounds"])
+
+
+def _register_with_driver(specs) -> None:
+    """Put every image method into the one method registry (:data:`fedsciml.runtime.driver.METHODS`) under the
+    kind ``images``: its :class:`~fedsciml.runtime.driver.KindUse` runs :func:`run_image_method` with an
+    :class:`~fedsciml.images.config.ImageConfig`, and its ``detail`` is ``{protocol: ImageMethod}``."""
+    by_name: dict[str, dict[str, ImageMethod]] = {}
+    for s in specs:
+        by_name.setdefault(s.name, {})[s.protocol] = s
+    for name, protocols in by_name.items():
+        text = "; ".join(f"{p}: {m.description}" for p, m in protocols.items())
+        add_kind(name, IMAGES, KindUse(functools.partial(run_image_method, name), ImageConfig, dict(protocols), f"images — {text}"))
+
+
+def _order(protocol: str) -> tuple[str, ...]:
+    """The image methods of ``protocol`` in the one registry, in their order of declaration (the table's)."""
+    names = [s.name for s in _DECLARED if s.protocol == protocol]
+    return tuple(n for n in names if n in METHODS and protocol in (_detail(n) or {}))
+
+
+def _detail(name: str) -> dict | None:
+    use = METHODS[name].uses.get(IMAGES) if name in METHODS else None
+    return None if use is None else use.detail
 
 
 def image_method(name: str, protocol: str) -> ImageMethod:
-    """The registered method ``name`` of ``protocol`` (``"one-shot"``, or ``"rounds"``/``"warmup-refine"``);
-    an unknown one is a ``ValueError`` listing the allowed names."""
-    table = METHODS["one-shot" if protocol == "one-shot" else "rounds"]
-    if name not in table:
-        raise ValueError(f"unknown {'one-shot' if protocol == 'one-shot' else 'multi-round'} method {name!r} "
-                         f"(image benchmarks); choose from {', '.join(table)}")
-    return table[name]
+    """The registered method ``name`` of ``protocol`` (``"one-shot"``, or ``"rounds"``/``"warmup-refine"``),
+    from the one method registry; a method that is not an image method of that protocol is a ``ValueError``
+    naming it and the allowed names."""
+    proto = "one-shot" if protocol == "one-shot" else "rounds"
+    label = "one-shot" if proto == "one-shot" else "multi-round"
+    allowed = _order(proto)
+    if name in METHODS and not METHODS[name].applies_to(IMAGES):
+        raise ValueError(kind_error(METHODS[name], IMAGES))
+    detail = _detail(name) if isinstance(name, str) else None
+    if detail is None:
+        raise ValueError(f"unknown {label} method {name!r} (image benchmarks); choose from {', '.join(allowed)}")
+    if proto not in detail:
+        other = "one-shot" if "one-shot" in detail else "multi-round"
+        raise ValueError(f"method {name!r} is a {other} image method, not a {label} one (image benchmarks); "
+                         f"{label} methods: {', '.join(allowed)}")
+    return detail[proto]
 
 
 def default_methods(protocol: str) -> list:
-    table = METHODS["one-shot" if protocol == "one-shot" else "rounds"]
-    return [n for n, s in table.items() if s.default]
+    proto = "one-shot" if protocol == "one-shot" else "rounds"
+    return [n for n in _order(proto) if image_method(n, proto).default]
 
 
 def _aggregator(meth, cfg):
@@ -381,7 +375,8 @@ class ImageClient:
         tc = TrainConfig(**{**cfg["train"], "regmean_alphas": tuple(cfg["train"]["regmean_alphas"])})
         t0 = time.perf_counter()
         seed = int(cfg["seed"]) + self.cid
-        w = local_train(self.model, theta, self.x, self.y, tc, seed, prox_mu=tc.prox_mu if spec.prox else 0.0)
+        w = local_train(self.model, theta, self.x, self.y, tc, seed, prox_mu=tc.prox_mu if spec.prox else 0.0,
+                        label=f"client {self.cid} {cfg['method']}")
         msg = spec.message(self.model, theta, w, self.x, self.y, tc, seed, n)
         return Reply(msg, {"seconds": time.perf_counter() - t0})
 
@@ -395,7 +390,8 @@ class ImageClient:
         for m in range(modes):
             if (s0, m) not in self._trained:
                 t0 = time.perf_counter()
-                w = local_train(self.model, inits[m], self.x, self.y, tc, seed=s0 + self.cid * 31 + m)
+                w = local_train(self.model, inits[m], self.x, self.y, tc, seed=s0 + self.cid * 31 + m,
+                                label=f"client {self.cid} training" + (f" (mode {m + 1}/{modes})" if modes > 1 else ""))
                 self._trained[s0, m] = (w, time.perf_counter() - t0)
             local.append(self._trained[s0, m][0])
             train_s += self._trained[s0, m][1]
@@ -456,52 +452,215 @@ class OneShotImageStrategy(Strategy):
 
 def run_one_shot(fed: FederatedImages, model_name: str, methods, seed: int, cfg: TrainConfig,
                  progress=None, dropout: float = 0.0, transport: str = "local", message_hook=None) -> dict:
-    """All one-shot methods on one split, each a one-round run of the federated round loop; every method
-    reuses the same client models (each client trains each initialization once and keeps it)."""
+    """All one-shot methods on one split, each a one-round run of the federated round loop through the one driver
+    (:func:`fedsciml.runtime.driver.solve` on an :class:`ImageTask`); every method reuses the same client models
+    (each client trains each initialization once and keeps it)."""
     specs = [image_method(m, "one-shot") for m in methods]
     _check_transport(transport)
-    dev = torch.device(cfg.device)
     say = progress or (lambda s: None)
-    need_modes = max([cfg.modes if s.modes else 1 for s in specs])
+    dev = torch.device(cfg.device)
     model = FlatModel(build(model_name, fed.shape, fed.n_classes, seed), device=dev)
-    inits = [model.theta()] + [FlatModel(build(model_name, fed.shape, fed.n_classes, seed * 1000 + 17 + m),
-                                         device=dev).theta() for m in range(1, need_modes)]
-    val = lambda t: accuracy(model, t, fed.x_val, fed.y_val)  # noqa: E731
-    C = len(fed.clients)
-    if isinstance(transport, Transport):  # e.g. Flower's: each node built its client (image_client)
-        tr = transport
-    else:
-        tr = LocalTransport([ImageClient(c, x, y, model) for c, (x, y) in enumerate(fed.clients)], vectorize=False)
-        if transport == "bytes":
-            tr = BytesTransport(tr, device=dev)
-    # the K-FAC layer layout (shapes only), from the server's own validation images
-    template = fz.kfac(model, inits[0], fed.x_val[:2]) if any(s.template for s in specs) else None
+    task = ImageTask(fed, model, model_name, seed)
     results = {}
     for spec in specs:
-        meth = spec.name
+        config = ImageConfig(protocol="one-shot", dropout=dropout, train=cfg,
+                             transport=transport if isinstance(transport, str) else "local")
+        res = solve(task, spec.name, clients=len(fed.clients), seed=seed, device=dev, config=config,
+                    message_hook=message_hook, **_runtime(transport))
+        results[spec.name] = r = _method_result(spec.name, task, res, one_shot=True)
+        say(f"  {spec.name:17s} acc {r.accuracy:.4f}  floats/client {r.floats_per_client:.0f}  "
+            f"server {r.server_seconds:.1f}s")
+    return results
+
+
+def _runtime(transport) -> dict:
+    """The driver's runtime keyword for a :class:`Transport` object (Flower's); a name is a config option."""
+    return {"transport": transport} if isinstance(transport, Transport) else {}
+
+
+def _method_result(name: str, task: ImageTask, res, one_shot: bool) -> MethodResult:
+    """One method's :class:`MethodResult` from the driver's :class:`~fedsciml.runtime.results.Result` (its
+    ``extra`` is the runner's accounting)."""
+    x = res.extra
+    hist = [] if one_shot else [(row["round"], row["accuracy"]) for row in res.history if "accuracy" in row]
+    acc = res.history[-1]["accuracy"] if one_shot else (hist[-1][1] if hist else float("nan"))
+    return MethodResult(name, acc, x["floats"], x["client_s"], x["server_s"], history=hist, info=x["info"],
+                        rows=res.history, run=x["run"], n_params=x["n_params"], theta=task.lift(res.theta))
+
+
+class ImageTask:
+    """An image-classification setting as the one driver (:mod:`fedsciml.runtime.driver`) takes a problem: the
+    clients' objectives (:class:`ImageClient`: cross-entropy on their images), θ₀, the test accuracy, the memory
+    estimate.  Kind ``images``: the driver runs an image method's :func:`run_image_method` on it.
+
+    ``model`` — the network; ``start`` — θ₀ (default: the model's initialization); ``head_only`` — the
+    parameters are the classifier head of ``start``'s network (FIPA-FC), :meth:`lift` puts them back.  For the
+    multi-round protocol: ``cohorts`` (the clients of each round, shared by every method), ``first_round`` (the
+    rounds before, e.g. a warm-up), ``label`` (the run's name in progress lines and checkpoints),
+    ``eval_every``, ``say`` (progress lines) and ``fingerprint`` (stored with checkpoints)."""
+
+    kind = IMAGES
+    name = "images"
+    options: dict = {}
+
+    def __init__(self, fed: FederatedImages, model: FlatModel, model_name: str, seed: int, *, start=None,
+                 head_only: bool = False, cohorts=None, first_round: int = 0, label: str = "", eval_every: int = 1,
+                 say=None, fingerprint: dict | None = None):
+        self.fed, self.full, self.model_name, self.seed = fed, model, model_name, int(seed)
+        self.cohorts, self.first_round, self.label, self.eval_every = cohorts, first_round, label, eval_every
+        self.say = say or (lambda s: None)
+        self.fingerprint = fingerprint or {}
+        self.default_clients = len(fed.clients)
+        theta = model.theta() if start is None else start
+        self.model, self._idx, self._base = model, None, None
+        if head_only:
+            heads = head_names(model.module)
+            self.model = FlatModel(model.module, trainable=lambda nm: nm in heads)
+            self.model.frozen = {k: v for k, v in model.unflatten(theta).items() if k not in heads}
+            self._idx = torch.cat([torch.arange(model.slice(h).start, model.slice(h).stop)
+                                   for h in heads]).to(theta.device)
+            self._base = theta.clone()
+            theta = theta[self._idx]
+        self.start = theta
+        self._clients, self._inits, self._template, self._last = None, [self.start], None, None
+
+    # --- what the driver calls (a problem's hooks)
+    def client_objectives(self, clients: int, seed: int = 0, device=None) -> list:
+        """The clients (built once: the one-shot methods reuse the local models each client trained)."""
+        if clients != self.default_clients:
+            raise ValueError(f"this image split has {self.default_clients} clients, got clients={clients}")
+        if self._clients is None:
+            self._clients = [ImageClient(c, x, y, self.model) for c, (x, y) in enumerate(self.fed.clients)]
+        return self._clients
+
+    def init_params(self, seed: int = 0, device=None):
+        return self.start
+
+    def evaluate(self, theta) -> dict:
+        """``{"accuracy": test accuracy}`` at ``theta`` (the last value is kept: the driver asks again for the
+        parameters the loop evaluated last)."""
+        if self._last is not None and self._last[0] is theta and self._last[1] == theta._version:
+            return dict(self._last[2])
+        out = {"accuracy": accuracy(self.full, self.lift(theta), self.fed.x_test, self.fed.y_test)}
+        self._last = (theta, theta._version, out)
+        return dict(out)
+
+    def final_metrics(self, theta, objectives) -> dict:
+        return {}
+
+    def check_objectives(self, clients, theta0) -> None:
+        """Before the run (the driver's check): clients with images, and θ₀ of the network's size."""
+        from fedsciml.runtime.checks import SetupError
+
+        for c in clients:
+            if c.n == 0:
+                raise SetupError(f"image client {c.cid} has no images (empty client)")
+            if c.model.p != theta0.numel():
+                raise SetupError(f"image client {c.cid}: the network has {c.model.p} parameters, θ₀ has "
+                                 f"{theta0.numel()}")
+
+    def estimate_memory(self, clients: int, config: ImageConfig) -> tuple[float, str]:
+        """Bytes of the clients' images and of the messages the server holds in one round (float32): per client
+        the model and, by method, its curvature (FIPA r eigenvectors, a diagonal, FedBEns per mode)."""
+        cfg = config.train
+        p = int(self.model.p)
+        images = sum(int(x.numel()) for x, _ in self.fed.clients)
+        per_client = p * (2 + min(cfg.rank, p) + 2 * cfg.modes)  # a bound over the methods: delta/w, sketch, modes
+        how = (f"{images:,} image floats + {clients:,} client(s) × {p:,} parameters × "
+               f"{2 + min(cfg.rank, p) + 2 * cfg.modes} (model, curvature) × 4 bytes")
+        return 4.0 * (images + clients * per_client), how
+
+    # --- what the image runner uses
+    def lift(self, theta):
+        """The full parameter vector of ``theta`` (the head put back into its network for FIPA-FC)."""
+        if self._idx is None:
+            return theta
+        b = self._base.clone()
+        b[self._idx] = theta
+        return b
+
+    def initializations(self, modes: int) -> list:
+        """``modes`` shared initializations: θ₀, then networks drawn from ``seed·1000 + 17 + m`` (FedBEns)."""
+        while len(self._inits) < modes:
+            m = len(self._inits)
+            self._inits.append(FlatModel(build(self.model_name, self.fed.shape, self.fed.n_classes,
+                                               self.seed * 1000 + 17 + m), device=self.start.device).theta())
+        return self._inits[:modes]
+
+    def template(self):
+        """The K-FAC layer layout (shapes only), from the server's own validation images."""
+        if self._template is None:
+            self._template = fz.kfac(self.model, self.start, self.fed.x_val[:2])
+        return self._template
+
+    def validate(self, theta) -> float:
+        """Validation accuracy (the server's own images: RegMean's α, FedFisher's and FedBEns's choices)."""
+        return accuracy(self.model, theta, self.fed.x_val, self.fed.y_val)
+
+
+def run_image_method(name: str, task: ImageTask, objectives, theta0, evaluate, config: ImageConfig, *, seed=0,
+                     progress=False, every=10, message_hook=None, transport=None):
+    """The runner of image method ``name`` (the ``images`` use of its registry entry; the signature of every
+    runner, :mod:`fedsciml.runtime.driver`): its strategy on the round loop over the task's clients.
+    Returns ``(θ, history rows, info)``; ``info`` holds the accounting the bench reports (floats per client,
+    client / server seconds, the loop's report)."""
+    cfg = config.train
+    spec = image_method(name, config.protocol)
+    if transport is None:
+        transport = LocalTransport(list(objectives), vectorize=False)
+        if config.transport == "bytes":
+            transport = BytesTransport(transport, device=theta0.device)
+    sim = None
+    if config.protocol == "one-shot":
         modes = cfg.modes if spec.modes else 1
-        agg = spec.aggregator(model, cfg, modes, template, val)
-        strategy = OneShotImageStrategy(meth, agg, cfg, inits, modes, seed)
-        sim = None
+        agg = spec.aggregator(task.model, cfg, modes, task.template() if spec.template else None, task.validate)
+        strategy = OneShotImageStrategy(name, agg, cfg, task.initializations(modes), modes, seed)
 
-        def evaluate(t):
-            return {"accuracy": accuracy(model, t, fed.x_test, fed.y_test)} if sim.round_index >= 1 else {}
+        def ev(t):
+            return evaluate(t) if sim.round_index >= 1 else {}
 
-        sim = Simulation(tr, evaluate, RoundConfig(dropout=dropout, seed=seed), label=meth, message_hook=message_hook)
+        sim = Simulation(transport, ev, RoundConfig(dropout=config.dropout, seed=seed), label=name,
+                         message_hook=message_hook)
         t0 = time.perf_counter()
-        theta, rows, rinfo = sim.run(strategy, inits[0])
+        theta, rows, rinfo = sim.run(strategy, theta0)
         wall = time.perf_counter() - t0
-        acc = rows[-1]["accuracy"]
         r = rows[-1]
         info = {"rejections": rinfo["rejections"],
                 "rounds": [{"round": 1, **{f: r[f] for f in ("floats_up", "floats_down", "dropped", "rejected",
                                                             "answered") if f in r}}]}
         if getattr(agg, "chosen_alpha", None) is not None:
             info["alpha"] = agg.chosen_alpha
-        results[meth] = MethodResult(meth, acc, strategy.floats, strategy.client_s / C, strategy.server_s, info=info,
-                                     rows=rows, run=_run_info(rinfo, wall), n_params=model.p, theta=theta)
-        say(f"  {meth:17s} acc {acc:.4f}  floats/client {strategy.floats:.0f}  server {strategy.server_s:.1f}s")
-    return results
+        return theta, rows, {"floats": strategy.floats, "client_s": strategy.client_s / len(objectives),
+                             "server_s": strategy.server_s, "info": info, "run": _run_info(rinfo, wall),
+                             "n_params": task.model.p}
+    r0, n = task.first_round, config.rounds
+    strategy = ImageRoundStrategy(name, _aggregator(name, cfg), cfg, task.cohorts, r0, seed)
+
+    def ev(t):
+        kk = sim.round_index
+        if kk == 0 or not (kk % task.eval_every == 0 or kk == n):
+            return {}
+        out = evaluate(t)
+        task.say(f"  {task.label:8s} round {r0 + kk:4d}  test acc {out['accuracy']:.4f}")
+        return out
+
+    sim = Simulation(transport, ev, RoundConfig(rounds=n, dropout=config.dropout, seed=seed,
+                                                checkpoint=config.checkpoint, resume=config.resume),
+                     label=task.label, message_hook=message_hook,
+                     fingerprint={**task.fingerprint, "method": task.label, "first_round": r0})
+    t0 = time.perf_counter()
+    theta, rows, rinfo = sim.run(strategy, theta0)
+    wall = time.perf_counter() - t0
+    per_round = [{"round": r0 + row["round"], **{f: row[f] for f in ("floats_up", "floats_down", "dropped",
+                                                                     "rejected", "answered") if f in row}}
+                 for row in rows[1:]]
+    info = {"rounds": per_round, "rejections": [{**e, "round": r0 + e["round"]} for e in rinfo["rejections"]],
+            "skipped_rounds": rinfo["skipped_rounds"]}
+    rows = [{**row, "round": r0 + row["round"], "step": r0 + row["step"]} for row in rows]
+    k = len(task.cohorts[r0]) if task.cohorts else len(objectives)
+    return theta, rows, {"floats": _mean(strategy.floats), "client_s": strategy.client_s / max(1, n * k),
+                         "server_s": strategy.server_s / max(1, n), "info": info, "run": _run_info(rinfo, wall),
+                         "n_params": task.model.p}
 
 
 def _run_info(info: dict, wall: float) -> dict:
@@ -596,9 +755,10 @@ def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: T
                warmup: int = 0, participation: float = 1.0, progress=None, eval_every: int = 1,
                dropout: float = 0.0, transport: str = "local", message_hook=None, checkpoint: str | None = None,
                resume: bool = False, fingerprint: dict | None = None) -> dict:
-    """Multi-round training on the federated round loop; with ``warmup`` FedAvg rounds first, shared by every
-    method.  Each method's ``info`` records per round the floats sent up and down, the dropped and rejected
-    clients (``info["rounds"]``) and every rejection with its reason (``info["rejections"]``).
+    """Multi-round training on the federated round loop, each run through the one driver
+    (:func:`fedsciml.runtime.driver.solve` on an :class:`ImageTask`); with ``warmup`` FedAvg rounds first, shared
+    by every method.  Each method's ``info`` records per round the floats sent up and down, the dropped and
+    rejected clients (``info["rounds"]``) and every rejection with its reason (``info["rejections"]``).
 
     ``checkpoint`` — a directory: each run (the warm-up, then each method) writes its state after every round
     to ``checkpoint/seed{seed}/{method}/state.pt`` (:mod:`fedsciml.runtime.checkpoint`: checksummed, read
@@ -628,68 +788,30 @@ def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: T
                   "participation": participation, "dropout": dropout, "warmup": warmup,
                   "train": dataclasses.asdict(cfg)}
 
-    def run(name, spec, model, theta, r0, r1, lift):
-        if isinstance(transport, Transport):  # e.g. Flower's: each node built its client (image_client)
-            tr = transport
-        else:
-            tr = LocalTransport([ImageClient(c, x, y, model) for c, (x, y) in enumerate(fed.clients)],
-                                vectorize=False)
-            if transport == "bytes":
-                tr = BytesTransport(tr, device=dev)
-        strategy = ImageRoundStrategy(spec.name, _aggregator(spec.name, cfg), cfg, cohorts, r0, seed)
-        sim = None
-
-        def evaluate(t):
-            kk = sim.round_index
-            if kk == 0 or not (kk % eval_every == 0 or kk == r1 - r0):
-                return {}
-            acc = accuracy(full, lift(t), fed.x_test, fed.y_test)
-            say(f"  {name:8s} round {r0 + kk:4d}  test acc {acc:.4f}")
-            return {"accuracy": acc}
-
+    def run(name, method, theta, r0, r1, head_only=False):
+        task = ImageTask(fed, full, model_name, seed, start=theta, head_only=head_only, cohorts=cohorts,
+                         first_round=r0, label=name, eval_every=eval_every, say=say, fingerprint=base_print)
         where = None if checkpoint is None else os.path.join(checkpoint, f"seed{seed}", name)
-        sim = Simulation(tr, evaluate, RoundConfig(rounds=r1 - r0, dropout=dropout, seed=seed, checkpoint=where,
-                                                   resume=resume), label=name, message_hook=message_hook,
-                         fingerprint={**base_print, "method": name, "first_round": r0})
-        t0 = time.perf_counter()
-        theta, rows, info = sim.run(strategy, theta)
-        wall = time.perf_counter() - t0
-        hist = [(r0 + row["round"], row["accuracy"]) for row in rows if "accuracy" in row]
-        per_round = [{"round": r0 + row["round"], **{f: row[f] for f in ("floats_up", "floats_down", "dropped",
-                                                                         "rejected", "answered") if f in row}}
-                     for row in rows[1:]]
-        rinfo = {"rounds": per_round, "rejections": [{**e, "round": r0 + e["round"]} for e in info["rejections"]],
-                 "skipped_rounds": info["skipped_rounds"]}
-        rows = [{**row, "round": r0 + row["round"], "step": r0 + row["step"]} for row in rows]
-        return (theta, MethodResult(name, hist[-1][1] if hist else float("nan"), _mean(strategy.floats),
-                                    strategy.client_s / max(1, (r1 - r0) * k), strategy.server_s / max(1, r1 - r0),
-                                    history=hist,
-                                    info=rinfo, rows=rows, run=_run_info(info, wall), n_params=model.p,
-                                    theta=lift(theta)))
+        config = ImageConfig(protocol="rounds", rounds=r1 - r0, dropout=dropout, checkpoint=where, resume=resume,
+                             transport=transport if isinstance(transport, str) else "local", train=cfg)
+        res = solve(task, method, clients=C, seed=seed, device=dev, config=config, message_hook=message_hook,
+                    **_runtime(transport))
+        return res.theta, _method_result(name, task, res, one_shot=False)
 
-    ident = lambda t: t  # noqa: E731
     theta = theta0
     out = {}
     if warmup:
         say(f"FedAvg warm-up: {warmup} rounds")
-        theta, out["warmup"] = run("warmup", image_method("fedavg", "rounds"), full, theta0, 0, warmup, ident)
+        theta, out["warmup"] = run("warmup", "fedavg", theta0, 0, warmup)
     for spec in specs:
-        if spec.head_only:
-            heads = head_names(full.module)
-            sub = FlatModel(full.module, trainable=lambda nm: nm in heads)
-            sub.frozen = {kk: v for kk, v in full.unflatten(theta).items() if kk not in heads}
-            idx = torch.cat([torch.arange(full.slice(h).start, full.slice(h).stop) for h in heads]).to(dev)
-            base = theta.clone()
-
-            def lift(t, base=base, idx=idx):
-                b = base.clone()
-                b[idx] = t
-                return b
-            _, out[spec.name] = run(spec.name, spec, sub, theta[idx], warmup, warmup + rounds, lift)
-        else:
-            _, out[spec.name] = run(spec.name, spec, full, theta, warmup, warmup + rounds, ident)
+        _, out[spec.name] = run(spec.name, spec.name, theta, warmup, warmup + rounds, spec.head_only)
     return out
 
 
 def _mean(xs):
     return sum(xs) / len(xs) if xs else 0.0
+
+
+_register_with_driver(_DECLARED)
+ONE_SHOT = _order("one-shot")
+MULTI_ROUND = _order("rounds")

@@ -182,7 +182,7 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
     if message_hook is not None:
         raise ValueError("message_hook applies to federated methods; centralized exchanges no messages")
     lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
-                  matfree=MatfreeConfig(rank=config.nystrom_rank, seed=seed))
+                  matfree=MatfreeConfig(rank=config.nystrom_rank, seed=seed), momentum=config.momentum)
     cfg = SolveConfig(optimizer=config.optimizer, max_iters=config.max_iters, budget=config.budget, tol=config.tol,
                       lr=config.lr, lm=lm)
     theta, rows, info = solve_least_squares(stack_objectives(objectives), theta0, evaluate, cfg, progress=progress,

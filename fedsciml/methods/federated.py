@@ -30,7 +30,7 @@ With a ``budget`` and no ``rounds`` a run goes on until the budget is spent.
 """
 from __future__ import annotations
 
-from fedsciml.options import parse_grid, PAPER_PRESET, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig  # noqa: F401
+from fedsciml.options import PAPER_PRESET, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig  # noqa: F401
 from fedsciml.methods.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.runtime.client import AdaptiveSchedule, Client, LocalConfig
@@ -116,10 +116,13 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
         form = choose_form([o.n_residuals for o in objectives], theta0.numel())
     options = {"lm_tau": lm_tau, "form": form}
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
-    strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(rank=cfg.nystrom_rank, seed=seed)),
+    strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(rank=cfg.nystrom_rank, seed=seed),
+                                   momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen)
     if cfg.screen is not None:
         options["screen"] = cfg.screen
+    if cfg.momentum:
+        options["momentum"] = cfg.momentum
     return _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
                      options, message_hook, transport or cfg.transport, cfg.batched)
 
@@ -214,8 +217,8 @@ def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | 
     cfg, transport = _config(OneShotConfig, config, options, transport)
     rc = _round_config(cfg, seed)
     strategy = OneShotStrategy(cfg.sigma or 0.0, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch, seed=seed,
-                               cv_sigmas=None if cfg.cv_sigmas is None else parse_grid(cfg.cv_sigmas),
-                               screen=cfg.screen)
+                               cv_sigmas=cfg.cv_sigmas,
+                               screen=cfg.screen, min_survivors=cfg.dp_min_survivors)
     options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
     return _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
                      every, options, message_hook, transport or cfg.transport)

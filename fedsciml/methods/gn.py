@@ -356,7 +356,8 @@ class GNStrategy(Strategy):
             curv = {}
         return {"theta": lm.theta, **curv, "g": st.g, "loss": st.loss, "n": st.n, "mu": lm.mu, "nu": lm.nu,
                 "accepted": lm.accepted_steps, "rejected": lm.rejected_steps, "retries": self.retries,
-                "enrolled": dict(self.enrolled), "banned": list(self.banned)}
+                "enrolled": dict(self.enrolled), "banned": list(self.banned),
+                **({"phi": lm.momentum_direction} if lm.momentum_direction is not None else {})}
 
     def load_state_dict(self, d):
         self.lm = LevenbergMarquardt(self.lm_config)
@@ -373,6 +374,7 @@ class GNStrategy(Strategy):
         self.retries = d["retries"]
         self.enrolled = dict(d.get("enrolled", {}))
         self.banned = [int(c) for c in d.get("banned", [])]
+        self.lm.momentum_direction = d.get("phi")  # SPRING's last accepted step (absent: none, or β = 0)
 
     def info(self):
         out = {"accepted_steps": self.lm.accepted_steps, "rejected_steps": self.lm.rejected_steps,

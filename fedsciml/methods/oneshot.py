@@ -64,11 +64,12 @@ from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.client import Client, register_handler
 from fedsciml.runtime.transport import Reply, Request
 
-TRANSFORM_KEYS = ("project", "sketch", "seed", "dp", "form")
+TRANSFORM_KEYS = ("project", "sketch", "seed", "dp", "form", "noise_shares")
 logger = logging.getLogger(__name__)
-CENTRAL_DP_REFUSED = ("dp_central adds the noise at the server to the sum of the sites' exact clipped statistics; "
-                      "the Flower engine has no secure aggregation here, so the server would see each site's "
-                      "un-noised statistics: use local DP (no dp_central) or the in-process engine")
+CENTRAL_DP_REFUSED = ("dp_central needs a secure sum: fedsciml's generic Flower App has none (the server would see "
+                      "each site's statistics under its noise share only); run it through the SecAgg+ App "
+                      "(fedsciml/engines/flower/secagg_app, what --engine flower does), use local DP or the "
+                      "in-process engine")
 
 
 def refuse_central_dp_without_secure_sum(options) -> None:
@@ -77,8 +78,9 @@ def refuse_central_dp_without_secure_sum(options) -> None:
     eps = get("dp_epsilon", None)
     if get("dp_central", False) and eps is not None and eps != math.inf:
         raise ValueError(CENTRAL_DP_REFUSED)
-CENTRAL_DP_TRUST = ("central DP without secure aggregation: the server adds the noise to the sum of the sites' "
-                    "exact clipped statistics, so it sees each site's statistics un-noised — this trusts the server")
+CENTRAL_DP_TRUST = ("central DP without secure aggregation: each site adds only its share s/√t of the noise, and "
+                    "the server sees every site's message (noised below the calibrated s) — this trusts the server; "
+                    "on Flower, central DP runs through SecAgg+ (fedsciml.engines.flower.secagg)")
 
 
 def _dp_config(dp: dict):
@@ -132,7 +134,9 @@ def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dic
     seed = int(transform.get("seed", 0))
     msg = client_message(A, b, with_count=False)
     std = cfg.noise_std
-    if not cfg.central and std > 0:
+    if cfg.central and std > 0:  # this site's share of the noise on the (secure) sum: s/√t, its own generator
+        msg = _dp.privatize(msg, _dp.share_std(std, int(transform["noise_shares"])), _dp.client_generator(seed, cid))
+    elif std > 0:
         msg = _dp.privatize(msg, std, _dp.client_generator(seed, cid))
     return to_gn(msg)
 
@@ -184,7 +188,8 @@ class OneShotStrategy(Strategy):
     name = "one-shot"
 
     def __init__(self, sigma: float = 0.0, *, dp=None, project: int | None = None, sketch: str = "gaussian",
-                 seed: int = 0, repair: bool = True, cv_sigmas=None, form: str = "auto", screen: float | None = None):
+                 seed: int = 0, repair: bool = True, cv_sigmas=None, form: str = "auto", screen: float | None = None,
+                 min_survivors: int | None = None, secure_sum: bool = False):
         from fedsciml.core.sketch import SKETCHES
         from fedsciml.core.stats import check_sigma
 
@@ -206,7 +211,7 @@ class OneShotStrategy(Strategy):
                 raise ValueError("leave-one-client-out CV needs each client's statistics, which central DP (secure "
                                  "aggregation) hides from the server; give sigma directly or use local DP")
         self.cv_sigmas = cv_sigmas
-        if self.dp is not None and self.dp["central"] and self.dp["epsilon"] != math.inf:
+        if self.dp is not None and self.dp["central"] and self.dp["epsilon"] != math.inf and not secure_sum:
             logger.warning(CENTRAL_DP_TRUST)
         if form not in ("auto", "gram", "sqrt"):
             raise ValueError(f"one-shot message form must be auto, gram or sqrt, got {form!r}")
@@ -220,6 +225,10 @@ class OneShotStrategy(Strategy):
                              "statistics are perturbed on purpose (use robust options without DP)")
         self.screen = None if screen is None else float(screen)
         self.screened: list = []
+        if min_survivors is not None and (int(min_survivors) != min_survivors or int(min_survivors) < 1):
+            raise ValueError(f"dp_min_survivors must be an integer ≥ 1, got {min_survivors}")
+        self.min_survivors = None if min_survivors is None else int(min_survivors)
+        self._shares = 0  # central DP: t, sized when the round is configured (size_noise_shares)
         self._form = "gram" if form == "auto" else form  # resolved in configure_round
         self._sums = None  # (clients, packed ΣH, Σg) of the validated round (exact Gram form), reused by the fusion
         self.theta = None
@@ -237,9 +246,24 @@ class OneShotStrategy(Strategy):
         if project is not None and project > p:
             raise ValueError(f"projection dimension must be an integer in [1, p={p}], got {project}")
         tr = {"project": project, "sketch": self.sketch, "seed": self.seed, "dp": self.dp}
+        if self._central():
+            tr["noise_shares"] = self._shares
         if self._form == "sqrt":
             tr["form"] = "sqrt"
         return tr
+
+    def _central(self) -> bool:
+        return self.dp is not None and bool(self.dp["central"]) and self.dp["epsilon"] != math.inf
+
+    def size_noise_shares(self, sampled: int) -> int:
+        """Central DP: the number ``t`` of sites whose noise shares must reach the sum (each adds ``s/√t``):
+        ``min_survivors``, or every site sampled for the round; more than sampled is refused."""
+        t = int(sampled) if self.min_survivors is None else self.min_survivors
+        if t > int(sampled):
+            raise ValueError(f"central DP: dp_min_survivors={t} sites' noise shares must reach the sum, but only "
+                             f"{sampled} sites are asked")
+        self._shares = t
+        return t
 
     def _resolve_form(self, run, answering, m):
         if self.form != "auto":
@@ -299,6 +323,8 @@ class OneShotStrategy(Strategy):
 
     def configure_round(self, run, k):
         answering, _dropped = run.sample()  # nobody answering fails the round in aggregate_round
+        if self._central():
+            self.size_noise_shares(max(1, len(answering)))
         theta = self.theta
         p = theta.numel()
         m0 = p if self.project is None else min(p, self.project)
@@ -383,11 +409,8 @@ class OneShotStrategy(Strategy):
         return self.cv_sigmas[j]
 
     def _transformed_step(self, messages, p, run=None):
-        """The server side of the transforms: sum, central noise, PSD repair, noise-aware σ, solve, map back."""
-        from fedsciml.core import dp as _dp
-        from fedsciml.core.sketch import sketch_matrix
-        from fedsciml.core.stats import ridge_solve
-
+        """The server side of the transforms: sum, CV, then :meth:`_solve_fused` (PSD repair, noise-aware σ, solve,
+        map back).  Central DP's noise is already in the sum: each site added its share."""
         tr = self._transform(p)
         m = p if tr["project"] is None else tr["project"]
         order = sorted(messages)
@@ -406,26 +429,50 @@ class OneShotStrategy(Strategy):
                     Hp += messages[c]["H"]
                     g += messages[c]["g"]
             G, h = linalg.unpack_upper(Hp, m), -g
-        sigma, clipped, std = self.sigma, 0, 0.0
+        sigma = self.sigma
         cfg = None if self.dp is None else _dp_config(self.dp)
         if self.cv_sigmas is not None:
             noisy = cfg is not None and cfg.noise_std > 0 and not cfg.central
             sigma = self._cross_validate(order, messages, G, h, m, noisy, Rs, hs)
-        if self.dp is not None:
+        return self._solve_fused(G, h, m, p, sigma, len(order))
+
+    def fuse_sum(self, Hp: torch.Tensor, g: torch.Tensor, arrived: int, p: int) -> torch.Tensor:
+        """The server's step from a *sum* of ``arrived`` sites' messages (``pack(ΣH)``, ``Σg``) that it never saw
+        one by one — what a secure sum (Flower's SecAgg+, :mod:`fedsciml.engines.flower.secagg`) hands it: the
+        same PSD repair, noise-aware σ and solve as :meth:`aggregate_round`; central DP refuses a sum that
+        carries fewer noise shares than it was sized for."""
+        tr = self._transform(p)
+        m = p if tr is None or tr["project"] is None else tr["project"]
+        self.fused = int(arrived)
+        return self._solve_fused(linalg.unpack_upper(Hp, m), -g, m, p, self.sigma, int(arrived))
+
+    def _solve_fused(self, G, h, m, p, sigma, arrived):
+        """PSD repair, noise-aware σ, solve, map back (projection) — on fused statistics of ``arrived`` sites."""
+        from fedsciml.core import dp as _dp
+        from fedsciml.core.sketch import sketch_matrix
+        from fedsciml.core.stats import ridge_solve
+
+        clipped, std, total = 0, 0.0, 0.0
+        cfg = None if self.dp is None else _dp_config(self.dp)
+        if cfg is not None:
             std = cfg.noise_std
-            if cfg.central and std > 0:
-                e = _dp.noise_like(m, std, _dp.shared_generator(self.seed), G.dtype, G.device)
-                G = G + linalg.unpack_upper(e["G"], m)
-                h = h + e["h"]
+            if cfg.central and std > 0:  # the sites' shares s/√t: the sum carries s·√(K'/t) ≥ s, or is refused
+                _dp.check_survivors(arrived, self._shares, cfg.epsilon)
+                total = std * (arrived / self._shares) ** 0.5
+            else:
+                total = std * arrived ** 0.5
             if std > 0 and self.repair:
                 G, clipped = _dp.psd_repair(G)
             if std > 0 and cfg.noise_aware_sigma:
-                sigma = float(sigma) + (2.0 * m) ** 0.5 * std * (1.0 if cfg.central else len(order) ** 0.5)
+                sigma = float(sigma) + (2.0 * m) ** 0.5 * total
         v = ridge_solve(G, h, sigma)
-        if tr["project"] is not None:
+        tr = self._transform(p)
+        if tr is not None and tr["project"] is not None:
             v = sketch_matrix(p, m, self.seed, self.sketch, v.dtype, v.device) @ v
         self.noise = {"m": m, "noise_std": std, "eig_clipped": clipped, "sigma_used": float(sigma),
                       "form_used": self._form}
+        if cfg is not None and cfg.central and std > 0:
+            self.noise.update(noise_shares=self._shares, noise_std_total=total)
         return v
 
     def aggregate_round(self, run, k, replies: Replies):

@@ -35,6 +35,7 @@ from fedsciml.core import linalg
 from fedsciml.options import FIPAConfig, LocalOptions, defaults_of
 from fedsciml.core.curvature import ggn_matmat
 from fedsciml.core.objective import LeastSquares, gn_stats_from
+from fedsciml.runtime.history import Progress
 from fedsciml.runtime.protocol import MONITOR, Reply, Request
 
 LOCAL_SOLVERS = ("adam", "gn")
@@ -282,22 +283,24 @@ class Client:
         opt = torch.optim.Adam([x], lr=cfg.lr)
         n = self.n
         by_part = cfg.loss == "parts" and hasattr(self.objective, "part_residuals")
-        for i in range(steps):
-            if deadline is not None and i > 0 and time.perf_counter() >= deadline:
-                break
-            opt.zero_grad(set_to_none=True)
-            loss: torch.Tensor
-            if by_part:
-                loss = sum(((q @ q) / q.numel() for q in self.objective.part_residuals(x)),  # type: ignore[attr-defined]
-                           x.new_zeros(()))
-            else:
-                r = self.objective.residual(x)
-                loss = (0.5 / n if cfg.loss == "mean" else 1.0 / n) * (r @ r)
-            if cfg.prox > 0:
-                d = x - theta
-                loss = loss + 0.5 * cfg.prox * (d @ d)
-            loss.backward()
-            opt.step()
+        with Progress(steps, f"client {self.cid} local adam") as bar:  # a long loop shows progress, never prints
+            for i in range(steps):
+                if deadline is not None and i > 0 and time.perf_counter() >= deadline:
+                    break
+                opt.zero_grad(set_to_none=True)
+                loss: torch.Tensor
+                if by_part:
+                    loss = sum(((q @ q) / q.numel() for q in self.objective.part_residuals(x)),  # type: ignore[attr-defined]
+                               x.new_zeros(()))
+                else:
+                    r = self.objective.residual(x)
+                    loss = (0.5 / n if cfg.loss == "mean" else 1.0 / n) * (r @ r)
+                if cfg.prox > 0:
+                    d = x - theta
+                    loss = loss + 0.5 * cfg.prox * (d @ d)
+                loss.backward()
+                opt.step()
+                bar.update()
         return (x.detach() - theta).detach()
 
     def spectrum(self, theta: torch.Tensor) -> tuple[Spectrum, torch.Tensor]:

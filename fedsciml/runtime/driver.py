@@ -9,6 +9,13 @@ when it is imported (as :mod:`fedsciml.api`, the CLI and the engines do), and a 
 
     register_method("my-method", MyConfig, "my_package.module:run_my_method", "what it does")
 
+Every entry says which kinds of task it applies to (:attr:`MethodSpec.kinds`): the problem kinds
+:data:`PROBLEM_KINDS` (``pinn``, ``fit``, ``ridge``: what ``solve`` runs) and whatever a package adds with
+:func:`add_kind` — :mod:`fedsciml.images` adds ``images`` (``bench images``) to ``fedavg``, ``fedprox`` and
+``fipa`` and registers its own methods (``regmean``, ``fedbens``, …) for that kind alone.  A kind other than the
+problem kinds brings its own runner and typed configuration (:class:`KindUse`); :func:`plan` refuses a method
+on a task of a kind it does not apply to, in one line.
+
 A runner has the signature
 ``fn(problem, objectives, theta0, evaluate, config, *, seed, progress, every, message_hook)
 -> (θ, history rows, info)``.
@@ -18,8 +25,8 @@ from __future__ import annotations
 import importlib
 import numbers
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -28,46 +35,93 @@ from fedsciml.runtime.memory import available_memory
 from fedsciml.runtime.results import Result, jsonable
 
 
+#: The kinds of :class:`fedsciml.problems.Problem` (``Problem.kind``): what ``solve`` runs.
+PROBLEM_KINDS: tuple[str, ...] = ("pinn", "fit", "ridge")
+
+
+def _load(runner: str | Callable) -> Callable:
+    if callable(runner):
+        return runner
+    module, _, attr = runner.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+@dataclass(frozen=True)
+class KindUse:
+    """How a method runs on one kind of task beyond the problem kinds (e.g. ``images``): its runner (the
+    signature of a solve runner), its typed configuration and what else that kind needs (``detail``; images:
+    the protocols the method runs in)."""
+
+    runner: str | Callable
+    config: type[MethodConfig]
+    detail: Any = None
+    description: str = ""
+
+
 @dataclass(frozen=True)
 class MethodSpec:
-    """One registered solve method.  Calling it validates the options and runs the method."""
+    """One registered method.  Calling it validates the options and runs the method.
+
+    ``kinds``: the kinds of task it applies to — problem kinds (:data:`PROBLEM_KINDS`; ``config`` and
+    ``runner`` are for those) and other kinds with their :class:`KindUse` in ``uses``."""
 
     name: str
     config: type[MethodConfig]
-    runner: str | Callable       # "module:function" (imported on first use) or the function itself
+    runner: str | Callable | None  # "module:function" (imported on first use) or the function itself
     description: str = ""
     federated: bool = True
+    kinds: tuple[str, ...] = PROBLEM_KINDS
+    uses: Mapping[str, KindUse] = field(default_factory=dict, compare=False, repr=False)
 
-    def load(self) -> Callable:
-        if callable(self.runner):
-            return self.runner
-        module, _, attr = self.runner.partition(":")
-        return getattr(importlib.import_module(module), attr)
+    def applies_to(self, kind: str) -> bool:
+        """Whether the method runs on a task of ``kind`` (a problem of no known kind — a user's own
+        :class:`~fedsciml.problems.Problem` subclass — counts as a problem)."""
+        known = set(PROBLEM_KINDS).union(*(m.kinds for m in METHODS.values()))
+        if kind not in known:
+            return any(k in PROBLEM_KINDS for k in self.kinds)
+        return kind in self.kinds
 
-    def make_config(self, options: dict) -> MethodConfig:
-        return self.config.from_options(options)
+    def use(self, kind: str | None = None) -> KindUse:
+        """The runner and typed configuration for ``kind`` (the problem kinds' when ``kind`` is one or None)."""
+        if kind is not None and kind in self.uses:
+            return self.uses[kind]
+        if self.runner is None:
+            raise ValueError(kind_error(self, kind or "problem"))
+        return KindUse(self.runner, self.config, None, self.description)
+
+    def load(self, kind: str | None = None) -> Callable:
+        return _load(self.use(kind).runner)
+
+    def make_config(self, options: dict, kind: str | None = None) -> MethodConfig:
+        return self.use(kind).config.from_options(options)
 
     def __call__(self, problem, objectives, theta0, evaluate, config: MethodConfig | None = None, *, seed: int = 0,
                  progress: bool = False, every: int = 10, message_hook=None, **options):
         runtime = {}
         if "transport" in options and not isinstance(options["transport"], str):  # a Transport object (Flower's)
             runtime["transport"] = options.pop("transport")
+        kind = getattr(problem, "kind", None)
         if config is None:
-            config = self.make_config(options)
+            config = self.make_config(options, kind)
         elif options:
             raise TypeError(f"give the {self.name} options either as config or as keywords, not both")
-        return self.load()(problem, objectives, theta0, evaluate, config, seed=seed, progress=progress, every=every,
-                           message_hook=message_hook, **runtime)
+        return self.load(kind)(problem, objectives, theta0, evaluate, config, seed=seed, progress=progress,
+                               every=every, message_hook=message_hook, **runtime)
 
 
 METHODS: dict[str, MethodSpec] = {}
 
 
-def register_method(name: str, config: type[MethodConfig], runner: str | Callable, description: str = "", *,
-                    federated: bool = True, replace: bool = False) -> MethodSpec:
-    """Add a solve method: its typed configuration class, its runner and a one-line description."""
+def _check_config_class(name: str, config) -> None:
     if not (isinstance(config, type) and issubclass(config, MethodConfig)):
         raise TypeError(f"method {name!r}: config must be a MethodConfig subclass, got {config!r}")
+
+
+def register_method(name: str, config: type[MethodConfig], runner: str | Callable, description: str = "", *,
+                    federated: bool = True, replace: bool = False) -> MethodSpec:
+    """Add a solve method (it applies to every problem kind): its typed configuration class, its runner and a
+    one-line description."""
+    _check_config_class(name, config)
     if name in METHODS and not replace:
         raise ValueError(f"a method named {name!r} is already registered; pass replace=True")
     spec = MethodSpec(name, config, runner, description, federated)
@@ -75,14 +129,44 @@ def register_method(name: str, config: type[MethodConfig], runner: str | Callabl
     return spec
 
 
-def available_methods() -> list[str]:
-    return sorted(METHODS)
+def add_kind(name: str, kind: str, use: KindUse, *, federated: bool = True) -> MethodSpec:
+    """Let method ``name`` run on tasks of ``kind`` (not a problem kind) with ``use``'s runner and configuration:
+    an existing entry gains the kind; a new name becomes an entry for that kind alone (``use.description`` is
+    its description).  Adding a kind twice replaces its use."""
+    if kind in PROBLEM_KINDS:
+        raise ValueError(f"kind {kind!r} is a problem kind; problem methods are added with register_method")
+    _check_config_class(name, use.config)
+    if name in METHODS:
+        old = METHODS[name]
+        kinds = old.kinds if kind in old.kinds else old.kinds + (kind,)
+        spec = replace(old, kinds=kinds, uses={**old.uses, kind: use})
+    else:
+        spec = MethodSpec(name, MethodConfig, None, use.description, federated, (kind,), {kind: use})
+    METHODS[name] = spec
+    return spec
 
 
-def get_method(name: str) -> MethodSpec:
+def available_methods(kind: str | None = None) -> list[str]:
+    """Every registered method's name, or those that apply to ``kind``."""
+    return sorted(m for m, s in METHODS.items() if kind is None or s.applies_to(kind))
+
+
+def get_method(name: str, kind: str | None = None) -> MethodSpec:
+    """The entry ``name``; with ``kind``, refused (one line) unless it applies to that kind."""
     if not isinstance(name, str) or name not in METHODS:
         raise ValueError(f"unknown method {name!r}; available: {', '.join(available_methods())}")
-    return METHODS[name]
+    spec = METHODS[name]
+    if kind is not None and not spec.applies_to(kind):
+        raise ValueError(kind_error(spec, kind))
+    return spec
+
+
+def kind_error(spec: MethodSpec, kind: str) -> str:
+    """The one line refusing ``spec`` on a task of ``kind``: what it applies to, and what does apply."""
+    where = ("image classification (python -m fedsciml bench images)" if kind == "images"
+             else f"a problem of kind {kind!r}" if kind else "a problem")
+    return (f"method {spec.name!r} does not apply to {where}; it applies to: {', '.join(spec.kinds)}; "
+            f"methods that do: {', '.join(available_methods(kind)) or 'none'}")
 
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -156,7 +240,10 @@ def check_memory(n_bytes: float, what: str, device=None, hint: str = "") -> None
 
 def estimate_memory(problem, clients: int, config: MethodConfig) -> tuple[float, str] | None:
     """``(bytes, how)``: the data of every client, and their residual Jacobians when the method forms them
-    (8-byte floats), or ``None`` when the problem cannot say how many rows a client holds."""
+    (8-byte floats), or ``None`` when the problem cannot say how many rows a client holds.  A task with its own
+    ``estimate_memory(clients, config)`` (the image tasks) gives its own estimate."""
+    if hasattr(problem, "estimate_memory"):
+        return problem.estimate_memory(clients, config)
     rows = problem.rows_per_client(clients)
     if rows is None:
         return None
@@ -236,7 +323,9 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
          engine: str = "local", **options: Any) -> Plan:
     """Check a run — every option, the seed, clients, device, engine and (in process) its memory — once.
     Raises what :func:`solve` raises for bad input; builds no data."""
-    spec = get_method(method)
+    kind = getattr(problem, "kind", "") or ""
+    spec = get_method(method, kind)
+    use = spec.use(kind)
     runtime = {}
     if "transport" in options and not isinstance(options["transport"], str):  # a Transport object, not a name
         if not spec.federated:
@@ -245,11 +334,11 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if config is None:
-        config = spec.make_config(options)
+        config = use.config.from_options(options)
     elif options:
         raise TypeError(f"give the {method} options either as config or as keywords, not both")
-    elif not isinstance(config, spec.config):
-        raise TypeError(f"method {method!r} needs a {spec.config.__name__}, got {type(config).__name__}")
+    elif not isinstance(config, use.config):
+        raise TypeError(f"method {method!r} needs a {use.config.__name__}, got {type(config).__name__}")
     if message_hook is not None and not spec.federated:
         raise ValueError(f"message_hook applies to federated methods; {method!r} exchanges no messages")
     seed = check_seed(seed)
@@ -287,7 +376,7 @@ def run(p: Plan) -> Result:
     torch.manual_seed(p.seed)
     objectives = problem.client_objectives(clients, seed=p.seed, device=dev)
     theta0 = problem.init_params(p.seed, device=dev)
-    check_objectives(objectives, theta0)
+    getattr(problem, "check_objectives", check_objectives)(objectives, theta0)  # a task of its own kind checks its own
     t0 = time.perf_counter()
     theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
                                progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)

@@ -29,6 +29,47 @@ def _bar(total, label):
     return tqdm(total=total, desc=label or "steps", unit="step", leave=False, file=sys.stderr, dynamic_ncols=True)
 
 
+class Progress:
+    """Progress over ``total`` steps of one long loop (a client's local steps, an image client's training epochs).
+
+    Where bars are on (:func:`use_progress_bars`) and stderr is a terminal: a ``tqdm`` bar that appears only once
+    the loop has run ``delay`` seconds (short loops stay silent) and goes away when it ends.  Otherwise a line to
+    the logger ``fedsciml.progress`` at INFO each ``log_every`` seconds while the loop runs (none for a loop
+    shorter than that), so a log file shows that a long loop is alive.  Costs a clock read per step."""
+
+    def __init__(self, total: int, label: str, *, unit: str = "step", delay: float = 1.0, log_every: float = 30.0):
+        self.total, self.label, self.unit, self.n = int(total), label, unit, 0
+        self.log_every = float(log_every)
+        self._t0 = self._last = time.perf_counter()
+        self._bar = None
+        if _BARS["on"] and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total, desc=label, unit=unit, leave=False, file=sys.stderr,
+                             dynamic_ncols=True, delay=delay)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self._bar is not None:
+            self._bar.update(n)
+            return
+        now = time.perf_counter()
+        if now - self._last >= self.log_every:
+            self._last = now
+            log.info("  %s: %d/%d %ss (%.0f s)", self.label, self.n, self.total, self.unit, now - self._t0)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class Recorder:
     """Collects history rows; the clock excludes time spent evaluating test metrics.
 

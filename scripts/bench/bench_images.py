@@ -1,15 +1,19 @@
 """One-shot image benchmark (FedFisher / FedBEns setting) on digits, beside the papers' CIFAR-10 rows.
 
     python scripts/bench/bench_images.py [--alphas 0.05,0.1,0.2] [--seeds 3] [--model lenet5] [--json FILE]
+                                         [--repro NAME]
 
 5 clients, balanced Dirichlet split, 30 local epochs of SGD (lr 0.01, momentum 0.9, batch 64),
 server validation set of 143 digits (10% of the training images).  Prints test accuracy
 mean ± std over seeds for every method next to the CIFAR-10 numbers reported in
-FedFisher (Table 2, 5 clients, 5 seeds) and FedBEns (Table 1, 5 clients, 5 seeds).
+FedFisher (Table 2, 5 clients, 5 seeds) and FedBEns (Table 1, 5 clients, 5 seeds).  ``--repro NAME`` also
+writes ``reproductions/NAME.{csv,md}`` (command, commit, threads, niceness, load average, wall and CPU seconds,
+each seed's accuracy).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -48,12 +52,13 @@ def main(argv=None):
     ap.add_argument("--modes", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default="results/bench_images_oneshot.json")
+    ap.add_argument("--repro", default=None, help="also write reproductions/REPRO.{csv,md}")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     methods = a.methods.split(",")
     alphas = [float(s) for s in a.alphas.split(",")]
     cfg = M.TrainConfig(epochs=a.epochs, lr=a.lr, modes=a.modes)
-    runs, t0 = {}, time.perf_counter()
+    runs, t0, c0, load0 = {}, time.perf_counter(), time.process_time(), os.getloadavg()
     for al in alphas:
         res = bench.run_setting(model=a.model, clients=5, alpha=al, protocol="one-shot", methods=methods,
                                 seeds=tuple(range(a.seeds)), cfg=cfg, progress=lambda s: print(s, flush=True))
@@ -71,6 +76,30 @@ def main(argv=None):
                   f"{r['floats_per_client']:13.0f} {r['client_s']:8.1f} {r['server_s']:8.1f}   "
                   f"{pf or '—':>13s} {pb or '—':>12s}")
     print(f"wrote {a.json}")
+    if a.repro:
+        write_repro(a, runs, time.perf_counter() - t0, time.process_time() - c0, load0, os.getloadavg())
+
+
+def write_repro(a, runs, wall, cpu, load0, load1):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "papers"))
+    import repro_common
+
+    rows = []
+    for al, res in runs.items():
+        for m, r in res["results"].items():
+            pf, pb = PAPER.get(al, {}).get(m, (None, None))
+            rows.append({"alpha": al, "method": m,
+                         "digits acc % (mean ± std)": f"{100 * r['acc_mean']:.2f} ± {100 * r['acc_std']:.2f}",
+                         "per seed": " / ".join(f"{100 * x:.2f}" for x in r["per_seed"]),
+                         "floats/client": int(r["floats_per_client"]), "client s": round(r["client_s"], 1),
+                         "server s": round(r["server_s"], 1), "FedFisher C10": pf or "—", "FedBEns C10": pb or "—"})
+    note = (f"One-shot, 5 clients, digits, {a.model}, {a.epochs} local epochs, lr {a.lr}, {a.modes} modes (FedBEns), "
+            f"seeds {', '.join(map(str, range(a.seeds)))}.  {a.threads} torch thread(s) (OMP_NUM_THREADS = "
+            f"{os.environ.get('OMP_NUM_THREADS', 'unset')}), niceness {os.nice(0)}, {os.cpu_count()} cores; load "
+            f"average {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} at the start, {load1[0]:.2f} / {load1[1]:.2f} "
+            f"/ {load1[2]:.2f} at the end; {wall:.0f} s wall, {cpu:.0f} s CPU of this process in all.  client s and "
+            f"server s are wall seconds (under that load).")
+    print(repro_common.write(a.repro, list(rows[0]), rows, note))
 
 
 if __name__ == "__main__":

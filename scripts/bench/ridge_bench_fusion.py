@@ -18,10 +18,14 @@ Rows (time, floor, ratio):
 * exactness: fusion vs pooled scikit-learn ``Ridge`` (relative), CV vs the naive per-pair Cholesky solve on
   ``--naive-pairs`` sampled (k, σ) pairs.
 
-``--compare`` adds the older comparison (K = 100, d = 500, 30 σ): batched LOCO vs the naive loop of K·|Σ|
-Cholesky solves and scikit-learn's ``RidgeCV`` on the pooled data.  The machine's load average is recorded
-at the start and the end (figures taken under load are slower; the ratios come from the same run).
-Usage: ``python scripts/bench/ridge_bench_fusion.py [--device cpu|cuda] [--threads 1] [--compare]``.
+``--compare`` adds the older comparison (K = 100, d = 500, 30 σ): batched LOCO on the clients' packed Gram
+messages vs the naive loop of K·|Σ| Cholesky solves and scikit-learn's ``RidgeCV`` on the pooled data.  The
+machine's load average is recorded at the start and the end (figures taken under load are slower; the ratios
+come from the same run).  Each row carries wall seconds and process CPU seconds (best of the repeats; CPU time
+leaves out the time spent waiting for a core, so on a loaded machine its ratios are the steadier ones).
+``--repro NAME`` also writes ``reproductions/NAME.{csv,md}`` with the command, commit, thread count, niceness and
+load average on top (``scripts/papers/repro_common.py``).
+Usage: ``python scripts/bench/ridge_bench_fusion.py [--device cpu|cuda] [--threads 1] [--compare] [--repro NAME]``.
 """
 import os
 import statistics
@@ -32,12 +36,14 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "papers", "oneshot-ridge"))  # ridge_common
 import ridge_common as rc  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "papers"))  # repro_common
+import repro_common  # noqa: E402
 from fedsciml.core import linalg
 from fedsciml.problems import get_problem
 from fedsciml.methods.oneshot import OneShotStrategy
 from fedsciml.runtime.loop import RoundConfig, Simulation
 from fedsciml.runtime.transport import Reply, Transport
-from fedsciml.ridge import FusionServer, client_message
+from fedsciml.ridge import client_message
 from fedsciml.core.stats import to_gn
 from fedsciml.core.loco import loco_cv, loco_solutions, loco_solutions_naive
 
@@ -151,6 +157,8 @@ def main():
     p.add_argument("--no-sklearn", action="store_true", help="skip the pooled scikit-learn reference")
     p.add_argument("--compare", action="store_true", help="also the K=100, d=500, 30 σ comparison with the naive "
                                                            "loop and scikit-learn's RidgeCV")
+    p.add_argument("--repro", default=None, help="also write reproductions/REPRO.{csv,md} (command, commit, threads, "
+                                                 "load on top)")
     args = p.parse_args()
     dev = rc.setup(args)
     load0 = os.getloadavg()
@@ -164,6 +172,7 @@ def main():
     def row(path, seconds, floor, floor_is, target=None, note="", cpu=None):
         r = {"path": path, "seconds": seconds, "floor_seconds": floor, "ratio": seconds / floor if floor else None,
              "cpu_ratio": (CPU[cpu[0]] / CPU[cpu[1]]) if cpu else None,
+             "cpu_seconds": CPU[cpu[0]] if cpu else None, "floor_cpu_seconds": CPU[cpu[1]] if cpu else None,
              "floor": floor_is, "target": target or "", "note": note}
         rows.append(r)
         return r
@@ -258,6 +267,21 @@ def main():
                                                  ("CPU ratio", "cpu_ratio_str"),
                                                  ("target", "target"), ("floor is", "floor"), ("note", "note")],
                    rows, {**meta, **vars(args)}, digits=3)
+    if args.repro:
+        note = (f"K = {K} clients of `ridge-linear`, n_k = {n_k} training rows, d = {d}, {S} σ (log grid 1e-2..1e3), "
+                f"fusion σ = {args.sigma}; device {dev}, torch {torch.__version__}, {args.threads} thread(s) "
+                f"(torch.get_num_threads() = {torch.get_num_threads()}, OMP_NUM_THREADS = "
+                f"{os.environ.get('OMP_NUM_THREADS', 'unset')}), niceness {os.nice(0)}, {os.cpu_count()} cores; "
+                f"load average {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} at the start, {load1[0]:.2f} / "
+                f"{load1[1]:.2f} / {load1[2]:.2f} at the end; {meta['seconds_total']:.0f} s wall in all.  "
+                f"Wall and CPU seconds are the best of the repeats; ratios are figure / floor from the same run.  "
+                f"Exactness: fusion vs pooled scikit-learn `Ridge` "
+                f"{'not run' if fuse_err is None else f'{fuse_err:.1e}'} (relative), CV vs the naive Cholesky solve "
+                f"{cv_err:.1e} (max over {args.naive_pairs} sampled (k, σ) pairs); {its} PCG iterations, "
+                f"{info['direct_solves']} direct solves.")
+        cols = ["path", "seconds", "floor_seconds", "ratio", "cpu_seconds", "floor_cpu_seconds", "cpu_ratio",
+                "target", "floor", "note"]
+        print(repro_common.write(args.repro, cols, rows, note))
     if args.compare:
         compare(args, dev, tag)
 
@@ -265,9 +289,8 @@ def main():
 def compare(args, dev, tag, K=100, d=500, S=30):
     """Batched LOCO vs the naive loop and scikit-learn's RidgeCV (the older comparison)."""
     data = _clients(K, d, 500, 1, dev)
-    server = FusionServer(d, device=dev)
-    server.receive_all({k: client_message(A, b) for k, (A, b) in enumerate(data)})
-    Gs, hs = server.stacked()
+    msgs = [client_message(A, b) for A, b in data]  # each client's packed Gram and h (the one-shot statistics)
+    Gs, hs = linalg.unpack_upper(torch.stack([m["G"] for m in msgs]), d), torch.stack([m["h"] for m in msgs])
     sig = torch.logspace(-3, 4, S, dtype=torch.float64)
     t_fast, (W, info) = _best(lambda: loco_solutions(Gs, hs, sig, return_info=True), dev, 1)
     t_naive, ref = _best(lambda: loco_solutions_naive(Gs, hs, sig), dev, 0)
@@ -289,6 +312,13 @@ def compare(args, dev, tag, K=100, d=500, S=30):
     rc.write_table(args, f"bench_cv_{tag}", [("method", "method"), ("seconds", "seconds"), ("chosen σ", "chosen_sigma"),
                                               ("note", "note")], rows,
                    {"K": K, "d": d, "S": S, "max_rel_diff": diff, **info, **vars(args), "device": str(dev)}, digits=4)
+    if args.repro:
+        load = os.getloadavg()
+        note = (f"The older comparison: K = {K} clients of `ridge-linear` (500 rows each before the 20 % test split), "
+                f"d = {d}, {S} σ (log grid 1e-3..1e4); wall seconds (batched: best of 1 after a warm-up; the naive "
+                f"loop and RidgeCV: one run); device {dev}, {args.threads} thread(s), niceness {os.nice(0)}, "
+                f"{os.cpu_count()} cores, load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the end.")
+        print(repro_common.write(args.repro + "_compare", ["method", "seconds", "chosen_sigma", "note"], rows, note))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Every table is written as ``<name>.csv`` and ``<name>.md``; both start with the
 command that produced them and the commit it ran on (``+dirty`` when the
 code in the working tree had uncommitted changes, followed by the changed files and a
-hash of their diff), so a README figure can be traced back and rerun.
+hash of their diff; when HEAD moved while the script ran, both commits are named), so a README figure can be
+traced back and rerun.
 """
 from __future__ import annotations
 
@@ -37,6 +38,14 @@ def commit() -> str:
         return "unknown"
 
 
+_START = commit()  # the code the run started on (a later commit while it ran is named beside it)
+
+
+def _commit_line() -> str:
+    now = commit()
+    return now if now == _START else f"{now} when written; {_START} when the script started"
+
+
 def command() -> str:
     return "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
 
@@ -44,7 +53,7 @@ def command() -> str:
 def write(name: str, columns: list[str], rows: list[dict], note: str = "", out: str = OUT) -> tuple[str, str]:
     """Write ``rows`` (dicts keyed by ``columns``) to ``out/name.csv`` and ``out/name.md``; returns the paths."""
     os.makedirs(out, exist_ok=True)
-    head = [f"command: {command()}", f"commit: {commit()}"] + ([note] if note else [])
+    head = [f"command: {command()}", f"commit: {_commit_line()}"] + ([note] if note else [])
     csv_path, md_path = os.path.join(out, name + ".csv"), os.path.join(out, name + ".md")
     with open(csv_path, "w", newline="") as f:
         for line in head:

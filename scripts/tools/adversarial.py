@@ -881,7 +881,7 @@ return {"rc": rc, "saved": len(saved), "valid": bool(saved) and bool(json.load(r
     C("solve one-shot --project-sketch without --project", ["solve", "ridge-linear", "--method", "one-shot",
                                                             "--project-sketch", "srht", "--quiet"])
     A("one-shot sigma and cv_sigmas together (Python)",
-      'return fs.solve("ridge-linear", "one-shot", clients=3, sigma=0.1, cv_sigmas="0.01,1").final')
+      'return fs.solve("ridge-linear", "one-shot", clients=3, sigma=0.1, cv_sigmas=[0.01, 1.0]).final')
     # 9. message validation
     A("fedavg: a sample count of 0.5 (rejected by name)", '''
 def hook(rnd, cid, msg):

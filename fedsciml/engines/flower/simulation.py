@@ -101,10 +101,12 @@ def _plain(v) -> bool:
     return False
 
 
-def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str | None = None) -> list:
+def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str | None = None,
+             app: str | None = None) -> list:
     """Run ``jobs`` (the ServerApp's job dicts, each with an ``out`` path below the run's directory, filled in
     here) in one ``flwr run`` on a simulation SuperLink with ``clients`` virtual SuperNodes; returns what each
-    job wrote (a Result with θ, or an images result dict), in order."""
+    job wrote (a Result with θ, or an images result dict), in order.  ``app``: the Flower App to run (default
+    fedsciml's generic one; :data:`fedsciml.engines.flower.secagg.APP_DIR` for central DP through SecAgg+)."""
     require_flower()
     import tempfile
 
@@ -127,8 +129,10 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
             raise EngineFailed(f"the Flower simulation SuperLink did not start: {e} "
                                f"({_root_cause(link.tail('superlink'))})") from None
         try:
+            from fedsciml.engines.flower.deploy import APP_DIR
+
             proc = link.submit_config({"problem": jobs[0].get("problem", "images"), "clients": int(clients),
-                                       "jobs": path}, "sim", federation_config(clients))
+                                       "jobs": path}, "sim", federation_config(clients), app=app or APP_DIR)
             outs = [j["out"] for j in jobs]
             show = any(j.get("progress") for j in jobs)
             log = logging.getLogger("fedsciml.engines.flower")
@@ -170,8 +174,17 @@ def solve_many(calls: list, clients: int, *, wait_s: float = 3600.0) -> list:
     for kw in calls:
         if int(kw["clients"]) != int(clients):
             raise ValueError(f"every call of one simulation must have clients={clients}, got {kw['clients']}")
+    from fedsciml.engines.flower import secagg
+
     jobs = [_job(kw, "") for kw in calls]
-    return run_jobs(jobs, clients, wait_s=wait_s)
+    secure = [secagg.is_secagg_job(j) for j in jobs]  # central DP: Flower's SecAgg+ App, the rest the generic one
+    out: list = [None] * len(jobs)
+    for flag, app in ((False, None), (True, secagg.APP_DIR)):
+        idx = [i for i, f in enumerate(secure) if f == flag]
+        if idx:
+            for i, r in zip(idx, run_jobs([jobs[i] for i in idx], clients, wait_s=wait_s, app=app)):
+                out[i] = r
+    return out
 
 
 def solve(problem, method: str, clients: int | None = None, seed: int = 0, device="cpu", progress: bool = False,

@@ -21,13 +21,17 @@ for a core, so its ratios are the steadier ones).  Peak RSS (``ru_maxrss``) is r
 size of the clients' data plus their messages.  The load average is printed at the start and the end:
 on a loaded machine only the ratios mean anything.
 
-Usage: ``python scripts/ridge_cli_floor.py [--clients 500 --dim 1000 --samples 200 --cv 1e-2:1e3:10]``
+``--repro NAME`` also writes ``reproductions/NAME.{csv,md}`` (command, commit, threads, niceness and load on top).
+
+Usage: ``python scripts/bench/ridge_cli_floor.py [--clients 500 --dim 1000 --samples 200 --cv 1e-2:1e3:10]
+[--repro NAME]``
 """
 from __future__ import annotations
 
 import argparse
 import os
 import resource
+import sys
 import time
 
 import torch
@@ -97,10 +101,12 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=2, help="best of this many runs of each (interleaved)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repro", default=None, help="also write reproductions/REPRO.{csv,md}")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     grid = parse_grid(args.cv)
-    print(f"load average at start: {os.getloadavg()[0]:.2f} (threads {args.threads}, {os.cpu_count()} cores)")
+    load0 = os.getloadavg()
+    print(f"load average at start: {load0[0]:.2f} (threads {args.threads}, {os.cpu_count()} cores)")
     base_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024      # Python, torch, scikit-learn loaded
     kw = dict(clients=args.clients, dim=args.dim, samples=args.samples, cv=args.cv, sigma=None, seed=args.seed)
     _count_solver_cpu()
@@ -142,7 +148,28 @@ def main(argv=None):
     print(f"peak RSS after the CLI run: {rss_mb:.0f} MB, {rss_mb - base_mb:.0f} MB above the process's baseline "
           f"({base_mb:.0f} MB: Python, torch, scikit-learn); clients' data + messages: {data_mb + msg_mb:.0f} MB "
           f"(ratio {(rss_mb - base_mb) / (data_mb + msg_mb):.2f}, target ≤ 2)")
-    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    load1 = os.getloadavg()
+    print(f"load average at end: {load1[0]:.2f}")
+    if args.repro:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "papers"))
+        import repro_common
+
+        rows = [{"figure": "CLI solver time (one-shot)", "wall_s": cli, "cpu_s": cli_cpu}]
+        rows += [{"figure": f"kernel: {k}", "wall_s": best[k], "cpu_s": best_cpu[k]} for k in ("stats", "fusion", "loco")]
+        rows += [{"figure": "ratio CLI / (fusion + loco) (target ≤ 2)", "wall_s": cli / floor,
+                  "cpu_s": cli_cpu / floor_cpu},
+                 {"figure": "ratio CLI / (stats + fusion + loco)", "wall_s": cli / (floor + best["stats"]),
+                  "cpu_s": cli_cpu / (floor_cpu + best_cpu["stats"])}]
+        note = (f"K = {args.clients} clients, n_k = {n_rows // args.clients} training rows, d = {d}, {len(grid)} σ "
+                f"(`--cv {args.cv}`); CLI form {form}, kernel form {kform}; σ chosen: CLI {chosen:.4g}, kernels "
+                f"{s_k:.4g}.  Best of {args.repeat} runs each, interleaved.  {args.threads} thread(s) "
+                f"(OMP_NUM_THREADS = {os.environ.get('OMP_NUM_THREADS', 'unset')}), niceness {os.nice(0)}, "
+                f"{os.cpu_count()} cores; load average {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} at the start, "
+                f"{load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f} at the end.  Peak RSS after the first CLI run "
+                f"{rss_mb:.0f} MB, {rss_mb - base_mb:.0f} MB above the baseline ({base_mb:.0f} MB: Python, torch, "
+                f"scikit-learn); clients' data + messages {data_mb + msg_mb:.0f} MB (ratio "
+                f"{(rss_mb - base_mb) / (data_mb + msg_mb):.2f}, target ≤ 2).")
+        print(repro_common.write(args.repro, ["figure", "wall_s", "cpu_s"], rows, note))
     return cli, best
 
 
