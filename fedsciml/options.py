@@ -102,8 +102,11 @@ class Spec:
     max_items: int | None = None  # FLOATS: at most this many values
 
     def __post_init__(self):
+        if self.type is object and not self.cli:
+            return  # a structured value with no flag (e.g. images' TrainConfig): its config's _resolve checks it
         if self.type not in (int, float, str, bool, PATH, FLOATS):
-            raise TypeError(f"option type must be int, float, str, bool, PATH or FLOATS, got {self.type!r}")
+            raise TypeError(f"option type must be int, float, str, bool, PATH or FLOATS (or object with cli=False), "
+                            f"got {self.type!r}")
 
     def allowed(self, with_none: bool = True) -> str:
         """The allowed values in words, e.g. ``an integer ≥ 0`` or ``a number in (0, 1]``; ``with_none``: add
