@@ -110,6 +110,19 @@ def test_client_app_answers_like_an_in_process_client_and_reports_failures():
     assert isinstance(wrong, Failure) and wrong.reason.startswith("partition 0: ")
 
 
+def test_client_app_sends_its_share_of_the_laplace_std_and_no_residual():
+    """``final_stats`` on a node: J_kᵀJ_k (packed), the sum of squares and count of its data residuals; the
+    server's combination equals ``final_metrics`` in process (the same operations per client: bitwise)."""
+    p = get_problem("heat-inverse")
+    job = {"problem": "heat-inverse", "options": dict(p.options), "clients": K, "seed": 0}
+    theta = p.init_params(0)
+    req = codec.request_content(Request("final_stats", {"theta": theta}), job)
+    shares = [codec.reply_from_content(answer_content(req, {"partition-id": k})).message for k in range(K)]
+    assert all(set(s) == {"H", "data_ss", "data_n"} and s["data_ss"].numel() == 1 for s in shares)
+    torch.manual_seed(0)
+    assert p.final_metrics_from(theta, shares) == p.final_metrics(theta, p.client_objectives(K, seed=0))
+
+
 def test_table_objective_reads_csv_and_npz_and_names_bad_input(tmp_path):
     X = np.arange(12.0).reshape(4, 3) / 7
     y = np.array([1.0, -2.0, 0.5, 3.0])
@@ -232,6 +245,27 @@ def test_flower_simulation_is_bitwise_equal_to_in_process(simulated, run):
     eng = fl.extra["engine"]
     assert eng["name"] == "flower" and eng["exchanges"] > 0 and sorted(eng["nodes"]) == ["0", "1"]
     assert fl.extra["rejections"] == []
+
+
+def test_inverse_problem_reports_its_laplace_std_on_flower(simulated):
+    """heat-inverse over Flower reports ``coef_k_std`` (and ``noise_sigma``) as ``fs.solve`` does in process:
+    the nodes send their shares (J_kᵀJ_k, the sum of squares and count of their data residuals — no residual),
+    the server combines them with the in-process code (bitwise in one process: the test above).  Across the
+    Ray workers and the ServerApp process the std agreed to 1.2e-8 relative, not bitwise: it is a diagonal
+    entry of the pseudo-inverse of an ill-conditioned Σ J_kᵀJ_k, which magnifies last-bit differences of the
+    products between processes (BLAS kernels); hence a tolerance."""
+    fl, _ = simulated["heat-inverse-gn"]
+    p = get_problem("heat-inverse")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        want = p.final_metrics(fl.theta, p.client_objectives(K, seed=0))
+    finally:
+        torch.set_num_threads(threads)
+    assert want["coef_k_std"] > 0
+    assert fl.final["coef_k_std"] == pytest.approx(want["coef_k_std"], rel=1e-6)
+    assert fl.final["noise_sigma"] == pytest.approx(want["noise_sigma"], rel=1e-12)
 
 
 @pytest.mark.parametrize("run", ["ridge-gn", "one-shot"])
