@@ -190,7 +190,7 @@ def simulated(tmp_path_factory):
         # examples/flower_ridge_sites.py: one CSV per site, one-shot DP ridge with leave-one-client-out CV
         ex = _example()
         paths, test, _ = ex.write_site_tables(str(tmp_path_factory.mktemp("sites")), K)
-        table = get_problem("table", tables=",".join(paths), test_table=test)
+        table = get_problem("table", tables=paths, test_table=test)
         table_opts = [dict(dp_epsilon=eps, cv_sigmas=ex.SIGMAS) for eps in (float("inf"), 2.0)]
         calls += [dict(problem=table, method="one-shot", clients=K, seed=0, **o) for o in table_opts]
         flower = solve_many(calls, clients=K)
