@@ -60,6 +60,7 @@ class OptionTypeError(TypeError):
 
 PATH = "path"  # option type: a file-system path (str or os.PathLike)
 FLOATS = "floats"  # option type: a list of numbers (each within the Spec's range); the CLI parses parse_grid's text
+PATHS = "paths"  # option type: a list of paths; the CLI's text is comma-separated
 
 _STYLE: dict[str, Any] = {"cli": False, "flags": {}}
 
@@ -102,11 +103,8 @@ class Spec:
     max_items: int | None = None  # FLOATS: at most this many values
 
     def __post_init__(self):
-        if self.type is object and not self.cli:
-            return  # a structured value with no flag (e.g. images' TrainConfig): its config's _resolve checks it
-        if self.type not in (int, float, str, bool, PATH, FLOATS):
-            raise TypeError(f"option type must be int, float, str, bool, PATH or FLOATS (or object with cli=False), "
-                            f"got {self.type!r}")
+        if self.type not in (int, float, str, bool, PATH, PATHS, FLOATS):
+            raise TypeError(f"option type must be int, float, str, bool, PATH, PATHS or FLOATS, got {self.type!r}")
 
     def allowed(self, with_none: bool = True) -> str:
         """The allowed values in words, e.g. ``an integer ≥ 0`` or ``a number in (0, 1]``; ``with_none``: add
@@ -123,6 +121,8 @@ class Spec:
             s = "one of " + ", ".join(map(str, self.choices))
         elif self.type is PATH:
             s = "a path"
+        elif self.type is PATHS:
+            s = "a list of paths"
         elif self.type is str:
             s = "a string"
         else:
@@ -205,6 +205,8 @@ def from_text(name: str, text, spec: Spec, owner: str = "", *,
     naming the value and what is allowed.  A value that is not text is returned as it is."""
     if not isinstance(text, str) or spec.type in (str, PATH):
         return text
+    if spec.type is PATHS:
+        return [p.strip() for p in text.split(",") if p.strip()]
     t, s = spec.type, text.strip()
     error = errors[0] or OptionError
     try:
@@ -250,6 +252,16 @@ def _check_value(name: str, value, spec: Spec, owner: str = ""):
             raise OptionTypeError(f"{where}{name} must be {spec.allowed()}, got None")
         return None
     t = spec.type
+    if t is PATHS:
+        if isinstance(value, (str, bytes, os.PathLike)) or not hasattr(value, "__iter__"):
+            raise OptionTypeError(f"{where}{name} must be a list of paths, got {value!r} ({type(value).__name__}; on "
+                                  f"the command line: comma-separated)")
+        paths = list(value)
+        for i, v in enumerate(paths):
+            if not isinstance(v, (str, os.PathLike)) or not os.fspath(v):
+                raise OptionTypeError(f"{where}{name} must be a list of non-empty paths, got {v!r} at position {i}")
+            paths[i] = os.fspath(v)
+        return paths
     if t is FLOATS:
         if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
             raise OptionTypeError(f"{where}{name} must be {spec.allowed(False)}, got {value!r} "
@@ -670,6 +682,9 @@ class OneShotConfig(RoundOptions):
     dp_max_rows: int | None = option(None, "central DP on Flower: a public bound on any site's rows (fixes "
                                      "SecAgg+'s fixed-point range)", int, lo=1,
                                      none="the problem's rows per client when public", metavar="N")
+    fit_intercept: bool = option(False, "an unpenalized intercept (linear ridge problems): exact from each "
+                                 "client's count, means and centered scatter; under DP an unpenalized constant "
+                                 "column inside the clipped rows", bool)
     project: int | None = option(None, "random projection of the parameters to m dimensions", int, lo=1,
                                  none="no projection")
     project_sketch: str = option("gaussian", "projection sketch", str, choices=("gaussian", "sparse", "srht"))
@@ -681,6 +696,13 @@ class OneShotConfig(RoundOptions):
                                         "whose statistics cost the others more than κ × the median client's is "
                                         "left out of the fusion; not with DP; fedsciml.runtime.robust)",
                                   float, lo=1, lo_open=True, none="no screen", metavar="KAPPA")
+    # the library function fedsciml.ridge.one_shot's knobs (no flag): the message form, the PSD repair, the calibration
+    message_form: str = option("auto", "the clients' message form: gram (packed AᵀA, Aᵀb), sqrt (thin-QR factors, "
+                                       "no DP) or auto (the server's choice)", str, choices=("auto", "gram", "sqrt"),
+                               cli=False)
+    repair: bool = option(True, "PSD repair of the noisy fused statistics (DP)", bool, cli=False)
+    dp_calibration: str = option("analytic", "DP noise calibration", str, cli=False,
+                                 choices=("analytic", "classical", "rdp", "prv", "gdp"))  # core.privacy.METHODS
 
     def forms_jacobians(self) -> bool:
         return True
@@ -693,7 +715,7 @@ class OneShotConfig(RoundOptions):
                             "choose it, not both")
         if self.dp_epsilon is None:
             for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware",
-                      "dp_min_survivors", "dp_max_rows"):
+                      "dp_min_survivors", "dp_max_rows", "dp_calibration"):
                 out[k] = f"it is a differential-privacy option and DP is off (give {display('dp_epsilon')})"
         elif not self.dp_central:
             for k in ("dp_min_survivors", "dp_max_rows"):
@@ -713,7 +735,8 @@ class OneShotConfig(RoundOptions):
         if self.dp_epsilon is None:
             return None
         return {"epsilon": self.dp_epsilon, "delta": self.dp_delta, "c_a": self.dp_clip_a, "c_b": self.dp_clip_b,
-                "clip": self.dp_clip, "central": self.dp_central, "noise_aware_sigma": self.dp_noise_aware}
+                "clip": self.dp_clip, "central": self.dp_central, "noise_aware_sigma": self.dp_noise_aware,
+                "calibration": self.dp_calibration}
 
 
 def defaults_of(cls) -> dict:

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from fedsciml.runtime.memory import available_memory
-from fedsciml.options import option
+from fedsciml.options import PATHS, option
 
 from .base import DTYPE, Problem, ProblemError
 from .registry import register
@@ -138,15 +138,16 @@ class TableProblem(Problem):
     metric = "mse"
     description = "your own regression table, one CSV/npz file per client (--tables a.csv,b.csv): least squares"
     params = {
-        "tables": option("", "the clients' tables, comma-separated, one file per client (CSV with a header: "
-                                 "feature columns and the target column; or npz with X and y)", str),
+        "tables": option((), "the clients' tables, one file per client (CSV with a header: feature columns and "
+                             "the target column; or npz with X and y); on the command line comma-separated", PATHS,
+                         metavar="A.csv,B.csv"),
         "target": option("y", "the target column of the CSV tables", str),
         "test_table": option("", "a held-out table for the test MSE (optional)", str),
     }
 
     @property
     def paths(self) -> list[str]:
-        return [p.strip() for p in self.tables.split(",") if p.strip()]
+        return list(self.tables)
 
     @property
     def default_clients(self) -> int:  # one client per table
@@ -182,7 +183,7 @@ class TableProblem(Problem):
     def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
         return [self.client_objective(k, n_clients, device) for k in range(int(n_clients))]
 
-    def evaluate(self, theta: torch.Tensor) -> dict:
+    def evaluate(self, theta: torch.Tensor, intercept: float = 0.0) -> dict:
         if not self.test_table:
             return {}
         if "_test" not in self.__dict__:
@@ -192,4 +193,6 @@ class TableProblem(Problem):
         if A.shape[1] != theta.numel():
             raise ProblemError(f"{self.test_table}: {A.shape[1]} features, the model has {theta.numel()}")
         err = A.to(theta.device, theta.dtype) @ theta - b.to(theta.device, theta.dtype)
+        if intercept:  # a one-shot fit with fit_intercept
+            err = err + intercept
         return {"mse": float((err @ err) / err.numel())}

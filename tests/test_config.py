@@ -253,3 +253,46 @@ def test_a_method_option_named_like_a_problem_option_keeps_them_apart(tmp_path, 
     assert d["options"]["sigma"] == d["options"]["method_sigma"] == 0.5
     _one_line_exit_2(capsys, "solve", "ridge-linear", "--clients", "3", "--method", "gn", "--method-sigma", "0.5",
                      "--quiet", want="--method-sigma does not apply to method gn")
+
+
+# --- the flag generator's API (cli.common), the one every subcommand uses -----------------------------------------
+
+
+def test_add_option_flags_and_given_options_parse_text_once():
+    """Flags from declarations: typed flags are converted by argparse, untyped and list-valued ones once by
+    given_options (options.from_text); renamed and alias spellings land on the same option; the owner checks."""
+    import argparse
+
+    from fedsciml.cli.common import add_option_flags, given_options
+    from fedsciml.options import FLOATS, PATHS, OptionError, check_options, cli_names, declared, option
+
+    specs = declared({"k": option(0.5, "a rate", float, lo=0, lo_open=True),
+                      "n": option(3, "a count", int, lo=1),
+                      "grid": option(None, "σ values", FLOATS, lo=0, lo_open=True, none="no grid"),
+                      "files": option((), "inputs", PATHS),
+                      "on": option(False, "a switch", bool)})
+    for typed in (True, False):
+        p = argparse.ArgumentParser()
+        flags = add_option_flags(p, {"mine": specs}, dest="o_", typed=typed, rename={"n": "--count"},
+                                 aliases={"n": ["--n"]})
+        assert flags == {"k": "--k", "n": "--count", "grid": "--grid", "files": "--files", "on": "--on"}
+        args = p.parse_args(["--k", "2", "--n", "4", "--grid", "1e-2:1:3", "--files", "a.csv, b.csv", "--on"])
+        got = given_options(args, "o_", specs, "mine")
+        assert got["k"] == 2.0 and got["n"] == 4 and got["files"] == ["a.csv", "b.csv"] and got["on"] is True
+        assert got["grid"] == pytest.approx([1e-2, 1e-1, 1.0], rel=1e-15) and isinstance(got["grid"], list)
+        assert given_options(p.parse_args([]), "o_", specs) == {}  # nothing given: the declared defaults apply later
+        with cli_names(flags), pytest.raises(OptionError, match="^mine option --count must be an integer ≥ 1, got 0$"):
+            check_options("mine", specs, given_options(p.parse_args(["--count", "0"]), "o_", specs, "mine"))
+    p = argparse.ArgumentParser()
+    add_option_flags(p, {"mine": specs}, dest="o_", typed=False)
+    with cli_names(), pytest.raises(OptionError, match="mine option --k must be a finite number > 0, got 'x'"):
+        given_options(p.parse_args(["--k", "x"]), "o_", specs, "mine")
+    with cli_names(), pytest.raises(ValueError, match="--grid grid '0:1:3' must be"):
+        given_options(p.parse_args(["--grid", "0:1:3"]), "o_", specs, "mine")
+
+
+def test_one_shot_calibrations_are_the_privacy_modules():
+    from fedsciml.core.privacy import METHODS as CALIBRATIONS
+    from fedsciml.options import OneShotConfig
+
+    assert OneShotConfig.specs()["dp_calibration"][1].choices == CALIBRATIONS  # declared without importing core

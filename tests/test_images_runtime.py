@@ -270,3 +270,73 @@ def test_n_floats_equals_what_the_loop_counts_for_image_messages():
     K = fz.kfac(model, model.theta(), fed.x_val[:2])
     assert one["fedfisher-kfac"].floats_per_client == p + 1 + K.n_floats
     assert one["fedfisher-kfac"].rows[1]["floats_up"] == 3 * (p + 1 + K.n_floats)
+
+
+# ------------------------------------------------------------------ progress
+def test_long_training_and_local_steps_show_progress_in_the_log_never_print(caplog, capsys, monkeypatch):
+    """A long loop (an image client's epochs, a client's local Adam steps) reports progress through the logger
+    fedsciml.progress (here: a line per step, log_every=0; by default every 30 s, so a short loop says nothing)
+    and prints nothing; the numbers are those of the same loop without progress (bitwise: same operations)."""
+    import logging
+
+    from fedsciml.runtime import history
+    from fedsciml.runtime.client import Client, LocalConfig
+    from fedsciml.core.objective import LinearLeastSquares
+
+    fed = _fed(2)
+    model = FlatModel(build("linear", fed.shape, fed.n_classes, 0))
+    x, y = fed.clients[0]
+    quiet = M.local_train(model, model.theta(), x, y, CFG, seed=3, epochs=2)
+    assert not caplog.records  # default: a line only every 30 s
+    monkeypatch.setitem(history.Progress.__init__.__kwdefaults__, "log_every", 0.0)
+    with caplog.at_level(logging.INFO, logger="fedsciml.progress"):
+        loud = M.local_train(model, model.theta(), x, y, CFG, seed=3, epochs=2, label="client 0 training")
+        torch.manual_seed(0)
+        A, b = torch.randn(20, 3, dtype=torch.float64), torch.randn(20, dtype=torch.float64)
+        Client(0, LinearLeastSquares(A, b)).adam_delta(torch.zeros(3, dtype=torch.float64), LocalConfig(steps=3))
+    assert torch.equal(quiet, loud)
+    lines = [r.getMessage() for r in caplog.records if r.name == "fedsciml.progress"]
+    want = [f"client 0 training: {i}/2 epochs" for i in (1, 2)] + [f"client 0 local adam: {i}/3 steps" for i in (1, 2, 3)]
+    assert [ln.split(" (")[0].strip() for ln in lines] == want
+    assert capsys.readouterr().out == ""
+
+
+def test_the_driver_checks_an_image_run_s_memory_once_before_it_starts(monkeypatch):
+    """The image runs go through the driver's memory check: the clients' images plus one round's messages."""
+    from fedsciml.runtime import driver
+
+    fed = _fed(3)
+    calls = []
+
+    def avail(device=None):
+        calls.append(device)
+        return 1000.0  # bytes
+
+    monkeypatch.setattr(driver, "available_memory", avail)
+    with pytest.raises(driver.OutOfMemory, match=r"images with fipa \(.* image floats \+ 3 client\(s\) × 650 "
+                                                 r"parameters × 4 × 4 bytes\)"):
+        M.run_rounds(fed, "linear", ["fipa"], 0, CFG, 1)
+    with pytest.raises(driver.OutOfMemory, match=r"images with regmean .* × 3 × 4 bytes"):
+        M.run_one_shot(fed, "linear", ["regmean"], 0, CFG)
+    assert len(calls) == 2  # once per run
+
+
+def test_bench_images_flags_are_generated_from_the_declarations(capsys):
+    """Every option of bench images is declared once (BenchImagesOptions) and its flag, help, allowed values and
+    default come from there (the generator solve uses); a value out of range is refused by the declaration."""
+    from fedsciml.cli.main import main
+    from fedsciml.images.bench import BenchImagesOptions
+
+    with pytest.raises(SystemExit):
+        main(["bench", "images", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    specs = BenchImagesOptions.specs()
+    assert len(specs) == 25
+    for name, (default, spec) in specs.items():
+        flag = "--" + name.replace("_", "-")
+        assert flag in text and " ".join(spec.help.split())[:40] in text, name
+    assert "--rank N FIPA: eigenpairs per client [an integer ≥ 1; default 10]" in text
+    assert main(["bench", "images", "--rank", "0", "--methods", "fipa", "--protocol", "rounds", "--quiet"]) == 2
+    assert "bench images option --rank must be an integer ≥ 1, got 0" in capsys.readouterr().err
+    assert main(["bench", "images", "--iid", "--alpha", "0.5", "--quiet"]) == 2
+    assert "--iid and --alpha exclude each other" in capsys.readouterr().err

@@ -97,3 +97,105 @@ def test_central_dp_says_it_trusts_the_server_and_flower_runs_it_through_secagg(
     with pytest.raises(simulation.EngineFailed):
         fs.solve(get_problem("ridge-linear", dim=4), "one-shot", clients=3, engine="flower", dp_epsilon=2.0)
     assert seen[0][0] is None   # local DP: fedsciml's generic App
+
+
+# --- the ridge subcommand's flags are generated from the option declarations ------------------------------------
+
+
+def _ridge_parser():
+    from fedsciml.cli import build_parser
+
+    return build_parser()._subparsers._group_actions[0].choices["ridge"]
+
+
+def test_ridge_flags_are_generated_from_the_declarations(monkeypatch):
+    """An option declared on the ridge problem (or the one-shot method) is a ``ridge`` flag, with its help,
+    without touching cli/ridge.py; every declared option has one (but penalty and one-shot's rounds, named)."""
+    from fedsciml.options import option
+    from fedsciml.problems import REGISTRY
+    from fedsciml.runtime.driver import METHODS
+
+    lin = REGISTRY["ridge-linear"]
+    monkeypatch.setattr(lin, "params", {**lin.params,
+                                        "label_shift": option(0.0, "a new ridge option (test)", float, lo=0)})
+    ridge = _ridge_parser()
+    flags = {s for a in ridge._actions for s in a.option_strings}
+    assert "--label-shift" in flags
+    helps = {a.option_strings[0]: a.help for a in ridge._actions if a.option_strings}
+    assert helps["--label-shift"] == "a new ridge option (test) [ridge-linear: a finite number ≥ 0; default 0.0]"
+    for name, (_, spec) in {**lin.specs(), **REGISTRY["ridge-rff"].specs()}.items():
+        assert (("--" + name.replace("_", "-")) in flags) == (name != "penalty"), name
+    for name, (_, spec) in METHODS["one-shot"].config.specs().items():
+        flag = "--" + ("method-" if name == "sigma" else "") + name.replace("_", "-")
+        if name == "rounds":  # --rounds is the baselines' (one-shot runs one round)
+            assert "rounds of the iterative baselines" in helps[flag]
+            continue
+        assert (flag in flags) == spec.cli, name
+    # the subcommand's older spellings are the same flags
+    old = {"--samples": "--n-samples", "--cv": "--cv-sigmas", "--epsilon": "--dp-epsilon", "--delta": "--dp-delta",
+           "--central-dp": "--dp-central", "--clip-a": "--dp-clip-a", "--clip-b": "--dp-clip-b",
+           "--noise-aware-sigma": "--dp-noise-aware", "--sketch": "--project-sketch"}
+    by_flag = {s: a for a in ridge._actions for s in a.option_strings}
+    for spelling, generated in old.items():
+        assert by_flag[spelling] is by_flag[generated], spelling
+    for kept in ("--clients", "--dim", "--heterogeneity", "--sigma", "--dropout", "--project", "--features",
+                 "--rff-dim", "--baselines", "--rounds", "--seed", "--engine", "--device", "--threads", "--json",
+                 "--out"):
+        assert kept in flags, kept
+
+
+def test_ridge_old_and_generated_spellings_give_the_same_run(capsys, tmp_path):
+    """``--samples 20 --epsilon 2 --cv …`` and ``--n-samples 20 --dp-epsilon 2 --cv-sigmas …``: one run, the
+    same numbers (bitwise: the same options reach the same driver)."""
+    import json
+
+    from fedsciml.cli import main
+
+    base = ["ridge", "--clients", "3", "--dim", "4", "--device", "cpu", "--threads", "1", "--json"]
+    runs = []
+    for flags in (["--samples", "20", "--epsilon", "2", "--clip-a", "2", "--cv", "1e-2:1:3"],
+                  ["--n-samples", "20", "--dp-epsilon", "2", "--dp-clip-a", "2", "--cv-sigmas", "1e-2:1:3"]):
+        out = str(tmp_path / f"run{len(runs)}.json")
+        assert main([*base, out, *flags]) == 0
+        runs.append(json.loads(open(out).read())["runs"])
+    capsys.readouterr()
+    a, b = runs
+    assert [r["final"] for r in a] == [r["final"] for r in b] and a[0]["options"] == b[0]["options"]
+    assert a[0]["options"]["dp_epsilon"] == 2.0 and a[0]["options"]["dp_clip_a"] == 2.0
+
+
+@pytest.mark.parametrize("extra,want", [
+    (["--sigma", "0.1", "--cv", "1e-2:1:3"], "--cv chooses σ by cross-validation; give --sigma or --cv, not both"),
+    (["--features", "rff", "--dim", "5"], "problem 'ridge-rff' has no option 'dim'"),
+    (["--delta", "0.5"], "one-shot option --delta has no effect here"),
+    (["--samples", "many"], "problem 'ridge-linear' option --samples must be an integer ≥ 2, got 'many'"),
+    (["--method-sigma", "-1"], "one-shot option --method-sigma must be a finite number ≥ 0, got -1.0"),
+    (["--baselines", "nope"], "unknown baseline 'nope'"),
+    (["--baselines", "dp-fedavg"], "dp-fedavg needs --epsilon"),
+])
+def test_ridge_generated_flags_are_checked_by_their_owner_in_one_line(capsys, extra, want):
+    from fedsciml.cli import main
+
+    base = ["ridge", "--clients", "3", "--samples", "20", "--device", "cpu"]
+    assert main(base + extra if "--samples" not in extra else base[:3] + extra) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and want in err, err
+
+
+def test_ridge_preset_is_solve_one_shot_bitwise(tmp_path, capsys):
+    """``ridge`` is a preset over ``solve``: its one-shot run is ``solve ridge-linear --method one-shot`` with the
+    same options, bit for bit (the same driver, the same operations in the same order)."""
+    import json
+
+    from fedsciml.cli import main
+
+    common = ["--clients", "4", "--dim", "6", "--seed", "2", "--device", "cpu", "--threads", "1"]
+    r, s = str(tmp_path / "r.json"), str(tmp_path / "s.json")
+    assert main(["ridge", *common, "--samples", "30", "--epsilon", "3", "--project", "4", "--json", r]) == 0
+    assert main(["solve", "ridge-linear", "--method", "one-shot", *common, "--n-samples", "30", "--dp-epsilon", "3",
+                 "--project", "4", "--quiet", "--json", s]) == 0
+    capsys.readouterr()
+    one, solved = json.loads(open(r).read())["runs"][0], json.loads(open(s).read())
+    assert one["final"]["loss"] == solved["final"]["loss"] and one["final"]["mse"] == solved["final"]["mse"]
+    strip = lambda rows: [{k: v for k, v in row.items() if "time" not in k} for row in rows]  # noqa: E731
+    assert strip(one["history"]) == strip(solved["history"])

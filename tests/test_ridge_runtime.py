@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import fedsciml as fs
+from fedsciml.options import parse_grid
 from fedsciml.problems import get_problem
 from fedsciml.ridge import DPConfig, one_shot, pooled_ridge
 from fedsciml.ridge.baselines import client_round_generator, fedavg
@@ -36,7 +37,7 @@ def test_one_shot_on_the_runtime_is_pooled_sklearn_ridge():
         assert info["clients"] == 5 and info["rejections"] == [] and info["sigma"] == sigma
 
 
-@pytest.mark.parametrize("opts", [dict(), dict(project=5, cv_sigmas="1e-3:1e2:6"),
+@pytest.mark.parametrize("opts", [dict(), dict(project=5, cv_sigmas=parse_grid("1e-3:1e2:6")),
                                   dict(dp_epsilon=3.0, dp_noise_aware=True), dict(dp_epsilon=2.0, dp_central=True)])
 def test_ridge_one_shot_equals_solve_one_shot(opts):
     """The library function and ``solve(..., "one-shot")`` are the same loop on the same rows: σ at the server."""

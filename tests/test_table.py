@@ -21,8 +21,8 @@ def test_site_tables_fused_at_infinite_epsilon_are_pooled_sklearn_ridge(tmp_path
 
     ex = example()
     paths, test, _ = ex.write_site_tables(str(tmp_path), 3)
-    p = get_problem("table", tables=",".join(paths), test_table=test)
-    assert p.default_clients == 3 and p.init_params().shape == (11,)
+    p = get_problem("table", tables=paths, test_table=test)
+    assert p.default_clients == 3 and p.init_params().shape == (10,)
     res = fs.solve(p, "one-shot", clients=3, dp_epsilon=math.inf, cv_sigmas=ex.SIGMAS)
     sigma = res.extra["sigma_used"]
     assert sigma in res.extra["cv_sigmas"] and res.extra["cv_scored"] == 3
@@ -40,11 +40,11 @@ def test_site_tables_fused_at_infinite_epsilon_are_pooled_sklearn_ridge(tmp_path
 def test_table_problem_names_bad_input(tmp_path):
     (tmp_path / "a.csv").write_text("x,y\n1,2\n3,4\n")
     with pytest.raises(ProblemError, match="has 1 table"):
-        fs.solve(get_problem("table", tables=str(tmp_path / "a.csv")), "one-shot", clients=2)
+        fs.solve(get_problem("table", tables=[str(tmp_path / "a.csv")]), "one-shot", clients=2)
     with pytest.raises(ProblemError, match="needs its clients' tables"):
         get_problem("table").client_objectives(2)
     with pytest.raises(ValueError, match="target column 'z'"):
-        get_problem("table", tables=str(tmp_path / "a.csv"), target="z").client_objectives(1)
+        get_problem("table", tables=[str(tmp_path / "a.csv")], target="z").client_objectives(1)
     assert ex_cli(["--engine", "local", "--sites", "1"]) == 2
 
 

@@ -119,7 +119,7 @@ def add_option_flags(group, owners: dict, *, dest: str, typed: bool = True, rena
                     kw["choices"] = spec.choices
             kw["metavar"] = spec.metavar or ("N" if spec.type is int else "X" if spec.type is float else
                                              "LIST" if spec.type is FLOATS else None)
-            if not typed and kw["metavar"] is None:
+            if kw["metavar"] is None and "choices" not in kw:
                 kw["metavar"] = name.upper()
         group.add_argument(flag, *aliases.get(name, ()), **kw)
         flags[name] = flag

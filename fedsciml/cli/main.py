@@ -58,8 +58,11 @@ def _add_solve_parser(sub):
                     "and stops, --mu 0 is FedProx with μ = 0.",
     )
     p.add_argument("problem", help="problem name (see `python -m fedsciml list`)")
-    p.add_argument("--method", default=None, help="centralized | gn | fipa | fedavg | fedprox "
-                   "(see `list`; default: fipa with --clients K > 1, else centralized)")
+    from fedsciml.runtime.driver import PROBLEM_KINDS, available_methods
+
+    names = sorted({m for kind in PROBLEM_KINDS for m in available_methods(kind)})  # the registry's, for problems
+    p.add_argument("--method", default=None, help=" | ".join(names) + " (see `list`; default: fipa with --clients "
+                   "K > 1, else centralized)")
     p.add_argument("--clients", type=int, default=None, help="number of clients K (default: the problem's, usually 1)")
     p.add_argument("--compare", default=None, help="comma-separated methods to run side by side, e.g. fedavg,gn,fipa "
                    "(with --method M: M first, then these)")
@@ -101,9 +104,9 @@ def cmd_list(args):
     print("problems:")
     for name, desc in list_problems():
         print(f"  {name:20s} {desc}")
-    print("methods:")
+    print("methods (the kinds of task each applies to in brackets; images: bench images):")
     for m in sorted(METHODS):
-        print(f"  {m:20s} {METHODS[m].description}")
+        print(f"  {m:20s} {METHODS[m].description} [{', '.join(METHODS[m].kinds)}]")
     print("other commands:")
     print("  ridge                one-shot federated ridge (python -m fedsciml ridge --help)")
     print("  bench images         image-classification aggregator benchmarks (python -m fedsciml bench images --help)")
@@ -313,7 +316,8 @@ def _write_outputs(problem, results, args):
                 for r in results:
                     if r.method == "one-shot":
                         d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
-                        for path in write_model(d, r.theta, 0.0, model_meta(r, engine=args.engine)):
+                        for path in write_model(d, r.theta, float(r.extra.get("intercept", 0.0)),
+                                                model_meta(r, engine=args.engine)):
                             print(f"wrote {path}")
             if hasattr(problem, "model_description"):  # the trained network: model.safetensors + model.json
                 from fedsciml.problems.saved import save_model

@@ -1,30 +1,61 @@
 """``python -m fedsciml ridge ...``: one-shot federated ridge with a summary table — a preset over ``solve``.
 
 The data are the zoo problem ``ridge-linear`` (or ``ridge-rff`` with
-``--features rff``) with the subcommand's options, split among ``--clients``
-clients; the one-shot fit is ``solve(problem, method="one-shot", ...)`` — the
-runtime's round loop, one-shot strategy and transport (``--engine local`` or
-``flower``), so dropout, rejections logged by client and reason, float
-accounting and the Result are those of ``solve``.  The iterative baselines
-(``--baselines``) run on the same round loop (:mod:`fedsciml.ridge.baselines`).
-Every method gives one :class:`~fedsciml.runtime.results.Result`; the table prints, per
-method, the test MSE, the centralized (pooled-data) MSE, the relative model
-error ``‖w − w_central‖/‖w_central‖``, the rounds, the floats sent and the
-seconds; ``--json FILE`` writes the Results with the JSON writer of ``solve``
+``--features rff``) split among ``--clients`` clients; the one-shot fit is
+``solve``'s: the same driver (:func:`fedsciml.runtime.driver.plan` checks every
+option once, :func:`~fedsciml.runtime.driver.run` runs it), round loop,
+one-shot strategy and transport (``--engine local`` or ``flower``), so dropout,
+rejections logged by client and reason, float accounting and the Result are
+those of ``solve``.
+
+Flags are generated from the option declarations
+(:func:`fedsciml.cli.common.add_option_flags`): the ridge problems' options
+(``ridge-linear`` and ``ridge-rff``: ``--dim``, ``--heterogeneity``, ``--sigma``,
+…) and the ``one-shot`` method's (``--epsilon``, ``--project``, ``--cv``, …), so
+an option declared there appears here, with its default, range and help, and
+is checked by its owner.  The subcommand keeps its older spellings
+(:data:`SPELLINGS`: ``--samples`` for ``n_samples``, ``--epsilon`` for
+``dp_epsilon``, …); the generated ``solve`` spelling (``--n-samples``,
+``--dp-epsilon``) works too.  Its own options (:data:`PRESET`: ``--features``,
+``--baselines``, ``--rounds`` of the baselines) are declared the same way.
+
+The iterative baselines (``--baselines``) run on the same round loop
+(:mod:`fedsciml.ridge.baselines`).  Every method gives one
+:class:`~fedsciml.runtime.results.Result`; the table prints, per method, the
+test MSE, the centralized (pooled-data) MSE, the relative model error
+``‖w − w_central‖/‖w_central‖``, the rounds, the floats sent and the seconds;
+``--json FILE`` writes the Results with the JSON writer of ``solve``
 (``{"runs": [...]}``).
 """
 from __future__ import annotations
 
-import argparse
-
-import fedsciml.engines  # noqa: F401  (registers the methods and the engines with the driver)
-from fedsciml.options import parse_grid
 import math
 import time
 
 import torch
 
+import fedsciml.engines  # noqa: F401  (registers the methods and the engines with the driver)
+from fedsciml.options import option
 from fedsciml.ridge.model_io import write_model
+
+#: ``--features`` → the zoo problem whose options the subcommand takes
+PROBLEMS = {"linear": "ridge-linear", "rff": "ridge-rff"}
+#: the subcommand's own options, declared in the one dialect (checked by :func:`fedsciml.options.check_options`)
+PRESET = {
+    "features": option("linear", "linear features (ridge-linear) or random Fourier features (ridge-rff)", str,
+                       choices=tuple(PROBLEMS)),
+    "baselines": option("", "comma-separated iterative baselines to add: fedavg, fedprox, dp-fedavg (on the round "
+                            "loop, in this process)", str),
+    "rounds": option(100, "rounds of the iterative baselines", int, lo=0),
+}
+BASELINES = ("fedavg", "fedprox", "dp-fedavg")
+#: the subcommand's spellings of declared options (older scripts' flags; the generated ones work too)
+SPELLINGS = {"n_samples": "--samples", "cv_sigmas": "--cv", "dp_epsilon": "--epsilon", "dp_delta": "--delta",
+             "dp_central": "--central-dp", "dp_clip_a": "--clip-a", "dp_clip_b": "--clip-b",
+             "dp_noise_aware": "--noise-aware-sigma", "project_sketch": "--sketch"}
+#: declared options without a flag here: the one-shot protocol puts σ at the server (penalty=server), and
+#: ``--rounds`` is the baselines' (one-shot runs one round)
+SKIP_PROBLEM, SKIP_METHOD = ("penalty",), ("rounds",)
 
 
 def estimate_memory(clients, dim, samples, features="linear", rff_dim=300, cv=None, project=None, epsilon=None,
@@ -53,45 +84,47 @@ def estimate_memory(clients, dim, samples, features="linear", rff_dim=300, cv=No
 
 
 def add_parser(subparsers):
+    """The ``ridge`` subparser: its option flags generated from the ridge problems', the one-shot method's and
+    :data:`PRESET`'s declarations; the run's own arguments (clients, seed, device, engine, outputs) as ``solve``'s."""
+    from fedsciml.cli.common import THREADS_HELP, add_option_flags, option_flag
+    from fedsciml.options import declared
+    from fedsciml.problems import REGISTRY
+    from fedsciml.runtime.driver import METHODS
+
     p = subparsers.add_parser(
         "ridge", help="one-shot federated ridge regression (sufficient statistics, DP, projection, CV)",
         description="One-shot federated ridge on the paper's synthetic heterogeneous data: each client sends "
-                    "(A_kᵀA_k, A_kᵀb_k) once, the server solves (ΣG_k + σI) w = Σh_k.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--clients", type=int, default=20, help="number of clients K")
-    p.add_argument("--dim", type=int, default=100, help="feature dimension d (linear features)")
-    p.add_argument("--samples", type=int, default=500, help="samples per client (20%% held out for the test set)")
-    p.add_argument("--heterogeneity", type=float, default=0.5, help="heterogeneity γ ∈ [0, 1]")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--sigma", type=float, default=0.01, help="ridge regularization σ")
-    g.add_argument("--cv", default=None, metavar="GRID",
-                   help="choose σ by leave-one-client-out CV over GRID: 'a,b,c' or 'lo:hi:count' (log-spaced)")
-    p.add_argument("--epsilon", type=float, default=None, help="(ε, δ)-DP per client dataset (omit: no privacy)")
-    p.add_argument("--delta", type=float, default=1e-5, help="δ of the DP guarantee")
-    p.add_argument("--central-dp", action="store_true", help="noise once on the secure sum instead of per client")
-    p.add_argument("--clip-a", type=float, default=1.0, help="DP row clipping ‖a‖ ≤ C_a")
-    p.add_argument("--clip-b", type=float, default=1.0, help="DP row clipping |b| ≤ C_b")
-    p.add_argument("--noise-aware-sigma", action="store_true", help="DP: add the noise's spectral norm to σ")
-    p.add_argument("--project", type=int, default=None, metavar="M", help="random projection to m dimensions")
-    p.add_argument("--sketch", default="gaussian", choices=["gaussian", "sparse", "srht"], help="projection kind")
-    p.add_argument("--dropout", type=float, default=0.0, help="probability that a client fails to answer")
-    p.add_argument("--features", default="linear", choices=["linear", "rff"], help="linear features or random Fourier features")
-    p.add_argument("--rff-dim", type=int, default=300, help="number of random Fourier features D (--features rff)")
-    p.add_argument("--baselines", default="", help="comma-separated iterative baselines to add: fedavg,fedprox,dp-fedavg")
-    p.add_argument("--rounds", type=int, default=100, help="rounds of the iterative baselines")
-    p.add_argument("--seed", type=int, default=0, help="seed of the data, sketch, noise and dropout")
+                    "(A_kᵀA_k, A_kᵀb_k) once, the server solves (ΣG_k + σI) w = Σh_k. A preset over `solve "
+                    "ridge-linear --method one-shot` (same driver, same checks); the flags are generated from the "
+                    "problems' and the one-shot method's option declarations.")
+    p.add_argument("--clients", type=int, default=None, help="number of clients K (default: the problem's, 20)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data, sketch, noise and dropout (default 0)")
     p.add_argument("--engine", default="local", choices=["local", "flower"],
                    help="who carries the one-shot messages: this process, or Flower's simulation engine "
                         "(as `solve --engine`; the baselines run in this process)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    from fedsciml.cli.common import THREADS_HELP
-
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
-    p.add_argument("--json", default=None, metavar="FILE",
-                   help="write the results as JSON to FILE (an existing file is overwritten; checked before the run)")
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="write the one-shot model to DIR: model.safetensors (coef, intercept) and model.json (what "
-                        "it is: σ, clients, DP), plus result.json (checked before the run)")
+    problems = {name: REGISTRY[name].specs() for name in PROBLEMS.values()}
+    method = METHODS["one-shot"].config.specs()
+    problem_names = {n for specs in problems.values() for n in specs}
+    flags = add_option_flags(p.add_argument_group("subcommand options"), {"ridge": declared(PRESET)}, dest="ropt_")
+    pflags = add_option_flags(p.add_argument_group("problem options (generated from the ridge problems)"),
+                              problems, dest="popt_", typed=False, skip=SKIP_PROBLEM,
+                              rename={k: v for k, v in SPELLINGS.items() if k in problem_names},
+                              aliases={k: [option_flag(k)] for k in SPELLINGS if k in problem_names})
+    mflags = add_option_flags(p.add_argument_group("one-shot options (generated from fedsciml.options)"),
+                              {"one-shot": method}, dest="mopt_", skip=SKIP_METHOD,
+                              rename={k: SPELLINGS.get(k) or option_flag(k, "method-" if k in problem_names else "")
+                                      for k in method},
+                              aliases={k: [option_flag(k)] for k in SPELLINGS if k in method})
+    p.set_defaults(_ridge_flags=flags, _problem_flags=pflags, _method_flags=mflags)
+    out = p.add_argument_group("output")
+    out.add_argument("--json", default=None, metavar="FILE",
+                     help="write the results as JSON to FILE (an existing file is overwritten; checked before the "
+                          "run)")
+    out.add_argument("--out", default=None, metavar="DIR",
+                     help="write the one-shot model to DIR: model.safetensors (coef, intercept) and model.json (what "
+                          "it is: σ, clients, DP), plus result.json (checked before the run)")
     return p
 
 
@@ -119,58 +152,67 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
                    delta=1e-5, central_dp=False, clip_a=1.0, clip_b=1.0, noise_aware_sigma=False, project=None,
                    sketch="gaussian", dropout=0.0, features="linear", rff_dim=300, baselines=(), rounds=100, seed=0,
                    device="cpu", engine="local", problem_options=None, progress=False) -> list:
-    """One CLI/script run: one-shot through ``solve`` (with the requested options), the pooled oracle, optional
-    baselines on the round loop.  Returns one :class:`~fedsciml.runtime.results.Result` per method (one-shot first,
-    then ``centralized``, then the baselines), each with ``final["mse"]``, ``final["mse_central"]``,
-    ``final["rel_error"]`` and ``extra["label"]``."""
-    from fedsciml.runtime.results import Result
-    from fedsciml.ridge.baselines import fedavg
-    from fedsciml.core.stats import pooled_ridge
-    from fedsciml.runtime.driver import ENGINES, resolve_device, solve
+    """One CLI/script run, in the subcommand's words: the options mapped to their declarations and run by
+    :func:`run_preset` (one-shot through the driver, the pooled oracle, optional baselines).  ``cv``: a list of σ,
+    or the command line's text (``'a,b,c'``, ``'lo:hi:count'``); ``epsilon=inf``: no DP.  Returns one
+    :class:`~fedsciml.runtime.results.Result` per method (one-shot, ``centralized``, the baselines), each with
+    ``final["mse"]``, ``final["mse_central"]``, ``final["rel_error"]`` and ``extra["label"]``."""
+    from fedsciml.options import parse_grid
 
-    if int(clients) != clients or clients < 1:
-        raise ValueError(f"--clients must be a positive integer, got {clients}")
-    if sigma is not None and not (sigma >= 0 and math.isfinite(sigma)):
-        raise ValueError(f"--sigma must be a finite number ≥ 0, got {sigma}")
-    for name, v, ok, allowed in (("delta", delta, lambda x: 0 < x < 1, "in (0, 1)"),
-                                 ("clip-a", clip_a, lambda x: x > 0, "> 0"), ("clip-b", clip_b, lambda x: x > 0, "> 0"),
-                                 ("dropout", dropout, lambda x: 0 <= x < 1, "in [0, 1)")):
-        if not (math.isfinite(v) and ok(v)):
-            raise ValueError(f"--{name} must be a finite number {allowed}, got {v}")
-    if engine not in ENGINES:
-        raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    popts = {"n_samples": samples, "heterogeneity": heterogeneity, "sigma": sigma or 0.0,
+             **({"rff_dim": rff_dim} if features == "rff" else {"dim": dim}), **(problem_options or {})}
+    mopts: dict = {"dropout": dropout, "project": project, "project_sketch": sketch}
+    if cv is not None:
+        mopts["cv_sigmas"] = parse_grid(cv) if isinstance(cv, str) else list(cv)
+    if epsilon is not None and epsilon != math.inf:
+        mopts.update(dp_epsilon=epsilon, dp_delta=delta, dp_central=central_dp, dp_clip_a=clip_a, dp_clip_b=clip_b,
+                     dp_noise_aware=noise_aware_sigma)
+    return run_preset(features, popts, mopts, clients=clients, seed=seed, device=device, engine=engine,
+                      baselines=baselines, rounds=rounds, progress=progress)
+
+
+def run_preset(features: str, problem_options: dict, method_options: dict, *, clients=None, seed=0, device="cpu",
+               engine="local", baselines=(), rounds=100, progress=False, flags: tuple[dict, dict] = ({}, {})) -> list:
+    """``ridge``: ``solve(PROBLEMS[features](**problem_options), "one-shot", **method_options)`` planned and run by
+    the driver (every option checked once, by its declaration), then the pooled oracle with the σ the one-shot
+    used, then the ``baselines`` on the round loop.  Returns the Results (one-shot, ``centralized``, baselines).
+    ``flags``: ``({problem option: flag}, {method option: flag})``, how messages name them (the CLI's)."""
+    from fedsciml.core.stats import pooled_ridge
+    from fedsciml.options import cli_names, display
+    from fedsciml.problems import get_problem
+    from fedsciml.ridge.baselines import fedavg
+    from fedsciml.runtime.driver import check_memory, plan, run
+    from fedsciml.runtime.results import Result
+
+    if features not in PROBLEMS:
+        raise ValueError(f"features must be one of {', '.join(PROBLEMS)}, got {features!r}")
     names = [x.strip() for x in (baselines.split(",") if isinstance(baselines, str) else baselines) if x.strip()]
-    use_dp = epsilon is not None and epsilon != math.inf
     for name in names:
-        if name not in ("fedavg", "fedprox", "dp-fedavg"):
-            raise ValueError(f"unknown baseline {name!r}; allowed: fedavg, fedprox, dp-fedavg")
-        if name == "dp-fedavg" and not use_dp:
-            raise ValueError("dp-fedavg needs --epsilon")
+        if name not in BASELINES:
+            raise ValueError(f"unknown baseline {name!r}; allowed: {', '.join(BASELINES)}")
+    eps = method_options.get("dp_epsilon")
+    use_dp = eps is not None and eps != math.inf
     if names and engine != "local":
         raise ValueError(f"--baselines run in this process (engine local); with --engine {engine} leave them out")
-    grid = parse_grid(cv) if isinstance(cv, str) else cv
-    dev = resolve_device(device)
-    from fedsciml.runtime.driver import check_memory
-
-    need, how = estimate_memory(clients, dim, samples, features, rff_dim, grid, project, epsilon if use_dp else None,
-                                names)
-    check_memory(need, f"ridge ({how})", dev, "use fewer clients, features or samples per client")
-    problem = make_problem(features, dim, samples, heterogeneity, sigma or 0.0, rff_dim,
-                           **{"penalty": "server", **(problem_options or {})})
-    opts = {"dropout": float(dropout), "project": project, "project_sketch": sketch}
-    if grid is None:
-        opts["sigma"] = float(sigma or 0.0)
-    else:
-        opts["cv_sigmas"] = [float(x) for x in grid]
-    if use_dp:
-        opts.update(dp_epsilon=float(epsilon), dp_delta=float(delta), dp_clip_a=float(clip_a),
-                    dp_clip_b=float(clip_b), dp_central=bool(central_dp), dp_noise_aware=bool(noise_aware_sigma))
-    one = solve(problem, "one-shot", clients=int(clients), seed=seed, device=dev, engine=engine, progress=progress,
-                **opts)
-    s_used = float(one.extra.get("sigma_used", opts.get("sigma", 0.0)))
+    with cli_names(flags[0]) if flags[0] else _same():
+        problem = get_problem(PROBLEMS[features], **{"penalty": "server", **problem_options})
+    with cli_names(flags[1]) if flags[1] else _same():
+        if "dp-fedavg" in names and not use_dp:
+            raise ValueError(f"dp-fedavg needs {display('dp_epsilon')}")
+        p = plan(problem, "one-shot", clients=clients, seed=seed, device=device, engine=engine, progress=progress,
+                 **method_options)  # every option of the run checked here, once
+    cfg, problem, K = p.config, p.problem, problem.default_clients if p.clients is None else p.clients
+    # the whole experiment's memory (the oracle's pooled rows, the CV candidates, the baselines) before it starts
+    need, how = estimate_memory(K, problem.options.get("dim", 0), problem.n_samples, features,
+                                problem.options.get("rff_dim", 0), cfg.cv_sigmas, cfg.project,  # type: ignore[attr-defined]
+                                eps if use_dp else None, names)
+    check_memory(need, f"ridge ({how})", p.device, "use fewer clients, features or samples per client")
+    one = run(p)
+    dev = p.device
+    s_used = float(one.extra.get("sigma_used", cfg.sigma or 0.0))  # type: ignore[attr-defined]
     # the pooled oracle on every client's data (those that dropped out included), σ as the one-shot used
     t0 = time.perf_counter()
-    data = problem.client_data(int(clients), seed, dev)
+    data = problem.client_data(int(K), seed, dev)
     A = torch.cat([a for a, _ in data])
     b = torch.cat([y for _, y in data])
     w_c = pooled_ridge(A, b, s_used)
@@ -178,35 +220,44 @@ def run_experiment(*, clients=20, dim=100, samples=500, heterogeneity=0.5, sigma
     ev = lambda u: problem.evaluate(u)["mse"]  # noqa: E731
     mse_c = ev(w_c)
     d = int(w_c.numel())
-    label = "one-shot" + ("" if not use_dp else f" DP ε={epsilon}{' central' if central_dp else ''}") \
-        + ("" if not project or project == d else f" m={project}")
+    project = cfg.project  # type: ignore[attr-defined]
+    label = "one-shot" + ("" if not use_dp else f" DP ε={eps}{' central' if cfg.dp_central else ''}") \
+        + ("" if not project or project == d else f" m={project}")  # type: ignore[attr-defined]
     # the test rows of this split (a Flower ServerApp evaluates on its own problem copy, which has not split)
     one.final["mse"] = ev(one.theta)
     out = [_summary(one, w_c, mse_c, label, 1)]
     central = Result(problem=problem.name, method="centralized",
                      options={**problem.options, "solver": "pooled ridge (Cholesky)", "sigma_used": s_used},
                      seed=seed, device=str(dev), dtype=str(w_c.dtype).replace("torch.", ""), n_params=d,
-                     clients=int(clients), wall_time_s=t_c, final={"mse": mse_c},
+                     clients=int(K), wall_time_s=t_c, final={"mse": mse_c},
                      history=[{"step": 0, "time_s": t_c, "mse": mse_c, "floats_sent": 0}],
                      extra={"rounds": 0}, theta=w_c)
     out.append(_summary(central, w_c, mse_c, "centralized", 0))
+    dropout = cfg.dropout  # type: ignore[attr-defined]
     for name in names:
         # DP-FedAvg's per-row gradient clip 3: the best of 1, 3, 10, 30 on a public draw of the ridge-linear
         # generator, none of the evaluated data (scripts/papers/oneshot-ridge/ridge_table5_privacy.py --fedavg-clip public)
         t0 = time.perf_counter()
         wb, _, binfo = fedavg(data, rounds=rounds, mu=0.01 if name == "fedprox" else 0.0, sigma=s_used, seed=seed,
                               dropout=dropout, evaluate=ev,
-                              dp={"epsilon": epsilon, "delta": delta, "clip": 3.0} if name == "dp-fedavg" else None)
+                              dp={"epsilon": eps, "delta": cfg.dp_delta, "clip": 3.0}  # type: ignore[attr-defined]
+                              if name == "dp-fedavg" else None)
         rows = binfo.pop("rows")
         res = Result(problem=problem.name, method=name,
                      options={**problem.options, "rounds": rounds, "lr": binfo["lr"], "local_epochs":
                               binfo["local_epochs"], "mu": binfo["mu"], "sigma_used": s_used, "dropout": dropout},
                      seed=seed, device=str(dev), dtype=str(wb.dtype).replace("torch.", ""), n_params=d,
-                     clients=int(clients), wall_time_s=time.perf_counter() - t0,
+                     clients=int(K), wall_time_s=time.perf_counter() - t0,
                      final={"loss": rows[-1]["loss"], "mse": ev(wb)}, history=rows,
                      extra=binfo, theta=wb)  # its "rows" popped above: the history
         out.append(_summary(res, w_c, mse_c, f"{name}-{rounds}", rounds))
     return out
+
+
+def _same():
+    import contextlib
+
+    return contextlib.nullcontext()
 
 
 COLUMNS = [("method", "label", "<28s"), ("test MSE", "mse", "10.5f"), ("central MSE", "mse_central", "12.5f"),
@@ -227,21 +278,36 @@ def table_rows(results) -> list[dict]:
 
 
 def run(args) -> int:
-    from fedsciml.cli.common import set_threads
+    """``ridge``: the generated flags' values (text parsed once, here), each checked by its owner — the preset's,
+    the problem's, the one-shot method's (in :func:`run_preset`, by the driver) — then the run and the table."""
+    from fedsciml.cli.common import CLIError, given_options, set_threads
+    from fedsciml.options import check_options, cli_names, declared
+    from fedsciml.problems import REGISTRY
+    from fedsciml.problems.base import PROBLEM_ERRORS
+    from fedsciml.runtime.driver import METHODS
     from fedsciml.runtime.results import check_output_dir, check_output_file, format_table, write_json
 
+    with cli_names(args._ridge_flags):
+        preset = check_options("ridge", declared(PRESET), given_options(args, "ropt_", declared(PRESET)))
+    name = PROBLEMS[preset["features"]]
+    with cli_names(args._problem_flags):
+        popts = given_options(args, "popt_", REGISTRY[name].specs(), f"problem {name!r}", errors=PROBLEM_ERRORS)
+    with cli_names(args._method_flags):
+        mopts = given_options(args, "mopt_", METHODS["one-shot"].config.specs(), "one-shot")
+    if "sigma" in popts and "cv_sigmas" in mopts:
+        raise CLIError(f"{args._method_flags['cv_sigmas']} chooses σ by cross-validation; give "
+                       f"{args._problem_flags['sigma']} or {args._method_flags['cv_sigmas']}, not both")
+    if mopts.get("dp_epsilon") == math.inf:  # ε = ∞: no privacy (no clipping, no noise), as before
+        del mopts["dp_epsilon"]
     if args.json:
         check_output_file(args.json, "--json")
     if args.out:
         check_output_dir(args.out, "--out")
     set_threads(args.threads, quiet=True)
-    results = run_experiment(clients=args.clients, dim=args.dim, samples=args.samples,
-                             heterogeneity=args.heterogeneity, sigma=args.sigma, cv=args.cv, epsilon=args.epsilon,
-                             delta=args.delta, central_dp=args.central_dp, clip_a=args.clip_a, clip_b=args.clip_b,
-                             noise_aware_sigma=args.noise_aware_sigma, project=args.project, sketch=args.sketch,
-                             dropout=args.dropout, features=args.features, rff_dim=args.rff_dim,
-                             baselines=args.baselines, rounds=args.rounds, seed=args.seed, device=args.device,
-                             engine=args.engine)
+    with cli_names(args._ridge_flags):
+        results = run_preset(preset["features"], popts, mopts, clients=args.clients, seed=args.seed,
+                             device=args.device, engine=args.engine, baselines=preset["baselines"],
+                             rounds=preset["rounds"], flags=(args._problem_flags, args._method_flags))
     one = results[0]
     fused = one.extra.get("fused_clients", one.clients)
     print(f"{one.problem}: K={one.clients} ({fused} answered), σ={results[1].options['sigma_used']:.4g}, "
@@ -268,7 +334,7 @@ def run(args) -> int:
 def model_meta(res, **extra) -> dict:
     """What ``model.json`` says about a one-shot Result: σ used, clients fused, DP, projection, seed, problem."""
     o = res.options
-    meta = {"method": res.method, "problem": res.problem, "fit_intercept": False,
+    meta = {"method": res.method, "problem": res.problem, "fit_intercept": "intercept" in res.extra,
             "sigma": float(res.extra.get("sigma_used", o.get("sigma", 0.0))), "clients": res.clients,
             "clients_fused": res.extra.get("fused_clients", res.clients), "seed": res.seed}
     dp = o.get("dp")

@@ -1,18 +1,18 @@
 """Typed options of the image methods, declared once (:func:`fedsciml.options.option`).
 
 * :class:`ImageConfig` — what one run of an image method takes through the one driver
-  (:func:`fedsciml.runtime.driver.plan`): the protocol, the round loop's options and the clients' training
-  recipe (:class:`TrainConfig`, the plain struct sent to the clients with each request).
-* :class:`TrainConfig` — that recipe: every method's knobs, sent as plain values with each request.
+  (:func:`fedsciml.runtime.driver.plan`): the protocol and the round loop's options.
+* :class:`TrainConfig` — the clients' training recipe and every method's knobs, part of the image task and
+  sent as plain values with each request.
 
 The options of ``python -m fedsciml bench images`` are declared in :class:`fedsciml.images.bench.BenchImagesOptions`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from fedsciml.options import PATH, MethodConfig, OptionError, OptionTypeError, display, option
+from fedsciml.options import PATH, MethodConfig, OptionError, display, option
 
 PROTOCOLS = ("one-shot", "rounds")  # of one method's run; bench images adds warmup-refine (a warm-up, then rounds)
 
@@ -62,7 +62,8 @@ class TrainConfig:
 @dataclass(frozen=True)
 class ImageConfig(MethodConfig):
     """One image method's run on the round loop.  ``rounds=None``: one round for the one-shot protocol (the
-    strategy is done after it), 15 for ``rounds``; ``train=None``: the default :class:`TrainConfig`."""
+    strategy is done after it), 15 for ``rounds``.  The clients' training recipe (:class:`TrainConfig`) is the
+    task's (:class:`fedsciml.images.methods.ImageTask`), as a problem's options are the problem's."""
 
     method: ClassVar[str] = "images"
 
@@ -77,17 +78,11 @@ class ImageConfig(MethodConfig):
     resume: bool = option(False, "resume from the checkpoint in --checkpoint", bool)
     transport: str = option("local", "how requests reach the clients: local or bytes (every request and reply "
                                      "round-tripped through bytes)", str, choices=("local", "bytes"))
-    train: Any = option(None, "the clients' training recipe (fedsciml.images.methods.TrainConfig)", object,
-                        none="TrainConfig()", cli=False)
 
     def forms_jacobians(self) -> bool:
         return False
 
     def _resolve(self):
-        if self.train is None:
-            self._set("train", TrainConfig())
-        elif not isinstance(self.train, TrainConfig):
-            raise OptionTypeError(f"images option train must be a TrainConfig, got {type(self.train).__name__}")
         if self.rounds is None and self.protocol == "rounds":
             self._set("rounds", 15)
         if self.protocol == "one-shot" and self.rounds not in (None, 1):

@@ -289,7 +289,7 @@ def _register_with_driver(specs) -> None:
         by_name.setdefault(s.name, {})[s.protocol] = s
     for name, protocols in by_name.items():
         text = "; ".join(f"{p}: {m.description}" for p, m in protocols.items())
-        add_kind(name, IMAGES, KindUse(functools.partial(run_image_method, name), ImageConfig, dict(protocols), f"images — {text}"))
+        add_kind(name, IMAGES, KindUse(functools.partial(run_image_method, name), ImageConfig, dict(protocols), text))
 
 
 def _order(protocol: str) -> tuple[str, ...]:
@@ -460,10 +460,10 @@ def run_one_shot(fed: FederatedImages, model_name: str, methods, seed: int, cfg:
     say = progress or (lambda s: None)
     dev = torch.device(cfg.device)
     model = FlatModel(build(model_name, fed.shape, fed.n_classes, seed), device=dev)
-    task = ImageTask(fed, model, model_name, seed)
+    task = ImageTask(fed, model, model_name, seed, cfg)
     results = {}
     for spec in specs:
-        config = ImageConfig(protocol="one-shot", dropout=dropout, train=cfg,
+        config = ImageConfig(protocol="one-shot", dropout=dropout,
                              transport=transport if isinstance(transport, str) else "local")
         res = solve(task, spec.name, clients=len(fed.clients), seed=seed, device=dev, config=config,
                     message_hook=message_hook, **_runtime(transport))
@@ -493,7 +493,7 @@ class ImageTask:
     clients' objectives (:class:`ImageClient`: cross-entropy on their images), θ₀, the test accuracy, the memory
     estimate.  Kind ``images``: the driver runs an image method's :func:`run_image_method` on it.
 
-    ``model`` — the network; ``start`` — θ₀ (default: the model's initialization); ``head_only`` — the
+    ``model`` — the network; ``train`` — the clients' training recipe and the methods' knobs; ``start`` — θ₀ (default: the model's initialization); ``head_only`` — the
     parameters are the classifier head of ``start``'s network (FIPA-FC), :meth:`lift` puts them back.  For the
     multi-round protocol: ``cohorts`` (the clients of each round, shared by every method), ``first_round`` (the
     rounds before, e.g. a warm-up), ``label`` (the run's name in progress lines and checkpoints),
@@ -503,10 +503,11 @@ class ImageTask:
     name = "images"
     options: dict = {}
 
-    def __init__(self, fed: FederatedImages, model: FlatModel, model_name: str, seed: int, *, start=None,
+    def __init__(self, fed: FederatedImages, model: FlatModel, model_name: str, seed: int, train: TrainConfig, *,
+                 start=None,
                  head_only: bool = False, cohorts=None, first_round: int = 0, label: str = "", eval_every: int = 1,
                  say=None, fingerprint: dict | None = None):
-        self.fed, self.full, self.model_name, self.seed = fed, model, model_name, int(seed)
+        self.fed, self.full, self.model_name, self.seed, self.train = fed, model, model_name, int(seed), train
         self.cohorts, self.first_round, self.label, self.eval_every = cohorts, first_round, label, eval_every
         self.say = say or (lambda s: None)
         self.fingerprint = fingerprint or {}
@@ -559,16 +560,17 @@ class ImageTask:
                 raise SetupError(f"image client {c.cid}: the network has {c.model.p} parameters, θ₀ has "
                                  f"{theta0.numel()}")
 
-    def estimate_memory(self, clients: int, config: ImageConfig) -> tuple[float, str]:
+    def estimate_memory(self, clients: int, config: ImageConfig, method: str = "") -> tuple[float, str]:
         """Bytes of the clients' images and of the messages the server holds in one round (float32): per client
-        the model and, by method, its curvature (FIPA r eigenvectors, a diagonal, FedBEns per mode)."""
-        cfg = config.train
-        p = int(self.model.p)
+        the model and what ``method`` sends with it (FIPA r eigenvectors; a diagonal or K-FAC factors, of at
+        most the model's size; FedBEns that per mode)."""
+        p, cfg = int(self.model.p), self.train
+        spec = image_method(method, config.protocol) if method else None
+        per = 3 if spec is None else (2 + min(cfg.rank, p) if spec.name.startswith("fipa") else
+                                      2 * (cfg.modes if spec.modes else 1) + 1)
         images = sum(int(x.numel()) for x, _ in self.fed.clients)
-        per_client = p * (2 + min(cfg.rank, p) + 2 * cfg.modes)  # a bound over the methods: delta/w, sketch, modes
-        how = (f"{images:,} image floats + {clients:,} client(s) × {p:,} parameters × "
-               f"{2 + min(cfg.rank, p) + 2 * cfg.modes} (model, curvature) × 4 bytes")
-        return 4.0 * (images + clients * per_client), how
+        how = f"{images:,} image floats + {clients:,} client(s) × {p:,} parameters × {per} × 4 bytes"
+        return 4.0 * (images + clients * per * p), how
 
     # --- what the image runner uses
     def lift(self, theta):
@@ -604,7 +606,7 @@ def run_image_method(name: str, task: ImageTask, objectives, theta0, evaluate, c
     runner, :mod:`fedsciml.runtime.driver`): its strategy on the round loop over the task's clients.
     Returns ``(θ, history rows, info)``; ``info`` holds the accounting the bench reports (floats per client,
     client / server seconds, the loop's report)."""
-    cfg = config.train
+    cfg = task.train
     spec = image_method(name, config.protocol)
     if transport is None:
         transport = LocalTransport(list(objectives), vectorize=False)
@@ -789,11 +791,11 @@ def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: T
                   "train": dataclasses.asdict(cfg)}
 
     def run(name, method, theta, r0, r1, head_only=False):
-        task = ImageTask(fed, full, model_name, seed, start=theta, head_only=head_only, cohorts=cohorts,
+        task = ImageTask(fed, full, model_name, seed, cfg, start=theta, head_only=head_only, cohorts=cohorts,
                          first_round=r0, label=name, eval_every=eval_every, say=say, fingerprint=base_print)
         where = None if checkpoint is None else os.path.join(checkpoint, f"seed{seed}", name)
         config = ImageConfig(protocol="rounds", rounds=r1 - r0, dropout=dropout, checkpoint=where, resume=resume,
-                             transport=transport if isinstance(transport, str) else "local", train=cfg)
+                             transport=transport if isinstance(transport, str) else "local")
         res = solve(task, method, clients=C, seed=seed, device=dev, config=config, message_hook=message_hook,
                     **_runtime(transport))
         return res.theta, _method_result(name, task, res, one_shot=False)

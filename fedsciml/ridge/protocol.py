@@ -3,10 +3,12 @@
 :func:`one_shot` runs Algorithm 1 (and its variants) on a list of client
 datasets by putting each ``(A_k, b_k)`` behind an in-process client
 (:class:`~fedsciml.runtime.client.Client` of the linear residual
-``A_k w − b_k``) and running the runtime's one-shot strategy
-(:class:`~fedsciml.methods.oneshot.OneShotStrategy`) through the round loop
-(:class:`~fedsciml.runtime.loop.Simulation`) — the same loop, messages,
-validation and accounting as ``solve(..., method="one-shot")``: optional random
+``A_k w − b_k``) and handing the run to the one driver
+(:func:`fedsciml.runtime.driver.plan` / :func:`~fedsciml.runtime.driver.run`,
+method ``one-shot``: the options checked once as a
+:class:`~fedsciml.options.OneShotConfig`, the runtime's one-shot strategy,
+the round loop, the Result) — the same driver, loop, messages, validation and
+accounting as ``solve(..., method="one-shot")``: optional random
 projection (shared seeded sketch), optional row clipping and Gaussian noise
 (local — each client from its own generator
 :func:`~fedsciml.core.dp.client_generator` — or central on the secure sum),
@@ -32,9 +34,9 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
     """Fit ``w`` from ``data = [(A_k, b_k)]`` in one round on the runtime.  See the module docstring.
 
     ``client_ids``: the clients' ids (default ``0 … K−1``); client ``c`` draws its local DP noise from
-    ``client_generator(seed, c)``, so its noise does not depend on who else answers.  Central noise is the first
-    draw of :func:`~fedsciml.core.dp.shared_generator` (seed).  ``dropout``: each client fails to answer with
-    this probability (the loop's seeded draw).  ``transport``: ``"local"`` or ``"bytes"`` (every request and
+    ``client_generator(seed, c)``, so its noise does not depend on who else answers.  Central noise is the sum of
+    the clients' shares ``s/√K``, each from its own generator (:func:`~fedsciml.core.dp.share_std`).
+    ``dropout``: each client fails to answer with this probability (the loop's seeded draw).  ``transport``: ``"local"`` or ``"bytes"`` (every request and
     reply through bytes; the same model bit for bit).  ``form``: the clients' message form, ``"gram"``
     (``{H = pack(A_kᵀA_k), g = −A_kᵀb_k}``), ``"sqrt"`` (``{R_k, s_k}`` from the thin QR ``A_k = Q_kR_k``, no DP) or
     ``"auto"`` — the square-root form when σ is chosen by CV without DP and every client has at most half as many
@@ -43,11 +45,11 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
     ``noise_streams``: only ``"per-client"`` (the run-wide shared stream of earlier versions is gone: a site
     cannot draw from another site's generator).
     """
+    import fedsciml.methods  # noqa: F401  (registers the one-shot method with the driver)
+    from fedsciml.options import OneShotConfig
     from fedsciml.runtime.client import Client
-    from fedsciml.methods.oneshot import OneShotStrategy
-    from fedsciml.runtime.loop import RoundConfig, Simulation
+    from fedsciml.runtime.driver import plan, run
     from fedsciml.runtime.transport import BytesTransport, LocalTransport
-    from fedsciml.core.objective import LinearLeastSquares
 
     if noise_streams not in NOISE_STREAMS:
         raise ValueError(f"noise_streams must be 'per-client' (each client draws its local DP noise from its own "
@@ -80,33 +82,66 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
     m = d if project is None else int(project)
     if form == "auto":
         form = "sqrt" if cv_sigmas is not None and dp is None and all(2 * A.shape[0] <= m for A, _ in data) else "gram"
-    strategy = OneShotStrategy(sigma, dp=dp, project=project, sketch=sketch, seed=seed, repair=repair,
-                               cv_sigmas=cv_sigmas, form=form)
-    local = LocalTransport([Client(c, LinearLeastSquares(A, b)) for c, (A, b) in zip(ids, data)])
+    cfg = dp if dp is None or isinstance(dp, _dp.DPConfig) else _dp.DPConfig(**dp)
+    dp_opts = {} if cfg is None else dict(
+        dp_epsilon=cfg.epsilon, dp_delta=cfg.delta, dp_clip_a=cfg.c_a, dp_clip_b=cfg.c_b, dp_clip=cfg.clip,
+        dp_central=cfg.central, dp_noise_aware=cfg.noise_aware_sigma, dp_calibration=cfg.calibration)
+    # built directly (not from_options): σ is given with a CV grid too, as this function always took it
+    config = OneShotConfig(sigma=float(sigma), project=project, project_sketch=sketch,
+                           cv_sigmas=None if cv_sigmas is None else [float(s) for s in cv_sigmas],
+                           message_form=form, repair=bool(repair), dropout=float(dropout), **dp_opts)
+    rows = _ClientRows(data, d)
+    local = LocalTransport([Client(c, o) for c, o in zip(ids, rows.objectives)])
     tr = BytesTransport(local, device=A0.device) if transport == "bytes" else local
-    sim = Simulation(tr, lambda theta: {}, RoundConfig(rounds=None, seed=int(seed), dropout=float(dropout)),
-                     label="one-shot")
-    w, rows, run = sim.run(strategy, torch.zeros(d, dtype=A0.dtype, device=A0.device))
-    if run["rejections"]:  # the caller handed over every client's data: a rejected one is an error, not a dropout
-        r = run["rejections"][0]
+    res = run(plan(rows, "one-shot", clients=len(data), seed=int(seed), device=A0.device, config=config,
+                   transport=tr))
+    w, st = res.theta, res.extra
+    if st["rejections"]:  # the caller handed over every client's data: a rejected one is an error, not a dropout
+        r = st["rejections"][0]
         raise ValueError(f"client {r['client']}'s statistics were rejected ({r['reason']}); "
-                         f"{len(run['rejections'])} rejection(s) in all — the model would leave it out")
-    st = strategy.info()
+                         f"{len(st['rejections'])} rejection(s) in all — the model would leave it out")
     fused = st["fused_clients"]
     m = st.get("m", d)
-    up = run["floats_up"]
+    up = st["floats_up"]
     info = {"clients": fused, "d": d, "m": m, "form": form, "floats_up_per_client": up // max(1, fused),
-            "floats_up": up, "floats_down": run["floats_down"], "floats_sent": up + run["floats_down"],
+            "floats_up": up, "floats_down": st["floats_down"], "floats_sent": up + st["floats_down"],
             "noise_std": st.get("noise_std", 0.0), "eig_clipped": st.get("eig_clipped", 0),
-            "sigma": float(st.get("sigma_used", strategy.sigma)), "rejections": run["rejections"],
-            "answered": rows[-1].get("answered", fused), "time_s": run["solver_time_s"],
+            "sigma": float(st.get("sigma_used", config.sigma)), "rejections": st["rejections"],
+            "answered": res.history[-1].get("answered", fused), "time_s": st["solver_time_s"],
             "time_total_s": time.perf_counter() - t0}
     if "cv_sigmas" in st:
         info.update(cv_sigmas=st["cv_sigmas"], cv_loss=st["cv_loss"], cv_scored=st["cv_scored"])
-    if dp is not None:
-        cfg = dp if isinstance(dp, _dp.DPConfig) else _dp.DPConfig(**dp)
+    if cfg is not None:
         info.update(epsilon=cfg.epsilon, delta=cfg.delta, central=cfg.central)
     return w, info
+
+
+class _ClientRows:
+    """The clients' given rows ``[(A_k, b_k)]`` as the problem the driver runs (the linear residuals
+    ``A_k w − b_k``, θ₀ = 0, no test set, no memory estimate: the rows are already in memory)."""
+
+    name, kind, options = "client-rows", "ridge", {}  # type: ignore[var-annotated]  # ridge: no penalty option, σ is one_shot's
+
+    def __init__(self, data, d: int):
+        from fedsciml.core.objective import LinearLeastSquares
+
+        self.objectives = [LinearLeastSquares(A, b) for A, b in data]
+        self.default_clients, self._zero = len(data), torch.zeros(d, dtype=data[0][0].dtype, device=data[0][0].device)
+
+    def rows_per_client(self, n_clients: int) -> None:
+        return None
+
+    def client_objectives(self, n_clients: int, seed: int = 0, device=None) -> list:
+        return self.objectives
+
+    def init_params(self, seed: int = 0, device=None) -> torch.Tensor:
+        return self._zero.clone()
+
+    def evaluate(self, theta: torch.Tensor) -> dict:
+        return {}
+
+    def final_metrics(self, theta: torch.Tensor, objectives) -> dict:
+        return {}
 
 
 def check_finite(data) -> None:

@@ -238,15 +238,15 @@ def check_memory(n_bytes: float, what: str, device=None, hint: str = "") -> None
                           f"available{'; ' + hint if hint else ''}")
 
 
-def estimate_memory(problem, clients: int, config: MethodConfig) -> tuple[float, str] | None:
+def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "") -> tuple[float, str] | None:
     """``(bytes, how)``: the data of every client, and per row what the method's chosen form holds at once
     (:meth:`MethodConfig.memory_form`, 8-byte floats): the residual Jacobian's p columns for the dense
     forms, the matrix-free operator's residual graph
     (:func:`fedsciml.core.matfree.graph_floats_per_row`) when the automatic or named form is matrix-free,
     nothing more for first-order methods; ``None`` when the problem cannot say how many rows a client holds.
-    A task with its own ``estimate_memory(clients, config)`` (the image tasks) gives its own estimate."""
+    A task with its own ``estimate_memory(clients, config, method)`` (the image tasks) gives its own estimate."""
     if hasattr(problem, "estimate_memory"):
-        return problem.estimate_memory(clients, config)
+        return problem.estimate_memory(clients, config, method)
     rows = problem.rows_per_client(clients)
     if rows is None:
         return None
@@ -280,7 +280,7 @@ def _options(problem, config: MethodConfig) -> dict:
 
 def check_run_memory(problem, method: str, clients: int, config: MethodConfig, device=None) -> None:
     """Refuse, before any data is built, a run whose estimated memory exceeds what is available."""
-    est = estimate_memory(problem, clients, config)
+    est = estimate_memory(problem, clients, config, method)
     if est is not None:
         check_memory(est[0], f"{problem.name} with {method} ({est[1]})", device,
                      "use fewer clients or fewer points per client")
@@ -395,7 +395,8 @@ def run(p: Plan) -> Result:
     wall = time.perf_counter() - t0
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}
-    final.update(problem.evaluate(theta))
+    final.update(problem.evaluate(theta, intercept=info["intercept"]) if "intercept" in info
+                 else problem.evaluate(theta))  # a one-shot fit_intercept model is (θ, intercept)
     final.update(problem.final_metrics(theta, objectives))
     return Result(
         problem=problem.name, method=p.method, options=_options(problem, p.config), seed=p.seed,
