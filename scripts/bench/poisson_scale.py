@@ -210,7 +210,9 @@ def main(argv=None):
                                                                  "(default: the problem's, 4000 at d = 5)")
     ap.add_argument("--json", default=os.path.join(ROOT, "results", "poisson_scale.json"))
     ap.add_argument("--md", help="also write the table as markdown to this file")
-    ap.add_argument("--from-json", help="only write the --md table from this earlier --json")
+    ap.add_argument("--from-json", help="only write the --md/--csv table from these earlier --json files "
+                                        "(comma-separated)")
+    ap.add_argument("--drop-errors", action="store_true", help="with --from-json: leave out runs that failed")
     ap.add_argument("--floor", type=int, metavar="D", help="only print the CPU time of the pieces of one GN step at "
                                                           "dimension D (pooled data; with --big: one client of the "
                                                           "[5,128,128,128,1] network)")
@@ -223,13 +225,19 @@ def main(argv=None):
     if a.floor:
         floor(a.floor, [128, 128, 128] if a.big else None, one_client=a.big)
         return 0
-    if a.from_json:
-        with open(a.from_json) as f:
-            d = json.load(f)
-        text = table(d["results"], checkpoints)
+    if a.from_json:  # one or more earlier --json files (comma-separated), their runs in that order
+        results, budgets = [], set()
+        for path in a.from_json.split(","):
+            with open(path) as f:
+                d = json.load(f)
+            results += [r for r in d["results"] if "error" not in r or not a.drop_errors]
+            budgets.add(d["meta"].get("budget_s"))
+        text = table(results, checkpoints)
         if a.md:
             with open(a.md, "w") as f:
                 f.write(text + "\n")
+        if a.csv:
+            write_csv(a.csv, results, budgets.pop() if len(budgets) == 1 else float("nan"))
         print(text)
         return 0
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
