@@ -202,6 +202,8 @@ def main(argv=None):
     ap.add_argument("--n-interior", type=int, help="interior points per client (default: the problem's)")
     ap.add_argument("--n-boundary", type=int, help="boundary points per face per client strip (default 50)")
     ap.add_argument("--csv", help="also write the runs as CSV to this file")
+    ap.add_argument("--resample", type=int, help="every run: fresh collocation points every K steps/rounds")
+    ap.add_argument("--momentum", type=float, help="the LM runs (centralized/lm*, gn*): SPRING momentum β")
     ap.add_argument("--big", action="store_true", help="also the [5,128,128,128,1] gn run")
     ap.add_argument("--big-only", action="store_true")
     ap.add_argument("--big-rounds", type=int, default=5)
@@ -253,6 +255,11 @@ def main(argv=None):
                 if name not in RUNS:
                     ap.error(f"unknown run {name!r}; allowed: {', '.join(RUNS)}")
                 method, opts = RUNS[name]
+                opts = dict(opts)
+                if a.resample:
+                    opts["resample"] = a.resample
+                if a.momentum and (name.startswith("centralized/lm") or method == "gn"):
+                    opts["momentum"] = a.momentum
                 specs.append({"name": name, "dim": d, "method": method, "clients": a.clients, "clock": a.clock,
                               "options": {**opts, "budget": a.budget}, "checkpoints": checkpoints,
                               "problem": problem, "hidden": hidden})
