@@ -56,8 +56,9 @@ def test_every_method_resamples_reproducibly(method, opts):
     # the same seed gives the same run (same operations): bitwise
     assert [r["loss"] for r in a.history] == [r["loss"] for r in b.history]
     assert torch.equal(a.theta, b.theta)
-    # the first K steps run on the run's own points, later ones on fresh points
-    assert [r["loss"] for r in a.history[:3]] == [r["loss"] for r in plain.history[:3]]
+    # the first K steps run on the run's own points, later ones on fresh points (rel L2: a function of θ alone —
+    # the monitored loss of the row before a resample may ride on the next round's exchange, on the new points)
+    assert [r["rel_l2"] for r in a.history[:3]] == [r["rel_l2"] for r in plain.history[:3]]
     assert a.history[-1]["loss"] != plain.history[-1]["loss"]
 
 

@@ -15,7 +15,9 @@ run seed and j (same seed: same points; every resample: different points; j = 0 
   In a real deployment each site draws its own points from the same seed; the Flower engine does not
   offer it (one clear error).
 
-The history rows carry ``resample`` (the index j of the points in use) from the first resample on.
+The history rows carry ``resample`` (the index j of the points in use) from the first resample on.  Where
+the round loop measures a row's monitoring loss on the next round's exchange at the same θ (FIPA, FedAvg:
+:mod:`fedsciml.runtime.loop`), the row just before a resample reports the loss at its θ on the new points.
 """
 from __future__ import annotations
 
