@@ -340,3 +340,19 @@ def test_bench_images_flags_are_generated_from_the_declarations(capsys):
     assert "bench images option --rank must be an integer ≥ 1, got 0" in capsys.readouterr().err
     assert main(["bench", "images", "--iid", "--alpha", "0.5", "--quiet"]) == 2
     assert "--iid and --alpha exclude each other" in capsys.readouterr().err
+
+
+def test_bench_images_refuses_participation_one_shot_and_split_with_iid():
+    """An option that acts on nothing this run does is refused in one line naming it (not silently ignored):
+    --participation with the one-shot protocol (the exchange asks every client), --split with --iid (an IID
+    split has no Dirichlet kind).  Their defaults, and the options where they act, pass."""
+    from fedsciml.images.bench import BenchImagesOptions
+    from fedsciml.options import OptionError
+
+    with pytest.raises(OptionError, match=r"participation has no effect here: .*one-shot exchange asks every"):
+        BenchImagesOptions.from_options({"participation": 0.5})
+    with pytest.raises(OptionError, match=r"split has no effect here: .*iid splits IID"):
+        BenchImagesOptions.from_options({"iid": True, "split": "hsu"})
+    assert BenchImagesOptions.from_options({"protocol": "rounds", "participation": 0.5}).participation == 0.5
+    assert BenchImagesOptions.from_options({"iid": True, "participation": 1.0, "split": "balanced"}).iid
+    assert BenchImagesOptions.from_options({"split": "hsu"}).split == "hsu"
