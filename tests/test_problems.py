@@ -202,6 +202,10 @@ def test_a_problem_option_without_effect_is_refused_not_ignored(capsys):
     a = get_problem("ridge-linear", dim=4, spectrum="powerlaw", decay=3.0).spectrum_values()
     b = get_problem("ridge-linear", dim=4, spectrum="powerlaw").spectrum_values()
     assert a[-1] / a[0] == pytest.approx(4.0 ** -3, rel=1e-12) and b[-1] / b[0] == pytest.approx(4.0 ** -2, rel=1e-12)
+    with pytest.raises(ProblemOptionError, match=r"option data_seed has no effect here: .*noise is 0"):
+        get_problem("heat-inverse", data_seed=3)
+    y3 = get_problem("heat-inverse", noise=0.1, data_seed=3).sensor_data()[1]
+    assert not torch.equal(y3, get_problem("heat-inverse", noise=0.1).sensor_data()[1])
     assert main(["ridge", "--decay", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: problem 'ridge-linear' option --decay has no effect here: it is the exponent of "
