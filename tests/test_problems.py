@@ -206,6 +206,25 @@ def test_a_problem_option_without_effect_is_refused_not_ignored(capsys):
         get_problem("heat-inverse", data_seed=3)
     y3 = get_problem("heat-inverse", noise=0.1, data_seed=3).sensor_data()[1]
     assert not torch.equal(y3, get_problem("heat-inverse", noise=0.1).sensor_data()[1])
+    import fedsciml as fs
+
+    class Line(fs.PDE):  # a user's 1-D PDE: --n-boundary acts on nothing (the two end points)
+        name = "line-idle-test"
+
+        def exact(self, x):
+            return x[..., 0] * 0
+
+        def equation(self, u, x):
+            return u(x)
+
+    with pytest.raises(ProblemOptionError, match=r"option n_boundary has no effect here: a 1-D interval"):
+        Line(n_boundary=7)
+
+    class Square(Line):
+        name = "square-idle-test"
+        dim = 2
+
+    assert Square(n_boundary=7).n_boundary == 7 and Line().n_boundary == 50
     assert main(["ridge", "--decay", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: problem 'ridge-linear' option --decay has no effect here: it is the exponent of "

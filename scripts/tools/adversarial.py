@@ -823,6 +823,11 @@ def _dialect_cases():
     C("solve heat-inverse --data-seed -1", ["solve", "heat-inverse", "--data-seed", "-1", "--quiet"])
     C("solve heat-inverse --noise -1", ["solve", "heat-inverse", "--noise", "-1", "--quiet"])
     C("solve table --tables , (no paths)", ["solve", "table", "--tables", ",", "--quiet"])
+    C("solve ridge-linear --decay 3 (flat spectrum: no effect)", one + ["--decay", "3"])
+    C("solve heat-inverse --data-seed 3 (noise 0: no effect)", ["solve", "heat-inverse", "--data-seed", "3",
+                                                                "--quiet"])
+    C("solve poisson --dim 1 --n-boundary 7 (1D: no effect)", ["solve", "poisson", "--dim", "1", "--n-boundary",
+                                                               "7", "--max-iters", "1", "--quiet"])
     for grid in ("1,nan", "1,inf", "1e-3:1e3:100000", "", "1:2", "a,b", "-1,2"):
         C(f"solve one-shot --cv-sigmas {grid!r}", one + ["--cv-sigmas", grid])
     C("solve one-shot --dp-min-survivors 2 (DP off)", one + ["--dp-min-survivors", "2"])
