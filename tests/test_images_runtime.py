@@ -386,3 +386,12 @@ def test_bench_images_refuses_participation_one_shot_and_split_with_iid():
     assert BenchImagesOptions.from_options({"protocol": "rounds", "participation": 0.5}).participation == 0.5
     assert BenchImagesOptions.from_options({"iid": True, "participation": 1.0, "split": "balanced"}).iid
     assert BenchImagesOptions.from_options({"split": "hsu"}).split == "hsu"
+
+
+def test_a_multi_round_image_run_of_zero_rounds_is_refused_not_reported_as_nan():
+    """run_rounds(rounds=0) ran no round and reported the accuracy NaN as its result; now one line naming the
+    option and what is allowed."""
+    from fedsciml.options import OptionError
+
+    with pytest.raises(OptionError, match=r"images option rounds must be an integer ≥ 1, got 0"):
+        M.run_rounds(_fed(2), "linear", ["fedavg"], 0, CFG, 0)
