@@ -691,7 +691,7 @@ class OneShotConfig(RoundOptions):
                             "choose it, not both")
         if self.dp_epsilon is None:
             for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware",
-                      "dp_min_survivors", "dp_max_rows", "dp_calibration"):
+                      "dp_min_survivors", "dp_max_rows", "dp_calibration", "repair"):
                 out[k] = f"it is a differential-privacy option and DP is off (give {display('dp_epsilon')})"
         elif not self.dp_central:
             for k in ("dp_min_survivors", "dp_max_rows"):

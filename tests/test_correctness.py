@@ -577,3 +577,16 @@ def test_flower_refuses_a_plugin_problem_up_front(tmp_path):
             _check_registered(plugin())
     finally:
         del REGISTRY["adv-plugin"]
+
+
+def test_one_shot_repair_without_dp_is_refused_not_ignored():
+    """repair (the PSD repair of the noisy fused statistics) acts only with DP noise: repair=False without DP was
+    accepted and changed nothing; now one line naming it.  With DP it is accepted; the default passes."""
+    from fedsciml.options import OptionError
+    from fedsciml.runtime.driver import get_method
+
+    one = get_method("one-shot")
+    with pytest.raises(OptionError, match=r"one-shot option repair has no effect here: .*DP is off"):
+        one.make_config(dict(repair=False))
+    assert one.make_config(dict(repair=True)).repair is True
+    assert one.make_config(dict(repair=False, dp_epsilon=1.0)).repair is False
