@@ -392,3 +392,13 @@ def test_latin_hypercube_stratifies_each_coordinate():
 def test_field_problems_are_field_problems():
     for name in ("bratu", "allen-cahn", "fisher", "reaction-diffusion", "poisson", "sin1d", "gauss2d"):
         assert isinstance(get_problem(name), FieldProblem)
+
+
+def test_poisson_in_one_dimension_refuses_n_boundary():
+    """Poisson's boundary at dim 1 is the two end points: --n-boundary acts on nothing there and is refused in one
+    line (the adversarial battery found it silently ignored); at dim 2 it is the points per face."""
+    from fedsciml.problems.base import ProblemOptionError
+    with pytest.raises(ProblemOptionError, match=r"option n_boundary has no effect here: with dim 1"):
+        get_problem("poisson", dim=1, n_boundary=7)
+    assert get_problem("poisson", dim=2, n_boundary=7).n_boundary == 7
+    assert get_problem("poisson", dim=1).n_boundary == 50
