@@ -659,6 +659,9 @@ class OneShotConfig(RoundOptions):
     dp_max_rows: int | None = option(None, "central DP on Flower: a public bound on any site's rows (fixes "
                                      "SecAgg+'s fixed-point range)", int, lo=1,
                                      none="the problem's rows per client when public", metavar="N")
+    fit_intercept: bool = option(False, "an unpenalized intercept (linear ridge problems): exact from each "
+                                 "client's count, means and centered scatter; under DP an unpenalized constant "
+                                 "column inside the clipped rows", bool)
     project: int | None = option(None, "random projection of the parameters to m dimensions", int, lo=1,
                                  none="no projection")
     project_sketch: str = option("gaussian", "projection sketch", str, choices=("gaussian", "sparse", "srht"))

@@ -183,7 +183,7 @@ class TableProblem(Problem):
     def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
         return [self.client_objective(k, n_clients, device) for k in range(int(n_clients))]
 
-    def evaluate(self, theta: torch.Tensor) -> dict:
+    def evaluate(self, theta: torch.Tensor, intercept: float = 0.0) -> dict:
         if not self.test_table:
             return {}
         if "_test" not in self.__dict__:
@@ -193,4 +193,6 @@ class TableProblem(Problem):
         if A.shape[1] != theta.numel():
             raise ProblemError(f"{self.test_table}: {A.shape[1]} features, the model has {theta.numel()}")
         err = A.to(theta.device, theta.dtype) @ theta - b.to(theta.device, theta.dtype)
+        if intercept:  # a one-shot fit with fit_intercept
+            err = err + intercept
         return {"mse": float((err @ err) / err.numel())}

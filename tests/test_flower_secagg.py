@@ -78,6 +78,7 @@ def test_model_error_bound_holds_for_perturbed_sums():
     w = ridge_solve(_dp.psd_repair(G)[0], h, sigma)
     w2 = ridge_solve(_dp.psd_repair(G + E)[0], h + B, sigma)
     assert float((w - w2).norm()) <= _dp.model_error_bound(d, w, sigma, B)
+    assert _dp.model_error_bound(d, w, 0.0, B) == math.inf
 
 
 def test_a_site_refuses_more_rows_than_the_public_bound_or_a_clipped_entry():
@@ -90,16 +91,61 @@ def test_a_site_refuses_more_rows_than_the_public_bound_or_a_clipped_entry():
     with pytest.raises(ValueError, match="exceeds SecAgg\\+'s clipping range"):
         _site_vectors(problem, {**pl, "clipping_range": 1e-3})
     with pytest.raises(ValueError, match="cross-validation"):
-        secagg.plan(_job(problem, options={**OPTS, "cv_sigmas": "0.1,1"}), problem)
+        secagg.plan(_job(problem, options={**OPTS, "cv_sigmas": [0.1, 1.0]}), problem)
 
 
-def test_secagg_on_flower_masks_each_site_and_fuses_the_in_process_central_dp_model(tmp_path):
-    from fedsciml.engines.flower.simulation import run_jobs
+def _unequal_tables(root):
+    """Three site tables, the last with more rows (45) than the runs' public bound dp_max_rows = 40."""
+    rng = np.random.default_rng(0)
+    paths = []
+    for k, n in enumerate([30, 30, 45]):
+        X = 0.2 * rng.normal(size=(n, 4))
+        y = 0.3 * X.sum(1) + 0.05 * rng.normal(size=n)
+        paths.append(str(root / f"site{k}.npz"))
+        np.savez(paths[-1], X=X, y=y)
+    return paths
 
+
+@pytest.fixture(scope="module")
+def flower_runs(tmp_path_factory):
+    """One ``flwr run`` of the SecAgg+ App (as ``--engine flower`` starts it) with three jobs: ridge-linear with the
+    server's view recorded; site tables where site 2 exceeds dp_max_rows, with t = 2 (tolerates it) and with
+    t = 3 (must fail, releasing nothing)."""
+    from fedsciml.engines.flower.apps import read_result
+    from fedsciml.engines.flower.simulation import EngineFailed, run_jobs
+
+    root = tmp_path_factory.mktemp("secagg")
     problem = _problem()
-    audit = str(tmp_path / "seen.npz")
-    job = {**_job(problem, audit=audit), "table": False, "timeout": 120.0, "connect_timeout": 120.0}
-    res = run_jobs([job], K, wait_s=240.0, app=secagg.APP_DIR)[0]
+    audit = str(root / "seen.npz")
+    tables = _unequal_tables(root)
+    tprob = fs.get_problem("table", tables=tables)
+    drop = dict(OPTS, dp_max_rows=40, fit_intercept=True)
+    jobs = [{**_job(problem, audit=audit)},
+            {**_job(tprob, options={**drop, "dp_min_survivors": 2})},
+            {**_job(tprob, options={**drop, "dp_min_survivors": 3})}]
+    jobs = [{**j, "table": False, "timeout": 120.0, "connect_timeout": 120.0} for j in jobs]
+    with pytest.raises(EngineFailed) as failed:
+        run_jobs(jobs, K, wait_s=300.0, workdir=str(root), app=secagg.APP_DIR)
+    return {"main": (read_result(str(root / "job0.json")), jobs[0], problem, audit),
+            "dropout": (read_result(str(root / "job1.json")), tables, drop), "failed": str(failed.value)}
+
+
+def test_secagg_tolerates_dropouts_down_to_t_and_fails_below(flower_runs):
+    """Site 2 refuses (more rows than dp_max_rows): with t = 2 the sum of the other two sites' shares carries the
+    calibrated noise and is released — the in-process fit of those two sites with t = 2, within the bound; with
+    t = 3 the run fails in one line and releases nothing."""
+    res, tables, drop = flower_runs["dropout"]
+    assert res.extra["arrived"] == 2 and res.extra["noise_shares"] == 2
+    assert res.extra["noise_std_total"] == pytest.approx(res.extra["noise_std"])
+    two = fs.get_problem("table", tables=tables[:2])
+    local = fs.solve(two, "one-shot", clients=2, seed=3, **{**drop, "dp_min_survivors": 2})
+    assert float((res.theta - local.theta).norm()) <= res.extra["secagg_model_bound"] < 1e-3
+    assert res.extra["intercept"] == pytest.approx(local.extra["intercept"], abs=res.extra["secagg_model_bound"])
+    assert "no sum was released" in flower_runs["failed"]
+
+
+def test_secagg_on_flower_masks_each_site_and_fuses_the_in_process_central_dp_model(flower_runs):
+    res, job, problem, audit = flower_runs["main"]
     local = fs.solve(problem, "one-shot", clients=K, seed=3, **OPTS)   # the same shares, summed in the clear
 
     # the fused model: the in-process central-DP model within the documented bound

@@ -76,7 +76,7 @@ def test_solve_reports_the_true_epsilon():
     import fedsciml as fs
 
     prob = get_problem("ridge-linear", dim=5, n_samples=30, penalty="server")
-    res = fs.solve(prob, "one-shot", clients=4, seed=0, dp_epsilon=2.0, cv_sigmas="1e-2,1,100")
+    res = fs.solve(prob, "one-shot", clients=4, seed=0, dp_epsilon=2.0, cv_sigmas=[1e-2, 1.0, 100.0])
     K, d = 4, 5
     # the statistics are the whole release: floats up = K noised messages, and ε is the mechanism's own
     assert res.history[-1]["floats_up"] == K * (d * (d + 1) // 2 + d)

@@ -22,7 +22,7 @@ def test_site_tables_fused_at_infinite_epsilon_are_pooled_sklearn_ridge(tmp_path
     ex = example()
     paths, test, _ = ex.write_site_tables(str(tmp_path), 3)
     p = get_problem("table", tables=paths, test_table=test)
-    assert p.default_clients == 3 and p.init_params().shape == (11,)
+    assert p.default_clients == 3 and p.init_params().shape == (10,)
     res = fs.solve(p, "one-shot", clients=3, dp_epsilon=math.inf, cv_sigmas=ex.SIGMAS)
     sigma = res.extra["sigma_used"]
     assert sigma in res.extra["cv_sigmas"] and res.extra["cv_scored"] == 3

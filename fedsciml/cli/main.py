@@ -316,7 +316,8 @@ def _write_outputs(problem, results, args):
                 for r in results:
                     if r.method == "one-shot":
                         d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
-                        for path in write_model(d, r.theta, 0.0, model_meta(r, engine=args.engine)):
+                        for path in write_model(d, r.theta, float(r.extra.get("intercept", 0.0)),
+                                                model_meta(r, engine=args.engine)):
                             print(f"wrote {path}")
             if hasattr(problem, "model_description"):  # the trained network: model.safetensors + model.json
                 from fedsciml.problems.saved import save_model

@@ -334,7 +334,7 @@ def run(args) -> int:
 def model_meta(res, **extra) -> dict:
     """What ``model.json`` says about a one-shot Result: σ used, clients fused, DP, projection, seed, problem."""
     o = res.options
-    meta = {"method": res.method, "problem": res.problem, "fit_intercept": False,
+    meta = {"method": res.method, "problem": res.problem, "fit_intercept": "intercept" in res.extra,
             "sigma": float(res.extra.get("sigma_used", o.get("sigma", 0.0))), "clients": res.clients,
             "clients_fused": res.extra.get("fused_clients", res.clients), "seed": res.seed}
     dp = o.get("dp")

@@ -37,10 +37,14 @@ E has spectral norm ≈ √(2m)·s (Wigner semicircle edge; m the dimension,
 It depends only on public quantities (ε, δ, C_a, C_b, K, m), so it costs no
 privacy.
 
-Central DP (the paper's future-work item 1, "secure aggregation"): clients
-send clipped exact statistics into a secure sum and the noise is added once to
-the sum, with the same s — the total noise is √K times smaller than K
-independent local draws.
+Central DP (the paper's future-work item 1, "secure aggregation"): the sum
+carries the noise once, with the same s — √K times smaller than K independent
+local draws.  The noise is distributed: each site adds its share N(0, s²/t)
+(:func:`share_std`, its own :func:`client_generator`) before its statistics
+enter the secure sum, so no party sees an un-noised statistic; a sum with fewer
+than t shares is refused (:func:`check_survivors`).  On Flower the secure sum is
+SecAgg+ (:mod:`fedsciml.engines.flower.secagg`), whose fixed point is bounded by
+:func:`secure_sum_error_bound`.
 """
 from __future__ import annotations
 
@@ -87,13 +91,6 @@ class DPConfig:
 
 
 NOISE_SEED_OFFSET = 104729  # the noise generator of a one-shot run with seed s is seeded s + 104729
-
-
-def shared_generator(seed: int) -> torch.Generator:
-    """The server's noise generator: central DP draws its one noise sample (on the secure sum) from it.  (Local
-    noise used to be drawn from it too, for every client in list order; each client now draws from its own
-    :func:`client_generator`, since a site cannot draw from another site's generator.)"""
-    return torch.Generator(device="cpu").manual_seed(int(seed) + NOISE_SEED_OFFSET)
 
 
 def client_generator(seed: int, cid: int) -> torch.Generator:
@@ -197,17 +194,20 @@ def secure_sum_error_bound(arrived: int, clipping_range: float, quant_range: int
     (unbiased); the integer sum is exact (no wrap: :func:`quantization_range`).  The server's float64
     dequantization ``Σq·(2c/T) − K'c``, its division by ``K'`` and our multiplication by ``K'`` add a few
     roundings of numbers below ``3K'c``: at most ``16·K'·c·2⁻⁵²`` in all.  So the bound is
-    ``K'·2c/T + 16·K'·c·2⁻⁵²`` (with T = 2³¹ − 1 and c = 1000 at 3 sites: 2.8e-6)."""
+    ``K'·2c/T + 16·K'·c·2⁻⁵²`` (c = 1000 at K' = K = 3 sites, T = ⌊(2³² − 1)/3⌋: 4.2e-6)."""
     K, c = int(arrived), float(clipping_range)
     return K * 2.0 * c / int(quant_range) + 16.0 * K * c * 2.0 ** -52
 
 
-def model_error_bound(d: int, w: torch.Tensor, sigma: float, entry_bound: float) -> float:
-    """Bound on ``‖w − w'‖₂`` between the ridge solutions (dimension ``d``, σ > 0) of two fused statistics whose
-    entries differ by at most ``B = entry_bound``, both PSD-repaired (a projection: it does not increase the
-    Frobenius distance): ``w' − w = (G'₊ + σI)⁻¹[(h' − h) − (G'₊ − G₊)w]`` with ``‖(G'₊ + σI)⁻¹‖ ≤ 1/σ``,
-    ``‖G'₊ − G₊‖₂ ≤ ‖G' − G‖_F ≤ d·B`` and ``‖h' − h‖ ≤ √d·B``, so ``‖w − w'‖ ≤ (√d·B + d·B·‖w‖)/σ``."""
-    if not sigma > 0:
-        raise ValueError(f"the model bound needs σ > 0, got {sigma}")
+def model_error_bound(d: int, w: torch.Tensor, lam_min: float, entry_bound: float) -> float:
+    """Bound on ``‖w − w'‖₂`` between the ridge solutions (dimension ``d``) of two fused statistics whose entries
+    differ by at most ``B = entry_bound``, both PSD-repaired (a projection: it does not increase the Frobenius
+    distance), given the fused one's solution ``w`` and ``lam_min`` ≤ the smallest eigenvalue of the *other*
+    system matrix ``G'₊ + σD``: ``w' − w = (G'₊ + σD)⁻¹[(h' − h) − (G'₊ − G₊)w]``, ``‖G'₊ − G₊‖₂ ≤ ‖G' − G‖_F ≤
+    d·B`` and ``‖h' − h‖ ≤ √d·B``, so ``‖w − w'‖ ≤ (√d·B + d·B·‖w‖)/lam_min``.  With every coordinate penalized
+    ``lam_min = σ`` (``G'₊ ⪰ 0``); with an unpenalized intercept, ``λ_min(G₊ + σD) − d·B`` (Weyl) from the
+    fused system.  ``inf`` when ``lam_min ≤ 0`` (no bound)."""
+    if not lam_min > 0:
+        return math.inf
     B = float(entry_bound)
-    return (math.sqrt(d) * B + d * B * float(w.norm())) / float(sigma)
+    return (math.sqrt(d) * B + d * B * float(w.norm())) / float(lam_min)

@@ -218,7 +218,14 @@ def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | 
     rc = _round_config(cfg, seed)
     strategy = OneShotStrategy(cfg.sigma or 0.0, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch, seed=seed,
                                cv_sigmas=cfg.cv_sigmas, screen=cfg.screen, min_survivors=cfg.dp_min_survivors,
-                               form=cfg.message_form, repair=cfg.repair)
+                               form=cfg.message_form, repair=cfg.repair, fit_intercept=cfg.fit_intercept,
+                               max_rows=cfg.dp_max_rows)
+    if cfg.fit_intercept:  # the model is (θ, intercept): the problem evaluates both
+        if getattr(problem, "kind", None) != "ridge":
+            raise ValueError(f"fit_intercept applies to linear ridge problems (kind 'ridge'); {problem.name!r} is "
+                             f"not one")
+        plain = evaluate
+        evaluate = lambda th: plain(th, intercept=strategy.intercept)  # noqa: E731
     options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
     return _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
                      every, options, message_hook, transport or cfg.transport)

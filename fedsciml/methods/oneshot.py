@@ -30,8 +30,12 @@ the ridge package's own functions, in the order of :func:`fedsciml.ridge.one_sho
   mechanism on ``(G, h)`` (:func:`fedsciml.core.dp.privatize`) with the
   client's own generator :func:`fedsciml.core.dp.client_generator` (seed,
   cid); the message carries no count and no loss.  Central DP: clipped exact
-  statistics, noise once on the sum from
-  :func:`~fedsciml.core.dp.shared_generator` (seed).  The server repairs the
+  statistics plus the client's *share* of the noise, ``s/√t`` from the same
+  generator (:func:`fedsciml.core.dp.share_std`; ``t`` = ``min_survivors``, default
+  every client asked), so the sum of the shares carries ``s``; a sum of fewer than
+  ``t`` is refused.  In process the server sees each message (it logs that it
+  trusts the server); on Flower the sum is SecAgg+'s
+  (:mod:`fedsciml.engines.flower.secagg`, :meth:`OneShotStrategy.fuse_sum`).  The server repairs the
   noisy sum (:func:`~fedsciml.core.dp.psd_repair`, ``repair``) and optionally
   adds the noise-aware σ.
 
@@ -41,7 +45,13 @@ one exchange, and under DP nothing leaves a site but its noised statistics — t
 for their losses to monitor the run either (the history's ``loss`` is NaN), so the run's ε is its whole
 release.
 
-The message is always in the runtime's schema and sign (``{H, g = Jᵀr}``,
+``fit_intercept``: an unpenalized intercept.  Exact: each client sends its count, means and centered scatter
+of ``(a_i, b_i)`` (:func:`fedsciml.core.centered.site_statistics`, the scikit-learn estimators' message) and the
+server solves ridge with the intercept from the merged centered blocks (CV from the same messages); under DP
+the rows get a constant column ``κ = C_a/√(m+1)`` before clipping (:func:`intercept_column`), whose coordinate
+the server leaves unpenalized.  The model is ``(θ, intercept)``; ``info()["intercept"]``.
+
+Otherwise the message is always in the runtime's schema and sign (``{H, g = Jᵀr}``,
 :func:`fedsciml.core.stats.to_gn`).  :func:`fedsciml.ridge.one_shot` runs this
 strategy on in-process clients of the rows ``(A_k, b_k)`` (θ₀ = 0), so the two
 are one loop; ``solve(..., method="one-shot")`` on a ridge problem does the
@@ -64,7 +74,7 @@ from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.client import Client, register_handler
 from fedsciml.runtime.transport import Reply, Request
 
-TRANSFORM_KEYS = ("project", "sketch", "seed", "dp", "form", "noise_shares")
+TRANSFORM_KEYS = ("project", "sketch", "seed", "dp", "form", "noise_shares", "intercept", "max_rows")
 logger = logging.getLogger(__name__)
 CENTRAL_DP_REFUSED = ("dp_central needs a secure sum: fedsciml's generic Flower App has none (the server would see "
                       "each site's statistics under its noise share only); run it through the SecAgg+ App "
@@ -111,8 +121,17 @@ def client_rows(r: torch.Tensor, J: torch.Tensor, transform: dict):
                                 transform.get("sketch", "gaussian"), J.dtype, J.device))
     if transform.get("dp") is not None:
         cfg = _dp_config(transform["dp"])
+        if transform.get("intercept"):  # under DP the intercept is a constant column κ inside the clipped row
+            A = torch.cat([A, A.new_full((A.shape[0], 1), intercept_column(cfg.c_a, A.shape[1]))], 1)
         A, b = privacy.clip_rows(A, b, cfg.c_a, cfg.c_b, cfg.clip)
     return A, b
+
+
+def intercept_column(c_a: float, m: int) -> float:
+    """Under DP the intercept is the coefficient of a constant column ``κ = C_a/√(m+1)`` appended to each row
+    before clipping (a row whose m features are each at most κ in magnitude stays within ``C_a``), unpenalized
+    at the server; the model's intercept is ``κ`` times that coefficient."""
+    return float(c_a) / math.sqrt(m + 1)
 
 
 def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dict) -> dict:
@@ -121,8 +140,18 @@ def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dic
     from fedsciml.core import dp as _dp
     from fedsciml.core.stats import client_message, to_gn
 
+    if transform.get("max_rows") is not None and J.shape[0] > int(transform["max_rows"]):
+        raise ValueError(f"client {cid} holds {J.shape[0]} rows, more than the public bound dp_max_rows="
+                         f"{transform['max_rows']} the secure sum is sized for; it sends nothing")
     A, b = client_rows(r, J, transform)
     dp = transform.get("dp")
+    if dp is None and transform.get("intercept"):  # exact: count, means and centered scatter of (a, b)
+        from fedsciml.core.centered import site_statistics
+
+        st = site_statistics(A.detach().cpu().numpy(), b.detach().cpu().numpy())
+        out = {k: torch.as_tensor(v, dtype=A.dtype, device=A.device) for k, v in st.items()}
+        out["loss"] = (0.5 * (r @ r)).reshape(1)
+        return out
     if dp is None and transform.get("form") == "sqrt":  # square-root form: R_kᵀR_k = G_k, s = Q_kᵀr = −z
         msg = client_message(A, b, form="sqrt")
         return {"R": msg["R"], "s": -msg["z"], "loss": (0.5 * (r @ r)).reshape(1), "n": msg["n"]}
@@ -149,6 +178,31 @@ def _validate_all(schema: Schema, messages, dtype):
         except MessageRejected as e:
             bad[cid] = e.reason
     return ok, bad
+
+
+def _centered_check(m: int, dtype):
+    """Validation of exact centered messages ``{n, mean [m+1], S [(m+1)(m+2)/2], loss}``: the schema (shapes, real
+    dtype, finite, a whole count > 0, loss ≥ 0) and :func:`fedsciml.core.centered.check_message` (diag S ≥ 0):
+    O(m²) per message."""
+    from fedsciml.core.centered import check_message, n_packed
+
+    schema = Schema({"n": Field((1,), positive=True), "mean": Field((m + 1,)), "S": Field((n_packed(m + 1),)),
+                     "loss": Field((1,), nonneg=True)})
+
+    def check(msgs):
+        ok, bad = {}, {}
+        for cid, msg in msgs.items():
+            try:
+                schema.validate(msg, cid, dtype=dtype)
+                try:
+                    check_message({k: msg[k].detach().cpu().numpy() for k in ("n", "mean", "S")}, cid, m)
+                except ValueError as e:
+                    raise MessageRejected(cid, str(e)) from None
+                ok[cid] = msg
+            except MessageRejected as e:
+                bad[cid] = e.reason
+        return ok, bad
+    return check
 
 
 class NoisyStatsAggregator(Aggregator):
@@ -189,7 +243,8 @@ class OneShotStrategy(Strategy):
 
     def __init__(self, sigma: float = 0.0, *, dp=None, project: int | None = None, sketch: str = "gaussian",
                  seed: int = 0, repair: bool = True, cv_sigmas=None, form: str = "auto", screen: float | None = None,
-                 min_survivors: int | None = None, secure_sum: bool = False):
+                 min_survivors: int | None = None, secure_sum: bool = False, fit_intercept: bool = False,
+                 max_rows: int | None = None):
         from fedsciml.core.sketch import SKETCHES
         from fedsciml.core.stats import check_sigma
 
@@ -225,10 +280,24 @@ class OneShotStrategy(Strategy):
                              "statistics are perturbed on purpose (use robust options without DP)")
         self.screen = None if screen is None else float(screen)
         self.screened: list = []
+        self.fit_intercept = bool(fit_intercept)
+        self.intercept = 0.0
+        if self.fit_intercept:
+            if form == "sqrt":
+                raise ValueError("fit_intercept sends centered statistics (Gram form); leave form auto or gram")
+            if screen is not None:
+                raise ValueError("the influence screen compares Gauss–Newton statistics; it is not offered with "
+                                 "fit_intercept")
+            if self.dp is not None and self.cv_sigmas is not None:
+                raise ValueError("under DP the intercept is an unpenalized constant column, which leave-one-client-"
+                                 "out CV would penalize: give sigma with fit_intercept and DP")
         if min_survivors is not None and (int(min_survivors) != min_survivors or int(min_survivors) < 1):
             raise ValueError(f"dp_min_survivors must be an integer ≥ 1, got {min_survivors}")
         self.min_survivors = None if min_survivors is None else int(min_survivors)
         self._shares = 0  # central DP: t, sized when the round is configured (size_noise_shares)
+        if max_rows is not None and (int(max_rows) != max_rows or int(max_rows) < 1):
+            raise ValueError(f"dp_max_rows must be an integer ≥ 1, got {max_rows}")
+        self.max_rows = None if max_rows is None else int(max_rows)  # central DP: a site with more rows refuses
         self._form = "gram" if form == "auto" else form  # resolved in configure_round
         self._sums = None  # (clients, packed ΣH, Σg) of the validated round (exact Gram form), reused by the fusion
         self.theta = None
@@ -241,13 +310,18 @@ class OneShotStrategy(Strategy):
     def _transform(self, p):
         """The request's transform config, or None for plain GN statistics (the original path, bit for bit)."""
         project = self.project if self.project is not None and self.project != p else None
-        if self.dp is None and project is None and self.cv_sigmas is None and self._form == "gram":
+        if (self.dp is None and project is None and self.cv_sigmas is None and self._form == "gram"
+                and not self.fit_intercept):
             return None
         if project is not None and project > p:
             raise ValueError(f"projection dimension must be an integer in [1, p={p}], got {project}")
         tr = {"project": project, "sketch": self.sketch, "seed": self.seed, "dp": self.dp}
         if self._central():
             tr["noise_shares"] = self._shares
+            if self.max_rows is not None:
+                tr["max_rows"] = self.max_rows
+        if self.fit_intercept:
+            tr["intercept"] = True
         if self._form == "sqrt":
             tr["form"] = "sqrt"
         return tr
@@ -268,6 +342,8 @@ class OneShotStrategy(Strategy):
     def _resolve_form(self, run, answering, m):
         if self.form != "auto":
             return self.form
+        if self.fit_intercept:
+            return "gram"
         counts = getattr(run.transport, "sample_counts", {}) or {}
         small = bool(answering) and all(c in counts and 2 * int(counts[c]) <= m for c in answering)
         return "sqrt" if self.cv_sigmas is not None and self.dp is None and small else "gram"
@@ -334,7 +410,12 @@ class OneShotStrategy(Strategy):
             return Exchange(answering, Request("gn_stats", {"theta": theta}, {"form": "normal"}),
                             self._screened(self._exact_gram_check(p, theta.dtype), p))
         m = p if tr["project"] is None else tr["project"]
-        if self.dp is None and self._form == "gram":  # exact (projected) statistics: as above, in m dimensions
+        if self.fit_intercept and self.dp is None:  # exact centered statistics (fedsciml.core.centered)
+            check = _centered_check(m, theta.dtype)
+        elif self.fit_intercept:  # noisy statistics of the rows with their constant column: m + 1 dimensions
+            agg = NoisyStatsAggregator()
+            check = lambda msg: agg.validate(msg, m + 1, theta.dtype)  # noqa: E731
+        elif self.dp is None and self._form == "gram":  # exact (projected) statistics: as above, in m dimensions
             check = self._screened(self._exact_gram_check(m, theta.dtype), m)
         elif self.dp is None:  # square-root form: the gn schema and its O(m) consistency check
             agg = GNAggregator(True, "sqrt")
@@ -413,6 +494,9 @@ class OneShotStrategy(Strategy):
         map back).  Central DP's noise is already in the sum: each site added its share."""
         tr = self._transform(p)
         m = p if tr["project"] is None else tr["project"]
+        if self.fit_intercept and self.dp is None:
+            return self._centered_step(messages, p, m)
+        ms = m + 1 if self.fit_intercept else m  # under DP the intercept's constant column is one more dimension
         order = sorted(messages)
         Rs = hs = None
         if self._form == "sqrt":  # ΣR_kᵀR_k formed by the server from the stacked factors, Σh_k = −ΣR_kᵀs_k
@@ -428,13 +512,45 @@ class OneShotStrategy(Strategy):
                 for c in order[1:]:
                     Hp += messages[c]["H"]
                     g += messages[c]["g"]
-            G, h = linalg.unpack_upper(Hp, m), -g
+            G, h = linalg.unpack_upper(Hp, ms), -g
         sigma = self.sigma
         cfg = None if self.dp is None else _dp_config(self.dp)
         if self.cv_sigmas is not None:
             noisy = cfg is not None and cfg.noise_std > 0 and not cfg.central
             sigma = self._cross_validate(order, messages, G, h, m, noisy, Rs, hs)
-        return self._solve_fused(G, h, m, p, sigma, len(order))
+        return self._solve_fused(G, h, ms, p, sigma, len(order))
+
+    def _centered_step(self, messages, p, m):
+        """Exact ridge with an unpenalized intercept from the sites' centered statistics (:mod:`fedsciml.core.centered`):
+        merged by the parallel-axis rule, σ by leave-one-client-out CV scored from each site's own message when
+        a grid is given, ``β = (S_xx + σI)⁻¹S_xy``, ``β₀ = μ_y − μ_xᵀβ``."""
+        import numpy as np
+
+        from fedsciml.core import centered
+        from fedsciml.core.sketch import sketch_matrix
+
+        order = sorted(messages)
+        msgs = [{k: messages[c][k].detach().cpu().to(torch.float64).numpy() for k in ("n", "mean", "S")}
+                for c in order]
+        sigma = self.sigma
+        if self.cv_sigmas is not None:
+            if len(order) < 2:
+                raise ValueError(f"leave-one-client-out CV needs at least 2 clients, got {len(order)}; give sigma")
+            losses = centered.loco_path(msgs, m, np.asarray(self.cv_sigmas, dtype=np.float64), True, False)
+            total = losses.sum(0)
+            sigma = self.cv_sigmas[int(np.argmin(total))]
+            self.cv = {"cv_sigmas": list(self.cv_sigmas), "cv_loss": total.tolist(), "cv_scored": len(order),
+                       "cv_loss_includes_b_sq": True}
+        N, mu, S = centered.combine(msgs)
+        coef, b0, _ = centered.solve_ridge(N, mu, S, m, float(sigma), True, False)
+        like = messages[order[0]]["mean"]
+        v = torch.as_tensor(coef, dtype=like.dtype, device=like.device)
+        tr = self._transform(p)
+        if tr["project"] is not None:
+            v = sketch_matrix(p, m, self.seed, self.sketch, v.dtype, v.device) @ v
+        self.intercept = float(b0)
+        self.noise = {"m": m, "sigma_used": float(sigma), "form_used": "centered", "intercept": self.intercept}
+        return v
 
     def fuse_sum(self, Hp: torch.Tensor, g: torch.Tensor, arrived: int, p: int) -> torch.Tensor:
         """The server's step from a *sum* of ``arrived`` sites' messages (``pack(ΣH)``, ``Σg``) that it never saw
@@ -443,8 +559,9 @@ class OneShotStrategy(Strategy):
         carries fewer noise shares than it was sized for."""
         tr = self._transform(p)
         m = p if tr is None or tr["project"] is None else tr["project"]
+        ms = m + 1 if self.fit_intercept else m
         self.fused = int(arrived)
-        return self._solve_fused(linalg.unpack_upper(Hp, m), -g, m, p, self.sigma, int(arrived))
+        return self._solve_fused(linalg.unpack_upper(Hp, ms), -g, ms, p, self.sigma, int(arrived))
 
     def _solve_fused(self, G, h, m, p, sigma, arrived):
         """PSD repair, noise-aware σ, solve, map back (projection) — on fused statistics of ``arrived`` sites."""
@@ -465,12 +582,24 @@ class OneShotStrategy(Strategy):
                 G, clipped = _dp.psd_repair(G)
             if std > 0 and cfg.noise_aware_sigma:
                 sigma = float(sigma) + (2.0 * m) ** 0.5 * total
-        v = ridge_solve(G, h, sigma)
+        if self.fit_intercept:  # the last coordinate is the constant column's: unpenalized
+            pen = torch.full((m,), float(sigma), dtype=G.dtype, device=G.device)
+            pen[-1] = 0.0
+            self._system = G + torch.diag(pen)
+            va = ridge_solve(self._system, h, 0.0)
+            m -= 1
+            self.intercept = float(va[m]) * intercept_column(cfg.c_a if cfg is not None else 1.0, m)
+            v = va[:m]
+        else:
+            self._system = None
+            v = ridge_solve(G, h, sigma)
         tr = self._transform(p)
         if tr is not None and tr["project"] is not None:
             v = sketch_matrix(p, m, self.seed, self.sketch, v.dtype, v.device) @ v
         self.noise = {"m": m, "noise_std": std, "eig_clipped": clipped, "sigma_used": float(sigma),
                       "form_used": self._form}
+        if self.fit_intercept:
+            self.noise["intercept"] = self.intercept
         if cfg is not None and cfg.central and std > 0:
             self.noise.update(noise_shares=self._shares, noise_std_total=total)
         return v
@@ -499,10 +628,14 @@ class OneShotStrategy(Strategy):
         return "one-shot" if run.round_index >= 1 else None
 
     def state_dict(self):
-        return {"theta": self.theta, "fused": self.fused}
+        out = {"theta": self.theta, "fused": self.fused}
+        if self.fit_intercept:
+            out["intercept"] = self.intercept
+        return out
 
     def load_state_dict(self, d):
         self.theta, self.fused = d["theta"], int(d["fused"])
+        self.intercept = float(d.get("intercept", 0.0))
 
     def summary(self):
         out = {"sigma": self.sigma}
@@ -513,6 +646,8 @@ class OneShotStrategy(Strategy):
             out["form"] = self.form
         if self.screen is not None:
             out["screen"] = self.screen
+        if self.fit_intercept:
+            out["fit_intercept"] = True
         return out
 
     def info(self):

@@ -34,9 +34,9 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
     """Fit ``w`` from ``data = [(A_k, b_k)]`` in one round on the runtime.  See the module docstring.
 
     ``client_ids``: the clients' ids (default ``0 … K−1``); client ``c`` draws its local DP noise from
-    ``client_generator(seed, c)``, so its noise does not depend on who else answers.  Central noise is the first
-    draw of :func:`~fedsciml.core.dp.shared_generator` (seed).  ``dropout``: each client fails to answer with
-    this probability (the loop's seeded draw).  ``transport``: ``"local"`` or ``"bytes"`` (every request and
+    ``client_generator(seed, c)``, so its noise does not depend on who else answers.  Central noise is the sum of
+    the clients' shares ``s/√K``, each from its own generator (:func:`~fedsciml.core.dp.share_std`).
+    ``dropout``: each client fails to answer with this probability (the loop's seeded draw).  ``transport``: ``"local"`` or ``"bytes"`` (every request and
     reply through bytes; the same model bit for bit).  ``form``: the clients' message form, ``"gram"``
     (``{H = pack(A_kᵀA_k), g = −A_kᵀb_k}``), ``"sqrt"`` (``{R_k, s_k}`` from the thin QR ``A_k = Q_kR_k``, no DP) or
     ``"auto"`` — the square-root form when σ is chosen by CV without DP and every client has at most half as many

@@ -396,7 +396,8 @@ def run(p: Plan) -> Result:
     wall = time.perf_counter() - t0
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}
-    final.update(problem.evaluate(theta))
+    final.update(problem.evaluate(theta, intercept=info["intercept"]) if "intercept" in info
+                 else problem.evaluate(theta))  # a one-shot fit_intercept model is (θ, intercept)
     final.update(problem.final_metrics(theta, objectives))
     return Result(
         problem=problem.name, method=p.method, options=_options(problem, p.config), seed=p.seed,

@@ -236,7 +236,8 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
                       "nodes": {str(c): int(n) for c, n in transport.nodes.items()}}
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}
-    final.update(problem.evaluate(theta))
+    final.update(problem.evaluate(theta, intercept=info["intercept"]) if "intercept" in info
+                 else problem.evaluate(theta))  # a one-shot fit_intercept model is (θ, intercept)
     return Result(problem=problem.name, method=method,
                   options={**problem.options, **_jsonable(options), "engine": "flower"}, seed=seed, device=str(dev),
                   dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()), clients=int(clients),

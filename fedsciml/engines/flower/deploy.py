@@ -182,7 +182,7 @@ class LocalSuperLink:
 
     def submit(self, problem: str, method: str = "gn", *, clients: int, seed: int = 0,
                problem_options: dict | None = None, timeout_s: float = 300.0, name: str = "run",
-               federation_config: dict | None = None, **method_options):
+               federation_config: dict | None = None, app: str = APP_DIR, **method_options):
         """Start one fedsciml job (returns the Popen and the result path; see :meth:`wait`)."""
         out = self.dir / f"{name}.json"
         for f in (out, Path(str(out) + ".theta.safetensors")):
@@ -190,7 +190,7 @@ class LocalSuperLink:
         cfg = {"problem": problem, "method": method, "clients": int(clients), "seed": int(seed),
                "problem-options": json.dumps(problem_options or {}), "method-options": json.dumps(method_options),
                "out": str(out), "timeout": float(timeout_s), "connect-timeout": float(timeout_s)}
-        return self.submit_config(cfg, name, federation_config), out
+        return self.submit_config(cfg, name, federation_config, app=app), out
 
     def wait_files(self, proc, outs, timeout_s: float = 600.0, echo=None):
         """Wait (at most ``timeout_s``) until a submitted run wrote every path in ``outs``.  A run that ends

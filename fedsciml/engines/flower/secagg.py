@@ -28,7 +28,7 @@ own (``fedsciml/engines/flower/secagg_app``; ``--engine flower`` picks it for ``
    max(C_a, C_b)`` plus ten noise-share deviations), ``T`` = :func:`~fedsciml.core.dp.quantization_range`
    (the largest with ``K·T < M`` and ``T < 2³¹``: nothing wraps); each entry of the sum is within
    :func:`~fedsciml.core.dp.secure_sum_error_bound` ``K'·2c/T + 16·K'·c·2⁻⁵²`` of the float64 sum
-   (2.8e-6 at c = 1000, K' = 3), and the model within :func:`~fedsciml.core.dp.model_error_bound`; the Result
+   (4.2e-6 at c = 1000, K' = K = 3), and the model within :func:`~fedsciml.core.dp.model_error_bound`; the Result
    reports both (``secagg_entry_bound``, ``secagg_model_bound``).
 4. **The server** fuses only the sum (:meth:`fedsciml.methods.oneshot.OneShotStrategy.fuse_sum`: PSD repair,
    noise-aware σ, solve) — the same code as the in-process run, whose sites draw the same shares, so the two
@@ -90,7 +90,7 @@ def plan(job: dict, problem=None) -> dict:
         raise ValueError(f"SecAgg+ needs at least 2 sites, got clients={K}")
     dpc = cfg.dp()
     st = OneShotStrategy(cfg.sigma or 0.0, dp=dpc, seed=int(job.get("seed", 0)), min_survivors=cfg.dp_min_survivors,
-                         secure_sum=True)
+                         secure_sum=True, fit_intercept=cfg.fit_intercept, max_rows=cfg.dp_max_rows)
     t = st.size_noise_shares(K)
     max_rows = cfg.dp_max_rows if cfg.dp_max_rows is not None else (
         _default_max_rows(problem) if problem is not None else None)
@@ -100,10 +100,11 @@ def plan(job: dict, problem=None) -> dict:
     share = _dp.share_std(_dp.DPConfig(**st.dp).noise_std, t)
     c = _dp.statistics_bound(int(max_rows), cfg.dp_clip_a, cfg.dp_clip_b, share)
     T = _dp.quantization_range(K)
-    tr = st._transform(0)  # the request's transform (no projection): dp config, seed, noise shares
+    tr = {**st._transform(0), "max_rows": int(max_rows)}  # the request's transform: dp, seed, shares, bound
     return {"clients": K, "survivors": t, "max_rows": int(max_rows), "clipping_range": c, "quantization_range": T,
             "modulus_range": _dp.MODULUS_RANGE, "share_std": share, "transform": tr,
-            "sigma": float(cfg.sigma or 0.0), "dp": st.dp, "seed": int(job.get("seed", 0))}
+            "sigma": float(cfg.sigma or 0.0), "dp": st.dp, "seed": int(job.get("seed", 0)),
+            "fit_intercept": bool(cfg.fit_intercept)}
 
 
 # --- the site -------------------------------------------------------------------------------------------------
@@ -296,17 +297,24 @@ def run_secagg_job(grid, job: dict, context):
     arrived = int(strategy.arrived)
     total = np.asarray(strategy.mean, dtype=np.float64) * arrived  # SecAgg+ averages with equal weights: ×K'
     m, Hp, gsum = unpack_sum(total)
-    st = OneShotStrategy(pl["sigma"], dp=pl["dp"], seed=seed, min_survivors=t, secure_sum=True)
+    st = OneShotStrategy(pl["sigma"], dp=pl["dp"], seed=seed, min_survivors=t, secure_sum=True,
+                         fit_intercept=pl["fit_intercept"])
     st.size_noise_shares(K)
+    d = m - 1 if st.fit_intercept else m  # the sum's last coordinate is the intercept's constant column
     if theta0.size == 0:
-        theta0 = np.zeros(m)
+        theta0 = np.zeros(d)
     theta = torch.as_tensor(theta0, dtype=torch.float64)
     st.theta = theta
-    theta = theta + st.fuse_sum(Hp, gsum, arrived, m)  # refuses K' < t (ε not delivered)
+    theta = theta + st.fuse_sum(Hp, gsum, arrived, d)  # refuses K' < t (ε not delivered)
     entry = _dp.secure_sum_error_bound(arrived, pl["clipping_range"], pl["quantization_range"])
     sigma_used = st.noise["sigma_used"]
-    model_bound = _dp.model_error_bound(m, theta - torch.as_tensor(theta0, dtype=torch.float64), sigma_used, entry) \
-        if sigma_used > 0 and st.repair else math.inf
+    step = theta - torch.as_tensor(theta0, dtype=torch.float64)
+    if st._system is not None:  # an unpenalized intercept: the fused system's smallest eigenvalue, less d·B (Weyl)
+        step = torch.cat([step, torch.tensor([st.intercept / st_kappa(st, m)], dtype=torch.float64)])
+        lam = float(torch.linalg.eigvalsh(st._system)[0]) - m * entry
+    else:
+        lam = sigma_used
+    model_bound = _dp.model_error_bound(m, step, lam, entry) if st.repair else math.inf
     if job.get("audit"):
         np.savez(str(job["audit"]), **{str(k): v for k, v in records.items()})
     info = {**st.info(), "secure_sum": "SecAgg+", "arrived": arrived, "clients": K, "secagg": {
@@ -318,11 +326,18 @@ def run_secagg_job(grid, job: dict, context):
              "floats_sent": arrived * L + K * int(theta0.size), "wall": wall}]
     final = {"loss": math.nan}
     if not (getattr(problem, "name", None) == "table" and not problem.paths and not problem.test_table):
-        final.update(problem.evaluate(theta))
+        final.update(problem.evaluate(theta, intercept=st.intercept) if st.fit_intercept else problem.evaluate(theta))
     return Result(problem=problem.name, method="one-shot",
                   options={**problem.options, **_jsonable(job.get("options", {})), "engine": "flower"}, seed=seed,
                   device="cpu", dtype="float64", n_params=int(theta.numel()), clients=K, wall_time_s=wall,
                   final=final, history=rows, extra=_jsonable(info), theta=theta)
+
+
+def st_kappa(st, m: int) -> float:
+    """The constant column ``κ`` of an intercept under DP (``m`` = the fused dimension, features + 1)."""
+    from fedsciml.methods.oneshot import intercept_column
+
+    return intercept_column(st.dp["c_a"], m - 1)
 
 
 def _site_job(job: dict) -> dict:
