@@ -204,7 +204,7 @@ class SGDAveragingConfig(MethodConfig):
     local_epochs: int = option(5, "local epochs E per round", int, lo=1)
     batch_size: int | None = option(32, "local minibatch size (one seeded reshuffle per epoch)", int, lo=1,
                                     none="full batch (batch_size=None in Python)")
-    mu: float = option(0.0, "FedProx proximal weight μ (0: FedAvg)", float, lo=0)
+    mu: float = option(0.0, "proximal weight μ (0: FedAvg's local loss)", float, lo=0)  # > 0: FedProx
     sigma: float | None = option(None, "ridge σ of the clients' local loss (σ/2N)‖w‖²", float, lo=0,
                                  none="the problem's ridge σ")
     dp_epsilon: float | None = option(None, "DP-FedAvg: ε of the run (full-batch DP-GD steps, RDP accountant)",
