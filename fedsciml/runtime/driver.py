@@ -345,6 +345,9 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
         runtime["transport"] = options.pop("transport")
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    engines = getattr(use.config, "engines", None)  # a configuration may name the engines it runs on
+    if engines is not None and engine not in engines:
+        raise ValueError(f"method {method!r} runs on engine {', '.join(engines)} only, got engine {engine!r}")
     if config is None:
         config = use.config.from_options(options)
     elif options:
