@@ -65,6 +65,8 @@ def test_solve_fedavg_sgd_is_the_baseline_and_applies_to_ridge_only():
     assert "fedavg-sgd" in driver.available_methods("ridge") and "fedavg-sgd" not in driver.available_methods("pinn")
     with pytest.raises(ValueError, match="does not apply to a problem of kind 'pinn'"):
         fs.solve(get_problem("poisson"), "fedavg-sgd")
+    with pytest.raises(ValueError, match="runs on engine local only, got engine 'flower'"):
+        fs.solve(prob, "fedavg-sgd", clients=3, engine="flower")  # refused before Flower starts
     with pytest.raises(ValueError, match="dp_grad_clip has no effect here"):
         fs.solve(prob, "fedavg-sgd", clients=3, dp_grad_clip=3.0)  # no DP: the clip would be ignored
 

@@ -198,6 +198,7 @@ class SGDAveragingConfig(MethodConfig):
 
     method: ClassVar[str] = "fedavg-sgd"
     holds_sigma: ClassVar[bool] = True  # the driver: σ is this method's, not residual rows on every client
+    engines: ClassVar[tuple[str, ...]] = ("local",)  # its clients (RidgeClient) answer in this process only
 
     rounds: int = option(100, "communication rounds", int, lo=1)
     lr: float = option(0.01, "local SGD learning rate η (on each client's mean loss)", float, lo=0, lo_open=True)
