@@ -369,6 +369,9 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
             raise ValueError(f"message_hook runs in this process; it does not apply to engine {engine!r}")
         if getattr(config, "transport", "local") != "local":  # the engine's transport carries the messages
             raise ValueError(f"transport={config.transport!r} applies to engine 'local'; engine {engine!r} brings its own")
+        if memory is not None:  # the caller's work around the run stays in this process
+            check_memory(memory[0], f"{problem.name} with {method} ({memory[1]})", dev,
+                         "use fewer clients or fewer points per client")
     else:
         check_run_memory(problem, method, problem.default_clients if clients is None else clients, config, dev,
                          memory)
