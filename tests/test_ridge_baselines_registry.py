@@ -98,6 +98,8 @@ def test_ridge_preset_memory_is_the_drivers_one_check(monkeypatch):
     with pytest.raises(driver.OutOfMemory, match=r"the pooled oracle, the baselines\) .* 1e-06 GB available"):
         run_experiment(clients=3, dim=4, samples=20, baselines="fedavg")
     assert built == []
+    with pytest.raises(driver.OutOfMemory, match="the pooled oracle"):  # the oracle runs here on any engine
+        run_experiment(clients=3, dim=4, samples=20, engine="flower")
 
 
 def test_ridge_help_and_errors_name_only_its_flags(capsys):
