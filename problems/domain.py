@@ -375,23 +375,56 @@ class DomainPDE(PINNProblem):
         the physics rows count with the confidence their weights give them relative to the data.  The
         covariance is ``τ (JᵀJ)⁺`` with ``JᵀJ = Σ_k J_kᵀJ_k`` — the sum gn's clients send — at the final θ;
         a coefficient's variance is its diagonal entry (the pseudo-inverse drops directions of relative
-        eigenvalue below 1e-12).  Only scalar unknowns, and only with one Data condition."""
+        eigenvalue below 1e-12).  Only scalar unknowns, and only with one Data condition.
+
+        Computed from each client's :meth:`final_stats` by :meth:`final_metrics_from` — what a Flower
+        server asks its nodes for, so both give the same numbers."""
+        return self.final_metrics_from(theta, [self.final_stats(theta, obj) for obj in objectives])
+
+    @property
+    def final_stats_needed(self) -> bool:
+        """Whether :meth:`final_metrics` reports anything (unknown coefficients and one Data condition): a
+        Flower server asks its nodes for :meth:`final_stats` only then."""
+        return self._laplace_data() is not None
+
+    def _laplace_data(self):
         if not self.unknowns:
-            return {}
+            return None
         data = [c for c in self.condition_list() if isinstance(c, Data)]
-        if len(data) != 1:
+        return data[0] if len(data) == 1 else None
+
+    def final_stats(self, theta: torch.Tensor, objective) -> dict:
+        """One client's share of :meth:`final_metrics`, computed where its data are: ``{"H": J_kᵀJ_k``
+        (packed upper triangle), ``"data_ss": Σ r_i²/w_d`` over its data rows, ``"data_n"``: their count} —
+        no residual leaves the client; ``{}`` when there is nothing to report."""
+        from fedsciml.core.linalg import pack_upper
+
+        d = self._laplace_data()
+        if d is None:
             return {}
-        d = data[0]
         w = float(d.weight if d.weight is not None else self.boundary_weight)
-        H, rd = None, []
-        for obj in objectives:
-            st = obj.gn_stats(theta)
-            H = st.H if H is None else H + st.H
-            for p, r in zip(obj.parts, obj.part_residuals(theta)):
-                if isinstance(p.fn, _Residual) and p.fn.cond is d:
-                    rd.append(r / w ** 0.5)
-        rd = torch.cat(rd)
-        sigma = float(d.noise) if d.noise is not None else float(rd.norm() / rd.numel() ** 0.5)
+        st = objective.gn_stats(theta)
+        rd = [r / w ** 0.5 for p, r in zip(objective.parts, objective.part_residuals(theta))
+              if isinstance(p.fn, _Residual) and p.fn.cond is d]
+        r = torch.cat(rd) if rd else theta.new_zeros(0)
+        return {"H": pack_upper(st.H), "data_ss": (r @ r).reshape(1), "data_n": theta.new_tensor([r.numel()])}
+
+    def final_metrics_from(self, theta: torch.Tensor, stats: list) -> dict:
+        """:meth:`final_metrics` from the clients' :meth:`final_stats` (in client order)."""
+        from fedsciml.core.linalg import unpack_upper
+
+        d = self._laplace_data()
+        stats = [s for s in stats if s]
+        if d is None or not stats:
+            return {}
+        w = float(d.weight if d.weight is not None else self.boundary_weight)
+        P = theta.numel()
+        H = unpack_upper(stats[0]["H"], P)
+        for s in stats[1:]:
+            H = H + unpack_upper(s["H"], P)
+        ss = sum(float(s["data_ss"][0]) for s in stats)
+        n = sum(int(s["data_n"][0]) for s in stats)
+        sigma = float(d.noise) if d.noise is not None else ((ss / n) ** 0.5 if n else float("nan"))
         tau = w * sigma ** 2
         cov = tau * torch.linalg.pinv(H, hermitian=True, rtol=1e-12)
         p = self.network().n_params

@@ -110,6 +110,19 @@ def test_client_app_answers_like_an_in_process_client_and_reports_failures():
     assert isinstance(wrong, Failure) and wrong.reason.startswith("partition 0: ")
 
 
+def test_client_app_sends_its_share_of_the_laplace_std_and_no_residual():
+    """``final_stats`` on a node: J_kᵀJ_k (packed), the sum of squares and count of its data residuals; the
+    server's combination equals ``final_metrics`` in process (the same operations per client: bitwise)."""
+    p = get_problem("heat-inverse")
+    job = {"problem": "heat-inverse", "options": dict(p.options), "clients": K, "seed": 0}
+    theta = p.init_params(0)
+    req = codec.request_content(Request("final_stats", {"theta": theta}), job)
+    shares = [codec.reply_from_content(answer_content(req, {"partition-id": k})).message for k in range(K)]
+    assert all(set(s) == {"H", "data_ss", "data_n"} and s["data_ss"].numel() == 1 for s in shares)
+    torch.manual_seed(0)
+    assert p.final_metrics_from(theta, shares) == p.final_metrics(theta, p.client_objectives(K, seed=0))
+
+
 def test_table_objective_reads_csv_and_npz_and_names_bad_input(tmp_path):
     X = np.arange(12.0).reshape(4, 3) / 7
     y = np.array([1.0, -2.0, 0.5, 3.0])
@@ -234,6 +247,27 @@ def test_flower_simulation_is_bitwise_equal_to_in_process(simulated, run):
     assert fl.extra["rejections"] == []
 
 
+def test_inverse_problem_reports_its_laplace_std_on_flower(simulated):
+    """heat-inverse over Flower reports ``coef_k_std`` (and ``noise_sigma``) as ``fs.solve`` does in process:
+    the nodes send their shares (J_kᵀJ_k, the sum of squares and count of their data residuals — no residual),
+    the server combines them with the in-process code (bitwise in one process: the test above).  Across the
+    Ray workers and the ServerApp process the std agreed to 1.2e-8 relative, not bitwise: it is a diagonal
+    entry of the pseudo-inverse of an ill-conditioned Σ J_kᵀJ_k, which magnifies last-bit differences of the
+    products between processes (BLAS kernels); hence a tolerance."""
+    fl, _ = simulated["heat-inverse-gn"]
+    p = get_problem("heat-inverse")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        want = p.final_metrics(fl.theta, p.client_objectives(K, seed=0))
+    finally:
+        torch.set_num_threads(threads)
+    assert want["coef_k_std"] > 0
+    assert fl.final["coef_k_std"] == pytest.approx(want["coef_k_std"], rel=1e-6)
+    assert fl.final["noise_sigma"] == pytest.approx(want["noise_sigma"], rel=1e-12)
+
+
 @pytest.mark.parametrize("run", ["ridge-gn", "one-shot"])
 def test_ridge_on_flower_is_the_pooled_ridge_solution(simulated, run):
     fl, _ = simulated[run]
@@ -257,17 +291,6 @@ def test_vectorized_local_run_is_close(simulated):
 DEPLOY_WAIT_S = 900.0  # a stock SuperNode starts a flwr-clientapp process per message: seconds each when loaded
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
-    """A stock SuperLink and 2 stock SuperNodes on 127.0.0.1 (free ports); every process stopped at the end."""
-    from fedsciml.engines.flower.deploy import LocalDeployment
-
-    d = LocalDeployment(K, str(tmp_path_factory.mktemp("flower-deploy")), threads=1)
-    with d:
-        yield d
-    assert not d.procs  # stopped (the context manager kills each process group it started)
-
-
 def _local_reference(problem_name, method, **opts):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the deployment's ClientApps and ServerApp run one thread each
@@ -277,40 +300,64 @@ def _local_reference(problem_name, method, **opts):
         torch.set_num_threads(threads)
 
 
-def test_deployment_gn_and_one_shot_are_bitwise_equal_to_in_process(deployment):
-    res, theta = deployment.run("bratu", "gn", rounds=1, batched=False, name="gn", wait_s=DEPLOY_WAIT_S)
-    ref = _local_reference("bratu", "gn", rounds=1, batched=False)
-    assert torch.equal(theta, ref.theta)  # one client per node, one thread everywhere: the same operations
-    assert [r["loss"] for r in res.history] == [r["loss"] for r in ref.history]
-    assert res.extra["engine"]["name"] == "flower" and res.extra["rejections"] == []
-    res, theta = deployment.run("ridge-linear", "one-shot", name="one-shot", wait_s=DEPLOY_WAIT_S)
-    ref = _local_reference("ridge-linear", "one-shot")
-    assert torch.equal(theta, ref.theta)  # bitwise: one client per node, linear rows exact, the same operations
+DEPLOY_JOBS = {"gn": ("bratu", "gn", dict(rounds=1, batched=False)),
+               "one-shot": ("ridge-linear", "one-shot", {})}
 
 
-def test_deployment_survives_a_killed_node_that_comes_back(deployment):
-    """gn needs every client: a killed SuperNode's requests fail (logged with node and reason), gn asks
-    again, the restarted node (a new Flower node id, the same partition id) rejoins, and the run ends
-    with the same parameters as an undisturbed in-process run."""
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    """One ``flwr run`` of two jobs — gn on bratu, then one-shot ridge — on a stock SuperLink and 2 stock
+    SuperNodes on 127.0.0.1 (free ports), with SuperNode 1 killed and restarted during gn; the results and
+    the deployment's log directory.  Every process it starts (SuperLink, SuperNodes and their ClientApp
+    processes, ``flwr run``) is stopped when the module ends, also when a test or this fixture fails."""
     import time
 
-    log = deployment.dir / "node1.log"
+    from fedsciml.engines.flower.deploy import LocalDeployment
 
-    def received():  # messages the stock SuperNode of site 1 pulled (its own INFO line per message)
-        return log.read_text(errors="replace").count("Receiving: query.")
+    d = LocalDeployment(K, str(tmp_path_factory.mktemp("flower-deploy")), threads=1)
+    with d:
+        outs = {name: d.dir / f"{name}.json" for name in DEPLOY_JOBS}
+        jobs = [{"kind": "solve", "problem": pn, "method": m, "clients": K, "seed": 0, "problem_options": {},
+                 "options": o, "out": str(outs[name]), "timeout": 180.0, "connect_timeout": 180.0}
+                for name, (pn, m, o) in DEPLOY_JOBS.items()]
+        (d.dir / "jobs.json").write_text(json.dumps(jobs))
+        log = d.dir / "node1.log"
 
-    before = received()
-    proc, out = deployment.submit("bratu", "gn", rounds=2, batched=False, timeout_s=180.0, name="killed")
-    end = time.monotonic() + DEPLOY_WAIT_S
-    while received() < before + 2:  # node 1 pulled describe and θ₀'s statistics request
-        assert proc.poll() is None and time.monotonic() < end, deployment.tail("flwr-run-killed")
-        time.sleep(0.2)
-    deployment.kill("node1")
-    time.sleep(2.0)  # the request in flight is lost with the node
-    deployment.start_node(1)
-    res = deployment.wait(proc, out, DEPLOY_WAIT_S)[0]
-    ref = _local_reference("bratu", "gn", rounds=2, batched=False)
-    assert torch.equal(res.theta, ref.theta)  # bitwise: the restarted node answers the same requests the same way
+        def received():  # messages the stock SuperNode of site 1 pulled (its own INFO line per message)
+            return log.read_text(errors="replace").count("Receiving: query.")
+
+        before = received()
+        proc = d.submit_config({"problem": "bratu", "clients": K, "jobs": str(d.dir / "jobs.json")}, "both")
+        end = time.monotonic() + DEPLOY_WAIT_S
+        while received() < before + 2:  # node 1 pulled describe and θ₀'s statistics request
+            assert proc.poll() is None and time.monotonic() < end, d.tail("flwr-run-both")
+            time.sleep(0.2)
+        d.kill("node1")
+        time.sleep(2.0)  # the request in flight is lost with the node
+        d.start_node(1)
+        results = dict(zip(outs, d.wait(proc, list(outs.values()), DEPLOY_WAIT_S)))
+        yield results
+    assert not d.procs  # stopped (the context manager kills each process group it started)
+
+
+def test_deployment_gn_and_one_shot_are_bitwise_equal_to_in_process(deployed):
+    """Stock processes, one client per node, one thread everywhere: the same operations as the in-process run
+    that evaluates each client on its own — bitwise, for gn across the kill and restart of a node, and for
+    the one-shot ridge run after it (on the restarted node)."""
+    for name, (pn, m, o) in DEPLOY_JOBS.items():
+        res, ref = deployed[name], _local_reference(pn, m, **o)
+        assert torch.equal(res.theta, ref.theta), name
+        assert [r["loss"] for r in res.history] == [r["loss"] for r in ref.history], name
+        assert res.extra["engine"]["name"] == "flower"
+    one = deployed["one-shot"]
+    assert one.extra["floats_up"] == _local_reference("ridge-linear", "one-shot").extra["floats_up"]
+    assert deployed["one-shot"].extra["rejections"] == []
+
+
+def test_deployment_survives_a_killed_node_that_comes_back(deployed):
+    """gn needs every client: a killed SuperNode's requests fail (logged with node and reason), gn asks
+    again, and the restarted node (a new Flower node id, the same partition id) rejoins."""
+    res = deployed["gn"]
     back = res.extra["engine"]["rejoined"]
     assert [b["client"] for b in back] == [1] and back[0]["new_node"] != back[0]["old_node"]
     # within one exchange's timeout the restarted node is asked in place of the dead one; an exchange that

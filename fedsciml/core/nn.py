@@ -62,20 +62,21 @@ class MLP:
     def __repr__(self) -> str:
         return f"MLP({self.sizes}, activation={self.activation!r}, params={self.n_params})"
 
-    def init(self, seed: int = 0, dtype: torch.dtype = torch.float64, device="cpu") -> torch.Tensor:
+    def init(self, seed: int = 0, dtype: torch.dtype = torch.float64,
+             device: torch.device | str = "cpu") -> torch.Tensor:
         gen = torch.Generator().manual_seed(int(seed))
         theta = torch.zeros(self.n_params, dtype=torch.float64)
         for w, _b, fan_in, fan_out in self._layout:
             theta[w : w + fan_in * fan_out] = torch.randn(fan_in * fan_out, generator=gen, dtype=torch.float64) / math.sqrt(fan_in)
         return theta.to(dtype=dtype, device=device)
 
-    def unflatten(self, theta: torch.Tensor):
+    def unflatten(self, theta: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
         """List of (W, b) views of the flat vector (b is None without biases)."""
         # One split (whose backward is one concatenation) rather than a slice per
         # tensor (whose backward scatters into a zero vector of full length each):
         # under vmap(jacrev) the slices cost a [n, p] fill + add per tensor.
         chunks = iter(theta.split(self._split_sizes, dim=-1))
-        out = []
+        out: list[tuple[torch.Tensor, torch.Tensor | None]] = []
         for _w, b, fan_in, fan_out in self._layout:
             W = next(chunks).unflatten(-1, (fan_out, fan_in))
             out.append((W, None if b is None else next(chunks)))
@@ -103,7 +104,7 @@ class MLP:
         """Whether :meth:`value_and_laplacian` has a closed-form path for this activation."""
         return self.activation in _SECOND_DERIVATIVES
 
-    def value_and_laplacian(self, theta: torch.Tensor, x: torch.Tensor):
+    def value_and_laplacian(self, theta: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(u(θ, x), Δₓu(θ, x))`` in one forward pass.
 
         Propagates, layer by layer, the value ``h``, its input Jacobian

@@ -109,7 +109,7 @@ class LeastSquares:
         r = self.residual(theta)
         return self.vjp(theta, r)
 
-    def residual_and_jacobian(self, theta: torch.Tensor):
+    def residual_and_jacobian(self, theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(r(θ), J(θ))``; implementations compute both in one pass where they can."""
         return self.residual(theta), self.jacobian(theta)
 
@@ -182,7 +182,7 @@ class PointwiseLeastSquares(LeastSquares):
     def jacobian(self, theta: torch.Tensor) -> torch.Tensor:
         return self.residual_and_jacobian(theta)[1]
 
-    def residual_and_jacobian(self, theta: torch.Tensor):
+    def residual_and_jacobian(self, theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rs, Js = zip(*(self._part_residual_and_jacobian(p, theta) for p in self.parts))
         return torch.cat(rs), torch.cat(Js)
 
@@ -219,10 +219,10 @@ class LinearLeastSquares(LeastSquares):
     def jacobian(self, theta: torch.Tensor) -> torch.Tensor:
         return self.A
 
-    def jvp(self, theta, v):
+    def jvp(self, theta: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return self.A @ v
 
-    def vjp(self, theta, u):
+    def vjp(self, theta: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return self.A.T @ u
 
 

@@ -49,7 +49,7 @@ PSD_KINDS = (None, "packed", "square")
 
 
 class MessageRejected(ValueError):
-    def __init__(self, client_id, reason: str):
+    def __init__(self, client_id: object, reason: str):
         self.client_id = client_id
         self.reason = reason
         super().__init__(f"message from client {client_id} rejected: {reason}")

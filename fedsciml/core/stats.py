@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping
+from typing import Hashable, Mapping, Union
 
 import torch
 
@@ -46,6 +46,11 @@ from fedsciml.core.objective import LinearLeastSquares
 
 DTYPE = torch.float64
 FORMS = ("gram", "sqrt")
+
+ClientId = Hashable  # a client's id: the key of its message (an int in the runtime, any hashable here)
+Message = Mapping[str, torch.Tensor]  # one client's statistics, field name -> tensor
+Sigma = Union[float, torch.Tensor]  # a damping σ ≥ 0, or a batch of them
+_Item = tuple[ClientId, str, torch.Tensor, torch.Tensor, Union[float, None]]  # (cid, form, G or R, h, n)
 
 SCHEMA = Schema({"G": Field(("q",)), "h": Field(("d",)), "n": Field((1,), positive=True, optional=True)})
 SQRT_SCHEMA = Schema({"R": Field(("m", "d")), "z": Field(("m",)), "n": Field((1,), positive=True, optional=True)})
@@ -63,7 +68,8 @@ class SingularGram(ValueError):
     """``ΣG_k + σI`` is not (numerically) positive definite (σ = 0 on a rank-deficient Gram)."""
 
 
-def client_message(A: torch.Tensor, b: torch.Tensor, *, with_count: bool = True, form: str = "gram") -> dict:
+def client_message(A: torch.Tensor, b: torch.Tensor, *, with_count: bool = True,
+                   form: str = "gram") -> dict[str, torch.Tensor]:
     """Client k's one message; also the streaming update for new rows.
 
     ``form="gram"``: ``{G: pack(A_kᵀA_k), h: A_kᵀb_k, n}``; ``form="sqrt"``: ``{R, z: Q_kᵀb_k, n}`` from the
@@ -84,15 +90,15 @@ def client_message(A: torch.Tensor, b: torch.Tensor, *, with_count: bool = True,
     return msg
 
 
-def message_form(msg: Mapping) -> str:
+def message_form(msg: Message) -> str:
     return "sqrt" if "R" in msg else "gram"
 
 
-def message_dim(msg: Mapping) -> int:
+def message_dim(msg: Message) -> int:
     return int((msg["R"] if "R" in msg else msg["h"]).shape[-1])
 
 
-def to_gn(msg: Mapping) -> dict:
+def to_gn(msg: Message) -> dict[str, torch.Tensor]:
     """A Gram-form ridge message in the runtime's Gauss–Newton schema and sign: ``{H: G, g: −h}`` (+ ``n``).
 
     The runtime (:mod:`fedsciml.methods.gn`, :mod:`fedsciml.methods.oneshot`) declares one convention for the
@@ -109,7 +115,7 @@ def to_gn(msg: Mapping) -> dict:
     return out
 
 
-def from_gn(msg: Mapping) -> dict:
+def from_gn(msg: Message) -> dict[str, torch.Tensor]:
     """The inverse of :func:`to_gn`: ``{G: H, h: −g}`` (+ ``n``; a gn ``loss`` is dropped)."""
     out = {"G": msg["H"], "h": -msg["g"]}
     if "n" in msg:
@@ -117,25 +123,25 @@ def from_gn(msg: Mapping) -> dict:
     return out
 
 
-def validate(msg, client_id, d: int, dtype=None) -> dict:
+def validate(msg: Message, client_id: ClientId, d: int, dtype: torch.dtype | None = None) -> dict:
     """Check one message (either form) for dimension d (raises MessageRejected)."""
     schema = SQRT_SCHEMA if isinstance(msg, dict) and "R" in msg else SCHEMA
     return schema.validate(msg, client_id, dtype=dtype, d=int(d), q=linalg.n_upper(int(d)))
 
 
-def check_sigma(sigma) -> float:
+def check_sigma(sigma: float) -> float:
     sigma = float(sigma)
     if not (sigma >= 0) or sigma != sigma or sigma == float("inf"):
         raise ValueError(f"regularization sigma must be a finite number ≥ 0, got {sigma}")
     return sigma
 
 
-def singular_rtol(d: int, dtype=DTYPE) -> float:
+def singular_rtol(d: int, dtype: torch.dtype = DTYPE) -> float:
     """Relative pivot tolerance of :func:`ridge_solve`: ``d·eps`` (LAPACK's pivoted-Cholesky rank tolerance)."""
     return int(d) * torch.finfo(dtype).eps
 
 
-def ridge_solve(G: torch.Tensor, h: torch.Tensor, sigma) -> torch.Tensor:
+def ridge_solve(G: torch.Tensor, h: torch.Tensor, sigma: Sigma) -> torch.Tensor:
     """``(G + σI)⁻¹ h`` by Cholesky (σ a scalar or a batch), with a clear error when it is (numerically) singular.
 
     A factorization whose smallest pivot is ≤ ``d·eps`` times the largest diagonal entry is refused
@@ -172,23 +178,23 @@ class FusionServer:
     K messages; a message that already has the server's dtype and device is summed without a copy.
     """
 
-    def __init__(self, d: int, dtype=DTYPE, device=None):
+    def __init__(self, d: int, dtype: torch.dtype = DTYPE, device: torch.device | str | None = None):
         if int(d) != d or d < 1:
             raise ValueError(f"feature dimension d must be a positive integer, got {d}")
         self.d = int(d)
         self._q = linalg.n_upper(self.d)
         self.dtype = dtype
         self.device = torch.device(device) if device is not None else None
-        self.G = {}   # cid -> packed [q] (Gram-form clients)
-        self.R = {}   # cid -> [m, d] (square-root-form clients)
-        self.h = {}   # cid -> [d]
-        self.n = {}   # cid -> float or None
-        self._Gsum = None  # running sums (packed), so fusion never stacks K messages
-        self._hsum = None
+        self.G: dict[ClientId, torch.Tensor] = {}   # cid -> packed [q] (Gram-form clients)
+        self.R: dict[ClientId, torch.Tensor] = {}   # cid -> [m, d] (square-root-form clients)
+        self.h: dict[ClientId, torch.Tensor] = {}   # cid -> [d]
+        self.n: dict[ClientId, float | None] = {}   # cid -> float or None
+        self._Gsum: torch.Tensor | None = None  # running sums (packed), so fusion never stacks K messages
+        self._hsum: torch.Tensor | None = None
         self.floats_up = 0
 
     # --- receiving -------------------------------------------------------------
-    def _prepare(self, cid, msg):
+    def _prepare(self, cid: ClientId, msg: Message) -> tuple[str, torch.Tensor, torch.Tensor, float | None]:
         """Structural checks and conversion to the server's dtype/device: ``(form, G or R, h, n)``.
 
         Finiteness is left to the caller (checked on the sum, see :meth:`receive_all`).  A message in the runtime's
@@ -215,7 +221,7 @@ class FusionServer:
         main = msg["R"] if form == "sqrt" else msg["G"]
         dev = self.device if self.device is not None else main.device
 
-        def conv(t):
+        def conv(t: torch.Tensor) -> torch.Tensor:
             return t if (t.dtype == self.dtype and t.device == dev) else t.to(device=dev, dtype=self.dtype)
 
         main = conv(main)
@@ -223,12 +229,13 @@ class FusionServer:
         return form, main, h, n
 
     @staticmethod
-    def _gram(form, T):
+    def _gram(form: str, T: torch.Tensor) -> torch.Tensor:
         return T if form == "gram" else linalg.gram_packed(T)
 
-    def _sum(self, items):
+    def _sum(self, items: list[_Item]) -> tuple[torch.Tensor, torch.Tensor]:
         """Packed ``ΣG_k`` and ``Σh_k`` of prepared messages (Gram form summed in place, factors stacked)."""
-        G = H = None
+        G: torch.Tensor | None = None
+        H: torch.Tensor | None = None
         sq = [it for it in items if it[1] == "sqrt"]
         for _, form, T, h, _ in items:
             if form == "gram":
@@ -237,24 +244,27 @@ class FusionServer:
         rows = max(256, (1 << 22) // self.d)  # stack factors into blocks of ~4M floats: one long GEMM each
         i = 0
         while i < len(sq):
-            block, r = [], 0
+            block: list[torch.Tensor] = []
+            r = 0
             while i < len(sq) and (not block or r + sq[i][2].shape[0] <= rows):
                 block.append(sq[i][2])
                 r += sq[i][2].shape[0]
                 i += 1
             g = linalg.gram_packed(torch.cat(block) if len(block) > 1 else block[0])
             G = g if G is None else G.add_(g)
+        if G is None or H is None:
+            raise ValueError("no client statistics to sum")
         return G, H
 
     @staticmethod
-    def _finite(G, H) -> bool:
+    def _finite(G: torch.Tensor, H: torch.Tensor) -> bool:
         # a non-finite entry makes the total non-finite (inf + x = inf, nan propagates), so a finite total
         # proves every entry finite; only a total that is not finite (or overflows) needs the entrywise check
         if bool(torch.isfinite(G.sum() + H.sum())):
             return True
         return bool(torch.isfinite(G).all()) and bool(torch.isfinite(H).all())
 
-    def _screen(self, items, bad):
+    def _screen(self, items: list[_Item], bad: dict[ClientId, str]) -> list[_Item]:
         """Rare path: the round's sum has non-finite entries; reject the messages responsible."""
         keep = []
         for it in items:
@@ -273,7 +283,7 @@ class FusionServer:
             keep.pop(i)
         return keep
 
-    def _commit(self, cid, form, T, h, n):
+    def _commit(self, cid: ClientId, form: str, T: torch.Tensor, h: torch.Tensor, n: float | None) -> None:
         if cid in self.h:  # a client re-sending replaces its statistics
             self._subtract(cid)
         self.G.pop(cid, None)
@@ -281,31 +291,41 @@ class FusionServer:
         (self.R if form == "sqrt" else self.G)[cid] = T
         self.h[cid], self.n[cid] = h, n
 
-    def _subtract(self, cid):
-        G = self.G[cid] if cid in self.G else linalg.gram_packed(self.R[cid])
-        self._Gsum.sub_(G)
-        self._hsum.sub_(self.h[cid])
+    def _subtract(self, cid: ClientId) -> None:
+        Gsum, hsum = self._sums()
+        Gsum.sub_(self._packed(cid))
+        hsum.sub_(self.h[cid])
 
-    def _add_sums(self, G, H):
-        if self._Gsum is None:
+    def _sums(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The running packed ``(ΣG_k, Σh_k)``; raises when nothing was received."""
+        if self._Gsum is None or self._hsum is None:
+            self._need_clients()
+            raise ValueError("no running sums although clients are present")  # an internal inconsistency
+        return self._Gsum, self._hsum
+
+    def _add_sums(self, G: torch.Tensor, H: torch.Tensor) -> None:
+        if self._Gsum is None or self._hsum is None:
             self._Gsum, self._hsum = G, H
         else:
             self._Gsum.add_(G)
             self._hsum.add_(H)
 
-    def receive_all(self, messages: Mapping):
+    def receive_all(self, messages: Mapping[ClientId, Message]) -> tuple[list[ClientId], dict[ClientId, str]]:
         """Validate and add a round of messages; returns ``(accepted ids, {rejected id: reason})``.
 
         Structure and dtype are checked per message; finiteness is checked once on the round's sum (a
         finite sum proves every summand finite), and only when it fails is each message examined.
         """
-        ok, bad, items = [], {}, []
+        ok: list[ClientId] = []
+        bad: dict[ClientId, str] = {}
+        items: list[_Item] = []
         for cid, msg in messages.items():
             try:
                 items.append((cid, *self._prepare(cid, msg)))
             except MessageRejected as e:
                 bad[cid] = e.reason
-        G = H = None
+        G: torch.Tensor | None = None
+        H: torch.Tensor | None = None
         while items:
             G, H = self._sum(items)
             if self._finite(G, H):
@@ -313,18 +333,18 @@ class FusionServer:
             items = self._screen(items, bad)
         for cid, form, T, h, n in items:
             self._commit(cid, form, T, h, n)
-            self.floats_up += floats_in(messages[cid])
+            self.floats_up += floats_in(dict(messages[cid]))
             ok.append(cid)
-        if items:
+        if items and G is not None and H is not None:
             self._add_sums(G, H)
         return ok, bad
 
-    def receive(self, cid, msg):
+    def receive(self, cid: ClientId, msg: Message) -> None:
         ok, bad = self.receive_all({cid: msg})
         if bad:
             raise MessageRejected(cid, bad[cid])
 
-    def update(self, cid, msg):
+    def update(self, cid: ClientId, msg: Message) -> None:
         """Streaming: add the statistics of new rows at client ``cid`` (a first update is a receive).
 
         Square-root increments of a square-root client are stacked under its factor; otherwise the client's
@@ -332,11 +352,11 @@ class FusionServer:
         """
         if cid not in self.h:
             return self.receive(cid, msg)
-        item = (cid, *self._prepare(cid, msg))
-        _, form, T, h, n = item
+        form, T, h, n = self._prepare(cid, msg)
+        item: _Item = (cid, form, T, h, n)
         G, H = self._sum([item])
         if not self._finite(G, H):
-            bad = {}
+            bad: dict[ClientId, str] = {}
             self._screen([item], bad)
             raise MessageRejected(cid, bad[cid])
         if form == "sqrt" and cid in self.R:
@@ -346,19 +366,22 @@ class FusionServer:
             self.G[cid] = old + G
         self.h[cid] = self.h[cid] + h
         self._add_sums(G, H)
-        if n is not None and self.n[cid] is not None:
-            self.n[cid] += n
-        self.floats_up += floats_in(msg)
+        old_n = self.n[cid]
+        if n is not None and old_n is not None:
+            self.n[cid] = old_n + n
+        self.floats_up += floats_in(dict(msg))
 
-    def drop(self, cid):
+    def drop(self, cid: ClientId) -> None:
         if cid in self.h:
             self._subtract(cid)
-        for store in (self.G, self.R, self.h, self.n):
-            store.pop(cid, None)
+        self.G.pop(cid, None)
+        self.R.pop(cid, None)
+        self.h.pop(cid, None)
+        self.n.pop(cid, None)
 
     # --- statistics ------------------------------------------------------------
     @property
-    def clients(self) -> list:
+    def clients(self) -> list[ClientId]:
         return list(self.h)
 
     @property
@@ -366,29 +389,30 @@ class FusionServer:
         """True when every client present sent the square-root form (see :meth:`stacked_factors`)."""
         return bool(self.h) and len(self.R) == len(self.h)
 
-    def _need_clients(self):
+    def _need_clients(self) -> None:
         if not self.h:
             raise ValueError("no client statistics received (every client dropped out or was rejected); "
                              "cannot fit a model")
 
-    def totals(self):
+    def totals(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(G [d, d], h [d])`` summed over the clients present."""
         self._need_clients()
-        return linalg.unpack_upper(self._Gsum, self.d), self._hsum.clone()
+        Gsum, hsum = self._sums()
+        return linalg.unpack_upper(Gsum, self.d), hsum.clone()
 
-    def _packed(self, cid):
+    def _packed(self, cid: ClientId) -> torch.Tensor:
         return self.G[cid] if cid in self.G else linalg.gram_packed(self.R[cid])
 
-    def stacked(self):
+    def stacked(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-client ``(G_k [K, d, d], h_k [K, d])`` in :attr:`clients` order."""
         return linalg.unpack_upper(self.stacked_packed()[0], self.d), torch.stack(list(self.h.values()))
 
-    def stacked_packed(self):
+    def stacked_packed(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-client ``(packed G_k [K, d(d+1)/2], h_k [K, d])`` — no d×d matrix per client is formed."""
         self._need_clients()
         return torch.stack([self._packed(c) for c in self.h]), torch.stack(list(self.h.values()))
 
-    def stacked_factors(self):
+    def stacked_factors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-client ``(R_k [K, m, d], h_k [K, d])``: factors zero-padded to the largest ``m`` (exact: zero rows
         add nothing to ``R_kᵀR_k``).  Needs every client in the square-root form (:attr:`factored`)."""
         self._need_clients()
@@ -397,17 +421,18 @@ class FusionServer:
             raise ValueError(f"{len(gram)} client(s) (e.g. {gram[0]!r}) sent the Gram form; per-client factors "
                              f"need every client's square-root statistics (client_message(..., form='sqrt'))")
         m = max(R.shape[0] for R in self.R.values())
-        out = self._hsum.new_zeros(len(self.h), m, self.d)
+        out = self._sums()[1].new_zeros(len(self.h), m, self.d)
         for i, c in enumerate(self.h):
             out[i, :self.R[c].shape[0]] = self.R[c]
         return out, torch.stack(list(self.h.values()))
 
-    def solve(self, sigma) -> torch.Tensor:
+    def solve(self, sigma: Sigma) -> torch.Tensor:
         G, h = self.totals()
         return ridge_solve(G, h, sigma)
 
 
-def fuse(messages: Mapping, sigma, d: int | None = None, dtype=DTYPE) -> torch.Tensor:
+def fuse(messages: Mapping[ClientId, Message], sigma: Sigma, d: int | None = None,
+         dtype: torch.dtype = DTYPE) -> torch.Tensor:
     """One-shot fusion of ``{cid: message}``: validate, sum, solve; raises on any rejected message."""
     if not messages:
         raise ValueError("no client messages: at least one client must answer")
@@ -420,7 +445,9 @@ def fuse(messages: Mapping, sigma, d: int | None = None, dtype=DTYPE) -> torch.T
     return server.solve(sigma)
 
 
-def pooled_ridge(A: torch.Tensor, b: torch.Tensor, sigma) -> torch.Tensor:
+def pooled_ridge(A: torch.Tensor, b: torch.Tensor, sigma: Sigma) -> torch.Tensor:
     """The centralized oracle on pooled data (same Cholesky path)."""
     st = LinearLeastSquares(A, b).gn_stats(A.new_zeros(A.shape[1]))
+    if st.H is None:  # gn_stats forms the Gram matrix (form_gram=True); never taken
+        raise ValueError("the pooled statistics carry no Gram matrix")
     return ridge_solve(st.H, -st.g, sigma)

@@ -42,10 +42,14 @@ import numbers
 import os
 import stat
 
+from typing import Any, Union
+
 import numpy as np
 import torch
 
 from fedsciml.runtime.memory import available_memory
+
+MapLocation = Union[str, torch.device, None]  # where torch.load puts the tensors (``None``: where they were saved)
 
 FILENAME = "state.pt"
 MAGIC = b"fedsciml-checkpoint v1 sha256="
@@ -68,7 +72,7 @@ def path_in(directory: str) -> str:
     return os.path.join(directory, FILENAME)
 
 
-def plain(obj, where: str = "state"):
+def plain(obj: Any, where: str = "state") -> Any:
     """``obj`` with numpy scalars/arrays converted to Python numbers/tensors and tuples to lists.
 
     Raises ``TypeError`` for anything that is not a tensor, number, string,
@@ -90,7 +94,7 @@ def plain(obj, where: str = "state"):
     if isinstance(obj, (list, tuple)):
         return [plain(v, f"{where}[{i}]") for i, v in enumerate(obj)]
     if isinstance(obj, dict):
-        out = {}
+        out: dict[str | int, Any] = {}
         for k, v in obj.items():
             if not isinstance(k, (str, int)):
                 raise TypeError(f"checkpoint entry {where} has a key of type {type(k).__name__}; use str or int")
@@ -100,11 +104,11 @@ def plain(obj, where: str = "state"):
                     f"holds only tensors, numbers, strings, None, lists and dicts")
 
 
-def _normalized(fingerprint) -> dict:
+def _normalized(fingerprint: Any) -> dict:
     return json.loads(json.dumps(fingerprint, default=str))
 
 
-def _remove_leftover(directory: str):
+def _remove_leftover(directory: str) -> None:
     tmp = path_in(directory) + ".tmp"
     if os.path.isfile(tmp):  # a write interrupted before os.replace: never a valid checkpoint
         try:
@@ -173,7 +177,7 @@ def _read_regular(path: str) -> bytes:
         os.close(fd)
 
 
-def read(path: str, map_location=None) -> dict:
+def read(path: str, map_location: MapLocation = None) -> dict:
     """The state stored in ``path``, checksum verified, loaded without running code."""
     raw = _read_regular(path)
     if not raw.startswith(MAGIC) or len(raw) < _HEADER_LEN or raw[_HEADER_LEN - 1:_HEADER_LEN] != b"\n":
@@ -199,7 +203,7 @@ def read(path: str, map_location=None) -> dict:
     return state
 
 
-def load(directory: str, fingerprint: dict, map_location=None) -> dict | None:
+def load(directory: str, fingerprint: dict, map_location: MapLocation = None) -> dict | None:
     """The saved state, or ``None`` when the directory holds no checkpoint yet."""
     _remove_leftover(directory)
     path = path_in(directory)

@@ -8,21 +8,26 @@ column count does not match the parameter vector (checked on a few points).
 """
 from __future__ import annotations
 
+from typing import Sequence, Union
+
 import torch
 from torch.func import vmap
 
-from fedsciml.core.objective import PointwiseLeastSquares
+from fedsciml.core.objective import LeastSquares, PointwiseLeastSquares
 
 
 class SetupError(ValueError):
     """A user-defined problem or its data cannot be solved as given."""
 
 
-def _head(points, k=4):
+Points = Union[torch.Tensor, tuple[torch.Tensor, ...]]  # a part's points: one tensor, or a tuple of them
+
+
+def _head(points: Points, k: int = 4) -> Points:
     return tuple(t[:k] for t in points) if isinstance(points, tuple) else points[:k]
 
 
-def _point(points, i) -> str:
+def _point(points: Points, i: int) -> str:
     """Point ``i`` of a part, for an error message (its first component when points are a tuple)."""
     x = points[0][i] if isinstance(points, tuple) else points[i]
     vals = x.reshape(-1).tolist()
@@ -30,13 +35,13 @@ def _point(points, i) -> str:
     return f"[{text}]"
 
 
-def _first_bad(out) -> tuple[int, float, int]:
+def _first_bad(out: torch.Tensor) -> tuple[int, float, int]:
     bad = ~torch.isfinite(out)
     i = int(torch.nonzero(bad)[0, 0])
     return i, float(out[i]), int(bad.sum())
 
 
-def check_objectives(objectives, theta0: torch.Tensor):
+def check_objectives(objectives: Sequence[LeastSquares], theta0: torch.Tensor) -> None:
     p = theta0.numel()
     if len(objectives) == 0:
         raise SetupError("the problem produced no clients")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -93,7 +94,7 @@ def _load_field(tensors: dict, meta: dict) -> Callable:
     return field_callable(net, theta, meta.get("evaluation", "batch"), len(meta.get("outputs", [""])))
 
 
-def field_callable(net, theta: torch.Tensor, evaluation: str, n_outputs: int) -> Callable:
+def field_callable(net: Any, theta: torch.Tensor, evaluation: str, n_outputs: int) -> Callable:
     """``x [n, d] → u [n]`` (or ``[n, C]``) with the same operations as the run (see ``evaluation``)."""
     from torch.func import vmap
 
@@ -101,7 +102,7 @@ def field_callable(net, theta: torch.Tensor, evaluation: str, n_outputs: int) ->
         raise ModelFileError(f"unknown evaluation {evaluation!r}; allowed: batch, pointwise")
     d = net.sizes[0]
 
-    def u(x) -> torch.Tensor:
+    def u(x: Any) -> torch.Tensor:
         x = torch.as_tensor(x, dtype=theta.dtype)
         if x.ndim == 1 and d == 1:
             x = x[:, None]
@@ -123,7 +124,7 @@ def _load_ridge(tensors: dict, meta: dict) -> Callable:
         raise ModelFileError(f"a ridge model holds tensors coef [d] and intercept [1], got {sorted(tensors)}")
     coef, intercept = tensors["coef"], tensors["intercept"][0]
 
-    def f(x) -> torch.Tensor:
+    def f(x: Any) -> torch.Tensor:
         x = torch.as_tensor(x, dtype=coef.dtype)
         if x.ndim != 2 or x.shape[1] != coef.numel():
             raise ValueError(f"points must have shape [n, {coef.numel()}], got {tuple(x.shape)}")

@@ -10,13 +10,15 @@ from __future__ import annotations
 import math
 import os
 
+from typing import Any, Sequence
+
 import numpy as np
 import torch
 
 METRIC_LABELS = {"rel_l2": "relative L2 error", "mse": "test MSE", "loss": "training loss ½‖r‖²/N"}
 
 
-def _figure(w: float, h: float):
+def _figure(w: float, h: float) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -25,13 +27,13 @@ def _figure(w: float, h: float):
     return fig
 
 
-def run_label(result) -> str:
+def run_label(result: Any) -> str:
     """``method`` (plus the optimizer for centralized runs): the legend entry of a run."""
     opt = (getattr(result, "options", None) or {}).get("optimizer")
     return f"{result.method}/{opt}" if result.method == "centralized" and opt else str(result.method)
 
 
-def _metric(result) -> str:
+def _metric(result: Any) -> str:
     name = getattr(result, "metric_name", None)
     if name:
         return name
@@ -39,7 +41,7 @@ def _metric(result) -> str:
     return next((k for k in ("rel_l2", "mse") if k in rows[-1]), "loss")
 
 
-def _series(result, key):
+def _series(result: Any, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(step, time, value) arrays of the history rows that carry a finite ``key``."""
     s: list[int] = []
     t: list[float] = []
@@ -54,7 +56,7 @@ def _series(result, key):
     return np.asarray(s, float), np.asarray(t, float), np.asarray(v, float)
 
 
-def plot_convergence(results, out_dir: str, prefix: str = "") -> list[str]:
+def plot_convergence(results: Sequence[Any], out_dir: str, prefix: str = "") -> list[str]:
     """``error_vs_time.png`` and ``error_vs_step.png``: one line per run, log scale."""
     results = [r for r in results if r.history]
     if not results:
@@ -88,14 +90,15 @@ def plot_convergence(results, out_dir: str, prefix: str = "") -> list[str]:
     return paths
 
 
-def _field_inputs(problem):
+def _field_inputs(problem: Any) -> int | None:
     try:
         return int(problem.input_dim())
     except (AttributeError, NotImplementedError, TypeError, ValueError):  # no field over a domain: no field plot
         return None
 
 
-def plot_solution(problem, theta, out_dir: str, label: str = "", prefix: str = "") -> list[str]:
+def plot_solution(problem: Any, theta: torch.Tensor | None, out_dir: str, label: str = "",
+                  prefix: str = "") -> list[str]:
     """``solution.png``: predicted vs exact field and the pointwise error (1D: two panels;
     2D: exact / predicted / |error| maps; d ≥ 3: the slice x₃ = … = x_d = ½)."""
     d = _field_inputs(problem)
@@ -104,7 +107,7 @@ def plot_solution(problem, theta, out_dir: str, label: str = "", prefix: str = "
     theta = theta.detach()
     dev, dt = theta.device, theta.dtype
 
-    def field(X):
+    def field(X: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
         with torch.no_grad():
             u = problem.u(theta, X.to(dev, dt)).cpu().numpy()
             ue = problem.exact(X.to(dev, dt)).cpu().numpy()
@@ -161,7 +164,7 @@ def plot_solution(problem, theta, out_dir: str, label: str = "", prefix: str = "
     return [path]
 
 
-def plot_runs(problem, results, out_dir: str) -> list[str]:
+def plot_runs(problem: Any, results: Sequence[Any], out_dir: str) -> list[str]:
     """All plots of a list of runs of one problem; returns the written paths.
 
     The solution figure uses the first run that has final parameters

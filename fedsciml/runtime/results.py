@@ -20,10 +20,10 @@ import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 
-def _clean(v):
+def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None if math.isnan(v) else ("inf" if v > 0 else "-inf")
     if isinstance(v, dict):
@@ -39,7 +39,7 @@ class OutputPathError(ValueError):
     """An output path that cannot be written (checked before a run, so that no result is lost)."""
 
 
-def check_output_file(path, flag: str = "--json") -> str:
+def check_output_file(path: str | os.PathLike, flag: str = "--json") -> str:
     """Check, before a run, that ``path`` can be written as a file; returns it.
 
     Policy: an existing *file* is overwritten (as ``-o`` does for compilers);
@@ -63,7 +63,7 @@ def check_output_file(path, flag: str = "--json") -> str:
     return path
 
 
-def check_output_dir(path, flag: str = "--out") -> str:
+def check_output_dir(path: str | os.PathLike, flag: str = "--out") -> str:
     """Check, before a run, that ``path`` is (or can be made) a writable directory; creates it; returns it.
 
     Files in it with the names a run writes (``result.json``, ``history*.csv``,
@@ -82,7 +82,7 @@ def check_output_dir(path, flag: str = "--out") -> str:
     return path
 
 
-def _path(path, flag):
+def _path(path: object, flag: str) -> str:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{flag} must be a path, got {path!r} ({type(path).__name__})")
     path = os.fspath(path)
@@ -91,7 +91,7 @@ def _path(path, flag):
     return path
 
 
-def _make_dir(d, flag, path):
+def _make_dir(d: str, flag: str, path: str) -> None:
     try:
         os.makedirs(d, exist_ok=True)
     except OSError as e:
@@ -168,7 +168,7 @@ def save_text_or_fallback(text: str, path: str, what: str = "the results") -> st
                             f"{_fallback_dirs()}; {what} follow on standard output", saved=None, text=text)
 
 
-def raise_collected(failed) -> None:
+def raise_collected(failed: Sequence[ResultsNotWritten]) -> None:
     """One :class:`ResultsNotWritten` for every output that could not be written (none: returns): the
     messages joined, the first fallback file, and the text when some output was saved nowhere."""
     if not failed:
@@ -178,7 +178,7 @@ def raise_collected(failed) -> None:
                             text=text)
 
 
-def write_json(payload, path: str) -> str:
+def write_json(payload: Any, path: str) -> str:
     """The one JSON writer: non-finite floats as null / "inf", tensors and other objects as text;
     written to ``path.tmp`` then renamed, so that an interrupted write leaves no half file.  A write
     that fails (a disk that filled during the run) raises :class:`ResultsNotWritten` after saving the
@@ -188,7 +188,7 @@ def write_json(payload, path: str) -> str:
     return s
 
 
-def format_table(columns, rows) -> str:
+def format_table(columns: Sequence[tuple[str, str, str]], rows: Sequence[Mapping[str, Any]]) -> str:
     """The one table printer.  ``columns``: ``(header, key, format)`` triples, ``format`` like ``"10.3e"``
     (the header is right-aligned to the width; a format starting with ``<`` is left-aligned)."""
     lines = []
@@ -265,7 +265,7 @@ class Result:
             return write_json(self.to_dict(), path)
         return json.dumps(self.to_dict(), indent=2)
 
-    def write_history_csv(self, path: str):
+    def write_history_csv(self, path: str) -> None:
         if not self.history:
             return
         keys = list(dict.fromkeys(k for h in self.history for k in h))
@@ -275,7 +275,7 @@ class Result:
             for h in self.history:
                 w.writerow(_clean(h))
 
-    def plot(self, out_dir: str, problem=None) -> list:
+    def plot(self, out_dir: str, problem: Any = None) -> list[str]:
         """Write the PNG plots of this run (error against time and rounds; the solution when
         ``problem`` is given and the final parameters are known).  Returns the paths."""
         from fedsciml.runtime.plotting import plot_runs
@@ -297,7 +297,7 @@ class Result:
 # --- the summary table ----------------------------------------------------------------------------
 
 
-def method_settings(r) -> str:
+def method_settings(r: Result) -> str:
     """Short settings of a run for the table (local solver, rank, ...)."""
     o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
     if r.method == "centralized":
@@ -319,7 +319,7 @@ def method_settings(r) -> str:
     return ", ".join(parts)
 
 
-def summary_lines(results) -> list:
+def summary_lines(results: Sequence[Result]) -> list[str]:
     """The summary table of a set of runs, as lines: what ``python -m fedsciml solve`` and the Flower App print."""
     r0 = results[0]
     metric = r0.metric_name

@@ -85,7 +85,7 @@ class RobustRule:
     trim: float = 0.2
     clip_norm: float | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.rule not in RULES:
             raise ValueError(f"robust rule must be one of {', '.join(RULES)}, got {self.rule!r}")
         if not 0.0 <= self.trim < 0.5:

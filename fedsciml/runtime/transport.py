@@ -43,11 +43,16 @@ import json
 import struct
 import time
 
+from typing import Any, Hashable, Iterable, Sequence, Union
+
 import numpy as np
 import torch
 
 from fedsciml.runtime.client import ClientBatch, handlers_of
 from fedsciml.runtime.protocol import Failure, Reply, Request
+
+Device = Union[torch.device, str]
+Answer = Union[Reply, Failure]  # what a client's ask returns: its reply, or why there is none
 
 __all__ = ["Request", "Reply", "Failure", "Transport", "LocalTransport", "BytesTransport", "request_to_bytes",
            "request_from_bytes", "reply_to_bytes", "reply_from_bytes"]
@@ -59,27 +64,27 @@ class Transport:
     client_ids: list
     sample_counts: dict  # client id -> number of residuals (declared at enrollment)
 
-    def ask(self, client_ids, request: Request) -> dict:  # pragma: no cover - interface
+    def ask(self, client_ids: Sequence[Hashable], request: Request) -> dict[Any, Answer]:  # pragma: no cover
         raise NotImplementedError
 
 
 class LocalTransport(Transport):
     """In-process clients (:class:`~fedsciml.runtime.client.Client`), vectorized across them where possible."""
 
-    def __init__(self, clients, vectorize: bool = True):
+    def __init__(self, clients: Iterable[Any], vectorize: bool = True):
         self.clients = {c.cid: c for c in clients}
         self.client_ids = [c.cid for c in clients]
         self.sample_counts = {c.cid: c.n for c in clients}
         self.vectorize = bool(vectorize)
         self._batches: dict[tuple, ClientBatch] = {}
 
-    def _batch(self, cids):
+    def _batch(self, cids: Iterable[Hashable]) -> ClientBatch:
         key = tuple(cids)
         if key not in self._batches:
             self._batches[key] = ClientBatch([self.clients[c] for c in cids])
         return self._batches[key]
 
-    def ask(self, client_ids, request: Request) -> dict:
+    def ask(self, client_ids: Sequence[Hashable], request: Request) -> dict[Any, Answer]:
         cids = list(client_ids)
         for kind in {type(self.clients[c]) for c in cids}:  # a strategy's mistake, not a client's failure
             table = handlers_of(kind)
@@ -116,7 +121,7 @@ def _pack(tensors: dict, meta: dict) -> bytes:
     return struct.pack("<Q", len(head)) + head + b"".join(blobs)
 
 
-def _unpack(data: bytes, device) -> tuple[dict, dict]:
+def _unpack(data: bytes, device: Device) -> tuple[dict, dict]:
     (n,) = struct.unpack("<Q", data[:8])
     head = json.loads(data[8:8 + n].decode())
     pos = 8 + n
@@ -132,19 +137,19 @@ def request_to_bytes(req: Request) -> bytes:
     return _pack(req.tensors, {"query": req.query, "config": req.config})
 
 
-def request_from_bytes(data: bytes, device="cpu") -> Request:
+def request_from_bytes(data: bytes, device: Device = "cpu") -> Request:
     tensors, meta = _unpack(data, device)
     return Request(meta["query"], tensors, meta["config"])
 
 
-def reply_to_bytes(rep) -> bytes:
+def reply_to_bytes(rep: Answer) -> bytes:
     if isinstance(rep, Failure):
         return _pack({}, {"failure": rep.reason, **({"dropped": True} if rep.dropped else {})})
     msg = rep.message if isinstance(rep.message, dict) else {}
     return _pack(msg, {"metrics": rep.metrics})
 
 
-def reply_from_bytes(data: bytes, device="cpu"):
+def reply_from_bytes(data: bytes, device: Device = "cpu") -> Answer:
     tensors, meta = _unpack(data, device)
     if "failure" in meta:
         return Failure(meta["failure"], bool(meta.get("dropped", False)))
@@ -154,7 +159,7 @@ def reply_from_bytes(data: bytes, device="cpu"):
 class BytesTransport(Transport):
     """Round-trips every request and reply of ``inner`` through bytes (see the module docstring)."""
 
-    def __init__(self, inner: Transport, device="cpu"):
+    def __init__(self, inner: Transport, device: Device = "cpu"):
         self.inner = inner
         self.client_ids = inner.client_ids
         self.sample_counts = inner.sample_counts
@@ -162,7 +167,7 @@ class BytesTransport(Transport):
         self.bytes_down = 0
         self.bytes_up = 0
 
-    def ask(self, client_ids, request: Request) -> dict:
+    def ask(self, client_ids: Sequence[Hashable], request: Request) -> dict[Any, Answer]:
         data = request_to_bytes(request)
         self.bytes_down += len(data) * len(list(client_ids))
         got = self.inner.ask(client_ids, request_from_bytes(data, self.device))

@@ -14,7 +14,11 @@ Groups (``--only``, comma-separated):
                  wall time ratio ≤ 1.5.
 
 Every run reports rounds, seconds, final error, floats sent in total and per round.
-``--quick`` scales every budget by 0.2 and keeps one case per group (a smoke run).
+``--quick`` scales every budget by 0.2 and keeps one case per group (a smoke run).  ``--cpu-clock`` measures the
+budgets (and the history's ``time_s``) in process CPU seconds instead of wall seconds — with one torch thread a
+figure that does not depend on what else loads the machine (as ``scripts/bench/pde_zoo.py`` does); the published
+table used wall seconds.  ``--repro NAME`` also writes ``reproductions/NAME.{csv,md}`` (command, commit, threads,
+niceness, clock and load average on top).
 
     python scripts/bench/bench_federated.py --only pde1d --clients 2 --json bench_pde1d.json
     python scripts/bench/bench_federated.py --quick
@@ -26,6 +30,7 @@ import json
 import os
 import platform
 import sys
+import time
 
 import torch
 
@@ -148,6 +153,9 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", default="bench_federated.json")
+    ap.add_argument("--cpu-clock", action="store_true",
+                    help="budgets and time_s in process CPU seconds instead of wall seconds")
+    ap.add_argument("--repro", default=None, help="also write reproductions/REPRO.{csv,md}")
     args = ap.parse_args(argv)
     args.only = [g.strip() for g in args.only.split(",") if g.strip()]
     bad = set(args.only) - set(GROUPS)
@@ -157,6 +165,14 @@ def main(argv=None):
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.cpu_clock:
+        from fedsciml.runtime import history
+
+        class _CPUClock:  # the history's clock (and so the budget): process CPU seconds
+            perf_counter = staticmethod(time.process_time)
+
+        history.time = _CPUClock  # type: ignore[assignment]
+    load0, cpu0, wall0 = os.getloadavg(), time.process_time(), time.perf_counter()
     scale = args.budget_scale * (0.2 if args.quick else 1.0)
     rows = []
     header = (f"{'group':8s} {'problem':20s} {'K':>2s} {'method':7s} {'budget':>6s} {'rounds':>6s} {'seconds':>8s} "
@@ -193,7 +209,25 @@ def main(argv=None):
     with open(args.json, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=2, default=str)
     print(f"wrote {args.json}")
+    if args.repro:
+        write_repro(args, rows, scale, load0, os.getloadavg(), time.process_time() - cpu0, time.perf_counter() - wall0)
     return 0
+
+
+def write_repro(args, rows, scale, load0, load1, cpu, wall):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "papers"))
+    import repro_common
+
+    cols = ["group", "problem", "problem_options", "clients", "method", "budget_s", "rounds", "solver_seconds",
+            "error", "target", "pass", "floats_sent", "floats_per_round"]
+    out = [{**r, "problem_options": ",".join(f"{k}={v}" for k, v in r.get("problem_options", {}).items()),
+            "pass": "-" if r.get("pass") is None else ("yes" if r["pass"] else "no")} for r in rows if "method" in r]
+    note = (f"Budgets in {'process CPU' if args.cpu_clock else 'wall'} seconds (scale {scale:g}); seed {args.seed}, "
+            f"device {args.device}, torch {torch.__version__}, {torch.get_num_threads()} thread(s) (OMP_NUM_THREADS = "
+            f"{os.environ.get('OMP_NUM_THREADS', 'unset')}), niceness {os.nice(0)}, {os.cpu_count()} cores; load "
+            f"average {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} at the start, {load1[0]:.2f} / {load1[1]:.2f} / "
+            f"{load1[2]:.2f} at the end; {cpu:.0f} CPU s and {wall:.0f} s wall in all (evaluation included).")
+    print(repro_common.write(args.repro, cols, out, note))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ server validation set of 143 digits (10% of the training images).  Prints test a
 mean ± std over seeds for every method next to the CIFAR-10 numbers reported in
 FedFisher (Table 2, 5 clients, 5 seeds) and FedBEns (Table 1, 5 clients, 5 seeds).  ``--repro NAME`` also
 writes ``reproductions/NAME.{csv,md}`` (command, commit, threads, niceness, load average, wall and CPU seconds,
-each seed's accuracy).
+each seed's accuracy).  ``--from-json FILE --repro NAME`` writes that record from the JSON a run wrote (the JSON
+is rewritten after every α, so a run stopped part-way still yields the α values it finished; the record then
+says so, and its load and seconds are those of the rebuilding process, not of the run).
 """
 from __future__ import annotations
 
@@ -53,7 +55,24 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default="results/bench_images_oneshot.json")
     ap.add_argument("--repro", default=None, help="also write reproductions/REPRO.{csv,md}")
+    ap.add_argument("--from-json", default=None, help="write --repro from this JSON (a finished or stopped run's)")
     a = ap.parse_args(argv)
+    if a.from_json:
+        if not a.repro:
+            ap.error("--from-json needs --repro NAME")
+        import json
+
+        with open(a.from_json) as f:
+            saved = json.load(f)
+        runs = {float(k): v for k, v in saved.items()}
+        cfg0 = next(iter(runs.values()))["setting"]
+        a.model, a.seeds, a.threads = cfg0["model"], len(cfg0["seeds"]), cfg0.get("torch_threads", a.threads)
+        a.epochs, a.lr, a.modes = cfg0["config"]["epochs"], cfg0["config"]["lr"], cfg0["config"]["modes"]
+        walls = ", ".join(f"α = {k:g}: {v['wall_s']:.0f} s" for k, v in runs.items())
+        write_repro(a, runs, None, None, None, os.getloadavg(),
+                    extra=f"Rebuilt from `{a.from_json}` (α values in it: {', '.join(f'{k:g}' for k in runs)}; wall "
+                          f"seconds of the run per α: {walls}).  The settings above are read from that JSON.")
+        return
     torch.set_num_threads(a.threads)
     methods = a.methods.split(",")
     alphas = [float(s) for s in a.alphas.split(",")]
@@ -80,7 +99,7 @@ def main(argv=None):
         write_repro(a, runs, time.perf_counter() - t0, time.process_time() - c0, load0, os.getloadavg())
 
 
-def write_repro(a, runs, wall, cpu, load0, load1):
+def write_repro(a, runs, wall, cpu, load0, load1, extra=""):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "papers"))
     import repro_common
 
@@ -93,12 +112,15 @@ def write_repro(a, runs, wall, cpu, load0, load1):
                          "per seed": " / ".join(f"{100 * x:.2f}" for x in r["per_seed"]),
                          "floats/client": int(r["floats_per_client"]), "client s": round(r["client_s"], 1),
                          "server s": round(r["server_s"], 1), "FedFisher C10": pf or "—", "FedBEns C10": pb or "—"})
+    if load0 is None:
+        timing = (f"load average {load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f} when rebuilt (not the run's)")
+    else:
+        timing = (f"load average {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} at the start, {load1[0]:.2f} / "
+                  f"{load1[1]:.2f} / {load1[2]:.2f} at the end; {wall:.0f} s wall, {cpu:.0f} s CPU of this process in all")
     note = (f"One-shot, 5 clients, digits, {a.model}, {a.epochs} local epochs, lr {a.lr}, {a.modes} modes (FedBEns), "
             f"seeds {', '.join(map(str, range(a.seeds)))}.  {a.threads} torch thread(s) (OMP_NUM_THREADS = "
-            f"{os.environ.get('OMP_NUM_THREADS', 'unset')}), niceness {os.nice(0)}, {os.cpu_count()} cores; load "
-            f"average {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f} at the start, {load1[0]:.2f} / {load1[1]:.2f} "
-            f"/ {load1[2]:.2f} at the end; {wall:.0f} s wall, {cpu:.0f} s CPU of this process in all.  client s and "
-            f"server s are wall seconds (under that load).")
+            f"{os.environ.get('OMP_NUM_THREADS', 'unset')}), niceness {os.nice(0)}, {os.cpu_count()} cores; {timing}.  "
+            f"client s and server s are wall seconds (under that load).  {extra}").rstrip()
     print(repro_common.write(a.repro, list(rows[0]), rows, note))
 
 

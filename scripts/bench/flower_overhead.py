@@ -1,41 +1,60 @@
 """What Flower costs fedsciml: in process vs Flower's simulation runtime vs a deployment of stock Flower processes.
 
-For each engine, the same work — ``gn`` (bratu, ``--clients`` clients, ``--rounds`` LM iterations,
-per-client evaluation) and ``fipa`` (``--rounds`` rounds) — with one thread per client:
+One table, engine × (start-up, small exchange, ``gn_stats``, ``update``, whole main job, idle CPU):
 
-* start-up: the engine's wall time outside the solver (processes, ``flwr run``, Ray, the nodes' set-up);
-* the median wall time of one exchange (push to every client, their work, all replies back) by query:
-  ``gn_loss`` (a small exchange: θ down, one float up), ``gn_stats`` (θ down, the packed JᵀJ up), ``update``
-  (fipa's local solve and sketch);
-* idle CPU: CPU seconds the engine's processes burn over ``--idle`` seconds with no run (stock SuperLink and
-  SuperNodes with their SuperExecs; the simulation SuperLink);
+* **start-up** — the engine's wall time outside the solver for the bench work below (processes, ``flwr run``,
+  Ray, the ServerApp, the nodes' set-up and ``describe``);
+* **small exchange / gn_stats / update** — median wall time of one exchange (push to every client, their
+  work, every reply back) of each query, over the bench work: ``gn`` on ``--problem`` (``--clients`` clients,
+  ``--rounds`` LM iterations, each client evaluated on its own) and ``fipa`` (``--rounds`` rounds).
+  ``gn_loss`` (θ down, one float up) is the small exchange, ``gn_stats`` carries JᵀJ (or its square root) up,
+  ``update`` is fipa's local solve and sketch;
+* **main job** — the wall time of the whole command ``python -m fedsciml <--main> --engine E --threads T``
+  (imports and start-up included) for E = local and flower (Flower's simulation runtime), and for the stock
+  deployment (``--deployment-main``: the same job as one ``flwr run`` on a SuperLink and one stock SuperNode
+  per client, started for it, from submission to result; off by default, since every message starts a
+  ``flwr-clientapp`` process and the job has ~40 exchanges);
+* **idle CPU** — CPU seconds (user + system, from ``/proc``) that the engine's processes and all their
+  descendants burn over ``--idle`` seconds with no run: the simulation SuperLink; the stock SuperLink, and
+  each site's ``flower-supernode`` with the ``flower-superexec`` it starts (:mod:`flower_idle`).
 
-then the main job as a user runs it, ``python -m fedsciml <--main>`` with ``--engine local`` and ``--engine
-flower`` (the whole command's wall time, imports and start-up included), and the same-run ratio.  The machine
-may be shared: the load average is printed at the start and the end; compare only ratios taken in one run.
+It prints the table and writes ``<--out>.md`` and ``<--out>.csv`` (default ``reproductions/flower_overhead``)
+with the command, the commit, the thread counts, the cores and the load average at the start and the end.
+Timings are only comparable within one run on a quiet machine; ``--quick`` (1 round, 3 s idle, no main job)
+checks that the script works, its figures mean nothing.
 
-    OMP_NUM_THREADS=1 nice python scripts/bench/flower_overhead.py --markdown /tmp/overhead.md
+    OMP_NUM_THREADS=1 python scripts/bench/flower_overhead.py              # ~5 min on a quiet 2-core machine
+    OMP_NUM_THREADS=1 python scripts/bench/flower_overhead.py --deployment-main
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
+import shlex
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fedsciml.runtime.transport import Transport  # noqa: E402
 
 QUERIES = ("gn_loss", "gn_stats", "update")
+COLUMNS = ["engine", "startup_s", "gn_loss_median_s", "gn_stats_median_s", "update_median_s", "solver_s",
+           "main_job_wall_s", "idle_s", "idle_cpu_s", "idle_superlink_cpu_s", "idle_site_cpu_s",
+           "idle_site_pct_core", "theta_bitwise_in_process"]
 
 
 class TimedTransport(Transport):
-    """Wraps a transport; records the wall time of each ask."""
+    """Wraps a transport; records the wall time and query of each ask."""
 
     def __init__(self, inner):
         self.inner, self.times, self.queries = inner, [], []
@@ -54,35 +73,166 @@ def _by_query(times, queries) -> dict:
 
 
 def _merge(results) -> dict:
-    out: dict = {}
+    """Median per query over several Flower runs (each run's own medians, pooled by exchange count)."""
+    pooled: dict = {}
     for r in results:
         for q, v in r.extra["engine"]["by_query"].items():
-            out[q] = v["median_s"]
+            pooled.setdefault(q, []).extend([v["median_s"]] * int(v["exchanges"]))
+    return {q: statistics.median(v) for q, v in pooled.items()}
+
+
+def commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return head + ("+uncommitted changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+
+
+def in_process(p, K, runs) -> tuple[dict, dict]:
+    import fedsciml as fs
+    from fedsciml.runtime.client import Client
+    from fedsciml.runtime.transport import LocalTransport
+
+    t0 = time.perf_counter()
+    loc, times, queries = {}, [], []
+    for m, o in runs:  # each client on its own (what one Flower node computes)
+        torch.manual_seed(0)
+        tt = TimedTransport(LocalTransport([Client(i, ob) for i, ob in enumerate(p.client_objectives(K, seed=0))],
+                                           vectorize=False))
+        loc[m] = fs.solve(p, m, clients=K, transport=tt, **o)
+        times += tt.times
+        queries += tt.queries
+    solver = sum(r.wall_time_s for r in loc.values())
+    return {"engine": "in process", "startup_s": time.perf_counter() - t0 - solver, "solver_s": solver,
+            "by_query": _by_query(times, queries), "idle_s": 0.0, "idle_cpu_s": 0.0}, loc
+
+
+def simulation(p, K, runs, idle_s: float, loc) -> dict:
+    from fedsciml.engines.flower.deploy import LocalSuperLink
+    from fedsciml.engines.flower.simulation import solve_many
+    from flower_idle import measure
+
+    t0 = time.perf_counter()
+    res = solve_many([dict(problem=p, method=m, clients=K, seed=0, **o) for m, o in runs], K)
+    wall = time.perf_counter() - t0
+    solver = sum(r.wall_time_s for r in res)
+    with LocalSuperLink(simulation=True) as link:
+        time.sleep(min(15.0, idle_s))  # let its SuperExec start and settle
+        per = measure(link, idle_s)
+    return {"engine": "Flower simulation (flwr run)", "startup_s": wall - solver, "solver_s": solver,
+            "by_query": _merge(res), "idle_s": idle_s, "idle_cpu_s": sum(per.values()),
+            "idle_superlink_cpu_s": sum(per.values()), "idle_processes": per,
+            "bitwise": all(torch.equal(r.theta, loc[m].theta) for r, (m, _) in zip(res, runs))}
+
+
+def deployment(p, K, runs, idle_s: float, loc, wait_s: float) -> dict:
+    from fedsciml.engines.flower.apps import read_result
+    from fedsciml.engines.flower.deploy import LocalDeployment
+    from flower_idle import measure
+
+    with LocalDeployment(K, threads=1) as d:
+        time.sleep(min(15.0, idle_s))  # let the SuperNodes register and start their SuperExecs
+        per = measure(d, idle_s)
+        t0 = time.perf_counter()  # the start-up counted: flwr run, the ServerApp, describe (not the processes)
+        outs = [str(d.dir / f"bench-{m}.json") for m, _ in runs]
+        jobs = [{"kind": "solve", "problem": p.name, "problem_options": dict(p.options), "method": m, "clients": K,
+                 "seed": 0, "options": o, "out": out, "timeout": wait_s, "connect_timeout": wait_s}
+                for (m, o), out in zip(runs, outs)]
+        (d.dir / "bench-jobs.json").write_text(json.dumps(jobs))
+        proc = d.submit_config({"problem": p.name, "clients": K, "jobs": str(d.dir / "bench-jobs.json")}, "bench")
+        d.wait_files(proc, outs, wait_s)
+        wall = time.perf_counter() - t0
+        res = [read_result(o) for o in outs]
+    solver = sum(r.wall_time_s for r in res)
+    sites = [sum(v for k, v in per.items() if k.startswith(f"node{i}:")) for i in range(K)]
+    link = sum(v for k, v in per.items() if k.startswith("superlink"))
+    return {"engine": f"stock deployment ({K} SuperNodes, 127.0.0.1)", "startup_s": wall - solver,
+            "solver_s": solver, "by_query": _merge(res), "idle_s": idle_s, "idle_cpu_s": sum(per.values()),
+            "idle_superlink_cpu_s": link, "idle_site_cpu_s": sites, "idle_processes": per,
+            "bitwise": all(torch.equal(r.theta, loc[m].theta) for r, (m, _) in zip(res, runs))}
+
+
+def main_job(command: str, threads: int) -> dict:
+    """Wall seconds of ``python -m fedsciml COMMAND --engine E --threads T --quiet --json …`` for E = local,
+    flower, and the final loss of each (the same job: the same numbers)."""
+    out = {}
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    for engine in ("local", "flower"):
+        with tempfile.TemporaryDirectory() as tmp:
+            js = os.path.join(tmp, "r.json")
+            cmd = [sys.executable, "-m", "fedsciml", *shlex.split(command), "--engine", engine, "--threads",
+                   str(threads), "--quiet", "--json", js]
+            t0 = time.perf_counter()
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+            wall = time.perf_counter() - t0
+            if p.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+            with open(js) as f:
+                d = json.load(f)
+        r = d["runs"][0] if "runs" in d else d
+        out[engine] = {"wall_s": wall, "solver_s": r["wall_time_s"], "loss": r["final"]["loss"],
+                       "exchanges": r["extra"].get("engine", {}).get("exchanges")}
     return out
 
 
-def group_cpu_s(pgids) -> float:
-    """CPU seconds (user + system, children that were waited for included) of every process in these groups."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) in pgids:  # fields[2]: the process group (stat field 5)
-            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
-    return total / tick
+def deployment_main(command: str, wait_s: float) -> dict:
+    """The main job as one ``flwr run`` on a SuperLink and one stock SuperNode per client, started for it:
+    wall seconds from submission to its result (the processes' own start excluded), and its final loss.
+    The command may name the problem, ``--clients`` and ``--method`` only (the job's other options are the
+    method's defaults, as in the CLI)."""
+    argv = shlex.split(command)
+    if len(argv) < 2 or argv[0] != "solve":
+        raise ValueError(f"--deployment-main runs a 'solve PROBLEM [--clients K] [--method M]' job, got {command!r}")
+    from fedsciml.cli.main import build_parser
+    from fedsciml.engines.flower.deploy import LocalDeployment
+
+    ns = build_parser().parse_args(argv)
+    extra = [a for a in argv[2:] if a.startswith("-") and a not in ("--clients", "--method")]
+    if extra:
+        raise ValueError(f"--deployment-main takes the problem, --clients and --method only, got {extra}")
+    clients = int(ns.clients or 2)
+    with LocalDeployment(clients, threads=1) as d:
+        t0 = time.perf_counter()
+        res, _ = d.run(ns.problem, ns.method or "fipa", wait_s=wait_s, timeout_s=wait_s, name="main")
+        wall = time.perf_counter() - t0
+    return {"wall_s": wall, "solver_s": res.wall_time_s, "loss": res.final["loss"],
+            "exchanges": res.extra["engine"]["exchanges"]}
 
 
-def idle_cpu(link, seconds: float) -> float:
-    pgids = {p.pid for p in link.procs.values()}
-    c0 = group_cpu_s(pgids)
-    time.sleep(seconds)
-    return group_cpu_s(pgids) - c0
+def write(rows, main, header, args, idle_procs) -> list:
+    lines = [*header, "",
+             f"| engine | start-up (s) | small exchange: gn_loss (s) | gn_stats (s) | update (s) | bench solver (s) | "
+             f"whole main job (s) | idle CPU (CPU-s per {args.idle:.0f} s) | idle, % of a core per site | "
+             "θ bitwise = in process |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        q = r["by_query"]
+        mj = r.get("main_job_wall_s")
+        site = r.get("idle_site_pct_core")
+        lines.append(f"| {r['engine']} | {r['startup_s']:.1f} | " + " | ".join(
+            f"{q[k]:.3f}" if k in q else "—" for k in QUERIES)
+            + f" | {r['solver_s']:.2f} | {'—' if mj is None else f'{mj:.1f}'} | "
+            + ("—" if not r["idle_s"] else f"{r['idle_cpu_s']:.2f}") + " | "
+            + ("—" if site is None else " / ".join(f"{s:.2f}" for s in site)) + f" | {r.get('bitwise', '—')} |")
+    if main:
+        lines += ["", f"main job `python -m fedsciml {args.main} --threads {args.threads}`:", "",
+                  "| engine | whole command (s) | solver (s) | exchanges | final loss |", "|---|---|---|---|---|"]
+        for e, m in main.items():
+            lines.append(f"| {e} | {m['wall_s']:.1f} | {m['solver_s']:.2f} | {m.get('exchanges') or '—'} | "
+                         f"{m['loss']!r} |")
+        if "local" in main and "flower" in main:
+            lines += ["", f"same-run ratio Flower simulation / in process, whole command: "
+                          f"{main['flower']['wall_s'] / main['local']['wall_s']:.2f}×"]
+    if idle_procs:
+        lines += ["", f"idle CPU per process over {args.idle:.0f} s (a site = its SuperNode and the SuperExec it "
+                      "starts; the SuperLink's SuperExec runs in a session of its own):", "",
+                  "| engine | process | CPU-s |", "|---|---|---|"]
+        for eng, per in idle_procs:
+            lines += [f"| {eng} | {k} | {v:.2f} |" for k, v in sorted(per.items())]
+    return lines
 
 
 def main(argv=None):
@@ -92,119 +242,95 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--idle", type=float, default=30.0, help="seconds of idle time measured per engine")
     ap.add_argument("--skip", default="", help="comma-separated: simulation,deployment,main")
-    ap.add_argument("--main", default="solve bratu --clients 4",
-                    help="the main job timed with --engine local and --engine flower")
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--markdown", default=None, help="write the tables as markdown here")
+    ap.add_argument("--main", default="solve bratu --clients 4", help="the main job (a fedsciml command line)")
+    ap.add_argument("--threads", type=int, default=2, help="--threads of the main job")
+    ap.add_argument("--deployment-main", action="store_true",
+                    help="also run the main job on stock processes (long: a flwr-clientapp process per message)")
+    ap.add_argument("--wait", type=float, default=1800.0, help="seconds a Flower run may take before it fails")
+    ap.add_argument("--quick", action="store_true", help="1 round, 3 s idle, no main job: checks the script works")
+    ap.add_argument("--out", default=os.path.join(ROOT, "reproductions", "flower_overhead"),
+                    help="write OUT.md and OUT.csv ('' : do not write)")
     args = ap.parse_args(argv)
-    load0 = os.getloadavg()
+    if args.quick:
+        args.rounds, args.idle, args.skip = 1, 3.0, ",".join(filter(None, [args.skip, "main"]))
+        args.deployment_main = False
+    t_start, load0 = time.perf_counter(), os.getloadavg()
     torch.set_num_threads(1)
-    import fedsciml as fs
     from fedsciml.problems import get_problem
-    from fedsciml.runtime.client import Client
-    from fedsciml.runtime.transport import LocalTransport
 
     p = get_problem(args.problem)
     K, R = args.clients, args.rounds
     runs = [("gn", dict(rounds=R, batched=False)), ("fipa", dict(rounds=R))]
-    skip = set(args.skip.split(","))
-    rows, same = [], {}
-    # in process, each client on its own (what one Flower node computes)
-    t0 = time.perf_counter()
-    loc, times, queries = {}, [], []
-    for m, o in runs:
-        torch.manual_seed(0)
-        tt = TimedTransport(LocalTransport([Client(i, ob) for i, ob in enumerate(p.client_objectives(K, seed=0))],
-                                           vectorize=False))
-        loc[m] = fs.solve(p, m, clients=K, transport=tt, **o)
-        times += tt.times
-        queries += tt.queries
-    solver = sum(r.wall_time_s for r in loc.values())
-    rows.append({"engine": "in process", "startup_s": time.perf_counter() - t0 - solver, "solver_s": solver,
-                 "by_query": _by_query(times, queries), "idle_cpu_s": 0.0})
+    skip = set(filter(None, args.skip.split(",")))
+    unknown = skip - {"simulation", "deployment", "main"}
+    if unknown:
+        ap.error(f"--skip {sorted(unknown)}: allowed simulation, deployment, main")
+    stage = {}
+    rows, loc = [], {}
+    t = time.perf_counter()
+    row, loc = in_process(p, K, runs)
+    rows.append(row)
+    stage["in process"] = time.perf_counter() - t
     if "simulation" not in skip:
-        from fedsciml.engines.flower.deploy import LocalSuperLink
-        from fedsciml.engines.flower.simulation import solve_many
-
-        t0 = time.perf_counter()
-        res = solve_many([dict(problem=p, method=m, clients=K, seed=0, **o) for m, o in runs], K)
-        solver = sum(r.wall_time_s for r in res)
-        with LocalSuperLink(simulation=True) as link:
-            idle = idle_cpu(link, args.idle)
-        rows.append({"engine": "Flower simulation (flwr run)", "startup_s": time.perf_counter() - t0 - solver - args.idle,
-                     "solver_s": solver, "by_query": _merge(res), "idle_cpu_s": idle})
-        same["Flower simulation (flwr run)"] = all(torch.equal(r.theta, loc[m].theta) for r, (m, _) in zip(res, runs))
+        t = time.perf_counter()
+        rows.append(simulation(p, K, runs, args.idle, loc))
+        stage["simulation"] = time.perf_counter() - t
     if "deployment" not in skip:
-        from fedsciml.engines.flower.deploy import LocalDeployment
-
-        t0 = time.perf_counter()
-        with LocalDeployment(K, threads=1) as d:
-            time.sleep(5.0)  # let the SuperNodes register and settle before measuring idle
-            idle = idle_cpu(d, args.idle)
-            res = [d.run(args.problem, m, wait_s=3600, name=m, **o)[0] for m, o in runs]
-        solver = sum(r.wall_time_s for r in res)
-        name = f"stock deployment, {K} SuperNodes on 127.0.0.1"
-        rows.append({"engine": name, "startup_s": time.perf_counter() - t0 - solver - args.idle - 5.0,
-                     "solver_s": solver, "by_query": _merge(res), "idle_cpu_s": idle})
-        same[name] = all(torch.equal(r.theta, loc[m].theta) for r, (m, _) in zip(res, runs))
-    main_rows = main_job(args.main) if "main" not in skip and args.main else []
-    load = os.getloadavg()
-    lines = [f"{args.problem}, {K} clients, gn and fipa {R} rounds each, 1 thread per client; load average "
-             f"{load0[0]:.1f} {load0[1]:.1f} {load0[2]:.1f} at the start, {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
-             f"at the end, on {os.cpu_count()} cores", "",
-             "| engine | start-up (s) | small exchange: gn_loss (s) | gn_stats (s) | update (s) | solver (s) | "
-             f"idle CPU (CPU-s per {args.idle:.0f} s) | θ bitwise = in process |",
-             "|---|---|---|---|---|---|---|---|"]
+        t = time.perf_counter()
+        rows.append(deployment(p, K, runs, args.idle, loc, args.wait))
+        stage["deployment"] = time.perf_counter() - t
+    main = {}
+    if "main" not in skip and args.main:
+        t = time.perf_counter()
+        main = main_job(args.main, args.threads)
+        rows[0]["main_job_wall_s"] = main["local"]["wall_s"]
+        if len(rows) > 1 and rows[1]["engine"].startswith("Flower simulation"):
+            rows[1]["main_job_wall_s"] = main["flower"]["wall_s"]
+        stage["main job"] = time.perf_counter() - t
+        if args.deployment_main:
+            t = time.perf_counter()
+            main["stock deployment"] = deployment_main(args.main, args.wait)
+            for r in rows:
+                if r["engine"].startswith("stock deployment"):
+                    r["main_job_wall_s"] = main["stock deployment"]["wall_s"]
+            stage["deployment main job"] = time.perf_counter() - t
     for r in rows:
-        q = r["by_query"]
-        lines.append(f"| {r['engine']} | {r['startup_s']:.1f} | " + " | ".join(
-            f"{q[k]:.3f}" if k in q else "—" for k in QUERIES) + f" | {r['solver_s']:.2f} | {r['idle_cpu_s']:.2f} | "
-            f"{same.get(r['engine'], '—')} |")
-    if main_rows:
-        lines += ["", f"main job `python -m fedsciml {args.main} --engine E` (whole command):", "",
-                  "| engine | wall time (s) | solver (s) | exchanges | final loss |", "|---|---|---|---|---|"]
-        for r in main_rows:
-            lines.append(f"| --engine {r['engine']} | {r['wall_s']:.1f} | {r['solver_s']:.2f} | "
-                         f"{r.get('exchanges', '—')} | {r['loss']:.6e} |")
-        w = {r["engine"]: r["wall_s"] for r in main_rows}
-        lines += ["", f"same-run ratio flower / local, whole command: {w['flower'] / w['local']:.2f}×"]
+        if r.get("idle_site_cpu_s"):
+            r["idle_site_pct_core"] = [100 * s / r["idle_s"] for s in r["idle_site_cpu_s"]]
+    load = os.getloadavg()
+    total = time.perf_counter() - t_start
+    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(__file__, ROOT), *(argv or sys.argv[1:])])
+    header = [f"command: `{cmd}`", f"commit: {commit()}",
+              f"date (UTC): {time.strftime('%Y-%m-%d %H:%M', time.gmtime())}",
+              f"bench work: {args.problem}, {K} clients, gn and fipa {R} round(s) each, 1 torch thread per client "
+              f"and server (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); main job "
+              f"--threads {args.threads}", f"cores: {os.cpu_count()}; load average (1/5/15 min) at the start "
+              f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+              "stages (s): " + ", ".join(f"{k} {v:.0f}" for k, v in stage.items()) + f"; total {total:.0f}"]
+    if args.quick:
+        header.append("QUICK MODE: 1 round and 3 s of idling — these figures only show that the script runs")
+    idle_procs = [(r["engine"], r["idle_processes"]) for r in rows if r.get("idle_processes")]
+    lines = write(rows, main, header, args, idle_procs)
     print("\n".join(lines))
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write("\n".join(lines) + "\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "bitwise": same, "main": main_rows, "load_start": load0, "load_end": load},
-                      f, indent=2)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out + ".md", "w") as f:
+            f.write("# Flower overhead (scripts/bench/flower_overhead.py)\n\n" + "\n\n".join(header) + "\n"
+                    + "\n".join(lines[len(header):]) + "\n")
+        with open(args.out + ".csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["# " + h for h in header])
+            w.writerow(COLUMNS)
+            for r in rows:
+                q = r["by_query"]
+                w.writerow([r["engine"], f"{r['startup_s']:.3f}", *(f"{q[k]:.4f}" if k in q else "" for k in QUERIES),
+                            f"{r['solver_s']:.3f}", "" if r.get("main_job_wall_s") is None else
+                            f"{r['main_job_wall_s']:.2f}", f"{r['idle_s']:.0f}", f"{r['idle_cpu_s']:.3f}",
+                            "" if r.get("idle_superlink_cpu_s") is None else f"{r['idle_superlink_cpu_s']:.3f}",
+                            " ".join(f"{s:.3f}" for s in r.get("idle_site_cpu_s", [])),
+                            " ".join(f"{s:.2f}" for s in r.get("idle_site_pct_core", [])), r.get("bitwise", "")])
+        print(f"wrote {args.out}.md and {args.out}.csv")
     return 0
-
-
-def main_job(command: str) -> list:
-    """Wall time of ``python -m fedsciml COMMAND --engine E --quiet --json …`` for E = local, flower."""
-    import shlex
-    import subprocess
-    import tempfile
-
-    out = []
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    for engine in ("local", "flower"):
-        with tempfile.TemporaryDirectory() as tmp:
-            js = os.path.join(tmp, "r.json")
-            cmd = [sys.executable, "-m", "fedsciml", *shlex.split(command), "--engine", engine, "--quiet", "--json", js]
-            t0 = time.perf_counter()
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root)
-            wall = time.perf_counter() - t0
-            if p.returncode != 0:
-                raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
-            with open(js) as f:
-                d = json.load(f)
-        r = d["runs"][0] if "runs" in d else d
-        row = {"engine": engine, "wall_s": wall, "solver_s": r["wall_time_s"], "loss": r["final"]["loss"]}
-        if engine == "flower":
-            row["exchanges"] = r["extra"]["engine"]["exchanges"]
-        out.append(row)
-    return out
 
 
 if __name__ == "__main__":

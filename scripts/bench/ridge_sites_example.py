@@ -3,7 +3,8 @@
 Runs the example once per ``--engines`` entry (``local``, ``flower`` — Flower's simulation engine —,
 ``deployment`` — a SuperLink and one SuperNode per site on 127.0.0.1) as a child process with this
 interpreter and environment, keeps its printed output verbatim, and writes ``reproductions/NAME.{csv,md}``
-(``--repro``, default ``flower_ridge_sites``): one row per (engine, ε) parsed from the printed table, the
+(``--repro``, default ``flower_ridge_sites``): one row per (engine, ε) of the printed table (its leading numbers and
+the row as printed, so the record follows the example's columns as they change), the
 output of each engine verbatim, the command, the commit (``+dirty`` with the changed files), the thread count,
 the niceness, the load average at the start and the end, and the wall and CPU seconds of each run (CPU: the
 child processes' user + system time as ``resource.getrusage(RUSAGE_CHILDREN)`` counts it, that is of the
@@ -25,7 +26,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts", "papers"))  # repro_common
 import repro_common  # noqa: E402
 
 EXAMPLE = os.path.join(ROOT, "examples", "flower_ridge_sites.py")
-COLUMNS = ["engine", "epsilon", "cv_sigma", "test_mse", "floats_sent", "vs_pooled_sklearn"]
+COLUMNS = ["engine", "epsilon", "numbers", "printed row"]
 
 
 def run_example(engine: str, extra: list[str]) -> tuple[str, float, float]:
@@ -44,19 +45,29 @@ def run_example(engine: str, extra: list[str]) -> tuple[str, float, float]:
 
 
 def parse(engine: str, out: str) -> list[dict]:
-    """The rows of the example's printed table (header ``epsilon  CV sigma  test MSE  floats sent ...``)."""
+    """The rows of the example's printed table (the lines after its ``epsilon ...`` header, up to ``(``): the ε, the
+    leading numbers of the row (σ, test MSE, floats, ... in the example's own column order, given by its header) and
+    the row as printed."""
     lines = out.splitlines()
     try:
-        start = next(i for i, line in enumerate(lines) if line.split()[:1] == ["epsilon"]) + 1
+        start = next(i for i, line in enumerate(lines) if line.split()[:1] == ["epsilon"])
     except StopIteration:
         raise SystemExit(f"no table in the output of engine {engine}:\n{out}") from None
     rows = []
-    for line in lines[start:]:
+    for line in lines[start + 1:]:
         if line.startswith("("):
             break
-        f = line.split(None, 4)
-        rows.append({"engine": engine, "epsilon": f[0], "cv_sigma": f[1], "test_mse": f[2], "floats_sent": f[3],
-                     "vs_pooled_sklearn": _rel(f[4]) if len(f) > 4 else ""})
+        numbers = []
+        for tok in line.split():
+            try:
+                float(tok)
+            except ValueError:
+                break
+            numbers.append(tok)
+        if not numbers:
+            raise SystemExit(f"unexpected row {line!r} in the output of engine {engine}")
+        rows.append({"engine": engine, "epsilon": numbers[0], "numbers": " ".join(numbers[1:]),
+                     "printed row": " ".join(line.split()).replace("|", "¦")})
     if not rows:
         raise SystemExit(f"empty table in the output of engine {engine}:\n{out}")
     return rows
@@ -82,24 +93,19 @@ def main(argv=None) -> None:
         blocks.append(f"`--engine {engine}`: {wall:.1f} s wall, {cpu:.1f} CPU s (waited-for child processes), "
                       f"output verbatim:\n\n```\n{out.rstrip()}\n```\n")
     load1 = os.getloadavg()
-    same = {e: [(r["epsilon"], r["cv_sigma"], r["test_mse"], r["floats_sent"]) for r in rows if r["engine"] == e]
-            for e in engines}
+    same = {e: [(r["epsilon"], r["numbers"]) for r in rows if r["engine"] == e] for e in engines}
     agree = len({tuple(v) for v in same.values()}) == 1
     note = (f"`examples/flower_ridge_sites.py` (sha of the file at this commit: "
             f"{_blob(EXAMPLE)}), one run per engine, in this order.  OMP_NUM_THREADS = "
             f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, MKL_NUM_THREADS = {os.environ.get('MKL_NUM_THREADS', 'unset')}, "
             f"niceness {os.nice(0)}, {os.cpu_count()} cores; load average {load0[0]:.2f} / {load0[1]:.2f} / "
             f"{load0[2]:.2f} at the start, {load1[0]:.2f} / {load1[1]:.2f} / {load1[2]:.2f} at the end.  "
-            f"The engines printed {'the same' if agree else 'DIFFERENT'} ε, σ, test MSE and floats.\n\n"
+            f"The engines printed {'the same' if agree else 'DIFFERENT'} numbers in every row (the leading numeric "
+            f"columns; 'numbers' lists them after ε in the example's column order).\n\n"
             + "\n".join(blocks))
     print(repro_common.write(args.repro, COLUMNS, rows, note))
     if not agree:
         raise SystemExit("the engines disagree (see the record)")
-
-
-def _rel(text: str) -> str:
-    """``max|Δw|/max|w| = 3.4e-15`` -> ``3.4e-15 (max abs Δw / max abs w)`` (no ``|`` in a Markdown cell)."""
-    return text.split("=")[-1].strip() + " (max abs Δw / max abs w)" if "=" in text else text.replace("|", "/")
 
 
 def _blob(path: str) -> str:

@@ -18,7 +18,8 @@ says which part of it this node holds:
 
 The node answers the query (``describe``: its partition id and sizes;
 ``gn_loss``, ``gn_stats``, ``update``, ``loss``, ``oneshot_stats``: through
-:meth:`fedsciml.runtime.client.Client.answer`); the data never leave it.
+:meth:`fedsciml.runtime.client.Client.answer`; ``final_stats``: its share of the problem's final metrics,
+e.g. an inverse problem's Laplace standard deviation); the data never leave it.
 A node keeps its objective between messages (a process-level cache keyed by
 the job and partition), so a long-lived ClientApp process — a Ray worker in
 simulation — builds it once; a stock SuperNode runs each message's ClientApp
@@ -64,12 +65,13 @@ _CACHE_SIZE = 8
 # --- the node's data -----------------------------------------------------------------------
 
 
-def _node_objective(job: dict, pid: int, node_config) -> LeastSquares:
+def _node_objective(job: dict, pid: int, node_config) -> tuple[LeastSquares, object]:
+    """This node's objective, and the problem instance that built it (``None`` for a node's own table)."""
     from fedsciml.problems import get_problem
 
     data = node_config.get("data") if hasattr(node_config, "get") else None
     if data:
-        return table_objective(str(data), str(node_config.get("target", "y")))
+        return table_objective(str(data), str(node_config.get("target", "y"))), None
     if "problem" not in job:
         raise ValueError("the job names no problem and this node's config gives no data=PATH")
     K = int(job["clients"])
@@ -77,9 +79,10 @@ def _node_objective(job: dict, pid: int, node_config) -> LeastSquares:
         raise ValueError(f"partition-id {pid} is outside 0..{K - 1} for a run with {K} clients")
     problem = get_problem(job["problem"], **job.get("options", {}))
     if hasattr(problem, "client_objective"):  # e.g. 'table': read only this client's own file
-        return problem.client_objective(pid, K, device=job.get("device", "cpu"))
+        return problem.client_objective(pid, K, device=job.get("device", "cpu")), problem
     torch.manual_seed(int(job.get("seed", 0)))  # as runner.solve does before building the objectives
-    return problem.client_objectives(K, seed=int(job.get("seed", 0)), device=job.get("device", "cpu"))[pid]
+    objs = problem.client_objectives(K, seed=int(job.get("seed", 0)), device=job.get("device", "cpu"))
+    return objs[pid], problem
 
 
 def _client(job: dict, pid: int, node_config):
@@ -96,7 +99,9 @@ def _client(job: dict, pid: int, node_config):
 
         client = image_client(job["images"], pid)
     else:
-        client = Client(pid, _node_objective(job, pid, node_config))
+        objective, problem = _node_objective(job, pid, node_config)
+        client = Client(pid, objective)
+        client.problem = problem  # its final_stats read the conditions that built the objective
     _CACHE[key] = client
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -123,11 +128,25 @@ def answer_content(content, node_config):
         client = _client(job, pid, node_config)
         if req.query == DESCRIBE:
             rep = Reply({}, _describe(client))
+        elif req.query == FINAL_STATS:
+            rep = Reply(_final_stats(job, client, req.tensors["theta"]))
         else:
             rep = client.answer(req)
     except Exception as e:  # noqa: BLE001 - a node answers with its reason instead of crashing
         rep = Failure(f"partition {pid}: {type(e).__name__}: {e}")
     return codec.reply_content(rep)
+
+
+FINAL_STATS = "final_stats"  # the problem's end-of-run statistics of one client (e.g. the Laplace std's share)
+
+
+def _final_stats(job: dict, client, theta) -> dict:
+    """This node's share of the problem's final metrics (:meth:`DomainPDE.final_stats`: ``J_kᵀJ_k``, the sum
+    of squares and count of its data residuals — no residual leaves the node); ``{}`` where the problem
+    has none."""
+    problem = getattr(client, "problem", None)  # the instance that built the objective (its conditions)
+    share = getattr(problem, "final_stats", None)
+    return share(theta, client.objective) if callable(share) else {}
 
 
 def query_names() -> tuple[str, ...]:
@@ -137,7 +156,7 @@ def query_names() -> tuple[str, ...]:
     import fedsciml.methods  # noqa: F401  (registers the methods' client handlers)
     from fedsciml.runtime.client import queries
 
-    return (DESCRIBE, *queries())
+    return (DESCRIBE, FINAL_STATS, *queries())
 
 
 def _make_client_app():
@@ -238,10 +257,28 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
     final = {"loss": last.get("loss")}
     final.update(problem.evaluate(theta, intercept=info["intercept"]) if "intercept" in info
                  else problem.evaluate(theta))  # a one-shot fit_intercept model is (θ, intercept)
+    final.update(_final_metrics(problem, transport, theta))
     return Result(problem=problem.name, method=method,
                   options={**problem.options, **_jsonable(options), "engine": "flower"}, seed=seed, device=str(dev),
                   dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()), clients=int(clients),
                   wall_time_s=wall, final=final, history=rows, extra=_jsonable(info), theta=theta)
+
+
+def _final_metrics(problem, transport: FlowerTransport, theta) -> dict:
+    """The problem's final metrics (what ``fs.solve`` adds in process with ``problem.final_metrics``, e.g. an
+    inverse problem's ``coef_k_std``) from every node's share (:data:`FINAL_STATS`); a node that cannot
+    send its share is logged and the metrics are left out (they need every client)."""
+    if not (getattr(problem, "final_stats_needed", False) and callable(getattr(problem, "final_metrics_from", None))):
+        return {}
+    from fedsciml.runtime.protocol import Request
+
+    got = transport.ask(transport.client_ids, Request(FINAL_STATS, {"theta": theta}))
+    bad = {c: r.reason for c, r in got.items() if isinstance(r, Failure)}
+    if bad:
+        logging.getLogger(__name__).warning("final metrics left out: %s", "; ".join(
+            f"client {c}: {why}" for c, why in bad.items()))
+        return {}
+    return problem.final_metrics_from(theta, [got[c].message for c in transport.client_ids])
 
 
 RUN_CONFIG_KEYS = ("problem", "method", "clients", "seed", "problem-options", "method-options", "out", "timeout",

@@ -21,7 +21,7 @@ Only Flower's command-line programs with their documented options are used:
   process (what that costs: ``docs/flower.md`` and ``docs/flower-upstream.md``).
 
 Every process started here runs in its own process group and is stopped on
-exit, also after an error; telemetry and update checks are off in each;
+exit, also after an error (and, as a last resort, when the interpreter exits); telemetry and update checks are off in each;
 nothing listens beyond 127.0.0.1; runtime dependency installation is off (and
 the app declares no dependencies).
 
@@ -29,6 +29,7 @@ the app declares no dependencies).
 """
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -38,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 import fedsciml.engines.flower  # noqa: F401
@@ -45,6 +47,49 @@ import fedsciml.engines.flower  # noqa: F401
 REPO_ROOT = str(Path(__file__).resolve().parents[3])  # the directory that holds the fedsciml package
 APP_DIR = str(Path(__file__).resolve().parent / "app")  # fedsciml's Flower App (pyproject.toml)
 HOST = "127.0.0.1"
+
+
+_LIVE: "weakref.WeakSet[LocalSuperLink]" = weakref.WeakSet()  # objects with processes that may still run
+
+
+@atexit.register
+def _stop_all():
+    """At interpreter exit, stop every process an object here started and nobody stopped (a test or a script
+    that failed before its ``with`` block could end): no SuperLink, SuperNode or ClientApp outlives us."""
+    for link in list(_LIVE):
+        link.stop()
+
+
+def descendants(pid: int) -> list:
+    """Every live descendant of ``pid`` (children, their children, …), from ``/proc`` (``[]`` where there is
+    none)."""
+    children: dict = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for d in entries:
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, stack = [], [int(pid)]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            out.append(c)
+            stack.append(c)
+    return out
+
+
+def _pgid(pid: int):
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
 
 
 def free_port() -> int:
@@ -111,6 +156,7 @@ class LocalSuperLink:
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
                                             cwd=str(self.dir), start_new_session=True)
         log.close()
+        _LIVE.add(self)
         return self.procs[name]
 
     def start_superlink(self):
@@ -132,22 +178,35 @@ class LocalSuperLink:
         return self
 
     def kill(self, name: str, sig=signal.SIGKILL):
-        """Stop one process this object started (and its children), e.g. ``kill("node1")``."""
+        """Stop one process this object started and everything it started, e.g. ``kill("node1")``.
+
+        Its process group (its own session), and the group of every descendant: Flower starts some of its
+        helpers in sessions of their own (the SuperLink's ``flower-superexec`` and the ``flwr-serverapp`` it
+        launches), which a signal to the group alone would leave running."""
         p = self.procs.get(name)
-        if p is None or p.poll() is not None:
+        if p is None:
             return
-        try:
-            os.killpg(p.pid, sig)  # its own process group (start_new_session)
-        except ProcessLookupError:
-            pass
+        tree = descendants(p.pid) if p.poll() is None else []
+        groups = ({p.pid} | {g for g in map(_pgid, tree) if g is not None}) - {os.getpgrp()}
+        for g in groups:
+            try:
+                os.killpg(g, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:  # e.g. a SuperNode retrying a SuperLink that is gone
             pass
-        try:  # whatever is left of the group (children: a SuperNode's flower-superexec and flwr-clientapp)
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for g in groups:  # whatever is left (children: a SuperNode's flower-superexec and flwr-clientapp)
+            try:
+                os.killpg(g, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         p.wait(timeout=10)
 
     def stop(self):
@@ -253,11 +312,12 @@ class LocalDeployment(LocalSuperLink):
     ``node_configs``: extra node config per site (e.g. ``[{"data": "site0.csv"}, …]``);
     ``threads``: torch threads of the ServerApp and each ClientApp (1 keeps K sites
     from oversubscribing a small machine, and makes runs comparable bit for bit
-    with an in-process run at one thread).
+    with an in-process run at one thread); ``node_args``: more of ``flower-supernode``'s documented
+    options for every node (e.g. ``["--isolation", "process"]``, to measure).
     """
 
     def __init__(self, clients: int, workdir: str | None = None, *, node_configs=None, threads: int = 1,
-                 log=None, start_timeout_s: float = 120.0):
+                 log=None, start_timeout_s: float = 120.0, node_args: list | None = None):
         if int(clients) < 1:
             raise ValueError(f"clients must be ≥ 1, got {clients}")
         super().__init__(workdir, simulation=False, threads=threads, log=log, start_timeout_s=start_timeout_s)
@@ -266,6 +326,7 @@ class LocalDeployment(LocalSuperLink):
         if len(self.node_configs) != self.clients:
             raise ValueError(f"node_configs has {len(self.node_configs)} entries for {self.clients} clients")
         self.node_ports: list = []
+        self.node_args = [str(a) for a in (node_args or [])]  # more documented options, e.g. ["--isolation", "process"]
 
     def start_node(self, k: int):
         """Start site ``k``: a stock ``flower-supernode`` (again, after :meth:`kill`: a new Flower node id)."""
@@ -273,7 +334,7 @@ class LocalDeployment(LocalSuperLink):
         node_config = " ".join(f"{key}={_toml_value(v)}" for key, v in cfg.items())
         proc = self._start(f"node{k}", [os.path.join(self.bin, "flower-supernode"), "--insecure",
                                         "--superlink", f"{HOST}:{self.superlink_port}", "--node-config", node_config,
-                                        "--host", HOST, "--port", str(self.node_ports[k])])
+                                        "--host", HOST, "--port", str(self.node_ports[k]), *self.node_args])
         _wait_port(self.node_ports[k], self.start_timeout_s, proc, f"flower-supernode {k}")
         return proc
 
