@@ -270,6 +270,11 @@ def _options(problem, config: MethodConfig) -> dict:
     return out
 
 
+#: a caller's memory terms around a run: ``fn(problem, clients, config) -> (bytes, how)``, called by :func:`plan`
+#: with the validated configuration (the ``ridge`` preset's pooled oracle, CV candidates and baselines)
+MemoryTerms = Callable[[Any, int, MethodConfig], "tuple[float, str]"]
+
+
 def check_run_memory(problem, method: str, clients: int, config: MethodConfig, device=None,
                      extra: tuple[float, str] | None = None) -> None:
     """Refuse, before any data is built, a run whose estimated memory exceeds what is available.  ``extra``:
@@ -331,10 +336,11 @@ class Plan:
 
 def plan(problem, method: str = "centralized", clients: int | None = None, seed: int = 0, device="cpu",
          progress: bool = False, every: int = 10, message_hook=None, config: MethodConfig | None = None,
-         engine: str = "local", memory: tuple[float, str] | None = None, **options: Any) -> Plan:
+         engine: str = "local", memory: MemoryTerms | None = None, **options: Any) -> Plan:
     """Check a run — every option, the seed, clients, device, engine and (in process) its memory — once.
-    Raises what :func:`solve` raises for bad input; builds no data.  ``memory``: ``(bytes, how)`` of a
-    caller's work around the run, added to the run's own estimate (:func:`check_run_memory`)."""
+    Raises what :func:`solve` raises for bad input; builds no data.  ``memory``: a caller's work around the run,
+    ``fn(problem, clients, config) -> (bytes, how)`` called with the validated configuration, added to the run's
+    own estimate (:func:`check_run_memory`)."""
     kind = getattr(problem, "kind", "") or ""
     spec = get_method(method, kind)
     use = spec.use(kind)
@@ -362,6 +368,8 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
         raise ValueError(f"every must be an integer ≥ 1, got {every!r}")
     dev = resolve_device(device)
     problem, config = _ridge_sigma_once(problem, method, config)
+    n_clients = problem.default_clients if clients is None else clients
+    extra = None if memory is None else memory(problem, n_clients, config)
     if engine != "local":
         if runtime:
             raise ValueError(f"engine {engine!r} brings its own transport; do not give one")
@@ -369,12 +377,11 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
             raise ValueError(f"message_hook runs in this process; it does not apply to engine {engine!r}")
         if getattr(config, "transport", "local") != "local":  # the engine's transport carries the messages
             raise ValueError(f"transport={config.transport!r} applies to engine 'local'; engine {engine!r} brings its own")
-        if memory is not None:  # the caller's work around the run stays in this process
-            check_memory(memory[0], f"{problem.name} with {method} ({memory[1]})", dev,
+        if extra is not None:  # the caller's work around the run stays in this process
+            check_memory(extra[0], f"{problem.name} with {method} ({extra[1]})", dev,
                          "use fewer clients or fewer points per client")
     else:
-        check_run_memory(problem, method, problem.default_clients if clients is None else clients, config, dev,
-                         memory)
+        check_run_memory(problem, method, n_clients, config, dev, extra)
     return Plan(problem, method, spec, config, clients, seed, dev, device, engine, progress, every, message_hook,
                 runtime)
 
