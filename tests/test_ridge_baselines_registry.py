@@ -100,6 +100,9 @@ def test_ridge_preset_memory_is_the_drivers_one_check(monkeypatch):
     assert built == []
     with pytest.raises(driver.OutOfMemory, match="the pooled oracle"):  # the oracle runs here on any engine
         run_experiment(clients=3, dim=4, samples=20, engine="flower")
+    # the preset's terms come from the validated configuration: a bad value is refused by its declaration first
+    with pytest.raises(ValueError, match="one-shot option project must be an integer ≥ 1, got 0"):
+        run_experiment(clients=3, dim=4, samples=20, project=0)
 
 
 def test_ridge_help_and_errors_name_only_its_flags(capsys):

@@ -198,17 +198,16 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
     with cli_names(flags[0]) if flags[0] else _same():
         problem = get_problem(PROBLEMS[features], **{"penalty": "server", **problem_options})
     # the preset's work besides the one-shot run (the oracle's pooled rows, the CV candidates, the baselines):
-    # its terms of the driver's memory check, which plan() makes once for the whole experiment
-    K0 = problem.default_clients if clients is None else clients
-    extra = estimate_memory(K0, problem.options.get("dim", 0), problem.n_samples, features,
-                            problem.options.get("rff_dim", 0), method_options.get("cv_sigmas"),
-                            method_options.get("project"), eps if use_dp else None, names) \
-        if isinstance(K0, int) and K0 >= 1 else None  # (a bad --clients is refused by plan, in its words)
+    # its terms of the driver's memory check, from the validated one-shot configuration, checked once by plan()
+    def terms(prob, K, cfg):
+        return estimate_memory(K, prob.options.get("dim", 0), prob.n_samples, features, prob.options.get("rff_dim", 0),
+                               cfg.cv_sigmas, cfg.project, eps if use_dp else None, names)
+
     with cli_names(flags[1]) if flags[1] else _same():
         if "dp-fedavg" in names and not use_dp:
             raise ValueError(f"dp-fedavg needs {display('dp_epsilon')}")
         p = plan(problem, "one-shot", clients=clients, seed=seed, device=device, engine=engine, progress=progress,
-                 memory=extra, **method_options)  # every option of the run checked here, once
+                 memory=terms, **method_options)  # every option of the run checked here, once
     cfg, problem, K = p.config, p.problem, problem.default_clients if p.clients is None else p.clients
     one = run(p)
     dev = p.device
