@@ -242,11 +242,21 @@ def check_memory(n_bytes: float, what: str, device=None, hint: str = "") -> None
                           f"available{'; ' + hint if hint else ''}")
 
 
+def own_kind(problem) -> bool:
+    """Whether ``problem`` is a task of a kind added with :func:`add_kind` (e.g. ``images``), which brings its own
+    ``check_objectives(objectives, θ₀)`` and ``estimate_memory(clients, config, method)``.  A problem — of a
+    problem kind or of none, a user's own :class:`~fedsciml.problems.Problem` subclass — gets the driver's
+    check and estimate even where it has methods of those names (its own helpers, of another meaning)."""
+    kind = getattr(problem, "kind", None)
+    return (isinstance(kind, str) and kind not in PROBLEM_KINDS
+            and any(kind in m.uses for m in METHODS.values()))
+
+
 def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "") -> tuple[float, str] | None:
     """``(bytes, how)``: the data of every client, and their residual Jacobians when the method forms them
     (8-byte floats), or ``None`` when the problem cannot say how many rows a client holds.  A task with its own
     ``estimate_memory(clients, config, method)`` (the image tasks) gives its own estimate."""
-    if hasattr(problem, "estimate_memory"):
+    if own_kind(problem):
         return problem.estimate_memory(clients, config, method)
     rows = problem.rows_per_client(clients)
     if rows is None:
@@ -402,7 +412,7 @@ def run(p: Plan) -> Result:
     torch.manual_seed(p.seed)
     objectives = problem.client_objectives(clients, seed=p.seed, device=dev)
     theta0 = problem.init_params(p.seed, device=dev)
-    getattr(problem, "check_objectives", check_objectives)(objectives, theta0)  # a task of its own kind checks its own
+    (problem.check_objectives if own_kind(problem) else check_objectives)(objectives, theta0)
     t0 = time.perf_counter()
     theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
                                progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
