@@ -115,3 +115,13 @@ def test_ridge_help_and_errors_name_only_its_flags(capsys):
         main(["solve", "--help"])
     out = capsys.readouterr().out
     assert "default ()" not in out and "[table: a list of paths]" in " ".join(out.split())
+
+
+def test_summary_table_names_the_sgd_baselines_settings():
+    """The solve table's settings column says what fedavg-sgd ran (it was empty)."""
+    from fedsciml.runtime.results import method_settings
+
+    r = fs.solve("ridge-linear", "fedavg-sgd", clients=3, seed=0, rounds=2, mu=0.1,
+                 problem_options={"dim": 4, "n_samples": 60})
+    s = method_settings(r)
+    assert "local SGD 5 epochs, batch 32, lr=0.01" in s and "μ=0.1 (FedProx)" in s
