@@ -90,7 +90,7 @@ class Spec:
     """What an option accepts: a type, a numeric range or a set of choices, and what ``None`` stands for."""
 
     help: str
-    type: Any = float            # int | float | str | bool | PATH
+    type: Any = float            # int | float | str | bool | PATH | PATHS | FLOATS
     lo: float | None = None      # lower bound (inclusive unless lo_open)
     hi: float | None = None      # upper bound (inclusive unless hi_open)
     lo_open: bool = False
@@ -151,7 +151,7 @@ def _fmt(v):
 
 def option(default, help: str, type=float, **spec) -> Any:
     """Declare one option: its default, its help text, its type (``int``, ``float``, ``str``, ``bool``,
-    :data:`PATH` or :data:`FLOATS`) and what it accepts (``lo``/``hi`` with ``lo_open``/``hi_open``,
+    :data:`PATH`, :data:`PATHS` or :data:`FLOATS`) and what it accepts (``lo``/``hi`` with ``lo_open``/``hi_open``,
     ``finite``, ``choices``, ``none``: what ``None`` stands for, ``cli``, ``metavar``, ``max_items``; see
     :class:`Spec`).  The same call declares a method option (a field of a :class:`MethodConfig` dataclass)
     and a problem option (a value of a problem's ``params`` dict)."""
@@ -715,7 +715,7 @@ class OneShotConfig(RoundOptions):
                             "choose it, not both")
         if self.dp_epsilon is None:
             for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware",
-                      "dp_min_survivors", "dp_max_rows", "dp_calibration"):
+                      "dp_min_survivors", "dp_max_rows", "dp_calibration", "repair"):
                 out[k] = f"it is a differential-privacy option and DP is off (give {display('dp_epsilon')})"
         elif not self.dp_central:
             for k in ("dp_min_survivors", "dp_max_rows"):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from fedsciml.core.nn import MLP
-from fedsciml.options import OptionError, OptionTypeError, Spec, check_options, declared, option
+from fedsciml.options import OptionError, OptionTypeError, Spec, check_options, declared, display, option
 from fedsciml.core.objective import LeastSquares, PointwiseLeastSquares, ResidualPart, stack_objectives
 
 DTYPE = torch.float64
@@ -81,8 +81,14 @@ class Problem:
     def __init__(self, **options):
         """Validate ``options`` against :meth:`specs` (unknown names, types, ranges: one line naming the value and
         what is allowed, a :class:`ProblemOptionError` / :class:`ProblemOptionTypeError`); ``None``: the default."""
-        self.options = check_options(f"problem {self.name!r}", self.specs(), options, errors=PROBLEM_ERRORS)
+        specs = self.specs()
+        self.options = check_options(f"problem {self.name!r}", specs, options, errors=PROBLEM_ERRORS)
         self._check()
+        idle = self.inapplicable()
+        for name, value in options.items():  # a default passed along (a wrapper forwarding all) changes nothing
+            if name in idle and value is not None and self.options[name] != specs[name][0]:
+                raise ProblemOptionError(f"problem {self.name!r} option {display(name)} has no effect here: "
+                                         f"{idle[name]}")
 
     @classmethod
     def specs(cls) -> dict[str, tuple[Any, Spec]]:
@@ -92,6 +98,12 @@ class Problem:
 
     def _check(self):
         """Cross-option validation hook."""
+
+    def inapplicable(self) -> dict[str, str]:
+        """``{option: why}`` for the options that act on nothing with the other options' values (as
+        :meth:`fedsciml.options.MethodConfig.inapplicable`): such an option given at another value than its
+        default is refused, one line naming it and why, rather than silently ignored."""
+        return {}
 
     def __getattr__(self, item):
         opts = self.__dict__.get("options")

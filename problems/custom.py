@@ -144,6 +144,12 @@ class PDE(PINNProblem):
         lo, hi = self._box(client, n_clients)
         return sample_box(self.n_interior, lo, hi, self.sampling, seed)
 
+    def inapplicable(self) -> dict[str, str]:
+        if self.dim == 1 and type(self).boundary_points is PDE.boundary_points:
+            return {"n_boundary": "a 1-D interval's boundary is its two end points (one on each end client), "
+                                  "whatever the count"}
+        return {}
+
     def boundary_points(self, client, n_clients, seed):
         return box_boundary_points(self.dim, self.lower, self.upper, client, n_clients, self.n_boundary,
                                    self.sampling, seed)

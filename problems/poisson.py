@@ -73,6 +73,11 @@ class Poisson(PINNProblem):
         if self.dim > 10:
             raise ProblemError(f"dim={self.dim} is larger than this implementation supports (1 ≤ dim ≤ 10)")
 
+    def inapplicable(self) -> dict[str, str]:
+        if self.dim == 1:  # the boundary of [0, 1] is its two end points: there is no face to sample
+            return {"n_boundary": "with dim 1 the boundary is the two end points x = 0 and x = 1"}
+        return {}
+
     def input_dim(self):
         return self.dim
 

@@ -44,7 +44,7 @@ import torch
 
 from fedsciml.core.objective import LinearLeastSquares
 
-from fedsciml.options import option
+from fedsciml.options import display, option
 
 from .base import DTYPE, Problem, ProblemError
 from .registry import register
@@ -163,6 +163,11 @@ class RidgeLinear(RidgeProblem):
 
     def n_features(self):
         return self.dim
+
+    def inapplicable(self) -> dict[str, str]:
+        if self.spectrum == "flat":
+            return {"decay": f"it is the exponent of {display('spectrum')} powerlaw, and the spectrum is flat"}
+        return {}
 
     def spectrum_values(self) -> np.ndarray:
         d = self.dim

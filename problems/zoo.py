@@ -23,7 +23,7 @@ import math
 import numpy as np
 import torch
 
-from fedsciml.options import option
+from fedsciml.options import display, option
 
 from .base import DTYPE
 from .conditions import Data, Dirichlet, Initial, Neumann
@@ -75,6 +75,11 @@ class HeatInverse(Heat):
               "readings": option(11, "readings per sensor at t = 0 .. T", int, lo=1),
               "data_seed": option(0, "seed of the readings' noise (fixed: part of the problem, not of the run)", int,
                                   lo=0)}
+
+    def inapplicable(self) -> dict[str, str]:
+        if self.noise == 0:
+            return {"data_seed": f"it seeds the readings' noise, and {display('noise')} is 0 (exact readings)"}
+        return {}
 
     @property
     def unknowns(self):

@@ -170,7 +170,7 @@ def test_cli_flags_are_generated_from_the_configurations():
             assert (flag in flags) == opt.cli, name
     assert "--sigma" in flags and "--method-sigma" in flags  # ridge's σ keeps --sigma; one-shot's is --method-sigma
     helps = {a.option_strings[0]: a.help for a in solve._actions if a.option_strings}
-    assert helps["--mu"].endswith("[fedprox: a finite number ≥ 0; default 0.01]")
+    assert "[fedprox: a finite number ≥ 0; default 0.01 · fedavg-sgd: a finite number ≥ 0; default 0.0]" in helps["--mu"]
     assert "[fipa: an integer ≥ 0; default 20]" in helps["--rank"]
 
 

@@ -251,13 +251,18 @@ def test_an_option_that_has_no_effect_is_refused_by_name(method, opts, name):
 def test_options_that_apply_are_accepted_and_defaults_passed_along_are_harmless():
     from fedsciml.runtime.driver import get_method
 
-    get_method("fedavg").make_config(dict(robust="trimmed", trim=0.3))
-    get_method("fipa").make_config(dict(local="adam", local_steps=5, lr=0.1, local_loss="parts", safeguard=False,
-                                        pinv_rtol=1e-5, adaptive=True, adapt_c=0.1))
-    get_method("one-shot").make_config(dict(dp_epsilon=1.0, dp_delta=1e-3, dp_central=True, project=3,
-                                            project_sketch="srht"))
-    get_method("one-shot").make_config(dict(project_sketch="gaussian"))  # the default, forwarded by a wrapper
-    get_method("fipa").make_config(dict(preset="paper"))  # the preset's own cutoff applies (β = 0, no safeguard)
+    c = get_method("fedavg").make_config(dict(robust="trimmed", trim=0.3))
+    assert (c.robust, c.trim) == ("trimmed", 0.3)
+    c = get_method("fipa").make_config(dict(local="adam", local_steps=5, lr=0.1, local_loss="parts", safeguard=False,
+                                            pinv_rtol=1e-5, adaptive=True, adapt_c=0.1))
+    assert (c.local, c.local_steps, c.lr, c.local_loss, c.safeguard, c.adaptive) == ("adam", 5, 0.1, "parts", False,
+                                                                                      True)
+    c = get_method("one-shot").make_config(dict(dp_epsilon=1.0, dp_delta=1e-3, dp_central=True, project=3,
+                                                project_sketch="srht"))
+    assert c.dp()["central"] and (c.project, c.project_sketch) == (3, "srht")
+    c = get_method("one-shot").make_config(dict(project_sketch="gaussian"))  # the default, forwarded by a wrapper
+    assert c.project is None and c.project_sketch == "gaussian"
+    assert get_method("fipa").make_config(dict(preset="paper")).preset == "paper"  # the preset's own cutoff applies
 
 
 def test_preset_with_an_explicit_none_cutoff_takes_none():
@@ -572,3 +577,16 @@ def test_flower_refuses_a_plugin_problem_up_front(tmp_path):
             _check_registered(plugin())
     finally:
         del REGISTRY["adv-plugin"]
+
+
+def test_one_shot_repair_without_dp_is_refused_not_ignored():
+    """repair (the PSD repair of the noisy fused statistics) acts only with DP noise: repair=False without DP was
+    accepted and changed nothing; now one line naming it.  With DP it is accepted; the default passes."""
+    from fedsciml.options import OptionError
+    from fedsciml.runtime.driver import get_method
+
+    one = get_method("one-shot")
+    with pytest.raises(OptionError, match=r"one-shot option repair has no effect here: .*DP is off"):
+        one.make_config(dict(repair=False))
+    assert one.make_config(dict(repair=True)).repair is True
+    assert one.make_config(dict(repair=False, dp_epsilon=1.0)).repair is False

@@ -525,3 +525,35 @@ def test_a_failed_round_in_bench_images_is_one_line(capsys, monkeypatch):
 def test_a_message_hook_that_is_not_a_function_is_refused():
     with pytest.raises(TypeError, match="message_hook must be a function"):
         run("fedavg", rounds=1, local_steps=2, message_hook=5)
+
+
+def test_a_users_problem_with_helpers_named_like_a_task_hook_gets_the_drivers_check_and_estimate():
+    """Only a task of a kind added with add_kind (images) brings its own check_objectives/estimate_memory; a
+    user's Problem whose own helpers have those names (another meaning) still gets the driver's setup check
+    (here: the residual is NaN on a sliver of the domain) and memory estimate, not its helpers called in their
+    place (a TypeError, or a check silently skipped)."""
+    import fedsciml as fs
+    from fedsciml.runtime.checks import SetupError
+    from fedsciml.runtime.driver import estimate_memory, get_method, own_kind
+
+    class Sliver(fs.PDE):
+        name = "hardening-sliver-helpers"
+
+        def exact(self, x):
+            return torch.sin(math.pi * x[..., 0])
+
+        def equation(self, u, x):
+            r = -u.laplacian(x) - math.pi ** 2 * torch.sin(math.pi * x[..., 0])
+            return torch.where(x[..., 0] > 0.99, torch.full_like(r, float("nan")), r)
+
+        def check_objectives(self):  # the user's own helpers, of other signatures
+            return "fine"
+
+        def estimate_memory(self):
+            return 0.0
+
+    p = Sliver(n_interior=400)
+    assert not own_kind(p)
+    assert estimate_memory(p, 2, get_method("fedavg").make_config({}), "fedavg")[0] > 0
+    with pytest.raises(SetupError, match=r"client 1: residual part 'interior' is not finite"):
+        fs.solve(p, method="fedavg", clients=2, rounds=1)

@@ -301,6 +301,36 @@ def test_long_training_and_local_steps_show_progress_in_the_log_never_print(capl
     assert capsys.readouterr().out == ""
 
 
+def test_quiet_silences_the_long_loops_progress(caplog, capsys, monkeypatch):
+    """--quiet ('no progress lines') reaches the long loops too: within history.loop_progress(False), the solve and
+    bench images commands' --quiet, a client's local Adam steps report nothing (log_every=0: otherwise a line per
+    step), the numbers unchanged (bitwise: same operations); the switch is restored after the block."""
+    import logging
+
+    from fedsciml.cli.main import main
+    from fedsciml.runtime import history
+    from fedsciml.runtime.client import Client, LocalConfig
+    from fedsciml.core.objective import LinearLeastSquares
+
+    monkeypatch.setitem(history.Progress.__init__.__kwdefaults__, "log_every", 0.0)
+    torch.manual_seed(0)
+    A, b = torch.randn(20, 3, dtype=torch.float64), torch.randn(20, dtype=torch.float64)
+    theta = torch.zeros(3, dtype=torch.float64)
+    with caplog.at_level(logging.INFO, logger="fedsciml.progress"):
+        with history.loop_progress(False):
+            quiet = Client(0, LinearLeastSquares(A, b)).adam_delta(theta, LocalConfig(steps=3))
+        assert not [r for r in caplog.records if r.name == "fedsciml.progress"]
+        loud = Client(0, LinearLeastSquares(A, b)).adam_delta(theta, LocalConfig(steps=3))
+        assert len([r for r in caplog.records if r.name == "fedsciml.progress"]) == 3  # restored after the block
+    assert torch.equal(quiet, loud)
+    argv = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--method", "fedavg", "--rounds", "1",
+            "--local-steps", "3"]
+    assert main(argv) == 0  # the CLI's log goes to stderr (the logger fedsciml does not propagate)
+    assert "client 1 local adam: 3/3 steps" in capsys.readouterr().err
+    assert main(argv + ["--quiet"]) == 0
+    assert "local adam" not in capsys.readouterr().err
+
+
 def test_the_driver_checks_an_image_run_s_memory_once_before_it_starts(monkeypatch):
     """The image runs go through the driver's memory check: the clients' images plus one round's messages."""
     from fedsciml.runtime import driver
@@ -340,3 +370,28 @@ def test_bench_images_flags_are_generated_from_the_declarations(capsys):
     assert "bench images option --rank must be an integer ≥ 1, got 0" in capsys.readouterr().err
     assert main(["bench", "images", "--iid", "--alpha", "0.5", "--quiet"]) == 2
     assert "--iid and --alpha exclude each other" in capsys.readouterr().err
+
+
+def test_bench_images_refuses_participation_one_shot_and_split_with_iid():
+    """An option that acts on nothing this run does is refused in one line naming it (not silently ignored):
+    --participation with the one-shot protocol (the exchange asks every client), --split with --iid (an IID
+    split has no Dirichlet kind).  Their defaults, and the options where they act, pass."""
+    from fedsciml.images.bench import BenchImagesOptions
+    from fedsciml.options import OptionError
+
+    with pytest.raises(OptionError, match=r"participation has no effect here: .*one-shot exchange asks every"):
+        BenchImagesOptions.from_options({"participation": 0.5})
+    with pytest.raises(OptionError, match=r"split has no effect here: .*iid splits IID"):
+        BenchImagesOptions.from_options({"iid": True, "split": "hsu"})
+    assert BenchImagesOptions.from_options({"protocol": "rounds", "participation": 0.5}).participation == 0.5
+    assert BenchImagesOptions.from_options({"iid": True, "participation": 1.0, "split": "balanced"}).iid
+    assert BenchImagesOptions.from_options({"split": "hsu"}).split == "hsu"
+
+
+def test_a_multi_round_image_run_of_zero_rounds_is_refused_not_reported_as_nan():
+    """run_rounds(rounds=0) ran no round and reported the accuracy NaN as its result; now one line naming the
+    option and what is allowed."""
+    from fedsciml.options import OptionError
+
+    with pytest.raises(OptionError, match=r"images option rounds must be an integer ≥ 1, got 0"):
+        M.run_rounds(_fed(2), "linear", ["fedavg"], 0, CFG, 0)

@@ -187,6 +187,50 @@ def test_a_user_problem_declares_options_with_option():
         type("Bad", (fs.PDE,), {"name": "bad-dialect-test", "params": {"k": 2.0}})()
 
 
+def test_a_problem_option_without_effect_is_refused_not_ignored(capsys):
+    """As a method's (MethodConfig.inapplicable), a problem option given at another value than its default that
+    acts on nothing with the other options is refused, one line naming it and why: ridge-linear's decay with
+    the flat spectrum (its data were the same whatever the decay).  Its default passed along, and the option
+    where it acts, pass; the data do depend on it there."""
+    from fedsciml.cli.main import main
+    from fedsciml.problems import get_problem
+    from fedsciml.problems.base import ProblemOptionError
+
+    with pytest.raises(ProblemOptionError, match=r"problem 'ridge-linear' option decay has no effect here: .*flat"):
+        get_problem("ridge-linear", decay=3.0)
+    assert get_problem("ridge-linear", decay=2.0).decay == 2.0  # the default, forwarded: changes nothing
+    a = get_problem("ridge-linear", dim=4, spectrum="powerlaw", decay=3.0).spectrum_values()
+    b = get_problem("ridge-linear", dim=4, spectrum="powerlaw").spectrum_values()
+    assert a[-1] / a[0] == pytest.approx(4.0 ** -3, rel=1e-12) and b[-1] / b[0] == pytest.approx(4.0 ** -2, rel=1e-12)
+    with pytest.raises(ProblemOptionError, match=r"option data_seed has no effect here: .*noise is 0"):
+        get_problem("heat-inverse", data_seed=3)
+    y3 = get_problem("heat-inverse", noise=0.1, data_seed=3).sensor_data()[1]
+    assert not torch.equal(y3, get_problem("heat-inverse", noise=0.1).sensor_data()[1])
+    import fedsciml as fs
+
+    class Line(fs.PDE):  # a user's 1-D PDE: --n-boundary acts on nothing (the two end points)
+        name = "line-idle-test"
+
+        def exact(self, x):
+            return x[..., 0] * 0
+
+        def equation(self, u, x):
+            return u(x)
+
+    with pytest.raises(ProblemOptionError, match=r"option n_boundary has no effect here: a 1-D interval"):
+        Line(n_boundary=7)
+
+    class Square(Line):
+        name = "square-idle-test"
+        dim = 2
+
+    assert Square(n_boundary=7).n_boundary == 7 and Line().n_boundary == 50
+    assert main(["ridge", "--decay", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: problem 'ridge-linear' option --decay has no effect here: it is the exponent of "
+                   "--spectrum powerlaw, and the spectrum is flat"]
+
+
 def test_unknown_problem_and_bad_client_counts():
     with pytest.raises(ProblemError, match="unknown problem 'nope'"):
         get_problem("nope")
@@ -348,3 +392,13 @@ def test_latin_hypercube_stratifies_each_coordinate():
 def test_field_problems_are_field_problems():
     for name in ("bratu", "allen-cahn", "fisher", "reaction-diffusion", "poisson", "sin1d", "gauss2d"):
         assert isinstance(get_problem(name), FieldProblem)
+
+
+def test_poisson_in_one_dimension_refuses_n_boundary():
+    """Poisson's boundary at dim 1 is the two end points: --n-boundary acts on nothing there and is refused in one
+    line (the adversarial battery found it silently ignored); at dim 2 it is the points per face."""
+    from fedsciml.problems.base import ProblemOptionError
+    with pytest.raises(ProblemOptionError, match=r"option n_boundary has no effect here: with dim 1"):
+        get_problem("poisson", dim=1, n_boundary=7)
+    assert get_problem("poisson", dim=2, n_boundary=7).n_boundary == 7
+    assert get_problem("poisson", dim=1).n_boundary == 50

@@ -166,7 +166,7 @@ def test_ridge_old_and_generated_spellings_give_the_same_run(capsys, tmp_path):
 
 @pytest.mark.parametrize("extra,want", [
     (["--sigma", "0.1", "--cv", "1e-2:1:3"], "--cv chooses σ by cross-validation; give --sigma or --cv, not both"),
-    (["--features", "rff", "--dim", "5"], "problem 'ridge-rff' has no option 'dim'"),
+    (["--features", "rff", "--dim", "5"], "--features rff (ridge-rff) has no option --dim (did you mean --rff-dim?)"),
     (["--delta", "0.5"], "one-shot option --delta has no effect here"),
     (["--samples", "many"], "problem 'ridge-linear' option --samples must be an integer ≥ 2, got 'many'"),
     (["--method-sigma", "-1"], "one-shot option --method-sigma must be a finite number ≥ 0, got -1.0"),

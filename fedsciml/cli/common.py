@@ -64,7 +64,8 @@ def flag_help(per_owner: dict, name_owners: bool = True) -> str:
     texts: dict[str, dict[tuple, list]] = {}
     with cli_names():
         for owner, (default, s) in per_owner.items():
-            shown = "" if default is None or default is False else f"; default {default!r}"
+            empty = isinstance(default, (list, tuple, dict, set, str)) and not default  # () is no default to show
+            shown = "" if default is None or default is False or empty else f"; default {default!r}"
             allowed = "" if s.type is bool else s.allowed()
             texts.setdefault(s.help, {}).setdefault((allowed, shown), []).append(owner)
     parts = []

@@ -78,8 +78,11 @@ def run(args) -> int:
             from fedsciml.engines.flower.images import run_setting
 
             require_flower()
-        # progress lines go to the log (stderr, as solve's); --quiet: none
-        res = run_setting(cfg=cfg, progress=(lambda s: None) if args.quiet else bench.log_progress, **setting)
+        # progress lines go to the log (stderr, as solve's); --quiet: none (nor the clients' training progress)
+        from fedsciml.runtime.history import loop_progress
+
+        with loop_progress(not args.quiet):
+            res = run_setting(cfg=cfg, progress=(lambda s: None) if args.quiet else bench.log_progress, **setting)
     except FileNotFoundError as e:  # a data file missing from --data-dir
         raise CLIError(str(e)) from None
     print()

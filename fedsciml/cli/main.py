@@ -165,7 +165,9 @@ def cmd_solve(args):
             for k, v in (getattr(cls, "paper_options", None) or {}).items():
                 popts.setdefault(k, v)
         problem = get_problem(args.problem, **popts)
-    with cli_names(args._method_flags):
+    from fedsciml.runtime.history import loop_progress
+
+    with cli_names(args._method_flags), loop_progress(not args.quiet):  # --quiet: no progress lines at all
         return _solve(args, problem)
 
 

@@ -60,26 +60,28 @@ SKIP_PROBLEM, SKIP_METHOD = ("penalty",), ("rounds",)
 
 def estimate_memory(clients, dim, samples, features="linear", rff_dim=300, cv=None, project=None, epsilon=None,
                     baselines=()) -> tuple[float, str]:
-    """``(bytes, how)``: the peak memory of a ``ridge`` run, estimated before anything is built (8-byte floats).
+    """``(bytes, how)``: the memory a ``ridge`` run needs besides the clients' data rows, estimated before
+    anything is built (8-byte floats) — the preset's terms of the driver's one memory check
+    (:func:`fedsciml.runtime.driver.plan` ``memory=``; the driver counts every client's rows itself).
 
-    The data (every client's rows, the 20 % test rows included), the clients' messages (square-root factors
-    ``min(n_k, m)×m`` with CV and no DP where ``2n_k ≤ m``, else packed Grams), the server's working set (a few
-    m×m matrices; with CV one more per σ and the candidate models ``K·|Σ|·m``), and the pooled oracle (the rows
-    once more, and d×d)."""
+    The projected rows (``--project``), the clients' messages (square-root factors ``min(n_k, m)×m`` with CV and
+    no DP where ``2n_k ≤ m``, else packed Grams), the server's working set (a few m×m matrices; with CV one more
+    per σ and the candidate models ``K·|Σ|·m``), the pooled oracle (the rows once more, and d×d) and the
+    baselines (``2·K·n·d``)."""
     d = int(rff_dim if features == "rff" else dim)
     m = int(project or d)
     K, n = int(clients), int(samples)
     n_train = n - n // 5
     S = len(cv) if cv else 0
     sqrt = bool(S) and epsilon is None and 2 * n_train <= m
-    data = K * n * (d + 1) + (K * n * m if project else 0)
+    data = K * n * m if project else 0
     msgs = K * (min(n_train, m) * (m + 1) if sqrt else m * (m + 1) // 2 + m)
     server = 4 * m * m + S * (m * m + K * m) + (min(K * 32 << 20, 6 * S * K * m) if S else 0)
     oracle = K * n_train * d + 2 * d * d
     base = 2 * K * n * d if baselines else 0
     total = 8.0 * (data + msgs + server + oracle + base)
-    how = (f"{K:,} clients × {n:,} rows × {d:,} features, {'square-root' if sqrt else 'Gram'} messages"
-           + (f", CV over {S} σ" if S else ""))
+    how = (f"{'square-root' if sqrt else 'Gram'} messages" + (f", CV over {S} σ" if S else "")
+           + (f", projection to {m}" if project else "") + ", the pooled oracle" + (", the baselines" if base else ""))
     return total, how
 
 
@@ -180,8 +182,7 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
     from fedsciml.core.stats import pooled_ridge
     from fedsciml.options import cli_names, display
     from fedsciml.problems import get_problem
-    from fedsciml.ridge.baselines import fedavg
-    from fedsciml.runtime.driver import check_memory, plan, run
+    from fedsciml.runtime.driver import plan, run
     from fedsciml.runtime.results import Result
 
     if features not in PROBLEMS:
@@ -196,17 +197,18 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
         raise ValueError(f"--baselines run in this process (engine local); with --engine {engine} leave them out")
     with cli_names(flags[0]) if flags[0] else _same():
         problem = get_problem(PROBLEMS[features], **{"penalty": "server", **problem_options})
+    # the preset's work besides the one-shot run (the oracle's pooled rows, the CV candidates, the baselines):
+    # its terms of the driver's memory check, from the validated one-shot configuration, checked once by plan()
+    def terms(prob, K, cfg):
+        return estimate_memory(K, prob.options.get("dim", 0), prob.n_samples, features, prob.options.get("rff_dim", 0),
+                               cfg.cv_sigmas, cfg.project, eps if use_dp else None, names)
+
     with cli_names(flags[1]) if flags[1] else _same():
         if "dp-fedavg" in names and not use_dp:
             raise ValueError(f"dp-fedavg needs {display('dp_epsilon')}")
         p = plan(problem, "one-shot", clients=clients, seed=seed, device=device, engine=engine, progress=progress,
-                 **method_options)  # every option of the run checked here, once
+                 memory=terms, **method_options)  # every option of the run checked here, once
     cfg, problem, K = p.config, p.problem, problem.default_clients if p.clients is None else p.clients
-    # the whole experiment's memory (the oracle's pooled rows, the CV candidates, the baselines) before it starts
-    need, how = estimate_memory(K, problem.options.get("dim", 0), problem.n_samples, features,
-                                problem.options.get("rff_dim", 0), cfg.cv_sigmas, cfg.project,  # type: ignore[attr-defined]
-                                eps if use_dp else None, names)
-    check_memory(need, f"ridge ({how})", p.device, "use fewer clients, features or samples per client")
     one = run(p)
     dev = p.device
     s_used = float(one.extra.get("sigma_used", cfg.sigma or 0.0))  # type: ignore[attr-defined]
@@ -235,21 +237,24 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
     out.append(_summary(central, w_c, mse_c, "centralized", 0))
     dropout = cfg.dropout  # type: ignore[attr-defined]
     for name in names:
-        # DP-FedAvg's per-row gradient clip 3: the best of 1, 3, 10, 30 on a public draw of the ridge-linear
-        # generator, none of the evaluated data (scripts/papers/oneshot-ridge/ridge_table5_privacy.py --fedavg-clip public)
+        # the registry's fedavg-sgd (FedProx: μ = 0.01, the paper's; DP-FedAvg: the one-shot's ε and δ) on the
+        # same problem and clients through the driver, with the σ the one-shot used.  DP-FedAvg's per-row
+        # gradient clip 3: the best of 1, 3, 10, 30 on a public draw of the ridge-linear generator, none of the
+        # evaluated data (scripts/papers/oneshot-ridge/ridge_table5_privacy.py --fedavg-clip public)
+        opts: dict = {"rounds": rounds, "mu": 0.01 if name == "fedprox" else 0.0, "sigma": s_used,
+                      "dropout": dropout}
+        if name == "dp-fedavg":
+            opts.update(dp_epsilon=eps, dp_delta=cfg.dp_delta, dp_grad_clip=3.0)  # type: ignore[attr-defined]
         t0 = time.perf_counter()
-        wb, _, binfo = fedavg(data, rounds=rounds, mu=0.01 if name == "fedprox" else 0.0, sigma=s_used, seed=seed,
-                              dropout=dropout, evaluate=ev,
-                              dp={"epsilon": eps, "delta": cfg.dp_delta, "clip": 3.0}  # type: ignore[attr-defined]
-                              if name == "dp-fedavg" else None)
-        rows = binfo.pop("rows")
+        rb = run(plan(problem, "fedavg-sgd", clients=int(K), seed=seed, device=dev, progress=progress, **opts))
+        binfo, rows = rb.extra, rb.history
         res = Result(problem=problem.name, method=name,
                      options={**problem.options, "rounds": rounds, "lr": binfo["lr"], "local_epochs":
                               binfo["local_epochs"], "mu": binfo["mu"], "sigma_used": s_used, "dropout": dropout},
-                     seed=seed, device=str(dev), dtype=str(wb.dtype).replace("torch.", ""), n_params=d,
+                     seed=seed, device=str(dev), dtype=rb.dtype, n_params=d,
                      clients=int(K), wall_time_s=time.perf_counter() - t0,
-                     final={"loss": rows[-1]["loss"], "mse": ev(wb)}, history=rows,
-                     extra=binfo, theta=wb)  # its "rows" popped above: the history
+                     final={"loss": rows[-1]["loss"], "mse": rb.final["mse"]}, history=rows,
+                     extra=binfo, theta=rb.theta)
         out.append(_summary(res, w_c, mse_c, f"{name}-{rounds}", rounds))
     return out
 
@@ -290,6 +295,17 @@ def run(args) -> int:
     with cli_names(args._ridge_flags):
         preset = check_options("ridge", declared(PRESET), given_options(args, "ropt_", declared(PRESET)))
     name = PROBLEMS[preset["features"]]
+    # a flag of the other ridge problem (--dim with --features rff): refused here, naming the flags this problem
+    # has in this subcommand (not its options without a flag, e.g. penalty: the preset puts σ at the server)
+    own = {k: f for k, f in args._problem_flags.items() if k in REGISTRY[name].specs()}
+    other = [args._problem_flags[k] for k in given_options(args, "popt_") if k not in own]
+    if other:
+        import difflib
+
+        hints = [f"{f} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(f, own.values(), 1)) else f
+                 for f in other]
+        raise CLIError(f"--features {preset['features']} ({name}) has no option {', '.join(hints)}; "
+                       f"allowed: {', '.join(sorted(own.values()))}")
     with cli_names(args._problem_flags):
         popts = given_options(args, "popt_", REGISTRY[name].specs(), f"problem {name!r}", errors=PROBLEM_ERRORS)
     with cli_names(args._method_flags):

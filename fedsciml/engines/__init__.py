@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fedsciml.images  # noqa: F401  (registers the image methods in the one registry, kind images)
 import fedsciml.methods  # noqa: F401  (the engines run registered methods)
+import fedsciml.ridge.baselines  # noqa: F401  (registers fedavg-sgd: the ridge SGD baselines, kind ridge)
 from fedsciml.runtime.driver import ENGINES, register_engine
 
 

@@ -130,8 +130,13 @@ class BenchImagesOptions(MethodConfig):
                                "the server rule of multi-round fedavg and fedfish"),
                 "warmup": (self.protocol == "warmup-refine", f"the warm-up of {display('protocol')} warmup-refine"),
                 "rounds": (not self.one_shot, "the rounds of a multi-round protocol")}
-        return {name: f"it is {what}, which this run ({display('protocol')} {self.protocol}, methods "
-                      f"{','.join(ran)}) does not include" for name, (on, what) in acts.items() if not on}
+        acts["participation"] = (not self.one_shot, "the fraction of clients sampled per round of a multi-round "
+                                                    "protocol (a one-shot exchange asks every client)")
+        out = {name: f"it is {what}, which this run ({display('protocol')} {self.protocol}, methods "
+                     f"{','.join(ran)}) does not include" for name, (on, what) in acts.items() if not on}
+        if self.iid:
+            out["split"] = f"it is the kind of Dirichlet split, and {display('iid')} splits IID"
+        return out
 
     def train_config(self, device: str = "cpu") -> M.TrainConfig:
         """The clients' training recipe (:class:`~fedsciml.images.methods.TrainConfig`) these options set."""

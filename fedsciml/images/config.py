@@ -69,7 +69,7 @@ class ImageConfig(MethodConfig):
 
     protocol: str = option("one-shot", "one-shot (every client trains once from the shared initialization, one "
                                        "merge) or rounds (multi-round)", str, choices=PROTOCOLS)
-    rounds: int | None = option(None, "communication rounds", int, lo=0,
+    rounds: int | None = option(None, "communication rounds (a run of none would report no accuracy)", int, lo=1,
                                 none="one-shot: one round; rounds: 15")
     dropout: float = option(0.0, "probability that a sampled client fails to answer", float, lo=0, hi=1,
                             hi_open=True)

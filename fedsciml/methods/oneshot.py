@@ -70,6 +70,7 @@ from fedsciml.core import linalg
 from fedsciml.methods.aggregators import Aggregator
 from fedsciml.methods.gn import GNAggregator
 from fedsciml.core.schema import Field, MessageRejected, Schema
+from fedsciml.options import display
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.client import Client, register_handler
 from fedsciml.runtime.transport import Reply, Request
@@ -141,7 +142,7 @@ def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dic
     from fedsciml.core.stats import client_message, to_gn
 
     if transform.get("max_rows") is not None and J.shape[0] > int(transform["max_rows"]):
-        raise ValueError(f"client {cid} holds {J.shape[0]} rows, more than the public bound dp_max_rows="
+        raise ValueError(f"client {cid} holds {J.shape[0]} rows, more than the public bound {display('dp_max_rows')}="
                          f"{transform['max_rows']} the secure sum is sized for; it sends nothing")
     A, b = client_rows(r, J, transform)
     dp = transform.get("dp")
@@ -266,8 +267,10 @@ class OneShotStrategy(Strategy):
                 raise ValueError("leave-one-client-out CV needs each client's statistics, which central DP (secure "
                                  "aggregation) hides from the server; give sigma directly or use local DP")
         self.cv_sigmas = cv_sigmas
-        if self.dp is not None and self.dp["central"] and self.dp["epsilon"] != math.inf and not secure_sum:
-            logger.warning(CENTRAL_DP_TRUST)
+        # said once the fusion has happened (aggregate_round), so that a run refused by a check below or by a
+        # site prints its one line, not this one beside it
+        self._trusts_server = bool(self.dp is not None and self.dp["central"] and self.dp["epsilon"] != math.inf
+                                   and not secure_sum)
         if form not in ("auto", "gram", "sqrt"):
             raise ValueError(f"one-shot message form must be auto, gram or sqrt, got {form!r}")
         if form == "sqrt" and self.dp is not None:
@@ -334,7 +337,7 @@ class OneShotStrategy(Strategy):
         ``min_survivors``, or every site sampled for the round; more than sampled is refused."""
         t = int(sampled) if self.min_survivors is None else self.min_survivors
         if t > int(sampled):
-            raise ValueError(f"central DP: dp_min_survivors={t} sites' noise shares must reach the sum, but only "
+            raise ValueError(f"central DP: {display('dp_min_survivors')}={t} sites' noise shares must reach the sum, but only "
                              f"{sampled} sites are asked")
         self._shares = t
         return t
@@ -622,6 +625,8 @@ class OneShotStrategy(Strategy):
             self.theta = self.theta + ridge_solve(H, -g, self.sigma)
             self.noise = {"sigma_used": float(self.sigma), "form_used": "gram"}
         self.fused = len(replies.ok)
+        if self._trusts_server:
+            logger.warning(CENTRAL_DP_TRUST)
         return {"answered": len(replies.ok)}
 
     def finished(self, run):

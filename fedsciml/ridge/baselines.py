@@ -40,14 +40,18 @@ equal (ε, δ).)
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from fedsciml.core import privacy
+from fedsciml.options import MethodConfig, OptionError, display, option
 from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.runtime.client import Client, register_handler
-from fedsciml.runtime.transport import LocalTransport, Reply, Request
+from fedsciml.runtime.driver import METHODS, register_method
+from fedsciml.runtime.transport import BytesTransport, LocalTransport, Reply, Request
 from fedsciml.core.objective import LinearLeastSquares
 
 SGD_KEYS = ("lr", "local_epochs", "mu", "sigma_share", "batch_size", "dp_clip", "dp_z", "seed", "round")
@@ -185,58 +189,165 @@ class RidgeAveraging(AveragingStrategy):
         return {k: v for k, v in self.sgd.items() if v is not None}
 
 
+@dataclass(frozen=True)
+class SGDAveragingConfig(MethodConfig):
+    """``fedavg-sgd``: FedAvg with local minibatch SGD on ridge clients (FedProx with ``mu`` > 0, DP-FedAvg with
+    ``dp_epsilon``) — the ridge baselines, in the one registry (kind ``ridge``).  σ is the method's own (a term
+    ``(σ/2N)‖w‖²`` of each client's mean loss), so the driver runs it on the problem's data rows only
+    (``penalty="server"``), as it runs ``one-shot``."""
+
+    method: ClassVar[str] = "fedavg-sgd"
+    holds_sigma: ClassVar[bool] = True  # the driver: σ is this method's, not residual rows on every client
+    engines: ClassVar[tuple[str, ...]] = ("local",)  # its clients (RidgeClient) answer in this process only
+
+    rounds: int = option(100, "communication rounds", int, lo=1)
+    lr: float = option(0.01, "local SGD learning rate η (on each client's mean loss)", float, lo=0, lo_open=True)
+    local_epochs: int = option(5, "local epochs E per round", int, lo=1)
+    batch_size: int | None = option(32, "local minibatch size (one seeded reshuffle per epoch)", int, lo=1,
+                                    none="full batch (batch_size=None in Python)")
+    mu: float = option(0.0, "proximal weight μ (0: FedAvg's local loss)", float, lo=0)  # > 0: FedProx
+    sigma: float | None = option(None, "ridge σ of the clients' local loss (σ/2N)‖w‖²", float, lo=0,
+                                 none="the problem's ridge σ")
+    dp_epsilon: float | None = option(None, "DP-FedAvg: ε of the run (full-batch DP-GD steps, RDP accountant)",
+                                      float, lo=0, lo_open=True, none="no DP")
+    dp_delta: float = option(1e-5, "DP δ", float, lo=0, hi=1, lo_open=True, hi_open=True)
+    dp_grad_clip: float = option(1.0, "DP-FedAvg per-row gradient clip C_g", float, lo=0, lo_open=True)
+    participation: float = option(1.0, "fraction of the clients sampled per round", float, lo=0, lo_open=True, hi=1)
+    dropout: float = option(0.0, "probability that a sampled client fails to answer", float, lo=0, hi=1,
+                            hi_open=True)
+    transport: str = option("local", "how requests reach the clients: local (clients of equal size batched) or "
+                                     "bytes (every request and reply round-tripped through bytes)",
+                            str, choices=("local", "bytes"))
+    vectorize: bool = option(True, "batch the local SGD of clients of equal size (False: each alone; the same "
+                                   "numbers)", bool, cli=False)
+
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        if self.dp_epsilon is None:
+            for k in ("dp_delta", "dp_grad_clip"):
+                out[k] = f"DP-FedAvg is on with {display('dp_epsilon')}"
+        else:
+            out["batch_size"] = "DP-FedAvg's local steps are full-batch DP-GD"
+        return out
+
+    def forms_jacobians(self) -> bool:
+        return False
+
+    def name(self) -> str:
+        """``dp-fedavg``, ``fedprox`` or ``fedavg``: what this configuration runs."""
+        return "dp-fedavg" if self.dp_epsilon is not None else "fedprox" if self.mu else "fedavg"
+
+
+def sgd_transport(data, ids, vectorize: bool = True, kind: str = "local"):
+    """The clients' in-process transport: :class:`RidgeTransport` over :class:`RidgeClient` s with ids ``ids``
+    (``kind="bytes"``: every request and reply through bytes on top of it; the same model bit for bit)."""
+    local = RidgeTransport([RidgeClient(c, A, b) for c, (A, b) in zip(ids, data)], vectorize=vectorize)
+    return BytesTransport(local, device=data[0][0].device) if kind == "bytes" else local
+
+
+def run_sgd_averaging(problem, objectives, theta0, evaluate, config: SGDAveragingConfig, *, seed: int = 0,
+                      progress: bool = False, every: int = 10, message_hook=None, transport=None):
+    """The ``fedavg-sgd`` runner (the driver's signature): FedAvg / FedProx / DP-FedAvg with local SGD
+    (:func:`local_sgd`) on the clients' rows ``(A_k, b_k)`` (their :class:`LinearLeastSquares` objectives),
+    :class:`RidgeAveraging` on the round loop.  ``transport``: the clients' transport when the caller built it
+    (:func:`fedavg`'s client ids), else :func:`sgd_transport` over the objectives (ids ``0 … K−1``).
+    Returns ``(θ, history rows, info)``; DP-FedAvg's noise multiplier from the RDP accountant over
+    ``rounds·local_epochs`` steps."""
+    from fedsciml.ridge.protocol import check_finite
+    from fedsciml.runtime.loop import RoundConfig, Simulation
+
+    cfg = config
+    data = [(o.A, o.b) for o in objectives]
+    if not data:
+        raise ValueError("no clients: at least one client's data are needed")
+    check_finite(data)
+    N = sum(int(A.shape[0]) for A, _ in data)
+    rounds, local_epochs = int(cfg.rounds), int(cfg.local_epochs)
+    info: dict = {"rounds": rounds, "lr": cfg.lr, "local_epochs": local_epochs, "mu": cfg.mu}
+    z, clip, batch_size = 0.0, None, cfg.batch_size
+    if cfg.dp_epsilon is not None:
+        batch_size = None
+        steps = rounds * local_epochs
+        clip = float(cfg.dp_grad_clip)
+        z = privacy.noise_multiplier(cfg.dp_epsilon, cfg.dp_delta, method="rdp", steps=steps)
+        info.update(dp_noise_multiplier=z, dp_steps=steps, dp_clip=clip,
+                    dp_epsilon_rdp=privacy.epsilon_of(z, cfg.dp_delta, "rdp", steps) if z > 0 else math.inf)
+    sgd = {"lr": float(cfg.lr), "local_epochs": local_epochs, "mu": float(cfg.mu),
+           "sigma_share": float(cfg.sigma or 0.0) / N, "batch_size": None if not batch_size else int(batch_size),
+           "dp_clip": clip, "dp_z": z}
+    name = cfg.name()
+    strategy = RidgeAveraging(sgd, seed, name)
+    tr = transport if transport is not None else sgd_transport(data, range(len(data)), cfg.vectorize, cfg.transport)
+    rc = RoundConfig(rounds=rounds, seed=int(seed), dropout=float(cfg.dropout), participation=float(cfg.participation),
+                     checked=True)  # the typed options checked these values, once
+    sim = Simulation(tr, evaluate, rc, label=name, progress=progress, every=every, message_hook=message_hook)
+    w, rows, run = sim.run(strategy, theta0)
+    info.update(floats_sent=run["floats_up"] + run["floats_down"], time_s=run["solver_time_s"],
+                rejections=run["rejections"])
+    return w, rows, info
+
+
+if "fedavg-sgd" not in METHODS:  # importing twice (reload) registers nothing twice
+    register_method("fedavg-sgd", SGDAveragingConfig, run_sgd_averaging,
+                    "FedAvg with local minibatch SGD on ridge clients (FedProx: mu > 0, DP-FedAvg: dp_epsilon); "
+                    "the ridge baselines", kinds=("ridge",))
+
+
+def _data_rows(data, evaluate=None):
+    """Given clients' rows ``[(A_k, b_k)]`` as the problem the driver runs (:func:`fedsciml.ridge.one_shot`'s,
+    the linear residuals, θ₀ = 0, no memory estimate), with ``evaluate`` (``w -> test MSE``) when given."""
+    from fedsciml.ridge.protocol import _ClientRows
+
+    rows = _ClientRows(data, int(data[0][0].shape[1]))
+    if evaluate is not None:
+        rows.evaluate = lambda theta: {"mse": evaluate(theta)}  # type: ignore[method-assign]
+    return rows
+
+
 def fedavg(data, rounds: int = 100, lr: float = 0.01, local_epochs: int = 5, mu: float = 0.0, sigma: float = 0.0,
            batch_size: int | None = 32, seed: int = 0, evaluate=None, every: int = 1, dp: dict | None = None,
            dropout: float = 0.0, participation: float = 1.0, transport: str = "local", client_ids=None,
            vectorize: bool = True):
-    """FedAvg (``mu=0``) / FedProx (``mu>0``) / DP-FedAvg (``dp={'epsilon','delta','clip'}``) on the round loop.
+    """FedAvg (``mu=0``) / FedProx (``mu>0``) / DP-FedAvg (``dp={'epsilon','delta','clip'}``) on the round loop:
+    method ``fedavg-sgd`` planned and run by the one driver (:func:`fedsciml.runtime.driver.plan` checks every
+    option once, as a :class:`SGDAveragingConfig`) on the given rows.
 
     Returns ``(w, history, info)``; history rows ``{round, mse, floats_sent, time_s}`` every ``every`` rounds
     (with ``evaluate``: ``w -> test MSE``).  ``dp`` forces full-batch local steps.  ``dropout``,
     ``participation``: the loop's seeded client sampling each round.  ``transport``: ``"local"`` (clients of
     equal size batched; ``vectorize=False``: each client computed alone) or ``"bytes"`` (every request and reply
     through bytes; the same model bit for bit).  ``client_ids``: the clients' ids (default ``0 … K−1``), which
-    seed their generators.
+    seed their generators.  ``info["rows"]``: the round loop's history rows.
     """
-    from fedsciml.runtime.loop import RoundConfig, Simulation
-    from fedsciml.runtime.transport import BytesTransport
+    from fedsciml.runtime.driver import plan, run
 
-    for name, v, lo in (("rounds", rounds, 1), ("local_epochs", local_epochs, 1)):
-        if int(v) != v or v < lo:
-            raise ValueError(f"{name} must be an integer ≥ {lo}, got {v}")
-    if not lr > 0 or mu < 0 or sigma < 0:
-        raise ValueError(f"need lr > 0, mu ≥ 0, sigma ≥ 0; got lr={lr}, mu={mu}, sigma={sigma}")
-    if transport not in ("local", "bytes"):
-        raise ValueError(f"transport must be local or bytes, got {transport!r}")
     if not data:
         raise ValueError("no clients: at least one client's data are needed")
+    if isinstance(every, bool) or int(every) != every or every < 1:
+        raise ValueError(f"every must be an integer ≥ 1, got {every!r}")
+    ids = list(range(len(data))) if client_ids is None else [int(c) for c in client_ids]
+    if len(ids) != len(data) or len(set(ids)) != len(ids):
+        raise ValueError(f"client_ids must be {len(data)} distinct ids, got {ids}")
+    opts: dict = dict(rounds=rounds, lr=lr, local_epochs=local_epochs, mu=mu, sigma=sigma, dropout=dropout,
+                      participation=participation, transport=transport, vectorize=vectorize)
+    if dp is not None:  # DP-FedAvg: full-batch DP-GD local steps (batch_size does not apply)
+        unknown = sorted(set(dp) - {"epsilon", "delta", "clip"})
+        if unknown or "epsilon" not in dp or "delta" not in dp:
+            raise OptionError(f"dp must be {{'epsilon', 'delta'[, 'clip']}}, got keys {sorted(dp)}")
+        opts.update(dp_epsilon=dp["epsilon"], dp_delta=dp["delta"], dp_grad_clip=dp.get("clip", 1.0))
+    else:
+        opts["batch_size"] = batch_size or None  # 0 / None: full batch
+    config = SGDAveragingConfig.from_options(opts)
+    rows_problem = _data_rows(data, evaluate)
     from fedsciml.ridge.protocol import check_finite
 
-    check_finite(data)
-    d = int(data[0][0].shape[1])
-    N = sum(int(A.shape[0]) for A, _ in data)
-    ids = list(range(len(data))) if client_ids is None else [int(c) for c in client_ids]
-    info = {"rounds": rounds, "lr": lr, "local_epochs": local_epochs, "mu": mu}
-    z, clip = 0.0, None
-    if dp is not None:
-        batch_size = None
-        steps = rounds * local_epochs
-        clip = float(dp.get("clip", 1.0))
-        z = privacy.noise_multiplier(dp["epsilon"], dp["delta"], method="rdp", steps=steps)
-        info.update(dp_noise_multiplier=z, dp_steps=steps, dp_clip=clip,
-                    dp_epsilon_rdp=privacy.epsilon_of(z, dp["delta"], "rdp", steps) if z > 0 else math.inf)
-    sgd = {"lr": float(lr), "local_epochs": int(local_epochs), "mu": float(mu), "sigma_share": float(sigma) / N,
-           "batch_size": None if not batch_size else int(batch_size), "dp_clip": clip, "dp_z": z}
-    name = "dp-fedavg" if dp is not None else "fedprox" if mu else "fedavg"
-    strategy = RidgeAveraging(sgd, seed, name)
-    local = RidgeTransport([RidgeClient(c, A, b) for c, (A, b) in zip(ids, data)], vectorize=vectorize)
-    tr = BytesTransport(local, device=data[0][0].device) if transport == "bytes" else local
-    ev = (lambda w: {"mse": evaluate(w)}) if evaluate is not None else (lambda w: {})
-    sim = Simulation(tr, ev, RoundConfig(rounds=int(rounds), seed=int(seed), dropout=float(dropout),
-                                         participation=float(participation)), label=name)
-    w, rows, run = sim.run(strategy, torch.zeros(d, dtype=data[0][0].dtype, device=data[0][0].device))
+    check_finite(data)  # before the transport is built (the runner checks the driver's objectives again)
+    tr = sgd_transport(data, ids, config.vectorize, config.transport)  # type: ignore[attr-defined]
+    res = run(plan(rows_problem, "fedavg-sgd", clients=len(data), seed=seed, device=data[0][0].device,
+                   config=config, transport=tr))
+    rows = res.history
+    info = dict(res.extra)
     hist = [{"round": r["step"], "mse": r["mse"], "floats_sent": r["floats_sent"], "time_s": r["time_s"]}
             for r in rows[1:] if evaluate is not None and (r["step"] % every == 0 or r["step"] == rounds)]
-    info.update(floats_sent=run["floats_up"] + run["floats_down"], time_s=run["solver_time_s"],
-                rejections=run["rejections"], rows=rows)
-    return w, hist, info
+    info["rows"] = rows
+    return res.theta, hist, info

@@ -118,13 +118,17 @@ def _check_config_class(name: str, config) -> None:
 
 
 def register_method(name: str, config: type[MethodConfig], runner: str | Callable, description: str = "", *,
-                    federated: bool = True, replace: bool = False) -> MethodSpec:
-    """Add a solve method (it applies to every problem kind): its typed configuration class, its runner and a
-    one-line description."""
+                    federated: bool = True, replace: bool = False,
+                    kinds: tuple[str, ...] = PROBLEM_KINDS) -> MethodSpec:
+    """Add a solve method: its typed configuration class, its runner and a one-line description.  It applies
+    to every problem kind, or to ``kinds`` (problem kinds; e.g. the ridge SGD baselines: ``("ridge",)``)."""
     _check_config_class(name, config)
     if name in METHODS and not replace:
         raise ValueError(f"a method named {name!r} is already registered; pass replace=True")
-    spec = MethodSpec(name, config, runner, description, federated)
+    if not kinds or any(k not in PROBLEM_KINDS for k in kinds):
+        raise ValueError(f"method {name!r}: kinds must be problem kinds ({', '.join(PROBLEM_KINDS)}), got {kinds!r}; "
+                         f"other kinds are added with add_kind")
+    spec = MethodSpec(name, config, runner, description, federated, tuple(kinds))
     METHODS[name] = spec
     return spec
 
@@ -238,6 +242,16 @@ def check_memory(n_bytes: float, what: str, device=None, hint: str = "") -> None
                           f"available{'; ' + hint if hint else ''}")
 
 
+def own_kind(problem) -> bool:
+    """Whether ``problem`` is a task of a kind added with :func:`add_kind` (e.g. ``images``), which brings its own
+    ``check_objectives(objectives, θ₀)`` and ``estimate_memory(clients, config, method)``.  A problem — of a
+    problem kind or of none, a user's own :class:`~fedsciml.problems.Problem` subclass — gets the driver's
+    check and estimate even where it has methods of those names (its own helpers, of another meaning)."""
+    kind = getattr(problem, "kind", None)
+    return (isinstance(kind, str) and kind not in PROBLEM_KINDS
+            and any(kind in m.uses for m in METHODS.values()))
+
+
 def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "") -> tuple[float, str] | None:
     """``(bytes, how)``: the data of every client, and per row what the method's chosen form holds at once
     (:meth:`MethodConfig.memory_form`, 8-byte floats): the residual Jacobian's p columns for the dense
@@ -245,7 +259,7 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
     (:func:`fedsciml.core.matfree.graph_floats_per_row`) when the automatic or named form is matrix-free,
     nothing more for first-order methods; ``None`` when the problem cannot say how many rows a client holds.
     A task with its own ``estimate_memory(clients, config, method)`` (the image tasks) gives its own estimate."""
-    if hasattr(problem, "estimate_memory"):
+    if own_kind(problem):
         return problem.estimate_memory(clients, config, method)
     rows = problem.rows_per_client(clients)
     if rows is None:
@@ -278,9 +292,19 @@ def _options(problem, config: MethodConfig) -> dict:
     return out
 
 
-def check_run_memory(problem, method: str, clients: int, config: MethodConfig, device=None) -> None:
-    """Refuse, before any data is built, a run whose estimated memory exceeds what is available."""
+#: a caller's memory terms around a run: ``fn(problem, clients, config) -> (bytes, how)``, called by :func:`plan`
+#: with the validated configuration (the ``ridge`` preset's pooled oracle, CV candidates and baselines)
+MemoryTerms = Callable[[Any, int, MethodConfig], "tuple[float, str]"]
+
+
+def check_run_memory(problem, method: str, clients: int, config: MethodConfig, device=None,
+                     extra: tuple[float, str] | None = None) -> None:
+    """Refuse, before any data is built, a run whose estimated memory exceeds what is available.  ``extra``:
+    ``(bytes, how)`` a caller adds to the run's estimate (a preset's work around the run: the ``ridge``
+    preset's pooled oracle, CV candidates and baselines), checked together, once."""
     est = estimate_memory(problem, clients, config, method)
+    if extra is not None:
+        est = (extra[0], extra[1]) if est is None else (est[0] + extra[0], f"{est[1]}; {extra[1]}")
     if est is not None:
         check_memory(est[0], f"{problem.name} with {method} ({est[1]})", device,
                      "use fewer clients or fewer points per client")
@@ -290,22 +314,24 @@ def _ridge_sigma_once(problem, method: str, config: MethodConfig):
     """On a ridge problem σ counts once.  ``one-shot`` runs the ridge protocol: the clients hold their data rows
     only (problem option ``penalty="server"``) and the fused step adds ``σI`` — the method's ``sigma`` when given
     (it then becomes the problem's σ, so that the recorded options say what ran), else the problem's ``sigma``.
+    A method whose configuration says it holds σ itself (class attribute ``holds_sigma``, e.g. the ridge SGD
+    baselines' ``fedavg-sgd``: σ a term of each client's local loss) is treated the same way.
     Every other method needs the penalty as residual rows (``penalty="rows"``).  A ridge problem without a
     ``penalty`` option (``table``) has no σ of its own: the one-shot method's ``sigma`` (default 0) is the only one."""
     if getattr(problem, "kind", None) != "ridge" or "penalty" not in problem.options:
         return problem, config  # (a table problem has no penalty rows: σ is the one-shot method's alone)
-    if method != "one-shot":
+    if method != "one-shot" and not getattr(config, "holds_sigma", False):
         if problem.options.get("penalty") == "server":
             raise ValueError(f"problem option penalty='server' leaves σ to the one-shot server; method {method!r} "
                              f"needs penalty='rows' (σ as residual rows on every client)")
         return problem, config
     import dataclasses
 
-    sigma = getattr(config, "sigma")  # a one-shot configuration (OneShotConfig)
+    sigma = getattr(config, "sigma")  # a configuration with a sigma option (OneShotConfig, holds_sigma ones)
     s = problem.options["sigma"] if sigma is None else float(sigma)
     if problem.options.get("penalty") != "server" or s != problem.options["sigma"]:
         problem = type(problem)(**{**problem.options, "sigma": s, "penalty": "server"})
-    return problem, dataclasses.replace(config, sigma=s)  # type: ignore[call-arg]  # OneShotConfig has sigma
+    return problem, dataclasses.replace(config, sigma=s)  # type: ignore[call-arg]  # the config has sigma
 
 
 @dataclass(frozen=True)
@@ -332,9 +358,11 @@ class Plan:
 
 def plan(problem, method: str = "centralized", clients: int | None = None, seed: int = 0, device="cpu",
          progress: bool = False, every: int = 10, message_hook=None, config: MethodConfig | None = None,
-         engine: str = "local", **options: Any) -> Plan:
+         engine: str = "local", memory: MemoryTerms | None = None, **options: Any) -> Plan:
     """Check a run — every option, the seed, clients, device, engine and (in process) its memory — once.
-    Raises what :func:`solve` raises for bad input; builds no data."""
+    Raises what :func:`solve` raises for bad input; builds no data.  ``memory``: a caller's work around the run,
+    ``fn(problem, clients, config) -> (bytes, how)`` called with the validated configuration, added to the run's
+    own estimate (:func:`check_run_memory`)."""
     kind = getattr(problem, "kind", "") or ""
     spec = get_method(method, kind)
     use = spec.use(kind)
@@ -345,6 +373,9 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
         runtime["transport"] = options.pop("transport")
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    engines = getattr(use.config, "engines", None)  # a configuration may name the engines it runs on
+    if engines is not None and engine not in engines:
+        raise ValueError(f"method {method!r} runs on engine {', '.join(engines)} only, got engine {engine!r}")
     if config is None:
         config = use.config.from_options(options)
     elif options:
@@ -359,6 +390,8 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
         raise ValueError(f"every must be an integer ≥ 1, got {every!r}")
     dev = resolve_device(device)
     problem, config = _ridge_sigma_once(problem, method, config)
+    n_clients = problem.default_clients if clients is None else clients
+    extra = None if memory is None else memory(problem, n_clients, config)
     if engine != "local":
         if runtime:
             raise ValueError(f"engine {engine!r} brings its own transport; do not give one")
@@ -366,8 +399,11 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
             raise ValueError(f"message_hook runs in this process; it does not apply to engine {engine!r}")
         if getattr(config, "transport", "local") != "local":  # the engine's transport carries the messages
             raise ValueError(f"transport={config.transport!r} applies to engine 'local'; engine {engine!r} brings its own")
+        if extra is not None:  # the caller's work around the run stays in this process
+            check_memory(extra[0], f"{problem.name} with {method} ({extra[1]})", dev,
+                         "use fewer clients or fewer points per client")
     else:
-        check_run_memory(problem, method, problem.default_clients if clients is None else clients, config, dev)
+        check_run_memory(problem, method, n_clients, config, dev, extra)
     return Plan(problem, method, spec, config, clients, seed, dev, device, engine, progress, every, message_hook,
                 runtime)
 
@@ -388,7 +424,7 @@ def run(p: Plan) -> Result:
     torch.manual_seed(p.seed)
     objectives = problem.client_objectives(clients, seed=p.seed, device=dev)
     theta0 = problem.init_params(p.seed, device=dev)
-    getattr(problem, "check_objectives", check_objectives)(objectives, theta0)  # a task of its own kind checks its own
+    (problem.check_objectives if own_kind(problem) else check_objectives)(objectives, theta0)
     t0 = time.perf_counter()
     theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
                                progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)

@@ -13,12 +13,23 @@ import time
 from contextlib import contextmanager
 
 log = logging.getLogger("fedsciml.progress")
-_BARS = {"on": False}
+_BARS = {"on": False, "loops": True}
 
 
 def use_progress_bars(on: bool = True) -> None:
     """Show a ``tqdm`` bar instead of progress lines when stderr is a terminal (the CLI turns this on)."""
     _BARS["on"] = bool(on)
+
+
+@contextmanager
+def loop_progress(on: bool = True):
+    """Within the block, :class:`Progress` shows (``on``) or keeps silent (a command's ``--quiet``: no progress
+    lines, no bars, whatever the loop's length)."""
+    before, _BARS["loops"] = _BARS["loops"], bool(on)
+    try:
+        yield
+    finally:
+        _BARS["loops"] = before
 
 
 def _bar(total, label):
@@ -35,14 +46,16 @@ class Progress:
     Where bars are on (:func:`use_progress_bars`) and stderr is a terminal: a ``tqdm`` bar that appears only once
     the loop has run ``delay`` seconds (short loops stay silent) and goes away when it ends.  Otherwise a line to
     the logger ``fedsciml.progress`` at INFO each ``log_every`` seconds while the loop runs (none for a loop
-    shorter than that), so a log file shows that a long loop is alive.  Costs a clock read per step."""
+    shorter than that), so a log file shows that a long loop is alive.  Costs a clock read per step.  Silent
+    within :func:`loop_progress` ``(False)`` (the commands' ``--quiet``)."""
 
     def __init__(self, total: int, label: str, *, unit: str = "step", delay: float = 1.0, log_every: float = 30.0):
         self.total, self.label, self.unit, self.n = int(total), label, unit, 0
         self.log_every = float(log_every)
         self._t0 = self._last = time.perf_counter()
         self._bar = None
-        if _BARS["on"] and sys.stderr.isatty():
+        self._silent = not _BARS["loops"]  # within loop_progress(False): count only
+        if _BARS["on"] and not self._silent and sys.stderr.isatty():
             from tqdm import tqdm
 
             self._bar = tqdm(total=self.total, desc=label, unit=unit, leave=False, file=sys.stderr,
@@ -52,6 +65,8 @@ class Progress:
         self.n += n
         if self._bar is not None:
             self._bar.update(n)
+            return
+        if self._silent:
             return
         now = time.perf_counter()
         if now - self._last >= self.log_every:

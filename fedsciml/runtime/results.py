@@ -316,6 +316,13 @@ def method_settings(r: Result) -> str:
         parts.append(f"local adam τ={o.get('local_steps')} lr={o.get('lr')}")
     if r.method == "fedprox":
         parts.append(f"μ={o.get('mu')}")
+    if r.method == "fedavg-sgd":  # the ridge SGD baselines: options are the run's own (no strategy summary)
+        ro = r.options
+        parts.append(f"local SGD {ro.get('local_epochs')} epochs, batch {ro.get('batch_size')}, lr={ro.get('lr')}")
+        if ro.get("mu"):
+            parts.append(f"μ={ro.get('mu')} (FedProx)")
+        if ro.get("dp_epsilon") is not None:
+            parts.append(f"DP ε={ro.get('dp_epsilon')}, δ={ro.get('dp_delta')}")
     return ", ".join(parts)
 
 

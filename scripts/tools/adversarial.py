@@ -798,6 +798,58 @@ def _cli_cases():
     return cases
 
 
+def _dialect_cases():
+    """The one option dialect, the one method registry and today's options (2026-11-24): problem options declared
+    with fs.option, FLOATS/PATHS text parsed once, SPRING momentum, central DP's survivors and row bound, image
+    methods in the one registry, bench images' generated flags.  Each bad value: one clear line."""
+    cases = []
+    G = "cli-dialect"
+
+    def C(name, argv, expect="error", check=None, **kw):
+        cases.append(Case(name, G, "cli", argv, expect=expect, check=check, **kw))
+
+    one = ["solve", "ridge-linear", "--method", "one-shot", "--clients", "3", "--n-samples", "40", "--quiet"]
+    lm = ["solve", "sin1d", "--n-samples", "20", "--max-iters", "1", "--quiet"]
+    for extra in (["--momentum", "1"], ["--momentum", "-0.1"], ["--momentum", "nan"],
+                  ["--momentum", "0.5", "--optimizer", "adam"]):
+        C("solve centralized " + " ".join(extra), lm + extra)
+    C("solve fipa --momentum 0.5 (gn and lm only)", SOLVE + ["--momentum", "0.5"])
+    C("solve gn --momentum 1", GN + ["--momentum", "1"])
+    C("solve sin1d --method regmean (an image method)", lm + ["--method", "regmean"])
+    C("solve sin1d --compare fedbens (an image method)", lm + ["--compare", "fedbens"])
+    C("solve bratu --tables a.csv (another problem's option)", ["solve", "bratu", "--tables", "a.csv", "--quiet"])
+    C("solve bratu --n-interior 1e3 (int option as text)", ["solve", "bratu", "--n-interior", "1e3", "--quiet"])
+    C("solve bratu --sampling bogus", ["solve", "bratu", "--sampling", "bogus", "--quiet"])
+    C("solve heat-inverse --data-seed -1", ["solve", "heat-inverse", "--data-seed", "-1", "--quiet"])
+    C("solve heat-inverse --noise -1", ["solve", "heat-inverse", "--noise", "-1", "--quiet"])
+    C("solve table --tables , (no paths)", ["solve", "table", "--tables", ",", "--quiet"])
+    C("solve ridge-linear --decay 3 (flat spectrum: no effect)", one + ["--decay", "3"])
+    C("solve heat-inverse --data-seed 3 (noise 0: no effect)", ["solve", "heat-inverse", "--data-seed", "3",
+                                                                "--quiet"])
+    C("solve poisson --dim 1 --n-boundary 7 (1D: no effect)", ["solve", "poisson", "--dim", "1", "--n-boundary",
+                                                               "7", "--max-iters", "1", "--quiet"])
+    for grid in ("1,nan", "1,inf", "1e-3:1e3:100000", "", "1:2", "a,b", "-1,2"):
+        C(f"solve one-shot --cv-sigmas {grid!r}", one + ["--cv-sigmas", grid])
+    C("solve one-shot --dp-min-survivors 2 (DP off)", one + ["--dp-min-survivors", "2"])
+    C("solve one-shot --dp-max-rows 5 (central DP off)", one + ["--dp-epsilon", "1", "--dp-max-rows", "5"])
+    C("solve one-shot --dp-min-survivors 0", one + ["--dp-epsilon", "1", "--dp-central", "--dp-min-survivors", "0"])
+    C("solve one-shot --dp-min-survivors 9 > clients 3", one + ["--dp-epsilon", "1", "--dp-central",
+                                                                "--dp-min-survivors", "9"])
+    C("solve one-shot central DP --dp-max-rows 5 in process (sites hold more rows)",
+      one + ["--dp-epsilon", "1", "--dp-central", "--dp-max-rows", "5"])
+    C("ridge --dp-min-survivors 2 (DP off)", RIDGE + ["--dp-min-survivors", "2"])
+    C("ridge --epsilon 1 --dp-central --dp-min-survivors 0", RIDGE + ["--epsilon", "1", "--dp-central",
+                                                                      "--dp-min-survivors", "0"])
+    C("ridge --epsilon 1 --dp-max-rows 3 (central DP off)", RIDGE + ["--epsilon", "1", "--dp-max-rows", "3"])
+    for extra in (["--participation", "0.5"], ["--iid", "--split", "hsu"], ["--iid", "--alpha", "0.5"],
+                  ["--methods", "regmean", "--protocol", "rounds"], ["--methods", "centralized"],
+                  ["--methods", "fedavg", "--rank", "3"], ["--methods", "fedavg", "--modes", "3"],
+                  ["--checkpoint", "{dir}/ck"], ["--resume"], ["--rounds", "3"], ["--warmup", "3"],
+                  ["--methods", ",,"], ["--server-opt", "sgd"], ["--protocol", "bogus"]):
+        C("bench images " + " ".join(extra), IMAGES + extra)
+    return cases
+
+
 def _issue23_cases():
     """One case per finding of issue 23 (correctness and records), each expected as a clear error or handled."""
     cases = []
@@ -925,7 +977,7 @@ return {{"clean": clean.final["mse"], "mse": r.final["mse"], "rejected": [x["cli
 
 
 def all_cases():
-    return _cli_cases() + _api_cases() + _table_cases() + _issue23_cases()
+    return _cli_cases() + _api_cases() + _table_cases() + _issue23_cases() + _dialect_cases()
 
 
 # ------------------------------------------------------------------------------------- execution

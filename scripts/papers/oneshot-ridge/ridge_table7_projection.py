@@ -38,7 +38,8 @@ def main():
     K = 20
     per_seed = []
     for seed in range(args.seeds):
-        prob = get_problem("ridge-linear", dim=args.dim, spectrum=args.spectrum, decay=args.decay)
+        prob = get_problem("ridge-linear", dim=args.dim, spectrum=args.spectrum,
+                           **({"decay": args.decay} if args.spectrum == "powerlaw" else {}))  # flat: no decay
         data = prob.client_data(K, seed, dev)
         ev = lambda w: prob.evaluate(w)["mse"]  # noqa: E731
         w_ex, info_ex = one_shot(data, 0.01)
