@@ -202,3 +202,14 @@ def test_partial_fit_streams_rows_exactly(diabetes):
     assert est.n_sites_ == 3 and _rel(est.coef_, ref.coef_) < TOL
     N, mu, S = combine(est.site_messages_)
     assert abs(N - sw.sum()) < 1e-9 * sw.sum()
+
+
+def test_the_runtime_does_not_import_scikit_learn_until_the_estimator_is_used():
+    """scikit-learn costs ~1 s to import; the CLI and every stock-Flower ClientApp process (one per message) import
+    the ridge runtime but not the estimator, so `fedsciml.ridge` loads the estimator on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, fedsciml.engines.flower.apps, fedsciml.cli.main; assert 'sklearn' not in sys.modules; "
+            "import fedsciml.ridge as r; r.FederatedRidge; assert 'sklearn' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
