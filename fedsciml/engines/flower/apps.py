@@ -54,6 +54,7 @@ import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off befo
 from fedsciml.runtime.protocol import Failure, Reply
 from fedsciml.runtime.results import summary_lines
 from fedsciml.engines.flower import codec
+from fedsciml.engines.flower.resultio import read_result, write_result  # noqa: F401  (the ServerApp's output)
 from fedsciml.engines.flower.transport import DESCRIBE, FlowerTransport, medians_by_query, stderr_log
 from fedsciml.core.objective import LeastSquares, LinearLeastSquares
 from fedsciml.problems.table import table_objective  # noqa: F401  (a node's own table: CSV or npz)
@@ -317,27 +318,6 @@ def job_from_run_config(rc) -> dict:
             "problem_options": _json_object(rc, "problem-options"), "options": _json_object(rc, "method-options"),
             "out": str(rc.get("out", "") or ""), "timeout": float(rc.get("timeout", 300.0)),
             "connect_timeout": float(rc.get("connect-timeout", 300.0)), "jobs": str(rc.get("jobs", "") or "")}
-
-
-def write_result(res, out: str):
-    """``out`` (the Result as JSON) and ``out + ".theta.safetensors"`` (θ, bitwise); θ is written first, the JSON
-    last and renamed into place, so a reader that sees the JSON finds both complete."""
-    from safetensors.torch import save_file
-
-    save_file({"theta": res.theta.detach().cpu().contiguous()}, out + ".theta.safetensors")
-    res.to_json(out + ".part")
-    os.replace(out + ".part", out)
-
-
-def read_result(out: str):
-    """The Result :func:`write_result` wrote, with its θ."""
-    from safetensors.torch import load_file
-
-    from fedsciml.runtime.results import Result
-
-    res = Result.from_json(out)
-    res.theta = load_file(out + ".theta.safetensors")["theta"]
-    return res
 
 
 def run_job(grid, job: dict):

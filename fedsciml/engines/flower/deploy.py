@@ -293,7 +293,7 @@ class LocalSuperLink:
 
     def wait(self, proc, outs, timeout_s: float = 600.0) -> list:
         """:meth:`wait_files`, then the Results (with θ) the ServerApp wrote there."""
-        from fedsciml.engines.flower.apps import read_result
+        from fedsciml.engines.flower.resultio import read_result
 
         outs = [outs] if isinstance(outs, (str, Path)) else list(outs)
         self.wait_files(proc, outs, timeout_s)
