@@ -61,6 +61,7 @@ from fedsciml.problems.table import table_objective  # noqa: F401  (a node's own
 
 _CACHE: "OrderedDict[str, object]" = OrderedDict()
 _CACHE_SIZE = 8
+_SPLITS: dict = {}  # job -> (problem, every client's objective): the last two runs' splits of this process
 
 
 # --- the node's data -----------------------------------------------------------------------
@@ -78,11 +79,20 @@ def _node_objective(job: dict, pid: int, node_config) -> tuple[LeastSquares, obj
     K = int(job["clients"])
     if not 0 <= pid < K:
         raise ValueError(f"partition-id {pid} is outside 0..{K - 1} for a run with {K} clients")
+    key = json.dumps({k: v for k, v in job.items() if k != "threads"}, sort_keys=True, default=str)
+    if key in _SPLITS:  # this process already built the run's clients (a Ray worker serves any partition)
+        problem, objs = _SPLITS[key]
+        return objs[pid], problem
     problem = get_problem(job["problem"], **job.get("options", {}))
     if hasattr(problem, "client_objective"):  # e.g. 'table': read only this client's own file
         return problem.client_objective(pid, K, device=job.get("device", "cpu")), problem
     torch.manual_seed(int(job.get("seed", 0)))  # as runner.solve does before building the objectives
     objs = problem.client_objectives(K, seed=int(job.get("seed", 0)), device=job.get("device", "cpu"))
+    # the split draws every client's points at once: keep it, so that another partition this process is sent
+    # (Ray hands each message to whichever worker is free) does not draw all K again
+    _SPLITS[key] = (problem, objs)
+    while len(_SPLITS) > 2:
+        _SPLITS.pop(next(iter(_SPLITS)))
     return objs[pid], problem
 
 
