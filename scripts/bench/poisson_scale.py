@@ -115,6 +115,54 @@ def one(spec: dict) -> dict:
     return out
 
 
+def one_big(spec: dict) -> dict:
+    """The p ≈ 34k run (``--big``): :func:`one`'s figures plus, per round, rel L2, loss, floats up, CG iterations,
+    the peak RSS so far, and the largest single client message (floats of every tensor in it, counted by a
+    ``message_hook`` on each reply as it arrives — the sketch exchange and each CG exchange separately)."""
+    import torch
+
+    from fedsciml.api import solve
+    from fedsciml.core.nn import MLP
+    from fedsciml.core.schema import floats_in
+    from fedsciml.problems import get_problem
+
+    torch.set_num_threads(1)
+    if spec.get("clock", "cpu") == "cpu":
+        import fedsciml.runtime.history as history
+
+        history.time = types.SimpleNamespace(perf_counter=time.process_time)  # type: ignore[assignment]
+    pb = get_problem("poisson", dim=spec["dim"], **spec.get("problem", {}))
+    pb.__dict__["_net"] = MLP([spec["dim"], *spec["hidden"], 1], "tanh")
+    largest: dict = {}  # round -> largest message (floats) of any client in any exchange of that round
+
+    def hook(rnd, cid, msg):
+        if isinstance(msg, dict):
+            largest[rnd] = max(largest.get(rnd, 0), floats_in(msg))
+        return msg
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = solve(pb, method=spec["method"], clients=spec["clients"], seed=0, message_hook=hook, **spec["options"])
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    rows = res.history
+    keys = ("step", "time_s", "rel_l2", "loss", "floats_up", "floats_down", "exchanges", "cg_iters", "accepted",
+            "mu", "beta", "answered")
+    per_round = [{k: r[k] for k in keys if k in r} for r in rows]
+    for r in per_round:
+        r["largest_message_floats"] = largest.get(r.get("step"))
+    return {"name": spec["name"], "method": spec["method"], "dim": spec["dim"], "p": pb.network().n_params,
+            "options": spec["options"], "problem": spec.get("problem", {}),
+            "rows_per_client": [o.n_residuals for o in pb.client_objectives(spec["clients"], seed=0)],
+            "wall_s": wall, "cpu_s": cpu, "clock": spec.get("clock", "cpu"),
+            "rounds": rows[-1].get("step"), "final_rel_l2": rows[-1].get("rel_l2"),
+            "best_rel_l2": min(r["rel_l2"] for r in rows),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            "largest_message_floats": max(largest.values()) if largest else None,
+            "largest_message_mb": 8e-6 * max(largest.values()) if largest else None,
+            "floats_sent": rows[-1].get("floats_sent"),
+            "info": {k: v for k, v in res.extra.items() if isinstance(v, (int, float, str))},
+            "per_round": per_round}
+
+
 def floor(dim: int, hidden=None, one_client: bool = False, problem: dict | None = None) -> None:
     """Print the CPU time (``time.process_time``, one thread) of each piece of one Gauss–Newton step."""
     import torch
@@ -256,7 +304,10 @@ def main(argv=None):
     ap.add_argument("--big", action="store_true", help="also the [5,128,128,128,1] gn run")
     ap.add_argument("--big-only", action="store_true")
     ap.add_argument("--big-rounds", type=int, default=5)
-    ap.add_argument("--big-rank", type=int, default=50, help="Nyström rank of the big gn run (default 50)")
+    ap.add_argument("--big-method", choices=("gn", "fipa"), default="gn", help="method of the big run (default gn)")
+    ap.add_argument("--big-rank", type=int, default=50, help="Nyström rank of the big gn run, curvature rank of the "
+                                                           "big FIPA run (default 50)")
+    ap.add_argument("--big-tau", type=float, help="lm_tau of the big run (default: the method's)")
     ap.add_argument("--big-points", type=int, default=None, help="interior points per client of the big run "
                                                                  "(default: the problem's, 4000 at d = 5)")
     ap.add_argument("--json", default=os.path.join(ROOT, "results", "poisson_scale.json"))
@@ -274,7 +325,8 @@ def main(argv=None):
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one:
-        print(json.dumps(one(json.loads(a.one))))
+        spec = json.loads(a.one)
+        print(json.dumps(one_big(spec) if spec.get("big") else one(spec)))
         return 0
     checkpoints = [float(c) for c in a.checkpoints.split(",") if c]
     if a.floor:
@@ -334,9 +386,16 @@ def main(argv=None):
     for r in results:
         print(json.dumps(r), flush=True)
     if a.big or a.big_only:
-        spec = {"name": "gn-big", "dim": 5, "method": "gn", "clients": a.clients, "hidden": [128, 128, 128],
-                "clock": a.clock,
-                "options": {"rounds": a.big_rounds, "nystrom_rank": a.big_rank}, "checkpoints": [],
+        if a.big_method == "gn":
+            bopts = {"rounds": a.big_rounds, "nystrom_rank": a.big_rank}
+        else:  # FIPA: local GN step and rank-r curvature, matrix-free when J_m would not fit (or --big-form)
+            bopts = {"rounds": a.big_rounds, "rank": a.big_rank}
+        if a.big_tau is not None and a.big_method == "fipa":
+            ap.error("--big-tau is an option of the big gn run (FIPA's safeguard takes its damping from lm_tau 1e-3)")
+        if a.big_tau is not None:
+            bopts["lm_tau"] = a.big_tau
+        spec = {"name": f"{a.big_method}-big", "big": True, "dim": 5, "method": a.big_method, "clients": a.clients,
+                "hidden": [128, 128, 128], "clock": a.clock, "options": bopts,
                 "problem": {"n_interior": a.big_points} if a.big_points else {}}
         r = child(spec)
         results.append(r)
