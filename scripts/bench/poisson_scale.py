@@ -163,7 +163,7 @@ def one_big(spec: dict) -> dict:
             "per_round": per_round}
 
 
-def floor(dim: int, hidden=None, one_client: bool = False) -> None:
+def floor(dim: int, hidden=None, one_client: bool = False, problem: dict | None = None) -> None:
     """Print the CPU time (``time.process_time``, one thread) of each piece of one Gauss–Newton step."""
     import torch
 
@@ -173,7 +173,7 @@ def floor(dim: int, hidden=None, one_client: bool = False) -> None:
     from fedsciml.problems import get_problem
 
     torch.set_num_threads(1)
-    pb = get_problem("poisson", dim=dim)
+    pb = get_problem("poisson", dim=dim, **(problem or {}))
     if hidden:
         pb.__dict__["_net"] = MLP([dim, *hidden, 1], "tanh")
     obj = pb.client_objectives(4, seed=0)[1] if one_client else pb.centralized_objective(4, seed=0)
@@ -193,6 +193,10 @@ def floor(dim: int, hidden=None, one_client: bool = False) -> None:
     cpu("one product JᵀJv", lambda: op.matvec(v))
     if obj.n_residuals * th.numel() <= 5e7:
         r, J = cpu("J (vmap jacrev)", lambda: obj.residual_and_jacobian(th))
+        if obj.n_residuals < th.numel():  # the kernel form (n < p): JJᵀ and an n×n Cholesky
+            K = cpu("JJᵀ (n²p)", lambda: J @ J.T)
+            cpu("Cholesky solve (JJᵀ + μI)", lambda: linalg.damped_solve(0.5 * (K + K.T), r,
+                                                                         1e-3 * float(K.diagonal().max())))
         H = cpu("JᵀJ", lambda: J.T @ J)
         cpu("Cholesky solve (H + μI)", lambda: linalg.damped_solve(0.5 * (H + H.T), J.T @ r,
                                                                    1e-3 * float(H.diagonal().max())))
@@ -237,6 +241,37 @@ def write_csv(path: str, results: list, budget: float) -> None:
             w.writerow([r["name"], r["dim"], r["p"], r.get("clock"), budget, r["steps"], r["final_rel_l2"],
                         r.get("best_rel_l2"), r["info"].get("solver_time_s"), r.get("cpu_s"), r["wall_s"],
                         r["peak_rss_mb"], r.get("floats_per_round"), r.get("max_floats_up_per_client_exchange")])
+
+
+def trace_table(paths: list, checkpoints: list, csv_path: str | None = None) -> str:
+    """Rel L2 at each checkpoint from ``--trace`` files (the last row at or before it; "—" where the run had not
+    reached it), with how far each run got; ``csv_path``: one CSV row per run and checkpoint."""
+    cols = ["run", *[f"rel L2 @ {c:g} CPU s" for c in checkpoints], "CPU s reached", "steps/rounds (accepted)",
+            "best rel L2", "final μ"]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    rows_csv = []
+    for path in paths:
+        with open(path) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        name = os.path.basename(path)[:-len(".jsonl")]
+        at = []
+        for c in checkpoints:
+            done = [r for r in rows if r["time_s"] <= c]
+            reached = rows[-1]["time_s"] >= c or (done and done[-1] is not rows[-1])
+            at.append(done[-1] if done and reached else None)
+            rows_csv.append([name, c, at[-1]["rel_l2"] if at[-1] else "", at[-1]["step"] if at[-1] else "",
+                             rows[-1]["time_s"]])
+        acc = sum(1 for r in rows[1:] if r.get("accepted", True))
+        out.append("| " + " | ".join([name, *[f"{r['rel_l2']:.3g}" if r else "—" for r in at],
+                                      f"{rows[-1]['time_s']:.0f}", f"{rows[-1]['step']} ({acc})",
+                                      f"{min(r['rel_l2'] for r in rows):.3g}",
+                                      f"{rows[-1].get('mu', float('nan')):.3g}"]) + " |")
+    if csv_path:
+        with open(csv_path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["run", "checkpoint_cpu_s", "rel_l2", "step", "cpu_s_reached"])
+            w.writerows(rows_csv)
+    return "\n".join(out)
 
 
 def child(spec: dict) -> dict:
@@ -285,6 +320,8 @@ def main(argv=None):
                                                           "[5,128,128,128,1] network)")
     ap.add_argument("--trace", help="directory: each run appends its history rows, as they are recorded, to "
                                     "<dir>/<run>-d<d>.jsonl (what a run stopped early has done)")
+    ap.add_argument("--from-trace", help="only write the checkpoint table (--md, --csv) from these --trace files "
+                                         "(comma-separated): runs that were stopped early too")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one:
@@ -293,7 +330,15 @@ def main(argv=None):
         return 0
     checkpoints = [float(c) for c in a.checkpoints.split(",") if c]
     if a.floor:
-        floor(a.floor, [128, 128, 128] if a.big else None, one_client=a.big)
+        floor(a.floor, [128, 128, 128] if a.big else None, one_client=a.big,
+              problem={k: v for k, v in (("n_interior", a.n_interior), ("n_boundary", a.n_boundary)) if v})
+        return 0
+    if a.from_trace:
+        text = trace_table(a.from_trace.split(","), checkpoints, a.csv)
+        if a.md:
+            with open(a.md, "w") as f:
+                f.write(text + "\n")
+        print(text)
         return 0
     if a.from_json:  # one or more earlier --json files (comma-separated), their runs in that order
         results, budgets = [], set()
