@@ -79,6 +79,18 @@ def one(spec: dict) -> dict:
         import fedsciml.runtime.history as history
 
         history.time = types.SimpleNamespace(perf_counter=time.process_time)  # type: ignore[assignment]
+    if spec.get("trace"):  # every history row as it is recorded (a run stopped early still leaves its rows)
+        import fedsciml.runtime.history as history
+
+        record = history.Recorder.record
+        trace = open(spec["trace"], "a", buffering=1)
+
+        def traced(self, step, theta, loss_sum, **extra):
+            row = record(self, step, theta, loss_sum, **extra)
+            trace.write(json.dumps({k: v for k, v in row.items() if isinstance(v, (int, float, str, bool))}) + "\n")
+            return row
+
+        history.Recorder.record = traced  # type: ignore[method-assign]
     pb = get_problem("poisson", dim=spec["dim"], **spec.get("problem", {}))
     if spec.get("hidden"):
         pb.__dict__["_net"] = MLP([spec["dim"], *spec["hidden"], 1], "tanh")
@@ -256,6 +268,8 @@ def main(argv=None):
     ap.add_argument("--csv", help="also write the runs as CSV to this file")
     ap.add_argument("--resample", type=int, help="every run: fresh collocation points every K steps/rounds")
     ap.add_argument("--momentum", type=float, help="the LM runs (centralized/lm*, gn*): SPRING momentum β")
+    ap.add_argument("--lm-solve", choices=("auto", "normal", "kernel", "matfree"),
+                    help="centralized/lm: the form of the damped solve (default normal; auto: kernel when n < p)")
     ap.add_argument("--big", action="store_true", help="also the [5,128,128,128,1] gn run")
     ap.add_argument("--big-only", action="store_true")
     ap.add_argument("--big-rounds", type=int, default=5)
@@ -275,6 +289,8 @@ def main(argv=None):
     ap.add_argument("--floor", type=int, metavar="D", help="only print the CPU time of the pieces of one GN step at "
                                                           "dimension D (pooled data; with --big: one client of the "
                                                           "[5,128,128,128,1] network)")
+    ap.add_argument("--trace", help="directory: each run appends its history rows, as they are recorded, to "
+                                    "<dir>/<run>-d<d>.jsonl (what a run stopped early has done)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.one:
@@ -318,9 +334,14 @@ def main(argv=None):
                     opts["resample"] = a.resample
                 if a.momentum and (name.startswith("centralized/lm") or method == "gn"):
                     opts["momentum"] = a.momentum
+                if a.lm_solve and name == "centralized/lm":
+                    opts["lm_solve"] = a.lm_solve
                 specs.append({"name": name, "dim": d, "method": method, "clients": a.clients, "clock": a.clock,
                               "options": {**opts, "budget": a.budget}, "checkpoints": checkpoints,
                               "problem": problem, "hidden": hidden})
+                if a.trace:
+                    os.makedirs(a.trace, exist_ok=True)
+                    specs[-1]["trace"] = os.path.join(os.path.abspath(a.trace), f"{name.replace('/', '-')}-d{d}.jsonl")
     with ThreadPoolExecutor(max(1, a.jobs)) as pool:
         results = list(pool.map(child, specs))
     for r in results:
