@@ -22,15 +22,19 @@ Two parts (issue 20):
    Reported: relative L2 error after ``--checkpoints`` seconds of solver time (the last history row at or
    before each), steps/rounds done, floats sent per round (federated), peak RSS.
 
-2. **p ≈ 34k** — a [5,128,128,128,1] network (``--big``), 4 clients, 5 rounds of federated gn in its automatic
-   form (matrix-free at this size): peak RSS and the largest message one client sends in one exchange
-   (floats up of a round divided by the exchanges and clients, and the Nyström sketch separately).
+2. **p ≈ 34k** — a [5,128,128,128,1] network (``--big``), 4 clients, ``--big-rounds`` rounds of federated gn in
+   its automatic form (matrix-free at this size), or with ``--big-method fipa`` FIPA with local GN steps (its
+   automatic client form is matrix-free at this size: CG step and Nyström rank-r message, ``--big-rank``,
+   ``--big-cg-iters``): peak RSS of the process, rel L2 and floats per round, and the largest single message one
+   client sent (every reply's floats counted by a ``message_hook``).
 
 The machine is shared: the JSON records the CPU count and the load average at the start and end.
 
     nice -n 10 python scripts/bench/poisson_scale.py --dims 5,10 --budget 60 --checkpoints 15,30,60 \
         --jobs 4 --csv reproductions/poisson_scale.csv --md reproductions/poisson_scale_table.md
-    nice -n 10 python scripts/bench/poisson_scale.py --big-only
+    nice -n 10 python scripts/bench/poisson_scale.py --big-only --big-rounds 5 --big-rank 10
+    nice -n 10 python scripts/bench/poisson_scale.py --big-only --big-method fipa --big-rounds 3 --big-rank 10 \
+        --big-cg-iters 20
     python scripts/bench/poisson_scale.py --floor 5          # CPU time of each piece of one step
     python scripts/bench/poisson_scale.py --floor 5 --big    # one client of the p ≈ 34k network
 """
@@ -308,6 +312,8 @@ def main(argv=None):
     ap.add_argument("--big-rank", type=int, default=50, help="Nyström rank of the big gn run, curvature rank of the "
                                                            "big FIPA run (default 50)")
     ap.add_argument("--big-tau", type=float, help="lm_tau of the big run (default: the method's)")
+    ap.add_argument("--big-cg-iters", type=int, default=100, help="big FIPA run: CG iterations of the matrix-free "
+                                                                  "local step (default 100, FIPA's)")
     ap.add_argument("--big-points", type=int, default=None, help="interior points per client of the big run "
                                                                  "(default: the problem's, 4000 at d = 5)")
     ap.add_argument("--json", default=os.path.join(ROOT, "results", "poisson_scale.json"))
@@ -389,7 +395,7 @@ def main(argv=None):
         if a.big_method == "gn":
             bopts = {"rounds": a.big_rounds, "nystrom_rank": a.big_rank}
         else:  # FIPA: local GN step and rank-r curvature, matrix-free when J_m would not fit (or --big-form)
-            bopts = {"rounds": a.big_rounds, "rank": a.big_rank}
+            bopts = {"rounds": a.big_rounds, "rank": a.big_rank, "cg_iters": a.big_cg_iters}
         if a.big_tau is not None and a.big_method == "fipa":
             ap.error("--big-tau is an option of the big gn run (FIPA's safeguard takes its damping from lm_tau 1e-3)")
         if a.big_tau is not None:
