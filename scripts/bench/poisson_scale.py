@@ -28,6 +28,9 @@ Two parts (issue 20):
    ``--big-cg-iters``): peak RSS of the process, rel L2 and floats per round, and the largest single message one
    client sent (every reply's floats counted by a ``message_hook``).
 
+``--problem heat`` runs part 1 on ``heat-nd`` instead (∂ₜu = κΔₓu on [0,1]^d × [0,1], K-FAC for PINNs' heat 4d;
+``--dims 4``; its own default points: 4000 interior and 400 per condition per client).
+
 The machine is shared: the JSON records the CPU count and the load average at the start and end.
 
     nice -n 10 python scripts/bench/poisson_scale.py --dims 5,10 --budget 60 --checkpoints 15,30,60 \
@@ -64,6 +67,8 @@ RUNS = {  # name: (method, options)
     "fipa": ("fipa", {}),
     "fedavg": ("fedavg", {}),
 }
+# --problem: the registered problem each name runs (heat: heat-nd, K-FAC for PINNs' heat, ∂ₜu = κΔₓu; --dims 4)
+PROBLEMS = {"poisson": "poisson", "heat": "heat-nd"}
 
 
 def one(spec: dict) -> dict:
@@ -91,9 +96,9 @@ def one(spec: dict) -> dict:
             return row
 
         history.Recorder.record = traced  # type: ignore[method-assign]
-    pb = get_problem("poisson", dim=spec["dim"], **spec.get("problem", {}))
+    pb = get_problem(spec.get("problem_name", "poisson"), dim=spec["dim"], **spec.get("problem", {}))
     if spec.get("hidden"):
-        pb.__dict__["_net"] = MLP([spec["dim"], *spec["hidden"], 1], "tanh")
+        pb.__dict__["_net"] = MLP([pb.input_dim(), *spec["hidden"], 1], "tanh")
     opts = dict(spec["options"])
     t0, c0 = time.perf_counter(), time.process_time()
     res = solve(pb, method=spec["method"], clients=spec["clients"], seed=0, **opts)
@@ -167,7 +172,8 @@ def one_big(spec: dict) -> dict:
             "per_round": per_round}
 
 
-def floor(dim: int, hidden=None, one_client: bool = False, problem: dict | None = None) -> None:
+def floor(dim: int, hidden=None, one_client: bool = False, problem: str = "poisson",
+          options: dict | None = None) -> None:
     """Print the CPU time (``time.process_time``, one thread) of each piece of one Gauss–Newton step."""
     import torch
 
@@ -177,9 +183,9 @@ def floor(dim: int, hidden=None, one_client: bool = False, problem: dict | None 
     from fedsciml.problems import get_problem
 
     torch.set_num_threads(1)
-    pb = get_problem("poisson", dim=dim, **(problem or {}))
+    pb = get_problem(problem, dim=dim, **(options or {}))
     if hidden:
-        pb.__dict__["_net"] = MLP([dim, *hidden, 1], "tanh")
+        pb.__dict__["_net"] = MLP([pb.input_dim(), *hidden, 1], "tanh")
     obj = pb.client_objectives(4, seed=0)[1] if one_client else pb.centralized_objective(4, seed=0)
     th = pb.init_params(0)
     print(f"d {dim} n {obj.n_residuals} p {th.numel()}", flush=True)
@@ -289,6 +295,8 @@ def child(spec: dict) -> dict:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--problem", choices=sorted(PROBLEMS), default="poisson",
+                    help="poisson (default) or heat: heat-nd, ∂ₜu = κΔₓu on [0,1]^d × [0,1] (use --dims 4)")
     ap.add_argument("--dims", default="5,10")
     ap.add_argument("--budget", type=float, default=60.0, help="solver seconds per run (default 60)")
     ap.add_argument("--checkpoints", default="15,30,60", help="report rel L2 at these solver seconds")
@@ -299,7 +307,8 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (each one thread; default 1)")
     ap.add_argument("--hidden", help="hidden widths, e.g. 32,32 (default: the problem's 32,32,32)")
     ap.add_argument("--n-interior", type=int, help="interior points per client (default: the problem's)")
-    ap.add_argument("--n-boundary", type=int, help="boundary points per face per client strip (default 50)")
+    ap.add_argument("--n-boundary", type=int, help="boundary points per face per client strip (poisson, default 50); "
+                                                   "per condition per client (heat, default 400 at d = 4)")
     ap.add_argument("--csv", help="also write the runs as CSV to this file")
     ap.add_argument("--resample", type=int, help="every run: fresh collocation points every K steps/rounds")
     ap.add_argument("--momentum", type=float, help="the LM runs (centralized/lm*, gn*): SPRING momentum β")
@@ -336,8 +345,8 @@ def main(argv=None):
         return 0
     checkpoints = [float(c) for c in a.checkpoints.split(",") if c]
     if a.floor:
-        floor(a.floor, [128, 128, 128] if a.big else None, one_client=a.big,
-              problem={k: v for k, v in (("n_interior", a.n_interior), ("n_boundary", a.n_boundary)) if v})
+        floor(a.floor, [128, 128, 128] if a.big else None, one_client=a.big, problem=PROBLEMS[a.problem],
+              options={k: v for k, v in (("n_interior", a.n_interior), ("n_boundary", a.n_boundary)) if v})
         return 0
     if a.from_trace:
         text = trace_table(a.from_trace.split(","), checkpoints, a.csv)
@@ -363,7 +372,7 @@ def main(argv=None):
         return 0
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
     meta = {"cpus": os.cpu_count(), "load_start": os.getloadavg(), "budget_s": a.budget, "clients": a.clients,
-            "clock": a.clock, "threads": 1, "jobs": a.jobs, "commit": commit.strip(), "argv": sys.argv[1:],
+            "clock": a.clock, "threads": 1, "jobs": a.jobs, "problem": PROBLEMS[a.problem], "commit": commit.strip(), "argv": sys.argv[1:],
             "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     problem = {k: v for k, v in (("n_interior", a.n_interior), ("n_boundary", a.n_boundary)) if v is not None}
     hidden = [int(h) for h in a.hidden.split(",")] if a.hidden else None
@@ -382,6 +391,7 @@ def main(argv=None):
                 if a.lm_solve and name == "centralized/lm":
                     opts["lm_solve"] = a.lm_solve
                 specs.append({"name": name, "dim": d, "method": method, "clients": a.clients, "clock": a.clock,
+                              "problem_name": PROBLEMS[a.problem],
                               "options": {**opts, "budget": a.budget}, "checkpoints": checkpoints,
                               "problem": problem, "hidden": hidden})
                 if a.trace:
