@@ -192,6 +192,8 @@ def _label(pid: int) -> str | None:
         return None
     if not argv:
         return None
+    if os.path.basename(argv[0]) in ("raylet", "gcs_server"):
+        return os.path.basename(argv[0])
     if argv[0].startswith("ray::") or any("default_worker.py" in a for a in argv):
         return "ray worker (" + argv[0].split()[0] + ")"  # a Ray worker names itself after its actor or task
     for a in argv:
@@ -256,13 +258,15 @@ def run_tree(cmd: list, env: dict, sample_s: float = 0.25) -> dict:
             "stdout": out_err.get("out", ""), "stderr": out_err.get("err", "")}
 
 
-def main_job(command: str, threads: int, repeat: int = 1, engines=("local", "flower")) -> dict:
+def main_job(command: str, threads: int, repeat: int = 1, engines=("local", "flower"), omp_wait_policy: str = "") -> dict:
     """Wall seconds and CPU seconds of the whole process tree of ``python -m fedsciml COMMAND --engine E
     --threads T --quiet --json …`` for E = local and flower, ``repeat`` times, alternating the order of the
     engines (ABBA…: a load that changes during the run weighs on both alike), with the solver's seconds, the
     exchanges and the final loss of each (the same job: the same numbers).  ``{engine: the median run, with
     "runs": every run}``; ``"ratios"``: Flower / local of each pair of runs, wall and CPU."""
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    if omp_wait_policy:  # both engines alike (the Flower engine's processes use PASSIVE unless this says)
+        env["OMP_WAIT_POLICY"] = omp_wait_policy
     runs: dict = {e: [] for e in engines}
     for i in range(repeat):
         for engine in (engines if i % 2 == 0 else tuple(reversed(engines))):
@@ -432,6 +436,10 @@ def main(argv=None):
     ap.add_argument("--wait-policy", type=int, default=0, metavar="ROUNDS",
                     help="only measure OpenMP's wait policy: two fipa runs of ROUNDS rounds side by side, "
                          "--threads threads each, OMP_WAIT_POLICY unset vs PASSIVE (prints; writes nothing)")
+    ap.add_argument("--omp-wait-policy", default="", choices=("", "PASSIVE", "ACTIVE"),
+                    help="OMP_WAIT_POLICY for both engines' main job (default: the environment's; the Flower "
+                         "engine's processes use PASSIVE unless told); on a loaded machine PASSIVE keeps the "
+                         "in-process run's threads from spinning, so the ratio measures the engine, not the load")
     ap.add_argument("--main-only", action="store_true",
                     help="only the main job, in process and over Flower's simulation (wall, whole-tree CPU, ratio)")
     ap.add_argument("--deployment-main", action="store_true",
@@ -497,7 +505,7 @@ def main(argv=None):
     main = {}
     if "main" not in skip and args.main:
         t = time.perf_counter()
-        main = main_job(args.main, args.threads, args.repeat, tuple(args.engines.split(",")))
+        main = main_job(args.main, args.threads, args.repeat, tuple(args.engines.split(",")), args.omp_wait_policy)
         if rows and "local" in main:
             rows[0]["main_job_wall_s"] = main["local"]["wall_s"]
         if len(rows) > 1 and rows[1]["engine"].startswith("Flower simulation") and "flower" in main:
@@ -522,6 +530,8 @@ def main(argv=None):
               f"and server (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); main job "
               f"--threads {args.threads}", f"cores: {os.cpu_count()}; load average (1/5/15 min) at the start "
               f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+              f"OMP_WAIT_POLICY of the main job: {args.omp_wait_policy or os.environ.get('OMP_WAIT_POLICY') or 'unset'}"
+              " (the Flower engine's own processes: PASSIVE unless set)",
               "stages (s): " + ", ".join(f"{k} {v:.0f}" for k, v in stage.items()) + f"; total {total:.0f}"]
     if args.quick:
         header.append("QUICK MODE: 1 round and 3 s of idling — these figures only show that the script runs")
