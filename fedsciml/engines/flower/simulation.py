@@ -112,7 +112,7 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
 
     import torch
 
-    from fedsciml.engines.flower.apps import read_result
+    from fedsciml.engines.flower.resultio import read_result
     from fedsciml.engines.flower.deploy import LocalSuperLink
 
     with tempfile.TemporaryDirectory(prefix="fedsciml-flower-sim-") as tmp:
@@ -174,12 +174,12 @@ def solve_many(calls: list, clients: int, *, wait_s: float = 3600.0) -> list:
     for kw in calls:
         if int(kw["clients"]) != int(clients):
             raise ValueError(f"every call of one simulation must have clients={clients}, got {kw['clients']}")
-    from fedsciml.engines.flower import secagg
+    from fedsciml.engines.flower.jobs import SECAGG_APP_DIR, is_secagg_job
 
     jobs = [_job(kw, "") for kw in calls]
-    secure = [secagg.is_secagg_job(j) for j in jobs]  # central DP: Flower's SecAgg+ App, the rest the generic one
+    secure = [is_secagg_job(j) for j in jobs]  # central DP: Flower's SecAgg+ App, the rest the generic one
     out: list = [None] * len(jobs)
-    for flag, app in ((False, None), (True, secagg.APP_DIR)):
+    for flag, app in ((False, None), (True, SECAGG_APP_DIR)):
         idx = [i for i, f in enumerate(secure) if f == flag]
         if idx:
             for i, r in zip(idx, run_jobs([jobs[i] for i in idx], clients, wait_s=wait_s, app=app)):
