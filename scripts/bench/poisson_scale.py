@@ -48,6 +48,7 @@ import csv
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -256,8 +257,8 @@ def write_csv(path: str, results: list, budget: float) -> None:
 def trace_table(paths: list, checkpoints: list, csv_path: str | None = None) -> str:
     """Rel L2 at each checkpoint from ``--trace`` files (the last row at or before it; "—" where the run had not
     reached it), with how far each run got; ``csv_path``: one CSV row per run and checkpoint."""
-    cols = ["run", *[f"rel L2 @ {c:g} CPU s" for c in checkpoints], "CPU s reached", "steps/rounds (accepted)",
-            "best rel L2", "final μ"]
+    cols = ["run", *[f"rel L2 @ {c:g} CPU s" for c in checkpoints], "CPU s reached", "rel L2 there",
+            "median rel L2, last 60 CPU s", "steps/rounds (accepted)", "lowest rel L2 seen (test-set pick)", "final μ"]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     rows_csv = []
     for path in paths:
@@ -272,8 +273,10 @@ def trace_table(paths: list, checkpoints: list, csv_path: str | None = None) -> 
             rows_csv.append([name, c, at[-1]["rel_l2"] if at[-1] else "", at[-1]["step"] if at[-1] else "",
                              rows[-1]["time_s"]])
         acc = sum(1 for r in rows[1:] if r.get("accepted", True))
+        last = [r["rel_l2"] for r in rows if r["time_s"] > rows[-1]["time_s"] - 60]
         out.append("| " + " | ".join([name, *[f"{r['rel_l2']:.3g}" if r else "—" for r in at],
-                                      f"{rows[-1]['time_s']:.0f}", f"{rows[-1]['step']} ({acc})",
+                                      f"{rows[-1]['time_s']:.0f}", f"{rows[-1]['rel_l2']:.3g}",
+                                      f"{statistics.median(last):.3g}", f"{rows[-1]['step']} ({acc})",
                                       f"{min(r['rel_l2'] for r in rows):.3g}",
                                       f"{rows[-1].get('mu', float('nan')):.3g}"]) + " |")
     if csv_path:
