@@ -155,7 +155,7 @@ def one_big(spec: dict) -> dict:
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     rows = res.history
     keys = ("step", "time_s", "rel_l2", "loss", "floats_up", "floats_down", "exchanges", "cg_iters", "accepted",
-            "mu", "beta", "answered")
+            "mu", "beta", "answered", "cg_rel_residual", "gn_products", "matfree_clients", "final_check")
     per_round = [{k: r[k] for k in keys if k in r} for r in rows]
     for r in per_round:
         r["largest_message_floats"] = largest.get(r.get("step"))
