@@ -578,7 +578,12 @@ class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
                                none="pinv for full rank, qr for low rank")
     beta: float = option(0.0, "QR-merge regularization β", float, lo=0)
     gamma: float = option(1.0, "server step γ", float, lo=0, lo_open=True)
-    sketch: str = option("auto", "how a client computes its rank-r sketch", str, choices=("auto", "dense", "matfree"))
+    sketch: str = option("auto", "how a client computes its rank-r curvature (and, with local gn, its step): dense "
+                                 "(forms J_m: exact eigenpairs, exact step), matfree (no J_m: with local gn a Nyström "
+                                 "sketch of r+10 products and a CG step, with local adam subspace iteration) or auto "
+                                 "(matfree when n_m·p > 6e7)", str, choices=("auto", "dense", "matfree"))
+    cg_iters: int = option(100, "matrix-free local gn step: at most this many CG iterations", int, lo=1)
+    cg_rtol: float = option(1e-10, "matrix-free local gn step: CG relative residual", float, lo=0, lo_open=True)
     safeguard: bool | None = option(None, "LM safeguard on the server merge (β adapted, worse steps undone)", bool,
                                     none="on with local gn")
     complement: bool = option(False, "add the FedAvg average of the update outside the clients' sketches", bool)
@@ -605,6 +610,14 @@ class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
         out = super().inapplicable()
         if not self.adaptive:
             out["adapt_c"] = out["adapt_ctau"] = f"it is a constant of {display('adaptive')} FIPA, which is off"
+        off = [f"{display(k)} {v}" for k, v, bad in (("local", self.local, self.local != "gn"),
+                                                       ("rank", self.rank, self.rank == 0),
+                                                       ("adaptive", self.adaptive, self.adaptive),
+                                                       ("sketch", self.sketch, self.sketch == "dense")) if bad]
+        if off:
+            out["cg_iters"] = out["cg_rtol"] = (f"it sets the matrix-free local gn step, which {', '.join(off)} "
+                                                f"rules out (it needs local gn, rank ≥ 1, not adaptive, sketch "
+                                                f"matfree or auto)")
         if self.rank == 0:
             out["sketch"] = f"{display('rank')} 0 sends the full H_m: there is no sketch"
             out["complement"] = f"{display('rank')} 0 sends the full H_m: no direction lies outside the clients' " \
@@ -616,6 +629,13 @@ class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
             out["pinv_rtol"] = ("it is the cutoff of the pseudo-inverse, which only the undamped merge uses (β = 0 "
                                 f"and no {display('safeguard')}; the safeguard is on with local gn)")
         return out
+
+    def memory_form(self, rows: int, p: int, clients: int) -> str:
+        from fedsciml.core.matfree import fipa_local_matfree
+
+        if fipa_local_matfree(self.local, "lowrank" if self.rank else "full", self.sketch, self.adaptive, rows, p):
+            return "graph"  # the client keeps one residual graph, never J_m
+        return "jacobian"
 
     def _resolve(self):
         super()._resolve()

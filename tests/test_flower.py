@@ -110,6 +110,52 @@ def test_client_app_answers_like_an_in_process_client_and_reports_failures():
     assert isinstance(wrong, Failure) and wrong.reason.startswith("partition 0: ")
 
 
+def test_a_node_process_draws_a_runs_split_once_for_every_partition(monkeypatch):
+    """A Ray worker answers whichever partition it is handed: it draws the run's split once and serves each
+    partition's objective from it — the same objective as a fresh split (bitwise residuals)."""
+    from fedsciml.engines.flower import apps
+    from fedsciml.problems.pde1d import Bratu
+
+    monkeypatch.setattr(apps, "_CACHE", type(apps._CACHE)())
+    monkeypatch.setattr(apps, "_SPLITS", {})
+    drawn = []
+    split = Bratu.client_objectives
+    monkeypatch.setattr(Bratu, "client_objectives", lambda self, *a, **k: drawn.append(1) or split(self, *a, **k))
+    p = get_problem("bratu")
+    job = {"problem": "bratu", "options": dict(p.options), "clients": 3, "seed": 4, "threads": 1}
+    got = [apps._client(job, pid, {"partition-id": pid}) for pid in (2, 0, 1)]
+    assert len(drawn) == 1 and [c.cid for c in got] == [2, 0, 1]
+    torch.manual_seed(4)
+    fresh = split(p, 3, seed=4)
+    theta = p.init_params(0)
+    for c in got:
+        assert torch.equal(c.objective.residual(theta), fresh[c.cid].residual(theta))
+
+
+def test_starting_a_simulation_imports_no_flower():
+    """The process that starts Flower's simulation (the CLI, ``fs.solve``) only launches Flower's programs and
+    reads their result files: it does not import flwr (that cost ~1 s before anything started)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, fedsciml.engines, fedsciml.engines.flower.simulation, fedsciml.engines.flower.resultio; "
+            "from fedsciml.engines.flower import require_flower; require_flower(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('flwr', 'ray')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]"
+
+
+def test_flower_processes_do_not_spin_openmp_threads(monkeypatch):
+    """The ServerApp and the Ray workers share the cores: their OpenMP threads wait passively (a caller's own
+    OMP_WAIT_POLICY is kept)."""
+    from fedsciml.engines.flower.deploy import LocalSuperLink
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert LocalSuperLink(simulation=True).env()["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert LocalSuperLink(simulation=True).env()["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
 def test_client_app_sends_its_share_of_the_laplace_std_and_no_residual():
     """``final_stats`` on a node: J_kᵀJ_k (packed), the sum of squares and count of its data residuals; the
     server's combination equals ``final_metrics`` in process (the same operations per client: bitwise)."""

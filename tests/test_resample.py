@@ -75,3 +75,56 @@ def test_resample_is_refused_where_there_is_nothing_to_draw():
         fs.solve("sin1d", "centralized", clients=2, resample=2, max_iters=2)
     with pytest.raises(ValueError, match="resample"):
         fs.solve(tiny(), "one-shot", clients=2, resample=2)
+
+
+def test_lm_forms_no_statistics_the_next_resample_replaces(monkeypatch):
+    import fedsciml.methods.centralized as central
+    from fedsciml.core.lm import LevenbergMarquardt, LMConfig
+    from fedsciml.core.objective import stack_objectives
+
+    calls = []
+    make = central.lm_stats_fn
+
+    def counting(obj, lm):
+        stats = make(obj, lm)
+        return lambda theta: calls.append(1) or stats(theta)
+
+    monkeypatch.setattr(central, "lm_stats_fn", counting)
+    steps = 6
+    res = fs.solve(tiny(), "centralized", clients=2, resample=1, max_iters=steps, lm_solve="normal")
+    assert len(calls) == steps  # θ₀, then once on each fresh set of points — none at the accepted trials
+    # reference: the same LM driven by hand, statistics formed at every accepted trial as well (then replaced on
+    # the new points): the same operations on the same statistics, so the same iterates, bitwise
+    pb = tiny()
+    obj = stack_objectives(pb.client_objectives(2, seed=0))
+    lm = LevenbergMarquardt(LMConfig(tau=1e-3, solve="normal"))
+    lm.start(pb.init_params(0), obj.gn_stats(pb.init_params(0)))
+    accepted = []
+    for j in range(steps):
+        if j:
+            obj = stack_objectives(resampled_objectives(pb, 2, 0, j, "cpu"))
+            lm.stats = obj.gn_stats(lm.theta)
+        trial = lm.propose()
+        accepted.append(lm.observe(float(obj.loss(trial)), lambda: obj.gn_stats(trial)))
+    assert any(accepted)
+    assert [r["accepted"] for r in res.history[1:]] == accepted
+    assert torch.equal(res.theta, lm.theta)
+
+
+def test_gn_with_resampling_every_round_equals_centralized_lm(monkeypatch):
+    from fedsciml.methods.gn import GNStrategy
+
+    gathers = []
+    gather = GNStrategy._gather
+
+    def counting(self, run, theta, with_curvature):
+        gathers.append(with_curvature)
+        return gather(self, run, theta, with_curvature)
+
+    monkeypatch.setattr(GNStrategy, "_gather", counting)
+    g = fs.solve(tiny(), "gn", clients=2, resample=1, rounds=6, form="normal")
+    # statistics at θ₀ and on each fresh set of points, none at the accepted trials; one loss exchange per round
+    assert gathers.count(True) == 6 and gathers.count(False) == 6
+    c = fs.solve(tiny(), "centralized", clients=2, resample=1, max_iters=6, lm_solve="normal")
+    assert [r["accepted"] for r in g.history[1:]] == [r["accepted"] for r in c.history[1:]]
+    assert torch.allclose(g.theta, c.theta, rtol=1e-9, atol=1e-12)  # the same summed statistics: to round-off

@@ -343,6 +343,15 @@ class LevenbergMarquardt:
         return accepted
 
 
+def deferred_stats(loss: float, like: GNStats) -> GNStats:
+    """Statistics at an accepted point whose curvature no step will use: the collocation points change before
+    the next step (``resample``), and the statistics are taken again on the new points.  Only the loss is
+    real; ``g`` is NaN, so that a step taken from them fails loudly (:meth:`LevenbergMarquardt.propose`
+    refuses a non-finite step) instead of running on stale statistics."""
+    g = torch.full_like(like.g, float("nan"))
+    return GNStats(H=None, g=g, loss=torch.as_tensor(float(loss), dtype=g.dtype, device=g.device), n=like.n)
+
+
 def default_tau(objectives: Iterable[object]) -> float:
     """Initial damping τ for these objectives: 0 when every residual is linear
     (``LinearLeastSquares``: the Gauss–Newton model is exact, so the undamped

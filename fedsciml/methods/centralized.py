@@ -8,7 +8,9 @@
 * ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
   25 function evaluations, per step; restarted from steepest descent if it stops moving).
 
-``resample=K``: fresh collocation points every K iterations (:mod:`fedsciml.methods.resample`).
+``resample=K``: fresh collocation points every K iterations (:mod:`fedsciml.methods.resample`).  LM forms
+no statistics at a point accepted just before a resample (the next step takes them on the new points:
+:func:`fedsciml.core.lm.deferred_stats`) — with ``resample=1`` one Jacobian per step instead of two.
 
 Every solver stops on the first of: ``tol`` on the mean loss, ``max_iters``
 iterations, or ``budget`` seconds (solver time, evaluation excluded).
@@ -28,7 +30,7 @@ from fedsciml.core.matfree import GNOperator, MatfreeConfig
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.runtime.history import Recorder
 from fedsciml.methods.resample import check_resample, resampled_objectives
-from fedsciml.core.lm import LevenbergMarquardt, LMConfig, default_tau
+from fedsciml.core.lm import LevenbergMarquardt, LMConfig, default_tau, deferred_stats
 
 OPTIMIZERS = CentralizedConfig.specs()["optimizer"][1].choices
 DEFAULT_ITERS = CentralizedConfig.default_iters  # the defaults are declared once, in fedsciml.options
@@ -110,9 +112,15 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
         if lm.loss / n <= cfg.tol or lm.mu >= lm.cfg.mu_max:
             break
         trial = lm.propose()
-        accepted = lm.observe(float(obj.loss(trial)), lambda: stats_at(trial))
+        matfree_step = lm.stats.op is not None
+        trial_loss = float(obj.loss(trial))
+        if cfg.resample_index(it + 2) != held:
+            # the next step runs on fresh points and takes its statistics there: none are formed at the trial
+            accepted = lm.observe(trial_loss, lambda: deferred_stats(trial_loss, lm.stats))
+        else:
+            accepted = lm.observe(trial_loss, lambda: stats_at(trial))
         it += 1
-        extra = {"cg_iters": lm.last_cg_iters} if lm.stats.op is not None else {}
+        extra = {"cg_iters": lm.last_cg_iters} if matfree_step else {}
         if held:
             extra["resample"] = held
         rec.record(it, lm.theta, lm.loss, mu=lm.mu, accepted=accepted, **extra)

@@ -35,7 +35,7 @@ from fedsciml.methods.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.runtime.client import AdaptiveSchedule, Client, LocalConfig
 from fedsciml.methods.fipa import FIPAStrategy
-from fedsciml.core.matfree import MatfreeConfig
+from fedsciml.core.matfree import MatfreeConfig, fipa_local_matfree
 from fedsciml.methods.gn import GNStrategy, choose_form
 from fedsciml.methods.oneshot import OneShotStrategy
 from fedsciml.methods.resample import ResamplingStrategy, check_resample, resampled_objectives
@@ -177,8 +177,11 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
     options.update(safeguard=cfg.safeguard, complement=cfg.complement)
     if not agg.rule.plain:
         options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
+    if any(fipa_local_matfree(lc.solver, curvature, cfg.sketch, cfg.adaptive, o.n_residuals, theta0.numel())
+           for o in objectives):  # some client takes its local GN step matrix-free
+        options.update(local_form="matfree", cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
     strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), cfg.sketch, sched, seed, safeguard=cfg.safeguard,
-                            complement=cfg.complement)
+                            complement=cfg.complement, cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
     return _simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
                      options, message_hook, transport or cfg.transport, resample=cfg.resample)
 

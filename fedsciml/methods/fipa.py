@@ -31,6 +31,16 @@ clients report at the broadcast θ (one float each):
 * after the last round, :meth:`FIPAStrategy.finalize` checks the last merged
   step with one loss query and undoes it if it made things worse.
 
+Matrix-free clients (``sketch='matfree'``, or ``'auto'`` when ``n_m·p`` exceeds
+:data:`fedsciml.core.matfree.FIPA_DENSE_ENTRIES`; local ``gn``, low rank, not
+adaptive — :func:`fedsciml.core.matfree.fipa_local_matfree`): the client forms
+neither ``J_m`` nor ``H_m``; its step is preconditioned CG on damped
+``J_mᵀJ_m`` products (at most ``cg_iters`` iterations, relative residual
+``cg_rtol``) and its message the top-r pairs of a randomized Nyström sketch
+from ``r + 10`` products (:func:`fedsciml.core.matfree.local_gn_sketch`) — the
+same message schema, merged the same way.  A round's row records the clients'
+CG iterations, largest final CG residual and products.
+
 With full-rank curvature and exact local solves ``Δθ_m = −H_m^† g_m`` the
 merged step is then exactly the LM step ``−(H + βI)^{-1} g``.
 
@@ -69,7 +79,7 @@ class FIPAStrategy(AveragingStrategy):
 
     def __init__(self, aggregator, local: LocalConfig, curvature: str, rank: int, sketch: str,
                  adaptive: AdaptiveSchedule | None, seed: int, safeguard: bool = False, complement: bool = False,
-                 lm_tau: float = 1e-3):
+                 lm_tau: float = 1e-3, cg_iters: int = 100, cg_rtol: float = 1e-10):
         super().__init__(aggregator, local, seed)
         self.curvature = curvature
         self.rank = rank
@@ -78,6 +88,8 @@ class FIPAStrategy(AveragingStrategy):
         self.safeguard = safeguard
         self.complement = complement
         self.lm_tau = lm_tau
+        self.cg_iters, self.cg_rtol = int(cg_iters), float(cg_rtol)  # the matrix-free local GN step's CG
+        self.cg_total = 0  # CG iterations of every matrix-free client so far
         self.beta = None
         self.nu = 2.0
         self.pred = 0.0
@@ -92,7 +104,8 @@ class FIPAStrategy(AveragingStrategy):
         return {**super().request_config(run, k), "curvature": self.curvature, "rank": int(self.rank),
                 "sketch": self.sketch,
                 "adaptive": dataclasses.asdict(self.adaptive) if self.adaptive is not None else None,
-                "global_grad_norm": self.gnorm, "report_loss": bool(self.safeguard)}
+                "global_grad_norm": self.gnorm, "report_loss": bool(self.safeguard), "cg_iters": self.cg_iters,
+                "cg_rtol": self.cg_rtol}
 
     def down_floats(self, p):
         # θ, plus one float each for the global gradient norm (adaptive) and the loss-report request (safeguard)
@@ -102,6 +115,7 @@ class FIPAStrategy(AveragingStrategy):
         ok, bad = replies.ok, replies.rejected
         theta = self.theta
         extra = {"answered": len(ok)}
+        extra.update(self._matfree_fields(replies))
         if self.safeguard:
             complete = len(ok) == len(run.client_ids)
             loss = sum(float(ok[c]["loss"][0]) for c in sorted(ok)) if complete else None
@@ -138,6 +152,17 @@ class FIPAStrategy(AveragingStrategy):
             steps = [replies.metrics[c].get("steps") for c in replies.asked if c in ok]
             extra.update(ranks=" ".join(map(str, ranks)), local_steps=" ".join(map(str, steps)))
         return extra
+
+    def _matfree_fields(self, replies) -> dict:
+        """The matrix-free clients' CG figures of this round (:func:`fedsciml.core.matfree.local_gn_sketch`): the
+        total CG iterations, the largest final relative residual and the Gauss–Newton products (sketch + CG)."""
+        got = [replies.metrics[c] for c in sorted(replies.metrics) if "cg_iters" in replies.metrics[c]]
+        if not got:
+            return {}
+        its = sum(int(m["cg_iters"]) for m in got)
+        self.cg_total += its
+        return {"cg_iters": its, "cg_rel_residual": max(float(m["cg_rel_residual"]) for m in got),
+                "gn_products": sum(int(m["products"]) for m in got), "matfree_clients": len(got)}
 
     def _propose(self, theta, ok):
         """Merge ``ok`` (the messages at ``theta``) into the next global θ; with the safeguard, keep the
@@ -181,7 +206,7 @@ class FIPAStrategy(AveragingStrategy):
     def state_dict(self):
         return {"theta": self.theta, "gnorm": self.gnorm, "beta": self.beta, "nu": self.nu, "pred": self.pred,
                 "prev_theta": self.prev_theta, "prev_msgs": self.prev_msgs,
-                "prev_loss": self.prev_loss, "rejected_steps": self.rejected_steps, "enrolled": dict(self.agg.enrolled)}
+                "prev_loss": self.prev_loss, "rejected_steps": self.rejected_steps, "enrolled": dict(self.agg.enrolled), "cg_total": self.cg_total}
 
     def load_state_dict(self, d):
         self.theta, self.gnorm, self.beta = d["theta"], d["gnorm"], d["beta"]
@@ -189,6 +214,7 @@ class FIPAStrategy(AveragingStrategy):
         self.prev_theta, self.prev_loss, self.rejected_steps = d["prev_theta"], d["prev_loss"], d["rejected_steps"]
         self.prev_msgs = d.get("prev_msgs")
         self.agg.enrolled = dict(d.get("enrolled", {}))  # sample counts fixed at enrollment
+        self.cg_total = int(d.get("cg_total", 0))
 
     def summary(self):
         out = {**super().summary(), "rank": self.rank, "curvature": self.curvature, "merge": self.agg.merge,
@@ -198,9 +224,11 @@ class FIPAStrategy(AveragingStrategy):
         return out
 
     def info(self):
-        if not self.safeguard:
-            return {}
-        return {"rejected_steps": self.rejected_steps, "final_beta": self.beta, **self.final_check}
+        out = {"rejected_steps": self.rejected_steps, "final_beta": self.beta, **self.final_check} \
+            if self.safeguard else {}
+        if self.cg_total:
+            out["cg_iters"] = self.cg_total
+        return out
 
 
 def _merge_rhs(msgs, p) -> torch.Tensor:

@@ -60,7 +60,7 @@ from fedsciml.runtime.strategy import Exchange, Strategy
 from fedsciml.runtime.transport import Reply, Request
 from fedsciml.runtime.client import Client, register_handler
 from fedsciml.core.objective import GNStats, gn_stats_from
-from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, federated_form  # noqa: F401
+from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, deferred_stats, federated_form  # noqa: F401
 
 FORMS = ("normal", "sqrt", "matfree")
 
@@ -218,6 +218,9 @@ class GNStrategy(Strategy):
         self.enrolled = {}  # client id → sample count of its first valid message (fixed from then on)
         self._run = None
         self._exchanges = 0
+        # set by fedsciml.methods.resample.ResamplingStrategy: the clients' points change after this round, so an
+        # accepted trial's statistics (which only the next round would use) are not gathered
+        self.points_expire = False
 
     # the simulation's view
     @property
@@ -334,9 +337,12 @@ class GNStrategy(Strategy):
             return self._matfree_round(run)
         trial = self.lm.propose()
         losses = self._gather(run, trial, False)
-        accepted = self.lm.observe(GNAggregator.total_loss(losses),
-                                   lambda: GNAggregator(True, self.form).aggregate_stats(self._gather(run, trial, True),
-                                                                                      trial.numel()))
+        loss = GNAggregator.total_loss(losses)
+        if self.points_expire:  # fresh points before the next round: its statistics are gathered on them
+            accepted = self.lm.observe(loss, lambda: deferred_stats(loss, self.lm.stats))
+        else:
+            accepted = self.lm.observe(loss, lambda: GNAggregator(True, self.form).aggregate_stats(
+                self._gather(run, trial, True), trial.numel()))
         return {"mu": self.lm.mu, "accepted": accepted}
 
     def _matfree_round(self, run):
@@ -347,7 +353,9 @@ class GNStrategy(Strategy):
         cg0 = self.lm.cg_iters
         trial = self.lm.propose()
         losses = self._gather(run, trial, False)
-        accepted = self.lm.observe(GNAggregator.total_loss(losses), lambda: self._matfree_stats(run, trial))
+        loss = GNAggregator.total_loss(losses)
+        accepted = self.lm.observe(loss, (lambda: deferred_stats(loss, self.lm.stats)) if self.points_expire
+                                   else (lambda: self._matfree_stats(run, trial)))
         return {"mu": self.lm.mu, "accepted": accepted, "cg_iters": self.lm.cg_iters - cg0,
                 "exchanges": self._exchanges}
 

@@ -12,6 +12,9 @@ run seed and j (same seed: same points; every resample: different points; j = 0 
 * federated: :class:`ResamplingStrategy` replaces each client's objective in the in-process transport
   before round ``jK + 1`` and asks the strategy to :meth:`~fedsciml.runtime.strategy.Strategy.resampled`
   (gn gathers its statistics at θ again, FIPA's safeguard its reference loss — each an exchange, counted).
+  Statistics that only the step after a resample would use are not formed: centralized LM and gn accept
+  the last trial before a resample on its loss alone (:func:`fedsciml.core.lm.deferred_stats`), so with
+  ``resample=1`` each step forms one Jacobian (gn: one statistics exchange), not two.
   In a real deployment each site draws its own points from the same seed; the Flower engine does not
   offer it (one clear error).
 
@@ -97,6 +100,8 @@ class ResamplingStrategy(Strategy):
         if j > self.index:  # new points: the strategy's state at θ is measured on them again
             self.index = j
             extra = self.inner.resampled(run) or {}
+        if hasattr(self.inner, "points_expire"):  # gn: no statistics at a point the next round re-measures
+            self.inner.points_expire = k % self.every == 0
         out = self.inner.round(run, k) or {}
         return {**extra, **out, **({"resample": self.index} if self.index else {})}
 

@@ -34,6 +34,7 @@ import torch
 from fedsciml.core import linalg
 from fedsciml.options import FIPAConfig, LocalOptions, defaults_of
 from fedsciml.core.curvature import ggn_matmat
+from fedsciml.core.matfree import FIPA_DENSE_ENTRIES, fipa_local_matfree, local_gn_sketch
 from fedsciml.core.objective import LeastSquares, gn_stats_from
 from fedsciml.runtime.history import Progress
 from fedsciml.runtime.protocol import MONITOR, Reply, Request
@@ -41,7 +42,7 @@ from fedsciml.runtime.protocol import MONITOR, Reply, Request
 LOCAL_SOLVERS = ("adam", "gn")
 LOCAL_LOSSES = ("mean", "parts")
 SKETCHES = ("auto", "dense", "matfree")
-DENSE_JACOBIAN_LIMIT = 60_000_000  # n_m·p entries above which sketch='auto' goes matrix-free
+DENSE_JACOBIAN_LIMIT = FIPA_DENSE_ENTRIES  # n_m·p entries above which sketch='auto' goes matrix-free
 _LOCAL = defaults_of(LocalOptions)  # one default per option: the typed configuration's
 
 
@@ -316,14 +317,22 @@ class Client:
 
     def update_message(self, theta: torch.Tensor, cfg: LocalConfig, *, curvature: str | None = None, rank: int = 20,
                        sketch: str = "auto", seed: int = 0, adaptive=None, rnd: int = 0, global_grad_norm=None,
-                       report_loss: bool = False, rj=None, deadline: float | None = None) -> dict:
+                       report_loss: bool = False, rj=None, deadline: float | None = None, cg_iters: int = 100,
+                       cg_rtol: float = 1e-10) -> dict:
         """A FIPA (``curvature='full'|'lowrank'``) or FedAvg/FedProx (``curvature=None``) message.
+
+        A low-rank FIPA client with a local Gauss–Newton step forms no Jacobian when
+        :func:`fedsciml.core.matfree.fipa_local_matfree` says so (``sketch='matfree'``, or ``'auto'`` beyond
+        :data:`DENSE_JACOBIAN_LIMIT` entries): the step by CG (at most ``cg_iters`` iterations, relative residual ``cg_rtol``) and the eigenpairs from a Nyström
+        sketch (:func:`fedsciml.core.matfree.local_gn_sketch`).
 
         ``adaptive`` (an :class:`AdaptiveSchedule`) picks this client's rank and
         Adam step count for round ``rnd`` from its spectrum and gradient.
         """
         p = theta.numel()
         n = self.n
+        if fipa_local_matfree(cfg.solver, curvature, sketch, adaptive is not None, n, p):
+            return self._matfree_gn_message(theta, cfg, rank, seed, report_loss, cg_iters, cg_rtol)
         dense_ok = sketch == "dense" or (sketch == "auto" and n * p <= DENSE_JACOBIAN_LIMIT)
         need_dense = cfg.solver == "gn" or curvature == "full" or adaptive is not None or (
             curvature == "lowrank" and dense_ok)
@@ -367,6 +376,21 @@ class Client:
             msg["loss"] = (0.5 * (r_vec @ r_vec)).reshape(1)
         msg["n"] = _scalar(n, theta)
         self.last_info = info
+        return msg
+
+
+    def _matfree_gn_message(self, theta: torch.Tensor, cfg: LocalConfig, rank: int, seed: int, report_loss: bool,
+                            cg_iters: int, cg_rtol: float) -> dict:
+        """The matrix-free low-rank FIPA message with a local GN step (:func:`~fedsciml.core.matfree.local_gn_sketch`)."""
+        gen = torch.Generator(device=theta.device).manual_seed(int(seed))
+        out = local_gn_sketch(self.objective.residual, theta, rank, damping=cfg.damping, rtol=cg_rtol,
+                              max_iters=cg_iters, generator=gen)
+        msg = {"delta": out.delta, "U": out.U, "lam": out.lam}
+        if report_loss:
+            msg["loss"] = (0.5 * (out.r @ out.r)).reshape(1)
+        msg["n"] = _scalar(self.n, theta)
+        self.last_info = {"form": "matfree", "cg_iters": out.cg_iters, "cg_rel_residual": out.rel_residual,
+                          "products": out.products}
         return msg
 
 
@@ -532,8 +556,10 @@ def _answer_update(client, request, pre, deadline):
         sketch=cfg.get("sketch", "auto"), seed=(int(cfg.get("seed", 0)) + client.cid) % (2**31),
         adaptive=AdaptiveSchedule(**ad) if ad is not None else None, rnd=int(cfg.get("round", 0)),
         global_grad_norm=cfg.get("global_grad_norm"), report_loss=bool(cfg.get("report_loss", False)),
-        rj=pre, deadline=deadline)
+        rj=pre, deadline=deadline, cg_iters=int(cfg.get("cg_iters", 100)), cg_rtol=float(cfg.get("cg_rtol", 1e-10)))
     metrics = {}
+    if client.last_info.get("form") == "matfree":
+        metrics.update({k: client.last_info[k] for k in ("cg_iters", "cg_rel_residual", "products")})
     if ad is not None:
         msg["gnorm"] = _scalar(client.last_info["gnorm"], theta)
         metrics["steps"] = client.last_info.get("steps")
@@ -543,9 +569,13 @@ def _answer_update(client, request, pre, deadline):
 def _pre_update(batch, request):
     cfg = request.config
     curvature = cfg.get("curvature")
+    theta = request.tensors["theta"]
+    if any(fipa_local_matfree(cfg["local"]["solver"], curvature, cfg.get("sketch", "auto"),
+                            cfg.get("adaptive") is not None, c.n, theta.numel()) for c in batch.clients):
+        return {}  # the matrix-free clients form no Jacobian (the others, if any, form their own)
     if (cfg["local"]["solver"] == "gn" or curvature == "full" or cfg.get("adaptive") is not None
             or (curvature == "lowrank" and cfg.get("sketch", "auto") != "matfree")):
-        return batch.residuals_and_jacobians(request.tensors["theta"])
+        return batch.residuals_and_jacobians(theta)
     return {}
 
 

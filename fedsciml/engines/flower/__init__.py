@@ -55,9 +55,15 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 def require_flower():
-    """Import flwr, or raise one clear line (a ``ValueError``: the CLI prints it, exit 2) saying how to install it."""
+    """Check that flwr is installed, or raise one clear line (a ``ValueError``: the CLI prints it, exit 2) saying
+    how to install it.  The check does not import flwr: the process that starts a simulation only launches
+    Flower's programs and reads the result files (importing flwr there cost ~1 s before anything started)."""
+    import importlib.util
+
     try:
-        import flwr  # noqa: F401
-    except ImportError:
+        found = importlib.util.find_spec("flwr") is not None
+    except (ImportError, ValueError):  # a broken installation, or a flwr module without a spec
+        found = False
+    if not found:
         raise ValueError('engine "flower" needs Flower: pip install "fedsciml[flower]" '
-                          '(or pip install "flwr[simulation]>=1.41,<1.42")') from None
+                         '(or pip install "flwr[simulation]>=1.41,<1.42")')

@@ -54,12 +54,14 @@ import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off befo
 from fedsciml.runtime.protocol import Failure, Reply
 from fedsciml.runtime.results import summary_lines
 from fedsciml.engines.flower import codec
+from fedsciml.engines.flower.resultio import read_result, write_result  # noqa: F401  (the ServerApp's output)
 from fedsciml.engines.flower.transport import DESCRIBE, FlowerTransport, medians_by_query, stderr_log
 from fedsciml.core.objective import LeastSquares, LinearLeastSquares
 from fedsciml.problems.table import table_objective  # noqa: F401  (a node's own table: CSV or npz)
 
 _CACHE: "OrderedDict[str, object]" = OrderedDict()
 _CACHE_SIZE = 8
+_SPLITS: dict = {}  # job -> (problem, every client's objective): the last two runs' splits of this process
 
 
 # --- the node's data -----------------------------------------------------------------------
@@ -77,11 +79,20 @@ def _node_objective(job: dict, pid: int, node_config) -> tuple[LeastSquares, obj
     K = int(job["clients"])
     if not 0 <= pid < K:
         raise ValueError(f"partition-id {pid} is outside 0..{K - 1} for a run with {K} clients")
+    key = json.dumps({k: v for k, v in job.items() if k != "threads"}, sort_keys=True, default=str)
+    if key in _SPLITS:  # this process already built the run's clients (a Ray worker serves any partition)
+        problem, objs = _SPLITS[key]
+        return objs[pid], problem
     problem = get_problem(job["problem"], **job.get("options", {}))
     if hasattr(problem, "client_objective"):  # e.g. 'table': read only this client's own file
         return problem.client_objective(pid, K, device=job.get("device", "cpu")), problem
     torch.manual_seed(int(job.get("seed", 0)))  # as runner.solve does before building the objectives
     objs = problem.client_objectives(K, seed=int(job.get("seed", 0)), device=job.get("device", "cpu"))
+    # the split draws every client's points at once: keep it, so that another partition this process is sent
+    # (Ray hands each message to whichever worker is free) does not draw all K again
+    _SPLITS[key] = (problem, objs)
+    while len(_SPLITS) > 2:
+        _SPLITS.pop(next(iter(_SPLITS)))
     return objs[pid], problem
 
 
@@ -317,27 +328,6 @@ def job_from_run_config(rc) -> dict:
             "problem_options": _json_object(rc, "problem-options"), "options": _json_object(rc, "method-options"),
             "out": str(rc.get("out", "") or ""), "timeout": float(rc.get("timeout", 300.0)),
             "connect_timeout": float(rc.get("connect-timeout", 300.0)), "jobs": str(rc.get("jobs", "") or "")}
-
-
-def write_result(res, out: str):
-    """``out`` (the Result as JSON) and ``out + ".theta.safetensors"`` (θ, bitwise); θ is written first, the JSON
-    last and renamed into place, so a reader that sees the JSON finds both complete."""
-    from safetensors.torch import save_file
-
-    save_file({"theta": res.theta.detach().cpu().contiguous()}, out + ".theta.safetensors")
-    res.to_json(out + ".part")
-    os.replace(out + ".part", out)
-
-
-def read_result(out: str):
-    """The Result :func:`write_result` wrote, with its θ."""
-    from safetensors.torch import load_file
-
-    from fedsciml.runtime.results import Result
-
-    res = Result.from_json(out)
-    res.theta = load_file(out + ".theta.safetensors")["theta"]
-    return res
 
 
 def run_job(grid, job: dict):

@@ -149,6 +149,11 @@ class LocalSuperLink:
                    OMP_NUM_THREADS=str(self.threads), PATH=self.bin + os.pathsep + env.get("PATH", ""),
                    PYTHONPATH=os.pathsep.join([REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                                              if p]))
+        # OpenMP threads that wait for work sleep instead of spinning (unless the caller chose): Flower's
+        # processes share the cores — the ServerApp, two or more Ray workers with `threads` torch threads each —
+        # and a spinning thread burns the core another needs.  Bratu's fipa, 10 rounds, 2 threads, two such
+        # processes side by side on 2 loaded cores: 41 CPU-s each spinning, 4.1 passive; the same bits
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         return env
 
     def _start(self, name: str, argv: list):
@@ -293,7 +298,7 @@ class LocalSuperLink:
 
     def wait(self, proc, outs, timeout_s: float = 600.0) -> list:
         """:meth:`wait_files`, then the Results (with θ) the ServerApp wrote there."""
-        from fedsciml.engines.flower.apps import read_result
+        from fedsciml.engines.flower.resultio import read_result
 
         outs = [outs] if isinstance(outs, (str, Path)) else list(outs)
         self.wait_files(proc, outs, timeout_s)

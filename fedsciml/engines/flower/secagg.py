@@ -49,23 +49,15 @@ import json
 import logging
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
 import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off before flwr is imported)
+from fedsciml.engines.flower.jobs import SECAGG_APP_DIR as APP_DIR  # noqa: F401  (the Flower App of this pair)
+from fedsciml.engines.flower.jobs import is_secagg_job  # noqa: F401
 
-APP_DIR = str(Path(__file__).resolve().parent / "secagg_app")  # the Flower App of this ServerApp/ClientApp pair
 log = logging.getLogger(__name__)
-
-
-def is_secagg_job(job: dict) -> bool:
-    """A job that needs a secure sum: ``one-shot`` with central DP at a finite ε."""
-    opts = job.get("options", {}) or {}
-    eps = opts.get("dp_epsilon")
-    return (job.get("kind", "solve") == "solve" and job.get("method") == "one-shot" and bool(opts.get("dp_central"))
-            and eps is not None and float(eps) != math.inf)
 
 
 def _default_max_rows(problem) -> int | None:

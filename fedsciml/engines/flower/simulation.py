@@ -11,8 +11,9 @@ warning says "use ``flwr run``").  So :func:`solve_many`
    (:data:`~fedsciml.engines.flower.deploy.APP_DIR`, the same app as ``flwr
    run <app> local-simulation``) with ``flwr run … --run-config
    "jobs='…'" --federation-config "num-supernodes=K …"``: one virtual
-   SuperNode per client, one CPU per ClientApp, at most one Ray worker per
-   core;
+   SuperNode per client, as many CPUs per ClientApp as it runs torch
+   threads, so Ray runs as many ClientApps at once as the cores hold
+   (:func:`federation_config`);
 3. the ServerApp (``fedsciml.engines.flower.apps:server_app``) runs the jobs
    one after the other in fedsciml's round loop over a
    :class:`~fedsciml.engines.flower.transport.FlowerTransport` and writes each
@@ -46,11 +47,21 @@ class EngineFailed(RoundFailed):
     ended without its result, or overran its time); a :class:`RoundFailed` (the CLI: one line, exit 1)."""
 
 
-def federation_config(clients: int) -> dict:
-    """Flower's simulation settings for ``clients`` clients: one virtual SuperNode each, one CPU per ClientApp,
-    Ray with at most one worker per core (``flwr run --federation-config``)."""
+def federation_config(clients: int, threads: int = 1) -> dict:
+    """Flower's simulation settings for ``clients`` clients whose ClientApps run ``threads`` torch threads: one
+    virtual SuperNode each; Ray with one CPU per core and client, at most; ``threads`` CPUs per ClientApp, so
+    that Ray runs as many ClientApps at once as the cores hold — with 2 threads on 2 cores one Ray worker, not
+    two whose four threads share two cores (the main job, loaded machine: 35 CPU-s of the whole process tree
+    against 42–43, the same bits).  ``FEDSCIML_FLOWER_CPUS_PER_CLIENTAPP`` sets the CPUs per ClientApp instead,
+    to measure (``flwr run --federation-config``)."""
     cpus = max(1, min(int(clients), os.cpu_count() or 1))
-    return {"num-supernodes": int(clients), "client-resources-num-cpus": 1, "init-args-num-cpus": cpus,
+    per = min(max(1, int(threads)), cpus)
+    raw = os.environ.get("FEDSCIML_FLOWER_CPUS_PER_CLIENTAPP", "")
+    if raw:
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"FEDSCIML_FLOWER_CPUS_PER_CLIENTAPP={raw!r}: give a whole number of CPUs ≥ 1")
+        per = min(int(raw), cpus)
+    return {"num-supernodes": int(clients), "client-resources-num-cpus": per, "init-args-num-cpus": cpus,
             "init-args-logging-level": "error", "init-args-log-to-driver": False}
 
 
@@ -112,7 +123,7 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
 
     import torch
 
-    from fedsciml.engines.flower.apps import read_result
+    from fedsciml.engines.flower.resultio import read_result
     from fedsciml.engines.flower.deploy import LocalSuperLink
 
     with tempfile.TemporaryDirectory(prefix="fedsciml-flower-sim-") as tmp:
@@ -132,7 +143,8 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
             from fedsciml.engines.flower.deploy import APP_DIR
 
             proc = link.submit_config({"problem": jobs[0].get("problem", "images"), "clients": int(clients),
-                                       "jobs": path}, "sim", federation_config(clients), app=app or APP_DIR)
+                                       "jobs": path}, "sim", federation_config(clients, torch.get_num_threads()),
+                                      app=app or APP_DIR)
             outs = [j["out"] for j in jobs]
             show = any(j.get("progress") for j in jobs)
             log = logging.getLogger("fedsciml.engines.flower")
@@ -174,12 +186,12 @@ def solve_many(calls: list, clients: int, *, wait_s: float = 3600.0) -> list:
     for kw in calls:
         if int(kw["clients"]) != int(clients):
             raise ValueError(f"every call of one simulation must have clients={clients}, got {kw['clients']}")
-    from fedsciml.engines.flower import secagg
+    from fedsciml.engines.flower.jobs import SECAGG_APP_DIR, is_secagg_job
 
     jobs = [_job(kw, "") for kw in calls]
-    secure = [secagg.is_secagg_job(j) for j in jobs]  # central DP: Flower's SecAgg+ App, the rest the generic one
+    secure = [is_secagg_job(j) for j in jobs]  # central DP: Flower's SecAgg+ App, the rest the generic one
     out: list = [None] * len(jobs)
-    for flag, app in ((False, None), (True, secagg.APP_DIR)):
+    for flag, app in ((False, None), (True, SECAGG_APP_DIR)):
         idx = [i for i, f in enumerate(secure) if f == flag]
         if idx:
             for i, r in zip(idx, run_jobs([jobs[i] for i in idx], clients, wait_s=wait_s, app=app)):
