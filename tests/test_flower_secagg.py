@@ -111,7 +111,7 @@ def flower_runs(tmp_path_factory):
     """One ``flwr run`` of the SecAgg+ App (as ``--engine flower`` starts it) with three jobs: ridge-linear with the
     server's view recorded; site tables where site 2 exceeds dp_max_rows, with t = 2 (tolerates it) and with
     t = 3 (must fail, releasing nothing)."""
-    from fedsciml.engines.flower.apps import read_result
+    from fedsciml.engines.flower.resultio import read_result
     from fedsciml.engines.flower.simulation import EngineFailed, run_jobs
 
     root = tmp_path_factory.mktemp("secagg")

@@ -218,9 +218,7 @@ class GNStrategy(Strategy):
         self.enrolled = {}  # client id → sample count of its first valid message (fixed from then on)
         self._run = None
         self._exchanges = 0
-        # set by fedsciml.methods.resample.ResamplingStrategy: the clients' points change after this round, so an
-        # accepted trial's statistics (which only the next round would use) are not gathered
-        self.points_expire = False
+        self.points_expire = False  # Strategy.points_expire: an accepted trial's statistics are then not gathered
 
     # the simulation's view
     @property

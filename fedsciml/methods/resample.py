@@ -100,8 +100,7 @@ class ResamplingStrategy(Strategy):
         if j > self.index:  # new points: the strategy's state at θ is measured on them again
             self.index = j
             extra = self.inner.resampled(run) or {}
-        if hasattr(self.inner, "points_expire"):  # gn: no statistics at a point the next round re-measures
-            self.inner.points_expire = k % self.every == 0
+        self.inner.points_expire = k % self.every == 0  # gn: no statistics at a point the next round re-measures
         out = self.inner.round(run, k) or {}
         return {**extra, **out, **({"resample": self.index} if self.index else {})}
 

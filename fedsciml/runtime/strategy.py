@@ -74,6 +74,10 @@ class Strategy(ABC):
     name = "strategy"
     theta: torch.Tensor | None = None
     loss_sum: float | None = None
+    #: set by :class:`~fedsciml.methods.resample.ResamplingStrategy` before each round: the clients' points change
+    #: after this round, so state only the next round would use need not be measured (gn skips the statistics of
+    #: an accepted trial); strategies that measure nothing ahead ignore it
+    points_expire: bool = False
 
     def start(self, run, theta0: torch.Tensor) -> dict:
         """Round 0: set the initial state (may exchange with clients); returns history fields."""

@@ -142,7 +142,7 @@ def simulation(p, K, runs, idle_s: float, loc) -> dict:
 
 
 def deployment(p, K, runs, idle_s: float, loc, wait_s: float) -> dict:
-    from fedsciml.engines.flower.apps import read_result
+    from fedsciml.engines.flower.resultio import read_result
     from fedsciml.engines.flower.deploy import LocalDeployment
     from flower_idle import measure
 

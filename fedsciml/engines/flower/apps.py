@@ -54,7 +54,7 @@ import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off befo
 from fedsciml.runtime.protocol import Failure, Reply
 from fedsciml.runtime.results import summary_lines
 from fedsciml.engines.flower import codec
-from fedsciml.engines.flower.resultio import read_result, write_result  # noqa: F401  (the ServerApp's output)
+from fedsciml.engines.flower.resultio import write_result
 from fedsciml.engines.flower.transport import DESCRIBE, FlowerTransport, medians_by_query, stderr_log
 from fedsciml.core.objective import LeastSquares, LinearLeastSquares
 from fedsciml.problems.table import table_objective  # noqa: F401  (a node's own table: CSV or npz)

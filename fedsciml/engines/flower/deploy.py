@@ -11,7 +11,7 @@ Only Flower's command-line programs with their documented options are used:
   <fedsciml's app> fedsciml --run-config … --stream`` (the app:
   :data:`APP_DIR`, the ``pyproject.toml`` with fedsciml's ServerApp and
   ClientApp), and :meth:`LocalSuperLink.wait` reads the Result the ServerApp
-  wrote (:func:`fedsciml.engines.flower.apps.write_result`), or fails with the
+  wrote (:func:`fedsciml.engines.flower.resultio.write_result`), or fails with the
   run's log after a bounded time;
 * :class:`LocalDeployment` adds K stock ``flower-supernode --insecure
   --superlink 127.0.0.1:P --node-config "partition-id=k num-partitions=K"``

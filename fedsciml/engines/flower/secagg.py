@@ -55,7 +55,7 @@ import torch
 
 import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off before flwr is imported)
 from fedsciml.engines.flower.jobs import SECAGG_APP_DIR as APP_DIR  # noqa: F401  (the Flower App of this pair)
-from fedsciml.engines.flower.jobs import is_secagg_job  # noqa: F401
+from fedsciml.engines.flower.jobs import is_secagg_job
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +342,8 @@ def _site_job(job: dict) -> dict:
 def serve(grid, run_config, context):
     """The SecAgg+ ServerApp's main: the run config's job(s) (:func:`fedsciml.engines.flower.apps.job_from_run_config`
     and its ``jobs`` file), each through :func:`run_secagg_job`; results written where ``out`` says."""
-    from fedsciml.engines.flower.apps import job_from_run_config, write_result
+    from fedsciml.engines.flower.apps import job_from_run_config
+    from fedsciml.engines.flower.resultio import write_result
     from fedsciml.runtime.results import summary_lines
 
     job = job_from_run_config(run_config)
