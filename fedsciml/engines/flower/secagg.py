@@ -129,17 +129,20 @@ def _make_site_client(node_config):
         """One site: its ``fit`` answers with its clipped, share-noised statistics (:func:`site_vector`)."""
 
         def fit(self, parameters, config):
-            from fedsciml.engines.flower.apps import _client
+            from fedsciml.engines.flower.apps import _client, failure_reason, set_node_threads
 
-            job, pl = json.loads(str(config["job"])), json.loads(str(config["plan"]))
-            threads = job.get("threads")
-            if threads and torch.get_num_threads() != int(threads):
-                torch.set_num_threads(int(threads))
-            client = _client(job, int(node_config["partition-id"]), node_config)
-            p = client.objective.n_params
-            theta0 = (torch.as_tensor(np.asarray(parameters[0], dtype=np.float64)) if parameters and
-                      np.asarray(parameters[0]).size else torch.zeros(p, dtype=torch.float64))
-            return [site_vector(client, theta0, pl)], 1, {}
+            pid = node_config.get("partition-id") if hasattr(node_config, "get") else None
+            try:
+                job, pl = json.loads(str(config["job"])), json.loads(str(config["plan"]))
+                set_node_threads(node_config)  # the node's own thread count, never the job's
+                client = _client(job, int(pid), node_config)
+                p = client.objective.n_params
+                theta0 = (torch.as_tensor(np.asarray(parameters[0], dtype=np.float64)) if parameters and
+                          np.asarray(parameters[0]).size else torch.zeros(p, dtype=torch.float64))
+                return [site_vector(client, theta0, pl)], 1, {}
+            except Exception as e:  # noqa: BLE001 - Flower sends the message to the server: a reason code and the
+                # node's own one line, never a file's content
+                raise RuntimeError(failure_reason(pid, e)) from None
 
     return SiteShareClient()
 

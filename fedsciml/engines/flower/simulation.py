@@ -133,6 +133,9 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
         with open(path, "w") as f:
             json.dump(jobs, f)
         link = LocalSuperLink(work, simulation=True, threads=torch.get_num_threads())
+        dirs = job_data_dirs(jobs)  # the user's own files on the user's own machine: its virtual nodes may read them
+        if dirs:
+            link.extra_env["FEDSCIML_NODE_DATA_DIRS"] = os.pathsep.join(dirs)
         try:
             link.start()
         except (RuntimeError, TimeoutError, OSError) as e:  # flower-superlink exited or never listened
@@ -164,6 +167,30 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
             else:
                 out.append(read_result(j["out"]))
         return out
+
+
+def job_data_dirs(jobs: list) -> list[str]:
+    """The directories of the files ``jobs`` name (a problem's file options, an image setting's ``data_dir``):
+    what the simulation's virtual nodes — on this machine, run by this user — are allowed to read
+    (:func:`fedsciml.engines.flower.apps.node_limits`; a node opens no other path a job names)."""
+    from fedsciml.engines.flower.apps import _file_options
+    from fedsciml.problems.registry import REGISTRY
+
+    dirs: set = set()
+    for j in jobs:
+        paths: list = []
+        if j.get("kind", "solve") == "images":
+            data_dir = (j.get("setting") or {}).get("data_dir")
+            paths += [data_dir] if data_dir else []
+        elif j.get("problem") in REGISTRY:
+            opts = j.get("problem_options") or {}
+            for k in _file_options(REGISTRY[j["problem"]]):
+                v = opts.get(k)
+                paths += list(v) if isinstance(v, (list, tuple)) else [v] if v else []
+        for p in paths:
+            real = os.path.realpath(os.fspath(p))
+            dirs.add(real if os.path.isdir(real) else os.path.dirname(real))
+    return sorted(dirs)
 
 
 def _root_cause(log_text: str) -> str:
