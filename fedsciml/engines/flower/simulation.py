@@ -217,6 +217,11 @@ def solve_many(calls: list, clients: int, *, wait_s: float = 3600.0) -> list:
 
     jobs = [_job(kw, "") for kw in calls]
     secure = [is_secagg_job(j) for j in jobs]  # central DP: Flower's SecAgg+ App, the rest the generic one
+    for kw, j, flag in zip(calls, jobs, secure):
+        if flag:  # SecAgg+'s public plan (row bound, fixed-point precision) is refused here, before Ray starts
+            from fedsciml.engines.flower.jobs import plan
+
+            plan(j, kw["problem"])
     out: list = [None] * len(jobs)
     for flag, app in ((False, None), (True, SECAGG_APP_DIR)):
         idx = [i for i, f in enumerate(secure) if f == flag]
