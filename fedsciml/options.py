@@ -17,7 +17,7 @@ parsed once, at the edge, by :func:`from_text` / :func:`parse_grid`.
 
 The shared parts:
 
-* :class:`StopOptions` — ``budget``, ``tol`` (every method);
+* :class:`StopOptions` — ``budget``, ``clock``, ``tol`` (every method);
 * :class:`RoundOptions` — ``rounds``, ``participation``, ``dropout``,
   ``checkpoint``, ``resume`` (every federated method);
 * :class:`LocalOptions` — ``local``, ``local_steps``, ``lr``,
@@ -396,6 +396,9 @@ class MethodConfig:
 class StopOptions(MethodConfig):
     budget: float | None = option(None, "time budget in seconds (solver time; evaluation excluded)", float,
                                   lo=0, lo_open=True, finite=False, none="no time limit", metavar="SECONDS")
+    clock: str = option("wall", "what the budget and the history's time_s count: wall (elapsed seconds) or cpu "
+                                "(this process's CPU seconds, time.process_time: with --threads 1, timings that a "
+                                "shared, loaded machine does not distort)", str, choices=("wall", "cpu"))
     tol: float = option(0.0, "stop when the mean loss ½‖r‖²/N falls to this value", float, lo=0)
     resample: int | None = option(None, "draw fresh collocation points every K steps (centralized) or rounds "
                                         "(federated), seeded from the run seed (PINN problems; "

@@ -48,8 +48,8 @@ TRANSPORTS = ("local", "bytes")
 
 def _round_config(cfg, seed) -> RoundConfig:
     # the typed RoundOptions already checked these values: the loop does not check them again
-    return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, tol=cfg.tol, participation=cfg.participation,
-                       dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume, checked=True)
+    return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, clock=cfg.clock, tol=cfg.tol,
+                       participation=cfg.participation, dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume, checked=True)
 
 
 def _fingerprint(problem, method, objectives, theta0, seed, options):
