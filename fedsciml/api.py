@@ -114,6 +114,9 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
 
 
 def list_methods() -> list[str]:
-    """Names of the available solve methods (``fs.methods`` is the subpackage :mod:`fedsciml.methods`)."""
+    """Names of every registered method, the image methods (kind ``images``) included (``fs.methods`` is the
+    subpackage :mod:`fedsciml.methods`)."""
+    import fedsciml.images  # noqa: F401  (registers the image methods; fs.solve itself does not load them)
+
     return available_methods()
 
