@@ -711,6 +711,9 @@ class OneShotConfig(RoundOptions):
     dp_clip_b: float = option(1.0, "DP target clip |b| ≤ C_b", float, lo=0, lo_open=True)
     dp_clip: str = option("scale", "DP clipping: scale the whole row, or clip a and b separately", str,
                           choices=("scale", "separate"))
+    dp_max_shrink: float | None = option(10.0, "DP: a site refuses when clipping would shrink its median row by "
+                                         "more than this factor (standardize first, or set the clip bounds to "
+                                         "the data's scale)", float, lo=1, none="no check")
     dp_central: bool = option(False, "DP noise once on the secure sum instead of on every client", bool)
     dp_noise_aware: bool = option(False, "add the noise's spectral norm √(2m)·s_total to σ", bool)
     dp_min_survivors: int | None = option(None, "central DP: the fewest sites whose noise shares must reach the "
@@ -751,7 +754,7 @@ class OneShotConfig(RoundOptions):
             out["sigma"] = (f"σ is chosen by cross-validation over {display('cv_sigmas')}; give σ, or a grid to "
                             "choose it, not both")
         if self.dp_epsilon is None:
-            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware",
+            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_max_shrink", "dp_central", "dp_noise_aware",
                       "dp_min_survivors", "dp_max_rows", "dp_calibration", "repair"):
                 out[k] = f"it is a differential-privacy option and DP is off (give {display('dp_epsilon')})"
         elif not self.dp_central:
@@ -773,7 +776,7 @@ class OneShotConfig(RoundOptions):
             return None
         return {"epsilon": self.dp_epsilon, "delta": self.dp_delta, "c_a": self.dp_clip_a, "c_b": self.dp_clip_b,
                 "clip": self.dp_clip, "central": self.dp_central, "noise_aware_sigma": self.dp_noise_aware,
-                "calibration": self.dp_calibration}
+                "calibration": self.dp_calibration, "max_shrink": self.dp_max_shrink}
 
 
 def defaults_of(cls) -> dict:

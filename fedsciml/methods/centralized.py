@@ -215,6 +215,8 @@ def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: 
     finally:
         rec.close()
     info["solver_time_s"] = rec.elapsed()
+    if rec.stop_reason is not None:
+        info["stopped_by"] = rec.stop_reason
     return theta, rec.rows, info
 
 

@@ -479,7 +479,7 @@ class Simulation:
                 reason = "rounds"
                 break
             if self.rec.out_of_time():
-                reason = "budget"
+                reason = self.rec.stop_reason or "budget"
                 break
             last_loss = self.rec.rows[-1]["loss"] if self.rec.rows else None
             if last_loss is not None and last_loss <= self.cfg.tol:
