@@ -13,7 +13,6 @@ import logging
 import os
 import sys
 
-import fedsciml.engines  # noqa: F401  (registers the methods and the engines with the driver)
 from fedsciml.cli.common import (EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, add_option_flags, given_options,
                                  option_flag, set_threads, union_specs)
 
@@ -47,9 +46,10 @@ def method_option_flags() -> dict:
 
 
 def _add_solve_parser(sub):
+    import fedsciml.engines  # noqa: F401  (registers the problem methods and the engines with the driver)
+
     p = sub.add_parser(
         "solve",
-        help="solve a registered problem (centralized or federated)",
         description="Solve PROBLEM. Without --clients (or with --method centralized) the pooled centralized "
                     "Levenberg–Marquardt reference runs; with --clients K the data are split among K clients and "
                     "a federated method runs (default: fipa). Method options apply to the methods named in "
@@ -98,6 +98,8 @@ def _add_solve_parser(sub):
 
 
 def cmd_list(args):
+    import fedsciml.engines  # noqa: F401  (the problem methods)
+    import fedsciml.images  # noqa: F401  (the image methods, kind images)
     from fedsciml.problems import list_problems
     from fedsciml.runtime.driver import METHODS
 
@@ -309,8 +311,6 @@ def _write_outputs(problem, results, args):
             for r in results:
                 suffix = "" if len(results) == 1 else f"_{r.method}"
                 r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
-            for path in plot_runs(problem, results, args.out):
-                print(f"wrote {path}")
             if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
                 from fedsciml.cli.ridge import model_meta
                 from fedsciml.ridge.model_io import write_model
@@ -328,6 +328,10 @@ def _write_outputs(problem, results, args):
                     d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
                     save_model(r, problem, d)
                     print(f"wrote {os.path.join(d, 'model.safetensors')} (+ model.json)")
+            # plots last: the results and the model are on disk whatever a figure does (a figure that cannot be
+            # drawn is a warning from plot_runs, not a lost result)
+            for path in plot_runs(problem, results, args.out):
+                print(f"wrote {path}")
         except OSError as e:
             failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))
@@ -404,7 +408,76 @@ def _pre_scan_plugins(argv):
     return out
 
 
+class _BuiltOnUse(dict):
+    """A subcommand table whose parsers are filled in when first looked up — by the parse that chose the command,
+    or by a caller that asks for it (``choices["solve"]``): building ``solve``'s flags imports the problem and
+    method registries, ``bench images``' the image stack, and ``--help``, ``list`` or ``predict`` need neither."""
+
+    def __init__(self):
+        super().__init__()
+        self.builders: dict = {}
+
+    def __getitem__(self, name):
+        parser = super().__getitem__(name)
+        build = self.builders.pop(name, None)
+        if build is not None:
+            build(_Into(parser))
+        return parser
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+
+class _Into:
+    """What a subcommand's ``add_parser(subparsers)`` is given when its parser already exists (registered with its
+    one-line help by :func:`_lazy_commands`): ``add_parser`` sets the remaining attributes and returns it."""
+
+    def __init__(self, parser):
+        self.parser = parser
+
+    def add_parser(self, name, **kwargs):
+        for k, v in kwargs.items():
+            setattr(self.parser, k, v)
+        return self.parser
+
+
+def _lazy_commands(parser, dest: str, metavar: str, commands) -> None:
+    """Subcommands ``(name, one-line help, builder or None)``; a builder ``fn(subparsers)`` runs on first use."""
+    sub = parser.add_subparsers(dest=dest, metavar=metavar)
+    sub.choices = sub._name_parser_map = table = _BuiltOnUse()
+    for name, help_text, build in commands:
+        sub.add_parser(name, help=help_text)
+        if build is not None:
+            table.builders[name] = build
+
+
+def _add_predict_parser(sub):
+    pr = sub.add_parser("predict")
+    pr.add_argument("model", metavar="DIR", help="a model directory (model.safetensors + model.json)")
+    pr.add_argument("--points", required=True, metavar="FILE.csv",
+                    help="one point per line, one column per input axis; a header line is optional")
+    pr.add_argument("--out", required=True, metavar="FILE.csv", help="the points and the model's outputs (overwritten)")
+
+
+def _add_ridge_parser(sub):
+    from fedsciml.cli import ridge as ridge_cli
+
+    ridge_cli.add_parser(sub)
+
+
+def _add_bench_parser(sub):
+    def images(bsub):
+        from fedsciml.cli import images as images_cli
+
+        images_cli.add_parser(bsub)
+
+    _lazy_commands(sub.add_parser("bench"), "bench_command", "{images}", [
+        ("images", "image-classification aggregator benchmarks (FedAvg, FedProx, FIPA, FedFish, FisherMerge, "
+                   "RegMean, FedFisher, FedBEns)", images)])
+
+
 def build_parser():
+    """The parser; each subcommand's own flags are built when that subcommand is used (:class:`_BuiltOnUse`)."""
     parser = argparse.ArgumentParser(
         prog="python -m fedsciml",
         description="fedsciml: federated scientific machine learning — PINNs, function fitting and ridge "
@@ -419,21 +492,13 @@ def build_parser():
                            help="also show debug messages of the library (logging level DEBUG)")
     verbosity.add_argument("-q", "--quiet-log", dest="quiet_log", action="store_true",
                            help="show only errors (no progress, no warnings about rejected or missing clients)")
-    sub = parser.add_subparsers(dest="command", metavar="{list,solve,predict,ridge,bench}")
-    sub.add_parser("list", help="list problems and methods")
-    _add_solve_parser(sub)
-    pr = sub.add_parser("predict", help="evaluate a saved model (solve --out DIR) at the points of a CSV file")
-    pr.add_argument("model", metavar="DIR", help="a model directory (model.safetensors + model.json)")
-    pr.add_argument("--points", required=True, metavar="FILE.csv",
-                    help="one point per line, one column per input axis; a header line is optional")
-    pr.add_argument("--out", required=True, metavar="FILE.csv", help="the points and the model's outputs (overwritten)")
-    from fedsciml.cli import images as images_cli
-    from fedsciml.cli import ridge as ridge_cli
-
-    ridge_cli.add_parser(sub)
-    bench = sub.add_parser("bench", help="benchmarks (bench images ...)")
-    bsub = bench.add_subparsers(dest="bench_command", metavar="{images}")
-    images_cli.add_parser(bsub)
+    _lazy_commands(parser, "command", "{list,solve,predict,ridge,bench}", [
+        ("list", "list problems and methods", None),
+        ("solve", "solve a registered problem (centralized or federated)", _add_solve_parser),
+        ("predict", "evaluate a saved model (solve --out DIR) at the points of a CSV file", _add_predict_parser),
+        ("ridge", "one-shot federated ridge regression (sufficient statistics, DP, projection, CV)", _add_ridge_parser),
+        ("bench", "benchmarks (bench images ...)", _add_bench_parser),
+    ])
     return parser
 
 
