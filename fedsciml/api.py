@@ -41,6 +41,21 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         Number of clients the domain or data is split among (default: the
         problem's own, 1 for most; for :class:`ClientData` the number of
         client datasets given).
+    seed : int
+        Seeds the initial network, the collocation points, the client split and every
+        random choice of the method: same seed, same numbers.
+    device : str or torch.device
+        ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or ``"auto"`` (a GPU when there is one).
+    progress : bool
+        Show the run's progress: a ``tqdm`` bar where stderr is a terminal (with a
+        ``budget`` and no step count, a bar over the budget's seconds, so its ETA is the
+        budget's end), else a line every ``every`` steps to the logger
+        ``fedsciml.progress`` at INFO.  A plain script that configured no logging gets
+        those lines on stderr (a handler is added for the run); an application that
+        configured logging gets them through its own handlers.  The library itself never
+        prints.
+    problem_options : dict, optional
+        Options of a problem given by name (``{"lam": 2.0}``).
     method_options
         The fields of the method's configuration (:mod:`fedsciml.options`:
         ``CentralizedConfig``, ``GNConfig``, ``FIPAConfig``, ``FedAvgConfig``,
@@ -49,6 +64,9 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         ``local_steps``, ``lr``, ``mu``, ``participation``, ``dropout``,
         ``checkpoint``, ``resume``; or ``config=`` one such object.  ``every``
         (progress-line interval) and ``message_hook`` are passed to the runner.
+        ``engine``: ``"local"`` (default: clients in this process) or ``"flower"``
+        (the same method with Flower's simulation engine carrying the messages;
+        needs the ``flower`` extra); the numbers are the same bits either way.
 
     Raises
     ------
@@ -75,8 +93,11 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         raise ValueError("problem_options only applies when the problem is given by name")
     if not isinstance(problem, Problem):
         raise TypeError(f"problem must be a fedsciml Problem or a registered name, got {type(problem).__name__}")
-    return _solve(problem, method=method, clients=clients, seed=seed, device=device, progress=progress,
-                  **method_options)
+    from fedsciml.runtime.history import show_progress
+
+    with show_progress(bool(progress)):
+        return _solve(problem, method=method, clients=clients, seed=seed, device=device, progress=progress,
+                      **method_options)
 
 
 def list_methods() -> list[str]:

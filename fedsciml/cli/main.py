@@ -311,8 +311,6 @@ def _write_outputs(problem, results, args):
             for r in results:
                 suffix = "" if len(results) == 1 else f"_{r.method}"
                 r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
-            for path in plot_runs(problem, results, args.out):
-                print(f"wrote {path}")
             if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
                 from fedsciml.cli.ridge import model_meta
                 from fedsciml.ridge.model_io import write_model
@@ -330,6 +328,10 @@ def _write_outputs(problem, results, args):
                     d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
                     save_model(r, problem, d)
                     print(f"wrote {os.path.join(d, 'model.safetensors')} (+ model.json)")
+            # plots last: the results and the model are on disk whatever a figure does (a figure that cannot be
+            # drawn is a warning from plot_runs, not a lost result)
+            for path in plot_runs(problem, results, args.out):
+                print(f"wrote {path}")
         except OSError as e:
             failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))

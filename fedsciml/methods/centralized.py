@@ -206,7 +206,7 @@ def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: 
     """
     cfg.validate()
     _load_autodiff()
-    rec = Recorder(evaluate, obj.n_residuals, cfg.budget, progress, every, label)
+    rec = Recorder(evaluate, obj.n_residuals, cfg.budget, progress, every, label, total=cfg.max_iters)
     run = run_lm if cfg.optimizer == "lm" else run_torch_optimizer
     try:
         theta, info = run(obj, theta0, rec, cfg)

@@ -553,6 +553,11 @@ class OneShotStrategy(Strategy):
             v = sketch_matrix(p, m, self.seed, self.sketch, v.dtype, v.device) @ v
         self.intercept = float(b0)
         self.noise = {"m": m, "sigma_used": float(sigma), "form_used": "centered", "intercept": self.intercept}
+        # the fitted model is (β, β₀): its global ½‖r‖² comes exactly from the pooled centered statistics
+        # (½·uᵀSu with u = (−β, 1); the mean term vanishes at β₀ = μ_y − μ_xᵀβ), not from the sites' loss
+        # query, which knows θ but not the intercept
+        self.loss_sum = 0.5 * float(centered.site_losses(np.array([N]), mu[None], S[None], coef[None, None],
+                                                         np.array([[b0]]))[0, 0])
         return v
 
     def fuse_sum(self, Hp: torch.Tensor, g: torch.Tensor, arrived: int, p: int) -> torch.Tensor:
@@ -603,6 +608,10 @@ class OneShotStrategy(Strategy):
                       "form_used": self._form}
         if self.fit_intercept:
             self.noise["intercept"] = self.intercept
+            if self.loss_sum is None:  # ε = ∞: the sites' loss query knows θ but not the intercept
+                self.loss_sum = math.nan
+                self.noise["loss_not_measured"] = ("the sites' loss query does not carry the intercept of the "
+                                                   "constant-column (DP) form")
         if cfg is not None and cfg.central and std > 0:
             self.noise.update(noise_shares=self._shares, noise_std_total=total)
         return v

@@ -32,11 +32,46 @@ def loop_progress(on: bool = True):
         _BARS["loops"] = before
 
 
-def _bar(total, label):
+@contextmanager
+def show_progress(on: bool = True):
+    """What ``fs.solve(..., progress=True)`` does around a run: a ``tqdm`` bar where stderr is a terminal,
+    else the progress lines of the logger ``fedsciml.progress`` — at INFO for the run (if the logger's
+    effective level is higher), and to stderr through a handler added for the run when the application has
+    configured no logging at all (``logging.getLogger("fedsciml.progress").hasHandlers()`` is false), so a
+    plain script sees them.  An application that configured logging gets the lines through its own
+    handlers.  ``on=False``: nothing changes."""
+    if not on:
+        yield
+        return
+    before, _BARS["on"] = _BARS["on"], True
+    level = log.level
+    handler = None
+    if log.getEffectiveLevel() > logging.INFO:
+        log.setLevel(logging.INFO)
+    if not log.hasHandlers():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[fedsciml] %(message)s"))
+        log.addHandler(handler)
+    try:
+        yield
+    finally:
+        _BARS["on"] = before
+        log.setLevel(level)
+        if handler is not None:
+            log.removeHandler(handler)
+
+
+def _bar(total, label, budget=None):
+    """A bar over ``total`` steps; with only a ``budget`` (seconds), a bar over the budget's seconds (its ETA
+    is the budget's end) with the step count beside it."""
     if not (_BARS["on"] and sys.stderr.isatty()):
         return None
     from tqdm import tqdm
 
+    if total is None and budget is not None:
+        return tqdm(total=float(budget), desc=label or "steps", unit="s", leave=False, file=sys.stderr,
+                    dynamic_ncols=True,
+                    bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s of budget [{elapsed}<{remaining}{postfix}]")
     return tqdm(total=total, desc=label or "steps", unit="step", leave=False, file=sys.stderr, dynamic_ncols=True)
 
 
@@ -104,7 +139,8 @@ class Recorder:
         self.floats_sent = 0
         self._t0 = time.perf_counter()
         self._paused = 0.0
-        self._bar = _bar(total, label) if progress else None
+        self._bar = _bar(total, label, budget) if progress else None
+        self._bar_seconds = self._bar is not None and total is None and budget is not None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self._t0 - self._paused
@@ -165,9 +201,13 @@ class Recorder:
     def _report(self, row: dict, metrics: dict) -> None:
         step = row["step"]
         if self._bar is not None:
-            self._bar.update(max(0, int(step) - self._bar.n))
-            self._bar.set_postfix({"loss": f"{row['loss']:.2e}", **{k: f"{v:.2e}" for k, v in metrics.items()}},
-                                  refresh=False)
+            post: dict = {"loss": f"{row['loss']:.2e}", **{k: f"{v:.2e}" for k, v in metrics.items()}}
+            if self._bar_seconds:  # a budget run: the bar counts the budget's seconds, the step rides along
+                self._bar.update(max(0.0, min(float(self.budget or 0.0), float(row["time_s"])) - self._bar.n))
+                post = {"step": int(step), **post}
+            else:
+                self._bar.update(max(0, int(step) - self._bar.n))
+            self._bar.set_postfix(post, refresh=False)
         elif self.progress and (step % self.every == 0):
             m = " ".join(f"{k}={v:.3e}" for k, v in metrics.items())
             log.info("  %s[%5d] t=%7.2fs loss=%.3e %s", self.label, step, row["time_s"], row["loss"], m)
