@@ -500,6 +500,9 @@ class CentralizedConfig(StopOptions):
             out["lr"] = f"Levenberg–Marquardt has no learning rate (it is for {display('optimizer')} adam or lbfgs)"
         else:
             out["momentum"] = f"SPRING momentum is an option of {display('optimizer')} lm"
+        if self.optimizer != "lm" or self.lm_solve in ("normal", "kernel"):
+            out["precond"] = (f"it preconditions the matrix-free lm solve ({display('optimizer')} lm, "
+                              f"{display('lm_solve')} matfree or auto)")
         return out
 
     def _resolve(self):
@@ -540,6 +543,12 @@ class GNConfig(RoundOptions):
 
     def forms_jacobians(self) -> bool:
         return self.form != "matfree"  # the matrix-free form's clients keep one residual graph, never J
+
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        if self.form in ("normal", "sqrt"):
+            out["precond"] = f"it preconditions the matrix-free form ({display('form')} matfree or auto)"
+        return out
 
     def memory_form(self, rows: int, p: int, clients: int) -> str:
         from fedsciml.core.lm import federated_form

@@ -354,3 +354,12 @@ def factors_of(objective, theta: torch.Tensor) -> KroneckerFactors:
         raise ValueError("precond='kfac' needs residual parts in the forward-Laplacian channel form (a Jet on "
                          "every part); this objective has none")
     return part_factors(net, theta, objective.parts)
+
+
+def require_jets(objectives, problem: str) -> None:
+    """Refuse ``precond='kfac'`` (one line naming the problem) unless every objective's residual parts carry the
+    channel form K-FAC for PINNs needs (a :class:`Jet`)."""
+    if any(jet_network(o) is None for o in objectives):
+        raise ValueError(f"precond='kfac' needs residuals computed by the forward Laplacian of a tanh/sin network "
+                         f"(the Poisson-type PINN problems); problem {problem!r} has residual parts outside that "
+                         f"form (use precond nystrom or none)")

@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from fedsciml.options import CentralizedConfig
-from fedsciml.core.kfac_pinn import factors_of, jet_network
+from fedsciml.core.kfac_pinn import factors_of, require_jets
 from fedsciml.core.matfree import GNOperator, MatfreeConfig
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.runtime.history import Recorder
@@ -220,15 +220,6 @@ def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: 
     return theta, rec.rows, info
 
 
-def check_kfac(problem, objectives) -> None:
-    """Refuse ``precond='kfac'`` (one line naming the problem) unless every residual part carries the channel
-    form K-FAC for PINNs needs (:class:`fedsciml.core.kfac_pinn.Jet`)."""
-    if any(jet_network(o) is None for o in objectives):
-        raise ValueError(f"precond='kfac' needs residuals computed by the forward Laplacian of a tanh/sin network "
-                         f"(the Poisson-type PINN problems); problem {getattr(problem, 'name', problem)!r} has "
-                         f"residual parts outside that form (use precond nystrom or none)")
-
-
 def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedConfig | None = None, *, seed=0,
                     progress=False, every=10, message_hook=None, **options):
     """The ``centralized`` method: all clients' data pooled on one machine, one optimizer (the reference)."""
@@ -239,7 +230,7 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
     if message_hook is not None:
         raise ValueError("message_hook applies to federated methods; centralized exchanges no messages")
     if config.precond == "kfac":
-        check_kfac(problem, objectives)
+        require_jets(objectives, getattr(problem, "name", str(problem)))
     lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
                   matfree=MatfreeConfig(precond=config.precond, rank=config.nystrom_rank, seed=seed),
                   momentum=config.momentum)
