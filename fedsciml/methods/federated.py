@@ -128,7 +128,9 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
     strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(rank=cfg.nystrom_rank, seed=seed),
                                    momentum=cfg.momentum),
-                          max_retries=cfg.max_retries, form=form, screen=cfg.screen)
+                          max_retries=cfg.max_retries, form=form, screen=cfg.screen, exchange=cfg.exchange)
+    if cfg.exchange != "one":
+        options["exchange"] = cfg.exchange
     if cfg.screen is not None:
         options["screen"] = cfg.screen
     if cfg.momentum:

@@ -102,6 +102,7 @@ class Recorder:
         self.label = label
         self.rows: list[dict] = []
         self.floats_sent = 0
+        self.exchanges: int | None = None  # exchanges so far (a federated run's loop sets it; None: no column)
         self._t0 = time.perf_counter()
         self._paused = 0.0
         self._bar = _bar(total, label) if progress else None
@@ -140,7 +141,8 @@ class Recorder:
         with self.paused():
             metrics = self.evaluate(theta)
         loss = None if loss_sum is None else float(loss_sum) / self.n_residuals
-        row = {"step": int(step), "time_s": t, "loss": loss, **metrics, "floats_sent": int(self.floats_sent), **extra}
+        row = {"step": int(step), "time_s": t, "loss": loss, **metrics, "floats_sent": int(self.floats_sent),
+               **({} if self.exchanges is None else {"exchanges_total": int(self.exchanges)}), **extra}
         self.rows.append(row)
         if loss is not None:
             self._report(row, metrics)
