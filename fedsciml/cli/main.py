@@ -312,8 +312,7 @@ def _write_outputs(problem, results, args):
             for path in plot_runs(problem, results, args.out):
                 print(f"wrote {path}")
             if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
-                from fedsciml.cli.ridge import model_meta
-                from fedsciml.ridge.model_io import write_model
+                from fedsciml.ridge.model_io import model_meta, write_model
 
                 for r in results:
                     if r.method == "one-shot":
@@ -332,6 +331,19 @@ def _write_outputs(problem, results, args):
             failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))
     raise_collected(failed)
+
+
+def cmd_flower_app_dir(args) -> int:
+    """``flower app-dir``: where this installation keeps its Flower App(s) (a path for ``flwr run``)."""
+    from fedsciml.engines.flower.jobs import app_dirs
+
+    dirs = app_dirs()
+    if args.all:
+        for name, d in dirs.items():
+            print(f"{name}\t{d}")
+    else:
+        print(dirs["secagg" if args.secagg else "app"])
+    return 0
 
 
 def load_plugins(specs) -> list[str]:
@@ -419,7 +431,7 @@ def build_parser():
                            help="also show debug messages of the library (logging level DEBUG)")
     verbosity.add_argument("-q", "--quiet-log", dest="quiet_log", action="store_true",
                            help="show only errors (no progress, no warnings about rejected or missing clients)")
-    sub = parser.add_subparsers(dest="command", metavar="{list,solve,predict,ridge,bench}")
+    sub = parser.add_subparsers(dest="command", metavar="{list,solve,predict,ridge,bench,flower}")
     sub.add_parser("list", help="list problems and methods")
     _add_solve_parser(sub)
     pr = sub.add_parser("predict", help="evaluate a saved model (solve --out DIR) at the points of a CSV file")
@@ -434,6 +446,11 @@ def build_parser():
     bench = sub.add_parser("bench", help="benchmarks (bench images ...)")
     bsub = bench.add_subparsers(dest="bench_command", metavar="{images}")
     images_cli.add_parser(bsub)
+    fl = sub.add_parser("flower", help="fedsciml's Flower Apps in this installation (flower app-dir)")
+    fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir}")
+    ad = fsub.add_parser("app-dir", help="print the directory of fedsciml's Flower App, for `flwr run DIR …`")
+    ad.add_argument("--secagg", action="store_true", help="the SecAgg+ App (central DP one-shot) instead")
+    ad.add_argument("--all", action="store_true", help="every App, one 'name<TAB>directory' line each")
     return parser
 
 
@@ -496,6 +513,10 @@ def main(argv=None) -> int:
                 from fedsciml.cli import ridge as ridge_cli
 
                 return ridge_cli.run(args)
+            if args.command == "flower":
+                if getattr(args, "flower_command", None) == "app-dir":
+                    return cmd_flower_app_dir(args)
+                parser.parse_args(["flower", "--help"])
             if args.command == "bench":
                 if getattr(args, "bench_command", None) == "images":
                     from fedsciml.cli import images as images_cli
