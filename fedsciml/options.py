@@ -550,6 +550,10 @@ class GNConfig(RoundOptions):
                           choices=("nystrom", "kfac", "none"))
     momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
                                   "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
+    exchange: str = option("one", "exchanges per LM iteration: one (the trial point down, each client's loss and "
+                                  "statistics there up; a rejected trial's statistics are sent for nothing) or two "
+                                  "(the loss first, the statistics only after an acceptance: fewer floats, twice the "
+                                  "exchanges; for bandwidth-bound sites)", str, choices=("one", "two"))
     max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
     batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
                            cli=False)
