@@ -28,7 +28,8 @@ from fedsciml.runtime.driver import solve as _solve
 def solve(problem: Union[str, Problem], method: str = "centralized", clients: int | None = None, *, seed: int = 0,
           device: Union[str, torch.device] = "cpu", progress: bool = False,
           problem_options: dict[str, Any] | None = None, hidden: Sequence[int] | None = None,
-          activation: str | None = None, preset: str | None = None, **method_options: Any) -> Result:
+          activation: str | None = None, preset: str | None = None, callbacks: Sequence[Any] | None = None,
+          **method_options: Any) -> Result:
     """Solve a problem — a :class:`Problem` instance or a registered name — with one method.
 
     Parameters
@@ -68,6 +69,13 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         prints.
     problem_options : dict, optional
         Options of a problem given by name (``{"lam": 2.0}``).
+    callbacks : list, optional
+        Called after each step (centralized) or round (federated) with a read-only
+        :class:`StepView` (step, a copy of θ, the loss, the test metrics, the history
+        row); a callback that returns ``True`` stops the run after that step
+        (``result.extra["stopped_by"]`` names it).  Each is a :class:`Callback` or a
+        callable; :class:`EarlyStopping` and :class:`BestModelCheckpoint` ship with
+        fedsciml.  In-process engine only.
     method_options
         The fields of the method's configuration (:mod:`fedsciml.options`:
         ``CentralizedConfig``, ``GNConfig``, ``FIPAConfig``, ``FedAvgConfig``,
@@ -120,9 +128,14 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
                 {**method_options, "preset": preset}  # a method's preset (fipa's paper): the method checks it
     if not isinstance(problem, Problem):
         raise TypeError(f"problem must be a fedsciml Problem or a registered name, got {type(problem).__name__}")
+    from fedsciml.runtime.callbacks import check_callbacks, use_callbacks
     from fedsciml.runtime.history import show_progress
 
-    with show_progress(bool(progress)):
+    cbs = check_callbacks(callbacks)
+    if cbs and method_options.get("engine", "local") != "local":
+        raise ValueError(f"callbacks run in the process of the round loop: engine 'local' only, got engine="
+                         f"{method_options.get('engine')!r}")
+    with show_progress(bool(progress)), use_callbacks(cbs):
         return _solve(problem, method=method, clients=clients, seed=seed, device=device, progress=progress,
                       **method_options)
 

@@ -17,7 +17,7 @@ parsed once, at the edge, by :func:`from_text` / :func:`parse_grid`.
 
 The shared parts:
 
-* :class:`StopOptions` — ``budget``, ``tol`` (every method);
+* :class:`StopOptions` — ``budget``, ``clock``, ``tol`` (every method);
 * :class:`RoundOptions` — ``rounds``, ``participation``, ``dropout``,
   ``checkpoint``, ``resume`` (every federated method);
 * :class:`LocalOptions` — ``local``, ``local_steps``, ``lr``,
@@ -396,6 +396,9 @@ class MethodConfig:
 class StopOptions(MethodConfig):
     budget: float | None = option(None, "time budget in seconds (solver time; evaluation excluded)", float,
                                   lo=0, lo_open=True, finite=False, none="no time limit", metavar="SECONDS")
+    clock: str = option("wall", "what the budget and the history's time_s count: wall (elapsed seconds) or cpu "
+                                "(this process's CPU seconds, time.process_time: with --threads 1, timings that a "
+                                "shared, loaded machine does not distort)", str, choices=("wall", "cpu"))
     tol: float = option(0.0, "stop when the mean loss ½‖r‖²/N falls to this value", float, lo=0)
     resample: int | None = option(None, "draw fresh collocation points every K steps (centralized) or rounds "
                                         "(federated), seeded from the run seed (PINN problems; "
@@ -491,6 +494,9 @@ class CentralizedConfig(StopOptions):
                                    "normal when n ≥ p, matfree when J has more than 5e7 entries)", str,
                            choices=("auto", "normal", "kernel", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
+    precond: str = option("nystrom", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
+                                     "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
+                                     "PINN problems) or none", str, choices=("nystrom", "kfac", "none"))
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
 
@@ -511,6 +517,9 @@ class CentralizedConfig(StopOptions):
             out["lr"] = f"Levenberg–Marquardt has no learning rate (it is for {display('optimizer')} adam or lbfgs)"
         else:
             out["momentum"] = f"SPRING momentum is an option of {display('optimizer')} lm"
+        if self.optimizer != "lm" or self.lm_solve in ("normal", "kernel"):
+            out["precond"] = (f"it preconditions the matrix-free lm solve ({display('optimizer')} lm, "
+                              f"{display('lm_solve')} matfree or auto)")
         return out
 
     def _resolve(self):
@@ -535,8 +544,16 @@ class GNConfig(RoundOptions):
                        choices=("auto", "normal", "sqrt", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free form (one sketch "
                                    "exchange of rank·p floats per accepted step)", int, lo=1)
+    precond: str = option("nystrom", "preconditioner of the matrix-free form's CG: nystrom (one sketch exchange), kfac "
+                                     "(K-FAC for PINNs: each client sends its Kronecker factors with Jᵀr, O(Σ widths²) "
+                                     "floats; forward-Laplacian PINN problems) or none", str,
+                          choices=("nystrom", "kfac", "none"))
     momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
                                   "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
+    exchange: str = option("one", "exchanges per LM iteration: one (the trial point down, each client's loss and "
+                                  "statistics there up; a rejected trial's statistics are sent for nothing) or two "
+                                  "(the loss first, the statistics only after an acceptance: fewer floats, twice the "
+                                  "exchanges; for bandwidth-bound sites)", str, choices=("one", "two"))
     max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
     batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
                            cli=False)
@@ -547,6 +564,12 @@ class GNConfig(RoundOptions):
 
     def forms_jacobians(self) -> bool:
         return self.form != "matfree"  # the matrix-free form's clients keep one residual graph, never J
+
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        if self.form in ("normal", "sqrt"):
+            out["precond"] = f"it preconditions the matrix-free form ({display('form')} matfree or auto)"
+        return out
 
     def memory_form(self, rows: int, p: int, clients: int) -> str:
         from fedsciml.core.lm import federated_form
@@ -708,6 +731,9 @@ class OneShotConfig(RoundOptions):
     dp_clip_b: float = option(1.0, "DP target clip |b| ≤ C_b", float, lo=0, lo_open=True)
     dp_clip: str = option("scale", "DP clipping: scale the whole row, or clip a and b separately", str,
                           choices=("scale", "separate"))
+    dp_max_shrink: float | None = option(10.0, "DP: a site refuses when clipping would shrink its median row by "
+                                         "more than this factor (standardize first, or set the clip bounds to "
+                                         "the data's scale)", float, lo=1, none="no check")
     dp_central: bool = option(False, "DP noise once on the secure sum instead of on every client", bool)
     dp_noise_aware: bool = option(False, "add the noise's spectral norm √(2m)·s_total to σ", bool)
     dp_min_survivors: int | None = option(None, "central DP: the fewest sites whose noise shares must reach the "
@@ -748,7 +774,7 @@ class OneShotConfig(RoundOptions):
             out["sigma"] = (f"σ is chosen by cross-validation over {display('cv_sigmas')}; give σ, or a grid to "
                             "choose it, not both")
         if self.dp_epsilon is None:
-            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware",
+            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_max_shrink", "dp_central", "dp_noise_aware",
                       "dp_min_survivors", "dp_max_rows", "dp_calibration", "repair"):
                 out[k] = f"it is a differential-privacy option and DP is off (give {display('dp_epsilon')})"
         elif not self.dp_central:
@@ -770,7 +796,7 @@ class OneShotConfig(RoundOptions):
             return None
         return {"epsilon": self.dp_epsilon, "delta": self.dp_delta, "c_a": self.dp_clip_a, "c_b": self.dp_clip_b,
                 "clip": self.dp_clip, "central": self.dp_central, "noise_aware_sigma": self.dp_noise_aware,
-                "calibration": self.dp_calibration}
+                "calibration": self.dp_calibration, "max_shrink": self.dp_max_shrink}
 
 
 def defaults_of(cls) -> dict:
