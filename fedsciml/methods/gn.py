@@ -6,16 +6,32 @@ centralized solver drives:
 
 1. the server proposes a trial point ``θ + δ``, ``(ΣH_m + μI) δ = −Σg_m``,
    and broadcasts it (p floats to each client);
-2. every client answers with its loss there (``{"loss", "n"}``: one scalar
-   and its count); the server accepts or rejects from the *summed* loss
-   (the LM gain ratio) and adapts μ;
-3. if accepted, every client sends ``{"H": pack_upper(J_mᵀJ_m), "g":
-   J_mᵀr_m, "loss", "n"}`` at the new point, and the server sums them — or,
-   in the square-root form (``form="sqrt"``, the default when the clients
-   hold fewer residual rows in all than there are parameters), the thin-QR
-   factor ``R_m`` of ``J_m`` and ``s_m = Q_mᵀr_m``: the same information,
-   fewer floats, and the server stacks them and solves the damped system in
-   the n×n kernel form instead of factorizing a p×p matrix.
+2. every client answers with its loss *and* its statistics there, ``{"H":
+   pack_upper(J_mᵀJ_m), "g": J_mᵀr_m, "loss", "n"}`` — or, in the
+   square-root form (``form="sqrt"``, the default when the clients hold
+   fewer residual rows in all than there are parameters), the thin-QR factor
+   ``R_m`` of ``J_m`` and ``s_m = Q_mᵀr_m``: the same information, fewer
+   floats, and the server stacks them and solves the damped system in the
+   n×n kernel form instead of factorizing a p×p matrix;
+3. the server accepts or rejects from the *summed* loss (the LM gain ratio)
+   and adapts μ; an accepted trial's statistics, already at hand, become the
+   current point's, a rejected trial's are dropped (the server keeps the
+   statistics of the current point, so the next, more damped trial needs
+   nothing else).
+
+So an LM iteration is **one exchange** (``exchange="one"``, the default),
+accepted or not.  On a stock Flower deployment an exchange costs seconds
+whatever its size, so exchanges are what a site pays for; the price is the
+statistics sent at rejected trials (counted in ``floats_up``).  ``exchange=
+"two"`` keeps the older protocol for bandwidth-bound sites: the trial's loss
+first (``gn_loss``, one scalar up), then, only if accepted, the statistics
+(``gn_stats``, a second exchange at the point the clients already hold) —
+two exchanges per accepted step, one per rejected one, and no statistics
+sent at rejected trials.  Both take the same steps (the acceptance test
+reads the summed loss, which both gather at the same point): the iterates
+are those of centralized LM to round-off either way.  With fresh collocation
+points before every round (``resample``) the trial's statistics would be
+taken on points about to be replaced, so that run asks the loss only.
 
 Matrix-free form (``form="matfree"``, for p where no p×p matrix should
 travel or be factorized): the clients never send a matrix.  Per accepted
@@ -26,11 +42,14 @@ gradient iteration of the damped solve is one exchange: the server sends a
 direction ``v`` (p floats to each client) and each client returns
 ``J_mᵀ(J_m v)`` (p floats), computed with one jvp and one vjp of its own
 residual (:class:`fedsciml.core.matfree.GNOperator`).  The server sums the
-products and runs the same LM state machine with ``solve="matfree"``.  A
-round (one LM iteration) is therefore 2 + (CG iterations) exchanges, and
-one more (the gradient) when the trial is accepted, plus the sketch; the
-history's ``floats_up``/``floats_down`` count every one of them and the
-round's row records ``cg_iters`` and ``exchanges``.  Every product is
+products and runs the same LM state machine with ``solve="matfree"``.  The
+trial's loss comes with its gradient (``exchange="one"``: ``gn_grad`` at
+the trial point; ``"two"``: ``gn_loss`` first, ``gn_grad`` after an
+acceptance).  A round (one LM iteration) is therefore 1 + (CG iterations)
+exchanges (``"two"``: one more when the trial is accepted), plus the
+sketch; the history's ``floats_up``/``floats_down`` count every one of them,
+its ``exchanges`` column (the loop's count, for every method) all the
+exchanges so far, and the round's row records ``cg_iters``.  Every product is
 checked (``vᵀJ_mᵀJ_m v ≥ 0`` up to round-off, the right shape, finite).
 
 With the K-FAC-for-PINNs preconditioner (``precond="kfac"``, :mod:`fedsciml.core.kfac_pinn`) no sketch
@@ -70,6 +89,7 @@ from fedsciml.core.objective import GNStats, gn_stats_from
 from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, deferred_stats, federated_form  # noqa: F401
 
 FORMS = ("normal", "sqrt", "matfree")
+EXCHANGES = ("one", "two")  # exchanges per LM iteration: loss and statistics together, or loss then statistics
 
 def choose_form(rows: list, p: int) -> str:
     """``form="auto"`` of federated gn (:func:`fedsciml.core.lm.federated_form`, where the rule lives so that the
@@ -224,18 +244,23 @@ class GNAggregator(Aggregator):
 class GNStrategy(Strategy):
     """Round logic of exact federated Gauss–Newton / Levenberg–Marquardt (see the module docstring).
 
-    A round is two kinds of exchange — ``gn_loss`` at the trial point, then
-    (if the LM gain ratio accepts it) ``gn_stats`` there — each repeated for
-    the clients that dropped out or were rejected, so it overrides
-    :meth:`Strategy.round`.
+    A round is one exchange — ``gn_stats`` at the trial point, loss and
+    statistics together (``exchange="one"``) — or two kinds of exchange —
+    ``gn_loss`` at the trial point, then (if the LM gain ratio accepts it)
+    ``gn_stats`` there (``exchange="two"``) — each repeated for the clients
+    that dropped out or were rejected, so it overrides :meth:`Strategy.round`.
     """
 
     name = "gn"
 
     def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, form: str = "normal",
-                 screen: float | None = None, kfac_net=None):
+                 screen: float | None = None, kfac_net=None, exchange: str = "one"):
         if form not in FORMS:
             raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
+        if exchange not in EXCHANGES:
+            raise ValueError(f"gn exchange must be one of {', '.join(EXCHANGES)} (exchanges per LM iteration), "
+                             f"got {exchange!r}")
+        self.exchange = exchange
         if screen is not None and not screen > 1:
             raise ValueError(f"the influence screen's κ must be > 1, got {screen}")
         if screen is not None and form == "matfree":
@@ -254,7 +279,6 @@ class GNStrategy(Strategy):
         self.retries = 0
         self.enrolled = {}  # client id → sample count of its first valid message (fixed from then on)
         self._run = None
-        self._exchanges = 0
         self.points_expire = False  # Strategy.points_expire: an accepted trial's statistics are then not gathered
 
     # the simulation's view
@@ -267,7 +291,8 @@ class GNStrategy(Strategy):
         return self.lm.loss
 
     def summary(self) -> dict:
-        return {"lm_tau": self.lm_config.tau, "form": self.form, "max_retries": self.max_retries}
+        return {"lm_tau": self.lm_config.tau, "form": self.form, "max_retries": self.max_retries,
+                "exchange": self.exchange}
 
     def _ask(self, run, request, validate, down: int) -> dict:
         """Every client's valid answer to ``request`` (asking again whoever did not answer validly)."""
@@ -277,7 +302,6 @@ class GNStrategy(Strategy):
         for attempt in range(self.max_retries + 1):
             ex.clients = missing
             got.update(run.exchange(ex).ok)
-            self._exchanges += 1
             missing = [c for c in run.client_ids if c not in got]
             if not missing:
                 return got
@@ -295,33 +319,44 @@ class GNStrategy(Strategy):
             out += msgs[c]["HV"]
         return out
 
-    def _matfree_stats(self, run, theta) -> GNStats:
+    def _matfree_grads(self, run, theta, send: bool = False) -> dict:
+        """Every client's ``gn_grad`` (``{"g", "loss", "n"}``, with its raw K-FAC sums under ``precond="kfac"``)
+        at θ; ``send``: θ is new to the clients (p floats down to each), else they hold it (θ₀ before its
+        broadcast is counted, or a trial they answered)."""
         agg = GNAggregator(True, "matfree", kfac_net=self.kfac_net)
         agg.enrolled = self.enrolled
         p = theta.numel()
         req = Request("gn_grad", {"theta": theta}, {"precond": "kfac"} if self.kfac_net is not None else {})
-        msgs = self._ask(run, req, lambda m: agg.validate(m, p, theta.dtype), 0)
-        st = agg.aggregate_stats(msgs, p)
+        return self._ask(run, req, lambda m: agg.validate(m, p, theta.dtype), p if send else 0)
+
+    def _matfree_stats(self, run, theta, msgs: dict | None = None) -> GNStats:
+        """The summed gradient and loss at θ with the federated operator bound there (``msgs``: the clients'
+        ``gn_grad`` answers already at hand, else asked now)."""
+        p = theta.numel()
+        st = GNAggregator(True, "matfree", kfac_net=self.kfac_net).aggregate_stats(
+            self._matfree_grads(run, theta) if msgs is None else msgs, p)
         st.op = _FederatedOperator(self, theta)
         return st
 
-    def _gather(self, run, theta, with_curvature: bool) -> dict:
-        """Every client's ``gn_stats`` (or ``gn_loss``) at θ, asking again whoever did not answer validly."""
+    def _gather(self, run, theta, with_curvature: bool, send: bool = False) -> dict:
+        """Every client's ``gn_stats`` (or ``gn_loss``) at θ, asking again whoever did not answer validly.
+
+        ``gn_loss`` always carries a new trial point (p floats down to each client); ``gn_stats`` is asked at a
+        point the clients already hold (θ₀, whose broadcast :meth:`start` counts, or the trial they just answered
+        the loss at: nothing down), unless ``send`` (one exchange per iteration: the trial travels with it)."""
         agg = GNAggregator(with_curvature, self.form)
         agg.enrolled = self.enrolled
         p = theta.numel()
         req = (Request("gn_stats", {"theta": theta}, {"form": self.form}) if with_curvature
                else Request("gn_loss", {"theta": theta}))
-        # the stats are asked at a point the clients already hold (the trial θ or θ₀): nothing is sent down
-        ex = Exchange([], req, lambda m: agg.validate(m, p, theta.dtype), down_floats=0 if with_curvature else p,
-                      dropout=True)
+        ex = Exchange([], req, lambda m: agg.validate(m, p, theta.dtype),
+                      down_floats=0 if with_curvature and not send else p, dropout=True)
         got: dict = {}
         clients = [c for c in run.client_ids if c not in self.banned]
         missing = list(clients)
         for attempt in range(self.max_retries + 1):
             ex.clients = missing
             got.update(run.exchange(ex).ok)
-            self._exchanges += 1
             missing = [c for c in clients if c not in got]
             if not missing:
                 return got
@@ -336,7 +371,7 @@ class GNStrategy(Strategy):
             st = self._matfree_stats(run, theta0)
             run.count_sent(down=theta0.numel() * len(run.client_ids))  # θ₀ broadcast
             self.lm.start(theta0, st)  # the Nyström sketch (one exchange) sets the damping unit
-            return {"mu": self.lm.mu, "exchanges": self._exchanges}
+            return {"mu": self.lm.mu}
         msgs = self._gather(run, theta0, True)
         run.count_sent(down=theta0.numel() * len(run.client_ids))  # θ₀ broadcast
         if self.screen is not None:  # robust: screened once, at θ₀; who is dropped stays out of the run
@@ -372,6 +407,11 @@ class GNStrategy(Strategy):
         if self.form == "matfree":
             return self._matfree_round(run)
         trial = self.lm.propose()
+        if self.exchange == "one" and not self.points_expire:  # loss and statistics at the trial, together
+            msgs = self._gather(run, trial, True, send=True)
+            loss = GNAggregator.total_loss(msgs)
+            accepted = self.lm.observe(loss, lambda: GNAggregator(True, self.form).aggregate_stats(msgs, trial.numel()))
+            return {"mu": self.lm.mu, "accepted": accepted}
         losses = self._gather(run, trial, False)
         loss = GNAggregator.total_loss(losses)
         if self.points_expire:  # fresh points before the next round: its statistics are gathered on them
@@ -383,17 +423,20 @@ class GNStrategy(Strategy):
 
     def _matfree_round(self, run):
         self._run = run
-        self._exchanges = 0
         if self.lm.stats.op is None:  # restored from a checkpoint: bind the operator to this run
             self.lm.stats.op = _FederatedOperator(self, self.lm.theta)
         cg0 = self.lm.cg_iters
         trial = self.lm.propose()
-        losses = self._gather(run, trial, False)
-        loss = GNAggregator.total_loss(losses)
-        accepted = self.lm.observe(loss, (lambda: deferred_stats(loss, self.lm.stats)) if self.points_expire
-                                   else (lambda: self._matfree_stats(run, trial)))
-        return {"mu": self.lm.mu, "accepted": accepted, "cg_iters": self.lm.cg_iters - cg0,
-                "exchanges": self._exchanges}
+        if self.exchange == "one" and not self.points_expire:  # the trial's loss comes with its gradient
+            grads = self._matfree_grads(run, trial, send=True)
+            loss = GNAggregator.total_loss(grads)
+            accepted = self.lm.observe(loss, lambda: self._matfree_stats(run, trial, grads))
+        else:
+            losses = self._gather(run, trial, False)
+            loss = GNAggregator.total_loss(losses)
+            accepted = self.lm.observe(loss, (lambda: deferred_stats(loss, self.lm.stats)) if self.points_expire
+                                       else (lambda: self._matfree_stats(run, trial)))
+        return {"mu": self.lm.mu, "accepted": accepted, "cg_iters": self.lm.cg_iters - cg0}
 
     def state_dict(self):
         lm = self.lm
