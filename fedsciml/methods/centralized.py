@@ -4,6 +4,9 @@
   the form ``lm_solve`` names; ``auto`` (default) picks by size (:func:`fedsciml.core.lm.auto_form`):
   the n×n kernel form when n < p, the p×p normal form when n ≥ p, both while the n×p Jacobian
   has at most 5·10⁷ entries, and matrix-free Nyström-preconditioned CG (jvp/vjp only) beyond.
+  ``precond`` picks the matrix-free solve's preconditioner: ``nystrom`` (default), ``kfac`` (K-FAC for PINNs,
+  :mod:`fedsciml.core.kfac_pinn`: Kronecker factors of the forward-Laplacian channels, taken with the
+  operator at each accepted point) or ``none``.
 * ``adam`` — Adam on the mean loss ``½‖r‖²/N`` (lr 1e-3 by default).
 * ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
   25 function evaluations, per step; restarted from steepest descent if it stops moving).
