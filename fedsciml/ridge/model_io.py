@@ -32,13 +32,25 @@ def write_model(out_dir: str, coef, intercept: float = 0.0, meta: dict | None = 
     return [os.path.join(out_dir, modelio.TENSORS), js]
 
 
+def model_meta(res, **extra) -> dict:
+    """What ``model.json`` says about a one-shot Result: σ used, clients fused, DP, projection, seed, problem."""
+    o = res.options
+    meta = {"method": res.method, "problem": res.problem, "fit_intercept": "intercept" in res.extra,
+            "sigma": float(res.extra.get("sigma_used", o.get("sigma", 0.0))), "clients": res.clients,
+            "clients_fused": res.extra.get("fused_clients", res.clients), "seed": res.seed}
+    dp = o.get("dp")
+    if o.get("dp_epsilon") is not None or dp:
+        eps = o.get("dp_epsilon", (dp or {}).get("epsilon"))
+        meta["dp"] = {"epsilon": eps, "delta": o.get("dp_delta", (dp or {}).get("delta")),
+                      "central": bool(o.get("dp_central", (dp or {}).get("central", False)))}
+    if o.get("project"):
+        meta["project"] = {"m": o["project"], "sketch": o.get("project_sketch", o.get("sketch"))}
+    return {**meta, **extra}
+
+
 def read_model(out_dir: str):
     """``(coef [d] float64 tensor, intercept, model.json dict)`` of a ridge model directory."""
-    tensors, meta = modelio.read_model(out_dir)
-    if meta["kind"] != KIND or set(tensors) != {"coef", "intercept"}:
+    tensors, meta = modelio.read_model(out_dir)  # checked there: float64, shapes against n_features, intercept
+    if meta["kind"] != KIND:
         raise modelio.ModelFileError(f"{out_dir!r} holds a model of kind {meta['kind']!r}, not a ridge model")
-    coef, intercept = tensors["coef"], float(tensors["intercept"][0])
-    if coef.numel() != meta.get("n_features") or intercept != meta.get("intercept"):
-        raise modelio.ModelFileError(f"{out_dir!r}: model.json and model.safetensors disagree (features or "
-                                     f"intercept)")
-    return coef, intercept, meta
+    return tensors["coef"], float(tensors["intercept"][0]), meta
