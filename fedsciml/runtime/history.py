@@ -11,6 +11,10 @@ import logging
 import sys
 import time
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("fedsciml.progress")
 _BARS = {"on": False, "loops": True}
@@ -149,8 +153,14 @@ class Recorder:
         self.label = label
         self.rows: list[dict] = []
         self.floats_sent = 0
+        self.exchanges: int | None = None  # exchanges so far (a federated run's loop sets it; None: no column)
         self._t0 = self._now()
         self._paused = 0.0
+        from fedsciml.runtime import callbacks as _cb
+
+        self.callbacks = _cb.active()   # fs.solve(..., callbacks=[...]): called after each row
+        self.stop_reason: str | None = None  # set when a callback asks the run to stop
+        self._thetas: dict[int, torch.Tensor] = {}  # row id → θ copy, for the callbacks (only when there are any)
         self._bar = _bar(total, label, budget) if progress else None
         self._bar_seconds = self._bar is not None and total is None and budget is not None
 
@@ -175,7 +185,8 @@ class Recorder:
         return None if self.budget is None else max(0.0, self.budget - self.elapsed())
 
     def out_of_time(self) -> bool:
-        return self.budget is not None and self.elapsed() >= self.budget
+        """The budget is spent — or a callback asked the run to stop (:attr:`stop_reason` says which)."""
+        return self.stop_reason is not None or (self.budget is not None and self.elapsed() >= self.budget)
 
     def record(self, step: int, theta, loss_sum: float | None, **extra) -> dict:
         """Evaluate the test metrics at ``theta`` and append a row.
@@ -188,8 +199,11 @@ class Recorder:
         with self.paused():
             metrics = self.evaluate(theta)
         loss = None if loss_sum is None else float(loss_sum) / self.n_residuals
-        row = {"step": int(step), "time_s": t, "loss": loss, **metrics, "floats_sent": int(self.floats_sent), **extra}
+        row = {"step": int(step), "time_s": t, "loss": loss, **metrics, "floats_sent": int(self.floats_sent),
+               **({} if self.exchanges is None else {"exchanges_total": int(self.exchanges)}), **extra}
         self.rows.append(row)
+        if self.callbacks and theta is not None:
+            self._thetas[id(row)] = theta.detach().clone()
         if loss is not None:
             self._report(row, metrics)
         return row
@@ -212,6 +226,12 @@ class Recorder:
 
     def _report(self, row: dict, metrics: dict) -> None:
         step = row["step"]
+        if self.callbacks:
+            from fedsciml.runtime.callbacks import call_all
+
+            stop = call_all(self.callbacks, row, self._thetas.pop(id(row), None), self.label, self._metric_names)
+            if stop is not None and self.stop_reason is None:
+                self.stop_reason = stop
         if self._bar is not None:
             post: dict = {"loss": f"{row['loss']:.2e}", **{k: f"{v:.2e}" for k, v in metrics.items()}}
             if self._bar_seconds:  # a budget run: the bar counts the budget's seconds, the step rides along
