@@ -12,6 +12,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 from fedsciml.cli.common import (EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, add_option_flags, given_options,
                                  option_flag, set_threads, union_specs)
@@ -221,6 +222,9 @@ def _solve(args, problem):
         except (RoundFailed, Diverged) as e:  # the run cannot go on
             raise RunFailed(f"{m}: {e}")
         results.append(res)
+    wall = time.perf_counter() - _COMMAND_START[0]
+    for r in results:  # the whole command (parsing, set-up, every compared run) up to writing the results
+        r.wall_seconds = wall
     _print_summary(results)
     _write_outputs(problem, results, args)
     return 0
@@ -239,14 +243,22 @@ def cmd_predict(args):
 
     u = load_model(args.model)
     meta = getattr(u, "meta", {})
-    check_output_file(args.out, "--out")
+    to_stdout = args.out == "-"  # --out -: the CSV on standard output (status lines go to stderr)
+    if not to_stdout:
+        check_output_file(args.out, "--out")
     try:
         with open(args.points, newline="") as f:
             rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
     except OSError as e:
         raise CLIError(f"--points {args.points!r} cannot be read: {e.strerror or e}") from None
+    header = None
     if rows and not _numeric(rows[0]):
-        rows = rows[1:]  # a header line
+        header, rows = [h.strip() for h in rows[0]], rows[1:]  # a header line
+    inputs = list(meta.get("inputs") or [])
+    if header is not None and inputs and header != inputs and set(inputs) <= set(header):
+        # named columns (a site table, target included): the model's inputs by name, in the model's order
+        cols = [header.index(n) for n in inputs]
+        rows = [[r[c] for c in cols] if len(r) == len(header) else r for r in rows]
     try:
         x = np.asarray([[float(v) for v in r] for r in rows], dtype=np.float64)
     except ValueError as e:
@@ -259,12 +271,18 @@ def cmd_predict(args):
     out = u(torch.as_tensor(x)).reshape(x.shape[0], -1).numpy()
     names = list(meta.get("inputs") or [f"x{i}" for i in range(x.shape[1])]) + \
         list(meta.get("outputs") or [f"u{i}" for i in range(out.shape[1])])
-    with open(args.out, "w", newline="") as f:
+    def write(f):
         w = csv.writer(f)
         w.writerow(names)
         for xi, ui in zip(x, out):
             w.writerow([repr(float(v)) for v in xi] + [repr(float(v)) for v in ui])
-    print(f"wrote {args.out} ({x.shape[0]} points)")
+    if to_stdout:
+        write(sys.stdout)
+        sys.stdout.flush()
+        return 0
+    with open(args.out, "w", newline="") as f:
+        write(f)
+    print(f"wrote {args.out} ({x.shape[0]} points)", file=sys.stderr)
     return 0
 
 
@@ -298,13 +316,13 @@ def _write_outputs(problem, results, args):
     if args.json:
         try:
             write_json(payload, args.json)
-            print(f"wrote {args.json}")
+            print(f"wrote {args.json}", file=sys.stderr)
         except ResultsNotWritten as e:
             failed.append(e)
     if args.out:
         try:
             write_json(payload, os.path.join(args.out, "result.json"))
-            print(f"wrote {args.out}/result.json")
+            print(f"wrote {args.out}/result.json", file=sys.stderr)
         except ResultsNotWritten as e:
             failed.append(e)
         try:
@@ -315,23 +333,25 @@ def _write_outputs(problem, results, args):
                 from fedsciml.cli.ridge import model_meta
                 from fedsciml.ridge.model_io import write_model
 
+                names = problem.feature_names() if hasattr(problem, "feature_names") else None
+                io_names = {} if names is None else {"inputs": names, "outputs": [str(problem.target)]}
                 for r in results:
                     if r.method == "one-shot":
                         d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
                         for path in write_model(d, r.theta, float(r.extra.get("intercept", 0.0)),
-                                                model_meta(r, engine=args.engine)):
-                            print(f"wrote {path}")
+                                                model_meta(r, engine=args.engine, **io_names)):
+                            print(f"wrote {path}", file=sys.stderr)
             if hasattr(problem, "model_description"):  # the trained network: model.safetensors + model.json
                 from fedsciml.problems.saved import save_model
 
                 for r in results:
                     d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
                     save_model(r, problem, d)
-                    print(f"wrote {os.path.join(d, 'model.safetensors')} (+ model.json)")
+                    print(f"wrote {os.path.join(d, 'model.safetensors')} (+ model.json)", file=sys.stderr)
             # plots last: the results and the model are on disk whatever a figure does (a figure that cannot be
             # drawn is a warning from plot_runs, not a lost result)
             for path in plot_runs(problem, results, args.out):
-                print(f"wrote {path}")
+                print(f"wrote {path}", file=sys.stderr)
         except OSError as e:
             failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))
@@ -526,7 +546,11 @@ def configure_logging(args) -> None:
     use_progress_bars(not args.quiet_log)
 
 
+_COMMAND_START = [0.0]  # perf_counter at main()'s start: a result's wall_seconds is the whole command's
+
+
 def main(argv=None) -> int:
+    _COMMAND_START[0] = time.perf_counter()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         load_plugins(_pre_scan_plugins(argv))
