@@ -48,12 +48,16 @@ TRANSPORTS = ("local", "bytes")
 
 def _round_config(cfg, seed) -> RoundConfig:
     # the typed RoundOptions already checked these values: the loop does not check them again
-    return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, tol=cfg.tol, participation=cfg.participation,
-                       dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume, checked=True)
+    return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, clock=cfg.clock, tol=cfg.tol,
+                       participation=cfg.participation, dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume, checked=True)
 
 
 def _fingerprint(problem, method, objectives, theta0, seed, options):
-    return {"problem": getattr(problem, "name", None), "problem_options": dict(getattr(problem, "options", {}) or {}),
+    # the network first ("architecture" sorts first, and a checkpoint names the first difference): resuming
+    # with another network is refused naming both
+    arch = problem.architecture() if callable(getattr(problem, "architecture", None)) else None
+    return {"architecture": arch, "problem": getattr(problem, "name", None),
+            "problem_options": dict(getattr(problem, "options", {}) or {}),
             "method": method, "options": options, "clients": len(objectives), "seed": int(seed),
             "n_params": int(theta0.numel()), "n_residuals": [int(o.n_residuals) for o in objectives]}
 

@@ -357,7 +357,11 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
     """The summary table of a set of runs, as lines: what ``python -m fedsciml solve`` and the Flower App print."""
     r0 = results[0]
     metric = r0.metric_name
-    lines = ["", f"{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters, device {r0.device}, {r0.dtype}"]
+    net = ""
+    if isinstance(r0.options, dict) and r0.options.get("hidden"):  # a field problem's network
+        net = f" (network: hidden {','.join(map(str, r0.options['hidden']))}, {r0.options.get('activation')})"
+    lines = ["", f"{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters{net}, device {r0.device}, "
+                 f"{r0.dtype}"]
     rows = []
     for r in results:
         last = r.history[-1] if r.history else {}
