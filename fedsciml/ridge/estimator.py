@@ -226,15 +226,19 @@ class FederatedRidge(_FederatedRidgeBase):
 
     Parameters
     ----------
-    alpha : float ≥ 0, default 1.0 — the penalty ``α‖β‖²`` (scikit-learn's ``Ridge.alpha``; on the standardized
-        coefficients with ``standardize=True``).
-    fit_intercept : bool, default True — an unpenalized intercept, from the same message.
-    standardize : bool, default False — scale features by their pooled standard deviation (federated
-        ``StandardScaler``) before the penalty.
+    alpha : float ≥ 0, default 1.0
+        The penalty ``α‖β‖²`` (scikit-learn's ``Ridge.alpha``; on the standardized coefficients with
+        ``standardize=True``).
+    fit_intercept : bool, default True
+        An unpenalized intercept, from the same message.
+    standardize : bool, default False
+        Scale features by their pooled standard deviation (federated ``StandardScaler``) before the penalty.
 
-    Attributes: ``coef_ [d]``, ``intercept_`` (float), ``alpha_`` (= alpha), ``n_features_in_``,
-    ``feature_names_in_`` (pandas input), ``scale_`` (standardize), ``n_sites_``, ``sites_``,
-    ``site_messages_`` (what each site sent), ``n_samples_seen_`` (the total weight).
+    Notes
+    -----
+    Attributes: ``coef_ [d]`` (``[n_targets, d]`` for a multi-column ``y``), ``intercept_``, ``alpha_``
+    (= alpha), ``n_features_in_``, ``feature_names_in_`` (pandas input), ``scale_`` (standardize),
+    ``n_sites_``, ``sites_``, ``site_messages_`` (what each site sent), ``n_samples_seen_`` (the total weight).
     """
 
     _parameter_constraints: dict = {
