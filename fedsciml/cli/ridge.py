@@ -11,12 +11,11 @@ those of ``solve``.
 Flags are generated from the option declarations
 (:func:`fedsciml.cli.common.add_option_flags`): the ridge problems' options
 (``ridge-linear`` and ``ridge-rff``: ``--dim``, ``--heterogeneity``, ``--sigma``,
-…) and the ``one-shot`` method's (``--epsilon``, ``--project``, ``--cv``, …), so
+…) and the ``one-shot`` method's (``--dp-epsilon``, ``--project``, ``--cv-sigmas``, …), so
 an option declared there appears here, with its default, range and help, and
-is checked by its owner.  The subcommand keeps its older spellings
+is checked by its owner; each is spelled as ``solve`` spells it.  The older spellings
 (:data:`SPELLINGS`: ``--samples`` for ``n_samples``, ``--epsilon`` for
-``dp_epsilon``, …); the generated ``solve`` spelling (``--n-samples``,
-``--dp-epsilon``) works too.  Its own options (:data:`PRESET`: ``--features``,
+``dp_epsilon``, …) still work, with a deprecation line on stderr.  Its own options (:data:`PRESET`: ``--features``,
 ``--baselines``, ``--rounds`` of the baselines) are declared the same way.
 
 The iterative baselines (``--baselines``) run on the same round loop
@@ -50,13 +49,21 @@ PRESET = {
     "rounds": option(100, "rounds of the iterative baselines", int, lo=0),
 }
 BASELINES = ("fedavg", "fedprox", "dp-fedavg")
-#: the subcommand's spellings of declared options (older scripts' flags; the generated ones work too)
+#: the subcommand's older spellings of declared options: still accepted, with a deprecation line on stderr; the
+#: flags are ``solve``'s (``--dp-epsilon``, ``--cv-sigmas``, ``--n-samples``, …), one spelling per option
 SPELLINGS = {"n_samples": "--samples", "cv_sigmas": "--cv", "dp_epsilon": "--epsilon", "dp_delta": "--delta",
              "dp_central": "--central-dp", "dp_clip_a": "--clip-a", "dp_clip_b": "--clip-b",
              "dp_noise_aware": "--noise-aware-sigma", "project_sketch": "--sketch"}
 #: declared options without a flag here: the one-shot protocol puts σ at the server (penalty=server), and
 #: ``--rounds`` is the baselines' (one-shot runs one round)
 SKIP_PROBLEM, SKIP_METHOD = ("penalty",), ("rounds",)
+
+
+def deprecated_spellings() -> dict[str, str]:
+    """``{old flag: flag}`` of the older spellings ``ridge`` still accepts."""
+    from fedsciml.cli.common import option_flag
+
+    return {old: option_flag(k) for k, old in SPELLINGS.items()}
 
 
 def estimate_memory(clients, dim, samples, features="linear", rff_dim=300, cv=None, project=None, epsilon=None,
@@ -113,13 +120,11 @@ def add_parser(subparsers):
     flags = add_option_flags(p.add_argument_group("subcommand options"), {"ridge": declared(PRESET)}, dest="ropt_")
     pflags = add_option_flags(p.add_argument_group("problem options (generated from the ridge problems)"),
                               problems, dest="popt_", typed=False, skip=SKIP_PROBLEM,
-                              rename={k: v for k, v in SPELLINGS.items() if k in problem_names},
-                              aliases={k: [option_flag(k)] for k in SPELLINGS if k in problem_names})
+                              aliases={k: [v] for k, v in SPELLINGS.items() if k in problem_names})
     mflags = add_option_flags(p.add_argument_group("one-shot options (generated from fedsciml.options)"),
                               {"one-shot": method}, dest="mopt_", skip=SKIP_METHOD,
-                              rename={k: SPELLINGS.get(k) or option_flag(k, "method-" if k in problem_names else "")
-                                      for k in method},
-                              aliases={k: [option_flag(k)] for k in SPELLINGS if k in method})
+                              rename={k: option_flag(k, "method-" if k in problem_names else "") for k in method},
+                              aliases={k: [SPELLINGS[k]] for k in SPELLINGS if k in method})
     p.set_defaults(_ridge_flags=flags, _problem_flags=pflags, _method_flags=mflags)
     out = p.add_argument_group("output")
     out.add_argument("--json", default=None, metavar="FILE",
