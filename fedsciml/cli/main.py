@@ -78,9 +78,17 @@ def _add_solve_parser(sub):
     methods = method_owners()
     # a method option named like a problem option (one-shot's sigma beside ridge's) is --method-NAME, so that
     # --NAME keeps meaning the problem's; a problem option named like a solve flag is --problem-NAME
-    mflags = add_option_flags(p.add_argument_group("method options (generated from fedsciml.options)"), methods,
-                              dest="mopt_", rename={n: option_flag(n, "method-") for s in methods.values()
-                                                    for n in s if n in problem_names})
+    mgroup = p.add_argument_group("method options (generated from fedsciml.options)")
+    mflags = add_option_flags(mgroup, methods, dest="mopt_", skip=("preset",),
+                              rename={n: option_flag(n, "method-") for s in methods.values()
+                                      for n in s if n in problem_names})
+    # --preset names a problem's preset (its options and its run's: `list` shows them) or a method's (fipa's paper);
+    # resolved once, by problems.registry.apply_preset, before the problem is built
+    mgroup.add_argument("--preset", default=None, metavar="NAME",
+                        help="a named setting: a problem's preset (`list` shows them, e.g. poisson exp10: the "
+                             "K-FAC-for-PINNs authors' experiment) or fipa's 'paper' (" +
+                             union_specs(methods)["preset"][1].help.removeprefix("paper: ") + ")")
+    mflags["preset"] = "--preset"
     pflags = add_option_flags(p.add_argument_group("problem options (see `list`; each applies to the problems "
                                                    "that declare it)"),
                               dict(sorted(problems.items())), dest="popt_", typed=False,
@@ -103,9 +111,13 @@ def cmd_list(args):
     from fedsciml.problems import list_problems
     from fedsciml.runtime.driver import METHODS
 
+    from fedsciml.problems import REGISTRY
+
     print("problems:")
     for name, desc in list_problems():
         print(f"  {name:20s} {desc}")
+        for pname, preset in (getattr(REGISTRY[name], "presets", None) or {}).items():
+            print(f"  {'':20s}   --preset {pname}: {preset.summary}")
     print("methods (the kinds of task each applies to in brackets; images: bench images):")
     for m in sorted(METHODS):
         print(f"  {m:20s} {METHODS[m].description} [{', '.join(METHODS[m].kinds)}]")
@@ -154,18 +166,25 @@ def drop_where_idle(methods, per_method: dict) -> dict:
     return out
 
 
+def _method_presets(method_specs: dict) -> tuple:
+    """The preset names the methods declare (fipa's ``paper``): the values of their option ``preset``."""
+    spec = method_specs.get("preset")
+    return tuple(spec[1].choices or ()) if spec is not None else ()
+
+
 def cmd_solve(args):
     from fedsciml.options import cli_names
     from fedsciml.problems import REGISTRY, get_problem
+    from fedsciml.problems.registry import apply_preset
     from fedsciml.problems.base import PROBLEM_ERRORS
 
     cls = REGISTRY.get(args.problem)
     with cli_names(args._problem_flags):  # the problem's flags' text, parsed once here, checked by the problem
         popts = given_options(args, "popt_", cls.specs() if cls is not None else {},
                               f"problem {args.problem!r}", errors=PROBLEM_ERRORS)
-        if getattr(args, "mopt_preset", None) is not None:  # the preset's collocation settings, where declared
-            for k, v in (getattr(cls, "paper_options", None) or {}).items():
-                popts.setdefault(k, v)
+        if args.preset is not None and cls is not None:  # the preset's problem and method options, where not given
+            popts, args._preset_method_options = apply_preset(cls, args.preset, popts, {},
+                                                              _method_presets(args._method_specs))
         problem = get_problem(args.problem, **popts)
     from fedsciml.runtime.history import loop_progress
 
@@ -192,7 +211,7 @@ def _solve(args, problem):
         methods = list(dict.fromkeys([method] + compare))
     for m in methods:
         get_method(m)
-    given = given_options(args, "mopt_", args._method_specs)
+    given = {**getattr(args, "_preset_method_options", {}), **given_options(args, "mopt_", args._method_specs)}
     if given.get("preset") == "paper":  # a problem's own script settings for the published method, where declared
         for k, v in (getattr(problem, "paper_method_options", None) or {}).items():
             given.setdefault(k, v)
@@ -312,8 +331,7 @@ def _write_outputs(problem, results, args):
                 suffix = "" if len(results) == 1 else f"_{r.method}"
                 r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
             if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
-                from fedsciml.cli.ridge import model_meta
-                from fedsciml.ridge.model_io import write_model
+                from fedsciml.ridge.model_io import model_meta, write_model
 
                 for r in results:
                     if r.method == "one-shot":
@@ -336,6 +354,19 @@ def _write_outputs(problem, results, args):
             failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))
     raise_collected(failed)
+
+
+def cmd_flower_app_dir(args) -> int:
+    """``flower app-dir``: where this installation keeps its Flower App(s) (a path for ``flwr run``)."""
+    from fedsciml.engines.flower.jobs import app_dirs
+
+    dirs = app_dirs()
+    if args.all:
+        for name, d in dirs.items():
+            print(f"{name}\t{d}")
+    else:
+        print(dirs["secagg" if args.secagg else "app"])
+    return 0
 
 
 def load_plugins(specs) -> list[str]:
@@ -465,6 +496,14 @@ def _add_ridge_parser(sub):
     ridge_cli.add_parser(sub)
 
 
+def _add_flower_parser(sub):
+    fl = sub.add_parser("flower")
+    fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir}")
+    ad = fsub.add_parser("app-dir", help="print the directory of fedsciml's Flower App, for `flwr run DIR …`")
+    ad.add_argument("--secagg", action="store_true", help="the SecAgg+ App (central DP one-shot) instead")
+    ad.add_argument("--all", action="store_true", help="every App, one 'name<TAB>directory' line each")
+
+
 def _add_bench_parser(sub):
     def images(bsub):
         from fedsciml.cli import images as images_cli
@@ -492,12 +531,13 @@ def build_parser():
                            help="also show debug messages of the library (logging level DEBUG)")
     verbosity.add_argument("-q", "--quiet-log", dest="quiet_log", action="store_true",
                            help="show only errors (no progress, no warnings about rejected or missing clients)")
-    _lazy_commands(parser, "command", "{list,solve,predict,ridge,bench}", [
+    _lazy_commands(parser, "command", "{list,solve,predict,ridge,bench,flower}", [
         ("list", "list problems and methods", None),
         ("solve", "solve a registered problem (centralized or federated)", _add_solve_parser),
         ("predict", "evaluate a saved model (solve --out DIR) at the points of a CSV file", _add_predict_parser),
         ("ridge", "one-shot federated ridge regression (sufficient statistics, DP, projection, CV)", _add_ridge_parser),
         ("bench", "benchmarks (bench images ...)", _add_bench_parser),
+        ("flower", "fedsciml's Flower Apps in this installation (flower app-dir)", _add_flower_parser),
     ])
     return parser
 
@@ -561,6 +601,10 @@ def main(argv=None) -> int:
                 from fedsciml.cli import ridge as ridge_cli
 
                 return ridge_cli.run(args)
+            if args.command == "flower":
+                if getattr(args, "flower_command", None) == "app-dir":
+                    return cmd_flower_app_dir(args)
+                parser.parse_args(["flower", "--help"])
             if args.command == "bench":
                 if getattr(args, "bench_command", None) == "images":
                     from fedsciml.cli import images as images_cli
