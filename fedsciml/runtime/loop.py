@@ -423,7 +423,7 @@ class Simulation:
             strategy.load_state_dict(state["strategy"])
             th = strategy.theta
             ok = isinstance(th, torch.Tensor) and th.shape == theta0.shape and th.dtype == theta0.dtype
-            if ok:
+            if ok and bool(torch.isfinite(th).all()):  # θ itself: the one line below
                 strategy.check_restored(int(state["round"]))
         except ckpt.CheckpointError as e:  # a restored field out of its range: named, with the checkpoint
             raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)}: {e}") from None
