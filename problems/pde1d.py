@@ -4,10 +4,10 @@ Dirichlet values at 0 and 1 are taken from the exact solution.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
-from scipy.optimize import brentq
 
 from fedsciml.options import option
 
@@ -18,23 +18,35 @@ from .registry import register
 _PI = math.pi
 
 
-def _bratu_critical():
+@functools.cache
+def _bratu_critical() -> tuple[float, float]:
     """(θ_c, λ_c): the fold of θ = √(2λ)·cosh(θ/4), where (θ/4)·tanh(θ/4) = 1."""
+    from scipy.optimize import brentq  # imported when a Bratu problem is built, not with the registry (~0.3 s)
+
     s = brentq(lambda s: s * math.tanh(s) - 1.0, 0.5, 3.0, xtol=1e-15)
     theta_c = 4.0 * s
     return theta_c, theta_c ** 2 / (2.0 * math.cosh(s) ** 2)
 
 
-BRATU_THETA_C, BRATU_LAMBDA_C = _bratu_critical()  # 4.798714560…, 3.513830719…
+def __getattr__(name: str) -> float:
+    """``BRATU_THETA_C`` (4.798714560…) and ``BRATU_LAMBDA_C`` (3.513830719…), computed on first use."""
+    if name == "BRATU_THETA_C":
+        return _bratu_critical()[0]
+    if name == "BRATU_LAMBDA_C":
+        return _bratu_critical()[1]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def bratu_theta(lam: float) -> float:
     """Lower-branch root of ``θ = √(2λ) cosh(θ/4)`` for 0 < λ < λ_c."""
-    if not 0.0 < lam < BRATU_LAMBDA_C:
+    from scipy.optimize import brentq
+
+    theta_c, lambda_c = _bratu_critical()
+    if not 0.0 < lam < lambda_c:
         raise ProblemError(
-            f"Bratu parameter lam={lam} has no (lower-branch) solution: it must satisfy 0 < lam < λ_c = {BRATU_LAMBDA_C:.9f}"
+            f"Bratu parameter lam={lam} has no (lower-branch) solution: it must satisfy 0 < lam < λ_c = {lambda_c:.9f}"
         )
-    return brentq(lambda t: t - math.sqrt(2.0 * lam) * math.cosh(t / 4.0), 0.0, BRATU_THETA_C, xtol=1e-15, rtol=1e-15)
+    return brentq(lambda t: t - math.sqrt(2.0 * lam) * math.cosh(t / 4.0), 0.0, theta_c, xtol=1e-15, rtol=1e-15)
 
 
 @register

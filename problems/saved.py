@@ -51,8 +51,19 @@ def load_model(directory, problem: Union[Problem, None] = None):
         if meta.get("problem") not in REGISTRY:
             raise ModelFileError(f"the model of problem {meta.get('problem')!r} has a hard-constraint ansatz and no "
                                  f"such problem is registered: give it, fs.load_model(DIR, problem=...)")
-        problem = get_problem(meta["problem"], **meta.get("options", {}))
+        opts = meta.get("options", {})
+        if not isinstance(opts, dict):
+            raise ModelFileError(f"{directory!r}: model.json's options must be an object, got {opts!r}")
+        try:
+            problem = get_problem(meta["problem"], **opts)
+        except (ValueError, TypeError) as e:
+            raise ModelFileError(f"{directory!r}: model.json's problem {meta['problem']!r} cannot be built from its "
+                                 f"options ({e})") from None
     theta = tensors["theta"]
+    p = int(problem.network().n_params)
+    if p != meta.get("n_network_params", p) or theta.numel() < p:
+        raise ModelFileError(f"{directory!r}: the model holds {theta.numel()} parameters for a network of "
+                             f"{meta.get('n_network_params')}; problem {problem.name!r} has {p}")
 
     def u(x):
         return problem.predict(theta, torch.as_tensor(x, dtype=theta.dtype))

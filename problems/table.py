@@ -136,6 +136,7 @@ class TableProblem(Problem):
     name = "table"
     kind = "ridge"
     metric = "mse"
+    file_options = ("tables", "test_table")  # the options that name files (a Flower node opens none of a server's)
     description = "your own regression table, one CSV/npz file per client (--tables a.csv,b.csv): least squares"
     params = {
         "tables": option((), "the clients' tables, one file per client (CSV with a header: feature columns and "

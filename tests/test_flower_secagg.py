@@ -83,7 +83,9 @@ def test_model_error_bound_holds_for_perturbed_sums():
 
 def test_a_site_refuses_more_rows_than_the_public_bound_or_a_clipped_entry():
     problem = _problem()
-    pl = secagg.plan(_job(problem, options={**OPTS, "dp_max_rows": 10}), problem)
+    with pytest.raises(ValueError, match=f"dp_max_rows=10 is below the {problem.n_train()} rows each site"):
+        secagg.plan(_job(problem, options={**OPTS, "dp_max_rows": 10}), problem)  # a zoo problem's rows are public
+    pl = secagg.plan(_job(problem, options={**OPTS, "dp_max_rows": 10}), None)  # a site's own table: it refuses
     with pytest.raises(ValueError, match="more than the public bound dp_max_rows=10"):
         _site_vectors(problem, pl)
     pl = secagg.plan(_job(problem), problem)
@@ -92,6 +94,33 @@ def test_a_site_refuses_more_rows_than_the_public_bound_or_a_clipped_entry():
         _site_vectors(problem, {**pl, "clipping_range": 1e-3})
     with pytest.raises(ValueError, match="cross-validation"):
         secagg.plan(_job(problem, options={**OPTS, "cv_sigmas": [0.1, 1.0]}), problem)
+
+
+def test_a_loose_row_bound_is_refused_before_any_engine_starts(monkeypatch):
+    """Issue 31 #2: SecAgg+'s per-entry error bound ``K·2c/T`` grows with ``c ∝ dp_max_rows``; a bound whose
+    rounding would exceed a tenth of the DP noise's std is refused in one line naming the largest bound that
+    passes — by the process that starts the run, before Flower or Ray (``run_jobs`` is never reached)."""
+    from fedsciml.engines.flower import simulation
+
+    problem = _problem()
+    monkeypatch.setattr(simulation, "run_jobs", lambda *a, **k: pytest.fail("an engine was started"))
+    for rows in (10**9, 10**12):
+        with pytest.raises(ValueError, match=r"fixed-point error up to .* more than 0.1 × the DP noise's std .*"
+                                             r"give dp_max_rows ≤ [0-9,]+"):
+            simulation.solve(problem, "one-shot", clients=K, **{**OPTS, "dp_max_rows": rows})
+    # the largest bound named passes, and its error bound is within the stated fraction of the noise
+    with pytest.raises(ValueError) as e:
+        secagg.plan(_job(problem, options={**OPTS, "dp_max_rows": 10**9}), problem)
+    m_max = int(str(e.value).rsplit("≤ ", 1)[1].split(" ")[0].replace(",", ""))
+    pl = secagg.plan(_job(problem, options={**OPTS, "dp_max_rows": m_max}), problem)
+    noise = _dp.DPConfig(**pl["dp"]).noise_std
+    bound = _dp.secure_sum_error_bound(K, pl["clipping_range"], pl["quantization_range"])
+    assert bound <= 0.1 * noise
+    with pytest.raises(ValueError, match="fixed-point error"):
+        secagg.plan(_job(problem, options={**OPTS, "dp_max_rows": m_max + 1}), problem)
+    # where the row bound is one a site can honour (the default, the zoo's own rows), the rounding is negligible
+    pl = secagg.plan(_job(problem), problem)
+    assert _dp.secure_sum_error_bound(K, pl["clipping_range"], pl["quantization_range"]) < 1e-6 * noise
 
 
 def _unequal_tables(root):

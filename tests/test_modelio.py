@@ -73,9 +73,12 @@ def test_ansatz_model_needs_its_problem(tmp_path):
 def test_reader_refuses_other_files(tmp_path):
     with pytest.raises(ModelFileError, match="model.json is missing"):
         read_model(str(tmp_path))
-    write_model(str(tmp_path / "r"), {"w": torch.ones(3)}, {"kind": "custom"})  # a kind with no loader
+    ones = torch.ones(3, dtype=torch.float64)
+    write_model(str(tmp_path / "r"), {"w": ones}, {"kind": "custom"})  # a kind with no loader
     t, meta = read_model(str(tmp_path / "r"))
-    assert meta["kind"] == "custom" and torch.equal(t["w"], torch.ones(3))
+    assert meta["kind"] == "custom" and torch.equal(t["w"], ones)
+    with pytest.raises(ValueError, match="must be finite float64, got torch.float32"):
+        write_model(str(tmp_path / "s"), {"w": torch.ones(3)}, {"kind": "custom"})
     with pytest.raises(ModelFileError, match="no loader"):
         fs.load_model(tmp_path / "r")
     (tmp_path / "r" / "model.json").write_text('{"format": "other"}')

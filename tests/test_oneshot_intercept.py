@@ -107,3 +107,17 @@ def test_solve_one_shot_out_writes_the_intercept(diabetes_sites, tmp_path, capsy
     assert meta["fit_intercept"] is True and _rel(coef.numpy(), ref.coef_) < 1e-10
     assert intercept == pytest.approx(ref.intercept_, rel=1e-10)
     assert np.allclose(fs.load_model(out)(torch.as_tensor(Xt)).numpy(), ref.predict(Xt), rtol=1e-10, atol=1e-8)
+
+
+@pytest.mark.parametrize("sigma", [1e-3, 1.0])
+def test_one_shot_intercept_loss_is_sklearns_half_mse(diabetes_sites, sigma):
+    """Issue 30 item 2: the history's loss with ``fit_intercept`` is the model's (θ, β₀) training ½·MSE — the
+    sites' loss query knows θ but not β₀, so the strategy computes it from the pooled centered statistics.
+    Reference: scikit-learn's Ridge on the pooled rows, ½·mean((Xβ + β₀ − y)²); tolerance: different operations
+    (centered scatter vs residuals) on a well-conditioned 10-feature problem, relative 1e-9."""
+    paths, tp, X, y, *_ = diabetes_sites
+    res = fs.solve(fs.get_problem("table", tables=paths), "one-shot", clients=3, sigma=sigma, fit_intercept=True)
+    ref = Ridge(alpha=sigma, fit_intercept=True, solver="cholesky").fit(X, y)
+    half_mse = 0.5 * float(np.mean((ref.predict(X) - y) ** 2))
+    assert res.history[-1]["loss"] == pytest.approx(half_mse, rel=1e-9)
+    assert res.history[-1]["loss"] < res.history[0]["loss"]   # below the loss at θ = 0, β₀ = 0

@@ -11,7 +11,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def fake_result(problem, method="centralized", theta=None, metric="rel_l2", optimizer="lm"):
-    rows = [{"step": s, "time_s": 0.1 * s, "loss": 10.0 ** -s, metric: 10.0 ** (-s / 2), "floats_sent": 0}
+    rows = [{"step": s, "time_s": 0.1 * s, "loss": 10.0 ** -s, metric: 10.0 ** (-s / 2), "floats_sent": 100 * s}
             for s in range(6)]
     return Result(problem=problem.name if hasattr(problem, "name") else str(problem), method=method,
                   options={"optimizer": optimizer}, seed=0, device="cpu", dtype="float64", n_params=3, clients=2,
@@ -32,7 +32,7 @@ def test_field_problem_writes_solution_and_convergence_plots(tmp_path, name, opt
     metric = "mse" if pb.metric == "mse" else "rel_l2"
     results = [fake_result(pb, theta=pb.init_params(0), metric=metric), fake_result(pb, "fipa", metric=metric)]
     paths = plot_runs(pb, results, str(tmp_path / "out"))
-    assert_pngs(paths, ["solution.png", "error_vs_time.png", "error_vs_step.png"])
+    assert_pngs(paths, ["solution.png", "error_vs_time.png", "error_vs_step.png", "error_vs_floats.png"])
 
 
 def test_non_field_problem_skips_the_solution_plot(tmp_path):
@@ -42,7 +42,7 @@ def test_non_field_problem_skips_the_solution_plot(tmp_path):
 
     results = [fake_result(Ridge(), "fusion", metric="mse"), fake_result(Ridge(), "fedavg", metric="mse")]
     paths = plot_runs(Ridge(), results, str(tmp_path))
-    assert_pngs(paths, ["error_vs_time.png", "error_vs_step.png"])
+    assert_pngs(paths, ["error_vs_time.png", "error_vs_step.png", "error_vs_floats.png"])
 
 
 def test_runs_without_parameters_or_history_do_not_crash(tmp_path):
@@ -59,3 +59,128 @@ def test_run_labels_name_the_centralized_optimizer():
     pb = get_problem("bratu")
     assert run_label(fake_result(pb, optimizer="adam")) == "centralized/adam"
     assert run_label(fake_result(pb, "fipa")) == "fipa"
+
+
+# ------------------------------------------------------------------ issue 30: plots on the problem's own domain
+import logging  # noqa: E402
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import fedsciml as fs  # noqa: E402
+from fedsciml.problems.conditions import Dirichlet  # noqa: E402
+from fedsciml.problems.geometry import Disk  # noqa: E402
+from fedsciml.runtime.plotting import solution_figures  # noqa: E402
+
+
+class Annulus(fs.DomainPDE):
+    """−Δu = 0 between r = ½ and r = 1 (a disk with a hole), u = 1 + log₂ r."""
+    name = "test-annulus"
+    geometry = Disk((0.0, 0.0), 1.0) - Disk((0.0, 0.0), 0.5)
+    hidden = (8,)
+    conditions = [Dirichlet("boundary", lambda x: 1 + torch.log2(x.norm(dim=1)))]
+
+    def equation(self, u, x):
+        return u.laplacian(x)
+
+    def exact(self, x):
+        return 1 + torch.log2(x.norm(dim=1))
+
+
+def _drawn_masks(fig):
+    """The blank (masked) cells of every map the figure draws."""
+    return [np.ma.getmaskarray(im.get_array()) for ax in fig.axes for im in ax.images]
+
+
+@pytest.mark.parametrize("make,area", [(lambda: get_problem("poisson-lshape"), 3 / 4),
+                                        (lambda: Annulus(), math.pi * (1 - 0.25) / 4)])
+def test_the_drawn_region_is_the_geometrys_inside(make, area):
+    """Every map is blank exactly where the geometry's own inside test says the grid point is outside (the
+    mask is computed independently here from ``geometry.contains`` on the same grid), and the drawn share of
+    the box is the domain's area share to grid resolution (2/n of the box per boundary crossing)."""
+    pb = make()
+    n = 81
+    (name, fig), = solution_figures(pb, pb.init_params(0), n=n)
+    lo, hi = pb.geometry.bbox
+    a = torch.linspace(float(lo[0]), float(hi[0]), n, dtype=torch.float64)
+    b = torch.linspace(float(lo[1]), float(hi[1]), n, dtype=torch.float64)
+    A, B = torch.meshgrid(a, b, indexing="xy")
+    inside = pb.geometry.contains(torch.stack([A.reshape(-1), B.reshape(-1)], 1)).numpy().reshape(n, n)
+    masks = _drawn_masks(fig)
+    assert len(masks) == 3   # exact, network, |error|
+    for m in masks:
+        assert np.array_equal(m, ~inside)
+    assert abs(inside.mean() - area) < 8 / n
+    assert [ax.get_xlabel() for ax in fig.axes if ax.images] == ["x"] * 3
+    assert [ax.get_ylabel() for ax in fig.axes if ax.images] == ["y"] * 3
+
+
+def test_space_time_axes_are_x_and_t_and_2d_space_gets_time_slices():
+    heat = get_problem("heat")
+    (_, fig), = solution_figures(heat, heat.init_params(0), n=21)
+    maps = [ax for ax in fig.axes if ax.images]
+    assert {(ax.get_xlabel(), ax.get_ylabel()) for ax in maps} == {("x", "t")}
+    nd = get_problem("heat-nd")
+    (_, fig), = solution_figures(nd, nd.init_params(0), n=11)
+    titles = [ax.get_title() for ax in fig.axes if ax.images]
+    assert len(titles) == 9 and sum("t = 0," in t for t in titles) == 3 and sum("t = 1," in t for t in titles) == 3
+    assert {(ax.get_xlabel(), ax.get_ylabel()) for ax in fig.axes if ax.images} == {("x", "y")}
+
+
+def test_every_compared_run_and_every_output_is_drawn(tmp_path):
+    kov = get_problem("kovasznay")
+    runs = [fake_result(kov, "gn", theta=kov.init_params(0)), fake_result(kov, "fipa", theta=kov.init_params(1))]
+    paths = plot_runs(kov, runs, str(tmp_path))
+    names = [f"solution_{m}_{c}.png" for m in ("gn", "fipa") for c in "uvp"]
+    assert_pngs(paths, names + ["error_vs_time.png", "error_vs_step.png", "error_vs_floats.png"])
+
+
+def test_a_failing_plot_is_a_warning_not_a_lost_result(tmp_path, caplog):
+    kov = get_problem("kovasznay")
+
+    def broken(x):
+        raise RuntimeError("exact solution unavailable")
+    kov.exact = broken
+    with caplog.at_level(logging.WARNING, logger="fedsciml.runtime.plotting"):
+        paths = plot_runs(kov, [fake_result(kov, "gn", theta=kov.init_params(0))], str(tmp_path))
+    assert_pngs(paths, ["error_vs_time.png", "error_vs_step.png", "error_vs_floats.png"])
+    assert "plot solution (gn) not drawn: RuntimeError: exact solution unavailable" in caplog.text
+
+
+def test_kovasznay_out_writes_the_model_and_a_plot_per_output(tmp_path, capsys):
+    """Issue 30 item 4 / issue 31 item 3: a multi-output DomainPDE run with --out (was: a reshape error,
+    exit 2, no model)."""
+    from fedsciml.cli import main
+
+    out = tmp_path / "kov"
+    code = main(["solve", "kovasznay", "--method", "gn", "--clients", "2", "--rounds", "1", "--n-interior", "30",
+                 "--n-boundary", "8", "--quiet", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    for f in ("result.json", "history.csv", "model.safetensors", "model.json", "solution_u.png", "solution_v.png",
+              "solution_p.png"):
+        assert (out / f).is_file(), f
+    u = fs.load_model(str(out))
+    assert tuple(u(torch.zeros(4, 2, dtype=torch.float64)).shape) == (4, 3)
+
+
+def test_error_vs_floats_draws_only_runs_that_communicate(tmp_path):
+    pb = get_problem("bratu")
+    central = fake_result(pb, theta=None)
+    for row in central.history:
+        row["floats_sent"] = 0
+    from fedsciml.runtime.plotting import plot_error_vs_floats
+
+    assert plot_error_vs_floats([central], str(tmp_path)) == []
+    assert_pngs(plot_error_vs_floats([central, fake_result(pb, "gn")], str(tmp_path)), ["error_vs_floats.png"])
+
+
+def test_bench_images_round_axis_has_whole_ticks():
+    from fedsciml.images.bench import figure
+
+    res = {"setting": {"protocol": "multi-round", "seeds": [0], "alpha": None, "dataset": "mnist", "model": "lenet",
+                       "clients": 2},
+           "results": {"fedavg": {"history": [[(1, 0.5), (2, 0.6), (3, 0.7)]]}}}
+    fig = figure(res)
+    ticks = [t for t in fig.axes[0].get_xticks() if 1 <= t <= 3]
+    assert ticks and all(float(t).is_integer() for t in ticks)

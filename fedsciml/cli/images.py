@@ -12,8 +12,7 @@ def add_parser(bench_subparsers):
     from fedsciml.images.bench import BenchImagesOptions
 
     p = bench_subparsers.add_parser(
-        "images", help="image-classification aggregator benchmarks (FedAvg, FedProx, FIPA, FedFish, "
-                       "FisherMerge, RegMean, FedFisher, FedBEns)",
+        "images",
         description="Federated image classification with the federated layer's aggregators. One-shot methods: "
                     + ", ".join(M.ONE_SHOT) + ". Multi-round methods: " + ", ".join(M.MULTI_ROUND) + " (the "
                     "methods of kind images in `python -m fedsciml list`). An option that acts on nothing the run "

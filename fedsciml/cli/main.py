@@ -13,7 +13,6 @@ import logging
 import os
 import sys
 
-import fedsciml.engines  # noqa: F401  (registers the methods and the engines with the driver)
 from fedsciml.cli.common import (EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, add_option_flags, given_options,
                                  option_flag, set_threads, union_specs)
 
@@ -47,9 +46,10 @@ def method_option_flags() -> dict:
 
 
 def _add_solve_parser(sub):
+    import fedsciml.engines  # noqa: F401  (registers the problem methods and the engines with the driver)
+
     p = sub.add_parser(
         "solve",
-        help="solve a registered problem (centralized or federated)",
         description="Solve PROBLEM. Without --clients (or with --method centralized) the pooled centralized "
                     "Levenberg–Marquardt reference runs; with --clients K the data are split among K clients and "
                     "a federated method runs (default: fipa). Method options apply to the methods named in "
@@ -78,9 +78,17 @@ def _add_solve_parser(sub):
     methods = method_owners()
     # a method option named like a problem option (one-shot's sigma beside ridge's) is --method-NAME, so that
     # --NAME keeps meaning the problem's; a problem option named like a solve flag is --problem-NAME
-    mflags = add_option_flags(p.add_argument_group("method options (generated from fedsciml.options)"), methods,
-                              dest="mopt_", rename={n: option_flag(n, "method-") for s in methods.values()
-                                                    for n in s if n in problem_names})
+    mgroup = p.add_argument_group("method options (generated from fedsciml.options)")
+    mflags = add_option_flags(mgroup, methods, dest="mopt_", skip=("preset",),
+                              rename={n: option_flag(n, "method-") for s in methods.values()
+                                      for n in s if n in problem_names})
+    # --preset names a problem's preset (its options and its run's: `list` shows them) or a method's (fipa's paper);
+    # resolved once, by problems.registry.apply_preset, before the problem is built
+    mgroup.add_argument("--preset", default=None, metavar="NAME",
+                        help="a named setting: a problem's preset (`list` shows them, e.g. poisson exp10: the "
+                             "K-FAC-for-PINNs authors' experiment) or fipa's 'paper' (" +
+                             union_specs(methods)["preset"][1].help.removeprefix("paper: ") + ")")
+    mflags["preset"] = "--preset"
     pflags = add_option_flags(p.add_argument_group("problem options (see `list`; each applies to the problems "
                                                    "that declare it)"),
                               dict(sorted(problems.items())), dest="popt_", typed=False,
@@ -98,12 +106,18 @@ def _add_solve_parser(sub):
 
 
 def cmd_list(args):
+    import fedsciml.engines  # noqa: F401  (the problem methods)
+    import fedsciml.images  # noqa: F401  (the image methods, kind images)
     from fedsciml.problems import list_problems
     from fedsciml.runtime.driver import METHODS
+
+    from fedsciml.problems import REGISTRY
 
     print("problems:")
     for name, desc in list_problems():
         print(f"  {name:20s} {desc}")
+        for pname, preset in (getattr(REGISTRY[name], "presets", None) or {}).items():
+            print(f"  {'':20s}   --preset {pname}: {preset.summary}")
     print("methods (the kinds of task each applies to in brackets; images: bench images):")
     for m in sorted(METHODS):
         print(f"  {m:20s} {METHODS[m].description} [{', '.join(METHODS[m].kinds)}]")
@@ -152,18 +166,25 @@ def drop_where_idle(methods, per_method: dict) -> dict:
     return out
 
 
+def _method_presets(method_specs: dict) -> tuple:
+    """The preset names the methods declare (fipa's ``paper``): the values of their option ``preset``."""
+    spec = method_specs.get("preset")
+    return tuple(spec[1].choices or ()) if spec is not None else ()
+
+
 def cmd_solve(args):
     from fedsciml.options import cli_names
     from fedsciml.problems import REGISTRY, get_problem
+    from fedsciml.problems.registry import apply_preset
     from fedsciml.problems.base import PROBLEM_ERRORS
 
     cls = REGISTRY.get(args.problem)
     with cli_names(args._problem_flags):  # the problem's flags' text, parsed once here, checked by the problem
         popts = given_options(args, "popt_", cls.specs() if cls is not None else {},
                               f"problem {args.problem!r}", errors=PROBLEM_ERRORS)
-        if getattr(args, "mopt_preset", None) is not None:  # the preset's collocation settings, where declared
-            for k, v in (getattr(cls, "paper_options", None) or {}).items():
-                popts.setdefault(k, v)
+        if args.preset is not None and cls is not None:  # the preset's problem and method options, where not given
+            popts, args._preset_method_options = apply_preset(cls, args.preset, popts, {},
+                                                              _method_presets(args._method_specs))
         problem = get_problem(args.problem, **popts)
     from fedsciml.runtime.history import loop_progress
 
@@ -190,7 +211,7 @@ def _solve(args, problem):
         methods = list(dict.fromkeys([method] + compare))
     for m in methods:
         get_method(m)
-    given = given_options(args, "mopt_", args._method_specs)
+    given = {**getattr(args, "_preset_method_options", {}), **given_options(args, "mopt_", args._method_specs)}
     if given.get("preset") == "paper":  # a problem's own script settings for the published method, where declared
         for k, v in (getattr(problem, "paper_method_options", None) or {}).items():
             given.setdefault(k, v)
@@ -309,8 +330,6 @@ def _write_outputs(problem, results, args):
             for r in results:
                 suffix = "" if len(results) == 1 else f"_{r.method}"
                 r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
-            for path in plot_runs(problem, results, args.out):
-                print(f"wrote {path}")
             if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
                 from fedsciml.ridge.model_io import model_meta, write_model
 
@@ -327,6 +346,10 @@ def _write_outputs(problem, results, args):
                     d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
                     save_model(r, problem, d)
                     print(f"wrote {os.path.join(d, 'model.safetensors')} (+ model.json)")
+            # plots last: the results and the model are on disk whatever a figure does (a figure that cannot be
+            # drawn is a warning from plot_runs, not a lost result)
+            for path in plot_runs(problem, results, args.out):
+                print(f"wrote {path}")
         except OSError as e:
             failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))
@@ -416,7 +439,84 @@ def _pre_scan_plugins(argv):
     return out
 
 
+class _BuiltOnUse(dict):
+    """A subcommand table whose parsers are filled in when first looked up — by the parse that chose the command,
+    or by a caller that asks for it (``choices["solve"]``): building ``solve``'s flags imports the problem and
+    method registries, ``bench images``' the image stack, and ``--help``, ``list`` or ``predict`` need neither."""
+
+    def __init__(self):
+        super().__init__()
+        self.builders: dict = {}
+
+    def __getitem__(self, name):
+        parser = super().__getitem__(name)
+        build = self.builders.pop(name, None)
+        if build is not None:
+            build(_Into(parser))
+        return parser
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+
+class _Into:
+    """What a subcommand's ``add_parser(subparsers)`` is given when its parser already exists (registered with its
+    one-line help by :func:`_lazy_commands`): ``add_parser`` sets the remaining attributes and returns it."""
+
+    def __init__(self, parser):
+        self.parser = parser
+
+    def add_parser(self, name, **kwargs):
+        for k, v in kwargs.items():
+            setattr(self.parser, k, v)
+        return self.parser
+
+
+def _lazy_commands(parser, dest: str, metavar: str, commands) -> None:
+    """Subcommands ``(name, one-line help, builder or None)``; a builder ``fn(subparsers)`` runs on first use."""
+    sub = parser.add_subparsers(dest=dest, metavar=metavar)
+    sub.choices = sub._name_parser_map = table = _BuiltOnUse()
+    for name, help_text, build in commands:
+        sub.add_parser(name, help=help_text)
+        if build is not None:
+            table.builders[name] = build
+
+
+def _add_predict_parser(sub):
+    pr = sub.add_parser("predict")
+    pr.add_argument("model", metavar="DIR", help="a model directory (model.safetensors + model.json)")
+    pr.add_argument("--points", required=True, metavar="FILE.csv",
+                    help="one point per line, one column per input axis; a header line is optional")
+    pr.add_argument("--out", required=True, metavar="FILE.csv", help="the points and the model's outputs (overwritten)")
+
+
+def _add_ridge_parser(sub):
+    from fedsciml.cli import ridge as ridge_cli
+
+    ridge_cli.add_parser(sub)
+
+
+def _add_flower_parser(sub):
+    fl = sub.add_parser("flower")
+    fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir}")
+    ad = fsub.add_parser("app-dir", help="print the directory of fedsciml's Flower App, for `flwr run DIR …`")
+    ad.add_argument("--secagg", action="store_true", help="the SecAgg+ App (central DP one-shot) instead")
+    ad.add_argument("--all", action="store_true", help="every App, one 'name<TAB>directory' line each")
+
+
+def _add_bench_parser(sub):
+    def images(bsub):
+        from fedsciml.cli import images as images_cli
+
+        images_cli.add_parser(bsub)
+
+    _lazy_commands(sub.add_parser("bench"), "bench_command", "{images}", [
+        ("images", "image-classification aggregator benchmarks (FedAvg, FedProx, FIPA, FedFish, FisherMerge, "
+                   "RegMean, FedFisher, FedBEns)", images)])
+
+
 def build_parser():
+    """The parser; each subcommand's own flags are built when that subcommand is used (:class:`_BuiltOnUse`)."""
     parser = argparse.ArgumentParser(
         prog="python -m fedsciml",
         description="fedsciml: federated scientific machine learning — PINNs, function fitting and ridge "
@@ -431,26 +531,14 @@ def build_parser():
                            help="also show debug messages of the library (logging level DEBUG)")
     verbosity.add_argument("-q", "--quiet-log", dest="quiet_log", action="store_true",
                            help="show only errors (no progress, no warnings about rejected or missing clients)")
-    sub = parser.add_subparsers(dest="command", metavar="{list,solve,predict,ridge,bench,flower}")
-    sub.add_parser("list", help="list problems and methods")
-    _add_solve_parser(sub)
-    pr = sub.add_parser("predict", help="evaluate a saved model (solve --out DIR) at the points of a CSV file")
-    pr.add_argument("model", metavar="DIR", help="a model directory (model.safetensors + model.json)")
-    pr.add_argument("--points", required=True, metavar="FILE.csv",
-                    help="one point per line, one column per input axis; a header line is optional")
-    pr.add_argument("--out", required=True, metavar="FILE.csv", help="the points and the model's outputs (overwritten)")
-    from fedsciml.cli import images as images_cli
-    from fedsciml.cli import ridge as ridge_cli
-
-    ridge_cli.add_parser(sub)
-    bench = sub.add_parser("bench", help="benchmarks (bench images ...)")
-    bsub = bench.add_subparsers(dest="bench_command", metavar="{images}")
-    images_cli.add_parser(bsub)
-    fl = sub.add_parser("flower", help="fedsciml's Flower Apps in this installation (flower app-dir)")
-    fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir}")
-    ad = fsub.add_parser("app-dir", help="print the directory of fedsciml's Flower App, for `flwr run DIR …`")
-    ad.add_argument("--secagg", action="store_true", help="the SecAgg+ App (central DP one-shot) instead")
-    ad.add_argument("--all", action="store_true", help="every App, one 'name<TAB>directory' line each")
+    _lazy_commands(parser, "command", "{list,solve,predict,ridge,bench,flower}", [
+        ("list", "list problems and methods", None),
+        ("solve", "solve a registered problem (centralized or federated)", _add_solve_parser),
+        ("predict", "evaluate a saved model (solve --out DIR) at the points of a CSV file", _add_predict_parser),
+        ("ridge", "one-shot federated ridge regression (sufficient statistics, DP, projection, CV)", _add_ridge_parser),
+        ("bench", "benchmarks (bench images ...)", _add_bench_parser),
+        ("flower", "fedsciml's Flower Apps in this installation (flower app-dir)", _add_flower_parser),
+    ])
     return parser
 
 

@@ -94,7 +94,7 @@ def add_parser(subparsers):
     from fedsciml.runtime.driver import METHODS
 
     p = subparsers.add_parser(
-        "ridge", help="one-shot federated ridge regression (sufficient statistics, DP, projection, CV)",
+        "ridge",
         description="One-shot federated ridge on the paper's synthetic heterogeneous data: each client sends "
                     "(A_kᵀA_k, A_kᵀb_k) once, the server solves (ΣG_k + σI) w = Σh_k. A preset over `solve "
                     "ridge-linear --method one-shot` (same driver, same checks); the flags are generated from the "

@@ -236,7 +236,7 @@ class LowRank(Curvature):
 
 def fipa_merge_dense(Hs: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor],
                      weights: Sequence[float] | None = None, rtol: float | None = None,
-                     rhs=None) -> torch.Tensor:
+                     rhs=None, beta: float = 0.0, out: dict | None = None) -> torch.Tensor:
     """FIPA Eq. (6) with dense curvatures: ``Σ_m B_m Δ_m``, ``B_m = (Σ_j w_j H_j)^† w_m H_m``.
 
     With sum-form curvatures (``H_m = J_mᵀJ_m``) pass ``weights=None`` (all 1):
@@ -244,6 +244,9 @@ def fipa_merge_dense(Hs: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor],
     ``N_m/N``.  ``rhs(C, w)`` (a robust combination rule,
     :mod:`fedsciml.runtime.robust`) replaces the right-hand side
     ``Σ w_m H_m Δ_m`` by ``rhs(C, w)``, ``C [M, p]`` the clients' ``H_m Δ_m``.
+    ``beta > 0``: the regularized merge ``(Σ w_j H_j + βI)⁻¹ b`` by Cholesky
+    instead of the pseudo-inverse (one solve: no ``eigh`` is formed and discarded).
+    ``out``: where the right-hand side ``b`` is left (``out["b"]``) for a caller that needs it too.
     """
     w = [1.0] * len(Hs) if weights is None else list(weights)
     H = sum(wi * Hi for wi, Hi in zip(w, Hs))
@@ -252,7 +255,9 @@ def fipa_merge_dense(Hs: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor],
     else:
         b = sum(wi * (Hi @ di) for wi, Hi, di in zip(w, Hs, deltas))
     assert isinstance(H, torch.Tensor)  # at least one client
-    return linalg.pinv_solve(H, b, rtol)
+    if out is not None:
+        out["b"] = b
+    return linalg.damped_solve(H, b, beta) if beta > 0 else linalg.pinv_solve(H, b, rtol)
 
 
 COMPLEMENTS = ("none", "fedavg", "tail")
@@ -261,7 +266,8 @@ COMPLEMENTS = ("none", "fedavg", "tail")
 def fipa_merge_lowrank(Us: Sequence[torch.Tensor], lams: Sequence[torch.Tensor], deltas: Sequence[torch.Tensor],
                        weights: Sequence[float] | None = None, beta: float = 0.0, gamma: float = 1.0,
                        rtol: float | None = None, complement: str = "none",
-                       sample_weights: Sequence[float] | None = None, rhs=None) -> torch.Tensor:
+                       sample_weights: Sequence[float] | None = None, rhs=None,
+                       out: dict | None = None) -> torch.Tensor:
     """FIPA's thin-QR merge (paper Eq. 13) — no p×p matrix is formed; the one implementation.
 
     ``V = [U_1 … U_M] = QR``, ``Σ = blkdiag(w_m Λ_m)``, ``K = R Σ Rᵀ``,
@@ -289,7 +295,7 @@ def fipa_merge_lowrank(Us: Sequence[torch.Tensor], lams: Sequence[torch.Tensor],
     ``rhs(C, w)`` — a robust combination rule (:mod:`fedsciml.runtime.robust`):
     ``b = rhs(C, w)`` with ``C [M, p]`` the clients' ``Ĥ_m Δ_m`` replaces
     ``b = Σ w_m Ĥ_m Δ_m`` (only its component in the sketch span enters the
-    in-span solve).
+    in-span solve).  ``out``: where the right-hand side ``b`` is left (``out["b"]``) for a caller that needs it too.
     """
     if complement not in COMPLEMENTS:
         raise ValueError(f"FIPA complement must be one of {', '.join(COMPLEMENTS)}, got {complement!r}")
@@ -313,6 +319,8 @@ def fipa_merge_lowrank(Us: Sequence[torch.Tensor], lams: Sequence[torch.Tensor],
         b = sum(wi * (U @ (l * (U.T @ d))) for wi, U, l, d in zip(w, Us, lams, deltas))
     else:
         b = sum(wi * (U @ (l * (U.T @ d)) + t * d) for wi, U, l, d, t in zip(w, Us, lams, deltas, tails))
+    if out is not None:
+        out["b"] = b
     Q, R = torch.linalg.qr(V, mode="reduced")
     K = (R * sig) @ R.T
     K = 0.5 * (K + K.T)

@@ -73,6 +73,9 @@ class DPConfig:
     central: bool = False      # noise once on the secure sum instead of on every client message
     calibration: str = "analytic"
     noise_aware_sigma: bool = False  # add the noise's expected spectral norm √(2m)·s_total to σ
+    # a site refuses when clipping would shrink its median row by more than this factor (None: no check):
+    # its statistics would then describe the clip bounds, not its data (fedsciml.core.privacy.check_clip_scale)
+    max_shrink: float | None = 10.0
 
 
     def __post_init__(self):
@@ -197,6 +200,35 @@ def secure_sum_error_bound(arrived: int, clipping_range: float, quant_range: int
     ``K'·2c/T + 16·K'·c·2⁻⁵²`` (c = 1000 at K' = K = 3 sites, T = ⌊(2³² − 1)/3⌋: 4.2e-6)."""
     K, c = int(arrived), float(clipping_range)
     return K * 2.0 * c / int(quant_range) + 16.0 * K * c * 2.0 ** -52
+
+
+#: the largest SecAgg+ quantization error bound (per entry of the sum) accepted, as a fraction of the DP noise's
+#: standard deviation on that entry: at 0.1 the fixed point adds at most 1 % to the released sum's error variance
+QUANTIZATION_NOISE_FRACTION = 0.1
+
+
+def check_secure_sum_precision(sites: int, max_rows: int, c_a: float, c_b: float, noise_std: float, share: float,
+                               fraction: float = QUANTIZATION_NOISE_FRACTION) -> float:
+    """Refuse (``ValueError``, one line) a public row bound so loose that SecAgg+'s fixed point would swamp the
+    statistics: the per-entry error bound :func:`secure_sum_error_bound` grows with the clipping range
+    ``c ∝ max_rows`` (:func:`statistics_bound`) while the quantization range ``T`` is fixed by the modulus, so a
+    bound of 10⁹ rows for sites of 50 rows quantizes the sum in steps larger than its DP noise.  Accepted when
+    the bound is at most ``fraction`` × the noise's standard deviation ``noise_std``; returns the bound.  The
+    message names the largest ``dp_max_rows`` that passes."""
+    K = int(sites)
+    T = quantization_range(K)
+    c = statistics_bound(int(max_rows), c_a, c_b, share)
+    bound = secure_sum_error_bound(K, c, T)
+    allowed = float(fraction) * float(noise_std)
+    if bound > allowed:
+        c_max = allowed / (2.0 * K / T + 16.0 * K * 2.0 ** -52)
+        m_max = math.floor((c_max - 10.0 * float(share)) / (c_a * max(c_a, c_b)))
+        hint = (f"give dp_max_rows ≤ {m_max:,} (a true bound on each site's rows)" if m_max >= 1 else
+                "no row bound is small enough at this ε; raise ε or lower the clip norms")
+        raise ValueError(f"dp_max_rows={int(max_rows):,} makes SecAgg+'s fixed-point error up to {bound:.3g} per "
+                         f"entry of the sum, more than {fraction:g} × the DP noise's std {noise_std:.3g}: the "
+                         f"model would be lost in rounding; {hint}")
+    return bound
 
 
 def model_error_bound(d: int, w: torch.Tensor, lam_min: float, entry_bound: float) -> float:

@@ -1,9 +1,10 @@
 """Engines carry the clients' messages: in process (the runtime's own transports, engine ``local``) or over
 Flower (engine ``flower``, :mod:`fedsciml.engines.flower`).  Importing this package registers ``flower`` with
-the driver; Flower itself is imported only when a run asks for it."""
+the driver and the problem methods (:mod:`fedsciml.methods`, the ridge baselines); Flower itself is imported only
+when a run asks for it, and the image methods (kind ``images``) by what runs them (``bench images``, ``list``,
+Flower's image App): ``solve`` never loads the image stack."""
 from __future__ import annotations
 
-import fedsciml.images  # noqa: F401  (registers the image methods in the one registry, kind images)
 import fedsciml.methods  # noqa: F401  (the engines run registered methods)
 import fedsciml.ridge.baselines  # noqa: F401  (registers fedavg-sgd: the ridge SGD baselines, kind ridge)
 from fedsciml.runtime.driver import ENGINES, register_engine

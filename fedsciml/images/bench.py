@@ -286,15 +286,16 @@ def write_json(res, path):
     write(res, path)
 
 
-def plot(res: dict, out_dir: str) -> str:
-    import matplotlib
+def figure(res: dict):
+    """The figure of a benchmark result: accuracy bars (one-shot) or accuracy against whole rounds."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    os.makedirs(out_dir, exist_ok=True)
+    fig = Figure(figsize=(7, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
     st, rs = res["setting"], res["results"]
-    fig, ax = plt.subplots(figsize=(7, 4))
     if st["protocol"] == "one-shot":
         names = list(rs)
         ax.bar(range(len(names)), [100 * rs[n]["acc_mean"] for n in names],
@@ -306,12 +307,19 @@ def plot(res: dict, out_dir: str) -> str:
             h = r["history"][0]
             ax.plot([a for a, _ in h], [100 * b for _, b in h], label=n)
         ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # rounds are whole: no 1.0, 1.2, … ticks
         ax.set_ylabel("test accuracy (%), seed " + str(st["seeds"][0]))
         ax.legend()
     alpha = "IID" if st["alpha"] is None else f"α={st['alpha']}"
     ax.set_title(f"{st['dataset']} {st['model']} {st['clients']} clients {alpha} {st['protocol']}")
     fig.tight_layout()
+    return fig
+
+
+def plot(res: dict, out_dir: str) -> str:
+    os.makedirs(out_dir, exist_ok=True)
+    st = res["setting"]
+    alpha = "IID" if st["alpha"] is None else f"α={st['alpha']}"
     path = os.path.join(out_dir, f"images_{st['dataset']}_{st['protocol']}_{alpha}.png".replace("α=", "alpha"))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    figure(res).savefig(path, dpi=110)
     return path

@@ -254,6 +254,7 @@ class FIPAAggregator(Aggregator):
         self.beta, self.gamma, self.eta, self.weighting, self.rtol = beta, gamma, eta, weighting, rtol
         self.rule = _robust.RobustRule(robust, float(trim), None if clip_norm is None else float(clip_norm))
         self.consistency = bool(consistency)
+        self.rhs: torch.Tensor | None = None  # the last merge's plain right-hand side, where it formed one
 
     def schema(self):
         f = {"delta": Field(("p",)), "n": Field((1,), positive=True),
@@ -311,16 +312,15 @@ class FIPAAggregator(Aggregator):
         if self.rule.clip_norm is not None:
             deltas = list(_robust.clip_rows(torch.stack(deltas), self.rule.clip_norm))
         rhs = self._rhs()
-        if self.curvature == "full":
+        formed: dict = {}
+        # the plain right-hand side Σ Ĥ_m Δθ_m of the broadcast deltas, kept for the strategy's predicted decrease
+        # (methods/fipa.py) where the merge formed exactly that: sum weights, mean rule, no norm bound, no tail
+        plain = (self.weighting == "sum" and rhs is None and self.rule.clip_norm is None
+                 and self.complement != "tail")
+        if self.curvature == "full":  # β > 0: the regularized dense merge (a Cholesky solve, no pseudo-inverse)
             Hs = [Dense.from_message(m).H for m in messages.values()]
-            step = fipa_merge_dense(Hs, deltas, w, self.rtol, rhs=rhs)
-            if self.beta > 0:  # regularized dense merge
-                H = sum(wi * Hi for wi, Hi in zip(w, Hs))
-                if rhs is not None:
-                    b = rhs(torch.stack([Hi @ di for Hi, di in zip(Hs, deltas)]), w)
-                else:
-                    b = sum(wi * (Hi @ di) for wi, Hi, di in zip(w, Hs, deltas))
-                step = linalg.damped_solve(H, b, self.beta)
+            step = fipa_merge_dense(Hs, deltas, w, self.rtol, rhs=rhs, beta=self.beta, out=formed)
+            self.rhs = formed["b"] if plain else None
             return theta + self.eta * self.gamma * step
         curv = [LowRank.from_message(m) for m in messages.values()]
         Us, lams = [c.U for c in curv], [c.lam for c in curv]
@@ -330,9 +330,11 @@ class FIPAAggregator(Aggregator):
                 sw = self.sample_weights(messages)
                 sw = [sw[c] for c in messages]
             step = fipa_merge_lowrank(Us, lams, deltas, w, beta=self.beta, gamma=self.gamma, rtol=self.rtol,
-                                      complement=self.complement, sample_weights=sw, rhs=rhs)
+                                      complement=self.complement, sample_weights=sw, rhs=rhs, out=formed)
+            self.rhs = formed["b"] if plain else None
             return theta + self.eta * step
         Hs = [(U * l) @ U.T for U, l in zip(Us, lams)]
+        self.rhs = None  # its b = Σ (U_m Λ_m U_mᵀ) Δθ_m differs in round-off from the strategy's U_m(Λ_m U_mᵀΔθ_m)
         return theta + self.eta * self.gamma * fipa_merge_dense(Hs, deltas, w, self.rtol, rhs=rhs)
 
 

@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 
 from fedsciml.options import CentralizedConfig
+from fedsciml.core.kfac_pinn import factors_of, require_jets
 from fedsciml.core.matfree import GNOperator, MatfreeConfig
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.runtime.history import Recorder
@@ -46,6 +47,7 @@ class SolveConfig:
     optimizer: str = "lm"
     max_iters: int | None = None
     budget: float | None = None
+    clock: str = "wall"       # what budget and time_s count: wall or cpu seconds (fedsciml.runtime.history.Recorder)
     tol: float = 0.0          # stop when the mean loss ½‖r‖²/N ≤ tol
     lr: float | None = None   # adam / lbfgs learning rate
     lm: LMConfig = field(default_factory=LMConfig)
@@ -79,9 +81,12 @@ def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
     jvp/vjp products, no J) — :meth:`LevenbergMarquardt.statistics_form`."""
     form = lm.statistics_form(obj.n_residuals, obj.n_params)
     if form == "matfree":
+        kfac = lm.cfg.matfree.precond == "kfac"
+
         def operator(theta):
             op = GNOperator(obj.residual, theta)
-            return GNStats(H=None, g=op.g, loss=op.loss, n=op.n, op=op)
+            return GNStats(H=None, g=op.g, loss=op.loss, n=op.n, op=op,
+                           factors=factors_of(obj, theta) if kfac else None)
 
         return operator
     if form != "kernel":
@@ -206,13 +211,16 @@ def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: 
     """
     cfg.validate()
     _load_autodiff()
-    rec = Recorder(evaluate, obj.n_residuals, cfg.budget, progress, every, label)
+    rec = Recorder(evaluate, obj.n_residuals, cfg.budget, progress, every, label, total=cfg.max_iters,
+                   clock=cfg.clock)
     run = run_lm if cfg.optimizer == "lm" else run_torch_optimizer
     try:
         theta, info = run(obj, theta0, rec, cfg)
     finally:
         rec.close()
     info["solver_time_s"] = rec.elapsed()
+    if rec.stop_reason is not None:
+        info["stopped_by"] = rec.stop_reason
     return theta, rec.rows, info
 
 
@@ -225,8 +233,11 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
         raise TypeError("give the centralized options either as config or as keywords, not both")
     if message_hook is not None:
         raise ValueError("message_hook applies to federated methods; centralized exchanges no messages")
+    if config.precond == "kfac":
+        require_jets(objectives, getattr(problem, "name", str(problem)))
     lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
-                  matfree=MatfreeConfig(rank=config.nystrom_rank, seed=seed), momentum=config.momentum)
+                  matfree=MatfreeConfig(precond=config.precond, rank=config.nystrom_rank, seed=seed),
+                  momentum=config.momentum)
     make = None
     if config.resample is not None:
         check_resample(problem, config.resample)
@@ -235,7 +246,8 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
         def make(j: int) -> LeastSquares:
             return stack_objectives(resampled_objectives(problem, n_clients, seed, j, device))
 
-    cfg = SolveConfig(optimizer=config.optimizer, max_iters=config.max_iters, budget=config.budget, tol=config.tol,
+    cfg = SolveConfig(optimizer=config.optimizer, max_iters=config.max_iters, budget=config.budget,
+                      clock=config.clock, tol=config.tol,
                       lr=config.lr, lm=lm, resample=config.resample, make_objective=make)
     theta, rows, info = solve_least_squares(stack_objectives(objectives), theta0, evaluate, cfg, progress=progress,
                                             every=every, label=f"centralized/{config.optimizer}")

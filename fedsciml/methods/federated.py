@@ -35,6 +35,7 @@ from fedsciml.methods.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.runtime.client import AdaptiveSchedule, Client, LocalConfig
 from fedsciml.methods.fipa import FIPAStrategy
+from fedsciml.core.kfac_pinn import jet_network, require_jets
 from fedsciml.core.matfree import MatfreeConfig, fipa_local_matfree
 from fedsciml.methods.gn import GNStrategy, choose_form
 from fedsciml.methods.oneshot import OneShotStrategy
@@ -48,12 +49,16 @@ TRANSPORTS = ("local", "bytes")
 
 def _round_config(cfg, seed) -> RoundConfig:
     # the typed RoundOptions already checked these values: the loop does not check them again
-    return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, tol=cfg.tol, participation=cfg.participation,
-                       dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume, checked=True)
+    return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, clock=cfg.clock, tol=cfg.tol,
+                       participation=cfg.participation, dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume, checked=True)
 
 
 def _fingerprint(problem, method, objectives, theta0, seed, options):
-    return {"problem": getattr(problem, "name", None), "problem_options": dict(getattr(problem, "options", {}) or {}),
+    # the network first ("architecture" sorts first, and a checkpoint names the first difference): resuming
+    # with another network is refused naming both
+    arch = problem.architecture() if callable(getattr(problem, "architecture", None)) else None
+    return {"architecture": arch, "problem": getattr(problem, "name", None),
+            "problem_options": dict(getattr(problem, "options", {}) or {}),
             "method": method, "options": options, "clients": len(objectives), "seed": int(seed),
             "n_params": int(theta0.numel()), "n_residuals": [int(o.n_residuals) for o in objectives]}
 
@@ -126,9 +131,15 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
         form = choose_form([o.n_residuals for o in objectives], theta0.numel())
     options = {"lm_tau": lm_tau, "form": form}
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
-    strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(rank=cfg.nystrom_rank, seed=seed),
+    kfac = form == "matfree" and cfg.precond == "kfac"
+    if kfac:  # refused by name unless every client's residual is in the forward-Laplacian channel form
+        require_jets(objectives, getattr(problem, "name", str(problem)))
+        options["precond"] = "kfac"
+    strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(
+                              precond=cfg.precond if form == "matfree" else "nystrom", rank=cfg.nystrom_rank, seed=seed),
                                    momentum=cfg.momentum),
-                          max_retries=cfg.max_retries, form=form, screen=cfg.screen, exchange=cfg.exchange)
+                          max_retries=cfg.max_retries, form=form, screen=cfg.screen,
+                          kfac_net=jet_network(objectives[0]) if kfac else None, exchange=cfg.exchange)
     if cfg.exchange != "one":
         options["exchange"] = cfg.exchange
     if cfg.screen is not None:

@@ -170,7 +170,8 @@ class FIPAStrategy(AveragingStrategy):
         new = self.merge(theta, ok)
         if self.safeguard:
             step = new - theta
-            self.pred = 0.5 * float(step @ (_merge_rhs(ok, theta.numel()) + self.beta * step))
+            b = self.agg.rhs if self.agg.rhs is not None else _merge_rhs(ok, theta.numel())  # the merge's own b
+            self.pred = 0.5 * float(step @ (b + self.beta * step))
         self.theta = new
 
     def resampled(self, run):

@@ -52,6 +52,13 @@ its ``exchanges`` column (the loop's count, for every method) all the
 exchanges so far, and the round's row records ``cg_iters``.  Every product is
 checked (``vᵀJ_mᵀJ_m v ≥ 0`` up to round-off, the right shape, finite).
 
+With the K-FAC-for-PINNs preconditioner (``precond="kfac"``, :mod:`fedsciml.core.kfac_pinn`) no sketch
+is exchanged: each client adds its raw Kronecker sums to the gradient message (``{"kfac"}``:
+``KroneckerFactors.size_of(net)`` floats, O(Σ layer widths²), the upper triangles of two factors per
+layer and term and two point counts), the server adds them — the factors of the pooled points, so the
+iterates equal centralized LM's with the same preconditioner up to round-off — and preconditions every
+CG solve at that point with them.
+
 Choice (``GNConfig.form="auto"``, :func:`choose_form`): per client, the
 normal form costs ``p(p+1)/2 + p`` floats and the square-root form
 ``min(n_m, p)(p+1)``; the smaller is taken while it is at most
@@ -71,7 +78,7 @@ import dataclasses
 
 import torch
 
-from fedsciml.core import linalg, matfree
+from fedsciml.core import kfac_pinn, linalg, matfree
 from fedsciml.runtime import robust as _robust
 from fedsciml.methods.aggregators import Aggregator, _consistent, consistency_rtol
 from fedsciml.core.schema import Field, MessageRejected, Schema
@@ -105,7 +112,10 @@ def _operator(client, theta) -> matfree.GNOperator:
 
 def _answer_gn_grad(client, request, pre, deadline):
     op = _operator(client, request.tensors["theta"])
-    return Reply({"g": op.g, "loss": op.loss.reshape(1), "n": client._n(op.theta)})
+    msg = {"g": op.g, "loss": op.loss.reshape(1), "n": client._n(op.theta)}
+    if request.config.get("precond") == "kfac":  # the K-FAC-for-PINNs factors ride with the gradient
+        msg["kfac"] = kfac_pinn.factors_of(client.objective, op.theta).pack()
+    return Reply(msg)
 
 
 def _answer_gn_gvp(client, request, pre, deadline):
@@ -135,17 +145,23 @@ class GNAggregator(Aggregator):
 
     name = "gn"
 
-    def __init__(self, with_curvature: bool = True, form: str = "normal", consistency: bool = True):
+    def __init__(self, with_curvature: bool = True, form: str = "normal", consistency: bool = True,
+                 kfac_net=None):
         if form not in FORMS:
             raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
+        if kfac_net is not None and form != "matfree":
+            raise ValueError(f"K-FAC factors precondition the matrix-free form only, got form={form!r}")
         self.with_curvature = with_curvature
         self.form = form
         self.consistency = bool(consistency)
+        self.kfac_net = kfac_net  # the network whose K-FAC factors the matrix-free clients send (None: none)
 
     def schema(self) -> Schema:
         f = {"loss": Field((1,), nonneg=True), "n": Field((1,), positive=True)}
         if self.with_curvature and self.form == "matfree":
             f["g"] = Field(("p",))
+            if self.kfac_net is not None:
+                f["kfac"] = Field(("k",))
         elif self.with_curvature and self.form == "sqrt":
             f["R"] = Field(("m", "p"))
             f["s"] = Field(("m",))
@@ -156,9 +172,20 @@ class GNAggregator(Aggregator):
         return Schema(f)
 
     def context(self, p):
-        return {"p": p, "h": linalg.n_upper(p)}
+        ctx = {"p": p, "h": linalg.n_upper(p)}
+        if self.kfac_net is not None:
+            ctx["k"] = kfac_pinn.KroneckerFactors.size_of(self.kfac_net)
+        return ctx
 
     def check(self, cid, msg, p):
+        if self.form == "matfree" and self.with_curvature and self.kfac_net is not None:
+            try:
+                fac = kfac_pinn.KroneckerFactors.unpack(self.kfac_net, msg["kfac"])
+            except ValueError as e:
+                raise MessageRejected(cid, f"field 'kfac': {e}") from None
+            if any(bool((m.diagonal() < 0).any()) for t in kfac_pinn.KINDS for m in fac.A[t] + fac.B[t]):
+                raise MessageRejected(cid, "field 'kfac' has a Kronecker factor with a negative diagonal entry; "
+                                           "a sum of outer products is positive semidefinite")
         if not (self.with_curvature and self.consistency) or self.form == "matfree":
             return
         loss = float(msg["loss"][0])
@@ -189,7 +216,13 @@ class GNAggregator(Aggregator):
             g = messages[order[0]]["g"].clone()
             for c in order[1:]:
                 g += messages[c]["g"]
-            return GNStats(H=None, g=g, loss=loss, n=n)
+            factors = None
+            if self.kfac_net is not None:
+                k = messages[order[0]]["kfac"].clone()
+                for c in order[1:]:
+                    k += messages[c]["kfac"]
+                factors = kfac_pinn.KroneckerFactors.unpack(self.kfac_net, k)
+            return GNStats(H=None, g=g, loss=loss, n=n, factors=factors)
         if self.form == "sqrt":  # stack the square roots: RᵀR = ΣJ_mᵀJ_m, Rᵀs = ΣJ_mᵀr_m
             R = torch.cat([messages[c]["R"] for c in order])
             s = torch.cat([messages[c]["s"] for c in order])
@@ -221,7 +254,7 @@ class GNStrategy(Strategy):
     name = "gn"
 
     def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, form: str = "normal",
-                 screen: float | None = None, exchange: str = "one"):
+                 screen: float | None = None, kfac_net=None, exchange: str = "one"):
         if form not in FORMS:
             raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
         if exchange not in EXCHANGES:
@@ -234,9 +267,13 @@ class GNStrategy(Strategy):
             raise ValueError("the influence screen compares each client's dense statistics; the matrix-free form "
                              "sends none (use form='normal' or 'sqrt' with screen)")
         self.screen = None if screen is None else float(screen)
+        self.lm_config = lm_config or LMConfig()
+        if (self.lm_config.matfree.precond == "kfac") != (kfac_net is not None) and form == "matfree":
+            raise ValueError("the K-FAC preconditioner (LMConfig.matfree.precond='kfac') and kfac_net (the network "
+                             "whose factors the clients send) go together")
+        self.kfac_net = kfac_net if form == "matfree" else None
         self.banned: list = []  # clients the screen left out of the run (at θ₀)
         self.form = form
-        self.lm_config = lm_config or LMConfig()
         self.max_retries = int(max_retries)
         self.lm: LevenbergMarquardt | None = None
         self.retries = 0
@@ -283,20 +320,21 @@ class GNStrategy(Strategy):
         return out
 
     def _matfree_grads(self, run, theta, send: bool = False) -> dict:
-        """Every client's ``gn_grad`` (``{"g", "loss", "n"}``) at θ; ``send``: θ is new to the clients (p floats
-        down to each), else they hold it (θ₀ before its broadcast is counted, or a trial they answered)."""
-        agg = GNAggregator(True, "matfree")
+        """Every client's ``gn_grad`` (``{"g", "loss", "n"}``, with its raw K-FAC sums under ``precond="kfac"``)
+        at θ; ``send``: θ is new to the clients (p floats down to each), else they hold it (θ₀ before its
+        broadcast is counted, or a trial they answered)."""
+        agg = GNAggregator(True, "matfree", kfac_net=self.kfac_net)
         agg.enrolled = self.enrolled
         p = theta.numel()
-        return self._ask(run, Request("gn_grad", {"theta": theta}), lambda m: agg.validate(m, p, theta.dtype),
-                         p if send else 0)
+        req = Request("gn_grad", {"theta": theta}, {"precond": "kfac"} if self.kfac_net is not None else {})
+        return self._ask(run, req, lambda m: agg.validate(m, p, theta.dtype), p if send else 0)
 
     def _matfree_stats(self, run, theta, msgs: dict | None = None) -> GNStats:
         """The summed gradient and loss at θ with the federated operator bound there (``msgs``: the clients'
         ``gn_grad`` answers already at hand, else asked now)."""
         p = theta.numel()
-        st = GNAggregator(True, "matfree").aggregate_stats(self._matfree_grads(run, theta) if msgs is None else msgs,
-                                                           p)
+        st = GNAggregator(True, "matfree", kfac_net=self.kfac_net).aggregate_stats(
+            self._matfree_grads(run, theta) if msgs is None else msgs, p)
         st.op = _FederatedOperator(self, theta)
         return st
 
@@ -407,8 +445,8 @@ class GNStrategy(Strategy):
             curv = {"H": linalg.pack_upper(st.H)}
         elif st.J is not None:
             curv = {"J": st.J, "r": st.r}
-        else:  # matrix-free: the operator is re-bound on load
-            curv = {}
+        else:  # matrix-free: the operator is re-bound on load (the K-FAC factors are kept)
+            curv = {} if st.factors is None else {"kfac": st.factors.pack()}
         return {"theta": lm.theta, **curv, "g": st.g, "loss": st.loss, "n": st.n, "mu": lm.mu, "nu": lm.nu,
                 "accepted": lm.accepted_steps, "rejected": lm.rejected_steps, "retries": self.retries,
                 "enrolled": dict(self.enrolled), "banned": list(self.banned),
@@ -421,7 +459,8 @@ class GNStrategy(Strategy):
         if "H" in d:
             self.lm.stats = GNStats(H=linalg.unpack_upper(d["H"], p), g=d["g"], loss=d["loss"], n=d["n"])
         elif "J" not in d:
-            self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"])
+            fac = None if "kfac" not in d else kfac_pinn.KroneckerFactors.unpack(self.kfac_net, d["kfac"])
+            self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"], factors=fac)
         else:
             self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"], J=d["J"], r=d["r"])
         self.lm.mu, self.lm.nu = d["mu"], d["nu"]

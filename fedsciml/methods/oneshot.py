@@ -108,7 +108,7 @@ def _sketch(p: int, m: int, seed: int, kind: str, dtype, device) -> torch.Tensor
     return sketch_matrix(p, m, seed, kind, dtype, device)
 
 
-def client_rows(r: torch.Tensor, J: torch.Tensor, transform: dict):
+def client_rows(r: torch.Tensor, J: torch.Tensor, transform: dict, cid: int | None = None):
     """The rows ``(a_i, b_i) = (J_i, −r_i)`` at θ₀, projected (``a_iᵀS``) and clipped as ``transform`` says."""
     from fedsciml.core import privacy
     from fedsciml.core.sketch import project as _project
@@ -124,6 +124,8 @@ def client_rows(r: torch.Tensor, J: torch.Tensor, transform: dict):
         cfg = _dp_config(transform["dp"])
         if transform.get("intercept"):  # under DP the intercept is a constant column κ inside the clipped row
             A = torch.cat([A, A.new_full((A.shape[0], 1), intercept_column(cfg.c_a, A.shape[1]))], 1)
+        privacy.check_clip_scale(A, b, cfg.c_a, cfg.c_b, cfg.max_shrink,
+                                 "this site" if cid is None else f"client {cid}")
         A, b = privacy.clip_rows(A, b, cfg.c_a, cfg.c_b, cfg.clip)
     return A, b
 
@@ -144,7 +146,7 @@ def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dic
     if transform.get("max_rows") is not None and J.shape[0] > int(transform["max_rows"]):
         raise ValueError(f"client {cid} holds {J.shape[0]} rows, more than the public bound {display('dp_max_rows')}="
                          f"{transform['max_rows']} the secure sum is sized for; it sends nothing")
-    A, b = client_rows(r, J, transform)
+    A, b = client_rows(r, J, transform, cid)
     dp = transform.get("dp")
     if dp is None and transform.get("intercept"):  # exact: count, means and centered scatter of (a, b)
         from fedsciml.core.centered import site_statistics
@@ -553,6 +555,11 @@ class OneShotStrategy(Strategy):
             v = sketch_matrix(p, m, self.seed, self.sketch, v.dtype, v.device) @ v
         self.intercept = float(b0)
         self.noise = {"m": m, "sigma_used": float(sigma), "form_used": "centered", "intercept": self.intercept}
+        # the fitted model is (β, β₀): its global ½‖r‖² comes exactly from the pooled centered statistics
+        # (½·uᵀSu with u = (−β, 1); the mean term vanishes at β₀ = μ_y − μ_xᵀβ), not from the sites' loss
+        # query, which knows θ but not the intercept
+        self.loss_sum = 0.5 * float(centered.site_losses(np.array([N]), mu[None], S[None], coef[None, None],
+                                                         np.array([[b0]]))[0, 0])
         return v
 
     def fuse_sum(self, Hp: torch.Tensor, g: torch.Tensor, arrived: int, p: int) -> torch.Tensor:
@@ -603,8 +610,15 @@ class OneShotStrategy(Strategy):
                       "form_used": self._form}
         if self.fit_intercept:
             self.noise["intercept"] = self.intercept
+            if self.loss_sum is None:  # ε = ∞: the sites' loss query knows θ but not the intercept
+                self.loss_sum = math.nan
+                self.noise["loss_not_measured"] = ("the sites' loss query does not carry the intercept of the "
+                                                   "constant-column (DP) form")
         if cfg is not None and cfg.central and std > 0:
             self.noise.update(noise_shares=self._shares, noise_std_total=total)
+        if self.loss_sum is not None and math.isnan(self.loss_sum) and "loss_not_measured" not in self.noise:
+            self.noise["loss_not_measured"] = ("under DP the sites send only their noised statistics; their exact "
+                                               "loss would be a release outside ε")
         return v
 
     def aggregate_round(self, run, k, replies: Replies):

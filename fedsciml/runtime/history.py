@@ -11,6 +11,10 @@ import logging
 import sys
 import time
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("fedsciml.progress")
 _BARS = {"on": False, "loops": True}
@@ -32,11 +36,46 @@ def loop_progress(on: bool = True):
         _BARS["loops"] = before
 
 
-def _bar(total, label):
+@contextmanager
+def show_progress(on: bool = True):
+    """What ``fs.solve(..., progress=True)`` does around a run: a ``tqdm`` bar where stderr is a terminal,
+    else the progress lines of the logger ``fedsciml.progress`` — at INFO for the run (if the logger's
+    effective level is higher), and to stderr through a handler added for the run when the application has
+    configured no logging at all (``logging.getLogger("fedsciml.progress").hasHandlers()`` is false), so a
+    plain script sees them.  An application that configured logging gets the lines through its own
+    handlers.  ``on=False``: nothing changes."""
+    if not on:
+        yield
+        return
+    before, _BARS["on"] = _BARS["on"], True
+    level = log.level
+    handler = None
+    if log.getEffectiveLevel() > logging.INFO:
+        log.setLevel(logging.INFO)
+    if not log.hasHandlers():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[fedsciml] %(message)s"))
+        log.addHandler(handler)
+    try:
+        yield
+    finally:
+        _BARS["on"] = before
+        log.setLevel(level)
+        if handler is not None:
+            log.removeHandler(handler)
+
+
+def _bar(total, label, budget=None):
+    """A bar over ``total`` steps; with only a ``budget`` (seconds), a bar over the budget's seconds (its ETA
+    is the budget's end) with the step count beside it."""
     if not (_BARS["on"] and sys.stderr.isatty()):
         return None
     from tqdm import tqdm
 
+    if total is None and budget is not None:
+        return tqdm(total=float(budget), desc=label or "steps", unit="s", leave=False, file=sys.stderr,
+                    dynamic_ncols=True,
+                    bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s of budget [{elapsed}<{remaining}{postfix}]")
     return tqdm(total=total, desc=label or "steps", unit="step", leave=False, file=sys.stderr, dynamic_ncols=True)
 
 
@@ -85,15 +124,27 @@ class Progress:
         self.close()
 
 
+CLOCKS = {"wall": "perf_counter", "cpu": "process_time"}  # the ``time`` function each clock reads
+
+
 class Recorder:
     """Collects history rows; the clock excludes time spent evaluating test metrics.
 
     ``budget`` (seconds) is checked against the same clock, so a time budget
     buys the same amount of optimization whatever the evaluation costs.
+    ``clock``: ``"wall"`` (elapsed seconds, ``time.perf_counter``) or ``"cpu"``
+    (this process's CPU seconds, ``time.process_time``, every thread's): at one
+    thread, a budget and ``time_s`` that other processes on a loaded machine
+    do not shorten.
     """
 
     def __init__(self, evaluate, n_residuals: int, budget: float | None = None,
-                 progress: bool = False, every: int = 1, label: str = "", total: int | None = None):
+                 progress: bool = False, every: int = 1, label: str = "", total: int | None = None,
+                 clock: str = "wall"):
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+        self.clock = clock
+        self._now = getattr(time, CLOCKS[clock])
         self.evaluate = evaluate
         self.n_residuals = max(1, int(n_residuals))
         self.budget = budget
@@ -103,21 +154,27 @@ class Recorder:
         self.rows: list[dict] = []
         self.floats_sent = 0
         self.exchanges: int | None = None  # exchanges so far (a federated run's loop sets it; None: no column)
-        self._t0 = time.perf_counter()
+        self._t0 = self._now()
         self._paused = 0.0
-        self._bar = _bar(total, label) if progress else None
+        from fedsciml.runtime import callbacks as _cb
+
+        self.callbacks = _cb.active()   # fs.solve(..., callbacks=[...]): called after each row
+        self.stop_reason: str | None = None  # set when a callback asks the run to stop
+        self._thetas: dict[int, torch.Tensor] = {}  # row id → θ copy, for the callbacks (only when there are any)
+        self._bar = _bar(total, label, budget) if progress else None
+        self._bar_seconds = self._bar is not None and total is None and budget is not None
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self._t0 - self._paused
+        return self._now() - self._t0 - self._paused
 
     @contextmanager
     def paused(self):
         """A block whose time is not solver time (monitoring, checkpoint writing)."""
-        t = time.perf_counter()
+        t = self._now()
         try:
             yield
         finally:
-            self._paused += time.perf_counter() - t
+            self._paused += self._now() - t
 
     def credit(self, seconds: float):
         """Count ``seconds`` already spent (a resumed run: the clock and the budget continue)."""
@@ -128,7 +185,8 @@ class Recorder:
         return None if self.budget is None else max(0.0, self.budget - self.elapsed())
 
     def out_of_time(self) -> bool:
-        return self.budget is not None and self.elapsed() >= self.budget
+        """The budget is spent — or a callback asked the run to stop (:attr:`stop_reason` says which)."""
+        return self.stop_reason is not None or (self.budget is not None and self.elapsed() >= self.budget)
 
     def record(self, step: int, theta, loss_sum: float | None, **extra) -> dict:
         """Evaluate the test metrics at ``theta`` and append a row.
@@ -144,6 +202,8 @@ class Recorder:
         row = {"step": int(step), "time_s": t, "loss": loss, **metrics, "floats_sent": int(self.floats_sent),
                **({} if self.exchanges is None else {"exchanges_total": int(self.exchanges)}), **extra}
         self.rows.append(row)
+        if self.callbacks and theta is not None:
+            self._thetas[id(row)] = theta.detach().clone()
         if loss is not None:
             self._report(row, metrics)
         return row
@@ -166,10 +226,20 @@ class Recorder:
 
     def _report(self, row: dict, metrics: dict) -> None:
         step = row["step"]
+        if self.callbacks:
+            from fedsciml.runtime.callbacks import call_all
+
+            stop = call_all(self.callbacks, row, self._thetas.pop(id(row), None), self.label, self._metric_names)
+            if stop is not None and self.stop_reason is None:
+                self.stop_reason = stop
         if self._bar is not None:
-            self._bar.update(max(0, int(step) - self._bar.n))
-            self._bar.set_postfix({"loss": f"{row['loss']:.2e}", **{k: f"{v:.2e}" for k, v in metrics.items()}},
-                                  refresh=False)
+            post: dict = {"loss": f"{row['loss']:.2e}", **{k: f"{v:.2e}" for k, v in metrics.items()}}
+            if self._bar_seconds:  # a budget run: the bar counts the budget's seconds, the step rides along
+                self._bar.update(max(0.0, min(float(self.budget or 0.0), float(row["time_s"])) - self._bar.n))
+                post = {"step": int(step), **post}
+            else:
+                self._bar.update(max(0, int(step) - self._bar.n))
+            self._bar.set_postfix(post, refresh=False)
         elif self.progress and (step % self.every == 0):
             m = " ".join(f"{k}={v:.3e}" for k, v in metrics.items())
             log.info("  %s[%5d] t=%7.2fs loss=%.3e %s", self.label, step, row["time_s"], row["loss"], m)

@@ -99,6 +99,7 @@ def _same_bits(a, b) -> bool:
 class RoundConfig:
     rounds: int | None = None  # None: until the strategy is finished or the budget is spent
     budget: float | None = _ROUND["budget"]
+    clock: str = _ROUND["clock"]  # what budget and time_s count: wall or cpu seconds (history.Recorder)
     tol: float = _ROUND["tol"]
     participation: float = _ROUND["participation"]
     dropout: float = _ROUND["dropout"]
@@ -143,7 +144,8 @@ class Simulation:
         self.cfg = cfg if cfg.checked else cfg.validate()
         self.evaluate = evaluate
         self.n_total = sum(int(transport.sample_counts[c]) for c in self.client_ids)
-        self.rec = Recorder(evaluate, self.n_total, cfg.budget, progress, every, label, total=cfg.rounds)
+        self.rec = Recorder(evaluate, self.n_total, cfg.budget, progress, every, label, total=cfg.rounds,
+                            clock=cfg.clock)
         self.rec.exchanges = 0
         self.label = label
         self.progress = progress
@@ -482,7 +484,7 @@ class Simulation:
                 reason = "rounds"
                 break
             if self.rec.out_of_time():
-                reason = "budget"
+                reason = self.rec.stop_reason or "budget"
                 break
             last_loss = self.rec.rows[-1]["loss"] if self.rec.rows else None
             if last_loss is not None and last_loss <= self.cfg.tol:

@@ -37,7 +37,8 @@ META = "model.json"
 
 
 class ModelFileError(ValueError):
-    """A model directory that cannot be read (missing file, another format, an unknown kind)."""
+    """A model directory that cannot be read (missing file, another format, an unknown kind, a corrupt or
+    inconsistent file): one line naming the file."""
 
 
 def write_model(directory: str, tensors: dict[str, torch.Tensor], meta: dict) -> str:
@@ -46,6 +47,10 @@ def write_model(directory: str, tensors: dict[str, torch.Tensor], meta: dict) ->
 
     if not isinstance(meta.get("kind"), str) or not meta["kind"]:
         raise ValueError("model metadata must name its kind (a non-empty string)")
+    for k, v in tensors.items():  # what the reader accepts: float64, finite
+        if v.dtype != torch.float64 or not bool(torch.isfinite(v).all()):
+            raise ValueError(f"model tensor {k!r} must be finite float64, got {v.dtype} "
+                             f"{'with non-finite values' if v.is_floating_point() else ''}".rstrip())
     from safetensors.torch import save_file
 
     os.makedirs(directory, exist_ok=True)
@@ -57,27 +62,238 @@ def write_model(directory: str, tensors: dict[str, torch.Tensor], meta: dict) ->
     return path
 
 
-def read_model(directory: str) -> tuple[dict[str, torch.Tensor], dict]:
-    """``(tensors, meta)`` of a model directory written by :func:`write_model`."""
-    from safetensors.torch import load_file
+#: bounds of what the reader accepts before it allocates anything: the ``model.json`` file's size and nesting,
+#: the safetensors header's size, and the tensors' total size (the file may hold nothing beyond them)
+MAX_META_BYTES = 4 * 2**20
+MAX_META_DEPTH = 64
+MAX_HEADER_BYTES = 1 * 2**20
+MAX_TENSOR_BYTES = 8 * 2**30
+_DTYPE = "F64"  # every tensor of a model is float64 (what the writer writes)
 
+
+def _regular_file(path: str, what: str, limit: int) -> int:
+    """The size of ``path``, a regular file of at most ``limit`` bytes (no FIFO, device or ``/dev/zero`` link)."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ModelFileError(f"{path!r} cannot be read ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelFileError(f"{path!r} is not a regular file (a directory, FIFO or device); {what} is a file")
+    if st.st_size > limit:
+        raise ModelFileError(f"{path!r} holds {st.st_size:,} bytes, more than the {limit:,} a {what} may hold")
+    return int(st.st_size)
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if v != v or v in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text} is out of the float64 range")
+    return v
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _depth(obj, limit: int) -> int:
+    """The nesting depth of a parsed JSON value (iteratively; ``limit + 1`` as soon as it is exceeded)."""
+    depth, stack = 0, [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, (dict, list)):
+            depth = max(depth, d)
+            if depth > limit:
+                return depth
+            stack.extend((v, d + 1) for v in (o.values() if isinstance(o, dict) else o))
+    return depth
+
+
+def read_json_bounded(path: str, what: str, limit: int = MAX_META_BYTES, depth: int = MAX_META_DEPTH):
+    """A small JSON file read with bounds: a regular file of at most ``limit`` bytes, UTF-8, nesting at most
+    ``depth``, finite numbers only (no ``NaN``/``Infinity``/``1e400``); every failure a :class:`ModelFileError`
+    naming the file."""
+    _regular_file(path, what, limit)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
+        text = raw.decode("utf-8")
+        val = json.loads(text, parse_float=_finite_float, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ModelFileError(f"{path!r} nests deeper than {depth} levels; a {what} is flat") from None
+    except UnicodeDecodeError as e:
+        raise ModelFileError(f"{path!r} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except (OSError, ValueError) as e:
+        raise ModelFileError(f"{path!r} cannot be read as JSON: {e}") from None
+    if _depth(val, depth) > depth:
+        raise ModelFileError(f"{path!r} nests deeper than {depth} levels; a {what} is flat")
+    return val
+
+
+def _int(meta: dict, key: str, path: str, lo: int = 0, hi: int = 2**40) -> int:
+    v = meta.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ModelFileError(f"{path!r}: {key} must be an integer in [{lo}, {hi}], got {v!r}")
+    return v
+
+
+def _strings(meta: dict, key: str, path: str, required: bool = False) -> list:
+    v = meta.get(key, None if required else [])
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v) or (required and not v):
+        raise ModelFileError(f"{path!r}: {key} must be a list of names, got {v!r}")
+    return v
+
+
+def _expected_field(meta: dict, path: str) -> dict[str, tuple]:
+    """A ``field`` model's tensor shapes from its ``model.json`` (checked), before any tensor is read."""
+    from fedsciml.core.nn import _ACTIVATIONS
+
+    arch = meta.get("architecture")
+    if not isinstance(arch, dict) or arch.get("type") != "mlp":
+        got = arch.get("type") if isinstance(arch, dict) else arch
+        raise ModelFileError(f"{path!r}: unknown architecture {got!r}; this fedsciml reads 'mlp'")
+    sizes = arch.get("sizes")
+    if (not isinstance(sizes, list) or len(sizes) < 2 or len(sizes) > 64
+            or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 2**20 for n in sizes)):
+        raise ModelFileError(f"{path!r}: architecture sizes must be 2 to 64 integers in [1, 2**20], got {sizes!r}")
+    if arch.get("activation") not in _ACTIVATIONS:
+        raise ModelFileError(f"{path!r}: unknown activation {arch.get('activation')!r}; allowed: "
+                             f"{sorted(_ACTIVATIONS)}")
+    p = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
+    n_net = _int(meta, "n_network_params", path, 1, 2**40) if "n_network_params" in meta else p
+    if n_net != p:
+        raise ModelFileError(f"{path!r}: n_network_params={n_net} but the architecture {sizes} has {p} parameters")
+    coefs = meta.get("coefficients", {})
+    if not isinstance(coefs, dict):
+        raise ModelFileError(f"{path!r}: coefficients must be an object of name: value, got {coefs!r}")
+    if meta.get("evaluation", "batch") not in ("batch", "pointwise"):
+        raise ModelFileError(f"{path!r}: unknown evaluation {meta.get('evaluation')!r}; allowed: batch, pointwise")
+    outs = _strings(meta, "outputs", path) if "outputs" in meta else ["u"]
+    ins = _strings(meta, "inputs", path) if "inputs" in meta else [f"x{i}" for i in range(sizes[0])]
+    if len(ins) != sizes[0] or (meta.get("evaluation") == "pointwise" and len(outs) != sizes[-1]):
+        raise ModelFileError(f"{path!r}: inputs {ins} / outputs {outs} do not match the architecture {sizes}")
+    return {"theta": (p + len(coefs),)}
+
+
+def _expected_ridge(meta: dict, path: str) -> dict[str, tuple]:
+    d = _int(meta, "n_features", path, 1, 2**31)
+    if isinstance(meta.get("intercept"), bool) or not isinstance(meta.get("intercept"), (int, float)):
+        raise ModelFileError(f"{path!r}: intercept must be a number, got {meta.get('intercept')!r}")
+    if "inputs" in meta and len(_strings(meta, "inputs", path)) != d:
+        raise ModelFileError(f"{path!r}: {len(meta['inputs'])} inputs named, n_features={d}")
+    return {"coef": (d,), "intercept": (1,)}
+
+
+#: ``kind -> fn(meta, path) -> {tensor name: shape}``: what a model of that kind must hold, read from its
+#: checked ``model.json`` before the tensors are read
+EXPECTED: dict[str, Callable] = {"field": _expected_field, "ridge": _expected_ridge}
+
+
+def _read_tensors(path: str, expected: dict[str, tuple] | None) -> dict[str, torch.Tensor]:
+    """The float64 tensors of a safetensors file, checked against ``expected`` before anything is allocated:
+    a bounded header, dtype ``F64``, the expected names and shapes, contiguous non-overlapping data that fill
+    the file exactly (nothing is read or mapped beyond the declared tensors), finite values.  Read into fresh
+    memory (no mapping), so the tensors are aligned as the run's own were (bitwise predictions).  ``expected``
+    ``None`` (a kind with no reader here): the header's own shapes, under the same checks."""
+    import math
+    import struct
+
+    size = _regular_file(path, "model.safetensors", MAX_TENSOR_BYTES + MAX_HEADER_BYTES + 8)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ModelFileError(f"{path!r} is not a safetensors file: {size} bytes, shorter than its 8-byte header "
+                                 f"length")
+        (n,) = struct.unpack("<Q", head)
+        if n < 2 or n > MAX_HEADER_BYTES or 8 + n > size:
+            raise ModelFileError(f"{path!r} is not a safetensors file: header length {n} (the file holds {size} "
+                                 f"bytes; at most {MAX_HEADER_BYTES:,} are read as a header)")
+        try:
+            header = json.loads(f.read(n).decode("utf-8"), parse_constant=_refuse_constant)
+        except RecursionError:
+            raise ModelFileError(f"{path!r}: its safetensors header nests too deep") from None
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ModelFileError(f"{path!r} is not a safetensors file: its header is not JSON ({e})") from None
+        if not isinstance(header, dict):
+            raise ModelFileError(f"{path!r} is not a safetensors file: its header is not a JSON object")
+        header.pop("__metadata__", None)
+        if expected is None:  # shapes from the header itself: lists of at most 8 integers ≥ 0
+            expected = {}
+            for name, entry in header.items():
+                shape = entry.get("shape") if isinstance(entry, dict) else None
+                if (not isinstance(shape, list) or len(shape) > 8
+                        or not all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k < 2**40 for k in shape)):
+                    raise ModelFileError(f"{path!r}: tensor {name!r} has shape {shape!r}; a shape is a list of "
+                                         f"integers ≥ 0")
+                expected[name] = tuple(shape)
+        want_bytes = sum(8 * math.prod(s) for s in expected.values())
+        if want_bytes > MAX_TENSOR_BYTES:
+            raise ModelFileError(f"{path!r}: its tensors would take {want_bytes:,} bytes, more than the "
+                                 f"{MAX_TENSOR_BYTES:,} a model may hold")
+        if set(header) != set(expected):
+            raise ModelFileError(f"{path!r} holds tensors {sorted(header)[:8]}; model.json says "
+                                 f"{sorted(expected)}")
+        spans = []
+        for name, shape in expected.items():
+            entry = header[name]
+            if not isinstance(entry, dict):
+                raise ModelFileError(f"{path!r}: tensor {name!r} has a malformed header entry")
+            if entry.get("dtype") != _DTYPE:
+                raise ModelFileError(f"{path!r}: tensor {name!r} is of dtype {entry.get('dtype')!r}; a model holds "
+                                     f"float64 ({_DTYPE})")
+            if entry.get("shape") != list(shape):
+                raise ModelFileError(f"{path!r}: tensor {name!r} has shape {entry.get('shape')!r}; model.json "
+                                     f"says {list(shape)}")
+            off = entry.get("data_offsets")
+            if (not isinstance(off, list) or len(off) != 2 or not all(isinstance(o, int) and not isinstance(o, bool)
+                                                                      for o in off)
+                    or not 0 <= off[0] <= off[1] or off[1] - off[0] != 8 * math.prod(shape)):
+                raise ModelFileError(f"{path!r}: tensor {name!r} has data offsets {off!r}, not the "
+                                     f"{8 * math.prod(shape)} bytes of its shape")
+            spans.append((off[0], off[1], name))
+        spans.sort()
+        pos = 0
+        for lo, hi, name in spans:
+            if lo != pos:
+                raise ModelFileError(f"{path!r}: tensor {name!r}'s data overlap or leave a gap at byte {lo}")
+            pos = hi
+        if 8 + n + want_bytes != size:
+            raise ModelFileError(f"{path!r} holds {size:,} bytes; its header declares {8 + n + want_bytes:,} "
+                                 f"(truncated, or data beyond its tensors)")
+        data = bytearray(want_bytes)
+        if f.readinto(memoryview(data)) != want_bytes:
+            raise ModelFileError(f"{path!r} is shorter than its header declares")
+    out = {}
+    for lo, hi, name in spans:
+        t = torch.frombuffer(data, dtype=torch.float64, count=(hi - lo) // 8, offset=lo).clone()
+        if not bool(torch.isfinite(t).all()):
+            raise ModelFileError(f"{path!r}: tensor {name!r} holds non-finite values (NaN or ±inf)")
+        out[name] = t.reshape(expected[name])
+    return out
+
+
+def read_model(directory: str) -> tuple[dict[str, torch.Tensor], dict]:
+    """``(tensors, meta)`` of a model directory written by :func:`write_model` — the one reader of model files:
+    every failure a :class:`ModelFileError` naming the file; ``model.json`` bounded (size, depth, finite
+    numbers) and checked by its kind (:data:`EXPECTED`) before the tensors are read; the tensors checked
+    against it (float64, names, shapes, finite) before anything is allocated (:func:`_read_tensors`)."""
+    directory = os.fspath(directory)
     mpath, tpath = os.path.join(directory, META), os.path.join(directory, TENSORS)
     for p in (mpath, tpath):
-        if not os.path.isfile(p):
+        if not os.path.lexists(p):
             raise ModelFileError(f"{directory!r} is not a fedsciml model directory: {os.path.basename(p)} is missing")
-    try:
-        with open(mpath) as f:
-            meta = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise ModelFileError(f"{mpath!r} cannot be read as JSON: {e}") from None
+    meta = read_json_bounded(mpath, "model description")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("kind"), str):
         raise ModelFileError(f"{mpath!r} is not a fedsciml model description (format {FORMAT!r} with a kind)")
     if meta.get("version") != VERSION:
         raise ModelFileError(f"{mpath!r} has version {meta.get('version')!r}; this fedsciml reads version {VERSION}")
-    # Copied into fresh memory: a tensor read from the file may sit at an address aligned to 8 bytes only, and
-    # vectorized kernels round differently at different alignments (one ulp, seen on this CPU); torch's
-    # allocator aligns fresh tensors as the run's own parameters were — the loaded model then equals the run bitwise.
-    return {k: v.clone() for k, v in load_file(tpath).items()}, meta
+    expect = EXPECTED.get(meta["kind"])  # a kind of its own (no loader here): the header's shapes, checked alike
+    tensors = _read_tensors(tpath, expect(meta, mpath) if expect else None)
+    if meta["kind"] == "ridge" and float(tensors["intercept"][0]) != float(meta["intercept"]):
+        raise ModelFileError(f"{directory!r}: model.json's intercept {meta['intercept']!r} and model.safetensors' "
+                             f"{float(tensors['intercept'][0])!r} disagree")
+    return tensors, meta
 
 
 def _load_field(tensors: dict, meta: dict) -> Callable:
@@ -90,7 +306,7 @@ def _load_field(tensors: dict, meta: dict) -> Callable:
         raise ModelFileError(f"the model of problem {meta.get('problem')!r} has a hard-constraint ansatz: load it with "
                              f"its problem, fs.load_model(DIR, problem=...)")
     net = MLP(arch["sizes"], arch["activation"])
-    theta = tensors["theta"][: int(meta.get("n_network_params", net.n_params))]
+    theta = tensors["theta"][: net.n_params]
     return field_callable(net, theta, meta.get("evaluation", "batch"), len(meta.get("outputs", [""])))
 
 

@@ -2,18 +2,23 @@
 
 Uses matplotlib's object-oriented API on the Agg canvas (no pyplot, no global
 backend change, no display needed).  :func:`plot_runs` is what ``--out``
-calls; it never fails a run for a problem it cannot draw a field for (ridge,
-a user problem without an exact solution): it just skips that figure.
+calls; it never fails a run: a problem without a field (ridge) gets no solution
+figure, a user problem without an exact solution gets the network alone, and a
+figure that cannot be drawn is a logged warning.  Fields are drawn on the
+problem's own domain (outside its geometry nothing is drawn), with the
+problem's axis names (``x, t`` for space-time, time slices for 2-D space).
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
-
 from typing import Any, Sequence
 
 import numpy as np
 import torch
+
+log = logging.getLogger(__name__)
 
 METRIC_LABELS = {"rel_l2": "relative L2 error", "mse": "test MSE", "loss": "training loss ½‖r‖²/N"}
 
@@ -97,69 +102,248 @@ def _field_inputs(problem: Any) -> int | None:
         return None
 
 
-def plot_solution(problem: Any, theta: torch.Tensor | None, out_dir: str, label: str = "",
-                  prefix: str = "") -> list[str]:
-    """``solution.png``: predicted vs exact field and the pointwise error (1D: two panels;
-    2D: exact / predicted / |error| maps; d ≥ 3: the slice x₃ = … = x_d = ½)."""
+def _axis_label(i: int, d: int) -> str:
+    """The built-in box problems' axis names, as the geometries name theirs: ``x``, ``y``, ``z``, ``x3``, …"""
+    return "x" if d == 1 else ("x", "y", "z")[i] if i < 3 else f"x{i}"
+
+
+def plot_domain(problem: Any) -> dict | None:
+    """What the solution figure draws on: ``geometry`` (``None``: the whole box), ``lo``/``hi`` (its box),
+    ``axes`` (the problem's own input names: ``x, t`` for space-time), ``time`` (the index of the time axis or
+    ``None``) and ``outputs`` (the field's component names).  ``None`` for a problem without a field."""
     d = _field_inputs(problem)
-    if theta is None or d is None or not hasattr(problem, "exact") or not hasattr(problem, "u"):
+    if d is None:
+        return None
+    domain = getattr(problem, "domain", None)
+    geom = domain() if callable(domain) else None
+    if geom is not None and hasattr(geom, "bbox") and hasattr(geom, "contains") and int(geom.dim) == d:
+        lo, hi = (np.asarray(b, dtype=float) for b in geom.bbox)
+        axes = tuple(str(a) for a in getattr(problem, "axes", ())) or tuple(_axis_label(i, d) for i in range(d))
+        time = axes.index("t") if getattr(problem, "T", None) is not None and "t" in axes else None
+    else:  # the built-in box problems live on [0, 1]^d
+        geom, lo, hi = None, np.zeros(d), np.ones(d)
+        axes, time = tuple(_axis_label(i, d) for i in range(d)), None
+    outputs = tuple(str(o) for o in (getattr(problem, "outputs", None) or ("u",)))
+    return {"geometry": geom, "lo": lo, "hi": hi, "axes": axes, "time": time, "outputs": outputs}
+
+
+def _views(dom: dict, n: int) -> list[dict]:
+    """The panels' rows: a 1-D line, or 2-D maps over the first two axes drawn (space-time with one space
+    axis: ``x`` against ``t``; more space axes: the first two, the others at the box's middle, one row per
+    time slice t0, middle, T).  Each view: ``X [m, d]`` (grid points), ``inside [m]`` (the geometry's mask),
+    ``shape`` and ``extent`` of the map, the two axis indices and a title."""
+    lo, hi, time = dom["lo"], dom["hi"], dom["time"]
+    d = lo.size
+    space = [i for i in range(d) if i != time]
+    mid = (lo + hi) / 2
+    pairs: list[tuple[tuple, dict, str]]
+    if d == 1:
+        X = torch.linspace(float(lo[0]), float(hi[0]), 1001, dtype=torch.float64).reshape(-1, 1)
+        pairs = [((0,), {}, "")]
+    elif len(space) == 1:
+        pairs = [((space[0], time), {}, "")]
+    else:
+        fixed = {i: float(mid[i]) for i in space[2:]}
+        rest = ", ".join(f"{dom['axes'][i]} = {v:.3g}" for i, v in fixed.items())
+        if time is None:
+            pairs = [((space[0], space[1]), fixed, rest)]
+        else:
+            ts = (float(lo[time]), float(mid[time]), float(hi[time]))
+            pairs = [((space[0], space[1]), {**fixed, time: t}, ", ".join(filter(None, [f"t = {t:.3g}", rest])))
+                     for t in ts]
+    views: list[dict[str, Any]] = []
+    for ij, fixed, title in pairs:
+        if len(ij) == 1:
+            views.append({"X": X, "ij": ij, "title": title, "shape": (X.shape[0],)})
+            continue
+        i, j = ij
+        a = torch.linspace(float(lo[i]), float(hi[i]), n, dtype=torch.float64)
+        b = torch.linspace(float(lo[j]), float(hi[j]), n, dtype=torch.float64)
+        A, B = torch.meshgrid(a, b, indexing="xy")
+        Xv = torch.as_tensor(np.broadcast_to(mid, (n * n, d)).copy())
+        Xv[:, i], Xv[:, j] = A.reshape(-1), B.reshape(-1)
+        for k, val in fixed.items():
+            Xv[:, k] = val
+        views.append({"X": Xv, "ij": ij, "title": title, "shape": (n, n),
+                      "extent": (float(lo[i]), float(hi[i]), float(lo[j]), float(hi[j]))})
+    geom = dom["geometry"]
+    for v in views:
+        npts = int(v["X"].shape[0])
+        v["inside"] = (geom.contains(v["X"]).cpu().numpy().astype(bool) if geom is not None
+                       else np.ones(npts, dtype=np.bool_))
+    return views
+
+
+def _evaluate(problem: Any, theta: torch.Tensor, X: torch.Tensor, inside: np.ndarray, C: int,
+              exact: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(u [m, C], exact [m, C] or None)`` on the points inside the geometry (NaN outside)."""
+    dev, dt = theta.device, theta.dtype
+    Xi = X[torch.as_tensor(inside)].to(dev, dt)
+    u = np.full((X.shape[0], C), np.nan)
+    ue = np.full((X.shape[0], C), np.nan) if exact else None
+    if Xi.shape[0]:
+        with torch.no_grad():
+            u[inside] = problem.u(theta, Xi).reshape(Xi.shape[0], C).cpu().numpy()
+            if ue is not None:
+                ue[inside] = problem.exact(Xi).reshape(Xi.shape[0], C).cpu().numpy()
+    return u, ue
+
+
+def _has_exact(problem: Any) -> bool:
+    has = getattr(problem, "has_exact", None)
+    if isinstance(has, bool):
+        return has
+    return hasattr(problem, "exact")
+
+
+def solution_figures(problem: Any, theta: torch.Tensor, label: str = "", n: int = 161) -> list[tuple[str, Any]]:
+    """``[(output name, figure)]``: for each output component, the network against the exact solution and
+    the pointwise error on the problem's own domain (outside the geometry nothing is drawn; axes named by the
+    problem; space-time: ``x`` against ``t``, or time slices).  Without an exact solution: the network alone."""
+    dom = plot_domain(problem)
+    if dom is None or not hasattr(problem, "u"):
         return []
     theta = theta.detach()
-    dev, dt = theta.device, theta.dtype
-
-    def field(X: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        with torch.no_grad():
-            u = problem.u(theta, X.to(dev, dt)).cpu().numpy()
-            ue = problem.exact(X.to(dev, dt)).cpu().numpy()
-        return u, ue
-
-    try:
-        if d == 1:
-            X = torch.linspace(0.0, 1.0, 1001, dtype=torch.float64).reshape(-1, 1)
-            u, ue = field(X)
+    views = _views(dom, n)
+    outputs = dom["outputs"]
+    C = len(outputs)
+    exact = _has_exact(problem)
+    data = []
+    for v in views:
+        try:
+            u, ue = _evaluate(problem, theta, v["X"], v["inside"], C, exact)
+        except NotImplementedError:  # no exact solution after all: the network alone
+            exact = False
+            u, ue = _evaluate(problem, theta, v["X"], v["inside"], C, False)
+        data.append((u, ue))
+    if not exact:
+        data = [(u, None) for u, _ in data]
+    figs = []
+    axes_names = dom["axes"]
+    for c, name in enumerate(outputs):
+        title = f"{problem.name}" + (f" · {name}" if C > 1 else "") + (f" · {label}" if label else "")
+        if len(views) == 1 and len(views[0]["ij"]) == 1:
+            figs.append((name, _line_figure(views[0], data[0], c, title, name, axes_names[0])))
         else:
-            n = 161
-            ax1 = torch.linspace(0.0, 1.0, n, dtype=torch.float64)
-            A, B = torch.meshgrid(ax1, ax1, indexing="xy")
-            X = torch.full((n * n, d), 0.5, dtype=torch.float64)
-            X[:, 0], X[:, 1] = A.reshape(-1), B.reshape(-1)
-            u, ue = field(X)
-            u, ue = u.reshape(n, n), ue.reshape(n, n)
-    except NotImplementedError:  # no exact solution to compare with
-        return []
-    err = np.abs(u - ue)
-    title = f"{problem.name}" + (f" · {label}" if label else "")
-    if d == 1:
-        x = X[:, 0].numpy()
-        fig = _figure(6.4, 5.6)
-        top, bot = fig.subplots(2, 1, sharex=True)
-        top.plot(x, ue, "k-", lw=2.5, alpha=0.35, label="exact")
-        top.plot(x, u, "C0--", lw=1.4, label="network")
-        top.set_ylabel("u(x)")
-        top.legend(fontsize=8)
-        top.set_title(title)
-        bot.semilogy(x, np.maximum(err, 1e-300), "C3-", lw=1.0)
-        bot.set_ylabel("|u_θ − u|")
-        bot.set_xlabel("x")
-        for a in (top, bot):
-            a.grid(True, which="both", alpha=0.3)
+            figs.append((name, _map_figure(views, data, c, title, name, axes_names)))
+    return figs
+
+
+def _line_figure(view: dict, data, c: int, title: str, name: str, xname: str) -> Any:
+    u, ue = data
+    x = view["X"][:, 0].numpy()
+    fig = _figure(6.4, 5.6 if ue is not None else 3.6)
+    if ue is None:
+        top = fig.subplots(1, 1)
+        top.plot(x, u[:, c], "C0-", lw=1.4, label="network")
     else:
-        fig = _figure(13.0, 4.0)
-        axes = fig.subplots(1, 3)
-        vmin, vmax = float(min(ue.min(), u.min())), float(max(ue.max(), u.max()))
-        ext = (0, 1, 0, 1)
-        for ax, data, name in ((axes[0], ue, "exact"), (axes[1], u, "network")):
-            im = ax.imshow(data, origin="lower", extent=ext, vmin=vmin, vmax=vmax, cmap="viridis", aspect="equal")
-            ax.set_title(name)
-            fig.colorbar(im, ax=ax, shrink=0.85)
-        im = axes[2].imshow(err, origin="lower", extent=ext, cmap="magma", aspect="equal")
-        axes[2].set_title(f"|error| (max {err.max():.2e})")
-        fig.colorbar(im, ax=axes[2], shrink=0.85, format="%.1e")
-        for ax in axes:
-            ax.set_xlabel("x₁")
-            ax.set_ylabel("x₂")
-        fig.suptitle(title + ("" if d == 2 else f" · slice x₃…x_{d} = ½"))
-    path = os.path.join(out_dir, prefix + "solution.png")
+        top, bot = fig.subplots(2, 1, sharex=True)
+        top.plot(x, ue[:, c], "k-", lw=2.5, alpha=0.35, label="exact")
+        top.plot(x, u[:, c], "C0--", lw=1.4, label="network")
+        bot.semilogy(x, np.maximum(np.abs(u[:, c] - ue[:, c]), 1e-300), "C3-", lw=1.0)
+        bot.set_ylabel(f"|{name}_θ − {name}|")
+        bot.set_xlabel(xname)
+        bot.grid(True, which="both", alpha=0.3)
+    top.set_ylabel(f"{name}({xname})")
+    top.legend(fontsize=8)
+    top.set_title(title)
+    top.grid(True, which="both", alpha=0.3)
+    if ue is None:
+        top.set_xlabel(xname)
+    return fig
+
+
+def _map_figure(views: list, data: list, c: int, title: str, name: str, axes_names: tuple) -> Any:
+    ncol = 3 if data[0][1] is not None else 1
+    fig = _figure(4.4 * ncol, 3.7 * len(views))
+    grid = np.asarray(fig.subplots(len(views), ncol, squeeze=False))
+    vals = [a[:, c] for u, ue in data for a in (u, ue) if a is not None]
+    finite = np.concatenate([v[np.isfinite(v)] for v in vals]) if vals else np.zeros(1)
+    vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    for row, (v, (u, ue)) in enumerate(zip(views, data)):
+        i, j = v["ij"]
+        span = (v["extent"][1] - v["extent"][0], v["extent"][3] - v["extent"][2])
+        aspect = "equal" if max(span) <= 4 * min(span) else "auto"
+        panels: list[tuple[Any, str, str, tuple[float | None, float | None]]] = [
+            (u[:, c], "network", "viridis", (vmin, vmax))]
+        if ue is not None:
+            err = np.abs(u[:, c] - ue[:, c])
+            emax = float(np.nanmax(err)) if np.isfinite(err).any() else 0.0
+            panels = [(ue[:, c], "exact", "viridis", (vmin, vmax)), panels[0],
+                      (err, f"|error| (max {emax:.2e})", "magma", (None, None))]
+        for col, (vals_c, head, cmap, (lo, hi)) in enumerate(panels):
+            ax = grid[row, col]
+            img = np.ma.masked_array(vals_c.reshape(v["shape"]), mask=~v["inside"].reshape(v["shape"]))
+            cm = _cmap(cmap)
+            im = ax.imshow(img, origin="lower", extent=v["extent"], vmin=lo, vmax=hi, cmap=cm, aspect=aspect)
+            ax.set_title(head + (f" · {v['title']}" if v["title"] else ""), fontsize=9)
+            ax.set_xlabel(axes_names[i])
+            ax.set_ylabel(axes_names[j])
+            fig.colorbar(im, ax=ax, shrink=0.85, format="%.1e" if cmap == "magma" else None)
+    fig.suptitle(title)
+    return fig
+
+
+def _cmap(name: str) -> Any:
+    """A copy of a colormap whose masked (outside the domain) cells are blank."""
+    import matplotlib
+
+    return matplotlib.colormaps[name].with_extremes(bad=(0.0, 0.0, 0.0, 0.0))
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in str(text))
+
+
+def plot_solution(problem: Any, theta: torch.Tensor | None, out_dir: str, label: str = "",
+                  prefix: str = "", name: str = "solution") -> list[str]:
+    """``solution.png`` (``solution_<output>.png`` for each output of a system): the network against the
+    exact field and the pointwise error, drawn on the problem's own domain (:func:`solution_figures`)."""
+    if theta is None:
+        return []
+    figs = solution_figures(problem, theta, label)
+    paths = []
+    for out, fig in figs:
+        fname = prefix + name + (f"_{_slug(out)}" if len(figs) > 1 else "") + ".png"
+        path = os.path.join(out_dir, fname)
+        fig.savefig(path)
+        paths.append(path)
+    return paths
+
+
+def plot_error_vs_floats(results: Sequence[Any], out_dir: str, prefix: str = "") -> list[str]:
+    """``error_vs_floats.png``: the error against the floats the clients have sent so far (the history's
+    cumulative ``floats_sent``), one line per run that sent any — communication on the x-axis."""
+    results = [r for r in results if r.history]
+    if not results:
+        return []
+    metric = _metric(results[0])
+    fig = _figure(6.4, 4.2)
+    ax = fig.add_subplot()
+    drawn = 0
+    for r in results:
+        xs, vs = [], []
+        for row in r.history:
+            val, fl = row.get(metric), row.get("floats_sent")
+            if (isinstance(val, (int, float)) and isinstance(fl, (int, float)) and math.isfinite(val) and val > 0
+                    and fl > 0):
+                xs.append(float(fl))
+                vs.append(float(val))
+        if not xs:
+            continue
+        ax.plot(xs, vs, label=run_label(r), lw=1.6, marker="o" if len(xs) < 30 else None, ms=3)
+        drawn += 1
+    if not drawn:
+        return []
+    ax.set_yscale("log")
+    ax.set_xscale("log")
+    ax.set_xlabel("floats sent by the clients (cumulative)")
+    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+    r0 = results[0]
+    ax.set_title(f"{r0.problem}: {METRIC_LABELS.get(metric, metric)} vs communication")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    path = os.path.join(out_dir, prefix + "error_vs_floats.png")
     fig.savefig(path)
     return [path]
 
@@ -202,16 +386,28 @@ def plot_error_vs_exchanges(results: Sequence[Any], out_dir: str, prefix: str = 
 def plot_runs(problem: Any, results: Sequence[Any], out_dir: str) -> list[str]:
     """All plots of a list of runs of one problem; returns the written paths.
 
-    The solution figure uses the first run that has final parameters
-    (``result.theta``) and is drawn for field problems only; the convergence
-    figures hold every run (several methods: ``--compare``).
+    The solution figure is drawn for every run that has final parameters (``result.theta``) of a field
+    problem — ``solution.png`` for one run, ``solution_<method>.png`` for each of several (``--compare``),
+    one file per output of a system; the convergence figures hold every run.  A figure that cannot be
+    drawn is a logged warning naming it, never a failed run: the results and the model are already written.
     """
     results = list(results)
     os.makedirs(out_dir, exist_ok=True)
-    paths = []
-    first = next((r for r in results if getattr(r, "theta", None) is not None), None)
-    if first is not None and getattr(problem, "kind", "") in ("pinn", "fit"):
-        paths += plot_solution(problem, first.theta, out_dir, label=run_label(first))
-    paths += plot_convergence(results, out_dir)
-    paths += plot_error_vs_exchanges(results, out_dir)
+    paths: list[str] = []
+
+    def attempt(what: str, fn, *args, **kw):
+        try:
+            paths.extend(fn(*args, **kw))
+        except Exception as e:  # noqa: BLE001 - a plot is a by-product: warn, keep the run's results
+            log.warning("plot %s not drawn: %s: %s", what, type(e).__name__, e)
+
+    drawn = [r for r in results if getattr(r, "theta", None) is not None]
+    if getattr(problem, "kind", "") in ("pinn", "fit"):
+        labels = [run_label(r) for r in drawn]
+        for r, label in zip(drawn, labels):
+            name = "solution" if len(drawn) == 1 else f"solution_{_slug(label.replace('/', '-'))}"
+            attempt(f"{name} ({label})", plot_solution, problem, r.theta, out_dir, label=label, name=name)
+    attempt("error_vs_time/error_vs_step", plot_convergence, results, out_dir)
+    attempt("error_vs_floats", plot_error_vs_floats, results, out_dir)
+    attempt("error_vs_exchanges", plot_error_vs_exchanges, results, out_dir)
     return paths

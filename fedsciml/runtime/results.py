@@ -308,8 +308,16 @@ def method_settings(r: Result) -> str:
     if r.method == "gn":
         base = "matrix-free LM (CG on Σ J_mᵀJ_m v)" if o.get("form") == "matfree" else "LM on ΣH_m, Σg_m"
         return base + (", loss then statistics" if o.get("exchange") == "two" else "")
-    if r.method == "one-shot":
-        return f"one fused step on ΣH_m, Σg_m, σ={r.options.get('sigma')}"
+    if r.method == "one-shot":  # σ as used: the CV's choice when a grid chose it
+        ex = r.extra if isinstance(r.extra, dict) else {}
+        sigma = ex.get("sigma_used", r.options.get("sigma"))
+        text = f"one fused step on ΣH_m, Σg_m, σ={sigma:g}" if isinstance(sigma, (int, float)) else \
+            f"one fused step on ΣH_m, Σg_m, σ={sigma}"
+        if r.options.get("cv_sigmas") is not None or ex.get("cv_sigmas") is not None:
+            text += " (leave-one-client-out CV)"
+        if r.options.get("dp_epsilon") is not None:
+            text += f", DP ε={r.options.get('dp_epsilon')}" + (" central" if r.options.get("dp_central") else "")
+        return text
     parts = []
     if r.method == "fipa":
         parts.append("full H_m" if o.get("rank") == 0 else f"rank {o.get('rank')}" + (" adaptive" if o.get("adaptive") else ""))
@@ -334,7 +342,11 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
     """The summary table of a set of runs, as lines: what ``python -m fedsciml solve`` and the Flower App print."""
     r0 = results[0]
     metric = r0.metric_name
-    lines = ["", f"{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters, device {r0.device}, {r0.dtype}"]
+    net = ""
+    if isinstance(r0.options, dict) and r0.options.get("hidden"):  # a field problem's network
+        net = f" (network: hidden {','.join(map(str, r0.options['hidden']))}, {r0.options.get('activation')})"
+    lines = ["", f"{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters{net}, device {r0.device}, "
+                 f"{r0.dtype}"]
     rows = []
     for r in results:
         last = r.history[-1] if r.history else {}
@@ -346,11 +358,18 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
                      "loss": float("nan") if loss is None else loss, "metric": r.error,
                      "exchanges": ex, "sent": sent,
                      "per": sent / rounds if rounds else 0, "settings": " " + method_settings(r)})
-    lines += format_table([("method", "method", "<12s"), ("rounds", "rounds", "6d"), ("seconds", "seconds", "8.2f"),
-                           ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"), ("exchanges", "exchanges", "9d"),
-                           ("floats sent", "sent", "12d"), ("floats/round", "per", "12.3g"),
-                           (" settings", "settings", "<s")], rows).split("\n")
+    cols = [("method", "method", "<12s"), ("rounds", "rounds", "6d"), ("seconds", "seconds", "8.2f"),
+            ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"),
+            ("exchanges", "exchanges", "9d"), ("floats sent", "sent", "12d"),
+            ("floats/round", "per", "12.3g"), (" settings", "settings", "<s")]
+    if metric == "loss":  # no test metric: the loss is the only figure, shown once
+        cols = [c for c in cols if c[1] != "metric"]
+    lines += format_table(cols, rows).split("\n")
     for r in results:
+        why = r.extra.get("loss_not_measured") if isinstance(r.extra, dict) else None
+        loss = r.final.get("loss")
+        if why and (loss is None or (isinstance(loss, float) and math.isnan(loss))):
+            lines.append(f"{r.method}: loss not measured: {why}")
         rej = r.extra.get("rejections") if isinstance(r.extra, dict) else None
         if rej:
             lines.append(f"{r.method}: {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client "

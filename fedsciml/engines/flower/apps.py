@@ -9,7 +9,10 @@ says which part of it this node holds:
   it; a SuperNode gets it with ``--node-config "partition-id=0 num-partitions=2"``);
 * for the problem zoo nothing else: the node builds client ``partition-id``
   of ``get_problem(name, **options).client_objectives(clients, seed)``
-  itself (the same points as an in-process run with that seed);
+  itself (the same points as an in-process run with that seed), within its
+  own limits (:func:`node_limits`: ``max-points``, ``max-params``,
+  ``max-floats``; it opens no file the job names unless its ``data-dirs``
+  allow it, and takes its threads and device from its own config);
 * for a user's own table, ``data="site0.csv"`` (CSV with a header:
   feature columns and a target column, ``target`` names it, default ``y``;
   or ``.npz`` with arrays ``X`` and ``y``) — see
@@ -25,8 +28,9 @@ the job and partition), so a long-lived ClientApp process — a Ray worker in
 simulation — builds it once; a stock SuperNode runs each message's ClientApp
 in a fresh ``flwr-clientapp`` process, which builds it again (what that costs:
 ``docs/flower.md``).  If the
-computation raises, the reply is a ``failure`` naming the partition and the
-reason (the server logs it as a rejection), never a crash of the node.
+computation raises, the reply is a ``failure`` naming the partition, a reason
+code and the node's own one line (:func:`failure_reason`; never a file's
+content), which the server logs as a rejection, never a crash of the node.
 
 **ServerApp** (``fedsciml.engines.flower.apps:server_app``; the Flower App that
 ``flwr run`` starts is ``fedsciml/engines/flower/app/``): its run config names
@@ -52,10 +56,12 @@ import numpy as np
 import torch
 
 import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off before flwr is imported)
+from fedsciml.runtime.loop import RoundFailed
 from fedsciml.runtime.protocol import Failure, Reply
 from fedsciml.runtime.results import summary_lines
 from fedsciml.engines.flower import codec
 from fedsciml.engines.flower.resultio import write_result
+from fedsciml.engines.flower.runconfig import RUN_CONFIG_KEYS, job_from_run_config, jobs_of  # noqa: F401
 from fedsciml.engines.flower.transport import DESCRIBE, FlowerTransport, medians_by_query, stderr_log
 from fedsciml.core.objective import LeastSquares, LinearLeastSquares
 from fedsciml.problems.table import table_objective  # noqa: F401  (a node's own table: CSV or npz)
@@ -65,30 +71,184 @@ _CACHE_SIZE = 8
 _SPLITS: dict = {}  # job -> (problem, every client's objective): the last two runs' splits of this process
 
 
-# --- the node's data -----------------------------------------------------------------------
+# --- the node's data and its own limits -----------------------------------------------------------
+#
+# A site decides what it reads.  The server's job names a problem, its options, the number of clients and a
+# seed; the node never opens a path the job names unless its own configuration allows that directory, never
+# builds more collocation points or parameters than its own limits, and sets its threads and device from its
+# own configuration.  A failure reply carries a reason code and the node's own one-line message, never the
+# content of a file it read (the full reason goes to the node's own log).
+
+#: reason codes of a node's failure reply (``partition P: [code] message``)
+REFUSED = "refused"        # the job asks what this node's own configuration does not allow
+NODE_DATA = "node-data"    # this node's data could not be read: the reason stays in the node's log
+BAD_JOB = "bad-job"        # the job's problem or options cannot be built (the message names the job's own values)
+BAD_REQUEST = "bad-request"  # the request cannot be answered (shape, dtype, a value out of range)
+ERROR = "error"            # anything else (the exception's type; the message stays in the node's log)
+
+#: defaults of a node's limits (node config ``max-points`` / ``max-params`` / ``max-floats``, or the environment
+#: variables ``FEDSCIML_NODE_MAX_POINTS`` / ``…_MAX_PARAMS`` / ``…_MAX_FLOATS``): the residual rows a node draws
+#: for one run (every client's split: K × rows per client), the model's parameters, and the floats of the
+#: largest array it builds (its client's dense Jacobian, rows × p, or the split's data, K × rows × inputs):
+#: 2.5·10⁸ floats are 2 GB
+NODE_MAX_POINTS = 2_000_000
+NODE_MAX_PARAMS = 2_000_000
+NODE_MAX_FLOATS = 250_000_000
+_MAX_REASON = 300  # characters of a failure reply's message
+
+_log = logging.getLogger(__name__)
+
+
+class NodeRefused(ValueError):
+    """The job asks what this node's own configuration does not allow (reason code ``refused``)."""
+
+
+class NodeDataError(ValueError):
+    """This node's own data could not be read (reason code ``node-data``; the reason is logged on the node)."""
+
+
+class BadJob(ValueError):
+    """The job's problem or options cannot be built on this node (reason code ``bad-job``)."""
+
+
+def _cfg(node_config, key: str, env: str | None = None):
+    val = node_config.get(key) if hasattr(node_config, "get") else None
+    if (val is None or val == "") and env:
+        val = os.environ.get(env) or None
+    return val
+
+
+def _positive_int(node_config, key: str, env: str, default: int | None) -> int | None:
+    raw = _cfg(node_config, key, env)
+    if raw is None:
+        return default
+    try:
+        val = int(str(raw).strip())
+    except ValueError:
+        val = 0
+    if val < 1 or str(raw).strip() != str(val):
+        raise NodeRefused(f"this node's {key}={raw!r} (node config or ${env}) must be a whole number ≥ 1")
+    return val
+
+
+def node_limits(node_config) -> dict:
+    """This node's own limits, from its node config (``--node-config``) or environment, never from the job:
+    ``max_points``, ``max_params``, ``threads`` (``None``: leave torch's), ``data_dirs`` (directories whose files
+    a job may name, e.g. the simulation engine's tables on the user's own machine; default none), ``device``."""
+    dirs = _cfg(node_config, "data-dirs", "FEDSCIML_NODE_DATA_DIRS")
+    return {"max_points": _positive_int(node_config, "max-points", "FEDSCIML_NODE_MAX_POINTS", NODE_MAX_POINTS),
+            "max_params": _positive_int(node_config, "max-params", "FEDSCIML_NODE_MAX_PARAMS", NODE_MAX_PARAMS),
+            "max_floats": _positive_int(node_config, "max-floats", "FEDSCIML_NODE_MAX_FLOATS", NODE_MAX_FLOATS),
+            "threads": _positive_int(node_config, "threads", "FEDSCIML_THREADS", None),
+            "data_dirs": [os.path.realpath(d) for d in str(dirs or "").split(os.pathsep) if d.strip()],
+            "device": str(_cfg(node_config, "device") or "cpu")}
+
+
+def _allowed_path(path, limits: dict, what: str) -> str:
+    """``path`` if it lies in one of this node's ``data_dirs`` (resolved, links followed); a refusal otherwise
+    (nothing is opened or probed: the refusal does not say whether the path exists)."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise NodeRefused(f"{what} must be a path")
+    real = os.path.realpath(os.fspath(path))
+    for d in limits["data_dirs"]:
+        if real == d or real.startswith(d.rstrip(os.sep) + os.sep):
+            return os.fspath(path)
+    raise NodeRefused(f"this node opens no file a server names ({what}); a site reads only its own data "
+                      "(node config data=PATH, docs/flower-sites.md)")
+
+
+def _file_options(cls) -> list[str]:
+    """The problem options that name files: declared of type PATH/PATHS, or listed in ``cls.file_options``."""
+    from fedsciml.options import PATH, PATHS
+
+    specs = cls.specs() if hasattr(cls, "specs") else {}
+    return sorted({k for k, (_, spec) in specs.items() if spec.type in (PATH, PATHS)}
+                  | set(getattr(cls, "file_options", ())))
+
+
+def _job_problem(job: dict, limits: dict):
+    """The job's zoo problem, built only after its file options were checked against this node's ``data_dirs``."""
+    from fedsciml.problems import get_problem
+    from fedsciml.problems.registry import REGISTRY
+
+    name, opts = job.get("problem"), job.get("options", {})
+    if not isinstance(name, str) or name not in REGISTRY:
+        raise BadJob(f"the job's problem {name!r} is not one this node knows")
+    if not isinstance(opts, dict):
+        raise BadJob("the job's problem options are not an object")
+    for k in _file_options(REGISTRY[name]):
+        val = opts.get(k)
+        for i, v in enumerate(val if isinstance(val, (list, tuple)) else [val] if val else []):
+            _allowed_path(v, limits, f"job option {k!r}" + (f" item {i}" if isinstance(val, (list, tuple)) else ""))
+    try:
+        return get_problem(name, **opts)
+    except (ValueError, TypeError) as e:
+        raise BadJob(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+
+
+def _check_size(problem, K: int, limits: dict) -> None:
+    """Refuse a job whose split would make this node draw more points or parameters than its limits allow
+    (read from the problem's declared sizes before anything is allocated)."""
+    if getattr(problem, "name", None) == "table":
+        return  # a table's rows are its files' (already within this node's data_dirs)
+    rows = problem.rows_per_client(K)
+    if rows is None:
+        raise NodeRefused(f"problem {problem.name!r} cannot say how many points a client holds; this node "
+                          f"builds only problems whose size it can bound")
+    total = int(rows) * int(K)
+    if total > limits["max_points"]:
+        raise NodeRefused(f"the job's split draws {total:,} points ({K} clients × {int(rows):,}), more than this "
+                          f"node's max-points={limits['max_points']:,} (node config)")
+    try:
+        net = problem.network()
+    except NotImplementedError:
+        raise NodeRefused(f"problem {problem.name!r} cannot say its model's size; this node builds only problems "
+                          f"whose size it can bound") from None
+    p = int(net.n_params)
+    if p > limits["max_params"]:
+        raise NodeRefused(f"the job's model has {p:,} parameters, more than this node's "
+                          f"max-params={limits['max_params']:,} (node config)")
+    sizes = list(getattr(net, "sizes", []) or [p])
+    floats = max(int(rows) * p, total * (int(sizes[0]) + 1))
+    if floats > limits["max_floats"]:
+        raise NodeRefused(f"the job needs arrays of {floats:,} floats on this node (a client's Jacobian {int(rows):,}"
+                          f" × {p:,}, or the split's data), more than its max-floats={limits['max_floats']:,} "
+                          f"(node config)")
 
 
 def _node_objective(job: dict, pid: int, node_config) -> tuple[LeastSquares, object]:
     """This node's objective, and the problem instance that built it (``None`` for a node's own table)."""
-    from fedsciml.problems import get_problem
-
+    limits = node_limits(node_config)
     data = node_config.get("data") if hasattr(node_config, "get") else None
+    device = limits["device"]
     if data:
-        return table_objective(str(data), str(node_config.get("target", "y"))), None
+        try:
+            return table_objective(str(data), str(node_config.get("target", "y")), device=device), None
+        except Exception as e:  # noqa: BLE001 - the reason (it may quote the file) stays on the node
+            _log.warning("this node's data %s could not be read: %s", data, e)
+            raise NodeDataError("this node's own data could not be read (the node's log has the reason)") from None
     if "problem" not in job:
-        raise ValueError("the job names no problem and this node's config gives no data=PATH")
-    K = int(job["clients"])
+        raise BadJob("the job names no problem and this node's config gives no data=PATH")
+    try:
+        K = int(job["clients"])
+    except (TypeError, ValueError, KeyError):
+        raise BadJob(f"the job's clients={job.get('clients')!r} is not a whole number") from None
     if not 0 <= pid < K:
-        raise ValueError(f"partition-id {pid} is outside 0..{K - 1} for a run with {K} clients")
-    key = json.dumps({k: v for k, v in job.items() if k != "threads"}, sort_keys=True, default=str)
+        raise BadJob(f"partition-id {pid} is outside 0..{K - 1} for a run with {K} clients")
+    key = json.dumps({k: v for k, v in job.items() if k not in ("threads", "device")}, sort_keys=True, default=str)
     if key in _SPLITS:  # this process already built the run's clients (a Ray worker serves any partition)
         problem, objs = _SPLITS[key]
         return objs[pid], problem
-    problem = get_problem(job["problem"], **job.get("options", {}))
-    if hasattr(problem, "client_objective"):  # e.g. 'table': read only this client's own file
-        return problem.client_objective(pid, K, device=job.get("device", "cpu")), problem
+    problem = _job_problem(job, limits)
+    _check_size(problem, K, limits)
+    try:
+        if hasattr(problem, "client_objective"):  # e.g. 'table': read only this client's own file
+            return problem.client_objective(pid, K, device=device), problem
+    except Exception as e:  # noqa: BLE001 - a file this node was allowed to read: its content stays here
+        _log.warning("partition %s: its table could not be read: %s", pid, e)
+        raise NodeDataError("this node's table could not be read (the node's log has the reason)") from None
     torch.manual_seed(int(job.get("seed", 0)))  # as runner.solve does before building the objectives
-    objs = problem.client_objectives(K, seed=int(job.get("seed", 0)), device=job.get("device", "cpu"))
+    objs = problem.client_objectives(K, seed=int(job.get("seed", 0)), device=device)
     # the split draws every client's points at once: keep it, so that another partition this process is sent
     # (Ray hands each message to whichever worker is free) does not draw all K again
     _SPLITS[key] = (problem, objs)
@@ -97,11 +257,24 @@ def _node_objective(job: dict, pid: int, node_config) -> tuple[LeastSquares, obj
     return objs[pid], problem
 
 
+def _image_spec(spec: dict, node_config) -> dict:
+    """The job's image setting with this node's own data directory and device (never the job's path)."""
+    limits = node_limits(node_config)
+    spec = dict(spec)
+    own = _cfg(node_config, "data-dir")
+    if own:
+        spec["data_dir"] = str(own)
+    elif spec.get("data_dir"):
+        _allowed_path(spec["data_dir"], limits, "the job's image data_dir")
+    spec["device"] = limits["device"]
+    return spec
+
+
 def _client(job: dict, pid: int, node_config):
     """This node's :class:`~fedsciml.runtime.client.Client` for ``job`` (built once per process)."""
     from fedsciml.runtime.client import Client
 
-    key = json.dumps([{k: v for k, v in job.items() if k != "threads"}, pid,
+    key = json.dumps([{k: v for k, v in job.items() if k not in ("threads", "device")}, pid,
                       dict(node_config) if hasattr(node_config, "items") else None], sort_keys=True, default=str)
     if key in _CACHE:
         _CACHE.move_to_end(key)
@@ -109,7 +282,7 @@ def _client(job: dict, pid: int, node_config):
     if "images" in job:  # an image-classification client (bench images): its split of the data set
         from fedsciml.images.methods import image_client
 
-        client = image_client(job["images"], pid)
+        client = image_client(_image_spec(job["images"], node_config), pid)
     else:
         objective, problem = _node_objective(job, pid, node_config)
         client = Client(pid, objective)
@@ -120,12 +293,47 @@ def _client(job: dict, pid: int, node_config):
     return client
 
 
-def _describe(client) -> dict:
+def set_node_threads(node_config) -> None:
+    """This node's torch threads from its own config (``threads``, or ``$FEDSCIML_THREADS``), never the job's."""
+    threads = node_limits(node_config)["threads"]
+    if threads and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+def failure_reason(pid, e: BaseException) -> str:
+    """A node's failure reply: ``partition P: [code] message`` — the node's own one-line message for a refusal,
+    a bad job or a bad request, never a file's content (a data error's reason and any unexpected error's
+    message go to the node's log only)."""
+    if isinstance(e, NodeRefused):
+        code, msg = REFUSED, str(e)
+    elif isinstance(e, NodeDataError):
+        code, msg = NODE_DATA, str(e)
+    elif isinstance(e, BadJob):
+        code, msg = BAD_JOB, str(e)
+    elif isinstance(e, (ValueError, TypeError, RuntimeError, ArithmeticError, KeyError, IndexError)):
+        code, msg = BAD_REQUEST, f"{type(e).__name__}: {e}"
+    else:
+        code, msg = ERROR, f"{type(e).__name__} (the node's log has the reason)"
+    _log.warning("partition %s: [%s] %s: %s", pid, code, type(e).__name__, e)
+    first = (msg.splitlines() or [""])[0]
+    if len(first) > _MAX_REASON:
+        first = first[:_MAX_REASON - 1] + "…"
+    return f"partition {pid}: [{code}] {first}"
+
+
+def _describe(client, node_config=None) -> dict:
+    """A node's ``describe`` reply: its partition, sizes and, where its config says, ``num_partitions`` (the
+    federation's SuperNode count: Flower's simulation sets it; a deployment's sites are told it)."""
     if not hasattr(client, "objective"):  # an image client: its sample count and the model's size
-        return {"partition_id": int(client.cid), "n": int(client.n), "p": int(client.model.p), "linear": False}
-    obj = client.objective
-    return {"partition_id": int(client.cid), "n": int(obj.n_residuals), "p": int(obj.n_params),
-            "linear": isinstance(obj, LinearLeastSquares)}
+        out = {"partition_id": int(client.cid), "n": int(client.n), "p": int(client.model.p), "linear": False}
+    else:
+        obj = client.objective
+        out = {"partition_id": int(client.cid), "n": int(obj.n_residuals), "p": int(obj.n_params),
+               "linear": isinstance(obj, LinearLeastSquares)}
+    parts = node_config.get("num-partitions") if hasattr(node_config, "get") else None
+    if isinstance(parts, int) and not isinstance(parts, bool) and parts >= 1:
+        out["num_partitions"] = parts
+    return out
 
 
 def answer_content(content, node_config):
@@ -134,18 +342,16 @@ def answer_content(content, node_config):
     try:
         req, job = codec.request_from_content(content)
         pid = int(node_config["partition-id"])
-        threads = node_config.get("threads", job.get("threads"))
-        if threads and torch.get_num_threads() != int(threads):
-            torch.set_num_threads(int(threads))
+        set_node_threads(node_config)
         client = _client(job, pid, node_config)
         if req.query == DESCRIBE:
-            rep = Reply({}, _describe(client))
+            rep = Reply({}, _describe(client, node_config))
         elif req.query == FINAL_STATS:
             rep = Reply(_final_stats(job, client, req.tensors["theta"]))
         else:
             rep = client.answer(req)
     except Exception as e:  # noqa: BLE001 - a node answers with its reason instead of crashing
-        rep = Failure(f"partition {pid}: {type(e).__name__}: {e}")
+        rep = Failure(failure_reason(pid, e))
     return codec.reply_content(rep)
 
 
@@ -293,44 +499,6 @@ def _final_metrics(problem, transport: FlowerTransport, theta) -> dict:
     return problem.final_metrics_from(theta, [got[c].message for c in transport.client_ids])
 
 
-RUN_CONFIG_KEYS = ("problem", "method", "clients", "seed", "problem-options", "method-options", "out", "timeout",
-                   "connect-timeout", "jobs")
-
-
-def _json_object(rc, key: str) -> dict:
-    raw = str(rc.get(key, "{}") or "{}")
-    try:
-        val = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"run config {key}={raw!r} is not JSON ({e.msg}); give an object, e.g. "
-                         f"{key}='{{\"rounds\": 5}}'") from None
-    if not isinstance(val, dict):
-        raise ValueError(f"run config {key}={raw!r} must be a JSON object, e.g. {key}='{{\"rounds\": 5}}'")
-    return val
-
-
-def job_from_run_config(rc) -> dict:
-    """The ServerApp's run config (``flwr run --run-config``, defaults in the app's ``pyproject.toml``):
-    ``problem``, ``method``, ``clients``, ``seed``, ``problem-options`` and ``method-options`` (JSON objects as
-    strings), ``out`` (result JSON path, ``""``: none), ``timeout`` (seconds a node may take for one answer),
-    ``connect-timeout`` (seconds to wait for the nodes at the start), ``jobs`` (a JSON file listing several
-    jobs, each a dict with these keys in snake case, run one after the other; ``""``: this one job)."""
-    unknown = sorted(set(rc) - set(RUN_CONFIG_KEYS))
-    if unknown:
-        raise ValueError(f"unknown run-config key(s) {unknown}; allowed: {', '.join(RUN_CONFIG_KEYS)}")
-    for k in ("problem", "clients"):
-        if k not in rc:
-            raise ValueError(f"run config needs {k!r} (e.g. --run-config \"problem='bratu' clients=2\")")
-    clients = int(rc["clients"])
-    if clients < 1:
-        raise ValueError(f"run config clients must be ≥ 1, got {clients}")
-    return {"kind": "solve", "problem": str(rc["problem"]), "method": str(rc.get("method", "fipa")),
-            "clients": clients, "seed": int(rc.get("seed", 0)),
-            "problem_options": _json_object(rc, "problem-options"), "options": _json_object(rc, "method-options"),
-            "out": str(rc.get("out", "") or ""), "timeout": float(rc.get("timeout", 300.0)),
-            "connect_timeout": float(rc.get("connect-timeout", 300.0)), "jobs": str(rc.get("jobs", "") or "")}
-
-
 def run_job(grid, job: dict):
     """One job of the ServerApp (:func:`job_from_run_config`'s dict, or one entry of its ``jobs`` file):
     ``kind`` ``"solve"`` (a method on a problem; returns the Result) or ``"images"`` (the image benchmark's
@@ -369,14 +537,7 @@ def serve(grid, run_config):
     """The ServerApp's main: run the job(s) of ``run_config`` on ``grid``; log each solve's table; write each
     result where its ``out`` says."""
     torch.set_num_threads(int(os.environ.get("FEDSCIML_THREADS", torch.get_num_threads())))
-    job = job_from_run_config(run_config)
-    if job["jobs"]:
-        with open(job["jobs"]) as f:
-            jobs = json.load(f)
-        if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
-            raise ValueError(f"run config jobs={job['jobs']!r}: the file must hold a JSON list of job objects")
-    else:
-        jobs = [job]
+    jobs = jobs_of(run_config)  # every job checked (types, ranges, options, out) before the first one runs
     log = logging.getLogger("fedsciml.engines.flower.app")
     for i, j in enumerate(jobs):
         res = run_job(grid, j)
@@ -415,9 +576,17 @@ def _make_server_app():
     @app.main()
     def main(grid, context):
         _app_logging()
-        serve(grid, context.run_config)
+        try:
+            serve(grid, context.run_config)
+        except (ValueError, TypeError, RoundFailed) as e:  # one line first; the run is still marked failed
+            logging.getLogger("fedsciml.engines.flower.app").error("error: %s", e)
+            raise RunFailedError(str(e)) from None
 
     return app
+
+
+class RunFailedError(RuntimeError):
+    """The ServerApp's run failed (its one-line reason was logged first); Flower marks the run failed."""
 
 
 try:

@@ -138,6 +138,7 @@ class LocalSuperLink:
         self.log = log or logging.getLogger(__name__).info
         self.start_timeout_s = float(start_timeout_s)
         self.procs: dict = {}
+        self.extra_env: dict = {}  # more environment for every process (e.g. FEDSCIML_NODE_DATA_DIRS)
         self.superlink_port = None
         self.bin = str(Path(sys.executable).parent)
 
@@ -155,6 +156,7 @@ class LocalSuperLink:
         # and a spinning thread burns the core another needs.  Bratu's fipa, 10 rounds, 2 threads, two such
         # processes side by side on 2 loaded cores: 41 CPU-s each spinning, 4.1 passive; the same bits
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        env.update(self.extra_env)
         return env
 
     def _start(self, name: str, argv: list):

@@ -55,48 +55,9 @@ import torch
 
 import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off before flwr is imported)
 from fedsciml.engines.flower.jobs import SECAGG_APP_DIR as APP_DIR  # noqa: F401  (the Flower App of this pair)
-from fedsciml.engines.flower.jobs import is_secagg_job
+from fedsciml.engines.flower.jobs import _default_max_rows, is_secagg_job, plan  # noqa: F401  (light: no flwr)
 
 log = logging.getLogger(__name__)
-
-
-def _default_max_rows(problem) -> int | None:
-    """A public bound on a site's rows: a zoo ridge problem's rows per client (its option, public); else None."""
-    n_train = getattr(problem, "n_train", None)
-    return int(n_train()) if callable(n_train) else None
-
-
-def plan(job: dict, problem=None) -> dict:
-    """Everything the sites and the server must agree on before the exchange, from public quantities only:
-    ``K``, ``t``, the DP config, the transform, ``max_rows``, ``c``, ``T``."""
-    from fedsciml.core import dp as _dp
-    from fedsciml.methods.oneshot import OneShotStrategy
-    from fedsciml.runtime.driver import get_method
-
-    cfg = get_method("one-shot").make_config(dict(job.get("options", {})))
-    if cfg.cv_sigmas is not None or cfg.project is not None or cfg.screen is not None:
-        raise ValueError("one-shot through SecAgg+ fuses one sum: cross-validation (needs each site's statistics), "
-                         "projection and the influence screen are not offered with dp_central on Flower")
-    K = int(job["clients"])
-    if K < 2:
-        raise ValueError(f"SecAgg+ needs at least 2 sites, got clients={K}")
-    dpc = cfg.dp()
-    st = OneShotStrategy(cfg.sigma or 0.0, dp=dpc, seed=int(job.get("seed", 0)), min_survivors=cfg.dp_min_survivors,
-                         secure_sum=True, fit_intercept=cfg.fit_intercept, max_rows=cfg.dp_max_rows)
-    t = st.size_noise_shares(K)
-    max_rows = cfg.dp_max_rows if cfg.dp_max_rows is not None else (
-        _default_max_rows(problem) if problem is not None else None)
-    if max_rows is None:
-        raise ValueError("central DP through SecAgg+ needs a public bound on each site's rows to fix the "
-                         "fixed-point range: give dp_max_rows (a site with more rows refuses)")
-    share = _dp.share_std(_dp.DPConfig(**st.dp).noise_std, t)
-    c = _dp.statistics_bound(int(max_rows), cfg.dp_clip_a, cfg.dp_clip_b, share)
-    T = _dp.quantization_range(K)
-    tr = {**st._transform(0), "max_rows": int(max_rows)}  # the request's transform: dp, seed, shares, bound
-    return {"clients": K, "survivors": t, "max_rows": int(max_rows), "clipping_range": c, "quantization_range": T,
-            "modulus_range": _dp.MODULUS_RANGE, "share_std": share, "transform": tr,
-            "sigma": float(cfg.sigma or 0.0), "dp": st.dp, "seed": int(job.get("seed", 0)),
-            "fit_intercept": bool(cfg.fit_intercept)}
 
 
 # --- the site -------------------------------------------------------------------------------------------------
@@ -129,17 +90,20 @@ def _make_site_client(node_config):
         """One site: its ``fit`` answers with its clipped, share-noised statistics (:func:`site_vector`)."""
 
         def fit(self, parameters, config):
-            from fedsciml.engines.flower.apps import _client
+            from fedsciml.engines.flower.apps import _client, failure_reason, set_node_threads
 
-            job, pl = json.loads(str(config["job"])), json.loads(str(config["plan"]))
-            threads = job.get("threads")
-            if threads and torch.get_num_threads() != int(threads):
-                torch.set_num_threads(int(threads))
-            client = _client(job, int(node_config["partition-id"]), node_config)
-            p = client.objective.n_params
-            theta0 = (torch.as_tensor(np.asarray(parameters[0], dtype=np.float64)) if parameters and
-                      np.asarray(parameters[0]).size else torch.zeros(p, dtype=torch.float64))
-            return [site_vector(client, theta0, pl)], 1, {}
+            pid = node_config.get("partition-id") if hasattr(node_config, "get") else None
+            try:
+                job, pl = json.loads(str(config["job"])), json.loads(str(config["plan"]))
+                set_node_threads(node_config)  # the node's own thread count, never the job's
+                client = _client(job, int(pid), node_config)
+                p = client.objective.n_params
+                theta0 = (torch.as_tensor(np.asarray(parameters[0], dtype=np.float64)) if parameters and
+                          np.asarray(parameters[0]).size else torch.zeros(p, dtype=torch.float64))
+                return [site_vector(client, theta0, pl)], 1, {}
+            except Exception as e:  # noqa: BLE001 - Flower sends the message to the server: a reason code and the
+                # node's own one line, never a file's content
+                raise RuntimeError(failure_reason(pid, e)) from None
 
     return SiteShareClient()
 
@@ -342,16 +306,11 @@ def _site_job(job: dict) -> dict:
 def serve(grid, run_config, context):
     """The SecAgg+ ServerApp's main: the run config's job(s) (:func:`fedsciml.engines.flower.apps.job_from_run_config`
     and its ``jobs`` file), each through :func:`run_secagg_job`; results written where ``out`` says."""
-    from fedsciml.engines.flower.apps import job_from_run_config
     from fedsciml.engines.flower.resultio import write_result
+    from fedsciml.engines.flower.runconfig import jobs_of
     from fedsciml.runtime.results import summary_lines
 
-    job = job_from_run_config(run_config)
-    if job["jobs"]:
-        with open(job["jobs"]) as f:
-            jobs = json.load(f)
-    else:
-        jobs = [job]
+    jobs = jobs_of(run_config)  # every job checked (types, ranges, options, out) before the first one runs
     for j in jobs:
         res = run_secagg_job(grid, j, context)
         if j.get("table", True):

@@ -135,6 +135,9 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
         with open(path, "w") as f:
             json.dump(jobs, f)
         link = LocalSuperLink(work, simulation=True, threads=torch.get_num_threads())
+        dirs = job_data_dirs(jobs)  # the user's own files on the user's own machine: its virtual nodes may read them
+        if dirs:
+            link.extra_env["FEDSCIML_NODE_DATA_DIRS"] = os.pathsep.join(dirs)
         try:
             link.start()
         except (RuntimeError, TimeoutError, OSError) as e:  # flower-superlink exited or never listened
@@ -168,6 +171,30 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
         return out
 
 
+def job_data_dirs(jobs: list) -> list[str]:
+    """The directories of the files ``jobs`` name (a problem's file options, an image setting's ``data_dir``):
+    what the simulation's virtual nodes — on this machine, run by this user — are allowed to read
+    (:func:`fedsciml.engines.flower.apps.node_limits`; a node opens no other path a job names)."""
+    from fedsciml.engines.flower.apps import _file_options
+    from fedsciml.problems.registry import REGISTRY
+
+    dirs: set = set()
+    for j in jobs:
+        paths: list = []
+        if j.get("kind", "solve") == "images":
+            data_dir = (j.get("setting") or {}).get("data_dir")
+            paths += [data_dir] if data_dir else []
+        elif j.get("problem") in REGISTRY:
+            opts = j.get("problem_options") or {}
+            for k in _file_options(REGISTRY[j["problem"]]):
+                v = opts.get(k)
+                paths += list(v) if isinstance(v, (list, tuple)) else [v] if v else []
+        for p in paths:
+            real = os.path.realpath(os.fspath(p))
+            dirs.add(real if os.path.isdir(real) else os.path.dirname(real))
+    return sorted(dirs)
+
+
 def _root_cause(log_text: str) -> str:
     """The line of a run's log that names the error (the last ``…Error: …`` / ``Exception`` line), or its first
     line."""
@@ -192,8 +219,15 @@ def solve_many(calls: list, clients: int, *, wait_s: float = 3600.0, workdir: st
             raise ValueError(f"every call of one simulation must have clients={clients}, got {kw['clients']}")
     from fedsciml.engines.flower.jobs import SECAGG_APP_DIR, is_secagg_job
 
-    jobs = [_job(kw, "") for kw in calls]
+    from fedsciml.engines.flower.runconfig import check_job
+
+    jobs = [check_job(_job(kw, ""), "engine 'flower'") for kw in calls]  # the App's own checks, before Ray starts
     secure = [is_secagg_job(j) for j in jobs]  # central DP: Flower's SecAgg+ App, the rest the generic one
+    for kw, j, flag in zip(calls, jobs, secure):
+        if flag:  # SecAgg+'s public plan (row bound, fixed-point precision) is refused here, before Ray starts
+            from fedsciml.engines.flower.jobs import plan
+
+            plan(j, kw["problem"])
     out: list = [None] * len(jobs)
     for flag, app in ((False, None), (True, SECAGG_APP_DIR)):
         idx = [i for i, f in enumerate(secure) if f == flag]
