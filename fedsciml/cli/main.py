@@ -72,7 +72,7 @@ def _add_solve_parser(sub):
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto: cuda when available)")
     p.add_argument("--engine", default="local", choices=["local", "flower"],
                    help="who carries the clients' messages: this process, or Flower's simulation engine "
-                        "(pip install \"fedsciml[flower]\"; same strategy, same numbers; default local)")
+                        "(pip install \"flwr[simulation]>=1.41,<1.43\"; same strategy, same numbers; default local)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     problems = problem_owners()
     problem_names = {n for specs in problems.values() for n in specs}
