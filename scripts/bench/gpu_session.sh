@@ -18,7 +18,7 @@ export PYTHONPATH="$SITE" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 nproc; uptime; nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null
 anchors() { # tag exps runs jobs
   python3 "$ROOT/scripts/bench/anchors.py" --anchors-dir "$A/kfac-pinns-experiments" --exps "$2" --runs "$3" \
-    --budget "$BUDGET" --checkpoints "$CK" --jobs "$4" --python python3 --out "$OUT/anchors_$1" \
+    --budget "$BUDGET" --checkpoints "$CK" --jobs "$4" --timeout "$((BUDGET + 160))" --python python3 --out "$OUT/anchors_$1" \
     --csv "$OUT/anchors_$1.csv" --md "$OUT/anchors_$1.md" >"$OUT/anchors_$1.log" 2>&1
 }
 anchors a exp10 "fedsciml:lm,fedsciml:gn,authors:KFAC*,authors:ENGD" 4 &
@@ -27,5 +27,14 @@ anchors c heat4d-medium "fedsciml:lm,authors:KFAC*" 2 &
 anchors d exp19 "fedsciml:kfac" 1 &
 if [ "$QUICK" = 1 ]; then QUICK=1 OUT="$OUT/gpu" bash scripts/bench/gpu_check.sh --device "$DEVICE"
 else OUT="$OUT/gpu" bash scripts/bench/gpu_check.sh --device "$DEVICE"; fi
+# exp19 (p = 117,345) on the GPU, automatic form (the dense kernel form fits an H100; on this machine's CPU at
+# one thread the anchors lane runs it matrix-free with the K-FAC preconditioner)
+GB=$([ "$QUICK" = 1 ] && echo 3 || echo 60)
+(cd "$A" && timeout $((GB + 90)) python3 -m fedsciml solve poisson --preset exp19 --budget "$GB" --device "$DEVICE" \
+  --json "$OUT/gpu/json/exp19_gpu.json" --quiet >"$OUT/gpu/exp19_gpu.out" 2>"$OUT/gpu/exp19_gpu.err"); echo "exp19 gpu rc=$?"
+tail -3 "$OUT/gpu/exp19_gpu.out"; tail -3 "$OUT/gpu/exp19_gpu.err"
 wait
 for t in a b c d; do echo "== anchors $t"; tail -25 "$OUT/anchors_$t.md" 2>/dev/null || tail -5 "$OUT/anchors_$t.log"; done
+cat "$OUT/gpu/summary.txt" 2>/dev/null
+# everything in one archive (the device tool brings back at most 8 files), the summaries beside it
+(cd "$OUT" && tar czf /tmp/session.tgz . && find . -mindepth 1 -delete && mv /tmp/session.tgz session.tgz)
