@@ -1074,12 +1074,12 @@ return "built"
 _CKPT = """
 from fedsciml.runtime import checkpoint as ckpt
 p = fs.get_problem("sin1d", n_samples=20)
-kw = dict(clients=2, seed=0, checkpoint=CASE_DIR + "/ck", **OPTS)
+kw = dict(clients=2, seed=0, checkpoint=d + "/ck", **OPTS)
 fs.solve(p, METHOD, rounds=2, **kw)
-st = ckpt.read(ckpt.path_in(CASE_DIR + "/ck"))
+st = ckpt.read(ckpt.path_in(d + "/ck"))
 s = st["strategy"]
 EDIT
-ckpt.save(CASE_DIR + "/ck", st)
+ckpt.save(d + "/ck", st)
 r = fs.solve(p, METHOD, rounds=3, resume=True, **kw)
 return r.final.get("mse")
 """
