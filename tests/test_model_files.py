@@ -24,7 +24,7 @@ def field_dir(root) -> str:
     p = get_problem("sin1d")
     theta = p.init_params(0)
     res = Result(problem=p.name, method="gn", options={}, seed=0, device="cpu", dtype="float64",
-                 n_params=int(theta.numel()), clients=1, wall_time_s=0.0, final={}, history=[], extra={}, theta=theta)
+                 n_params=int(theta.numel()), clients=1, solver_seconds=0.0, final={}, history=[], extra={}, theta=theta)
     d = os.path.join(root, "field")
     fs.save_model(res, p, d)
     return d

@@ -30,6 +30,7 @@ import torch
 
 from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.averaging import AveragingStrategy
+from fedsciml.methods.resample import Growth
 from fedsciml.options import FedAvgConfig, option
 from fedsciml.runtime.driver import METHODS, register_method
 
@@ -173,7 +174,8 @@ def _run(kind: str, cls, problem, objectives, theta0, evaluate, config=None, *, 
     if not agg.rule.plain:
         summary.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
     return _simulate(cls.method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     summary, message_hook, transport or cfg.transport, resample=cfg.resample)
+                     summary, message_hook, transport or cfg.transport, resample=cfg.resample,
+                     growth=Growth.of(cfg))
 
 
 def run_fedavgm(problem, objectives, theta0, evaluate, config: FedAvgMConfig | None = None, **kw):

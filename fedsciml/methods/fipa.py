@@ -31,8 +31,8 @@ clients report at the broadcast θ (one float each):
 * after the last round, :meth:`FIPAStrategy.finalize` checks the last merged
   step with one loss query and undoes it if it made things worse.
 
-Matrix-free clients (``sketch='matfree'``, or ``'auto'`` when ``n_m·p`` exceeds
-:data:`fedsciml.core.matfree.FIPA_DENSE_ENTRIES`; local ``gn``, low rank, not
+Matrix-free clients (``sketch='matfree'``, or ``'auto'`` when ``J_m`` and its smaller Gram do not fit the
+device's memory budget, :func:`fedsciml.core.forms.choose_form`; local ``gn``, low rank, not
 adaptive — :func:`fedsciml.core.matfree.fipa_local_matfree`): the client forms
 neither ``J_m`` nor ``H_m``; its step is preconditioned CG on damped
 ``J_mᵀJ_m`` products (at most ``cg_iters`` iterations, relative residual
