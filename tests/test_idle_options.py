@@ -44,3 +44,25 @@ def test_momentum_acts_in_the_matrix_free_round():
     a = fs.solve(P(), "gn", clients=2, rounds=3, form="matfree")
     b = fs.solve(P(), "gn", clients=2, rounds=3, form="matfree", momentum=0.5)
     assert [r["loss"] for r in a.history] != [r["loss"] for r in b.history]
+
+
+def test_every_federated_method_declares_a_byzantine_defence():
+    """Issue 31: ``--screen`` or a robust rule on every method that aggregates statistics or updates (the table in
+    docs/methods.md 'Robust aggregation' names each)."""
+    import pathlib
+
+    import fedsciml.methods  # noqa: F401  (registers the methods)
+    from fedsciml.runtime.driver import METHODS
+
+    doc = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "methods.md").read_text()
+    for name, spec in METHODS.items():
+        if name == "centralized":
+            continue
+        keys = set()
+        for kind in ("pinn", "fit", "ridge"):
+            try:
+                keys |= set(spec.use(kind).config.specs())
+            except ValueError:
+                pass
+        assert keys & {"screen", "robust"}, f"method {name!r} has no byzantine defence"
+        assert f"`{name}`" in doc.split("## Robust aggregation")[1].split("\n## ")[0], name
