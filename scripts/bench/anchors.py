@@ -429,7 +429,7 @@ def collect(job: Job, checkpoints) -> list[dict]:
     info: dict = {}
     status = "ok" if job.result.get("rc") == 0 else f"failed (exit {job.result.get('rc')})"
     if job.result.get("killed"):
-        status = "killed at the wall-clock timeout"
+        status = f"killed at the wall-clock timeout ({job.result.get('wall_s', 0):.0f} s)"
     try:
         if job.side == "fedsciml":
             info = parse_fedsciml_json(job.json_out) if job.json_out and job.json_out.exists() else {}
@@ -440,7 +440,8 @@ def collect(job: Job, checkpoints) -> list[dict]:
     if not info.get("evals") and status == "ok":
         status = "no evaluation recorded"
     if status != "ok":
-        tail = job.log.read_text().strip().splitlines()[-1:] if job.log.exists() else []
+        tail = [ln for ln in (job.log.read_text().strip().splitlines() if job.log.exists() else [])
+                if not ln.startswith("$ ")][-1:]  # the child's last line, not the command the log starts with
         status += (": " + tail[0][:200]) if tail else ""
     base.update(status=status, n_params=info.get("n_params"), steps=info.get("steps"),
                 floats_per_round=info.get("floats_per_round"), exchanges=info.get("exchanges"),
