@@ -265,8 +265,9 @@ class Job:
 
 def child_env(extra_path: str | None = None) -> dict:
     env = dict(os.environ)
+    # CPU only: their train.py takes CUDA whenever it is there, and the comparison is CPU seconds at one thread
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", WANDB_MODE="disabled",
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
     if extra_path:
         env["PYTHONPATH"] = os.pathsep.join([extra_path] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
@@ -295,7 +296,8 @@ def plan(exps, runs, budget, checkpoints, out: Path, anchors_dir, authors_python
                     method = (*method, "--n-interior", str(split[0]), "--n-boundary", str(split[1]))
                     note = f"{k} clients × {split[0]} + {split[1]} points"
                 cmd = [python, "-m", "fedsciml", "solve", exp.problem, *exp.options, *method,
-                       "--threads", "1", "--clock", "cpu", "--budget", f"{budget:g}", "--seed", str(seed),
+                       "--device", "cpu", "--threads", "1", "--clock", "cpu", "--budget", f"{budget:g}",
+                       "--seed", str(seed),
                        "--json", str(js), "--quiet"]
                 jobs.append(Job(e, r, cmd, child_env(), log, js, note=note))
                 continue
@@ -558,6 +560,22 @@ def record(rows, checkpoints, meta: dict) -> str:
     ])
 
 
+_NUMERIC = {"n_params": int, "checkpoint_s": float, "rel_l2": float, "at_s": float, "step_at": int, "steps": int,
+            "peak_rss_mb": float, "child_cpu_s": float, "wall_s": float, "floats_per_round": float,
+            "exchanges": int, "rc": int}
+
+
+def read_csv(path) -> list[dict]:
+    """The rows of a CSV this script wrote, numbers as numbers (empty cells ``None``)."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        for k, t in _NUMERIC.items():
+            v = r.get(k)
+            r[k] = None if v in (None, "") else t(float(v)) if t is int else t(v)
+    return rows
+
+
 def write_docs(path, text: str):
     begin, end = "<!-- anchors-table:begin -->", "<!-- anchors-table:end -->"
     p = Path(path)
@@ -602,7 +620,11 @@ def parse_args(argv=None):
     ap.add_argument("--md", default=None, help="markdown record (default <out>/anchors.md)")
     ap.add_argument("--docs", default=None, help="also write the table into this file between its markers")
     ap.add_argument("--seed", type=int, default=0, help="fedsciml's --seed (the authors' seeds are their runs')")
+    ap.add_argument("--render", default=None, metavar="CSV", help="run nothing: print the table of a CSV this "
+                    "script wrote (and write it into --docs)")
     a = ap.parse_args(argv)
+    if a.render:
+        return a
     a.exps = _names(a.exps, list(EXPERIMENTS), "exps")
     allowed = [f"fedsciml:{n}" for n in FEDSCIML_RUNS] + [f"authors:{n}" for n in AUTHORS_RUNS]
     a.runs = _names(a.runs, allowed, "runs")
@@ -650,6 +672,14 @@ def authors_versions(a) -> str:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    if a.render:
+        rows = read_csv(a.render)
+        checkpoints = sorted({r["checkpoint_s"] for r in rows})
+        text = table(rows, checkpoints)
+        if a.docs:
+            write_docs(a.docs, text)
+        print(text + "\n\n" + best_lines(rows, checkpoints))
+        return 0
     preflight(a)
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     out = Path(a.out or ROOT / "runs" / f"anchors-{time.strftime('%Y%m%d-%H%M%S')}")
