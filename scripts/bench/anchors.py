@@ -27,10 +27,15 @@ relative L2 error each run had reached at the ``--checkpoints``:
   - ``wandb``: imported at the top of ``train.py`` and used only with ``--wandb``, which is never passed; the
     driver gives it an empty module (the pinned wandb 0.16.3 does not import with numpy ≥ 2).
 
-* ``fedsciml:NAME`` — ``python -m fedsciml solve PROBLEM --preset EXP ... --threads 1 --clock cpu --budget B
-  --json F`` (the path users run), where NAME is one of :data:`FEDSCIML_RUNS`: ``lm`` (centralized
-  Levenberg–Marquardt, automatic form), ``gn`` (federated Gauss–Newton, 4 clients: floats per round and
-  exchanges from the JSON), ``matfree`` (centralized LM, matrix-free CG solve), ``gn-matfree``.
+* ``fedsciml:NAME`` — ``python -m fedsciml solve PROBLEM --preset EXP ... --device cpu --threads 1 --clock cpu
+  --budget B --json F`` (the path users run; the zoo's presets state the authors' problems), where NAME is one
+  of :data:`FEDSCIML_RUNS`: ``lm`` (centralized Levenberg–Marquardt, automatic form), ``gn`` (federated
+  Gauss–Newton, 4 clients sharing the experiment's points: floats per round and exchanges from the JSON),
+  ``kfac`` / ``gn-kfac`` (the matrix-free solve preconditioned by K-FAC for PINNs), ``matfree`` /
+  ``gn-matfree`` (the matrix-free solve with the Nyström preconditioner).
+
+Both sides run on the CPU only (``CUDA_VISIBLE_DEVICES`` empty: their ``train.py`` takes CUDA whenever it is
+there).
 
 Each child's peak resident memory and total CPU come from ``os.wait4`` on that child (its own
 ``ru_maxrss``/``ru_utime + ru_stime``; ``getrusage(RUSAGE_CHILDREN)`` would mix the children that run at
@@ -42,8 +47,9 @@ The value at a checkpoint t is the last evaluation at or before t solver CPU sec
 reached within t; its own time is in the ``at_s`` column) — never interpolated.
 
 Output: ``--csv`` (one row per experiment × run × checkpoint), ``--md`` (the record: command, commits, machine,
-load, the table) and, with ``--docs FILE``, the table written into FILE between the markers
-``<!-- anchors-table:begin -->`` and ``<!-- anchors-table:end -->``.
+load, the table; both rewritten after each finished run) and, with ``--docs FILE``, the table written into FILE
+between the markers ``<!-- anchors-table:begin -->`` and ``<!-- anchors-table:end -->``.  ``--render CSV``
+runs nothing and renders a CSV written elsewhere (e.g. on another machine) into the table and ``--docs``.
 
 The authors' side needs their checkout (``--anchors-dir``: the folder holding ``kfac_pinns_exp/train.py``)
 and a Python with their dependencies (``--authors-python``, default this one): torch, numpy, einops,
