@@ -523,11 +523,15 @@ def machine() -> dict:
 
 
 def git_commit(path) -> str:
+    """The checkout's commit, with ``+dirty`` when tracked files differ from it."""
     try:
-        return subprocess.run(["git", "-C", str(path), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+        head = subprocess.run(["git", "-C", str(path), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return head + ("+dirty" if dirty else "")
 
 
 def anchors_commit(anchors_dir) -> str:
@@ -704,6 +708,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     csv_path, md_path = Path(a.csv or out / "anchors.csv"), Path(a.md or out / "anchors.md")
     versions = authors_versions(a)
+    commit = git_commit(ROOT)  # at the start: the code the children run (a checkout changed mid-run would mix)
     finished: set[int] = set()
 
     def write(final: bool):
@@ -716,7 +721,7 @@ def main(argv=None) -> int:
             w.writerows(rows)
         meta = {"command": shlex.join(["python", "scripts/bench/anchors.py",
                                        *(sys.argv[1:] if argv is None else argv)]),
-                "commit": git_commit(ROOT), "anchors_commit": anchors_commit(a.anchors_dir) if a.anchors_dir else "—",
+                "commit": commit, "anchors_commit": anchors_commit(a.anchors_dir) if a.anchors_dir else "—",
                 "machine": machine(), "python": a.python, "authors_python": a.authors_python,
                 "authors_versions": versions, "load_start": load[0], "load_max": max(load),
                 "load_end": os.getloadavg()[0], "jobs": a.jobs, "started": started,
