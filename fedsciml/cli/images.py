@@ -1,6 +1,8 @@
 """``python -m fedsciml bench images ...`` — image-classification aggregator benchmarks."""
 from __future__ import annotations
 
+import sys
+
 from fedsciml.images import methods as M
 
 
@@ -91,12 +93,12 @@ def run(args) -> int:
     if args.json:
         try:
             write_json(res, args.json)
-            print(f"wrote {args.json}")
+            print(f"wrote {args.json}", file=sys.stderr)
         except ResultsNotWritten as e:
             failed.append(e)
     if args.out:
         try:
-            print(f"wrote {bench.plot(res, args.out)}")
+            print(f"wrote {bench.plot(res, args.out)}", file=sys.stderr)
         except OSError as e:
             failed.append(ResultsNotWritten(f"--out {args.out!r}: the plot was not written ({e.strerror or e})"))
     raise_collected(failed)

@@ -37,9 +37,10 @@ from fedsciml.runtime.client import AdaptiveSchedule, Client, LocalConfig
 from fedsciml.methods.fipa import FIPAStrategy
 from fedsciml.core.kfac_pinn import jet_network, require_jets
 from fedsciml.core.matfree import MatfreeConfig, fipa_local_matfree
-from fedsciml.methods.gn import GNStrategy, choose_form
+from fedsciml.core import forms
+from fedsciml.methods.gn import GNStrategy
 from fedsciml.methods.oneshot import OneShotStrategy
-from fedsciml.methods.resample import ResamplingStrategy, check_resample, resampled_objectives
+from fedsciml.methods.resample import Growth, ResamplingStrategy, check_resample, resampled_objectives
 from fedsciml.runtime.loop import RoundConfig, Simulation
 from fedsciml.runtime.transport import BytesTransport, LocalTransport, Transport
 from fedsciml.core.lm import LMConfig, default_tau
@@ -77,7 +78,7 @@ def make_transport(objectives, transport="local", vectorize: bool = True, device
 
 
 def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every, options, message_hook,
-              transport="local", vectorize=True, resample=None):
+              transport="local", vectorize=True, resample=None, growth: Growth | None = None):
     if resample is not None:  # fresh collocation points every `resample` rounds (fedsciml.methods.resample)
         check_resample(problem, resample)
         if isinstance(transport, Transport) and not isinstance(transport, (LocalTransport, BytesTransport)):
@@ -85,8 +86,11 @@ def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc,
                              f"{type(transport).__name__}'s clients would have to draw their own points")
         n_clients, device = len(objectives), theta0.device
         strategy = ResamplingStrategy(strategy, resample,
-                                      lambda j: resampled_objectives(problem, n_clients, seed, j, device))
+                                      lambda j: resampled_objectives(problem, n_clients, seed, j, device, growth,
+                                                                     resample))
         options = {**options, "resample": resample}
+        if growth is not None:
+            options.update(grow=growth.factor, grow_every=growth.every, grow_cap=growth.cap)
     sim = Simulation(make_transport(objectives, transport, vectorize, theta0.device), evaluate, rc, label=method, progress=progress,
                      every=every,
                      fingerprint=_fingerprint(problem, method, objectives, theta0, seed, options),
@@ -127,9 +131,15 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     rc = _round_config(cfg, seed)
     lm_tau = default_tau(objectives) if cfg.lm_tau is None else cfg.lm_tau
     form = cfg.form
-    if form == "auto":  # the smaller dense message while it fits, matrix-free beyond (gn.choose_form)
-        form = choose_form([o.n_residuals for o in objectives], theta0.numel())
+    reason = None
+    if form == "auto":  # the smaller dense message while it fits, matrix-free beyond (fedsciml.core.forms)
+        rows = [o.n_residuals for o in objectives]
+        choice = forms.choose_form(sum(rows), theta0.numel(), device=theta0.device, dtype=theta0.dtype, need="gn",
+                                   rows=rows)
+        form, reason = choice.form, choice.reason
     options = {"lm_tau": lm_tau, "form": form}
+    if reason is not None:
+        options["form_reason"] = reason
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
     kfac = form == "matfree" and cfg.precond == "kfac"
     if kfac:  # refused by name unless every client's residual is in the forward-Laplacian channel form
@@ -150,7 +160,8 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     if cfg.momentum:
         options["momentum"] = cfg.momentum
     return _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport, cfg.batched, resample=cfg.resample)
+                     options, message_hook, transport or cfg.transport, cfg.batched, resample=cfg.resample,
+                     growth=Growth.of(cfg))
 
 
 def _local_config(cfg, prox) -> LocalConfig:
@@ -199,7 +210,8 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
     strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), cfg.sketch, sched, seed, safeguard=cfg.safeguard,
                             complement=cfg.complement, cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
     return _simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport, resample=cfg.resample)
+                     options, message_hook, transport or cfg.transport, resample=cfg.resample,
+                     growth=Growth.of(cfg))
 
 
 def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progress, seed, every, message_hook,
@@ -218,7 +230,8 @@ def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progre
         options["local_damping"] = lc.damping
     strategy = AveragingStrategy(agg, lc, seed)
     return _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport, resample=cfg.resample)
+                     options, message_hook, transport or cfg.transport, resample=cfg.resample,
+                     growth=Growth.of(cfg))
 
 
 def run_fedavg(problem, objectives, theta0, evaluate, config: FedAvgConfig | None = None, *, progress=False, seed=0,
