@@ -51,7 +51,7 @@ GPU_TEST_ENV=""; [ "$DEVICE" = cpu ] && GPU_TEST_ENV="FEDSCIML_GPU_TEST_DEVICE=c
 # 1. the exact invariants on the device
 run pytest_gpu 110 env $GPU_TEST_ENV $S -m pytest -q -m gpu -p no:cacheprovider --rootdir "$ROOT" "$ROOT/tests/test_gpu.py" ${KEXPR:+-k "$KEXPR"} --junitxml "$OUT/json/pytest_gpu.xml"
 # 2. the form choice: auto's picks and why; steps/s of auto and of each forced form (BUDGET s each)
-run forms 100 $S "$ROOT/scripts/bench/gpu_forms.py" --device "$DEVICE" --budget $BUDGET --n-interior $NI --n-boundary $NB --out "$OUT/json/forms.json"
+run forms 150 $S "$ROOT/scripts/bench/gpu_forms.py" --device "$DEVICE" --budget $BUDGET --n-interior $NI --n-boundary $NB --out "$OUT/json/forms.json"
 # 3. Π sin d = 5 ≤ 1e-4 within 120 s: centralized LM, points drawn afresh every step and growing (docs/guide/scale.md)
 TARGET_ARGS=${TARGET_ARGS:-"--resample 1 --grow 1.5 --grow-every 20 --grow-cap $CAP --n-interior $TARGET_NI"}
 run target 170 $S -m fedsciml solve poisson --dim 5 $TARGET_ARGS --budget $TB --device "$DEVICE" --json "$OUT/json/target.json" --quiet
