@@ -592,6 +592,9 @@ class GNConfig(RoundOptions):
                                   "statistics there up; a rejected trial's statistics are sent for nothing) or two "
                                   "(the loss first, the statistics only after an acceptance: fewer floats, twice the "
                                   "exchanges; for bandwidth-bound sites)", str, choices=("one", "two"))
+    trials: int = option(1, "LM trial points per exchange (exchange one, dense forms): the next k points LM would "
+                            "try if each were rejected, each client's loss and statistics at all of them (k times "
+                            "the floats up); a rejected trial then costs no exchange", int, lo=1)
     max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
     batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
                            cli=False)

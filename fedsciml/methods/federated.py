@@ -162,9 +162,12 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
                               rank=capped_rank(cfg.nystrom_rank, theta0.numel(), "nystrom_rank"), seed=seed),
                                    momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen,
-                          kfac_net=jet_network(objectives[0]) if kfac else None, exchange=cfg.exchange)
+                          kfac_net=jet_network(objectives[0]) if kfac else None, exchange=cfg.exchange,
+                          trials=cfg.trials)
     if cfg.exchange != "one":
         options["exchange"] = cfg.exchange
+    if cfg.trials > 1:
+        options["trials"] = cfg.trials
     if cfg.screen is not None:
         options["screen"] = cfg.screen
     if cfg.momentum:
