@@ -686,3 +686,8 @@ def _answer_stats(client, request, pre, deadline):
 
 register_handler(Client, "oneshot_stats", _answer_stats,
                  lambda batch, req: batch.residuals_and_jacobians(req.tensors["theta"]))
+
+
+def settings(r) -> str:
+    """The summary table's settings text of a one-shot run."""
+    return f"one fused step on ΣH_m, Σg_m, σ={r.options.get('sigma')}"

@@ -32,7 +32,7 @@ import torch
 
 from fedsciml.options import MethodConfig
 from fedsciml.runtime.memory import available_memory
-from fedsciml.runtime.results import Result, jsonable
+from fedsciml.runtime.results import Result, jsonable, register_settings
 
 
 #: The kinds of :class:`fedsciml.problems.Problem` (``Problem.kind``): what ``solve`` runs.
@@ -119,9 +119,11 @@ def _check_config_class(name: str, config) -> None:
 
 def register_method(name: str, config: type[MethodConfig], runner: str | Callable, description: str = "", *,
                     federated: bool = True, replace: bool = False,
-                    kinds: tuple[str, ...] = PROBLEM_KINDS) -> MethodSpec:
+                    kinds: tuple[str, ...] = PROBLEM_KINDS, settings: str | Callable | None = None) -> MethodSpec:
     """Add a solve method: its typed configuration class, its runner and a one-line description.  It applies
-    to every problem kind, or to ``kinds`` (problem kinds; e.g. the ridge SGD baselines: ``("ridge",)``)."""
+    to every problem kind, or to ``kinds`` (problem kinds; e.g. the ridge SGD baselines: ``("ridge",)``).
+    ``settings``: its runs' settings text in the summary table, ``fn(result) -> str`` or ``"module:function"``
+    (:func:`fedsciml.runtime.results.register_settings`; default: the local solver, where the run has one)."""
     _check_config_class(name, config)
     if name in METHODS and not replace:
         raise ValueError(f"a method named {name!r} is already registered; pass replace=True")
@@ -130,6 +132,8 @@ def register_method(name: str, config: type[MethodConfig], runner: str | Callabl
                          f"other kinds are added with add_kind")
     spec = MethodSpec(name, config, runner, description, federated, tuple(kinds))
     METHODS[name] = spec
+    if settings is not None:
+        register_settings(name, settings)
     return spec
 
 
