@@ -34,17 +34,6 @@ def method_owners() -> dict:
     return {m.name: m.config.specs() for m in METHODS.values()}
 
 
-def method_option_flags() -> dict:
-    """``{option: (Spec, {method: (default, Spec)})}`` over every registered method's configuration (declaration
-    order; the options that have a flag)."""
-    flags: dict = {}
-    for m, specs in method_owners().items():
-        for name, (default, spec) in specs.items():
-            if spec.cli:
-                flags.setdefault(name, (spec, {}))[1][m] = (default, spec)
-    return flags
-
-
 def _add_solve_parser(sub):
     import fedsciml.engines  # noqa: F401  (registers the problem methods and the engines with the driver)
 
@@ -280,7 +269,6 @@ class RunFailed(Exception):
     """A run that started but could not finish (exit 1, one line)."""
 
 
-_set_threads = set_threads
 
 
 def _print_summary(results):
