@@ -28,6 +28,9 @@ _PUBLIC = {
     "solve": "fedsciml.api", "list_methods": "fedsciml.api", "Result": "fedsciml.runtime.results",
     "save_model": "fedsciml.api", "load_model": "fedsciml.api",
     "register_method": "fedsciml.runtime.driver",
+    # per-step callbacks (fs.solve(..., callbacks=[...]))
+    "Callback": "fedsciml.runtime.callbacks", "StepView": "fedsciml.runtime.callbacks",
+    "EarlyStopping": "fedsciml.runtime.callbacks", "BestModelCheckpoint": "fedsciml.runtime.callbacks",
     # method configurations (one frozen dataclass per method; see fedsciml.options)
     "CentralizedConfig": "fedsciml.options", "GNConfig": "fedsciml.options", "FIPAConfig": "fedsciml.options",
     "FedAvgConfig": "fedsciml.options", "FedProxConfig": "fedsciml.options", "OneShotConfig": "fedsciml.options",

@@ -11,12 +11,13 @@ anything else may change.  Typical use::
 """
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import torch
 
 import fedsciml.engines  # noqa: F401  (registers the methods and the engines with the driver)
-from fedsciml.problems import get_problem
+from fedsciml.problems import REGISTRY, get_problem
+from fedsciml.problems.registry import apply_preset, preset_of
 from fedsciml.problems.base import Problem
 from fedsciml.problems.saved import load_model, save_model  # noqa: F401  (public: fs.save_model, fs.load_model)
 from fedsciml.runtime.results import Result
@@ -26,7 +27,9 @@ from fedsciml.runtime.driver import solve as _solve
 
 def solve(problem: Union[str, Problem], method: str = "centralized", clients: int | None = None, *, seed: int = 0,
           device: Union[str, torch.device] = "cpu", progress: bool = False,
-          problem_options: dict[str, Any] | None = None, **method_options: Any) -> Result:
+          problem_options: dict[str, Any] | None = None, hidden: Sequence[int] | None = None,
+          activation: str | None = None, preset: str | None = None, callbacks: Sequence[Any] | None = None,
+          **method_options: Any) -> Result:
     """Solve a problem — a :class:`Problem` instance or a registered name — with one method.
 
     Parameters
@@ -37,6 +40,16 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
     method : str
         ``centralized`` (pooled-data reference), ``gn``, ``fipa``, ``fedavg``,
         ``fedprox``, ``one-shot``, ``fedavgm``, ``fedadam``, ``fedyogi`` (see :func:`list_methods`).
+    hidden, activation : optional
+        The network of a field problem given by name (its options ``hidden`` and ``activation``, as
+        ``problem_options`` would give them): ``hidden=(64, 64, 48, 48)``, ``activation="tanh"``; default
+        the problem's own.
+    preset : str, optional
+        A named setting: a problem's preset (:attr:`Problem.presets`, e.g. ``fs.solve("poisson",
+        preset="exp10")``: the K-FAC-for-PINNs authors' experiment — its problem options and its run's, e.g.
+        ``resample``), which needs the problem by name, or a method's (fipa's ``"paper"``); options given
+        explicitly win (:func:`fedsciml.problems.registry.apply_preset`).  A problem given as an instance keeps
+        its own options: only the preset's method options apply.
     clients : int, optional
         Number of clients the domain or data is split among (default: the
         problem's own, 1 for most; for :class:`ClientData` the number of
@@ -56,6 +69,13 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         prints.
     problem_options : dict, optional
         Options of a problem given by name (``{"lam": 2.0}``).
+    callbacks : list, optional
+        Called after each step (centralized) or round (federated) with a read-only
+        :class:`StepView` (step, a copy of θ, the loss, the test metrics, the history
+        row); a callback that returns ``True`` stops the run after that step
+        (``result.extra["stopped_by"]`` names it).  Each is a :class:`Callback` or a
+        callable; :class:`EarlyStopping` and :class:`BestModelCheckpoint` ship with
+        fedsciml.  In-process engine only.
     method_options
         The fields of the method's configuration (:mod:`fedsciml.options`:
         ``CentralizedConfig``, ``GNConfig``, ``FIPAConfig``, ``FedAvgConfig``,
@@ -87,17 +107,45 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
     """
     if problem_options is not None and not isinstance(problem_options, dict):
         raise TypeError(f"problem_options must be a dict, got {type(problem_options).__name__}")
+    network = {k: v for k, v in (("hidden", hidden), ("activation", activation)) if v is not None}
+    for k in network:
+        if k in (problem_options or {}):
+            raise ValueError(f"{k} is given twice, as a keyword and in problem_options; give it once")
     if isinstance(problem, str):
-        problem = get_problem(problem, **(problem_options or {}))
-    elif problem_options:
-        raise ValueError("problem_options only applies when the problem is given by name")
+        popts = {**(problem_options or {}), **network}
+        cls = REGISTRY.get(problem)
+        if cls is not None:  # an unknown name is refused by get_problem, naming the registered ones
+            popts, method_options = apply_preset(cls, preset, popts, method_options, _method_presets(method))
+        problem = get_problem(problem, **popts)
+    else:
+        if problem_options or network:
+            what = "problem_options" if problem_options else " and ".join(network)
+            raise ValueError(f"{what} only applies when the problem is given by name (an instance has its "
+                             f"options: build it with fs.get_problem(name, ...))")
+        if preset is not None:  # an instance keeps its own problem options: the preset's run options only
+            own = preset_of(type(problem), preset)
+            method_options = {**own.method, **method_options} if own is not None else \
+                {**method_options, "preset": preset}  # a method's preset (fipa's paper): the method checks it
     if not isinstance(problem, Problem):
         raise TypeError(f"problem must be a fedsciml Problem or a registered name, got {type(problem).__name__}")
+    from fedsciml.runtime.callbacks import check_callbacks, use_callbacks
     from fedsciml.runtime.history import show_progress
 
-    with show_progress(bool(progress)):
+    cbs = check_callbacks(callbacks)
+    if cbs and method_options.get("engine", "local") != "local":
+        raise ValueError(f"callbacks run in the process of the round loop: engine 'local' only, got engine="
+                         f"{method_options.get('engine')!r}")
+    with show_progress(bool(progress)), use_callbacks(cbs):
         return _solve(problem, method=method, clients=clients, seed=seed, device=device, progress=progress,
                       **method_options)
+
+
+def _method_presets(method: str) -> tuple:
+    """The presets a method declares (the choices of its option ``preset``: fipa's ``paper``), () for none."""
+    from fedsciml.runtime.driver import METHODS
+
+    spec = METHODS[method].config.specs().get("preset") if method in METHODS else None
+    return tuple(spec[1].choices or ()) if spec is not None else ()
 
 
 def list_methods() -> list[str]:

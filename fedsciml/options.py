@@ -17,7 +17,7 @@ parsed once, at the edge, by :func:`from_text` / :func:`parse_grid`.
 
 The shared parts:
 
-* :class:`StopOptions` — ``budget``, ``tol`` (every method);
+* :class:`StopOptions` — ``budget``, ``clock``, ``tol`` (every method);
 * :class:`RoundOptions` — ``rounds``, ``participation``, ``dropout``,
   ``checkpoint``, ``resume`` (every federated method);
 * :class:`LocalOptions` — ``local``, ``local_steps``, ``lr``,
@@ -61,6 +61,7 @@ class OptionTypeError(TypeError):
 PATH = "path"  # option type: a file-system path (str or os.PathLike)
 FLOATS = "floats"  # option type: a list of numbers (each within the Spec's range); the CLI parses parse_grid's text
 PATHS = "paths"  # option type: a list of paths; the CLI's text is comma-separated
+INTS = "ints"  # option type: a list of integers (each within the Spec's range); the CLI's text is comma-separated
 
 _STYLE: dict[str, Any] = {"cli": False, "flags": {}}
 
@@ -90,7 +91,7 @@ class Spec:
     """What an option accepts: a type, a numeric range or a set of choices, and what ``None`` stands for."""
 
     help: str
-    type: Any = float            # int | float | str | bool | PATH | PATHS | FLOATS
+    type: Any = float            # int | float | str | bool | PATH | PATHS | FLOATS | INTS
     lo: float | None = None      # lower bound (inclusive unless lo_open)
     hi: float | None = None      # upper bound (inclusive unless hi_open)
     lo_open: bool = False
@@ -100,21 +101,25 @@ class Spec:
     none: str | None = None      # None allowed; what it stands for
     cli: bool = True             # has a command-line flag
     metavar: str | None = None
-    max_items: int | None = None  # FLOATS: at most this many values
+    max_items: int | None = None  # FLOATS, INTS: at most this many values
 
     def __post_init__(self):
-        if self.type not in (int, float, str, bool, PATH, PATHS, FLOATS):
-            raise TypeError(f"option type must be int, float, str, bool, PATH, PATHS or FLOATS, got {self.type!r}")
+        if self.type not in (int, float, str, bool, PATH, PATHS, FLOATS, INTS):
+            raise TypeError(f"option type must be int, float, str, bool, PATH, PATHS, FLOATS or INTS, got "
+                            f"{self.type!r}")
 
     def allowed(self, with_none: bool = True) -> str:
         """The allowed values in words, e.g. ``an integer ≥ 0`` or ``a number in (0, 1]``; ``with_none``: add
         what leaving the option out (``None``) means."""
         if self.type is bool:
             s = "True or False"
-        elif self.type is FLOATS:
-            item = Spec(self.help, float, self.lo, self.hi, self.lo_open, self.hi_open, self.finite).allowed(False)
-            s = "a list of numbers, each " + item.removeprefix("a finite number ").removeprefix("a number ")
-            s = s.rstrip() if s.strip() != "a list of numbers, each" else "a list of numbers"
+        elif self.type in (FLOATS, INTS):
+            one = float if self.type is FLOATS else int
+            item = Spec(self.help, one, self.lo, self.hi, self.lo_open, self.hi_open, self.finite).allowed(False)
+            what = "a list of numbers" if one is float else "a list of integers"
+            s = f"{what}, each " + item.removeprefix("a finite number ").removeprefix("a number ") \
+                .removeprefix("an integer ")
+            s = s.rstrip() if s.strip() != f"{what}, each" else what
             if self.max_items is not None:
                 s += f" (at most {self.max_items})"
         elif self.choices is not None:
@@ -151,7 +156,7 @@ def _fmt(v):
 
 def option(default, help: str, type=float, **spec) -> Any:
     """Declare one option: its default, its help text, its type (``int``, ``float``, ``str``, ``bool``,
-    :data:`PATH`, :data:`PATHS` or :data:`FLOATS`) and what it accepts (``lo``/``hi`` with ``lo_open``/``hi_open``,
+    :data:`PATH`, :data:`PATHS`, :data:`FLOATS` or :data:`INTS`) and what it accepts (``lo``/``hi`` with ``lo_open``/``hi_open``,
     ``finite``, ``choices``, ``none``: what ``None`` stands for, ``cli``, ``metavar``, ``max_items``; see
     :class:`Spec`).  The same call declares a method option (a field of a :class:`MethodConfig` dataclass)
     and a problem option (a value of a problem's ``params`` dict)."""
@@ -208,6 +213,13 @@ def from_text(name: str, text, spec: Spec, owner: str = "", *,
     if spec.type is PATHS:
         return [p.strip() for p in text.split(",") if p.strip()]
     t, s = spec.type, text.strip()
+    if t is INTS:  # comma-separated integers: 64,64,48,48
+        try:
+            return [int(v) for v in s.split(",")]
+        except ValueError:
+            where = f"{owner} option " if owner else "option "
+            raise (errors[0] or OptionError)(f"{where}{display(name)} must be {spec.allowed(False)} "
+                                             f"(comma-separated), got {text!r}") from None
     error = errors[0] or OptionError
     try:
         if t is int:
@@ -262,12 +274,14 @@ def _check_value(name: str, value, spec: Spec, owner: str = ""):
                 raise OptionTypeError(f"{where}{name} must be a list of non-empty paths, got {v!r} at position {i}")
             paths[i] = os.fspath(v)
         return paths
-    if t is FLOATS:
+    if t in (FLOATS, INTS):
         if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            cli = "a,b,c or lo:hi:count" if t is FLOATS else "a,b,c"
             raise OptionTypeError(f"{where}{name} must be {spec.allowed(False)}, got {value!r} "
-                                  f"({type(value).__name__}; on the command line: a,b,c or lo:hi:count)")
+                                  f"({type(value).__name__}; on the command line: {cli})")
         values = list(value)
-        item = Spec(spec.help, float, spec.lo, spec.hi, spec.lo_open, spec.hi_open, spec.finite)
+        item = Spec(spec.help, float if t is FLOATS else int, spec.lo, spec.hi, spec.lo_open, spec.hi_open,
+                    spec.finite)
         for i, v in enumerate(values):
             try:
                 values[i] = _check_value(name, v, item, owner)
@@ -382,6 +396,9 @@ class MethodConfig:
 class StopOptions(MethodConfig):
     budget: float | None = option(None, "time budget in seconds (solver time; evaluation excluded)", float,
                                   lo=0, lo_open=True, finite=False, none="no time limit", metavar="SECONDS")
+    clock: str = option("wall", "what the budget and the history's time_s count: wall (elapsed seconds) or cpu "
+                                "(this process's CPU seconds, time.process_time: with --threads 1, timings that a "
+                                "shared, loaded machine does not distort)", str, choices=("wall", "cpu"))
     tol: float = option(0.0, "stop when the mean loss ½‖r‖²/N falls to this value", float, lo=0)
     resample: int | None = option(None, "draw fresh collocation points every K steps (centralized) or rounds "
                                         "(federated), seeded from the run seed (PINN problems; "
@@ -694,6 +711,9 @@ class OneShotConfig(RoundOptions):
     dp_clip_b: float = option(1.0, "DP target clip |b| ≤ C_b", float, lo=0, lo_open=True)
     dp_clip: str = option("scale", "DP clipping: scale the whole row, or clip a and b separately", str,
                           choices=("scale", "separate"))
+    dp_max_shrink: float | None = option(10.0, "DP: a site refuses when clipping would shrink its median row by "
+                                         "more than this factor (standardize first, or set the clip bounds to "
+                                         "the data's scale)", float, lo=1, none="no check")
     dp_central: bool = option(False, "DP noise once on the secure sum instead of on every client", bool)
     dp_noise_aware: bool = option(False, "add the noise's spectral norm √(2m)·s_total to σ", bool)
     dp_min_survivors: int | None = option(None, "central DP: the fewest sites whose noise shares must reach the "
@@ -734,7 +754,7 @@ class OneShotConfig(RoundOptions):
             out["sigma"] = (f"σ is chosen by cross-validation over {display('cv_sigmas')}; give σ, or a grid to "
                             "choose it, not both")
         if self.dp_epsilon is None:
-            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_central", "dp_noise_aware",
+            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_max_shrink", "dp_central", "dp_noise_aware",
                       "dp_min_survivors", "dp_max_rows", "dp_calibration", "repair"):
                 out[k] = f"it is a differential-privacy option and DP is off (give {display('dp_epsilon')})"
         elif not self.dp_central:
@@ -756,7 +776,7 @@ class OneShotConfig(RoundOptions):
             return None
         return {"epsilon": self.dp_epsilon, "delta": self.dp_delta, "c_a": self.dp_clip_a, "c_b": self.dp_clip_b,
                 "clip": self.dp_clip, "central": self.dp_central, "noise_aware_sigma": self.dp_noise_aware,
-                "calibration": self.dp_calibration}
+                "calibration": self.dp_calibration, "max_shrink": self.dp_max_shrink}
 
 
 def defaults_of(cls) -> dict:

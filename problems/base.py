@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import torch
 
-from fedsciml.core.nn import MLP
-from fedsciml.options import OptionError, OptionTypeError, Spec, check_options, declared, display, option
+from fedsciml.core.nn import ACTIVATIONS, MLP
+from fedsciml.options import INTS, OptionError, OptionTypeError, Spec, check_options, declared, display, option
+from fedsciml.runtime.memory import available_memory
 from fedsciml.core.objective import LeastSquares, PointwiseLeastSquares, ResidualPart, stack_objectives
 
 DTYPE = torch.float64
@@ -42,6 +45,33 @@ PROBLEM_ERRORS = (ProblemOptionError, ProblemOptionTypeError)
 
 SAMPLING = option("lhs", "collocation sampling: lhs (pyDOE Latin hypercube) or uniform", str,
                   choices=("lhs", "uniform"))
+
+#: floats a run keeps per network parameter at the least (θ, its gradient, a step, an optimizer's moment):
+#: a network whose parameters alone need more memory than there is is refused when the problem is built
+FLOATS_PER_PARAMETER = 4
+
+
+def network_options(hidden, activation: str) -> dict:
+    """The options ``hidden`` and ``activation`` of every :class:`FieldProblem` (declared with
+    :func:`~fedsciml.options.option`, defaults the problem class's own network)."""
+    return {"hidden": option(list(hidden), "hidden layer widths of the network (on the command line "
+                                           "comma-separated, e.g. 64,64,48,48)", INTS, lo=1, metavar="W,W,…"),
+            "activation": option(activation, "activation of the network's hidden layers", str,
+                                 choices=ACTIVATIONS)}
+
+
+def check_network_size(sizes, what: str = "") -> None:
+    """Refuse (:class:`ProblemOptionError`, one line) a network ``sizes`` whose parameters alone —
+    :data:`FLOATS_PER_PARAMETER` float64 vectors of their number — need more memory than is available now
+    (:func:`fedsciml.runtime.memory.available_memory`); before anything is allocated."""
+    sizes = [int(s) for s in sizes]
+    p = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
+    need = 8 * FLOATS_PER_PARAMETER * p
+    avail = available_memory()
+    if avail is not None and need > avail:
+        raise ProblemOptionError(f"{what or 'the'} network {sizes} has {p:.3g} parameters: {need / 1e9:.3g} GB "
+                                 f"for {FLOATS_PER_PARAMETER} vectors of them, more than the {avail / 1e9:.3g} GB "
+                                 f"available; give smaller {display('hidden')} widths")
 
 
 def sample_box(n: int, lo, hi, method: str, seed) -> torch.Tensor:
@@ -68,6 +98,25 @@ def sample_box(n: int, lo, hi, method: str, seed) -> torch.Tensor:
     return torch.as_tensor(lo + (hi - lo) * u, dtype=DTYPE)
 
 
+@dataclass(frozen=True)
+class Preset:
+    """A named setting of a problem and of its run: an experiment as its authors ran it.
+
+    ``problem``: problem options, ``method``: method options (e.g. ``resample``); each fills only what the caller
+    did not give (options given explicitly win).  ``doc``: what it reproduces, every value with where it was
+    read.  Declared in a problem class's :attr:`Problem.presets` and applied by
+    :func:`~fedsciml.problems.registry.apply_preset` (``solve NAME --preset P``, ``fs.solve(NAME, preset=P)``)."""
+
+    doc: str
+    problem: dict = field(default_factory=dict)
+    method: dict = field(default_factory=dict)
+
+    @property
+    def summary(self) -> str:
+        """The first line of :attr:`doc`."""
+        return self.doc.strip().splitlines()[0]
+
+
 class Problem:
     """Base class.  Subclasses set the class attributes and implement the hooks."""
 
@@ -77,6 +126,9 @@ class Problem:
     metric: ClassVar[str] = "rel_l2"  # "rel_l2" or "mse"
     params: ClassVar[dict] = {}
     default_clients: ClassVar[int] = 1
+    #: named settings of the problem and its run (``solve NAME --preset P``, ``fs.solve(NAME, preset=P)``;
+    #: :class:`Preset`, applied by :func:`~fedsciml.problems.registry.apply_preset`)
+    presets: ClassVar[dict[str, "Preset"]] = {}
 
     def __init__(self, **options):
         """Validate ``options`` against :meth:`specs` (unknown names, types, ranges: one line naming the value and
@@ -156,15 +208,46 @@ class FieldProblem(Problem):
     """
 
     space_dim: ClassVar[int] = 1
+    #: the problem's default network: hidden widths and activation (the options ``hidden`` and ``activation``,
+    #: declared for every field problem by :meth:`specs`, change them; the options hold what is used)
     hidden: ClassVar[tuple] = (32, 32, 32)
+    activation: ClassVar[str] = "tanh"
+    #: output components of the network
+    n_outputs: ClassVar[int] = 1
+
+    def __init__(self, **options):
+        super().__init__(**options)
+        check_network_size([1, *self.options["hidden"], 1], f"problem {self.name!r}:")
+
+    @classmethod
+    def specs(cls) -> dict[str, tuple[Any, Spec]]:
+        """The problem's ``params`` and the network's options ``hidden`` and ``activation`` (defaults the class's
+        :attr:`hidden` and :attr:`activation`; a ``params`` entry of the same name wins)."""
+        out = declared(cls.params)
+        for name, spec in declared(network_options(cls.hidden, cls.activation)).items():
+            out.setdefault(name, spec)
+        return out
 
     def input_dim(self) -> int:
         return self.space_dim
 
+    def network_sizes(self) -> list[int]:
+        """``[d_in, *hidden, outputs]`` of the network the options ask for."""
+        return [self.input_dim(), *self.options["hidden"], self.n_outputs]
+
     def network(self) -> MLP:
-        if not hasattr(self, "_net"):
-            self.__dict__["_net"] = MLP([self.input_dim(), *self.hidden, 1], "tanh")
+        """The MLP ``network_sizes()`` with the option ``activation`` (built once; refused, one line, when its
+        parameters alone exceed the memory available: :func:`check_network_size`)."""
+        if "_net" not in self.__dict__:
+            sizes = self.network_sizes()
+            check_network_size(sizes, f"problem {self.name!r}:")
+            self.__dict__["_net"] = MLP(sizes, self.options["activation"])
         return self.__dict__["_net"]
+
+    def architecture(self) -> dict:
+        """The network as a saved model and a checkpoint record it: ``{"type": "mlp", "sizes", "activation"}``."""
+        net = self.network()
+        return {"type": "mlp", "sizes": list(net.sizes), "activation": net.activation}
 
     def u(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The network at one point ``x [d]`` (0-d result) or a batch ``[n, d]``."""
@@ -191,8 +274,7 @@ class FieldProblem(Problem):
         evaluation (``batch``: the network on the whole batch, as :meth:`u` does here) and whether
         :meth:`u` is more than the network (then only the problem can evaluate the model)."""
         net = self.network()
-        return {"architecture": {"type": "mlp", "sizes": list(net.sizes), "activation": net.activation},
-                "evaluation": "batch", "outputs": ["u"], "inputs": [f"x{i}" for i in range(net.sizes[0])],
+        return {"architecture": self.architecture(), "evaluation": "batch", "outputs": ["u"], "inputs": [f"x{i}" for i in range(net.sizes[0])],
                 "n_network_params": net.n_params, "coefficients": {},
                 "ansatz": type(self).u is not FieldProblem.u}
 
@@ -251,3 +333,29 @@ def box_boundary_points(dim: int, lower: float, upper: float, client: int, n_cli
         lo[i] = hi[i] = v
         pts.append(sample_box(n_per_face, lo, hi, sampling, rng.integers(2**32)))
     return torch.cat(pts)
+
+
+def box_boundary_uniform(dim: int, lower: float, upper: float, client: int, n_clients: int, n: int,
+                         seed) -> torch.Tensor:
+    """``n`` points drawn i.i.d. uniformly (in surface measure) on the part of ``∂[lower, upper]^dim`` that
+    belongs to client strip ``client`` along x₁ (the faces x₁ = lower / upper go to the first / last client,
+    every other face is cut into the strips, as :func:`box_boundary_points`).
+
+    Each point picks a face with probability ∝ its area, then a uniform point on it.  With one client every
+    face has the same area and this is the K-FAC-for-PINNs authors' ``square_boundary`` (a uniform point of the
+    cube with one uniformly chosen coordinate set to 0 or 1): a total number of boundary points, however many
+    faces (2d of them: 200 at d = 100)."""
+    e = np.linspace(lower, upper, n_clients + 1)
+    lo = np.array([e[client]] + [lower] * (dim - 1))
+    hi = np.array([e[client + 1]] + [upper] * (dim - 1))
+    width = (hi[0] - lo[0]) / (upper - lower)  # a face across the strips: the strip's share of its area
+    faces = [(0, lower, 1.0)] * (client == 0) + [(0, upper, 1.0)] * (client == n_clients - 1)
+    faces += [(axis, v, width) for axis in range(1, dim) for v in (lower, upper)]
+    if n <= 0:
+        return torch.zeros(0, dim, dtype=DTYPE)
+    axes, values, areas = (np.asarray(c) for c in zip(*faces))
+    rng = np.random.default_rng(seed)
+    face = rng.choice(len(areas), size=n, p=areas / areas.sum())
+    x = lo + (hi - lo) * rng.random((n, dim))
+    x[np.arange(n), axes[face]] = values[face]
+    return torch.as_tensor(x, dtype=DTYPE)

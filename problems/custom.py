@@ -173,7 +173,7 @@ class ClientData(FieldProblem):
 
     ``ClientData([(X_1, y_1), …, (X_K, y_K)], test=(X_t, y_t), hidden=(20, 20))``;
     arrays or tensors, ``X_k [n_k, d]`` (or ``[n_k]`` for d = 1) and ``y_k [n_k]``.
-    The network is a tanh MLP ``[d, *hidden, 1]``; the metric is test MSE (or
+    The network is an MLP ``[d, *hidden, 1]`` (``activation``, default tanh); the metric is test MSE (or
     the training loss when no test set is given).
     """
 
@@ -183,8 +183,11 @@ class ClientData(FieldProblem):
     description = "fit a network to user-supplied, already-split client data"
     params: ClassVar[dict] = {}
 
-    def __init__(self, clients: Sequence, test=None, hidden: Sequence[int] = (20, 20, 20), name: str | None = None):
-        super().__init__()
+    hidden: ClassVar[tuple] = (20, 20, 20)
+
+    def __init__(self, clients: Sequence, test=None, hidden: Sequence[int] = (20, 20, 20), name: str | None = None,
+                 activation: str = "tanh"):
+        super().__init__(hidden=hidden if isinstance(hidden, (str, bytes)) else list(hidden), activation=activation)
         if name:
             self.name = name
         if len(clients) == 0:
@@ -204,7 +207,6 @@ class ClientData(FieldProblem):
             raise ProblemError(f"clients disagree on the input dimension: {sorted(dims)}")
         self._data = data
         self.space_dim = dims.pop()
-        self.hidden = tuple(int(h) for h in hidden)
         self.default_clients = len(data)
         self._test_data = _as_xy(*test, "test set") if test is not None else None
 

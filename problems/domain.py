@@ -25,7 +25,8 @@ Class attributes (each may also be a property, to depend on the options):
 * ``unknowns`` — ``{name: initial value}``: scalar coefficients trained with θ (an inverse problem).
   θ is the network's parameters followed by these scalars, so every method (gn, FIPA, FedAvg, …)
   trains them unchanged; the equation reads them as ``u.coef["name"]``;
-* ``hidden``, ``activation`` — the network ``[d_in, *hidden, len(outputs)]``;
+* ``hidden``, ``activation`` — the default network ``[d_in, *hidden, len(outputs)]`` (the options ``hidden`` and
+  ``activation`` of every problem change it: ``solve NAME --hidden 64,64 --activation sin``);
 * ``up_to_constant`` — components compared up to an additive constant (a pressure);
 * ``exact_coefficients`` — the true values of ``unknowns`` (for the report).
 
@@ -178,12 +179,9 @@ class DomainPDE(PINNProblem):
             return self.axes.index(a)
         raise ProblemError(f"unknown axis {a!r}; this problem's axes are {list(self.axes)}")
 
-    def network(self):
-        if "_net" not in self.__dict__:
-            from fedsciml.core.nn import MLP
-
-            self.__dict__["_net"] = MLP([self.input_dim(), *self.hidden, len(self.outputs)], self.activation)
-        return self.__dict__["_net"]
+    def network_sizes(self) -> list[int]:
+        """``[d_in, *hidden, len(outputs)]`` (``hidden``, ``activation``: the options, defaults the class's)."""
+        return [self.input_dim(), *self.options["hidden"], len(self.outputs)]
 
     @property
     def n_params(self) -> int:

@@ -22,7 +22,7 @@ from torch.func import jacfwd
 
 from fedsciml.options import option
 
-from .base import SAMPLING, FieldProblem, ResidualPart, sample_box
+from .base import SAMPLING, FieldProblem, Preset, ResidualPart, sample_box
 def laplacian(u, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``Δ_x u(θ, x)`` at one point ``x [d]`` (u returns a 0-d tensor)."""
     H = jacfwd(jacfwd(u, argnums=1), argnums=1)(theta, x)
@@ -108,6 +108,9 @@ class PDE1D(PINNProblem):
     space_dim = 1
     #: the FIPA reference code's collocation settings (applied by ``solve --preset paper`` unless given)
     paper_options: ClassVar[dict] = {"n_interior": 400, "n_boundary": 20, "boundary_weight": 10.0}
+    presets: ClassVar[dict] = {"paper": Preset(
+        "fipa as published (fedsciml.options.PAPER_PRESET) with its code's collocation: 400 points, ends ×20, β = 10",
+        problem=paper_options, method={"preset": "paper"})}
 
     def interior_points(self, client, n_clients, seed):
         e = np.linspace(0.0, 1.0, n_clients + 1)

@@ -1,7 +1,7 @@
 """Name → problem class registry (built-in and user-registered problems)."""
 from __future__ import annotations
 
-from .base import Problem, ProblemError
+from .base import Preset, Problem, ProblemError
 
 REGISTRY: dict[str, type] = {}
 
@@ -35,3 +35,29 @@ def get_problem(name: str, **options) -> Problem:
 
 def list_problems() -> list[tuple[str, str]]:
     return [(k, REGISTRY[k].description) for k in sorted(REGISTRY)]
+
+
+def preset_of(cls: type, preset: str) -> Preset | None:
+    """The preset ``preset`` that the problem class ``cls`` declares (:attr:`Problem.presets`), or ``None``."""
+    return (getattr(cls, "presets", None) or {}).get(preset)
+
+
+def apply_preset(cls: type, preset: str | None, problem_options: dict, method_options: dict,
+                 method_presets: tuple = ()) -> tuple[dict, dict]:
+    """``(problem options, method options)`` with the problem class's preset ``preset`` filled in where not
+    given (explicit options win; a given ``None`` counts as given).  The one place ``solve --preset P`` and
+    ``fs.solve(NAME, preset=P)`` resolve a preset.
+
+    A name the problem does not declare is a method's preset when one of ``method_presets`` (fipa's ``paper``):
+    it is passed on as the method option ``preset``, which that method checks.  Any other name is refused in one
+    line naming the problem's presets."""
+    if preset is None:
+        return dict(problem_options), dict(method_options)
+    p = preset_of(cls, preset)
+    if p is None:
+        if preset in method_presets:
+            return dict(problem_options), {**method_options, "preset": preset}
+        own = sorted(getattr(cls, "presets", None) or {})
+        allowed = ", ".join([*own, *[f"{m} (a method's)" for m in method_presets if m not in own]]) or "none"
+        raise ProblemError(f"problem {getattr(cls, 'name', cls)!r} has no preset {preset!r}; allowed: {allowed}")
+    return {**p.problem, **problem_options}, {**p.method, **method_options}

@@ -7,6 +7,7 @@ failure reply carries a byte of a file the node read.
 """
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -168,3 +169,82 @@ def test_simulation_nodes_may_read_only_the_users_own_table_directories(tmp_path
     rep = ask(job, {"partition-id": 1, "data-dirs": str(tmp_path)})
     assert not isinstance(rep, Failure), rep.reason
     assert rep.metrics["n"] == 1
+
+
+# --- the Flower App's run config and jobs file (issue 31 #7, issue 29 #7) ----------------------------------------
+
+BASE = {"problem": "bratu", "method": "fipa", "clients": 2}
+
+
+@pytest.mark.parametrize("change,msg", [
+    ({"clients": 2.7}, r"clients=2.7 must be a whole number"),
+    ({"clients": True}, r"clients=True must be a whole number"),
+    ({"clients": 0}, r"clients must be ≥ 1, got 0"),
+    ({"clients": 10**9}, r"clients=1000000000 must be in \[1, 100000\]"),
+    ({"seed": -1}, r"seed=-1 must be in"),
+    ({"timeout": -1.0}, r"timeout=-1.0 must be a number of seconds"),
+    ({"timeout": float("nan")}, r"timeout=nan must be a number of seconds"),
+    ({"connect-timeout": float("inf")}, r"connect-timeout=inf must be"),
+    ({"problem": 3}, r"problem=3 must be a string"),
+    ({"problem": "nosuch"}, r"nosuch"),
+    ({"method": "nosuch"}, r"unknown method 'nosuch'"),
+    ({"method": "centralized"}, r"does not run on Flower"),
+    ({"method-options": '{"rounds": -1}'}, r"rounds"),
+    ({"problem-options": '{"n_interior": -5}'}, r"n.interior"),
+    ({"out": "/proc/1/nope/result.json"}, r"out '/proc/1/nope/result.json'"),
+    ({"jobs": "/etc/passwd"}, r"jobs: '/etc/passwd' cannot be read as JSON"),
+    ({"jobs": "/dev/zero"}, r"'/dev/zero' is not a regular file"),
+    ({"jobs": "/nonexistent/jobs.json"}, r"cannot be read"),
+], ids=lambda v: str(v) if isinstance(v, dict) else "")
+def test_the_apps_run_config_is_checked_before_the_run(change, msg):
+    from fedsciml.engines.flower.runconfig import jobs_of
+
+    with pytest.raises(ValueError, match=msg) as e:
+        jobs_of({**BASE, **change})
+    assert "\n" not in str(e.value)
+    for line in SECRET_LINES:
+        assert line not in str(e.value)
+
+
+def test_a_jobs_file_is_bounded_and_every_job_checked_first(tmp_path):
+    from fedsciml.engines.flower.runconfig import jobs_of
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):  # would block forever on open
+        jobs_of({**BASE, "jobs": str(fifo)})
+    good = {"kind": "solve", "problem": "bratu", "method": "gn", "clients": 2, "seed": 0, "options": {"rounds": 1}}
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps([good, {**good, "options": {"rounds": -1}}]))
+    with pytest.raises(ValueError, match=r"job 1"):  # the second job's bad option stops the run before the first
+        jobs_of({**BASE, "jobs": str(path)})
+    path.write_text(json.dumps([good, {**good, "out": str(tmp_path)}]))
+    with pytest.raises(ValueError, match="is a directory"):
+        jobs_of({**BASE, "jobs": str(path)})
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="nests deeper|cannot be read"):
+        jobs_of({**BASE, "jobs": str(path)})
+    path.write_text(json.dumps([good]))
+    assert jobs_of({**BASE, "jobs": str(path)}) == [good]
+
+
+def test_a_client_supernode_count_mismatch_is_one_line(monkeypatch):
+    """Issue 29 #7: 3 clients on the federation's 2 SuperNodes — one line naming both numbers and the flag."""
+    from fedsciml.engines.flower.transport import FlowerConnectError, FlowerTransport
+    from fedsciml.runtime.transport import Reply
+
+    class Grid:
+        def get_node_ids(self):
+            return [11, 12]
+
+    monkeypatch.setattr(FlowerTransport, "_describe", lambda self, ids, t: {
+        n: Reply({}, {"partition_id": i, "n": 5, "p": 3, "linear": False, "num_partitions": 2})
+        for i, n in enumerate(ids)})
+    with pytest.raises(FlowerConnectError) as e:
+        FlowerTransport(Grid(), {}, 3, connect_timeout_s=30)
+    msg = str(e.value)
+    assert "clients=3" in msg and "2 SuperNode(s)" in msg and '--federation-config "num-supernodes=3"' in msg
+    assert "\n" not in msg
+    # the node reports its federation's size from its own config (Flower's simulation sets num-partitions)
+    rep = ask({"problem": "bratu", "options": {}, "clients": 3, "seed": 0}, {"partition-id": 0, "num-partitions": 2})
+    assert rep.metrics["num_partitions"] == 2

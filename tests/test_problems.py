@@ -133,7 +133,7 @@ def test_bratu_manufactured_accepts_any_finite_lambda():
     ("fisher", {"rho": -1.0}, "rho must be a finite number > 0, got -1.0"),
     ("fisher", {"variant": "other"}, "variant must be one of standard, paper-code, got 'other'"),
     ("bratu", {"sampling": "sobol"}, "must be one of lhs, uniform"),
-    ("allen-cahn", {"lam": 1.0}, "has no option 'lam'; allowed: boundary_weight, n_boundary"),
+    ("allen-cahn", {"lam": 1.0}, "has no option 'lam'; allowed: activation, boundary_weight, hidden, n_boundary"),
     ("sin1d", {"n": 0}, "n must be an integer ≥ 1, got 0"),
     ("gauss2d", {"n_samples": "many"}, r"n_samples must be an integer ≥ 1, got 'many' \(str\)"),
 ])

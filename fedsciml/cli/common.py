@@ -95,7 +95,7 @@ def add_option_flags(group, owners: dict, *, dest: str, typed: bool = True, rena
     Returns ``{option: flag}`` (pass it to :func:`fedsciml.options.cli_names` so messages name the flags)."""
     import argparse
 
-    from fedsciml.options import FLOATS, PATH
+    from fedsciml.options import FLOATS, INTS, PATH
 
     rename, aliases = dict(rename or {}), dict(aliases or {})
     per_option: dict[str, dict] = {}
@@ -119,7 +119,7 @@ def add_option_flags(group, owners: dict, *, dest: str, typed: bool = True, rena
                 if spec.choices is not None:
                     kw["choices"] = spec.choices
             kw["metavar"] = spec.metavar or ("N" if spec.type is int else "X" if spec.type is float else
-                                             "LIST" if spec.type is FLOATS else None)
+                                             "LIST" if spec.type in (FLOATS, INTS) else None)
             if kw["metavar"] is None and "choices" not in kw:
                 kw["metavar"] = name.upper()
         group.add_argument(flag, *aliases.get(name, ()), **kw)

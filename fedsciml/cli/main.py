@@ -67,9 +67,17 @@ def _add_solve_parser(sub):
     methods = method_owners()
     # a method option named like a problem option (one-shot's sigma beside ridge's) is --method-NAME, so that
     # --NAME keeps meaning the problem's; a problem option named like a solve flag is --problem-NAME
-    mflags = add_option_flags(p.add_argument_group("method options (generated from fedsciml.options)"), methods,
-                              dest="mopt_", rename={n: option_flag(n, "method-") for s in methods.values()
-                                                    for n in s if n in problem_names})
+    mgroup = p.add_argument_group("method options (generated from fedsciml.options)")
+    mflags = add_option_flags(mgroup, methods, dest="mopt_", skip=("preset",),
+                              rename={n: option_flag(n, "method-") for s in methods.values()
+                                      for n in s if n in problem_names})
+    # --preset names a problem's preset (its options and its run's: `list` shows them) or a method's (fipa's paper);
+    # resolved once, by problems.registry.apply_preset, before the problem is built
+    mgroup.add_argument("--preset", default=None, metavar="NAME",
+                        help="a named setting: a problem's preset (`list` shows them, e.g. poisson exp10: the "
+                             "K-FAC-for-PINNs authors' experiment) or fipa's 'paper' (" +
+                             union_specs(methods)["preset"][1].help.removeprefix("paper: ") + ")")
+    mflags["preset"] = "--preset"
     pflags = add_option_flags(p.add_argument_group("problem options (see `list`; each applies to the problems "
                                                    "that declare it)"),
                               dict(sorted(problems.items())), dest="popt_", typed=False,
@@ -92,9 +100,13 @@ def cmd_list(args):
     from fedsciml.problems import list_problems
     from fedsciml.runtime.driver import METHODS
 
+    from fedsciml.problems import REGISTRY
+
     print("problems:")
     for name, desc in list_problems():
         print(f"  {name:20s} {desc}")
+        for pname, preset in (getattr(REGISTRY[name], "presets", None) or {}).items():
+            print(f"  {'':20s}   --preset {pname}: {preset.summary}")
     print("methods (the kinds of task each applies to in brackets; images: bench images):")
     for m in sorted(METHODS):
         print(f"  {m:20s} {METHODS[m].description} [{', '.join(METHODS[m].kinds)}]")
@@ -143,18 +155,25 @@ def drop_where_idle(methods, per_method: dict) -> dict:
     return out
 
 
+def _method_presets(method_specs: dict) -> tuple:
+    """The preset names the methods declare (fipa's ``paper``): the values of their option ``preset``."""
+    spec = method_specs.get("preset")
+    return tuple(spec[1].choices or ()) if spec is not None else ()
+
+
 def cmd_solve(args):
     from fedsciml.options import cli_names
     from fedsciml.problems import REGISTRY, get_problem
+    from fedsciml.problems.registry import apply_preset
     from fedsciml.problems.base import PROBLEM_ERRORS
 
     cls = REGISTRY.get(args.problem)
     with cli_names(args._problem_flags):  # the problem's flags' text, parsed once here, checked by the problem
         popts = given_options(args, "popt_", cls.specs() if cls is not None else {},
                               f"problem {args.problem!r}", errors=PROBLEM_ERRORS)
-        if getattr(args, "mopt_preset", None) is not None:  # the preset's collocation settings, where declared
-            for k, v in (getattr(cls, "paper_options", None) or {}).items():
-                popts.setdefault(k, v)
+        if args.preset is not None and cls is not None:  # the preset's problem and method options, where not given
+            popts, args._preset_method_options = apply_preset(cls, args.preset, popts, {},
+                                                              _method_presets(args._method_specs))
         problem = get_problem(args.problem, **popts)
     from fedsciml.runtime.history import loop_progress
 
@@ -181,7 +200,7 @@ def _solve(args, problem):
         methods = list(dict.fromkeys([method] + compare))
     for m in methods:
         get_method(m)
-    given = given_options(args, "mopt_", args._method_specs)
+    given = {**getattr(args, "_preset_method_options", {}), **given_options(args, "mopt_", args._method_specs)}
     if given.get("preset") == "paper":  # a problem's own script settings for the published method, where declared
         for k, v in (getattr(problem, "paper_method_options", None) or {}).items():
             given.setdefault(k, v)

@@ -73,6 +73,9 @@ class DPConfig:
     central: bool = False      # noise once on the secure sum instead of on every client message
     calibration: str = "analytic"
     noise_aware_sigma: bool = False  # add the noise's expected spectral norm √(2m)·s_total to σ
+    # a site refuses when clipping would shrink its median row by more than this factor (None: no check):
+    # its statistics would then describe the clip bounds, not its data (fedsciml.core.privacy.check_clip_scale)
+    max_shrink: float | None = 10.0
 
 
     def __post_init__(self):

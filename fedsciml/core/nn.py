@@ -18,6 +18,8 @@ _ACTIVATIONS = {
     "gelu": torch.nn.functional.gelu,
     "softplus": torch.nn.functional.softplus,
 }
+#: the activations an :class:`MLP` takes (the problems' ``activation`` option)
+ACTIVATIONS = tuple(_ACTIVATIONS)
 
 
 class MLP:

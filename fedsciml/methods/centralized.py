@@ -46,6 +46,7 @@ class SolveConfig:
     optimizer: str = "lm"
     max_iters: int | None = None
     budget: float | None = None
+    clock: str = "wall"       # what budget and time_s count: wall or cpu seconds (fedsciml.runtime.history.Recorder)
     tol: float = 0.0          # stop when the mean loss ½‖r‖²/N ≤ tol
     lr: float | None = None   # adam / lbfgs learning rate
     lm: LMConfig = field(default_factory=LMConfig)
@@ -206,13 +207,16 @@ def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: 
     """
     cfg.validate()
     _load_autodiff()
-    rec = Recorder(evaluate, obj.n_residuals, cfg.budget, progress, every, label, total=cfg.max_iters)
+    rec = Recorder(evaluate, obj.n_residuals, cfg.budget, progress, every, label, total=cfg.max_iters,
+                   clock=cfg.clock)
     run = run_lm if cfg.optimizer == "lm" else run_torch_optimizer
     try:
         theta, info = run(obj, theta0, rec, cfg)
     finally:
         rec.close()
     info["solver_time_s"] = rec.elapsed()
+    if rec.stop_reason is not None:
+        info["stopped_by"] = rec.stop_reason
     return theta, rec.rows, info
 
 
@@ -235,7 +239,8 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
         def make(j: int) -> LeastSquares:
             return stack_objectives(resampled_objectives(problem, n_clients, seed, j, device))
 
-    cfg = SolveConfig(optimizer=config.optimizer, max_iters=config.max_iters, budget=config.budget, tol=config.tol,
+    cfg = SolveConfig(optimizer=config.optimizer, max_iters=config.max_iters, budget=config.budget,
+                      clock=config.clock, tol=config.tol,
                       lr=config.lr, lm=lm, resample=config.resample, make_objective=make)
     theta, rows, info = solve_least_squares(stack_objectives(objectives), theta0, evaluate, cfg, progress=progress,
                                             every=every, label=f"centralized/{config.optimizer}")

@@ -111,7 +111,7 @@ def _sketch(p: int, m: int, seed: int, kind: str, dtype, device) -> torch.Tensor
     return sketch_matrix(p, m, seed, kind, dtype, device)
 
 
-def client_rows(r: torch.Tensor, J: torch.Tensor, transform: dict):
+def client_rows(r: torch.Tensor, J: torch.Tensor, transform: dict, cid: int | None = None):
     """The rows ``(a_i, b_i) = (J_i, −r_i)`` at θ₀, projected (``a_iᵀS``) and clipped as ``transform`` says."""
     from fedsciml.core import privacy
     from fedsciml.core.sketch import project as _project
@@ -127,6 +127,8 @@ def client_rows(r: torch.Tensor, J: torch.Tensor, transform: dict):
         cfg = _dp_config(transform["dp"])
         if transform.get("intercept"):  # under DP the intercept is a constant column κ inside the clipped row
             A = torch.cat([A, A.new_full((A.shape[0], 1), intercept_column(cfg.c_a, A.shape[1]))], 1)
+        privacy.check_clip_scale(A, b, cfg.c_a, cfg.c_b, cfg.max_shrink,
+                                 "this site" if cid is None else f"client {cid}")
         A, b = privacy.clip_rows(A, b, cfg.c_a, cfg.c_b, cfg.clip)
     return A, b
 
@@ -147,7 +149,7 @@ def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dic
     if transform.get("max_rows") is not None and J.shape[0] > int(transform["max_rows"]):
         raise ValueError(f"client {cid} holds {J.shape[0]} rows, more than the public bound {display('dp_max_rows')}="
                          f"{transform['max_rows']} the secure sum is sized for; it sends nothing")
-    A, b = client_rows(r, J, transform)
+    A, b = client_rows(r, J, transform, cid)
     dp = transform.get("dp")
     if dp is None and transform.get("intercept"):  # exact: count, means and centered scatter of (a, b)
         from fedsciml.core.centered import site_statistics
@@ -633,6 +635,9 @@ class OneShotStrategy(Strategy):
                                                    "constant-column (DP) form")
         if cfg is not None and cfg.central and std > 0:
             self.noise.update(noise_shares=self._shares, noise_std_total=total)
+        if self.loss_sum is not None and math.isnan(self.loss_sum) and "loss_not_measured" not in self.noise:
+            self.noise["loss_not_measured"] = ("under DP the sites send only their noised statistics; their exact "
+                                               "loss would be a release outside ε")
         return v
 
     def aggregate_round(self, run, k, replies: Replies):
@@ -708,5 +713,13 @@ register_handler(Client, "oneshot_stats", _answer_stats,
 
 
 def settings(r) -> str:
-    """The summary table's settings text of a one-shot run."""
-    return f"one fused step on ΣH_m, Σg_m, σ={r.options.get('sigma')}"
+    """The summary table's settings text of a one-shot run: σ as used (the CV's choice when a grid chose it)."""
+    ex = r.extra if isinstance(r.extra, dict) else {}
+    sigma = ex.get("sigma_used", r.options.get("sigma"))
+    text = f"one fused step on ΣH_m, Σg_m, σ={sigma:g}" if isinstance(sigma, (int, float)) else \
+        f"one fused step on ΣH_m, Σg_m, σ={sigma}"
+    if r.options.get("cv_sigmas") is not None or ex.get("cv_sigmas") is not None:
+        text += " (leave-one-client-out CV)"
+    if r.options.get("dp_epsilon") is not None:
+        text += f", DP ε={r.options.get('dp_epsilon')}" + (" central" if r.options.get("dp_central") else "")
+    return text

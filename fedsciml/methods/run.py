@@ -45,8 +45,9 @@ class RunContext:
 def round_config(cfg, seed) -> RoundConfig:
     """The round loop's settings from a typed configuration's :class:`~fedsciml.options.RoundOptions` fields."""
     # the typed RoundOptions already checked these values: the loop does not check them again
-    return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, tol=cfg.tol, participation=cfg.participation,
-                       dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume, checked=True)
+    return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, clock=cfg.clock, tol=cfg.tol,
+                       participation=cfg.participation, dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint,
+                       resume=cfg.resume, checked=True)
 
 
 def local_config(cfg, prox: float = 0.0) -> LocalConfig:
@@ -59,7 +60,11 @@ def local_config(cfg, prox: float = 0.0) -> LocalConfig:
 
 def fingerprint(problem, method, objectives, theta0, seed, options):
     """What a checkpoint must match to be resumed."""
-    return {"problem": getattr(problem, "name", None), "problem_options": dict(getattr(problem, "options", {}) or {}),
+    # the network first ("architecture" sorts first, and a checkpoint names the first difference): resuming
+    # with another network is refused naming both
+    arch = problem.architecture() if callable(getattr(problem, "architecture", None)) else None
+    return {"architecture": arch, "problem": getattr(problem, "name", None),
+            "problem_options": dict(getattr(problem, "options", {}) or {}),
             "method": method, "options": options, "clients": len(objectives), "seed": int(seed),
             "n_params": int(theta0.numel()), "n_residuals": [int(o.n_residuals) for o in objectives]}
 

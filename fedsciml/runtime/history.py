@@ -11,6 +11,10 @@ import logging
 import sys
 import time
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("fedsciml.progress")
 _BARS = {"on": False, "loops": True}
@@ -120,15 +124,27 @@ class Progress:
         self.close()
 
 
+CLOCKS = {"wall": "perf_counter", "cpu": "process_time"}  # the ``time`` function each clock reads
+
+
 class Recorder:
     """Collects history rows; the clock excludes time spent evaluating test metrics.
 
     ``budget`` (seconds) is checked against the same clock, so a time budget
     buys the same amount of optimization whatever the evaluation costs.
+    ``clock``: ``"wall"`` (elapsed seconds, ``time.perf_counter``) or ``"cpu"``
+    (this process's CPU seconds, ``time.process_time``, every thread's): at one
+    thread, a budget and ``time_s`` that other processes on a loaded machine
+    do not shorten.
     """
 
     def __init__(self, evaluate, n_residuals: int, budget: float | None = None,
-                 progress: bool = False, every: int = 1, label: str = "", total: int | None = None):
+                 progress: bool = False, every: int = 1, label: str = "", total: int | None = None,
+                 clock: str = "wall"):
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+        self.clock = clock
+        self._now = getattr(time, CLOCKS[clock])
         self.evaluate = evaluate
         self.n_residuals = max(1, int(n_residuals))
         self.budget = budget
@@ -137,22 +153,27 @@ class Recorder:
         self.label = label
         self.rows: list[dict] = []
         self.floats_sent = 0
-        self._t0 = time.perf_counter()
+        self._t0 = self._now()
         self._paused = 0.0
+        from fedsciml.runtime import callbacks as _cb
+
+        self.callbacks = _cb.active()   # fs.solve(..., callbacks=[...]): called after each row
+        self.stop_reason: str | None = None  # set when a callback asks the run to stop
+        self._thetas: dict[int, torch.Tensor] = {}  # row id → θ copy, for the callbacks (only when there are any)
         self._bar = _bar(total, label, budget) if progress else None
         self._bar_seconds = self._bar is not None and total is None and budget is not None
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self._t0 - self._paused
+        return self._now() - self._t0 - self._paused
 
     @contextmanager
     def paused(self):
         """A block whose time is not solver time (monitoring, checkpoint writing)."""
-        t = time.perf_counter()
+        t = self._now()
         try:
             yield
         finally:
-            self._paused += time.perf_counter() - t
+            self._paused += self._now() - t
 
     def credit(self, seconds: float):
         """Count ``seconds`` already spent (a resumed run: the clock and the budget continue)."""
@@ -163,7 +184,8 @@ class Recorder:
         return None if self.budget is None else max(0.0, self.budget - self.elapsed())
 
     def out_of_time(self) -> bool:
-        return self.budget is not None and self.elapsed() >= self.budget
+        """The budget is spent — or a callback asked the run to stop (:attr:`stop_reason` says which)."""
+        return self.stop_reason is not None or (self.budget is not None and self.elapsed() >= self.budget)
 
     def record(self, step: int, theta, loss_sum: float | None, **extra) -> dict:
         """Evaluate the test metrics at ``theta`` and append a row.
@@ -178,6 +200,8 @@ class Recorder:
         loss = None if loss_sum is None else float(loss_sum) / self.n_residuals
         row = {"step": int(step), "time_s": t, "loss": loss, **metrics, "floats_sent": int(self.floats_sent), **extra}
         self.rows.append(row)
+        if self.callbacks and theta is not None:
+            self._thetas[id(row)] = theta.detach().clone()
         if loss is not None:
             self._report(row, metrics)
         return row
@@ -200,6 +224,12 @@ class Recorder:
 
     def _report(self, row: dict, metrics: dict) -> None:
         step = row["step"]
+        if self.callbacks:
+            from fedsciml.runtime.callbacks import call_all
+
+            stop = call_all(self.callbacks, row, self._thetas.pop(id(row), None), self.label, self._metric_names)
+            if stop is not None and self.stop_reason is None:
+                self.stop_reason = stop
         if self._bar is not None:
             post: dict = {"loss": f"{row['loss']:.2e}", **{k: f"{v:.2e}" for k, v in metrics.items()}}
             if self._bar_seconds:  # a budget run: the bar counts the budget's seconds, the step rides along

@@ -94,6 +94,7 @@ def _same_bits(a, b) -> bool:
 class RoundConfig:
     rounds: int | None = None  # None: until the strategy is finished or the budget is spent
     budget: float | None = _ROUND["budget"]
+    clock: str = _ROUND["clock"]  # what budget and time_s count: wall or cpu seconds (history.Recorder)
     tol: float = _ROUND["tol"]
     participation: float = _ROUND["participation"]
     dropout: float = _ROUND["dropout"]
@@ -138,7 +139,8 @@ class Simulation:
         self.cfg = cfg if cfg.checked else cfg.validate()
         self.evaluate = evaluate
         self.n_total = sum(int(transport.sample_counts[c]) for c in self.client_ids)
-        self.rec = Recorder(evaluate, self.n_total, cfg.budget, progress, every, label, total=cfg.rounds)
+        self.rec = Recorder(evaluate, self.n_total, cfg.budget, progress, every, label, total=cfg.rounds,
+                            clock=cfg.clock)
         self.label = label
         self.progress = progress
         self.rng = np.random.default_rng([int(cfg.seed), 7919])
@@ -153,6 +155,10 @@ class Simulation:
         self._pending: tuple | None = None  # (history row, θ, round) whose monitoring loss is not known yet
         self._in_round = False
         self.monitor_exchanges = 0  # separate monitoring ``loss`` queries asked (the merged ones are not counted)
+        # exchanges of the method (each a request to the clients asked and their replies; monitoring not
+        # counted): on a stock deployment each costs seconds whatever its size.  None: resumed from a checkpoint
+        # that did not count them
+        self.exchanges: int | None = 0
         self.skipped_rounds = 0
         self.round_index = 0
         self.floats_up = 0
@@ -229,6 +235,8 @@ class Simulation:
                 self._settle({})
         t0 = time.perf_counter()
         got = self.transport.ask(clients, request) if clients else {}
+        if clients and self.exchanges is not None:
+            self.exchanges += 1
         if carry:
             self._settle(got, time.perf_counter() - t0)
         msgs, metrics, bad, gone = {}, {}, {}, []
@@ -396,7 +404,7 @@ class Simulation:
                 "strategy": strategy.state_dict(), "rows": self.rec.rows, "floats_up": self.floats_up,
                 "floats_down": self.floats_down, "elapsed": self.rec.elapsed(), "rejections": self.rejections,
                 "skipped_rounds": self.skipped_rounds, "unanswered": self.unanswered,
-                "loss_pending": self._pending is not None,
+                "loss_pending": self._pending is not None, "exchanges": self.exchanges,
             })
 
     def restore(self, strategy, theta0) -> bool:
@@ -425,6 +433,7 @@ class Simulation:
         self.rejections = list(state["rejections"])
         self.skipped_rounds = int(state.get("skipped_rounds", 0))
         self.unanswered = list(state.get("unanswered", []))
+        self.exchanges = None if state.get("exchanges") is None else int(state["exchanges"])
         if state.get("loss_pending") and self.rec.rows:  # the last row's loss comes with the next answers
             self._pending = (self.rec.rows[-1], strategy.theta, int(self.rec.rows[-1]["step"]))
         return True
@@ -470,7 +479,7 @@ class Simulation:
                 reason = "rounds"
                 break
             if self.rec.out_of_time():
-                reason = "budget"
+                reason = self.rec.stop_reason or "budget"
                 break
             last_loss = self.rec.rows[-1]["loss"] if self.rec.rows else None
             if last_loss is not None and last_loss <= self.cfg.tol:
@@ -520,7 +529,7 @@ class Simulation:
             "rejections": self.rejections, "skipped_rounds": self.skipped_rounds,
             **({"unanswered": self.unanswered} if self.unanswered else {}),
             "solver_time_s": self.rec.elapsed(),
-            "monitor_exchanges": self.monitor_exchanges,
+            "exchanges": self.exchanges, "monitor_exchanges": self.monitor_exchanges,
             "strategy": {"name": strategy.name, **strategy.summary()},
         }
         return strategy.theta, self.rec.rows, info

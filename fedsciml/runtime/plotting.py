@@ -103,9 +103,8 @@ def _field_inputs(problem: Any) -> int | None:
 
 
 def _axis_label(i: int, d: int) -> str:
-    from fedsciml.problems.geometry import axis_name
-
-    return "x" if d == 1 else axis_name(i)
+    """The built-in box problems' axis names, as the geometries name theirs: ``x``, ``y``, ``z``, ``x3``, …"""
+    return "x" if d == 1 else ("x", "y", "z")[i] if i < 3 else f"x{i}"
 
 
 def plot_domain(problem: Any) -> dict | None:

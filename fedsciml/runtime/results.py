@@ -334,7 +334,11 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
     """The summary table of a set of runs, as lines: what ``python -m fedsciml solve`` and the Flower App print."""
     r0 = results[0]
     metric = r0.metric_name
-    lines = ["", f"{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters, device {r0.device}, {r0.dtype}"]
+    net = ""
+    if isinstance(r0.options, dict) and r0.options.get("hidden"):  # a field problem's network
+        net = f" (network: hidden {','.join(map(str, r0.options['hidden']))}, {r0.options.get('activation')})"
+    lines = ["", f"{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters{net}, device {r0.device}, "
+                 f"{r0.dtype}"]
     rows = []
     for r in results:
         last = r.history[-1] if r.history else {}
@@ -344,10 +348,17 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
         rows.append({"method": r.method, "rounds": rounds, "seconds": r.wall_time_s,
                      "loss": float("nan") if loss is None else loss, "metric": r.error, "sent": sent,
                      "per": sent / rounds if rounds else 0, "settings": " " + method_settings(r)})
-    lines += format_table([("method", "method", "<12s"), ("rounds", "rounds", "6d"), ("seconds", "seconds", "8.2f"),
-                           ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"), ("floats sent", "sent", "12d"),
-                           ("floats/round", "per", "12.3g"), (" settings", "settings", "<s")], rows).split("\n")
+    cols = [("method", "method", "<12s"), ("rounds", "rounds", "6d"), ("seconds", "seconds", "8.2f"),
+            ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"), ("floats sent", "sent", "12d"),
+            ("floats/round", "per", "12.3g"), (" settings", "settings", "<s")]
+    if metric == "loss":  # no test metric: the loss is the only figure, shown once
+        cols = [c for c in cols if c[1] != "metric"]
+    lines += format_table(cols, rows).split("\n")
     for r in results:
+        why = r.extra.get("loss_not_measured") if isinstance(r.extra, dict) else None
+        loss = r.final.get("loss")
+        if why and (loss is None or (isinstance(loss, float) and math.isnan(loss))):
+            lines.append(f"{r.method}: loss not measured: {why}")
         rej = r.extra.get("rejections") if isinstance(r.extra, dict) else None
         if rej:
             lines.append(f"{r.method}: {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client "

@@ -22,6 +22,7 @@ PAGE = os.path.join(ROOT, "docs", "api.md")
 # (title, module prefix) in the order of the layers; the first matching prefix wins.
 GROUPS = (
     ("Running", ("fedsciml.api", "fedsciml.runtime.driver", "fedsciml.runtime.results")),
+    ("Callbacks", ("fedsciml.runtime.callbacks",)),
     ("Method configurations", ("fedsciml.options",)),
     ("Problems", ("fedsciml.problems",)),
     ("Building blocks", ("fedsciml.core.nn", "fedsciml.core.objective", "fedsciml.core.lm",

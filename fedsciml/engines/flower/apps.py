@@ -55,10 +55,12 @@ import numpy as np
 import torch
 
 import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off before flwr is imported)
+from fedsciml.runtime.loop import RoundFailed
 from fedsciml.runtime.protocol import Failure, Reply
 from fedsciml.runtime.results import summary_lines
 from fedsciml.engines.flower import codec
 from fedsciml.engines.flower.resultio import write_result
+from fedsciml.engines.flower.runconfig import RUN_CONFIG_KEYS, job_from_run_config, jobs_of  # noqa: F401
 from fedsciml.engines.flower.transport import DESCRIBE, FlowerTransport, medians_by_query, stderr_log
 from fedsciml.core.objective import LeastSquares, LinearLeastSquares
 from fedsciml.problems.table import table_objective  # noqa: F401  (a node's own table: CSV or npz)
@@ -318,12 +320,19 @@ def failure_reason(pid, e: BaseException) -> str:
     return f"partition {pid}: [{code}] {first}"
 
 
-def _describe(client) -> dict:
+def _describe(client, node_config=None) -> dict:
+    """A node's ``describe`` reply: its partition, sizes and, where its config says, ``num_partitions`` (the
+    federation's SuperNode count: Flower's simulation sets it; a deployment's sites are told it)."""
     if not hasattr(client, "objective"):  # an image client: its sample count and the model's size
-        return {"partition_id": int(client.cid), "n": int(client.n), "p": int(client.model.p), "linear": False}
-    obj = client.objective
-    return {"partition_id": int(client.cid), "n": int(obj.n_residuals), "p": int(obj.n_params),
-            "linear": isinstance(obj, LinearLeastSquares)}
+        out = {"partition_id": int(client.cid), "n": int(client.n), "p": int(client.model.p), "linear": False}
+    else:
+        obj = client.objective
+        out = {"partition_id": int(client.cid), "n": int(obj.n_residuals), "p": int(obj.n_params),
+               "linear": isinstance(obj, LinearLeastSquares)}
+    parts = node_config.get("num-partitions") if hasattr(node_config, "get") else None
+    if isinstance(parts, int) and not isinstance(parts, bool) and parts >= 1:
+        out["num_partitions"] = parts
+    return out
 
 
 def answer_content(content, node_config):
@@ -335,7 +344,7 @@ def answer_content(content, node_config):
         set_node_threads(node_config)
         client = _client(job, pid, node_config)
         if req.query == DESCRIBE:
-            rep = Reply({}, _describe(client))
+            rep = Reply({}, _describe(client, node_config))
         elif req.query == FINAL_STATS:
             rep = Reply(_final_stats(job, client, req.tensors["theta"]))
         else:
@@ -489,44 +498,6 @@ def _final_metrics(problem, transport: FlowerTransport, theta) -> dict:
     return problem.final_metrics_from(theta, [got[c].message for c in transport.client_ids])
 
 
-RUN_CONFIG_KEYS = ("problem", "method", "clients", "seed", "problem-options", "method-options", "out", "timeout",
-                   "connect-timeout", "jobs")
-
-
-def _json_object(rc, key: str) -> dict:
-    raw = str(rc.get(key, "{}") or "{}")
-    try:
-        val = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"run config {key}={raw!r} is not JSON ({e.msg}); give an object, e.g. "
-                         f"{key}='{{\"rounds\": 5}}'") from None
-    if not isinstance(val, dict):
-        raise ValueError(f"run config {key}={raw!r} must be a JSON object, e.g. {key}='{{\"rounds\": 5}}'")
-    return val
-
-
-def job_from_run_config(rc) -> dict:
-    """The ServerApp's run config (``flwr run --run-config``, defaults in the app's ``pyproject.toml``):
-    ``problem``, ``method``, ``clients``, ``seed``, ``problem-options`` and ``method-options`` (JSON objects as
-    strings), ``out`` (result JSON path, ``""``: none), ``timeout`` (seconds a node may take for one answer),
-    ``connect-timeout`` (seconds to wait for the nodes at the start), ``jobs`` (a JSON file listing several
-    jobs, each a dict with these keys in snake case, run one after the other; ``""``: this one job)."""
-    unknown = sorted(set(rc) - set(RUN_CONFIG_KEYS))
-    if unknown:
-        raise ValueError(f"unknown run-config key(s) {unknown}; allowed: {', '.join(RUN_CONFIG_KEYS)}")
-    for k in ("problem", "clients"):
-        if k not in rc:
-            raise ValueError(f"run config needs {k!r} (e.g. --run-config \"problem='bratu' clients=2\")")
-    clients = int(rc["clients"])
-    if clients < 1:
-        raise ValueError(f"run config clients must be ≥ 1, got {clients}")
-    return {"kind": "solve", "problem": str(rc["problem"]), "method": str(rc.get("method", "fipa")),
-            "clients": clients, "seed": int(rc.get("seed", 0)),
-            "problem_options": _json_object(rc, "problem-options"), "options": _json_object(rc, "method-options"),
-            "out": str(rc.get("out", "") or ""), "timeout": float(rc.get("timeout", 300.0)),
-            "connect_timeout": float(rc.get("connect-timeout", 300.0)), "jobs": str(rc.get("jobs", "") or "")}
-
-
 def run_job(grid, job: dict):
     """One job of the ServerApp (:func:`job_from_run_config`'s dict, or one entry of its ``jobs`` file):
     ``kind`` ``"solve"`` (a method on a problem; returns the Result) or ``"images"`` (the image benchmark's
@@ -565,14 +536,7 @@ def serve(grid, run_config):
     """The ServerApp's main: run the job(s) of ``run_config`` on ``grid``; log each solve's table; write each
     result where its ``out`` says."""
     torch.set_num_threads(int(os.environ.get("FEDSCIML_THREADS", torch.get_num_threads())))
-    job = job_from_run_config(run_config)
-    if job["jobs"]:
-        with open(job["jobs"]) as f:
-            jobs = json.load(f)
-        if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
-            raise ValueError(f"run config jobs={job['jobs']!r}: the file must hold a JSON list of job objects")
-    else:
-        jobs = [job]
+    jobs = jobs_of(run_config)  # every job checked (types, ranges, options, out) before the first one runs
     log = logging.getLogger("fedsciml.engines.flower.app")
     for i, j in enumerate(jobs):
         res = run_job(grid, j)
@@ -609,9 +573,17 @@ def _make_server_app():
     @app.main()
     def main(grid, context):
         _app_logging()
-        serve(grid, context.run_config)
+        try:
+            serve(grid, context.run_config)
+        except (ValueError, TypeError, RoundFailed) as e:  # one line first; the run is still marked failed
+            logging.getLogger("fedsciml.engines.flower.app").error("error: %s", e)
+            raise RunFailedError(str(e)) from None
 
     return app
+
+
+class RunFailedError(RuntimeError):
+    """The ServerApp's run failed (its one-line reason was logged first); Flower marks the run failed."""
 
 
 try:

@@ -306,16 +306,11 @@ def _site_job(job: dict) -> dict:
 def serve(grid, run_config, context):
     """The SecAgg+ ServerApp's main: the run config's job(s) (:func:`fedsciml.engines.flower.apps.job_from_run_config`
     and its ``jobs`` file), each through :func:`run_secagg_job`; results written where ``out`` says."""
-    from fedsciml.engines.flower.apps import job_from_run_config
     from fedsciml.engines.flower.resultio import write_result
+    from fedsciml.engines.flower.runconfig import jobs_of
     from fedsciml.runtime.results import summary_lines
 
-    job = job_from_run_config(run_config)
-    if job["jobs"]:
-        with open(job["jobs"]) as f:
-            jobs = json.load(f)
-    else:
-        jobs = [job]
+    jobs = jobs_of(run_config)  # every job checked (types, ranges, options, out) before the first one runs
     for j in jobs:
         res = run_secagg_job(grid, j, context)
         if j.get("table", True):

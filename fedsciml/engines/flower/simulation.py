@@ -215,7 +215,9 @@ def solve_many(calls: list, clients: int, *, wait_s: float = 3600.0) -> list:
             raise ValueError(f"every call of one simulation must have clients={clients}, got {kw['clients']}")
     from fedsciml.engines.flower.jobs import SECAGG_APP_DIR, is_secagg_job
 
-    jobs = [_job(kw, "") for kw in calls]
+    from fedsciml.engines.flower.runconfig import check_job
+
+    jobs = [check_job(_job(kw, ""), "engine 'flower'") for kw in calls]  # the App's own checks, before Ray starts
     secure = [is_secagg_job(j) for j in jobs]  # central DP: Flower's SecAgg+ App, the rest the generic one
     for kw, j, flag in zip(calls, jobs, secure):
         if flag:  # SecAgg+'s public plan (row bound, fixed-point precision) is refused here, before Ray starts

@@ -128,6 +128,11 @@ class FlowerTransport(Transport):
                             self.log(f"node {nid} did not describe itself yet: {rep.reason}")
                         continue
                     cid = int(rep.metrics["partition_id"])
+                    parts = rep.metrics.get("num_partitions")
+                    if isinstance(parts, int) and parts != self.n_clients:  # the federation's SuperNode count
+                        from fedsciml.engines.flower.runconfig import count_mismatch
+
+                        raise FlowerConnectError(count_mismatch(self.n_clients, parts))
                     if not 0 <= cid < self.n_clients:
                         raise FlowerConnectError(f"node {nid} says partition-id={cid}; this run has clients "
                                                  f"0..{self.n_clients - 1} (set num-partitions/partition-id in "

@@ -1,0 +1,141 @@
+"""The anchors' benchmark harness (scripts/bench/anchors.py) without the authors' code, and the two things of the
+library it reads: ``--clock cpu`` (budget and history times in CPU seconds) and the ``exchanges`` count."""
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import fedsciml as fs
+from fedsciml.cli.main import main
+from fedsciml.options import OptionError
+from fedsciml.runtime import transport as transport_mod
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = {"dim": 2, "n_interior": 30, "n_boundary": 3}
+_spec = importlib.util.spec_from_file_location("anchors_bench", ROOT / "scripts" / "bench" / "anchors.py")
+anchors = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = anchors  # dataclasses look their module up
+_spec.loader.exec_module(anchors)
+
+
+def test_fedsciml_side_reads_a_tiny_real_run_into_rows(tmp_path):
+    out = tmp_path / "gn.json"
+    code = main(["solve", "poisson", "--dim", "2", "--n-interior", "30", "--n-boundary", "3", "--clients", "2",
+                 "--method", "gn", "--rounds", "3", "--threads", "1", "--clock", "cpu", "--json", str(out),
+                 "--quiet"])
+    assert code == 0
+    d = json.loads(out.read_text())
+    info = anchors.parse_fedsciml_json(out)
+    assert info["clock"] == "cpu"
+    assert info["evals"] == [(r["time_s"], r["rel_l2"], r["step"]) for r in d["history"]]
+    assert info["floats_per_round"] == d["extra"]["floats_per_round"] > 0
+    assert info["exchanges"] == d["extra"]["exchanges"] >= 3
+    assert info["n_params"] == d["n_params"] and info["steps"] == d["history"][-1]["step"]
+    job = anchors.Job("exp10", "fedsciml:gn", ["x"], {}, tmp_path / "gn.log", out)
+    job.log.write_text("")
+    job.result.update(rc=0, peak_rss_mb=123.0, child_cpu_s=1.0, wall_s=1.0)
+    last = d["history"][-1]
+    rows = anchors.collect(job, [last["time_s"], 1e9])
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert rows[0]["rel_l2"] == last["rel_l2"] and rows[0]["step_at"] == last["step"]  # at t exactly: included
+    assert rows[1]["rel_l2"] == last["rel_l2"] and rows[0]["peak_rss_mb"] == 123.0
+    assert "exp10" in anchors.table(rows, [last["time_s"], 1e9])
+
+
+def test_exchanges_count_every_ask_of_the_method_and_not_the_monitoring(monkeypatch):
+    asked = []
+    ask = transport_mod.LocalTransport.ask
+
+    def counting(self, client_ids, request):
+        asked.append(request.query)
+        return ask(self, client_ids, request)
+
+    monkeypatch.setattr(transport_mod.LocalTransport, "ask", counting)
+    res = fs.solve("poisson", "gn", clients=2, rounds=3, problem_options=SMALL)
+    extra = res.extra
+    assert extra["exchanges"] + extra["monitor_exchanges"] == len(asked) > 0
+
+
+def test_cpu_clock_counts_this_process_cpu_seconds(tmp_path):
+    c0 = time.process_time()
+    res = fs.solve("poisson", "centralized", problem_options=SMALL, max_iters=5, clock="cpu")
+    spent = time.process_time() - c0
+    times = [r["time_s"] for r in res.history]
+    assert times == sorted(times) and times[0] >= 0
+    assert 0 < res.extra["solver_time_s"] <= spent  # solver CPU ⊂ the CPU this call used (evaluation excluded)
+    assert res.options["clock"] == "cpu"
+
+
+def test_a_clock_that_is_not_wall_or_cpu_is_one_line():
+    with pytest.raises(OptionError) as e:
+        fs.solve("poisson", "centralized", problem_options=SMALL, max_iters=1, clock="gpu")
+    msg = str(e.value)
+    assert "\n" not in msg and "gpu" in msg and "wall" in msg and "cpu" in msg
+
+
+def test_checkpoint_takes_the_last_evaluation_at_or_before_it_never_interpolated():
+    evals = [(12.0, 0.3, 5), (0.5, 1.0, 0), (29.99, 0.1, 9), (30.0, 0.09, 10), (31.0, 0.01, 11)]
+    got = anchors.at_checkpoints(evals, [0.1, 12.0, 30.0, 100.0])
+    assert got[0.1] is None                       # nothing that early
+    assert got[12.0] == (0.3, 12.0, 5)            # exactly at t counts
+    assert got[30.0] == (0.09, 30.0, 10)          # the last one at or before t, whatever the input order
+    assert got[100.0] == (0.01, 31.0, 11)         # a run that ended earlier keeps its last value
+
+
+def test_authors_log_pairs_each_evaluation_with_its_step_and_divides_by_the_solution_norm():
+    text = "\n".join([
+        "Number of parameters: 449",
+        "[anchors] eval solver_s=0.1 abs=1.5 ref=1.5",
+        "Step: 0000000, Loss: 121.7, L2 Error: 1.5, Interior: 120.0, Boundary: 1.7, Time: 0.1s",
+        "some other line",
+        "[anchors] eval solver_s=2.5 abs=0.03 ref=1.5",
+        "Step: 0000041, Loss: 0.01, L2 Error: 0.03, Interior: 0.01, Boundary: 0.0, Time: 2.5s",
+        "[anchors] eval solver_s=3.0 abs=0.0 ref=0.0",  # a run cut off before its Step line: not counted
+    ])
+    info = anchors.parse_authors_log(text)
+    assert info["n_params"] == 449 and info["steps"] == 42
+    assert info["evals"] == [(0.1, 1.0, 1), (2.5, 0.02, 42)]
+
+
+def test_best_commands_come_from_the_experiment_folder(tmp_path):
+    exp = anchors.EXPERIMENTS["exp10"]
+    folder = tmp_path / "kfac_pinns_exp" / exp.folder
+    (folder / "best_runs").mkdir(parents=True)
+    (folder / "plot.py").write_text('sweep_ids = {  # ids\n    "aa11": "KFAC*",\n    # "bb22": "Adam",  # old\n'
+                                    '    "cc33": "Adam",\n}\n')
+    cmd = "python ../../train.py --wandb --optimizer=KFAC --KFAC_lr=auto --dim_Omega=5 --num_seconds=3000"
+    (folder / "best_runs" / "p_aa11_best_meta.csv").write_text(f'config,name\n"{{\'cmd\': \'{cmd}\'}}",x\n')
+    got = anchors.best_commands(tmp_path, exp)
+    assert got == {"KFAC*": ["--optimizer=KFAC", "--KFAC_lr=auto", "--dim_Omega=5"]}  # Adam: no meta file
+    (tmp_path / "kfac_pinns_exp" / "train.py").write_text("")
+    jobs = anchors.plan(["exp10"], ["authors:KFAC*", "authors:Adam"], 30.0, [30.0], tmp_path, tmp_path,
+                        sys.executable, sys.executable)
+    assert jobs[0].cmd[-1] == "--num_seconds=30" and jobs[0].cmd[3] == "30"
+    assert "the authors tuned no Adam" in jobs[1].skipped
+
+
+def test_missing_authors_checkout_is_one_clear_line(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench" / "anchors.py"), "--anchors-dir",
+                        str(tmp_path / "nowhere"), "--exps", "exp10", "--runs", "authors:KFAC*"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "nowhere" in lines[0] and "kfac_pinns_exp/train.py" in lines[0]
+    with pytest.raises(anchors.BenchError, match="runs need --anchors-dir"):
+        anchors.parse_args(["--runs", "authors:KFAC*"])
+    with pytest.raises(anchors.BenchError, match="unknown fedsciml:nope; allowed"):
+        anchors.parse_args(["--runs", "fedsciml:nope"])
+
+
+def test_docs_table_goes_between_the_markers(tmp_path):
+    f = tmp_path / "scale.md"
+    f.write_text("a\n<!-- anchors-table:begin -->\nold\n<!-- anchors-table:end -->\nb\n")
+    anchors.write_docs(f, "| new |")
+    assert f.read_text() == "a\n<!-- anchors-table:begin -->\n| new |\n<!-- anchors-table:end -->\nb\n"
+    assert math.isnan(anchors.parse_authors_log("[anchors] eval solver_s=1 abs=1 ref=0\nStep: 0000001, Loss: 1, "
+                                                "L2 Error: 1, Interior: 1, Boundary: 0, Time: 1.0s")["evals"][0][1])
