@@ -494,6 +494,9 @@ class CentralizedConfig(StopOptions):
                                    "normal when n ≥ p, matfree when J has more than 5e7 entries)", str,
                            choices=("auto", "normal", "kernel", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
+    precond: str = option("nystrom", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
+                                     "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
+                                     "PINN problems) or none", str, choices=("nystrom", "kfac", "none"))
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
 
@@ -514,6 +517,9 @@ class CentralizedConfig(StopOptions):
             out["lr"] = f"Levenberg–Marquardt has no learning rate (it is for {display('optimizer')} adam or lbfgs)"
         else:
             out["momentum"] = f"SPRING momentum is an option of {display('optimizer')} lm"
+        if self.optimizer != "lm" or self.lm_solve in ("normal", "kernel"):
+            out["precond"] = (f"it preconditions the matrix-free lm solve ({display('optimizer')} lm, "
+                              f"{display('lm_solve')} matfree or auto)")
         return out
 
     def _resolve(self):
@@ -538,8 +544,16 @@ class GNConfig(RoundOptions):
                        choices=("auto", "normal", "sqrt", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free form (one sketch "
                                    "exchange of rank·p floats per accepted step)", int, lo=1)
+    precond: str = option("nystrom", "preconditioner of the matrix-free form's CG: nystrom (one sketch exchange), kfac "
+                                     "(K-FAC for PINNs: each client sends its Kronecker factors with Jᵀr, O(Σ widths²) "
+                                     "floats; forward-Laplacian PINN problems) or none", str,
+                          choices=("nystrom", "kfac", "none"))
     momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
                                   "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
+    exchange: str = option("one", "exchanges per LM iteration: one (the trial point down, each client's loss and "
+                                  "statistics there up; a rejected trial's statistics are sent for nothing) or two "
+                                  "(the loss first, the statistics only after an acceptance: fewer floats, twice the "
+                                  "exchanges; for bandwidth-bound sites)", str, choices=("one", "two"))
     max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
     batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
                            cli=False)
@@ -550,6 +564,12 @@ class GNConfig(RoundOptions):
 
     def forms_jacobians(self) -> bool:
         return self.form != "matfree"  # the matrix-free form's clients keep one residual graph, never J
+
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        if self.form in ("normal", "sqrt"):
+            out["precond"] = f"it preconditions the matrix-free form ({display('form')} matfree or auto)"
+        return out
 
     def memory_form(self, rows: int, p: int, clients: int) -> str:
         from fedsciml.core.lm import federated_form

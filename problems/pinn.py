@@ -65,6 +65,22 @@ class PINNProblem(FieldProblem):
             return net.value_and_laplacian(theta, x)
         return self.u(theta, x), laplacian(self.u, theta, x)
 
+    def jets(self):
+        """``(interior, boundary)`` :class:`~fedsciml.core.kfac_pinn.Jet` of the residual parts — how they are
+        computed from the network's channels, for the K-FAC-for-PINNs preconditioner — or ``(None, None)``
+        when the interior residual does not come out of the forward Laplacian (another activation, an ansatz)."""
+        from fedsciml.core.kfac_pinn import Jet
+
+        net, cls = self.network(), type(self)
+        if not (getattr(net, "has_forward_laplacian", False) and cls.u is FieldProblem.u
+                and cls.u_and_laplacian is PINNProblem.u_and_laplacian):
+            return None, None
+        interior = (Jet("jet", net, lambda u, grad, lap, x: -lap + self.reaction(u, x) - self.source(x))
+                    if cls.interior_residual is PINNProblem.interior_residual else None)
+        boundary = (Jet("value", net, lambda u, point: u - point[1])
+                    if cls.boundary_residual is PINNProblem.boundary_residual else None)
+        return interior, boundary
+
     def interior_residual(self, theta, x):
         u, lap = self.u_and_laplacian(theta, x)
         return -lap + self.reaction(u, x) - self.source(x)
@@ -94,9 +110,11 @@ class PINNProblem(FieldProblem):
         for k in range(n_clients):
             xi = self.interior_points(k, n_clients, [seed, k, 0]).to(device)
             xb = self.boundary_points(k, n_clients, [seed, k, 1]).to(device)
-            parts = [ResidualPart("interior", self.interior_residual, xi, 1.0)]
+            jet_i, jet_b = self.jets()
+            parts = [ResidualPart("interior", self.interior_residual, xi, 1.0, jet_i)]
             if xb.shape[0]:
-                parts.append(ResidualPart("boundary", self.boundary_residual, (xb, self.boundary_value(xb)), self.boundary_weight))
+                parts.append(ResidualPart("boundary", self.boundary_residual, (xb, self.boundary_value(xb)),
+                                          self.boundary_weight, jet_b))
             objs.append(self.objective(parts))
         return objs
 

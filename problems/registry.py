@@ -26,8 +26,40 @@ def register(cls=None, *, name: str | None = None, replace: bool = False):
     return deco(cls) if cls is not None else deco
 
 
+#: installed packages declare their problem modules here (``[project.entry-points."fedsciml.problems"]``)
+ENTRY_POINT_GROUP = "fedsciml.problems"
+
+
+def entry_point_modules() -> dict[str, str]:
+    """``{entry point name: module}`` of the problem plugins installed packages declare (nothing imported)."""
+    import importlib.metadata
+
+    return {ep.name: ep.module for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_entry_points() -> list[str]:
+    """Import every installed problem plugin (:data:`ENTRY_POINT_GROUP`), so that its ``@register``-ed problems
+    join the registry — in any process that builds problems by name: the CLI, a Flower ServerApp, a Flower node
+    (where a user's own PDE is therefore the same installed package everywhere).  Returns their names; a plugin
+    that fails to import raises :class:`ProblemError` naming it."""
+    import importlib.metadata
+
+    names = []
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception as e:  # user code: whatever it raises, one line naming the plugin
+            raise ProblemError(f"problem plugin {ep.name!r} ({ep.value}) failed to import: "
+                               f"{type(e).__name__}: {e}") from None
+        names.append(ep.name)
+    return names
+
+
 def get_problem(name: str, **options) -> Problem:
-    """Instantiate a registered problem by name with validated options."""
+    """Instantiate a registered problem by name with validated options (a name not registered yet is looked
+    for among the installed plugins' problems, :func:`load_entry_points`)."""
+    if name not in REGISTRY:
+        load_entry_points()
     if name not in REGISTRY:
         raise ProblemError(f"unknown problem {name!r}; available: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name](**{k: v for k, v in options.items() if v is not None})

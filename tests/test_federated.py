@@ -52,9 +52,10 @@ def run(method, objs=None, **opts):
 # --- exact invariants ---------------------------------------------------------------------
 
 
-def test_gn_iterates_equal_centralized_lm():
+@pytest.mark.parametrize("exchange", ["one", "two"])
+def test_gn_iterates_equal_centralized_lm(exchange):
     objs = make_clients()
-    th_f, rows_f, info_f = run("gn", objs, rounds=8)
+    th_f, rows_f, info_f = run("gn", objs, rounds=8, exchange=exchange)
     th_c, rows_c, info_c = solve_least_squares(stack_objectives(objs), THETA0, evaluate, SolveConfig("lm", max_iters=8))
     assert len(rows_f) == len(rows_c) == 9
     for a, b in zip(rows_f, rows_c):
@@ -65,21 +66,51 @@ def test_gn_iterates_equal_centralized_lm():
     assert info_f["accepted_steps"] == info_c["accepted_steps"] > 3
     # iterates at every step: rerun for k steps and compare
     for k in (1, 3):
-        a, _, _ = run("gn", objs, rounds=k)
+        a, _, _ = run("gn", objs, rounds=k, exchange=exchange)
         b, _, _ = solve_least_squares(stack_objectives(objs), THETA0, evaluate, SolveConfig("lm", max_iters=k))
         assert float((a - b).norm() / b.norm()) < 1e-11
 
 
-def test_gn_floats_counted_per_round():
+def test_gn_one_exchange_takes_the_steps_of_two_exchanges_in_fewer_exchanges():
+    """Both variants read the summed loss at the same trial points, so they take the same decisions and the same
+    iterates (to round-off: the loss comes from the statistics' residual pass in one, a residual-only pass in the
+    other); an LM iteration is one exchange in ``one``, and 1 + (accepted) in ``two``; both start with one."""
+    objs = make_clients(freq=4.0)
+    th1, rows1, info1 = run("gn", objs, rounds=12, exchange="one")
+    th2, rows2, info2 = run("gn", objs, rounds=12, exchange="two")
+    assert [r.get("accepted") for r in rows1] == [r.get("accepted") for r in rows2]
+    assert info1["rejected_steps"] > 0 and info1["accepted_steps"] > 0  # both kinds of round are exercised
+    assert float((th1 - th2).norm() / th2.norm()) < 1e-10
+    for a, b in zip(rows1, rows2):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-10, abs=1e-300)
+    assert [r["exchanges_total"] for r in rows1] == list(range(1, 14))
+    expect, n = [1], 1
+    for r in rows2[1:]:
+        n += 2 if r["accepted"] else 1
+        expect.append(n)
+    assert [r["exchanges_total"] for r in rows2] == expect
+    assert info1["exchanges"] == 13 and info2["exchanges"] == expect[-1]
+    assert all(r["exchanges"] == 1 for r in rows1)
+
+
+@pytest.mark.parametrize("exchange", ["one", "two"])
+def test_gn_floats_counted_per_round(exchange):
+    """``two``: the trial down and the losses up, then the statistics up after an acceptance (the clients hold
+    the point); ``one``: the trial down and the statistics up in every round, accepted or not."""
     objs = make_clients()
-    _, rows, info = run("gn", objs, rounds=2, form="normal")  # auto: sqrt here (30·62 < 61·62/2 + 61 floats)
+    _, rows, info = run("gn", objs, rounds=2, form="normal", exchange=exchange)  # auto: sqrt here
     p, K = THETA0.numel(), 3
     start = K * (linalg.n_upper(p) + p + 2) + K * p
-    assert rows[0]["floats_sent"] == start
+    assert rows[0]["floats_sent"] == start and rows[0]["exchanges_total"] == 1
     per_trial = K * (p + 2)
-    per_accept = K * (linalg.n_upper(p) + p + 2)
+    per_stats = K * (linalg.n_upper(p) + p + 2)
     r1 = rows[1]
-    assert r1["floats_sent"] - rows[0]["floats_sent"] == per_trial + (per_accept if r1["accepted"] else 0)
+    if exchange == "two":
+        assert r1["floats_sent"] - rows[0]["floats_sent"] == per_trial + (per_stats if r1["accepted"] else 0)
+        assert r1["exchanges"] == (2 if r1["accepted"] else 1)
+    else:
+        assert r1["floats_sent"] - rows[0]["floats_sent"] == K * p + per_stats
+        assert r1["exchanges"] == 1
     assert r1["floats_up"] + r1["floats_down"] == r1["floats_sent"] - rows[0]["floats_sent"]
 
 
@@ -305,6 +336,7 @@ def test_gn_stops_with_clear_error_when_a_client_never_sends_valid_statistics():
 
 @pytest.mark.parametrize("method,opts", [
     ("gn", {}),
+    ("gn", {"exchange": "two"}),
     ("fipa", {"rank": 4, "local": "gn", "dropout": 0.3, "participation": 0.67}),
     ("fipa", {"rank": 4}),  # the safeguard: a rejected step after the resume re-merges the checkpointed messages
     ("fedavg", {"local_steps": 3, "participation": 0.67}),
@@ -320,6 +352,7 @@ def test_resume_after_interruption_ends_with_the_same_numbers(tmp_path, method, 
     assert torch.equal(th, full)
     assert [r["loss"] for r in rows] == [r["loss"] for r in rows_full]
     assert [r["floats_sent"] for r in rows] == [r["floats_sent"] for r in rows_full]
+    assert [r["exchanges_total"] for r in rows] == [r["exchanges_total"] for r in rows_full]
 
 
 def test_resume_with_different_settings_is_refused(tmp_path):

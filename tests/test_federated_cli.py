@@ -34,6 +34,35 @@ def test_compare_prints_one_table_and_writes_every_run(tmp_path, capsys):
         assert x["clients"] == 2 and x["history"][-1]["floats_sent"] > 0 and x["extra"]["rounds"] == 2
 
 
+def test_exchanges_in_the_table_the_result_the_history_and_a_plot(tmp_path, capsys):
+    """Every federated run counts its exchanges: the summary table's column, ``result.json`` (history rows and
+    ``extra``), ``history.csv`` and ``error_vs_exchanges.png``; gn's one-exchange iteration against two."""
+    import csv
+
+    out = tmp_path / "run"
+    r = _run(capsys, *SMALL, "--method", "gn", "--compare", "fedavg", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("method"))
+    assert "exchanges" in lines[head]
+    col = lines[head].split().index("exchanges")
+    gn_row = lines[head + 1].split()
+    assert gn_row[0] == "gn" and int(gn_row[col]) == 3  # θ₀'s statistics, then one exchange per LM iteration
+    runs = json.loads((out / "result.json").read_text())["runs"]
+    for x in runs:
+        assert x["extra"]["exchanges"] == x["history"][-1]["exchanges_total"] > 0
+    with open(next(out.glob("history*.csv"))) as f:
+        rows = list(csv.DictReader(f))
+    assert [int(row["exchanges_total"]) for row in rows] == [1, 2, 3]
+    assert (out / "error_vs_exchanges.png").stat().st_size > 0
+    two = tmp_path / "two.json"
+    gn_args = [a for a in SMALL if a not in ("--local-steps", "3")]
+    r = _run(capsys, *gn_args, "--method", "gn", "--exchange", "two", "--json", str(two))
+    assert r.returncode == 0, r.stderr
+    hist = json.loads(two.read_text())["history"]
+    assert hist[-1]["exchanges_total"] == 1 + sum(2 if h["accepted"] else 1 for h in hist[1:])
+
+
 def test_checkpoint_resume_from_the_command_line(tmp_path, capsys):
     ck = str(tmp_path / "ck")
     full = tmp_path / "full.json"

@@ -221,12 +221,24 @@ RUNS = {
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
     """Every run of :data:`RUNS` through one Flower simulation, and the matching in-process runs;
-    plus a gn run checkpointed after 2 rounds and resumed to 3 (key ``"resumed"``: (resumed, 3 rounds))."""
+    plus a gn run checkpointed after 2 rounds and resumed to 3 (key ``"resumed"``: (resumed, 3 rounds)); a user's
+    own PDE installed as a package with an entry point (``"own-pde"``); every listening socket of the run's
+    process tree (``"listeners"``); the run's directory (``"workdir"``: each job's ``out``)."""
+    import os
+    import sys
+
+    from _listeners import ListenerWatch
+    from _own_pde import install_own_pde
     from fedsciml.engines.flower.simulation import solve_many
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the nodes use the server's thread count (sent with the job)
     ck = str(tmp_path_factory.mktemp("flower-ckpt"))
+    work = str(tmp_path_factory.mktemp("flower-sim"))
+    site = install_own_pde(str(tmp_path_factory.mktemp("site-packages")))
+    old_path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([site] + ([old_path] if old_path else []))
+    sys.path.insert(0, site)
     try:
         probs = {name: get_problem(name) for name in {r[0] for r in RUNS.values()}}
         calls = [dict(problem=probs[pn], method=m, clients=K, seed=0, **o) for pn, m, o in RUNS.values()]
@@ -239,15 +251,26 @@ def simulated(tmp_path_factory):
         table = get_problem("table", tables=paths, test_table=test)
         table_opts = [dict(dp_epsilon=eps, cv_sigmas=ex.SIGMAS) for eps in (float("inf"), 2.0)]
         calls += [dict(problem=table, method="one-shot", clients=K, seed=0, **o) for o in table_opts]
-        flower = solve_many(calls, clients=K)
+        own = get_problem("my-helmholtz", n_interior=40)  # found through the entry point (not imported here)
+        calls.append(dict(problem=own, method="gn", clients=K, seed=0, batched=False, rounds=2))
+        with ListenerWatch() as watch:
+            flower = solve_many(calls, clients=K, workdir=work)
+        own_run = flower.pop()
         resumed = (flower[-4], flower[-3])
         tables = flower[-2:]
         flower = flower[:len(RUNS)]
         local = [local_run(probs[pn], m, K, **o) for pn, m, o in RUNS.values()]
         tables_local = [local_run(table, "one-shot", K, **o) for o in table_opts]
+        own_local = local_run(own, "gn", K, rounds=2)
     finally:
         torch.set_num_threads(threads)
-    return {**dict(zip(RUNS, zip(flower, local))), "resumed": resumed, "tables": (tables, tables_local, paths)}
+        sys.path.remove(site)
+        if old_path is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_path
+    return {**dict(zip(RUNS, zip(flower, local))), "resumed": resumed, "tables": (tables, tables_local, paths),
+            "own-pde": (own_run, own_local, own), "listeners": watch, "workdir": work}
 
 
 def _example():
@@ -271,6 +294,39 @@ def test_dp_ridge_across_site_tables_on_flower(simulated):
     ref = torch.as_tensor(Ridge(alpha=sigma, fit_intercept=False, solver="cholesky").fit(X, y).coef_)
     assert torch.allclose(inf.theta, ref, rtol=1e-8, atol=1e-8 * float(ref.abs().max()))
     assert eps2.final["mse"] > inf.final["mse"]  # the noise costs utility on ~180 rows per site
+
+
+def test_every_listener_of_a_flower_simulation_is_on_loopback(simulated):
+    """The SuperLink, ``flwr run``, the simulation process and Ray's GCS, raylet and workers: every listening
+    socket their process tree held while the run went (sampled from /proc every 0.25 s) is on 127.0.0.1/::1."""
+    watch = simulated["listeners"]
+    assert watch.samples > 10 and len({x[1] for x in watch.seen}) >= 2, watch.seen  # SuperLink and Ray were seen
+    assert watch.public() == [], watch.public()
+
+
+def test_the_apps_out_is_the_model_directory_solve_out_writes(simulated, tmp_path):
+    """The App's ``out`` (here the engine's job directories) holds result.json, history.csv and the model;
+    ``fs.load_model`` reads it and predicts what the model ``fs.save_model`` writes in process predicts."""
+    import os
+
+    fl, _ = simulated["gn"]
+    out = os.path.join(simulated["workdir"], "generic", "job0")
+    assert {"result.json", "history.csv", "model.json", "model.safetensors"} <= set(os.listdir(out))
+    problem = get_problem("bratu")
+    fs.save_model(fl, problem, str(tmp_path / "ref"))
+    x = torch.linspace(0, 1, 33, dtype=torch.float64).reshape(-1, 1)
+    assert torch.equal(fs.load_model(out)(x), fs.load_model(str(tmp_path / "ref"))(x))
+    with open(os.path.join(out, "history.csv")) as f:
+        assert len(f.read().strip().splitlines()) == len(fl.history) + 1
+
+
+def test_a_users_own_pde_installed_with_an_entry_point_runs_on_flower(simulated):
+    """examples/flower_own_pde as pip installs it: every node finds the problem by name through its entry point,
+    and the run equals the in-process one bitwise."""
+    fl, lo, problem = simulated["own-pde"]
+    assert type(problem).__module__ == "my_fedsciml_pde"
+    assert torch.equal(fl.theta, lo.theta) and fl.options["engine"] == "flower"
+    assert [r["loss"] for r in fl.history] == [r["loss"] for r in lo.history]
 
 
 def test_flower_run_checkpoints_and_resumes(simulated):
@@ -360,9 +416,12 @@ def deployed(tmp_path_factory):
 
     from fedsciml.engines.flower.deploy import LocalDeployment
 
+    from _listeners import ListenerWatch
+
     d = LocalDeployment(K, str(tmp_path_factory.mktemp("flower-deploy")), threads=1)
+    watch = ListenerWatch().__enter__()
     with d:
-        outs = {name: d.dir / f"{name}.json" for name in DEPLOY_JOBS}
+        outs = {name: d.dir / f"{name}-out" for name in DEPLOY_JOBS}
         jobs = [{"kind": "solve", "problem": pn, "method": m, "clients": K, "seed": 0, "problem_options": {},
                  "options": o, "out": str(outs[name]), "timeout": 180.0, "connect_timeout": 180.0}
                 for name, (pn, m, o) in DEPLOY_JOBS.items()]
@@ -382,8 +441,21 @@ def deployed(tmp_path_factory):
         time.sleep(2.0)  # the request in flight is lost with the node
         d.start_node(1)
         results = dict(zip(outs, d.wait(proc, list(outs.values()), DEPLOY_WAIT_S)))
+        results["listeners"] = watch
+        results["outs"] = outs
         yield results
+    watch.__exit__(None, None, None)
     assert not d.procs  # stopped (the context manager kills each process group it started)
+
+
+def test_every_listener_of_a_local_deployment_is_on_loopback(deployed):
+    """A stock SuperLink, 2 stock SuperNodes, their ClientApp processes and ``flwr run``: every listening socket
+    of the process tree while the deployment ran is on 127.0.0.1/::1; and the run's ``out`` loads as a model."""
+    watch = deployed["listeners"]
+    assert watch.samples > 10 and any(c.startswith("flower-superlin") for _, c, _, _ in watch.seen), watch.seen
+    assert watch.public() == [], watch.public()
+    u = fs.load_model(str(deployed["outs"]["gn"]))
+    assert u(torch.linspace(0, 1, 5, dtype=torch.float64).reshape(-1, 1)).shape == (5,)
 
 
 def test_deployment_gn_and_one_shot_are_bitwise_equal_to_in_process(deployed):

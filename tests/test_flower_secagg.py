@@ -155,8 +155,8 @@ def flower_runs(tmp_path_factory):
     jobs = [{**j, "table": False, "timeout": 120.0, "connect_timeout": 120.0} for j in jobs]
     with pytest.raises(EngineFailed) as failed:
         run_jobs(jobs, K, wait_s=300.0, workdir=str(root), app=secagg.APP_DIR)
-    return {"main": (read_result(str(root / "job0.json")), jobs[0], problem, audit),
-            "dropout": (read_result(str(root / "job1.json")), tables, drop), "failed": str(failed.value)}
+    return {"main": (read_result(str(root / "job0")), jobs[0], problem, audit),
+            "dropout": (read_result(str(root / "job1")), tables, drop), "failed": str(failed.value)}
 
 
 def test_secagg_tolerates_dropouts_down_to_t_and_fails_below(flower_runs):

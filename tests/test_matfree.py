@@ -151,23 +151,31 @@ def test_federated_matrix_free_gn_equals_centralized_matrix_free_lm():
     assert info_f["cg_iters"] == info_c["cg_iters"] > 0
 
 
-def test_federated_matrix_free_gn_counts_every_exchange():
-    """Per round: the trial θ down and the losses up; 2·K·p floats and one exchange per CG iteration; the
-    gradient up when accepted; a Nyström sketch (ℓ·p down and up per client) whenever the point is new."""
+@pytest.mark.parametrize("exchange", ["one", "two"])
+def test_federated_matrix_free_gn_counts_every_exchange(exchange):
+    """Per round: the trial θ down; 2·K·p floats and one exchange per CG iteration; a Nyström sketch (ℓ·p down
+    and up per client) whenever the point is new; ``two``: the losses up, then the gradient up when accepted (a
+    second exchange); ``one``: the gradient and loss up at the trial in the same exchange, accepted or not."""
     from fedsciml.methods import METHODS
 
     pb, objs, th0 = _pinn_clients()
     K, p, rank = 3, th0.numel(), 6
-    _, rows, _ = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=4, form="matfree", nystrom_rank=rank)
+    _, rows, _ = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=4, form="matfree", nystrom_rank=rank,
+                               exchange=exchange)
     sketch = 2 * K * rank * p
     # start: gradients up (p + 2 each), θ₀ down, one sketch
     assert rows[0]["floats_sent"] == K * (p + 2) + K * p + sketch
     new_point = False
     for prev, r in zip(rows, rows[1:]):
-        expect = (sketch if new_point else 0) + 2 * K * p * r["cg_iters"] + K * p + 2 * K
-        expect += K * (p + 2) if r["accepted"] else 0
+        expect = (sketch if new_point else 0) + 2 * K * p * r["cg_iters"] + K * p
+        if exchange == "two":
+            expect += 2 * K + (K * (p + 2) if r["accepted"] else 0)
+        else:
+            expect += K * (p + 2)
         assert r["floats_sent"] - prev["floats_sent"] == expect
-        assert r["exchanges"] == (1 if new_point else 0) + r["cg_iters"] + 1 + (1 if r["accepted"] else 0)
+        extra = (1 if r["accepted"] else 0) if exchange == "two" else 0
+        assert r["exchanges"] == (1 if new_point else 0) + r["cg_iters"] + 1 + extra
+        assert r["exchanges_total"] - prev["exchanges_total"] == r["exchanges"]
         new_point = r["accepted"]
 
 

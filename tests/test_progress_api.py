@@ -28,6 +28,9 @@ def test_a_plain_script_sees_progress_lines_on_stderr():
 def test_show_progress_leaves_a_configured_application_alone(monkeypatch):
     log = logging.getLogger("fedsciml.progress")
     monkeypatch.setattr(logging.getLogger(), "handlers", [])   # no pytest capture handlers: a bare process
+    # an earlier CLI test in the same process may have left its handler on "fedsciml": a bare process has none
+    monkeypatch.setattr(logging.getLogger("fedsciml"), "handlers", [])
+    monkeypatch.setattr(logging.getLogger("fedsciml"), "propagate", True)
     mine = logging.StreamHandler(io.StringIO())
     logging.getLogger().addHandler(mine)
     try:

@@ -319,8 +319,7 @@ def _write_outputs(problem, results, args):
                 suffix = "" if len(results) == 1 else f"_{r.method}"
                 r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
             if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
-                from fedsciml.cli.ridge import model_meta
-                from fedsciml.ridge.model_io import write_model
+                from fedsciml.ridge.model_io import model_meta, write_model
 
                 for r in results:
                     if r.method == "one-shot":
@@ -343,6 +342,19 @@ def _write_outputs(problem, results, args):
             failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))
     raise_collected(failed)
+
+
+def cmd_flower_app_dir(args) -> int:
+    """``flower app-dir``: where this installation keeps its Flower App(s) (a path for ``flwr run``)."""
+    from fedsciml.engines.flower.jobs import app_dirs
+
+    dirs = app_dirs()
+    if args.all:
+        for name, d in dirs.items():
+            print(f"{name}\t{d}")
+    else:
+        print(dirs["secagg" if args.secagg else "app"])
+    return 0
 
 
 def load_plugins(specs) -> list[str]:
@@ -472,6 +484,14 @@ def _add_ridge_parser(sub):
     ridge_cli.add_parser(sub)
 
 
+def _add_flower_parser(sub):
+    fl = sub.add_parser("flower")
+    fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir}")
+    ad = fsub.add_parser("app-dir", help="print the directory of fedsciml's Flower App, for `flwr run DIR …`")
+    ad.add_argument("--secagg", action="store_true", help="the SecAgg+ App (central DP one-shot) instead")
+    ad.add_argument("--all", action="store_true", help="every App, one 'name<TAB>directory' line each")
+
+
 def _add_bench_parser(sub):
     def images(bsub):
         from fedsciml.cli import images as images_cli
@@ -499,12 +519,13 @@ def build_parser():
                            help="also show debug messages of the library (logging level DEBUG)")
     verbosity.add_argument("-q", "--quiet-log", dest="quiet_log", action="store_true",
                            help="show only errors (no progress, no warnings about rejected or missing clients)")
-    _lazy_commands(parser, "command", "{list,solve,predict,ridge,bench}", [
+    _lazy_commands(parser, "command", "{list,solve,predict,ridge,bench,flower}", [
         ("list", "list problems and methods", None),
         ("solve", "solve a registered problem (centralized or federated)", _add_solve_parser),
         ("predict", "evaluate a saved model (solve --out DIR) at the points of a CSV file", _add_predict_parser),
         ("ridge", "one-shot federated ridge regression (sufficient statistics, DP, projection, CV)", _add_ridge_parser),
         ("bench", "benchmarks (bench images ...)", _add_bench_parser),
+        ("flower", "fedsciml's Flower Apps in this installation (flower app-dir)", _add_flower_parser),
     ])
     return parser
 
@@ -568,6 +589,10 @@ def main(argv=None) -> int:
                 from fedsciml.cli import ridge as ridge_cli
 
                 return ridge_cli.run(args)
+            if args.command == "flower":
+                if getattr(args, "flower_command", None) == "app-dir":
+                    return cmd_flower_app_dir(args)
+                parser.parse_args(["flower", "--help"])
             if args.command == "bench":
                 if getattr(args, "bench_command", None) == "images":
                     from fedsciml.cli import images as images_cli

@@ -36,7 +36,7 @@ import torch
 
 import fedsciml.engines  # noqa: F401  (registers the methods and the engines with the driver)
 from fedsciml.options import option
-from fedsciml.ridge.model_io import write_model
+from fedsciml.ridge.model_io import model_meta, write_model  # noqa: F401  (model_meta: public here before)
 
 #: ``--features`` → the zoo problem whose options the subcommand takes
 PROBLEMS = {"linear": "ridge-linear", "rff": "ridge-rff"}
@@ -345,19 +345,3 @@ def run(args) -> int:
         write_json({"runs": [r.to_dict() for r in results]}, os.path.join(args.out, "result.json"))
         print(f"wrote {os.path.join(args.out, 'result.json')}")
     return 0
-
-
-def model_meta(res, **extra) -> dict:
-    """What ``model.json`` says about a one-shot Result: σ used, clients fused, DP, projection, seed, problem."""
-    o = res.options
-    meta = {"method": res.method, "problem": res.problem, "fit_intercept": "intercept" in res.extra,
-            "sigma": float(res.extra.get("sigma_used", o.get("sigma", 0.0))), "clients": res.clients,
-            "clients_fused": res.extra.get("fused_clients", res.clients), "seed": res.seed}
-    dp = o.get("dp")
-    if o.get("dp_epsilon") is not None or dp:
-        eps = o.get("dp_epsilon", (dp or {}).get("epsilon"))
-        meta["dp"] = {"epsilon": eps, "delta": o.get("dp_delta", (dp or {}).get("delta")),
-                      "central": bool(o.get("dp_central", (dp or {}).get("central", False)))}
-    if o.get("project"):
-        meta["project"] = {"m": o["project"], "sketch": o.get("project_sketch", o.get("sketch"))}
-    return {**meta, **extra}

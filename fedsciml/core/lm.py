@@ -152,8 +152,8 @@ class LevenbergMarquardt:
         self._delta: torch.Tensor | None = None
         self._pred = 0.0
         self._kernel: tuple[GNStats, torch.Tensor] | None = None  # (stats, JJᵀ) for the kernel-form solve
-        # (stats, Nyström sketch or None, λ_max) for the matrix-free solve
-        self._nystrom: tuple[GNStats, matfree.Nystrom | None, float] | None = None
+        # (stats, preconditioner (Nyström sketch / K-FAC factors) or None, λ_max) for the matrix-free solve
+        self._nystrom: tuple[GNStats, matfree.Preconditioning | None, float] | None = None
         self.momentum_direction: torch.Tensor | None = None  # φ_{k−1} of SPRING (None: none yet / dropped)
         self.cg_iters = 0     # CG iterations of all matrix-free solves so far
         self.last_cg_iters = 0
@@ -225,8 +225,11 @@ class LevenbergMarquardt:
             raise ValueError("LM statistics carry neither H, J nor an operator")
         return float(diag.max().clamp_min(1e-300))
 
-    def _sketch(self) -> tuple[matfree.Nystrom | None, float]:
-        """``(Nyström sketch or None, λ_max)`` of the current operator, computed once per statistics."""
+    def _sketch(self) -> tuple[matfree.Preconditioning | None, float]:
+        """``(preconditioner or None, λ_max)`` of the current operator, computed once per statistics: the Nyström
+        sketch and its ``λ̂_1``; the K-FAC factors the statistics carry and the bound
+        :meth:`~fedsciml.core.kfac_pinn.KroneckerFactors.lambda_max` of their approximation; or none and a power
+        iteration's ``λ_max``."""
         st = self.stats
         if self._nystrom is None or self._nystrom[0] is not st:
             mc = self.cfg.matfree
@@ -237,6 +240,12 @@ class LevenbergMarquardt:
                 ny = matfree.Nystrom.sketch(op.matmat, p, min(mc.rank, p), dtype=st.g.dtype,
                                             device=st.g.device, generator=gen)
                 self._nystrom = (st, ny, float(ny.lam[0]))
+            elif mc.precond == "kfac":
+                fac = st.factors
+                if fac is None:
+                    raise ValueError("LM precond='kfac' needs statistics that carry K-FAC factors (GNStats.factors: "
+                                     "fedsciml.core.kfac_pinn)")
+                self._nystrom = (st, cast(matfree.Preconditioning, fac), float(fac.lambda_max()))  # type: ignore[attr-defined]
             else:
                 self._nystrom = (st, None, matfree.power_lambda_max(op.matvec, p, dtype=st.g.dtype,
                                                                     device=st.g.device, generator=gen))

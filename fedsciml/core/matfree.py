@@ -207,14 +207,22 @@ def cg(matvec: Vec, b: torch.Tensor, *, precond: Vec | None = None, rtol: float 
     return CGResult(x, it, rel, b - res)
 
 
-PRECONDITIONERS = ("nystrom", "none")
+#: preconditioners of the matrix-free solve: the Nyström sketch (:class:`Nystrom`), the K-FAC-for-PINNs factors
+#: (:class:`fedsciml.core.kfac_pinn.KroneckerFactors`, carried by the statistics) or none
+PRECONDITIONERS = ("nystrom", "kfac", "none")
+
+
+class Preconditioning(Protocol):
+    """A curvature approximation that gives the inverse of its damped form, ``μ ↦ (v ↦ P_μ⁻¹ v)``."""
+
+    def inverse(self, mu: float) -> Vec: ...
 
 
 @dataclass
 class MatfreeConfig:
     """Settings of the matrix-free damped Gauss–Newton step."""
 
-    precond: str = "nystrom"  # "nystrom" or "none"
+    precond: str = "nystrom"  # "nystrom", "kfac" or "none"
     rank: int = 50            # Nyström sketch rank ℓ (capped at p)
     rtol: float = 1e-10       # CG relative residual
     max_iters: int = 500      # CG iterations per solve

@@ -55,6 +55,7 @@ class GNStats:
     J: torch.Tensor | None = None
     r: torch.Tensor | None = None
     op: object | None = None
+    factors: object | None = None  # K-FAC-for-PINNs factors (fedsciml.core.kfac_pinn) for precond='kfac'
 
 
 @dataclass
@@ -70,6 +71,9 @@ class ResidualPart:
     fn: Callable
     points: Points
     weight: float = 1.0
+    #: how ``fn`` is computed from the network's channels (:class:`fedsciml.core.kfac_pinn.Jet`), for the
+    #: K-FAC-for-PINNs preconditioner; ``None``: not in that form
+    jet: object | None = None
 
     @property
     def n_points(self) -> int:
@@ -249,7 +253,7 @@ def stack_objectives(objs: Sequence[LeastSquares]) -> LeastSquares:
                 pts = tuple(torch.cat([q.points[j] for q in ps]) for j in range(len(ps[0].points)))
             else:
                 pts = torch.cat([q.points for q in ps])
-            parts.append(ResidualPart(ps[0].name, ps[0].fn, pts, ps[0].weight))
+            parts.append(ResidualPart(ps[0].name, ps[0].fn, pts, ps[0].weight, ps[0].jet))
         return PointwiseLeastSquares(parts, objs[0].n_params)
     if all(isinstance(o, LinearLeastSquares) for o in objs):
         return LinearLeastSquares(torch.cat([o.A for o in objs]),  # type: ignore[attr-defined]

@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 
 from fedsciml.options import CentralizedConfig
+from fedsciml.core.kfac_pinn import factors_of, require_jets
 from fedsciml.core.matfree import GNOperator, MatfreeConfig
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.runtime.history import Recorder
@@ -80,9 +81,12 @@ def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
     jvp/vjp products, no J) — :meth:`LevenbergMarquardt.statistics_form`."""
     form = lm.statistics_form(obj.n_residuals, obj.n_params)
     if form == "matfree":
+        kfac = lm.cfg.matfree.precond == "kfac"
+
         def operator(theta):
             op = GNOperator(obj.residual, theta)
-            return GNStats(H=None, g=op.g, loss=op.loss, n=op.n, op=op)
+            return GNStats(H=None, g=op.g, loss=op.loss, n=op.n, op=op,
+                           factors=factors_of(obj, theta) if kfac else None)
 
         return operator
     if form != "kernel":
@@ -229,8 +233,11 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
         raise TypeError("give the centralized options either as config or as keywords, not both")
     if message_hook is not None:
         raise ValueError("message_hook applies to federated methods; centralized exchanges no messages")
+    if config.precond == "kfac":
+        require_jets(objectives, getattr(problem, "name", str(problem)))
     lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
-                  matfree=MatfreeConfig(rank=config.nystrom_rank, seed=seed), momentum=config.momentum)
+                  matfree=MatfreeConfig(precond=config.precond, rank=config.nystrom_rank, seed=seed),
+                  momentum=config.momentum)
     make = None
     if config.resample is not None:
         check_resample(problem, config.resample)

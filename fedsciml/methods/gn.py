@@ -6,16 +6,32 @@ centralized solver drives:
 
 1. the server proposes a trial point ``θ + δ``, ``(ΣH_m + μI) δ = −Σg_m``,
    and broadcasts it (p floats to each client);
-2. every client answers with its loss there (``{"loss", "n"}``: one scalar
-   and its count); the server accepts or rejects from the *summed* loss
-   (the LM gain ratio) and adapts μ;
-3. if accepted, every client sends ``{"H": pack_upper(J_mᵀJ_m), "g":
-   J_mᵀr_m, "loss", "n"}`` at the new point, and the server sums them — or,
-   in the square-root form (``form="sqrt"``, the default when the clients
-   hold fewer residual rows in all than there are parameters), the thin-QR
-   factor ``R_m`` of ``J_m`` and ``s_m = Q_mᵀr_m``: the same information,
-   fewer floats, and the server stacks them and solves the damped system in
-   the n×n kernel form instead of factorizing a p×p matrix.
+2. every client answers with its loss *and* its statistics there, ``{"H":
+   pack_upper(J_mᵀJ_m), "g": J_mᵀr_m, "loss", "n"}`` — or, in the
+   square-root form (``form="sqrt"``, the default when the clients hold
+   fewer residual rows in all than there are parameters), the thin-QR factor
+   ``R_m`` of ``J_m`` and ``s_m = Q_mᵀr_m``: the same information, fewer
+   floats, and the server stacks them and solves the damped system in the
+   n×n kernel form instead of factorizing a p×p matrix;
+3. the server accepts or rejects from the *summed* loss (the LM gain ratio)
+   and adapts μ; an accepted trial's statistics, already at hand, become the
+   current point's, a rejected trial's are dropped (the server keeps the
+   statistics of the current point, so the next, more damped trial needs
+   nothing else).
+
+So an LM iteration is **one exchange** (``exchange="one"``, the default),
+accepted or not.  On a stock Flower deployment an exchange costs seconds
+whatever its size, so exchanges are what a site pays for; the price is the
+statistics sent at rejected trials (counted in ``floats_up``).  ``exchange=
+"two"`` keeps the older protocol for bandwidth-bound sites: the trial's loss
+first (``gn_loss``, one scalar up), then, only if accepted, the statistics
+(``gn_stats``, a second exchange at the point the clients already hold) —
+two exchanges per accepted step, one per rejected one, and no statistics
+sent at rejected trials.  Both take the same steps (the acceptance test
+reads the summed loss, which both gather at the same point): the iterates
+are those of centralized LM to round-off either way.  With fresh collocation
+points before every round (``resample``) the trial's statistics would be
+taken on points about to be replaced, so that run asks the loss only.
 
 Matrix-free form (``form="matfree"``, for p where no p×p matrix should
 travel or be factorized): the clients never send a matrix.  Per accepted
@@ -26,12 +42,22 @@ gradient iteration of the damped solve is one exchange: the server sends a
 direction ``v`` (p floats to each client) and each client returns
 ``J_mᵀ(J_m v)`` (p floats), computed with one jvp and one vjp of its own
 residual (:class:`fedsciml.core.matfree.GNOperator`).  The server sums the
-products and runs the same LM state machine with ``solve="matfree"``.  A
-round (one LM iteration) is therefore 2 + (CG iterations) exchanges, and
-one more (the gradient) when the trial is accepted, plus the sketch; the
-history's ``floats_up``/``floats_down`` count every one of them and the
-round's row records ``cg_iters`` and ``exchanges``.  Every product is
+products and runs the same LM state machine with ``solve="matfree"``.  The
+trial's loss comes with its gradient (``exchange="one"``: ``gn_grad`` at
+the trial point; ``"two"``: ``gn_loss`` first, ``gn_grad`` after an
+acceptance).  A round (one LM iteration) is therefore 1 + (CG iterations)
+exchanges (``"two"``: one more when the trial is accepted), plus the
+sketch; the history's ``floats_up``/``floats_down`` count every one of them,
+its ``exchanges`` column (the loop's count, for every method) all the
+exchanges so far, and the round's row records ``cg_iters``.  Every product is
 checked (``vᵀJ_mᵀJ_m v ≥ 0`` up to round-off, the right shape, finite).
+
+With the K-FAC-for-PINNs preconditioner (``precond="kfac"``, :mod:`fedsciml.core.kfac_pinn`) no sketch
+is exchanged: each client adds its raw Kronecker sums to the gradient message (``{"kfac"}``:
+``KroneckerFactors.size_of(net)`` floats, O(Σ layer widths²), the upper triangles of two factors per
+layer and term and two point counts), the server adds them — the factors of the pooled points, so the
+iterates equal centralized LM's with the same preconditioner up to round-off — and preconditions every
+CG solve at that point with them.
 
 Choice (``GNConfig.form="auto"``, :func:`choose_form`): per client, the
 normal form costs ``p(p+1)/2 + p`` floats and the square-root form
@@ -52,7 +78,7 @@ import dataclasses
 
 import torch
 
-from fedsciml.core import linalg, matfree
+from fedsciml.core import kfac_pinn, linalg, matfree
 from fedsciml.runtime import robust as _robust
 from fedsciml.methods.aggregators import Aggregator, _consistent, consistency_rtol
 from fedsciml.core.schema import Field, MessageRejected, Schema
@@ -63,6 +89,7 @@ from fedsciml.core.objective import GNStats, gn_stats_from
 from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, deferred_stats, federated_form  # noqa: F401
 
 FORMS = ("normal", "sqrt", "matfree")
+EXCHANGES = ("one", "two")  # exchanges per LM iteration: loss and statistics together, or loss then statistics
 
 def choose_form(rows: list, p: int) -> str:
     """``form="auto"`` of federated gn (:func:`fedsciml.core.lm.federated_form`, where the rule lives so that the
@@ -85,7 +112,10 @@ def _operator(client, theta) -> matfree.GNOperator:
 
 def _answer_gn_grad(client, request, pre, deadline):
     op = _operator(client, request.tensors["theta"])
-    return Reply({"g": op.g, "loss": op.loss.reshape(1), "n": client._n(op.theta)})
+    msg = {"g": op.g, "loss": op.loss.reshape(1), "n": client._n(op.theta)}
+    if request.config.get("precond") == "kfac":  # the K-FAC-for-PINNs factors ride with the gradient
+        msg["kfac"] = kfac_pinn.factors_of(client.objective, op.theta).pack()
+    return Reply(msg)
 
 
 def _answer_gn_gvp(client, request, pre, deadline):
@@ -115,17 +145,23 @@ class GNAggregator(Aggregator):
 
     name = "gn"
 
-    def __init__(self, with_curvature: bool = True, form: str = "normal", consistency: bool = True):
+    def __init__(self, with_curvature: bool = True, form: str = "normal", consistency: bool = True,
+                 kfac_net=None):
         if form not in FORMS:
             raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
+        if kfac_net is not None and form != "matfree":
+            raise ValueError(f"K-FAC factors precondition the matrix-free form only, got form={form!r}")
         self.with_curvature = with_curvature
         self.form = form
         self.consistency = bool(consistency)
+        self.kfac_net = kfac_net  # the network whose K-FAC factors the matrix-free clients send (None: none)
 
     def schema(self) -> Schema:
         f = {"loss": Field((1,), nonneg=True), "n": Field((1,), positive=True)}
         if self.with_curvature and self.form == "matfree":
             f["g"] = Field(("p",))
+            if self.kfac_net is not None:
+                f["kfac"] = Field(("k",))
         elif self.with_curvature and self.form == "sqrt":
             f["R"] = Field(("m", "p"))
             f["s"] = Field(("m",))
@@ -136,9 +172,20 @@ class GNAggregator(Aggregator):
         return Schema(f)
 
     def context(self, p):
-        return {"p": p, "h": linalg.n_upper(p)}
+        ctx = {"p": p, "h": linalg.n_upper(p)}
+        if self.kfac_net is not None:
+            ctx["k"] = kfac_pinn.KroneckerFactors.size_of(self.kfac_net)
+        return ctx
 
     def check(self, cid, msg, p):
+        if self.form == "matfree" and self.with_curvature and self.kfac_net is not None:
+            try:
+                fac = kfac_pinn.KroneckerFactors.unpack(self.kfac_net, msg["kfac"])
+            except ValueError as e:
+                raise MessageRejected(cid, f"field 'kfac': {e}") from None
+            if any(bool((m.diagonal() < 0).any()) for t in kfac_pinn.KINDS for m in fac.A[t] + fac.B[t]):
+                raise MessageRejected(cid, "field 'kfac' has a Kronecker factor with a negative diagonal entry; "
+                                           "a sum of outer products is positive semidefinite")
         if not (self.with_curvature and self.consistency) or self.form == "matfree":
             return
         loss = float(msg["loss"][0])
@@ -169,7 +216,13 @@ class GNAggregator(Aggregator):
             g = messages[order[0]]["g"].clone()
             for c in order[1:]:
                 g += messages[c]["g"]
-            return GNStats(H=None, g=g, loss=loss, n=n)
+            factors = None
+            if self.kfac_net is not None:
+                k = messages[order[0]]["kfac"].clone()
+                for c in order[1:]:
+                    k += messages[c]["kfac"]
+                factors = kfac_pinn.KroneckerFactors.unpack(self.kfac_net, k)
+            return GNStats(H=None, g=g, loss=loss, n=n, factors=factors)
         if self.form == "sqrt":  # stack the square roots: RᵀR = ΣJ_mᵀJ_m, Rᵀs = ΣJ_mᵀr_m
             R = torch.cat([messages[c]["R"] for c in order])
             s = torch.cat([messages[c]["s"] for c in order])
@@ -191,33 +244,41 @@ class GNAggregator(Aggregator):
 class GNStrategy(Strategy):
     """Round logic of exact federated Gauss–Newton / Levenberg–Marquardt (see the module docstring).
 
-    A round is two kinds of exchange — ``gn_loss`` at the trial point, then
-    (if the LM gain ratio accepts it) ``gn_stats`` there — each repeated for
-    the clients that dropped out or were rejected, so it overrides
-    :meth:`Strategy.round`.
+    A round is one exchange — ``gn_stats`` at the trial point, loss and
+    statistics together (``exchange="one"``) — or two kinds of exchange —
+    ``gn_loss`` at the trial point, then (if the LM gain ratio accepts it)
+    ``gn_stats`` there (``exchange="two"``) — each repeated for the clients
+    that dropped out or were rejected, so it overrides :meth:`Strategy.round`.
     """
 
     name = "gn"
 
     def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, form: str = "normal",
-                 screen: float | None = None):
+                 screen: float | None = None, kfac_net=None, exchange: str = "one"):
         if form not in FORMS:
             raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
+        if exchange not in EXCHANGES:
+            raise ValueError(f"gn exchange must be one of {', '.join(EXCHANGES)} (exchanges per LM iteration), "
+                             f"got {exchange!r}")
+        self.exchange = exchange
         if screen is not None and not screen > 1:
             raise ValueError(f"the influence screen's κ must be > 1, got {screen}")
         if screen is not None and form == "matfree":
             raise ValueError("the influence screen compares each client's dense statistics; the matrix-free form "
                              "sends none (use form='normal' or 'sqrt' with screen)")
         self.screen = None if screen is None else float(screen)
+        self.lm_config = lm_config or LMConfig()
+        if (self.lm_config.matfree.precond == "kfac") != (kfac_net is not None) and form == "matfree":
+            raise ValueError("the K-FAC preconditioner (LMConfig.matfree.precond='kfac') and kfac_net (the network "
+                             "whose factors the clients send) go together")
+        self.kfac_net = kfac_net if form == "matfree" else None
         self.banned: list = []  # clients the screen left out of the run (at θ₀)
         self.form = form
-        self.lm_config = lm_config or LMConfig()
         self.max_retries = int(max_retries)
         self.lm: LevenbergMarquardt | None = None
         self.retries = 0
         self.enrolled = {}  # client id → sample count of its first valid message (fixed from then on)
         self._run = None
-        self._exchanges = 0
         self.points_expire = False  # Strategy.points_expire: an accepted trial's statistics are then not gathered
 
     # the simulation's view
@@ -230,7 +291,8 @@ class GNStrategy(Strategy):
         return self.lm.loss
 
     def summary(self) -> dict:
-        return {"lm_tau": self.lm_config.tau, "form": self.form, "max_retries": self.max_retries}
+        return {"lm_tau": self.lm_config.tau, "form": self.form, "max_retries": self.max_retries,
+                "exchange": self.exchange}
 
     def _ask(self, run, request, validate, down: int) -> dict:
         """Every client's valid answer to ``request`` (asking again whoever did not answer validly)."""
@@ -240,7 +302,6 @@ class GNStrategy(Strategy):
         for attempt in range(self.max_retries + 1):
             ex.clients = missing
             got.update(run.exchange(ex).ok)
-            self._exchanges += 1
             missing = [c for c in run.client_ids if c not in got]
             if not missing:
                 return got
@@ -258,32 +319,44 @@ class GNStrategy(Strategy):
             out += msgs[c]["HV"]
         return out
 
-    def _matfree_stats(self, run, theta) -> GNStats:
-        agg = GNAggregator(True, "matfree")
+    def _matfree_grads(self, run, theta, send: bool = False) -> dict:
+        """Every client's ``gn_grad`` (``{"g", "loss", "n"}``, with its raw K-FAC sums under ``precond="kfac"``)
+        at θ; ``send``: θ is new to the clients (p floats down to each), else they hold it (θ₀ before its
+        broadcast is counted, or a trial they answered)."""
+        agg = GNAggregator(True, "matfree", kfac_net=self.kfac_net)
         agg.enrolled = self.enrolled
         p = theta.numel()
-        msgs = self._ask(run, Request("gn_grad", {"theta": theta}), lambda m: agg.validate(m, p, theta.dtype), 0)
-        st = agg.aggregate_stats(msgs, p)
+        req = Request("gn_grad", {"theta": theta}, {"precond": "kfac"} if self.kfac_net is not None else {})
+        return self._ask(run, req, lambda m: agg.validate(m, p, theta.dtype), p if send else 0)
+
+    def _matfree_stats(self, run, theta, msgs: dict | None = None) -> GNStats:
+        """The summed gradient and loss at θ with the federated operator bound there (``msgs``: the clients'
+        ``gn_grad`` answers already at hand, else asked now)."""
+        p = theta.numel()
+        st = GNAggregator(True, "matfree", kfac_net=self.kfac_net).aggregate_stats(
+            self._matfree_grads(run, theta) if msgs is None else msgs, p)
         st.op = _FederatedOperator(self, theta)
         return st
 
-    def _gather(self, run, theta, with_curvature: bool) -> dict:
-        """Every client's ``gn_stats`` (or ``gn_loss``) at θ, asking again whoever did not answer validly."""
+    def _gather(self, run, theta, with_curvature: bool, send: bool = False) -> dict:
+        """Every client's ``gn_stats`` (or ``gn_loss``) at θ, asking again whoever did not answer validly.
+
+        ``gn_loss`` always carries a new trial point (p floats down to each client); ``gn_stats`` is asked at a
+        point the clients already hold (θ₀, whose broadcast :meth:`start` counts, or the trial they just answered
+        the loss at: nothing down), unless ``send`` (one exchange per iteration: the trial travels with it)."""
         agg = GNAggregator(with_curvature, self.form)
         agg.enrolled = self.enrolled
         p = theta.numel()
         req = (Request("gn_stats", {"theta": theta}, {"form": self.form}) if with_curvature
                else Request("gn_loss", {"theta": theta}))
-        # the stats are asked at a point the clients already hold (the trial θ or θ₀): nothing is sent down
-        ex = Exchange([], req, lambda m: agg.validate(m, p, theta.dtype), down_floats=0 if with_curvature else p,
-                      dropout=True)
+        ex = Exchange([], req, lambda m: agg.validate(m, p, theta.dtype),
+                      down_floats=0 if with_curvature and not send else p, dropout=True)
         got: dict = {}
         clients = [c for c in run.client_ids if c not in self.banned]
         missing = list(clients)
         for attempt in range(self.max_retries + 1):
             ex.clients = missing
             got.update(run.exchange(ex).ok)
-            self._exchanges += 1
             missing = [c for c in clients if c not in got]
             if not missing:
                 return got
@@ -298,7 +371,7 @@ class GNStrategy(Strategy):
             st = self._matfree_stats(run, theta0)
             run.count_sent(down=theta0.numel() * len(run.client_ids))  # θ₀ broadcast
             self.lm.start(theta0, st)  # the Nyström sketch (one exchange) sets the damping unit
-            return {"mu": self.lm.mu, "exchanges": self._exchanges}
+            return {"mu": self.lm.mu}
         msgs = self._gather(run, theta0, True)
         run.count_sent(down=theta0.numel() * len(run.client_ids))  # θ₀ broadcast
         if self.screen is not None:  # robust: screened once, at θ₀; who is dropped stays out of the run
@@ -334,6 +407,11 @@ class GNStrategy(Strategy):
         if self.form == "matfree":
             return self._matfree_round(run)
         trial = self.lm.propose()
+        if self.exchange == "one" and not self.points_expire:  # loss and statistics at the trial, together
+            msgs = self._gather(run, trial, True, send=True)
+            loss = GNAggregator.total_loss(msgs)
+            accepted = self.lm.observe(loss, lambda: GNAggregator(True, self.form).aggregate_stats(msgs, trial.numel()))
+            return {"mu": self.lm.mu, "accepted": accepted}
         losses = self._gather(run, trial, False)
         loss = GNAggregator.total_loss(losses)
         if self.points_expire:  # fresh points before the next round: its statistics are gathered on them
@@ -345,17 +423,20 @@ class GNStrategy(Strategy):
 
     def _matfree_round(self, run):
         self._run = run
-        self._exchanges = 0
         if self.lm.stats.op is None:  # restored from a checkpoint: bind the operator to this run
             self.lm.stats.op = _FederatedOperator(self, self.lm.theta)
         cg0 = self.lm.cg_iters
         trial = self.lm.propose()
-        losses = self._gather(run, trial, False)
-        loss = GNAggregator.total_loss(losses)
-        accepted = self.lm.observe(loss, (lambda: deferred_stats(loss, self.lm.stats)) if self.points_expire
-                                   else (lambda: self._matfree_stats(run, trial)))
-        return {"mu": self.lm.mu, "accepted": accepted, "cg_iters": self.lm.cg_iters - cg0,
-                "exchanges": self._exchanges}
+        if self.exchange == "one" and not self.points_expire:  # the trial's loss comes with its gradient
+            grads = self._matfree_grads(run, trial, send=True)
+            loss = GNAggregator.total_loss(grads)
+            accepted = self.lm.observe(loss, lambda: self._matfree_stats(run, trial, grads))
+        else:
+            losses = self._gather(run, trial, False)
+            loss = GNAggregator.total_loss(losses)
+            accepted = self.lm.observe(loss, (lambda: deferred_stats(loss, self.lm.stats)) if self.points_expire
+                                       else (lambda: self._matfree_stats(run, trial)))
+        return {"mu": self.lm.mu, "accepted": accepted, "cg_iters": self.lm.cg_iters - cg0}
 
     def state_dict(self):
         lm = self.lm
@@ -364,8 +445,8 @@ class GNStrategy(Strategy):
             curv = {"H": linalg.pack_upper(st.H)}
         elif st.J is not None:
             curv = {"J": st.J, "r": st.r}
-        else:  # matrix-free: the operator is re-bound on load
-            curv = {}
+        else:  # matrix-free: the operator is re-bound on load (the K-FAC factors are kept)
+            curv = {} if st.factors is None else {"kfac": st.factors.pack()}
         return {"theta": lm.theta, **curv, "g": st.g, "loss": st.loss, "n": st.n, "mu": lm.mu, "nu": lm.nu,
                 "accepted": lm.accepted_steps, "rejected": lm.rejected_steps, "retries": self.retries,
                 "enrolled": dict(self.enrolled), "banned": list(self.banned),
@@ -378,7 +459,8 @@ class GNStrategy(Strategy):
         if "H" in d:
             self.lm.stats = GNStats(H=linalg.unpack_upper(d["H"], p), g=d["g"], loss=d["loss"], n=d["n"])
         elif "J" not in d:
-            self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"])
+            fac = None if "kfac" not in d else kfac_pinn.KroneckerFactors.unpack(self.kfac_net, d["kfac"])
+            self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"], factors=fac)
         else:
             self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"], J=d["J"], r=d["r"])
         self.lm.mu, self.lm.nu = d["mu"], d["nu"]
@@ -438,4 +520,5 @@ def validate_products(messages, V: torch.Tensor):
 def settings(r) -> str:
     """The summary table's settings text of a gn run: the form its statistics took."""
     o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
-    return "matrix-free LM (CG on Σ J_mᵀJ_m v)" if o.get("form") == "matfree" else "LM on ΣH_m, Σg_m"
+    base = "matrix-free LM (CG on Σ J_mᵀJ_m v)" if o.get("form") == "matfree" else "LM on ΣH_m, Σg_m"
+    return base + (", loss then statistics" if o.get("exchange") == "two" else "")

@@ -32,6 +32,22 @@ def write_model(out_dir: str, coef, intercept: float = 0.0, meta: dict | None = 
     return [os.path.join(out_dir, modelio.TENSORS), js]
 
 
+def model_meta(res, **extra) -> dict:
+    """What ``model.json`` says about a one-shot Result: σ used, clients fused, DP, projection, seed, problem."""
+    o = res.options
+    meta = {"method": res.method, "problem": res.problem, "fit_intercept": "intercept" in res.extra,
+            "sigma": float(res.extra.get("sigma_used", o.get("sigma", 0.0))), "clients": res.clients,
+            "clients_fused": res.extra.get("fused_clients", res.clients), "seed": res.seed}
+    dp = o.get("dp")
+    if o.get("dp_epsilon") is not None or dp:
+        eps = o.get("dp_epsilon", (dp or {}).get("epsilon"))
+        meta["dp"] = {"epsilon": eps, "delta": o.get("dp_delta", (dp or {}).get("delta")),
+                      "central": bool(o.get("dp_central", (dp or {}).get("central", False)))}
+    if o.get("project"):
+        meta["project"] = {"m": o["project"], "sketch": o.get("project_sketch", o.get("sketch"))}
+    return {**meta, **extra}
+
+
 def read_model(out_dir: str):
     """``(coef [d] float64 tensor, intercept, model.json dict)`` of a ridge model directory."""
     tensors, meta = modelio.read_model(out_dir)  # checked there: float64, shapes against n_features, intercept

@@ -153,6 +153,7 @@ class Recorder:
         self.label = label
         self.rows: list[dict] = []
         self.floats_sent = 0
+        self.exchanges: int | None = None  # exchanges so far (a federated run's loop sets it; None: no column)
         self._t0 = self._now()
         self._paused = 0.0
         from fedsciml.runtime import callbacks as _cb
@@ -198,7 +199,8 @@ class Recorder:
         with self.paused():
             metrics = self.evaluate(theta)
         loss = None if loss_sum is None else float(loss_sum) / self.n_residuals
-        row = {"step": int(step), "time_s": t, "loss": loss, **metrics, "floats_sent": int(self.floats_sent), **extra}
+        row = {"step": int(step), "time_s": t, "loss": loss, **metrics, "floats_sent": int(self.floats_sent),
+               **({} if self.exchanges is None else {"exchanges_total": int(self.exchanges)}), **extra}
         self.rows.append(row)
         if self.callbacks and theta is not None:
             self._thetas[id(row)] = theta.detach().clone()

@@ -43,7 +43,12 @@ monitoring — not counted in ``floats_up`` — and when the filled loss meets
 uncounted, its time off the clock), so the run stops where it stopped before.
 Communication
 is counted in floats: every float sent down (the broadcast θ to each sampled
-client) and up (every message received, rejected ones included).
+client) and up (every message received, rejected ones included) — and in
+exchanges: every :meth:`Simulation.exchange` that asked at least one client
+is one (a retry is another), the currency of a deployment where each costs
+seconds whatever its size.  The history row of a round has its ``exchanges``
+and the cumulative ``exchanges_total`` beside ``floats_sent``; the separate
+monitoring ``loss`` queries are not among them (``info["monitor_exchanges"]``).
 """
 from __future__ import annotations
 
@@ -141,6 +146,7 @@ class Simulation:
         self.n_total = sum(int(transport.sample_counts[c]) for c in self.client_ids)
         self.rec = Recorder(evaluate, self.n_total, cfg.budget, progress, every, label, total=cfg.rounds,
                             clock=cfg.clock)
+        self.rec.exchanges = 0
         self.label = label
         self.progress = progress
         self.rng = np.random.default_rng([int(cfg.seed), 7919])
@@ -155,16 +161,14 @@ class Simulation:
         self._pending: tuple | None = None  # (history row, θ, round) whose monitoring loss is not known yet
         self._in_round = False
         self.monitor_exchanges = 0  # separate monitoring ``loss`` queries asked (the merged ones are not counted)
-        # exchanges of the method (each a request to the clients asked and their replies; monitoring not
-        # counted): on a stock deployment each costs seconds whatever its size.  None: resumed from a checkpoint
-        # that did not count them
-        self.exchanges: int | None = 0
         self.skipped_rounds = 0
         self.round_index = 0
         self.floats_up = 0
         self.floats_down = 0
         self._round_up = 0
         self._round_down = 0
+        self.exchanges = 0  # exchanges so far (every one that asked a client), beside floats_up/floats_down
+        self._round_exchanges = 0
         self._round_rejected: dict = {}
         self._round_dropped: list = []
         self._round_accepted: set = set()
@@ -235,8 +239,7 @@ class Simulation:
                 self._settle({})
         t0 = time.perf_counter()
         got = self.transport.ask(clients, request) if clients else {}
-        if clients and self.exchanges is not None:
-            self.exchanges += 1
+        self._round_exchanges += 1 if clients else 0
         if carry:
             self._settle(got, time.perf_counter() - t0)
         msgs, metrics, bad, gone = {}, {}, {}, []
@@ -274,7 +277,7 @@ class Simulation:
 
     def begin_round(self, k: int):
         self.round_index = k
-        self._round_up = self._round_down = 0
+        self._round_up = self._round_down = self._round_exchanges = 0
         self._round_rejected = {}
         self._round_dropped = []
         self._round_accepted = set()
@@ -282,7 +285,9 @@ class Simulation:
     def end_round(self):
         self.floats_up += self._round_up
         self.floats_down += self._round_down
+        self.exchanges += self._round_exchanges
         self.rec.floats_sent = self.floats_up + self.floats_down
+        self.rec.exchanges = self.exchanges
         self._check_rejection_streaks()
 
     def _check_rejection_streaks(self):
@@ -300,7 +305,7 @@ class Simulation:
                               f"check that client's data and residual")
 
     def round_fields(self) -> dict:
-        return {"floats_up": self._round_up, "floats_down": self._round_down,
+        return {"floats_up": self._round_up, "floats_down": self._round_down, "exchanges": self._round_exchanges,
                 "rejected": len(self._round_rejected), "dropped": len(self._round_dropped)}
 
     def fail(self, what: str):
@@ -402,9 +407,9 @@ class Simulation:
             ckpt.save(self.cfg.checkpoint, {
                 "fingerprint": self.fingerprint, "round": self.round_index, "rng": self.rng.bit_generator.state,
                 "strategy": strategy.state_dict(), "rows": self.rec.rows, "floats_up": self.floats_up,
-                "floats_down": self.floats_down, "elapsed": self.rec.elapsed(), "rejections": self.rejections,
+                "floats_down": self.floats_down, "exchanges": self.exchanges, "elapsed": self.rec.elapsed(), "rejections": self.rejections,
                 "skipped_rounds": self.skipped_rounds, "unanswered": self.unanswered,
-                "loss_pending": self._pending is not None, "exchanges": self.exchanges,
+                "loss_pending": self._pending is not None,
             })
 
     def restore(self, strategy, theta0) -> bool:
@@ -429,11 +434,11 @@ class Simulation:
         self.rec.rows = list(state["rows"])
         self.floats_up, self.floats_down = int(state["floats_up"]), int(state["floats_down"])
         self.rec.floats_sent = self.floats_up + self.floats_down
+        self.exchanges = self.rec.exchanges = int(state.get("exchanges", 0))
         self.rec.credit(float(state["elapsed"]))  # the clock (and the budget) continue where they stopped
         self.rejections = list(state["rejections"])
         self.skipped_rounds = int(state.get("skipped_rounds", 0))
         self.unanswered = list(state.get("unanswered", []))
-        self.exchanges = None if state.get("exchanges") is None else int(state["exchanges"])
         if state.get("loss_pending") and self.rec.rows:  # the last row's loss comes with the next answers
             self._pending = (self.rec.rows[-1], strategy.theta, int(self.rec.rows[-1]["step"]))
         return True
@@ -516,9 +521,11 @@ class Simulation:
         if self.rec.rows and strategy.theta is before:
             if self.floats_up + self.floats_down != sent:
                 self.rec.rows[-1]["floats_sent"] = self.rec.floats_sent
+            self.rec.rows[-1]["exchanges_total"] = self.exchanges
         elif self.rec.rows:  # the last step was undone: the last row describes the parameters kept
             last = self.rec.rows.pop()
-            keep = {k: last[k] for k in ("round", "floats_up", "floats_down", "rejected", "dropped", "answered")
+            keep = {k: last[k] for k in ("round", "floats_up", "floats_down", "exchanges", "rejected", "dropped",
+                                         "answered")
                     if k in last}
             loss, mon = self._monitor(strategy)
             self.rec.record(last["step"], strategy.theta, loss, **keep, **mon, final_check="last step undone")
@@ -526,10 +533,11 @@ class Simulation:
             "rounds": self.round_index, "stopped_by": reason, "resumed": resumed,
             "floats_up": self.floats_up, "floats_down": self.floats_down,
             "floats_per_round": (self.floats_up + self.floats_down) / max(1, self.round_index),
+            "exchanges": self.exchanges,
             "rejections": self.rejections, "skipped_rounds": self.skipped_rounds,
             **({"unanswered": self.unanswered} if self.unanswered else {}),
             "solver_time_s": self.rec.elapsed(),
-            "exchanges": self.exchanges, "monitor_exchanges": self.monitor_exchanges,
+            "monitor_exchanges": self.monitor_exchanges,
             "strategy": {"name": strategy.name, **strategy.summary()},
         }
         return strategy.theta, self.rec.rows, info

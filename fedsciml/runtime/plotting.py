@@ -348,6 +348,41 @@ def plot_error_vs_floats(results: Sequence[Any], out_dir: str, prefix: str = "")
     return [path]
 
 
+def plot_error_vs_exchanges(results: Sequence[Any], out_dir: str, prefix: str = "") -> list[str]:
+    """``error_vs_exchanges.png``: the error against the exchanges so far (the history's ``exchanges_total``),
+    one line per federated run — the axis that prices a method on a deployment where every exchange costs
+    seconds.  Nothing is written when no run counted exchanges (centralized runs only)."""
+    runs = []
+    for r in results:
+        rows = [h for h in (r.history or []) if isinstance(h.get("exchanges_total"), int)]
+        if rows:
+            runs.append((r, rows))
+    if not runs:
+        return []
+    metric = _metric(runs[0][0])
+    fig = _figure(6.4, 4.2)
+    ax = fig.add_subplot()
+    drawn = 0
+    for r, rows in runs:
+        pts = [(h["exchanges_total"], h[metric]) for h in rows if isinstance(h.get(metric), (int, float))
+               and math.isfinite(h[metric]) and h[metric] > 0]
+        if pts:
+            x, v = zip(*pts)
+            ax.plot(x, v, label=run_label(r), lw=1.6, marker="o" if len(v) < 30 else None, ms=3)
+            drawn += 1
+    if not drawn:
+        return []
+    ax.set_yscale("log")
+    ax.set_xlabel("exchanges (server ↔ clients, start included)")
+    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+    ax.set_title(f"{runs[0][0].problem}: {METRIC_LABELS.get(metric, metric)} against exchanges")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    path = os.path.join(out_dir, prefix + "error_vs_exchanges.png")
+    fig.savefig(path)
+    return [path]
+
+
 def plot_runs(problem: Any, results: Sequence[Any], out_dir: str) -> list[str]:
     """All plots of a list of runs of one problem; returns the written paths.
 
@@ -374,4 +409,5 @@ def plot_runs(problem: Any, results: Sequence[Any], out_dir: str) -> list[str]:
             attempt(f"{name} ({label})", plot_solution, problem, r.theta, out_dir, label=label, name=name)
     attempt("error_vs_time/error_vs_step", plot_convergence, results, out_dir)
     attempt("error_vs_floats", plot_error_vs_floats, results, out_dir)
+    attempt("error_vs_exchanges", plot_error_vs_exchanges, results, out_dir)
     return paths

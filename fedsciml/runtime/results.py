@@ -4,13 +4,16 @@
 
 ``problem, method, options, seed, device, dtype, n_params, clients, wall_time_s,
 final {loss, rel_l2 | mse, ...}, history [{step, time_s, loss, rel_l2 | mse,
-floats_sent}], extra {...}``
+floats_sent, exchanges_total}], extra {..., exchanges}``
 
 ``loss`` is the mean of the squared weighted residuals, ``½‖r(θ)‖² / N``
 (N residual rows over all clients), so runs with different client counts are
 comparable.  ``time_s`` is the solver's own wall time: evaluating the test
 metrics for the history is excluded.  ``floats_sent`` is cumulative: all
-floats sent up (clients → server) and down (server → clients) so far.
+floats sent up (clients → server) and down (server → clients) so far;
+``exchanges_total`` (federated runs) the exchanges so far — each a request to
+the clients and their replies, start included, retries too — and a round's row
+its own ``exchanges``; ``extra["exchanges"]`` is the run's total.
 """
 from __future__ import annotations
 
@@ -345,11 +348,14 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
         rounds = r.extra.get("rounds", last.get("step", 0)) if isinstance(r.extra, dict) else last.get("step", 0)
         sent = last.get("floats_sent", 0)
         loss = r.final.get("loss")
+        ex = last.get("exchanges_total")
         rows.append({"method": r.method, "rounds": rounds, "seconds": r.wall_time_s,
-                     "loss": float("nan") if loss is None else loss, "metric": r.error, "sent": sent,
+                     "loss": float("nan") if loss is None else loss, "metric": r.error,
+                     "exchanges": ex, "sent": sent,
                      "per": sent / rounds if rounds else 0, "settings": " " + method_settings(r)})
     cols = [("method", "method", "<12s"), ("rounds", "rounds", "6d"), ("seconds", "seconds", "8.2f"),
-            ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"), ("floats sent", "sent", "12d"),
+            ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"),
+            ("exchanges", "exchanges", "9d"), ("floats sent", "sent", "12d"),
             ("floats/round", "per", "12.3g"), (" settings", "settings", "<s")]
     if metric == "loss":  # no test metric: the loss is the only figure, shown once
         cols = [c for c in cols if c[1] != "metric"]

@@ -150,7 +150,7 @@ def deployment(p, K, runs, idle_s: float, loc, wait_s: float) -> dict:
         time.sleep(min(15.0, idle_s))  # let the SuperNodes register and start their SuperExecs
         per = measure(d, idle_s)
         t0 = time.perf_counter()  # the start-up counted: flwr run, the ServerApp, describe (not the processes)
-        outs = [str(d.dir / f"bench-{m}.json") for m, _ in runs]
+        outs = [str(d.dir / f"bench-{m}") for m, _ in runs]
         jobs = [{"kind": "solve", "problem": p.name, "problem_options": dict(p.options), "method": m, "clients": K,
                  "seed": 0, "options": o, "out": out, "timeout": wait_s, "connect_timeout": wait_s}
                 for (m, o), out in zip(runs, outs)]

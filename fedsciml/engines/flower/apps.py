@@ -39,8 +39,9 @@ the problem, the method and the options, or a file of several jobs (see
 :class:`~fedsciml.engines.flower.transport.FlowerTransport` to the Grid, runs the
 method's strategy in fedsciml's own round loop (:func:`run_on_grid`), logs the
 table ``python -m fedsciml solve`` prints (:func:`fedsciml.runtime.results.summary_lines`; Flower
-streams it to ``flwr run --stream``) and writes the Result where ``out`` says
-(:func:`write_result`).
+streams it to ``flwr run --stream``) and writes the run's directory where ``out`` says
+(:func:`write_result`: ``result.json``, ``history.csv`` and the model that ``fs.load_model(out)`` reads — the
+directory ``solve --out`` writes).
 """
 from __future__ import annotations
 
@@ -524,8 +525,10 @@ def serve(grid, run_config):
                 with open(tmp, "w") as f:
                     json.dump(res, f)
                 os.replace(tmp, str(j["out"]))
-            else:
-                write_result(res, str(j["out"]))
+            else:  # the directory `solve --out` writes: result, history, model (fs.load_model reads it)
+                from fedsciml.problems import get_problem
+
+                write_result(res, str(j["out"]), get_problem(j["problem"], **j.get("problem_options", {})))
 
 
 def _app_logging():

@@ -33,6 +33,7 @@ import atexit
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,7 +46,7 @@ from pathlib import Path
 import fedsciml.engines.flower  # noqa: F401
 
 REPO_ROOT = str(Path(__file__).resolve().parents[3])  # the directory that holds the fedsciml package
-APP_DIR = str(Path(__file__).resolve().parent / "app")  # fedsciml's Flower App (pyproject.toml)
+from fedsciml.engines.flower.jobs import APP_DIR  # noqa: E402,F401  (fedsciml's Flower App: pyproject.toml)
 HOST = "127.0.0.1"
 
 
@@ -249,10 +250,9 @@ class LocalSuperLink:
     def submit(self, problem: str, method: str = "gn", *, clients: int, seed: int = 0,
                problem_options: dict | None = None, timeout_s: float = 300.0, name: str = "run",
                federation_config: dict | None = None, app: str = APP_DIR, **method_options):
-        """Start one fedsciml job (returns the Popen and the result path; see :meth:`wait`)."""
-        out = self.dir / f"{name}.json"
-        for f in (out, Path(str(out) + ".theta.safetensors")):
-            f.unlink(missing_ok=True)
+        """Start one fedsciml job (returns the Popen and the run's result directory; see :meth:`wait`)."""
+        out = self.dir / f"{name}-out"
+        shutil.rmtree(out, ignore_errors=True)
         cfg = {"problem": problem, "method": method, "clients": int(clients), "seed": int(seed),
                "problem-options": json.dumps(problem_options or {}), "method-options": json.dumps(method_options),
                "out": str(out), "timeout": float(timeout_s), "connect-timeout": float(timeout_s)}
@@ -283,11 +283,13 @@ class LocalSuperLink:
             for line in data[:done].decode(errors="replace").splitlines():
                 echo(line)
 
-        while not all(o.exists() for o in outs):
+        from fedsciml.engines.flower.resultio import ready
+
+        while not all(ready(str(o)) for o in outs):
             forward()
             if proc.poll() is not None:
                 time.sleep(0.2)
-                if all(o.exists() for o in outs):
+                if all(ready(str(o)) for o in outs):
                     break
                 raise RuntimeError(f"the Flower run ended without its result (flwr run status {proc.returncode}); "
                                    f"its log:\n" + self.tail(name))

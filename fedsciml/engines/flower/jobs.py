@@ -11,7 +11,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+APP_DIR = str(Path(__file__).resolve().parent / "app")  # fedsciml's generic Flower App
 SECAGG_APP_DIR = str(Path(__file__).resolve().parent / "secagg_app")  # the SecAgg+ ServerApp/ClientApp pair
+
+
+def app_dirs() -> dict:
+    """``{"app": …, "secagg": …}``: the directories of fedsciml's Flower Apps in this installation (what
+    ``flwr run DIR`` takes; ``python -m fedsciml flower app-dir`` prints them)."""
+    return {"app": APP_DIR, "secagg": SECAGG_APP_DIR}
 
 
 def is_secagg_job(job: dict) -> bool:

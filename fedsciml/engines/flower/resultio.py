@@ -1,29 +1,83 @@
-"""The result files of a Flower run: what the ServerApp writes and the process that started the run reads.
+"""The result directory of a Flower run: what the ServerApp writes and the process that started the run reads.
+
+A run's ``out`` (the App's run config ``out='DIR'``, or a path the engine chose) is a directory, the same one
+``python -m fedsciml solve --out DIR`` writes: ``result.json`` (the Result), ``history.csv``, the trained model
+(``model.safetensors`` + ``model.json``, for a problem with a network or a one-shot ridge fit) that
+``fs.load_model(DIR)`` reads, and ``theta.safetensors`` (θ exactly as the run ended, for the engine that reads
+the Result back).  ``result.json`` is written last, by a rename, so a reader that sees it finds the rest complete.
 
 Apart from :mod:`fedsciml.engines.flower.apps` so that the reading side (``fs.solve(..., engine="flower")``, the
 CLI) imports neither Flower nor the apps: it only starts Flower's programs and reads these files.
 """
 from __future__ import annotations
 
+import logging
 import os
 
+RESULT = "result.json"
+THETA = "theta.safetensors"
+HISTORY = "history.csv"
 
-def write_result(res, out: str):
-    """``out`` (the Result as JSON) and ``out + ".theta.safetensors"`` (θ, bitwise); θ is written first, the JSON
-    last and renamed into place, so a reader that sees the JSON finds both complete."""
+log = logging.getLogger(__name__)
+
+
+def result_path(out: str) -> str:
+    """The file whose appearance says that the run's directory ``out`` is complete."""
+    return os.path.join(str(out), RESULT)
+
+
+def ready(out: str) -> bool:
+    """Whether ``out`` is complete: a result directory with its ``result.json``, or a result file (an image
+    benchmark job writes one JSON file)."""
+    out = str(out)
+    return os.path.isfile(result_path(out)) or (os.path.isfile(out) and not os.path.isdir(out))
+
+
+def write_model_files(res, problem, out: str) -> list:
+    """The trained model of ``res`` in ``out`` as ``solve --out`` writes it (``model.safetensors`` +
+    ``model.json``): a problem with a network (:func:`fedsciml.problems.saved.save_model`) or a one-shot ridge
+    fit (:func:`fedsciml.ridge.model_io.write_model`); nothing for other runs.  Returns the paths written."""
+    if problem is None or res.theta is None:
+        return []
+    if getattr(problem, "kind", None) == "ridge":
+        if res.method != "one-shot":
+            return []
+        from fedsciml.ridge.model_io import model_meta, write_model
+
+        return write_model(out, res.theta, float(res.extra.get("intercept", 0.0)), model_meta(res, engine="flower"))
+    if hasattr(problem, "model_description"):
+        from fedsciml.problems.saved import save_model
+        from fedsciml.runtime.modelio import META, TENSORS
+
+        save_model(res, problem, out)
+        return [os.path.join(out, TENSORS), os.path.join(out, META)]
+    return []
+
+
+def write_result(res, out: str, problem=None) -> str:
+    """Write the run's directory ``out`` (see the module docstring); ``problem``: the run's problem, for the
+    model files (without it only the Result, θ and the history).  Returns ``out``."""
     from safetensors.torch import save_file
 
-    save_file({"theta": res.theta.detach().cpu().contiguous()}, out + ".theta.safetensors")
-    res.to_json(out + ".part")
-    os.replace(out + ".part", out)
+    out = str(out)
+    os.makedirs(out, exist_ok=True)
+    done = result_path(out)
+    if os.path.exists(done):  # a directory reused: its old result must not look like this run's
+        os.remove(done)
+    save_file({"theta": res.theta.detach().cpu().contiguous()}, os.path.join(out, THETA))
+    res.write_history_csv(os.path.join(out, HISTORY))
+    write_model_files(res, problem, out)
+    res.to_json(done + ".part")
+    os.replace(done + ".part", done)
+    return out
 
 
 def read_result(out: str):
-    """The Result :func:`write_result` wrote, with its θ."""
+    """The Result :func:`write_result` wrote in ``out``, with its θ (bitwise)."""
     from safetensors.torch import load_file
 
     from fedsciml.runtime.results import Result
 
-    res = Result.from_json(out)
-    res.theta = load_file(out + ".theta.safetensors")["theta"]
+    res = Result.from_json(result_path(out))
+    res.theta = load_file(os.path.join(str(out), THETA))["theta"]
     return res

@@ -316,8 +316,10 @@ def serve(grid, run_config, context):
         if j.get("table", True):
             for line in summary_lines([res]):
                 log.info("%s", line)
-        if j.get("out"):
-            write_result(res, str(j["out"]))
+        if j.get("out"):  # the directory `solve --out` writes (result, history, model)
+            from fedsciml.problems import get_problem
+
+            write_result(res, str(j["out"]), get_problem(j["problem"], **j.get("problem_options", {})))
 
 
 def _make_apps():

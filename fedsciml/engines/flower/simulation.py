@@ -66,7 +66,7 @@ def federation_config(clients: int, threads: int = 1) -> dict:
 
 
 def _check_registered(problem):
-    from fedsciml.problems.registry import REGISTRY
+    from fedsciml.problems.registry import REGISTRY, entry_point_modules
 
     name = getattr(problem, "name", None)
     if name not in REGISTRY or type(problem) is not REGISTRY[name]:
@@ -74,12 +74,13 @@ def _check_registered(problem):
                          f"and options; {type(problem).__name__} is not registered (register it with "
                          f"@fedsciml.register, or give each node its table: see docs/flower-sites.md)")
     module = type(problem).__module__
-    if not (module.startswith("problems.") or module.startswith("fedsciml.")):
-        # a --plugin / FEDSCIML_PLUGINS / entry-point problem: the simulation's nodes (Ray workers) import
-        # fedsciml's own problems only, so each would fail to build its client after Ray started
-        raise ValueError(f"engine 'flower': problem {name!r} comes from a plugin (module {module!r}), which "
-                         f"Flower's simulation nodes do not load; run it with the local engine, or deploy nodes "
-                         f"that import it (see docs/flower-sites.md)")
+    installed = set(entry_point_modules().values())  # every Flower process loads these by name (get_problem)
+    if not (module.startswith("problems.") or module.startswith("fedsciml.") or module in installed):
+        # a --plugin / FEDSCIML_PLUGINS / script problem: the simulation's nodes (Ray workers) build problems by
+        # name from fedsciml's own and the installed plugins only, so each would fail after Ray started
+        raise ValueError(f"engine 'flower': problem {name!r} is defined in {module!r}, which Flower's nodes do "
+                         f"not import; install it as a package with a 'fedsciml.problems' entry point (template: "
+                         f"examples/flower_own_pde/, docs/pde.md), or run it with the local engine")
 
 
 def _job(kw: dict, out: str) -> dict:
@@ -128,7 +129,8 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
 
     with tempfile.TemporaryDirectory(prefix="fedsciml-flower-sim-") as tmp:
         work = workdir or tmp
-        jobs = [{**j, "out": os.path.join(work, f"job{i}.json")} for i, j in enumerate(jobs)]
+        jobs = [{**j, "out": os.path.join(work, f"job{i}.json" if j.get("kind", "solve") == "images"
+                                          else f"job{i}")} for i, j in enumerate(jobs)]
         path = os.path.join(work, "jobs.json")
         with open(path, "w") as f:
             json.dump(jobs, f)
@@ -203,12 +205,14 @@ def _root_cause(log_text: str) -> str:
     return (errs[-1] if errs else lines[0] if lines else "no log")[:300]
 
 
-def solve_many(calls: list, clients: int, *, wait_s: float = 3600.0) -> list:
+def solve_many(calls: list, clients: int, *, wait_s: float = 3600.0, workdir: str | None = None) -> list:
     """Run several solves in one Flower simulation with ``clients`` virtual SuperNodes (Ray starts once).
 
     ``calls``: keyword dicts for :func:`fedsciml.engines.flower.apps.run_on_grid`
     (``problem``, ``method``, ``clients``, ``seed``, options …); every call
-    must use ``clients`` clients.  Returns their Results (with θ) in order.
+    must use ``clients`` clients.  Returns their Results (with θ) in order.  ``workdir``: keep the run's files
+    there (``generic/jobI`` and ``secagg/jobI``: each call's result directory, as the App's ``out`` writes it,
+    and the processes' logs) instead of a temporary directory.
     """
     for kw in calls:
         if int(kw["clients"]) != int(clients):
@@ -228,7 +232,10 @@ def solve_many(calls: list, clients: int, *, wait_s: float = 3600.0) -> list:
     for flag, app in ((False, None), (True, SECAGG_APP_DIR)):
         idx = [i for i, f in enumerate(secure) if f == flag]
         if idx:
-            for i, r in zip(idx, run_jobs([jobs[i] for i in idx], clients, wait_s=wait_s, app=app)):
+            sub = None if workdir is None else os.path.join(workdir, "secagg" if flag else "generic")
+            if sub is not None:
+                os.makedirs(sub, exist_ok=True)
+            for i, r in zip(idx, run_jobs([jobs[i] for i in idx], clients, wait_s=wait_s, workdir=sub, app=app)):
                 out[i] = r
     return out
 
