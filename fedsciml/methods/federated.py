@@ -38,10 +38,13 @@ from fedsciml.runtime.client import AdaptiveSchedule
 from fedsciml.methods.fipa import FIPAStrategy
 from fedsciml.core.kfac_pinn import jet_network, require_jets
 from fedsciml.core.matfree import MatfreeConfig, fipa_local_matfree
-from fedsciml.methods.gn import GNStrategy, choose_form
+from fedsciml.core import forms
+from fedsciml.methods.gn import GNStrategy
 from fedsciml.methods.oneshot import OneShotStrategy
+from fedsciml.methods.resample import Growth
 from fedsciml.methods.run import local_config, round_config, simulate, typed_config
 from fedsciml.core.lm import LMConfig, default_tau
+
 
 def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None, *, progress=False, seed=0,
            every=10, message_hook=None, transport=None, **options):
@@ -50,9 +53,15 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     rc = round_config(cfg, seed)
     lm_tau = default_tau(objectives) if cfg.lm_tau is None else cfg.lm_tau
     form = cfg.form
-    if form == "auto":  # the smaller dense message while it fits, matrix-free beyond (gn.choose_form)
-        form = choose_form([o.n_residuals for o in objectives], theta0.numel())
+    reason = None
+    if form == "auto":  # the smaller dense message while it fits, matrix-free beyond (fedsciml.core.forms)
+        rows = [o.n_residuals for o in objectives]
+        choice = forms.choose_form(sum(rows), theta0.numel(), device=theta0.device, dtype=theta0.dtype, need="gn",
+                                   rows=rows)
+        form, reason = choice.form, choice.reason
     options = {"lm_tau": lm_tau, "form": form}
+    if reason is not None:
+        options["form_reason"] = reason
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
     kfac = form == "matfree" and cfg.precond == "kfac"
     if kfac:  # refused by name unless every client's residual is in the forward-Laplacian channel form
@@ -70,7 +79,8 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     if cfg.momentum:
         options["momentum"] = cfg.momentum
     return simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport, cfg.batched, resample=cfg.resample)
+                     options, message_hook, transport or cfg.transport, cfg.batched, resample=cfg.resample,
+                     growth=Growth.of(cfg))
 
 
 def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = None, *, progress=False, seed=0,
@@ -113,7 +123,8 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
     strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), cfg.sketch, sched, seed, safeguard=cfg.safeguard,
                             complement=cfg.complement, cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
     return simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport, resample=cfg.resample)
+                     options, message_hook, transport or cfg.transport, resample=cfg.resample,
+                     growth=Growth.of(cfg))
 
 
 def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progress, seed, every, message_hook,
@@ -132,7 +143,8 @@ def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progre
         options["local_damping"] = lc.damping
     strategy = AveragingStrategy(agg, lc, seed)
     return simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport, resample=cfg.resample)
+                     options, message_hook, transport or cfg.transport, resample=cfg.resample,
+                     growth=Growth.of(cfg))
 
 
 def run_fedavg(problem, objectives, theta0, evaluate, config: FedAvgConfig | None = None, *, progress=False, seed=0,

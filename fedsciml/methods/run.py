@@ -83,7 +83,7 @@ def make_transport(objectives, transport="local", vectorize: bool = True, device
 
 
 def simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every, options, message_hook,
-             transport="local", vectorize=True, resample=None):
+             transport="local", vectorize=True, resample=None, growth=None):
     """Run ``strategy`` from ``theta0`` with the clients of ``objectives``: ``(θ, history rows, info)``, ``info``
     holding the loop's counters, the strategy's :meth:`~fedsciml.runtime.strategy.Strategy.info` and ``options``
     (the record of what ran)."""
@@ -96,8 +96,11 @@ def simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, 
                              f"{type(transport).__name__}'s clients would have to draw their own points")
         n_clients, device = len(objectives), theta0.device
         strategy = ResamplingStrategy(strategy, resample,
-                                      lambda j: resampled_objectives(problem, n_clients, seed, j, device))
+                                      lambda j: resampled_objectives(problem, n_clients, seed, j, device, growth,
+                                                                     resample))
         options = {**options, "resample": resample}
+        if growth is not None:  # a Growth (fedsciml.methods.resample): the points grow as the run goes
+            options.update(grow=growth.factor, grow_every=growth.every, grow_cap=growth.cap)
     sim = Simulation(make_transport(objectives, transport, vectorize, theta0.device), evaluate, rc, label=method,
                      progress=progress, every=every,
                      fingerprint=fingerprint(problem, method, objectives, theta0, seed, options),
@@ -138,8 +141,11 @@ def strategy_runner(config_cls, build: Callable[[Any, RunContext], "tuple[Any, d
         cfg, transport = typed_config(config_cls, config, options, transport)
         rc = round_config(cfg, seed)
         strategy, record = build(cfg, RunContext(problem, objectives, theta0, seed, rc))
+        from fedsciml.methods.resample import Growth
+
         return simulate(config_cls.method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                        record, message_hook, transport or cfg.transport, resample=getattr(cfg, "resample", None))
+                        record, message_hook, transport or cfg.transport, resample=getattr(cfg, "resample", None),
+                        growth=Growth.of(cfg))
 
     runner.__doc__ = f"Run {config_cls.method} ({config_cls.__name__}); built by strategy_runner."
     return runner
