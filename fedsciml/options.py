@@ -641,7 +641,7 @@ class GNConfig(RoundOptions):
 #: along them, which the merge divides by those eigenvalues: on Bratu (2 clients) the first merged step has norm
 #: 1.6e4 with the default cutoff p·eps (FedAvg's: 0.15), 15 with 1e-8, 0.57 with 1e-5, and the run goes
 #: non-finite; with 1e-5 it converges with γ = 1 too (relative L2 1.4e-4 after 20 rounds; sin1d n=2: MSE 1.5e-5
-#: instead of 3.5e9).  ``reproductions/fipa_ablation.md``, README "The published FIPA".
+#: instead of 3.5e9).  ``reproductions/fipa_ablation.md``, docs/methods.md "The published FIPA".
 PAPER_PRESET = {"local": "adam", "lr": 1e-4, "local_steps": 100, "local_loss": "parts", "rank": 20, "merge": "qr",
                 "beta": 0.0, "gamma": 0.3, "pinv_rtol": 1e-5, "safeguard": False}
 

@@ -618,3 +618,10 @@ def validate_products(messages, V: torch.Tensor):
         else:
             ok[cid] = msg
     return ok, bad
+
+
+def settings(r) -> str:
+    """The summary table's settings text of a gn run: the form its statistics took."""
+    o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
+    base = "matrix-free LM (CG on Σ J_mᵀJ_m v)" if o.get("form") == "matfree" else "LM on ΣH_m, Σg_m"
+    return base + (", loss then statistics" if o.get("exchange") == "two" else "")
