@@ -19,7 +19,7 @@ from fedsciml.problems.poisson import WEINAN_NORM
 from fedsciml.problems.registry import apply_preset
 
 CASES = [(5, "cos_sum"), (10, "weinan"), (100, "weinan"), (100, "weinan_norm"), (7, "weinan_norm"), (3, "product"),
-         (4, "sum"), (100, "cos_sum")]
+         (10, "product"), (4, "sum"), (100, "sum"), (100, "cos_sum")]
 
 
 @pytest.mark.parametrize("dim, variant", CASES)
