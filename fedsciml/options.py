@@ -497,6 +497,8 @@ class CentralizedConfig(StopOptions):
     precond: str = option("nystrom", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
                                      "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
                                      "PINN problems) or none", str, choices=("nystrom", "kfac", "none"))
+    cg_iters: int = option(500, "CG iterations per matrix-free lm solve, at most (a truncated solve is judged by LM's "
+                                "gain ratio; with precond kfac, 1–10 take many cheap steps)", int, lo=1)
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
 
@@ -518,8 +520,8 @@ class CentralizedConfig(StopOptions):
         else:
             out["momentum"] = f"SPRING momentum is an option of {display('optimizer')} lm"
         if self.optimizer != "lm" or self.lm_solve in ("normal", "kernel"):
-            out["precond"] = (f"it preconditions the matrix-free lm solve ({display('optimizer')} lm, "
-                              f"{display('lm_solve')} matfree or auto)")
+            out["precond"] = out["cg_iters"] = (f"it sets the matrix-free lm solve ({display('optimizer')} lm, "
+                                                f"{display('lm_solve')} matfree or auto)")
         return out
 
     def _resolve(self):
@@ -548,6 +550,8 @@ class GNConfig(RoundOptions):
                                      "(K-FAC for PINNs: each client sends its Kronecker factors with Jᵀr, O(Σ widths²) "
                                      "floats; forward-Laplacian PINN problems) or none", str,
                           choices=("nystrom", "kfac", "none"))
+    cg_iters: int = option(500, "CG iterations (exchanges) per matrix-free solve, at most (a truncated solve is judged "
+                                "by LM's gain ratio)", int, lo=1)
     momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
                                   "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
     exchange: str = option("one", "exchanges per LM iteration: one (the trial point down, each client's loss and "
@@ -568,7 +572,7 @@ class GNConfig(RoundOptions):
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()
         if self.form in ("normal", "sqrt"):
-            out["precond"] = f"it preconditions the matrix-free form ({display('form')} matfree or auto)"
+            out["precond"] = out["cg_iters"] = f"it sets the matrix-free form ({display('form')} matfree or auto)"
         return out
 
     def memory_form(self, rows: int, p: int, clients: int) -> str:

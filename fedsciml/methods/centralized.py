@@ -239,7 +239,8 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
     if config.precond == "kfac":
         require_jets(objectives, getattr(problem, "name", str(problem)))
     lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
-                  matfree=MatfreeConfig(precond=config.precond, rank=config.nystrom_rank, seed=seed),
+                  matfree=MatfreeConfig(precond=config.precond, rank=config.nystrom_rank,
+                                                max_iters=config.cg_iters, seed=seed),
                   momentum=config.momentum)
     make = None
     if config.resample is not None:
