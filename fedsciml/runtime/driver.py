@@ -252,10 +252,12 @@ def own_kind(problem) -> bool:
             and any(kind in m.uses for m in METHODS.values()))
 
 
-def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "") -> tuple[float, str] | None:
+def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "",
+                    device=None) -> tuple[float, str] | None:
     """``(bytes, how)``: the data of every client, and per row what the method's chosen form holds at once
-    (:meth:`MethodConfig.memory_form`, 8-byte floats): the residual Jacobian's p columns for the dense
-    forms, the matrix-free operator's residual graph
+    (:meth:`MethodConfig.memory_form` on ``device``, 8-byte floats): the residual Jacobian's p columns for the
+    dense forms, ``JᵀJ`` and its factor (2p² floats, once) for the chunked form, the matrix-free operator's
+    residual graph
     (:func:`fedsciml.core.matfree.graph_floats_per_row`) when the automatic or named form is matrix-free,
     nothing more for first-order methods; ``None`` when the problem cannot say how many rows a client holds.
     A task with its own ``estimate_memory(clients, config, method)`` (the image tasks) gives its own estimate."""
@@ -269,8 +271,11 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
     sizes = list(getattr(net, "sizes", []))
     d_in = int(sizes[0]) if sizes else 1
     # a linear residual's Jacobian is its data
-    form = "data" if problem.kind == "ridge" else config.memory_form(int(rows), p, int(clients))
-    extra, what = 0.0, ""
+    form = "data" if problem.kind == "ridge" else config.memory_form(int(rows), p, int(clients), device)
+    extra, what, once, what_once = 0.0, "", 0.0, ""
+    if form == "chunked":
+        once = 16.0 * p * p
+        what_once = f" + JᵀJ and its factor ({2 * p * p:,} floats; J streamed in row blocks)"
     if form == "jacobian":
         extra, what = float(p), f" + {p:,} Jacobian columns"
     elif form == "graph":
@@ -280,7 +285,9 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
         what = f" + {extra:,.0f} floats of matrix-free residual graph"
     per_row = d_in + 1 + extra
     how = f"{clients:,} client(s) × {rows:,} rows × ({d_in + 1:,}{what}) × 8 bytes"
-    return 8.0 * clients * rows * per_row, how
+    if once:
+        how += what_once
+    return 8.0 * clients * rows * per_row + once, how
 
 
 def _options(problem, config: MethodConfig) -> dict:
@@ -302,7 +309,7 @@ def check_run_memory(problem, method: str, clients: int, config: MethodConfig, d
     """Refuse, before any data is built, a run whose estimated memory exceeds what is available.  ``extra``:
     ``(bytes, how)`` a caller adds to the run's estimate (a preset's work around the run: the ``ridge``
     preset's pooled oracle, CV candidates and baselines), checked together, once."""
-    est = estimate_memory(problem, clients, config, method)
+    est = estimate_memory(problem, clients, config, method, device)
     if extra is not None:
         est = (extra[0], extra[1]) if est is None else (est[0] + extra[0], f"{est[1]}; {extra[1]}")
     if est is not None:
@@ -408,8 +415,46 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
                 runtime)
 
 
+def with_loss_terms(evaluate, objectives):
+    """``evaluate`` plus, for a problem whose objectives have several named residual parts (a PDE's residual and
+    each condition), each part's share of the loss at θ: ``loss[pde]``, ``loss[Dirichlet(boundary)]``, … —
+    ``½‖r_part‖²`` summed over the clients, over all N rows, so the terms add up to the row's ``loss``.  The
+    history (``history.csv``) gets one column per term and ``--out`` a ``loss_terms.png``.  Monitoring only,
+    off the solver clock like the test metrics; in process (the driver holds the clients' objectives here —
+    a Flower run's server does not hold the sites' points, so its history has no terms)."""
+    if not objectives or not all(hasattr(o, "parts") and hasattr(o, "part_residuals") for o in objectives):
+        return evaluate
+    names: list = []
+    for o in objectives:
+        names += [q.name for q in o.parts if q.name not in names]
+    if len(names) < 2:
+        return evaluate
+    n_total = max(1, sum(int(o.n_residuals) for o in objectives))
+
+    def terms(theta) -> dict:
+        acc = dict.fromkeys(names, 0.0)
+        with torch.no_grad():
+            for o in objectives:  # monitoring, once per history row: a residual evaluation per client
+                for q, r in zip(o.parts, o.part_residuals(theta)):
+                    acc[q.name] += 0.5 * float(r @ r)
+        return {f"loss[{n}]": v / n_total for n, v in acc.items()}
+
+    def evaluate_with_terms(theta, **kw):
+        return {**evaluate(theta, **kw), **terms(theta)}
+    return evaluate_with_terms
+
+
 def run(p: Plan) -> Result:
-    """Execute a :class:`Plan`: seed, the clients' objectives, θ₀, the method's run, the :class:`Result`."""
+    """Execute a :class:`Plan`: seed, the clients' objectives, θ₀, the method's run, the :class:`Result`
+    (its ``wall_seconds``: this whole call, set-up and final metrics included)."""
+    t_all = time.perf_counter()
+    res = _run_plan(p)
+    if res.wall_seconds is None:
+        res.wall_seconds = time.perf_counter() - t_all
+    return res
+
+
+def _run_plan(p: Plan) -> Result:
     if p.engine != "local":  # the same strategy and round loop; the engine's transport carries the messages
         opts = p.config.to_dict()
         opts.pop("transport", None)
@@ -426,7 +471,8 @@ def run(p: Plan) -> Result:
     theta0 = problem.init_params(p.seed, device=dev)
     (problem.check_objectives if own_kind(problem) else check_objectives)(objectives, theta0)
     t0 = time.perf_counter()
-    theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
+    theta, rows, info = p.spec(problem, objectives, theta0, with_loss_terms(problem.evaluate, objectives),
+                               p.config, seed=p.seed,
                                progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
     wall = time.perf_counter() - t0
     last = rows[-1] if rows else {}
@@ -437,7 +483,7 @@ def run(p: Plan) -> Result:
     return Result(
         problem=problem.name, method=p.method, options=_options(problem, p.config), seed=p.seed,
         device=str(dev), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
-        clients=int(clients), wall_time_s=wall, final=final, history=rows, extra=jsonable(info), theta=theta,
+        clients=int(clients), solver_seconds=wall, final=final, history=rows, extra=jsonable(info), theta=theta,
     )
 
 
