@@ -515,6 +515,8 @@ class CentralizedConfig(StopOptions):
     precond: str = option("nystrom", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
                                      "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
                                      "PINN problems) or none", str, choices=("nystrom", "kfac", "none"))
+    cg_iters: int = option(500, "CG iterations per matrix-free lm solve, at most (a truncated solve is judged by LM's "
+                                "gain ratio; with precond kfac, 1–10 take many cheap steps)", int, lo=1)
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
     lm_damping: str = option("adaptive", "lm damping: adaptive (Levenberg–Marquardt's gain-ratio rule) or fixed "
@@ -551,8 +553,8 @@ class CentralizedConfig(StopOptions):
             out.setdefault("lm_mu", why)
             out.setdefault("step_decay", why)
         if self.optimizer != "lm" or self.lm_solve in ("normal", "kernel", "chunked"):
-            out["precond"] = (f"it preconditions the matrix-free lm solve ({display('optimizer')} lm, "
-                              f"{display('lm_solve')} matfree or auto)")
+            out["precond"] = out["cg_iters"] = (f"it sets the matrix-free lm solve ({display('optimizer')} lm, "
+                                                f"{display('lm_solve')} matfree or auto)")
             out["nystrom_rank"] = (f"it sizes the Nyström preconditioner of the matrix-free lm solve "
                                    f"({display('optimizer')} lm, {display('lm_solve')} matfree or auto)")
         elif self.precond != "nystrom":
@@ -586,6 +588,8 @@ class GNConfig(RoundOptions):
                                      "(K-FAC for PINNs: each client sends its Kronecker factors with Jᵀr, O(Σ widths²) "
                                      "floats; forward-Laplacian PINN problems) or none", str,
                           choices=("nystrom", "kfac", "none"))
+    cg_iters: int = option(500, "CG iterations (exchanges) per matrix-free solve, at most (a truncated solve is judged "
+                                "by LM's gain ratio)", int, lo=1)
     momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
                                   "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
     exchange: str = option("one", "exchanges per LM iteration: one (the trial point down, each client's loss and "
@@ -609,7 +613,7 @@ class GNConfig(RoundOptions):
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()
         if self.form in ("normal", "sqrt"):
-            out["precond"] = f"it preconditions the matrix-free form ({display('form')} matfree or auto)"
+            out["precond"] = out["cg_iters"] = f"it sets the matrix-free form ({display('form')} matfree or auto)"
             out["nystrom_rank"] = f"it sizes the matrix-free form's Nyström preconditioner ({display('form')} " \
                                   f"matfree or auto)"
         elif self.precond != "nystrom":

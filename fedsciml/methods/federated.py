@@ -79,9 +79,12 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     if kfac:  # refused by name unless every client's residual is in the forward-Laplacian channel form
         require_jets(objectives, getattr(problem, "name", str(problem)))
         options["precond"] = "kfac"
+    if form == "matfree" and cfg.cg_iters != GNConfig.specs()["cg_iters"][0]:
+        options["cg_iters"] = cfg.cg_iters
     strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(
                               precond=cfg.precond if form == "matfree" else "nystrom",
-                              rank=capped_rank(cfg.nystrom_rank, theta0.numel(), "nystrom_rank"), seed=seed),
+                              rank=capped_rank(cfg.nystrom_rank, theta0.numel(), "nystrom_rank"),
+                              max_iters=cfg.cg_iters, seed=seed),
                                    momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen,
                           kfac_net=jet_network(objectives[0]) if kfac else None, exchange=cfg.exchange,
