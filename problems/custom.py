@@ -40,7 +40,14 @@ from .pinn import PINNProblem
 
 
 class FieldAt:
-    """The network ``u_θ`` with θ fixed, evaluated and differentiated at one point ``x [d]``."""
+    """The network ``u_θ`` with θ fixed, evaluated and differentiated at one point ``x [d]``.
+
+    Why two field objects: this is what :class:`PDE`'s ``residual`` receives — one scalar network on a
+    box, derivatives by axis index, nothing else to know.  :class:`~fedsciml.problems.domain.DomainPDE`'s
+    ``equation`` receives :class:`~fedsciml.problems.conditions.Field`, which also carries named axes
+    (``u.diff(x, "t")``), several named outputs (``u["v"]``), the unknown coefficients of an inverse problem
+    and normal derivatives on a geometry's boundary (``u.dn``) — all meaningless for ``fs.PDE``.  A
+    ``fs.PDE`` can be restated as a ``DomainPDE`` on a ``Box`` when it needs any of those."""
 
     def __init__(self, net, theta):
         self._net, self._theta = net, theta

@@ -171,6 +171,21 @@ class TableProblem(Problem):
             self.__dict__["_width"] = int(read_table(path, self.target)[0].shape[1])
         return self.__dict__["_width"]
 
+    def feature_names(self) -> list[str] | None:
+        """The feature columns of the first CSV table, in the model's order (the header without the target;
+        ``None`` for npz tables, whose columns have no names): what ``model.json`` and ``predict`` call the
+        inputs."""
+        path = (self.paths or [self.test_table])[0]
+        if not path or path.endswith(".npz"):
+            return None
+        try:
+            with open(path, newline="", encoding="utf-8-sig") as f:
+                head = [h.strip() for h in next(csv.reader(f), [])]
+        except (OSError, UnicodeDecodeError, csv.Error):
+            return None
+        names = [h for h in head if h != self.target]
+        return names if len(names) == self.n_features() and len(set(names)) == len(names) else None
+
     def network(self) -> LinearModel:
         return LinearModel(self.n_features())
 

@@ -139,3 +139,13 @@ def test_docs_table_goes_between_the_markers(tmp_path):
     assert f.read_text() == "a\n<!-- anchors-table:begin -->\n| new |\n<!-- anchors-table:end -->\nb\n"
     assert math.isnan(anchors.parse_authors_log("[anchors] eval solver_s=1 abs=1 ref=0\nStep: 0000001, Loss: 1, "
                                                 "L2 Error: 1, Interior: 1, Boundary: 0, Time: 1.0s")["evals"][0][1])
+
+
+def test_federated_runs_split_the_experiments_points_among_the_clients(tmp_path, monkeypatch):
+    monkeypatch.setattr(anchors, "preset_points", lambda python, exp: (3000, 500))
+    jobs = anchors.plan(["exp10"], ["fedsciml:gn", "fedsciml:lm"], 30.0, [30.0], tmp_path, None, "py", "py")
+    gn, lm = (" ".join(j.cmd) for j in jobs)
+    assert "--clients 4 --method gn --n-interior 750 --n-boundary 125" in gn  # 4 × 750 + 4 × 125: theirs
+    assert "--n-interior" not in lm and "--preset exp10" in lm
+    assert all("--threads 1 --clock cpu --budget 30" in c for c in (gn, lm))
+    assert anchors.split_points((3000, 250), 4) == (750, 62) and anchors.split_points((3, 1), 4) == (1, 1)

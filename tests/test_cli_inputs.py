@@ -12,7 +12,7 @@ from fedsciml.runtime.driver import OutOfMemory, available_memory
 from fedsciml.methods.centralized import Diverged
 
 SOLVE = ["solve", "sin1d", "--clients", "2", "--n-samples", "10", "--rounds", "1", "--quiet"]
-RIDGE = ["ridge", "--clients", "3", "--samples", "20", "--dim", "4"]
+RIDGE = ["ridge", "--clients", "3", "--n-samples", "20", "--dim", "4"]
 IMAGES = ["bench", "images", "--quiet", "--clients", "2", "--epochs", "1"]
 
 
@@ -148,8 +148,8 @@ def test_adam_whose_loss_becomes_non_finite_stops_with_a_clear_error(capsys):
         fs.solve("ridge-linear", optimizer="adam", lr=1e200, max_iters=5)
 
 
-@pytest.mark.parametrize("extra,want", [(["--delta", "2"], "--delta must be a finite number in (0, 1)"),
-                                        (["--clip-a", "inf"], "--clip-a must be a finite number > 0"),
+@pytest.mark.parametrize("extra,want", [(["--dp-delta", "2"], "--dp-delta must be a finite number in (0, 1)"),
+                                        (["--dp-clip-a", "inf"], "--dp-clip-a must be a finite number > 0"),
                                         (["--sigma", "inf"], "--sigma must be a finite number ≥ 0"),
                                         (["--dropout", "1"], "--dropout must be a finite number in [0, 1)")])
 def test_ridge_values_out_of_range(capsys, extra, want):

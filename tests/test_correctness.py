@@ -155,7 +155,7 @@ def test_unreadable_tables_are_one_line_value_errors(tmp_path, kind):
 
 # ------------------------------------------------------------------ 6. a disk that fills during the final write
 SOLVE = ["solve", "sin1d", "--clients", "2", "--n-samples", "10", "--rounds", "1", "--quiet"]
-RIDGE = ["ridge", "--clients", "3", "--samples", "20", "--dim", "4"]
+RIDGE = ["ridge", "--clients", "3", "--n-samples", "20", "--dim", "4"]
 
 
 def _full_disk_under(monkeypatch, full_dir):

@@ -184,3 +184,19 @@ def test_bench_images_round_axis_has_whole_ticks():
     fig = figure(res)
     ticks = [t for t in fig.axes[0].get_xticks() if 1 <= t <= 3]
     assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_per_term_loss_history_adds_up_and_is_plotted(tmp_path):
+    """Each residual part's share of ½‖r‖²/N (the PDE residual and each condition) in every history row; the
+    terms add up to the row's loss (the same residuals summed in another order: relative 1e-12) and
+    ``loss_terms.png`` draws them."""
+    heat = get_problem("heat", n_interior=40, n_boundary=8)
+    res = fs.solve(heat, "gn", clients=2, rounds=2)
+    keys = [k for k in res.history[0] if k.startswith("loss[")]
+    assert keys == ["loss[pde]", "loss[dirichlet:x-]", "loss[initial]", "loss[neumann:x+]"]
+    for row in res.history:
+        assert sum(row[k] for k in keys) == pytest.approx(row["loss"], rel=1e-12)
+    paths = plot_runs(heat, [res], str(tmp_path))
+    assert "loss_terms.png" in [os.path.basename(p) for p in paths]
+    ridge = fs.solve("ridge-linear", "one-shot", clients=2)          # one residual part: no terms
+    assert not [k for k in ridge.history[0] if k.startswith("loss[")]

@@ -303,7 +303,7 @@ def test_ridge_cli_table_and_json(tmp_path, capsys):
     from fedsciml.cli import main
 
     out = tmp_path / "r.json"
-    r = subprocess.run([sys.executable, "-m", "fedsciml", "ridge", "--clients", "3", "--dim", "6", "--samples", "20",
+    r = subprocess.run([sys.executable, "-m", "fedsciml", "ridge", "--clients", "3", "--dim", "6", "--n-samples", "20",
                         "--device", "cpu", "--json", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "one-shot" in r.stdout and "centralized" in r.stdout
@@ -315,8 +315,8 @@ def test_ridge_cli_table_and_json(tmp_path, capsys):
     assert one.final["rel_error"] < 1e-10 and abs(one.final["mse"] - one.final["mse_central"]) < 1e-12
     # θ down, then pack(G), g, loss and count up, per client (the runtime's gn-schema message)
     assert one.history[-1]["floats_sent"] == 3 * (21 + 6 + 2) + 3 * 6 and one.extra["stopped_by"] == "one-shot"
-    for bad in (["--sigma", "-1"], ["--dropout", "1"], ["--heterogeneity", "2"], ["--cv", "0:1:3"],
-                ["--clients", "1", "--cv", "1e-3:1:3"]):
-        code = main(["ridge", "--clients", "2", "--dim", "3", "--samples", "10", "--device", "cpu", *bad])
+    for bad in (["--sigma", "-1"], ["--dropout", "1"], ["--heterogeneity", "2"], ["--cv-sigmas", "0:1:3"],
+                ["--clients", "1", "--cv-sigmas", "1e-3:1:3"]):
+        code = main(["ridge", "--clients", "2", "--dim", "3", "--n-samples", "10", "--device", "cpu", *bad])
         err = capsys.readouterr().err
         assert code == 2 and err.startswith("error:") and err.count("\n") == 1, (bad, err)

@@ -28,7 +28,7 @@ def test_ridge_cli_out_writes_the_fitted_model(tmp_path, capsys):
     from fedsciml.cli.ridge import run_experiment
 
     out = tmp_path / "m"
-    argv = ["--clients", "3", "--dim", "6", "--samples", "30", "--cv", "1e-3:1e2:6", "--seed", "4"]
+    argv = ["--clients", "3", "--dim", "6", "--n-samples", "30", "--cv-sigmas", "1e-3:1e2:6", "--seed", "4"]
     assert main(["ridge", *argv, "--out", str(out)]) == 0
     coef, intercept, doc = read_model(str(out))
     ref = run_experiment(clients=3, dim=6, samples=30, cv="1e-3:1e2:6", seed=4, sigma=None)[0]
@@ -61,7 +61,7 @@ def test_ridge_memory_is_checked_before_anything_is_built(capsys):
         assert main(["ridge", *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "needs about" in err[0] and "available" in err[0]
-    assert main(["ridge", "--cv", "1e-3:1:100000000"]) == 2
+    assert main(["ridge", "--cv-sigmas", "1e-3:1:100000000"]) == 2
     assert "count ≤ 10000" in capsys.readouterr().err
 
 
@@ -72,8 +72,8 @@ def test_central_dp_says_it_trusts_the_server_and_flower_runs_it_through_secagg(
     from fedsciml.engines.flower import secagg, simulation
 
     capsys.readouterr()
-    assert main(["ridge", "--clients", "3", "--dim", "4", "--samples", "20", "--epsilon", "2",
-                 "--central-dp"]) == 0
+    assert main(["ridge", "--clients", "3", "--dim", "4", "--n-samples", "20", "--dp-epsilon", "2",
+                 "--dp-central"]) == 0
     # what the user sees: the CLI's log handler writes to stderr (read there, not through caplog, whose
     # capture misses a logger the CLI makes non-propagating during the test when the test runs alone)
     lines = [line for line in capsys.readouterr().err.splitlines() if "trusts the server" in line]
@@ -85,7 +85,7 @@ def test_central_dp_says_it_trusts_the_server_and_flower_runs_it_through_secagg(
         raise simulation.EngineFailed("recorded, not run")
 
     monkeypatch.setattr(simulation, "run_jobs", recorder)
-    assert main(["ridge", "--clients", "3", "--dim", "4", "--samples", "20", "--epsilon", "2", "--central-dp",
+    assert main(["ridge", "--clients", "3", "--dim", "4", "--n-samples", "20", "--dp-epsilon", "2", "--dp-central",
                  "--engine", "flower"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "recorded, not run" in err[0]
@@ -132,9 +132,9 @@ def test_ridge_flags_are_generated_from_the_declarations(monkeypatch):
             continue
         assert (flag in flags) == spec.cli, name
     # the subcommand's older spellings are the same flags
-    old = {"--samples": "--n-samples", "--cv": "--cv-sigmas", "--epsilon": "--dp-epsilon", "--delta": "--dp-delta",
-           "--central-dp": "--dp-central", "--clip-a": "--dp-clip-a", "--clip-b": "--dp-clip-b",
-           "--noise-aware-sigma": "--dp-noise-aware", "--sketch": "--project-sketch"}
+    old = {"--n-samples": "--n-samples", "--cv-sigmas": "--cv-sigmas", "--dp-epsilon": "--dp-epsilon", "--dp-delta": "--dp-delta",
+           "--dp-central": "--dp-central", "--dp-clip-a": "--dp-clip-a", "--dp-clip-b": "--dp-clip-b",
+           "--dp-noise-aware": "--dp-noise-aware", "--project-sketch": "--project-sketch"}
     by_flag = {s: a for a in ridge._actions for s in a.option_strings}
     for spelling, generated in old.items():
         assert by_flag[spelling] is by_flag[generated], spelling
@@ -153,7 +153,7 @@ def test_ridge_old_and_generated_spellings_give_the_same_run(capsys, tmp_path):
 
     base = ["ridge", "--clients", "3", "--dim", "4", "--device", "cpu", "--threads", "1", "--json"]
     runs = []
-    for flags in (["--samples", "20", "--epsilon", "2", "--clip-a", "2", "--cv", "1e-2:1:3"],
+    for flags in (["--samples", "20", "--epsilon", "2", "--clip-a", "2", "--cv", "1e-2:1:3"],   # deprecated
                   ["--n-samples", "20", "--dp-epsilon", "2", "--dp-clip-a", "2", "--cv-sigmas", "1e-2:1:3"]):
         out = str(tmp_path / f"run{len(runs)}.json")
         assert main([*base, out, *flags]) == 0
@@ -165,19 +165,19 @@ def test_ridge_old_and_generated_spellings_give_the_same_run(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("extra,want", [
-    (["--sigma", "0.1", "--cv", "1e-2:1:3"], "--cv chooses σ by cross-validation; give --sigma or --cv, not both"),
+    (["--sigma", "0.1", "--cv-sigmas", "1e-2:1:3"], "--cv-sigmas chooses σ by cross-validation; give --sigma or --cv-sigmas, not both"),
     (["--features", "rff", "--dim", "5"], "--features rff (ridge-rff) has no option --dim (did you mean --rff-dim?)"),
-    (["--delta", "0.5"], "one-shot option --delta has no effect here"),
-    (["--samples", "many"], "problem 'ridge-linear' option --samples must be an integer ≥ 2, got 'many'"),
+    (["--dp-delta", "0.5"], "one-shot option --dp-delta has no effect here"),
+    (["--n-samples", "many"], "problem 'ridge-linear' option --n-samples must be an integer ≥ 2, got 'many'"),
     (["--method-sigma", "-1"], "one-shot option --method-sigma must be a finite number ≥ 0, got -1.0"),
     (["--baselines", "nope"], "unknown baseline 'nope'"),
-    (["--baselines", "dp-fedavg"], "dp-fedavg needs --epsilon"),
+    (["--baselines", "dp-fedavg"], "dp-fedavg needs --dp-epsilon"),
 ])
 def test_ridge_generated_flags_are_checked_by_their_owner_in_one_line(capsys, extra, want):
     from fedsciml.cli import main
 
-    base = ["ridge", "--clients", "3", "--samples", "20", "--device", "cpu"]
-    assert main(base + extra if "--samples" not in extra else base[:3] + extra) == 2
+    base = ["ridge", "--clients", "3", "--n-samples", "20", "--device", "cpu"]
+    assert main(base + extra if "--n-samples" not in extra else base[:3] + extra) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and want in err, err
 
@@ -191,7 +191,7 @@ def test_ridge_preset_is_solve_one_shot_bitwise(tmp_path, capsys):
 
     common = ["--clients", "4", "--dim", "6", "--seed", "2", "--device", "cpu", "--threads", "1"]
     r, s = str(tmp_path / "r.json"), str(tmp_path / "s.json")
-    assert main(["ridge", *common, "--samples", "30", "--epsilon", "3", "--project", "4", "--json", r]) == 0
+    assert main(["ridge", *common, "--n-samples", "30", "--dp-epsilon", "3", "--project", "4", "--json", r]) == 0
     assert main(["solve", "ridge-linear", "--method", "one-shot", *common, "--n-samples", "30", "--dp-epsilon", "3",
                  "--project", "4", "--quiet", "--json", s]) == 0
     capsys.readouterr()

@@ -104,7 +104,8 @@ def test_standardize_equals_pipeline_with_standard_scaler(diabetes):
 
 def test_check_estimator_passes():
     # every applicable check passes; none is marked as an expected failure
-    for est in (FederatedRidge(), FederatedRidge(standardize=True, fit_intercept=False)):
+    for est in (FederatedRidge(), FederatedRidge(standardize=True, fit_intercept=False), FederatedRidgeCV(),
+                FederatedRidgeCV(standardize=True, fit_intercept=False)):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SkipTestWarning for the checks that need pandas (not installed)
             results = check_estimator(est, on_fail=None)
@@ -173,7 +174,7 @@ def test_nan_rows_raise_like_sklearn(diabetes):
 def test_bad_inputs_are_named(diabetes):
     X, y, sites, _ = diabetes
     with pytest.raises(ValueError, match="at least 2 sites"):
-        FederatedRidgeCV().fit(X, y)
+        FederatedRidgeCV().fit(X, y, sites=np.zeros(len(y)))   # one site label: nothing to leave out
     with pytest.raises(ValueError, match="one label per row"):
         FederatedRidge().fit(X, y, sites=sites[:-1])
     with pytest.raises(ValueError, match="alphas must be"):
@@ -213,3 +214,49 @@ def test_the_runtime_does_not_import_scikit_learn_until_the_estimator_is_used():
     code = ("import sys, fedsciml.engines.flower.apps, fedsciml.cli.main; assert 'sklearn' not in sys.modules; "
             "import fedsciml.ridge as r; r.FederatedRidge; assert 'sklearn' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ------------------------------------------------------------------ issue 30 item 11
+def test_cv_without_sites_is_a_one_table_fold_cv_and_says_so(diabetes):
+    """No site labels: 5 contiguous folds scored as sites; reference: scikit-learn's Ridge refitted without
+    each fold, the held-out squared errors summed (different operations: rel 1e-8)."""
+    X, y, *_ = diabetes
+    alphas = [1e-3, 1e-2, 0.1, 1.0]
+    est = FederatedRidgeCV(alphas=alphas).fit(X, y)
+    assert est.cv_mode_ == "folds" and est.cv_folds_ == 5
+    folds = np.repeat(np.arange(5), np.diff(np.linspace(0, len(y), 6).astype(int)))
+    ref = []
+    for a in alphas:
+        err = 0.0
+        for k in range(5):
+            m = Ridge(alpha=a).fit(X[folds != k], y[folds != k])
+            err += float(((m.predict(X[folds == k]) - y[folds == k]) ** 2).sum())
+        ref.append(err)
+    assert _rel(est.cv_loss_, ref) < 1e-8 and est.alpha_ == alphas[int(np.argmin(ref))]
+    assert _rel(est.coef_, Ridge(alpha=est.alpha_).fit(X, y).coef_) < TOL
+    with_sites = FederatedRidgeCV(alphas=alphas).fit(X, y, sites=np.arange(len(y)) % 3)
+    assert with_sites.cv_mode_ == "sites" and with_sites.cv_folds_ == 3
+
+
+def test_multi_output_y_is_one_model_per_column(diabetes):
+    X, y, sites, _ = diabetes
+    Y = np.c_[y, 0.5 * y + X[:, 0], -y]
+    est = FederatedRidge(alpha=0.3).fit(X, Y, sites=sites)
+    ref = Ridge(alpha=0.3).fit(X, Y)
+    assert est.coef_.shape == (3, X.shape[1]) and est.intercept_.shape == (3,)
+    assert _rel(est.coef_, ref.coef_) < TOL and _rel(est.intercept_, ref.intercept_) < TOL
+    assert _rel(est.predict(X[:7]), ref.predict(X[:7])) < TOL
+    cv = FederatedRidgeCV(alphas=[0.01, 0.1, 1.0]).fit(X, Y, sites=sites)
+    singles = [FederatedRidgeCV(alphas=[0.01, 0.1, 1.0]).fit(X, Y[:, j], sites=sites) for j in range(3)]
+    total = sum(s.cv_loss_ for s in singles)   # one alpha for all targets, as RidgeCV by default
+    assert cv.alpha_ == [0.01, 0.1, 1.0][int(np.argmin(total))] and _rel(cv.cv_loss_, total) < TOL
+    assert _rel(cv.coef_[1], FederatedRidge(alpha=cv.alpha_).fit(X, Y[:, 1], sites=sites).coef_) < TOL
+
+
+def test_groups_is_an_alias_of_sites(diabetes):
+    X, y, sites, _ = diabetes
+    a = FederatedRidgeCV(alphas=[0.01, 0.1, 1.0]).fit(X, y, groups=sites)
+    b = FederatedRidgeCV(alphas=[0.01, 0.1, 1.0]).fit(X, y, sites=sites)
+    assert a.alpha_ == b.alpha_ and np.array_equal(a.coef_, b.coef_) and a.sites_ == b.sites_
+    with pytest.raises(ValueError, match="not both"):
+        FederatedRidge().fit(X, y, sites=sites, groups=sites)

@@ -1,6 +1,8 @@
 """``python -m fedsciml bench images ...`` — image-classification aggregator benchmarks."""
 from __future__ import annotations
 
+import sys
+
 from fedsciml.images import methods as M
 
 
@@ -26,7 +28,7 @@ def add_parser(bench_subparsers):
     run.add_argument("--device", default="auto", help="auto | cpu | cuda")
     run.add_argument("--engine", default="local", choices=["local", "flower"],
                      help="who carries the clients' messages: this process, or Flower's simulation engine (one "
-                          "virtual SuperNode per client; pip install \"fedsciml[flower]\"; same numbers; default local)")
+                          "virtual SuperNode per client; pip install \"flwr[simulation]>=1.41,<1.43\"; same numbers; default local)")
     run.add_argument("--json", default=None, metavar="FILE",
                      help="write the results JSON to FILE (an existing file is overwritten; checked before the run)")
     run.add_argument("--out", default=None, metavar="DIR",
@@ -91,12 +93,12 @@ def run(args) -> int:
     if args.json:
         try:
             write_json(res, args.json)
-            print(f"wrote {args.json}")
+            print(f"wrote {args.json}", file=sys.stderr)
         except ResultsNotWritten as e:
             failed.append(e)
     if args.out:
         try:
-            print(f"wrote {bench.plot(res, args.out)}")
+            print(f"wrote {bench.plot(res, args.out)}", file=sys.stderr)
         except OSError as e:
             failed.append(ResultsNotWritten(f"--out {args.out!r}: the plot was not written ({e.strerror or e})"))
     raise_collected(failed)

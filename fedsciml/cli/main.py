@@ -12,6 +12,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 from fedsciml.cli.common import (EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, add_option_flags, given_options,
                                  option_flag, set_threads, union_specs)
@@ -71,11 +72,24 @@ def _add_solve_parser(sub):
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto: cuda when available)")
     p.add_argument("--engine", default="local", choices=["local", "flower"],
                    help="who carries the clients' messages: this process, or Flower's simulation engine "
-                        "(pip install \"fedsciml[flower]\"; same strategy, same numbers; default local)")
+                        "(pip install \"flwr[simulation]>=1.41,<1.43\"; same strategy, same numbers; default local)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     problems = problem_owners()
     problem_names = {n for specs in problems.values() for n in specs}
     methods = method_owners()
+    all_methods = methods
+    focus = _HELP_FOCUS.get("problem")
+    if focus in problems:  # solve PROBLEM --help: that problem's options and those of the methods for it
+        from fedsciml.problems import REGISTRY
+        from fedsciml.runtime.driver import METHODS
+
+        kind = getattr(REGISTRY[focus], "kind", None)
+        only = _HELP_FOCUS.get("method")
+        shown = {m: sp for m, sp in methods.items()
+                 if kind in METHODS[m].kinds and (only is None or m == only)} or methods
+        problems, methods = {focus: problems[focus]}, shown
+        p.description += (f"\n\nShown: the options of problem {focus!r} and of the methods for it "
+                          f"({', '.join(sorted(shown))}); `solve --help` lists every problem's and method's.")
     # a method option named like a problem option (one-shot's sigma beside ridge's) is --method-NAME, so that
     # --NAME keeps meaning the problem's; a problem option named like a solve flag is --problem-NAME
     mgroup = p.add_argument_group("method options (generated from fedsciml.options)")
@@ -87,13 +101,13 @@ def _add_solve_parser(sub):
     mgroup.add_argument("--preset", default=None, metavar="NAME",
                         help="a named setting: a problem's preset (`list` shows them, e.g. poisson exp10: the "
                              "K-FAC-for-PINNs authors' experiment) or fipa's 'paper' (" +
-                             union_specs(methods)["preset"][1].help.removeprefix("paper: ") + ")")
+                             union_specs(all_methods)["preset"][1].help.removeprefix("paper: ") + ")")
     mflags["preset"] = "--preset"
     pflags = add_option_flags(p.add_argument_group("problem options (see `list`; each applies to the problems "
                                                    "that declare it)"),
                               dict(sorted(problems.items())), dest="popt_", typed=False,
                               rename={n: option_flag(n, "problem-") for n in problem_names if n in SOLVE_FLAGS})
-    p.set_defaults(_method_flags=mflags, _problem_flags=pflags, _method_specs=union_specs(methods))
+    p.set_defaults(_method_flags=mflags, _problem_flags=pflags, _method_specs=union_specs(all_methods))
     out = p.add_argument_group("output")
     out.add_argument("--json", default=None, metavar="FILE",
                      help="write the result JSON to FILE (an existing file is overwritten; checked before the run)")
@@ -101,6 +115,9 @@ def _add_solve_parser(sub):
                      help="directory for result.json, history.csv and PNG plots (created; files of those names "
                           "are overwritten; checked before the run)")
     out.add_argument("--quiet", action="store_true", help="no progress lines")
+    out.add_argument("--config", default=None, metavar="FILE.toml",
+                     help="run from a TOML file of flags (method = \"gn\", clients = 4, problem = \"bratu\"); flags "
+                          "given on the command line win; the file and the resolved options go into result.json")
     out.add_argument("--every", type=int, default=10, help="progress line every N steps/rounds (default 10)")
     return p
 
@@ -179,6 +196,14 @@ def cmd_solve(args):
     from fedsciml.problems.base import PROBLEM_ERRORS
 
     cls = REGISTRY.get(args.problem)
+    if cls is not None:  # a problem flag the problem does not have, whose method option exists: name that flag
+        mine = cls.specs()
+        for name, value in vars(args).items():
+            opt = name.removeprefix("popt_")
+            if name.startswith("popt_") and value is not None and opt not in mine \
+                    and args._method_flags.get(opt, "").startswith("--method-"):
+                raise CLIError(f"problem {args.problem!r} has no option --{opt.replace('_', '-')}; the method "
+                               f"option is {args._method_flags[opt]} (e.g. one-shot's σ: {args._method_flags[opt]} 1)")
     with cli_names(args._problem_flags):  # the problem's flags' text, parsed once here, checked by the problem
         popts = given_options(args, "popt_", cls.specs() if cls is not None else {},
                               f"problem {args.problem!r}", errors=PROBLEM_ERRORS)
@@ -240,9 +265,69 @@ def _solve(args, problem):
         except (RoundFailed, Diverged) as e:  # the run cannot go on
             raise RunFailed(f"{m}: {e}")
         results.append(res)
+    wall = time.perf_counter() - _COMMAND_START[0]
+    command = command_record(args)
+    for r in results:  # the whole command (parsing, set-up, every compared run) up to writing the results
+        r.wall_seconds = wall
+        r.extra["command"] = command
     _print_summary(results)
     _write_outputs(problem, results, args)
     return 0
+
+
+#: the largest ``--points`` file ``predict`` reads (a regular file; no FIFO, no device)
+MAX_POINTS_BYTES = 1 << 30
+
+
+def _read_points(path: str) -> list:
+    """The rows of ``--points``: a bounded regular UTF-8 CSV file, every failure one line naming the file."""
+    import csv
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise CLIError(f"--points {path!r} cannot be read: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CLIError(f"--points {path!r} is not a regular file (a directory, FIFO or device); give a CSV file")
+    if st.st_size > MAX_POINTS_BYTES:
+        raise CLIError(f"--points {path!r} holds {st.st_size:,} bytes, more than the {MAX_POINTS_BYTES:,} predict "
+                       f"reads at once; split it")
+    reader = None
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            return [r for r in reader if r and not r[0].lstrip().startswith("#")]
+    except OSError as e:
+        raise CLIError(f"--points {path!r} cannot be read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise CLIError(f"--points {path!r} is not UTF-8 text (byte {e.start}: {e.reason}); give a CSV of "
+                       f"numbers") from None
+    except csv.Error as e:
+        line = reader.line_num if reader is not None else 0
+        raise CLIError(f"--points {path!r} line {line}: not a CSV of numbers ({e})") from None
+
+
+def _write_csv_atomic(path: str, header: list, rows) -> None:
+    """``path`` written through ``path.tmp`` and ``os.replace``: a failed write (a full disk) leaves no
+    half file that looks valid, and one line names the file."""
+    import csv
+
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise CLIError(f"--out {path!r} could not be written ({e.strerror or e}); nothing was written") from None
 
 
 def cmd_predict(args):
@@ -258,14 +343,18 @@ def cmd_predict(args):
 
     u = load_model(args.model)
     meta = getattr(u, "meta", {})
-    check_output_file(args.out, "--out")
-    try:
-        with open(args.points, newline="") as f:
-            rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
-    except OSError as e:
-        raise CLIError(f"--points {args.points!r} cannot be read: {e.strerror or e}") from None
+    to_stdout = args.out == "-"  # --out -: the CSV on standard output (status lines go to stderr)
+    if not to_stdout:
+        check_output_file(args.out, "--out")
+    rows = _read_points(args.points)
+    header = None
     if rows and not _numeric(rows[0]):
-        rows = rows[1:]  # a header line
+        header, rows = [h.strip() for h in rows[0]], rows[1:]  # a header line
+    inputs = list(meta.get("inputs") or [])
+    if header is not None and inputs and header != inputs and set(inputs) <= set(header):
+        # named columns (a site table, target included): the model's inputs by name, in the model's order
+        cols = [header.index(n) for n in inputs]
+        rows = [[r[c] for c in cols] if len(r) == len(header) else r for r in rows]
     try:
         x = np.asarray([[float(v) for v in r] for r in rows], dtype=np.float64)
     except ValueError as e:
@@ -275,15 +364,27 @@ def cmd_predict(args):
         want = f"{d} columns {meta.get('inputs')}" if d is not None else "one column per input"
         raise CLIError(f"--points {args.points!r}: need one point per line with {want}, got "
                        f"{x.shape[1] if x.ndim == 2 else 0} column(s) in {x.shape[0]} line(s)")
+    bad = ~np.isfinite(x).all(axis=1)
+    if bad.any():
+        raise CLIError(f"--points {args.points!r}: {int(bad.sum())} point(s) are not finite (NaN or ±inf), the "
+                       f"first on data line {int(np.flatnonzero(bad)[0]) + 1}")
     out = u(torch.as_tensor(x)).reshape(x.shape[0], -1).numpy()
+    nonfinite = ~np.isfinite(out).all(axis=1)
+    if nonfinite.any():
+        raise CLIError(f"the model {args.model!r} gives non-finite values at {int(nonfinite.sum())} of "
+                       f"{x.shape[0]} points (the first on data line {int(np.flatnonzero(nonfinite)[0]) + 1}); "
+                       f"nothing was written")
     names = list(meta.get("inputs") or [f"x{i}" for i in range(x.shape[1])]) + \
         list(meta.get("outputs") or [f"u{i}" for i in range(out.shape[1])])
-    with open(args.out, "w", newline="") as f:
-        w = csv.writer(f)
+    lines = ([repr(float(v)) for v in xi] + [repr(float(v)) for v in ui] for xi, ui in zip(x, out))
+    if to_stdout:
+        w = csv.writer(sys.stdout)
         w.writerow(names)
-        for xi, ui in zip(x, out):
-            w.writerow([repr(float(v)) for v in xi] + [repr(float(v)) for v in ui])
-    print(f"wrote {args.out} ({x.shape[0]} points)")
+        w.writerows(lines)
+        sys.stdout.flush()
+        return 0
+    _write_csv_atomic(args.out, names, lines)
+    print(f"wrote {args.out} ({x.shape[0]} points)", file=sys.stderr)
     return 0
 
 
@@ -302,6 +403,21 @@ class RunFailed(Exception):
 _set_threads = set_threads
 
 
+def command_record(args) -> dict:
+    """What ``result.json`` records of the command: its arguments, the ``--config`` file and its values, and the
+    resolved options (every argument as parsed, the file's and the defaults included) — enough to run it again."""
+    resolved = {}
+    for k, v in sorted(vars(args).items()):
+        if k.startswith("_") or v is None:
+            continue
+        key = k.removeprefix("mopt_").removeprefix("popt_").removeprefix("ropt_")
+        resolved[key] = v if isinstance(v, (int, float, str, bool)) or (
+            isinstance(v, list) and all(isinstance(x, (int, float, str, bool)) for x in v)) else str(v)
+    cfg = getattr(args, "_config", None) or {}
+    return {"argv": list(getattr(args, "_argv", [])), "config_file": cfg.get("file"),
+            "config": cfg.get("values") or {}, "resolved": resolved}
+
+
 def _print_summary(results):
     from fedsciml.runtime.results import summary_lines
 
@@ -317,13 +433,13 @@ def _write_outputs(problem, results, args):
     if args.json:
         try:
             write_json(payload, args.json)
-            print(f"wrote {args.json}")
+            print(f"wrote {args.json}", file=sys.stderr)
         except ResultsNotWritten as e:
             failed.append(e)
     if args.out:
         try:
             write_json(payload, os.path.join(args.out, "result.json"))
-            print(f"wrote {args.out}/result.json")
+            print(f"wrote {args.out}/result.json", file=sys.stderr)
         except ResultsNotWritten as e:
             failed.append(e)
         try:
@@ -333,23 +449,25 @@ def _write_outputs(problem, results, args):
             if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
                 from fedsciml.ridge.model_io import model_meta, write_model
 
+                names = problem.feature_names() if hasattr(problem, "feature_names") else None
+                io_names = {} if names is None else {"inputs": names, "outputs": [str(problem.target)]}
                 for r in results:
                     if r.method == "one-shot":
                         d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
                         for path in write_model(d, r.theta, float(r.extra.get("intercept", 0.0)),
-                                                model_meta(r, engine=args.engine)):
-                            print(f"wrote {path}")
+                                                model_meta(r, engine=args.engine, **io_names)):
+                            print(f"wrote {path}", file=sys.stderr)
             if hasattr(problem, "model_description"):  # the trained network: model.safetensors + model.json
                 from fedsciml.problems.saved import save_model
 
                 for r in results:
                     d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
                     save_model(r, problem, d)
-                    print(f"wrote {os.path.join(d, 'model.safetensors')} (+ model.json)")
+                    print(f"wrote {os.path.join(d, 'model.safetensors')} (+ model.json)", file=sys.stderr)
             # plots last: the results and the model are on disk whatever a figure does (a figure that cannot be
             # drawn is a warning from plot_runs, not a lost result)
             for path in plot_runs(problem, results, args.out):
-                print(f"wrote {path}")
+                print(f"wrote {path}", file=sys.stderr)
         except OSError as e:
             failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))
@@ -566,15 +684,150 @@ def configure_logging(args) -> None:
     use_progress_bars(not args.quiet_log)
 
 
+_COMMAND_START = [0.0]  # perf_counter at main()'s start: a result's wall_seconds is the whole command's
+_GLOBAL_FLAGS = ("-v", "--verbose", "-q", "--quiet-log")
+#: ``solve PROBLEM --help``: the problem (and ``--method``) whose options the help shows (set by :func:`main`)
+_HELP_FOCUS: dict = {}
+
+
+def _hoist_global_flags(argv: list) -> list:
+    """``-v``/``-q`` anywhere on the line (``solve bratu -v``): moved before the subcommand, where the parser
+    reads them (nothing after ``--`` is touched)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    front = [a for a in argv[:end] if a in _GLOBAL_FLAGS]
+    return front + [a for a in argv[:end] if a not in _GLOBAL_FLAGS] + argv[end:]
+
+
+def _command_of(argv: list) -> tuple[str | None, int]:
+    """The subcommand and its index (the first token that names one; ``--plugin X`` skipped)."""
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == "--plugin":
+            skip = True
+            continue
+        if a in ("list", "solve", "predict", "ridge", "bench"):
+            return a, i
+    return None, -1
+
+
+def _apply_config(argv: list) -> tuple[list, str | None, dict]:
+    """``--config FILE.toml``: the file's keys (flag names: ``method = "gn"``, ``clients = 4``,
+    ``cv_sigmas = [0.1, 1.0]``, ``fit_intercept = true``; ``problem = "bratu"`` for ``solve``) become flags right
+    after the subcommand, so that flags given on the command line win.  Returns the new argv, the file and its
+    table (what ``result.json`` records as ``extra.command.config``)."""
+    import tomllib
+
+    if "--config" not in argv and not any(a.startswith("--config=") for a in argv):
+        return argv, None, {}
+    i = next(k for k, a in enumerate(argv) if a == "--config" or a.startswith("--config="))
+    if argv[i] == "--config":
+        if i + 1 >= len(argv):
+            raise CLIError("--config needs a TOML file: --config run.toml")
+        path, rest = argv[i + 1], argv[:i] + argv[i + 2:]
+    else:
+        path, rest = argv[i].split("=", 1)[1], argv[:i] + argv[i + 1:]
+    try:
+        with open(path, "rb") as f:
+            table = tomllib.load(f)
+    except OSError as e:
+        raise CLIError(f"--config {path!r} cannot be read: {e.strerror or e}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise CLIError(f"--config {path!r} is not valid TOML: {e}") from None
+    cmd, at = _command_of(rest)
+    if cmd is None:
+        raise CLIError("--config goes with a subcommand: solve --config run.toml (or ridge --config run.toml)")
+    tokens: list = []
+    given_problem = at + 1 < len(rest) and not rest[at + 1].startswith("-")
+    for key, value in table.items():
+        if key == "problem" and cmd == "solve":
+            if not isinstance(value, str):
+                raise CLIError(f"--config {path!r}: problem must be a string, got {value!r}")
+            if not given_problem:
+                tokens.insert(0, value)
+            continue
+        flag = "--" + str(key).replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                tokens.append(flag)
+        elif isinstance(value, (int, float, str)):
+            tokens += [flag, str(value)]
+        elif isinstance(value, list) and all(isinstance(v, (int, float, str)) for v in value):
+            tokens += [flag, ",".join(str(v) for v in value)]
+        else:
+            raise CLIError(f"--config {path!r}: {key} must be a number, string, boolean or list of those, got "
+                           f"{type(value).__name__}")
+    if given_problem and tokens[:1] and not tokens[0].startswith("-"):
+        tokens = tokens[1:]
+    pos = at + 2 if given_problem else at + 1
+    if not given_problem and tokens and not tokens[0].startswith("-"):  # the file's problem is the positional
+        return rest[:at + 1] + tokens + rest[at + 1:], path, table
+    return rest[:pos] + tokens + rest[pos:], path, table
+
+
+def _unknown_flags_error(parser, args, extras: list) -> str:
+    """One line for arguments the command does not take, with the closest flag of that command (``--rnak`` →
+    ``--rank``; ``--sigma`` → ``--method-sigma``)."""
+    import difflib
+
+    sub = parser
+    for dest in ("command", "bench_command"):
+        name = getattr(args, dest, None)
+        if name is None:
+            break
+        action = next((a for a in sub._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if action is None:
+            break
+        sub = action.choices[name]
+    known = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+    parts = []
+    for tok in extras:
+        flag = tok.split("=", 1)[0]
+        if not flag.startswith("-"):
+            parts.append(repr(tok))
+            continue
+        close = difflib.get_close_matches(flag, known, 1, 0.7) or \
+            [k for k in known if k.endswith("-" + flag.lstrip("-"))][:1]
+        parts.append(f"{flag} (did you mean {close[0]}?)" if close else flag)
+    return "unrecognized argument(s): " + ", ".join(parts)
+
+
 def main(argv=None) -> int:
+    _COMMAND_START[0] = time.perf_counter()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        argv, config_path, config = _apply_config(argv)
         load_plugins(_pre_scan_plugins(argv))
     except CLIError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    argv = _hoist_global_flags(argv)
+    cmd, at = _command_of(argv)
+    _HELP_FOCUS.clear()
+    if cmd == "solve" and ("-h" in argv or "--help" in argv):  # solve PROBLEM --help: what applies to it
+        rest = argv[at + 1:]
+        if rest and not rest[0].startswith("-"):
+            _HELP_FOCUS["problem"] = rest[0]
+        if "--method" in rest and rest.index("--method") + 1 < len(rest):
+            _HELP_FOCUS["method"] = rest[rest.index("--method") + 1]
+    if cmd == "ridge":
+        from fedsciml.cli.ridge import deprecated_spellings
+
+        old = deprecated_spellings()
+        for tok in argv[at + 1:]:
+            flag = tok.split("=", 1)[0]
+            if flag in old:
+                print(f"[fedsciml] ridge {flag} is deprecated: use {old[flag]} (as solve spells it)",
+                      file=sys.stderr)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        print(f"error: {_unknown_flags_error(parser, args, extras)}", file=sys.stderr)
+        return EXIT_USAGE
+    args._config = {"file": config_path, "values": config} if config_path else None
+    args._argv = list(argv)
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

@@ -11,12 +11,11 @@ those of ``solve``.
 Flags are generated from the option declarations
 (:func:`fedsciml.cli.common.add_option_flags`): the ridge problems' options
 (``ridge-linear`` and ``ridge-rff``: ``--dim``, ``--heterogeneity``, ``--sigma``,
-…) and the ``one-shot`` method's (``--epsilon``, ``--project``, ``--cv``, …), so
+…) and the ``one-shot`` method's (``--dp-epsilon``, ``--project``, ``--cv-sigmas``, …), so
 an option declared there appears here, with its default, range and help, and
-is checked by its owner.  The subcommand keeps its older spellings
+is checked by its owner; each is spelled as ``solve`` spells it.  The older spellings
 (:data:`SPELLINGS`: ``--samples`` for ``n_samples``, ``--epsilon`` for
-``dp_epsilon``, …); the generated ``solve`` spelling (``--n-samples``,
-``--dp-epsilon``) works too.  Its own options (:data:`PRESET`: ``--features``,
+``dp_epsilon``, …) still work, with a deprecation line on stderr.  Its own options (:data:`PRESET`: ``--features``,
 ``--baselines``, ``--rounds`` of the baselines) are declared the same way.
 
 The iterative baselines (``--baselines``) run on the same round loop
@@ -30,6 +29,7 @@ test MSE, the centralized (pooled-data) MSE, the relative model error
 from __future__ import annotations
 
 import math
+import sys
 import time
 
 import torch
@@ -49,13 +49,21 @@ PRESET = {
     "rounds": option(100, "rounds of the iterative baselines", int, lo=0),
 }
 BASELINES = ("fedavg", "fedprox", "dp-fedavg")
-#: the subcommand's spellings of declared options (older scripts' flags; the generated ones work too)
+#: the subcommand's older spellings of declared options: still accepted, with a deprecation line on stderr; the
+#: flags are ``solve``'s (``--dp-epsilon``, ``--cv-sigmas``, ``--n-samples``, …), one spelling per option
 SPELLINGS = {"n_samples": "--samples", "cv_sigmas": "--cv", "dp_epsilon": "--epsilon", "dp_delta": "--delta",
              "dp_central": "--central-dp", "dp_clip_a": "--clip-a", "dp_clip_b": "--clip-b",
              "dp_noise_aware": "--noise-aware-sigma", "project_sketch": "--sketch"}
 #: declared options without a flag here: the one-shot protocol puts σ at the server (penalty=server), and
 #: ``--rounds`` is the baselines' (one-shot runs one round)
 SKIP_PROBLEM, SKIP_METHOD = ("penalty",), ("rounds",)
+
+
+def deprecated_spellings() -> dict[str, str]:
+    """``{old flag: flag}`` of the older spellings ``ridge`` still accepts."""
+    from fedsciml.cli.common import option_flag
+
+    return {old: option_flag(k) for k, old in SPELLINGS.items()}
 
 
 def estimate_memory(clients, dim, samples, features="linear", rff_dim=300, cv=None, project=None, epsilon=None,
@@ -112,13 +120,11 @@ def add_parser(subparsers):
     flags = add_option_flags(p.add_argument_group("subcommand options"), {"ridge": declared(PRESET)}, dest="ropt_")
     pflags = add_option_flags(p.add_argument_group("problem options (generated from the ridge problems)"),
                               problems, dest="popt_", typed=False, skip=SKIP_PROBLEM,
-                              rename={k: v for k, v in SPELLINGS.items() if k in problem_names},
-                              aliases={k: [option_flag(k)] for k in SPELLINGS if k in problem_names})
+                              aliases={k: [v] for k, v in SPELLINGS.items() if k in problem_names})
     mflags = add_option_flags(p.add_argument_group("one-shot options (generated from fedsciml.options)"),
                               {"one-shot": method}, dest="mopt_", skip=SKIP_METHOD,
-                              rename={k: SPELLINGS.get(k) or option_flag(k, "method-" if k in problem_names else "")
-                                      for k in method},
-                              aliases={k: [option_flag(k)] for k in SPELLINGS if k in method})
+                              rename={k: option_flag(k, "method-" if k in problem_names else "") for k in method},
+                              aliases={k: [SPELLINGS[k]] for k in SPELLINGS if k in method})
     p.set_defaults(_ridge_flags=flags, _problem_flags=pflags, _method_flags=mflags)
     out = p.add_argument_group("output")
     out.add_argument("--json", default=None, metavar="FILE",
@@ -231,7 +237,7 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
     central = Result(problem=problem.name, method="centralized",
                      options={**problem.options, "solver": "pooled ridge (Cholesky)", "sigma_used": s_used},
                      seed=seed, device=str(dev), dtype=str(w_c.dtype).replace("torch.", ""), n_params=d,
-                     clients=int(K), wall_time_s=t_c, final={"mse": mse_c},
+                     clients=int(K), solver_seconds=t_c, final={"mse": mse_c},
                      history=[{"step": 0, "time_s": t_c, "mse": mse_c, "floats_sent": 0}],
                      extra={"rounds": 0}, theta=w_c)
     out.append(_summary(central, w_c, mse_c, "centralized", 0))
@@ -252,7 +258,7 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
                      options={**problem.options, "rounds": rounds, "lr": binfo["lr"], "local_epochs":
                               binfo["local_epochs"], "mu": binfo["mu"], "sigma_used": s_used, "dropout": dropout},
                      seed=seed, device=str(dev), dtype=rb.dtype, n_params=d,
-                     clients=int(K), wall_time_s=time.perf_counter() - t0,
+                     clients=int(K), solver_seconds=time.perf_counter() - t0,
                      final={"loss": rows[-1]["loss"], "mse": rb.final["mse"]}, history=rows,
                      extra=binfo, theta=rb.theta)
         out.append(_summary(res, w_c, mse_c, f"{name}-{rounds}", rounds))
@@ -278,7 +284,7 @@ def table_rows(results) -> list[dict]:
         rows.append({"label": r.extra.get("label", r.method), "mse": r.final["mse"],
                      "mse_central": r.final["mse_central"], "rel_error": r.final["rel_error"],
                      "rounds": int(r.extra.get("rounds", 0)), "floats_sent": int(last.get("floats_sent", 0)),
-                     "seconds": r.wall_time_s})
+                     "seconds": r.solver_seconds})
     return rows
 
 
@@ -324,6 +330,11 @@ def run(args) -> int:
         results = run_preset(preset["features"], popts, mopts, clients=args.clients, seed=args.seed,
                              device=args.device, engine=args.engine, baselines=preset["baselines"],
                              rounds=preset["rounds"], flags=(args._problem_flags, args._method_flags))
+    from fedsciml.cli.main import _COMMAND_START
+
+    wall = time.perf_counter() - _COMMAND_START[0]
+    for r in results:  # the whole command up to writing the results
+        r.wall_seconds = wall
     one = results[0]
     fused = one.extra.get("fused_clients", one.clients)
     print(f"{one.problem}: K={one.clients} ({fused} answered), σ={results[1].options['sigma_used']:.4g}, "
@@ -336,12 +347,12 @@ def run(args) -> int:
                   f"{rej[0]['client']}: {rej[0]['reason']}")
     if args.json:
         write_json({"runs": [r.to_dict() for r in results]}, args.json)
-        print(f"wrote {args.json}")
+        print(f"wrote {args.json}", file=sys.stderr)
     if args.out:
         import os
 
         for path in write_model(args.out, one.theta, 0.0, model_meta(one, engine=args.engine)):
-            print(f"wrote {path}")
+            print(f"wrote {path}", file=sys.stderr)
         write_json({"runs": [r.to_dict() for r in results]}, os.path.join(args.out, "result.json"))
-        print(f"wrote {os.path.join(args.out, 'result.json')}")
+        print(f"wrote {os.path.join(args.out, 'result.json')}", file=sys.stderr)
     return 0

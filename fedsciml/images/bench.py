@@ -254,7 +254,7 @@ def to_result(r: M.MethodResult, setting: dict, seed: int, cfg: M.TrainConfig) -
                "config": dataclasses.asdict(cfg)}
     return Result(problem=f"images-{setting['dataset']}", method=r.method, options=options, seed=seed,
                   device=cfg.device, dtype="float32", n_params=r.n_params, clients=setting["clients"],
-                  wall_time_s=r.run.get("wall_time_s", 0.0), final=final, history=r.rows, extra=extra)
+                  solver_seconds=r.run.get("wall_time_s", 0.0), final=final, history=r.rows, extra=extra)
 
 
 def table(res: dict) -> str:

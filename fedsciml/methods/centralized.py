@@ -7,6 +7,9 @@
   statistics streamed over row blocks (``chunked``) when only the p×p matrix fits, and matrix-free
   Nyström-preconditioned CG (jvp/vjp only) where that is cheaper or nothing dense fits.  The choice and its
   reason are recorded (``info["lm_solve"]``, ``info["lm_solve_reason"]``).
+  ``precond`` picks the matrix-free solve's preconditioner: ``nystrom`` (default), ``kfac`` (K-FAC for PINNs,
+  :mod:`fedsciml.core.kfac_pinn`: Kronecker factors of the forward-Laplacian channels, taken with the
+  operator at each accepted point) or ``none``.
 * ``adam`` — Adam on the mean loss ``½‖r‖²/N`` (lr 1e-3 by default).
 * ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
   25 function evaluations, per step; restarted from steepest descent if it stops moving).

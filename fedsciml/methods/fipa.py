@@ -210,6 +210,13 @@ class FIPAStrategy(AveragingStrategy):
                 "prev_loss": self.prev_loss, "rejected_steps": self.rejected_steps, "enrolled": dict(self.agg.enrolled), "cg_total": self.cg_total}
 
     def load_state_dict(self, d):
+        from fedsciml.runtime import checkpoint as ckpt
+
+        ckpt.restored_number(d, "beta", lo=0.0, optional=True)  # the safeguard's damping (None: not set yet)
+        ckpt.restored_number(d, "nu", lo=2.0, optional=True)
+        ckpt.restored_number(d, "prev_loss", lo=0.0, optional=True)
+        ckpt.restored_number(d, "rejected_steps", lo=0, integer=True)
+        ckpt.restored_tensor(d, "prev_theta", like=d.get("theta"), optional=True)
         self.theta, self.gnorm, self.beta = d["theta"], d["gnorm"], d["beta"]
         self.nu, self.pred = d["nu"], d["pred"]
         self.prev_theta, self.prev_loss, self.rejected_steps = d["prev_theta"], d["prev_loss"], d["rejected_steps"]

@@ -455,8 +455,32 @@ class GNStrategy(Strategy):
                 **({"phi": lm.momentum_direction} if lm.momentum_direction is not None else {})}
 
     def load_state_dict(self, d):
+        from fedsciml.runtime import checkpoint as ckpt
+
+        theta = ckpt.restored_tensor(d, "theta")
+        assert theta is not None
+        p = theta.numel()
+        ckpt.restored_tensor(d, "g", like=theta)
+        if "H" in d:
+            ckpt.restored_tensor(d, "H", shape=(p * (p + 1) // 2,))
+        if "J" in d:
+            J = ckpt.restored_tensor(d, "J")
+            assert J is not None
+            if J.ndim != 2 or J.shape[1] != p:
+                raise ckpt.CheckpointError(f"state field 'J' has shape {tuple(J.shape)}, not [rows, {p}]")
+            ckpt.restored_tensor(d, "r", shape=(J.shape[0],))
+        ckpt.restored_number(d, "loss", lo=0.0, optional=True)  # NaN or negative: refused; None: not measured yet
+        ckpt.restored_number(d, "n", lo=0, optional=True)
+        accepted = ckpt.restored_number(d, "accepted", lo=0, integer=True)
+        ckpt.restored_number(d, "rejected", lo=0, integer=True)
+        ckpt.restored_number(d, "retries", lo=0, integer=True)
+        mu = ckpt.restored_number(d, "mu", lo=0.0, hi=self.lm_config.mu_max)
+        if mu == 0 and accepted > 0:  # after an accepted step μ ≥ mu_min > 0 (only a first, undamped step has 0)
+            raise ckpt.CheckpointError(f"state field 'mu' = 0 after {accepted} accepted steps; μ ≥ "
+                                       f"{self.lm_config.mu_min:g} then")
+        ckpt.restored_number(d, "nu", lo=2.0)
+        ckpt.restored_tensor(d, "phi", like=theta, optional=True)
         self.lm = LevenbergMarquardt(self.lm_config)
-        p = d["theta"].numel()
         self.lm.theta = d["theta"]
         if "H" in d:
             self.lm.stats = GNStats(H=linalg.unpack_upper(d["H"], p), g=d["g"], loss=d["loss"], n=d["n"])

@@ -177,8 +177,19 @@ class ResamplingStrategy(Strategy):
         return {"inner": self.inner.state_dict(), "resample": self.index}
 
     def load_state_dict(self, d):
+        from fedsciml.runtime import checkpoint as ckpt
+
         self.inner.load_state_dict(d["inner"])
-        self.index = int(d.get("resample", 0))
+        self.index = ckpt.restored_number(d, "resample", lo=0, integer=True, optional=True, default=0)
+
+    def check_restored(self, round_index):
+        self.inner.check_restored(round_index)
+        from fedsciml.runtime import checkpoint as ckpt
+
+        most = round_index // max(1, int(self.every)) + 1  # one resample every `every` rounds at most
+        if self.index > most:
+            raise ckpt.CheckpointError(f"state field 'resample' = {self.index} is more than the {most} resamples "
+                                       f"{round_index} rounds can have made")
 
     def summary(self):
         return {**self.inner.summary(), "resample": self.every}

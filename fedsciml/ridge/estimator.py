@@ -84,13 +84,49 @@ class _FederatedRidgeBase(RegressorMixin, BaseEstimator):
         "standardize": ["boolean"],
     }
 
-    def fit(self, X, y, sample_weight=None, sites=None):
-        """Fit on a table whose rows belong to sites ``sites`` (one label per row; None: one site —
-        :class:`FederatedRidgeCV` needs at least 2 distinct labels): one message per site, then the server."""
+    def fit(self, X, y, sample_weight=None, sites=None, groups=None):
+        """Fit on a table whose rows belong to sites ``sites`` (one label per row; None: one site): one message
+        per site, then the server.  ``groups`` is an alias of ``sites`` (scikit-learn's name for group labels,
+        and this keyword's name before ``sites``).  ``y`` may have several columns (one model per column,
+        ``coef_`` then ``[n_targets, d]`` as scikit-learn's ``Ridge``)."""
         self._validate_params()
         self._reset()
+        if groups is not None:
+            if sites is not None:
+                raise ValueError("give the site labels once: sites= or its alias groups=, not both")
+            sites = groups
+        y_arr = np.asarray(y) if not hasattr(y, "iloc") else y.to_numpy()
+        if getattr(y_arr, "ndim", 1) == 2:
+            return self._fit_multi(X, y_arr, sample_weight, sites)
         msgs, labels = self._messages_from_table(X, y, sample_weight, sites)
         return self._fit_from(msgs, labels)
+
+    def _fit_multi(self, X, Y, sample_weight, sites):
+        """Several targets: the same sites' messages for each column (each carries the X blocks again; the
+        Gram part is the same in all), one model per column, stacked as scikit-learn's ``Ridge`` does."""
+        from sklearn.base import clone
+
+        X, Y = validate_data(self, X, Y, dtype=np.float64, y_numeric=True, multi_output=True, reset=True)
+        if Y.ndim != 2:  # pragma: no cover - validate_data keeps the 2-D shape
+            Y = Y.reshape(-1, 1)
+        subs = [clone(self) for _ in range(Y.shape[1])]
+        parts = [sub._messages_from_table(X, Y[:, j], sample_weight, sites) for j, sub in enumerate(subs)]
+        self._fit_targets(subs, parts)
+        first = subs[0]
+        for a in ("sites_", "n_sites_", "n_samples_seen_", "cv_mode_", "cv_folds_"):
+            if hasattr(first, a):
+                setattr(self, a, getattr(first, a))
+        self.coef_ = np.stack([sub.coef_ for sub in subs])
+        self.intercept_ = np.array([sub.intercept_ for sub in subs], dtype=np.float64)
+        if hasattr(first, "scale_"):
+            self.scale_ = first.scale_
+        self.site_messages_ = [sub.site_messages_ for sub in subs]   # per target: each site's message
+        return self
+
+    def _fit_targets(self, subs, parts):
+        for sub, (msgs, labels) in zip(subs, parts):
+            sub._fit_from(msgs, labels)
+        self.alpha_ = subs[0].alpha_
 
     def _messages_from_table(self, X, y, sample_weight, sites):
         X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True, reset=True)
@@ -168,18 +204,19 @@ class _FederatedRidgeBase(RegressorMixin, BaseEstimator):
         return self._fit_from(list(messages), labels)
 
     def _reset(self):
-        for a in ("n_features_in_", "feature_names_in_", "coef_", "intercept_", "scale_", "alpha_"):
+        for a in ("n_features_in_", "feature_names_in_", "coef_", "intercept_", "scale_", "alpha_", "cv_mode_",
+                  "cv_folds_"):
             if hasattr(self, a):
                 delattr(self, a)
 
     def predict(self, X):
         check_is_fitted(self, ("coef_", "intercept_"))
         X = validate_data(self, X, dtype=np.float64, reset=False)
-        return X @ self.coef_ + self.intercept_
+        return X @ self.coef_.T + self.intercept_
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = False
+        tags.target_tags.multi_output = True
         tags.target_tags.single_output = True
         return tags
 
@@ -189,15 +226,19 @@ class FederatedRidge(_FederatedRidgeBase):
 
     Parameters
     ----------
-    alpha : float ≥ 0, default 1.0 — the penalty ``α‖β‖²`` (scikit-learn's ``Ridge.alpha``; on the standardized
-        coefficients with ``standardize=True``).
-    fit_intercept : bool, default True — an unpenalized intercept, from the same message.
-    standardize : bool, default False — scale features by their pooled standard deviation (federated
-        ``StandardScaler``) before the penalty.
+    alpha : float ≥ 0, default 1.0
+        The penalty ``α‖β‖²`` (scikit-learn's ``Ridge.alpha``; on the standardized coefficients with
+        ``standardize=True``).
+    fit_intercept : bool, default True
+        An unpenalized intercept, from the same message.
+    standardize : bool, default False
+        Scale features by their pooled standard deviation (federated ``StandardScaler``) before the penalty.
 
-    Attributes: ``coef_ [d]``, ``intercept_`` (float), ``alpha_`` (= alpha), ``n_features_in_``,
-    ``feature_names_in_`` (pandas input), ``scale_`` (standardize), ``n_sites_``, ``sites_``,
-    ``site_messages_`` (what each site sent), ``n_samples_seen_`` (the total weight).
+    Notes
+    -----
+    Attributes: ``coef_ [d]`` (``[n_targets, d]`` for a multi-column ``y``), ``intercept_``, ``alpha_``
+    (= alpha), ``n_features_in_``, ``feature_names_in_`` (pandas input), ``scale_`` (standardize),
+    ``n_sites_``, ``sites_``, ``site_messages_`` (what each site sent), ``n_samples_seen_`` (the total weight).
     """
 
     _parameter_constraints: dict = {
@@ -244,8 +285,11 @@ class FederatedRidgeCV(_FederatedRidgeBase):
     """:class:`FederatedRidge` with ``alpha_`` chosen from ``alphas`` by leave-one-site-out CV scored by the
     server from the sites' own messages (see the module docstring); then refitted on every site.
 
-    Needs at least 2 sites (``sites=`` with two labels or more, or ``fit_clients`` with two tables or more): a
-    single table has no site to leave out, and splitting its rows would not be what the sites hold.
+    With ``sites=`` (or ``groups=``) of two labels or more, or ``fit_clients`` with two tables or more, alpha is
+    chosen by leave-one-site-out CV.  Without site labels (``fit(X, y)``, as scikit-learn's generic tools call
+    it) it is a one-table ridge CV and says so: the rows are split into 5 contiguous folds (fewer for fewer
+    rows), each fold scored as a site would be, ``cv_mode_ = "folds"`` and ``cv_folds_`` the count (with sites:
+    ``"sites"`` and the site count).
     """
 
     _parameter_constraints: dict = {
@@ -258,18 +302,57 @@ class FederatedRidgeCV(_FederatedRidgeBase):
         self.fit_intercept = fit_intercept
         self.standardize = standardize
 
-    def _fit_from(self, msgs, labels):
-        self._validate_params()
+    def _alphas(self):
         alphas = np.asarray(self.alphas, dtype=np.float64).reshape(-1)
         if alphas.size == 0 or not np.isfinite(alphas).all() or (alphas <= 0).any():
             raise ValueError(f"alphas must be a non-empty list of finite values > 0, got {alphas.tolist()}")
+        return alphas
+
+    def _messages_from_table(self, X, y, sample_weight, sites):
+        """With site labels: one message per site (leave-one-site-out CV).  Without (``sites=None``, what
+        scikit-learn's generic tools pass): a one-table ridge CV — the rows in :attr:`ONE_TABLE_FOLDS`
+        contiguous folds (fewer for fewer rows), scored as if each fold were a site, then refitted on all
+        rows; ``cv_mode_`` says which CV ran (``"sites"`` or ``"folds"``) and ``cv_folds_`` how many."""
+        if sites is not None:
+            return super()._messages_from_table(X, y, sample_weight, sites)
+        Xv, _ = validate_data(self, X, y, dtype=np.float64, y_numeric=True, reset=True)
+        n = Xv.shape[0]
+        if n < 2:
+            raise ValueError(f"a one-table ridge CV needs at least 2 rows (2 folds), got n_samples={n}")
+        k = min(self.ONE_TABLE_FOLDS, n)
+        folds = np.repeat(np.arange(k), np.diff(np.linspace(0, n, k + 1).astype(int)))
+        msgs, labels = super()._messages_from_table(X, y, sample_weight, folds)
+        self._one_table = True
+        return msgs, labels
+
+    ONE_TABLE_FOLDS = 5
+
+    def _fit_from(self, msgs, labels):
+        self._validate_params()
+        alphas = self._alphas()
         d = self._set_messages(msgs, labels)
+        one_table = getattr(self, "_one_table", False)
+        self._one_table = False
         if len(msgs) < 2:
             raise ValueError(f"leave-one-site-out CV needs at least 2 sites (each is scored on a model fitted "
                              f"without it), got {len(msgs)}; pass sites= with two labels or more, or use "
                              f"FederatedRidge(alpha=...)")
+        self.cv_mode_ = "folds" if one_table else "sites"
+        self.cv_folds_ = len(msgs)
         losses = loco_path(self.site_messages_, d, alphas, self.fit_intercept, self.standardize)
         self.cv_site_loss_ = losses
         self.cv_loss_ = losses.sum(0)
         self.alpha_ = float(alphas[int(np.argmin(self.cv_loss_))])
         return self._refit(self.alpha_)
+
+    def _fit_targets(self, subs, parts):
+        """Several targets: one alpha for all (the CV losses summed over the targets, as scikit-learn's
+        ``RidgeCV`` does by default), then each target refitted with it."""
+        for sub, (msgs, labels) in zip(subs, parts):
+            sub._fit_from(msgs, labels)
+        total = np.sum([sub.cv_loss_ for sub in subs], axis=0)
+        alpha = float(self._alphas()[int(np.argmin(total))])
+        for sub in subs:
+            sub.alpha_ = alpha
+            sub._refit(alpha)
+        self.alpha_, self.cv_loss_ = alpha, total

@@ -84,6 +84,8 @@ class EarlyStopping(Callback):
         Relative improvement that counts, in [0, 1): a row improves when its value is below
         ``best·(1 − rel_delta) − min_delta``.  Useful for losses that span decades.
 
+    Notes
+    -----
     Rows whose value is NaN (not measured) neither improve nor count against the patience.
     After the run, ``best``, ``best_step`` and ``stopped_step`` say what happened.
     """
@@ -129,6 +131,8 @@ class BestModelCheckpoint(Callback):
         A file to write ``{"theta", "step", "value", "monitor"}`` to with :func:`torch.save` (tensors and
         plain numbers only: ``torch.load(path, weights_only=True)`` reads it).
 
+    Notes
+    -----
     After the run: ``best_theta`` (a tensor copy), ``best_step`` and ``best``.
     """
 

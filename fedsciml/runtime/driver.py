@@ -415,8 +415,46 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
                 runtime)
 
 
+def with_loss_terms(evaluate, objectives):
+    """``evaluate`` plus, for a problem whose objectives have several named residual parts (a PDE's residual and
+    each condition), each part's share of the loss at θ: ``loss[pde]``, ``loss[Dirichlet(boundary)]``, … —
+    ``½‖r_part‖²`` summed over the clients, over all N rows, so the terms add up to the row's ``loss``.  The
+    history (``history.csv``) gets one column per term and ``--out`` a ``loss_terms.png``.  Monitoring only,
+    off the solver clock like the test metrics; in process (the driver holds the clients' objectives here —
+    a Flower run's server does not hold the sites' points, so its history has no terms)."""
+    if not objectives or not all(hasattr(o, "parts") and hasattr(o, "part_residuals") for o in objectives):
+        return evaluate
+    names: list = []
+    for o in objectives:
+        names += [q.name for q in o.parts if q.name not in names]
+    if len(names) < 2:
+        return evaluate
+    n_total = max(1, sum(int(o.n_residuals) for o in objectives))
+
+    def terms(theta) -> dict:
+        acc = dict.fromkeys(names, 0.0)
+        with torch.no_grad():
+            for o in objectives:  # monitoring, once per history row: a residual evaluation per client
+                for q, r in zip(o.parts, o.part_residuals(theta)):
+                    acc[q.name] += 0.5 * float(r @ r)
+        return {f"loss[{n}]": v / n_total for n, v in acc.items()}
+
+    def evaluate_with_terms(theta, **kw):
+        return {**evaluate(theta, **kw), **terms(theta)}
+    return evaluate_with_terms
+
+
 def run(p: Plan) -> Result:
-    """Execute a :class:`Plan`: seed, the clients' objectives, θ₀, the method's run, the :class:`Result`."""
+    """Execute a :class:`Plan`: seed, the clients' objectives, θ₀, the method's run, the :class:`Result`
+    (its ``wall_seconds``: this whole call, set-up and final metrics included)."""
+    t_all = time.perf_counter()
+    res = _run_plan(p)
+    if res.wall_seconds is None:
+        res.wall_seconds = time.perf_counter() - t_all
+    return res
+
+
+def _run_plan(p: Plan) -> Result:
     if p.engine != "local":  # the same strategy and round loop; the engine's transport carries the messages
         opts = p.config.to_dict()
         opts.pop("transport", None)
@@ -433,7 +471,8 @@ def run(p: Plan) -> Result:
     theta0 = problem.init_params(p.seed, device=dev)
     (problem.check_objectives if own_kind(problem) else check_objectives)(objectives, theta0)
     t0 = time.perf_counter()
-    theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
+    theta, rows, info = p.spec(problem, objectives, theta0, with_loss_terms(problem.evaluate, objectives),
+                               p.config, seed=p.seed,
                                progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
     wall = time.perf_counter() - t0
     last = rows[-1] if rows else {}
@@ -444,7 +483,7 @@ def run(p: Plan) -> Result:
     return Result(
         problem=problem.name, method=p.method, options=_options(problem, p.config), seed=p.seed,
         device=str(dev), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
-        clients=int(clients), wall_time_s=wall, final=final, history=rows, extra=jsonable(info), theta=theta,
+        clients=int(clients), solver_seconds=wall, final=final, history=rows, extra=jsonable(info), theta=theta,
     )
 
 

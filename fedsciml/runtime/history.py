@@ -233,7 +233,8 @@ class Recorder:
             if stop is not None and self.stop_reason is None:
                 self.stop_reason = stop
         if self._bar is not None:
-            post: dict = {"loss": f"{row['loss']:.2e}", **{k: f"{v:.2e}" for k, v in metrics.items()}}
+            post: dict = {"loss": f"{row['loss']:.2e}", **{k: f"{v:.2e}" for k, v in metrics.items()
+                                                          if not k.startswith("loss[")}}
             if self._bar_seconds:  # a budget run: the bar counts the budget's seconds, the step rides along
                 self._bar.update(max(0.0, min(float(self.budget or 0.0), float(row["time_s"])) - self._bar.n))
                 post = {"step": int(step), **post}
@@ -241,7 +242,7 @@ class Recorder:
                 self._bar.update(max(0, int(step) - self._bar.n))
             self._bar.set_postfix(post, refresh=False)
         elif self.progress and (step % self.every == 0):
-            m = " ".join(f"{k}={v:.3e}" for k, v in metrics.items())
+            m = " ".join(f"{k}={v:.3e}" for k, v in metrics.items() if not k.startswith("loss["))
             log.info("  %s[%5d] t=%7.2fs loss=%.3e %s", self.label, step, row["time_s"], row["loss"], m)
 
     def close(self) -> None:

@@ -348,6 +348,32 @@ def plot_error_vs_floats(results: Sequence[Any], out_dir: str, prefix: str = "")
     return [path]
 
 
+def plot_loss_terms(result: Any, out_dir: str, name: str = "loss_terms") -> list[str]:
+    """``loss_terms.png``: the history's per-term losses (``loss[pde]``, ``loss[<condition>]``, …: each residual
+    part's share of ½‖r‖²/N) and the total against the step — which part of the problem the solver is still
+    fighting.  Nothing for a run without terms."""
+    rows = result.history or []
+    keys = list(dict.fromkeys(k for row in rows for k in row if k.startswith("loss[")))
+    if not keys:
+        return []
+    fig = _figure(6.4, 4.2)
+    ax = fig.add_subplot()
+    for key in ["loss", *keys]:
+        s, _, v = _series(result, key)
+        if v.size:
+            ax.plot(s, v, label="total" if key == "loss" else key[5:-1], lw=2.2 if key == "loss" else 1.4,
+                    color="k" if key == "loss" else None, alpha=0.5 if key == "loss" else 1.0)
+    ax.set_yscale("log")
+    ax.set_xlabel("step / round")
+    ax.set_ylabel("loss term ½‖r_part‖²/N")
+    ax.set_title(f"{result.problem}: loss by residual part · {run_label(result)}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    path = os.path.join(out_dir, name + ".png")
+    fig.savefig(path)
+    return [path]
+
+
 def plot_error_vs_exchanges(results: Sequence[Any], out_dir: str, prefix: str = "") -> list[str]:
     """``error_vs_exchanges.png``: the error against the exchanges so far (the history's ``exchanges_total``),
     one line per federated run — the axis that prices a method on a deployment where every exchange costs
@@ -407,6 +433,9 @@ def plot_runs(problem: Any, results: Sequence[Any], out_dir: str) -> list[str]:
         for r, label in zip(drawn, labels):
             name = "solution" if len(drawn) == 1 else f"solution_{_slug(label.replace('/', '-'))}"
             attempt(f"{name} ({label})", plot_solution, problem, r.theta, out_dir, label=label, name=name)
+    for r in results:
+        name = "loss_terms" if len(results) == 1 else f"loss_terms_{_slug(run_label(r).replace('/', '-'))}"
+        attempt(name, plot_loss_terms, r, out_dir, name)
     attempt("error_vs_time/error_vs_step", plot_convergence, results, out_dir)
     attempt("error_vs_floats", plot_error_vs_floats, results, out_dir)
     attempt("error_vs_exchanges", plot_error_vs_exchanges, results, out_dir)

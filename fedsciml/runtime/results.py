@@ -230,8 +230,19 @@ def jsonable(d: dict) -> dict:
     return out
 
 
+#: the version of the result-file layout (``result.json``); 2: ``solver_seconds``/``wall_seconds`` (was one
+#: ``wall_time_s`` that held the solver's time) and this field itself
+SCHEMA_VERSION = 2
+
+
 @dataclass
 class Result:
+    """One run: what ``fs.solve`` returns and ``result.json`` holds (with ``schema_version``).
+
+    ``solver_seconds`` is the solver's own time (the round loop or optimizer; test-metric evaluation and
+    monitoring excluded), ``wall_seconds`` the whole call — ``fs.solve`` from start to return, or for the
+    command line the whole command up to writing its results (``None`` where unknown, e.g. an old file)."""
+
     problem: str
     method: str
     options: dict
@@ -240,11 +251,17 @@ class Result:
     dtype: str
     n_params: int
     clients: int
-    wall_time_s: float = 0.0
+    solver_seconds: float = 0.0
     final: dict = field(default_factory=dict)
     history: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)
     theta: Any = field(default=None, repr=False, compare=False)  # final parameters (not serialized)
+    wall_seconds: float | None = None
+
+    @property
+    def wall_time_s(self) -> float:
+        """Deprecated name of :attr:`solver_seconds` (it always held the solver's time, not the wall time)."""
+        return self.solver_seconds
 
     @property
     def metric_name(self) -> str:
@@ -261,7 +278,7 @@ class Result:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("theta", None)
-        return _clean(d)
+        return _clean({"schema_version": SCHEMA_VERSION, **d})
 
     def to_json(self, path: str | None = None) -> str:
         if path:
@@ -288,6 +305,8 @@ class Result:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Result":
+        if "wall_time_s" in d and "solver_seconds" not in d:  # schema 1 (no schema_version): the solver's time
+            d = {**d, "solver_seconds": d["wall_time_s"]}
         fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d and k != "theta"}
         return cls(**fields)
 
@@ -354,7 +373,7 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
         sent = last.get("floats_sent", 0)
         loss = r.final.get("loss")
         ex = last.get("exchanges_total")
-        rows.append({"method": r.method, "rounds": rounds, "seconds": r.wall_time_s,
+        rows.append({"method": r.method, "rounds": rounds, "seconds": r.solver_seconds,
                      "loss": float("nan") if loss is None else loss, "metric": r.error,
                      "exchanges": ex, "sent": sent,
                      "per": sent / rounds if rounds else 0, "settings": " " + method_settings(r)})

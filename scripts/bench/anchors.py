@@ -71,7 +71,7 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,17 +114,22 @@ AUTHORS_RUNS = {"KFAC*": "KFAC*", "KFAC": "KFAC", "ENGD": "ENGD (full)", "ENGD-l
                 "ENGD-diag": "ENGD (diagonal)", "Adam": "Adam", "SGD": "SGD", "LBFGS": "LBFGS",
                 "HessianFree": "Hessian-free"}
 
-#: ``fedsciml:NAME`` → the method options of the run (the problem's own come from :data:`EXPERIMENTS`)
+#: ``fedsciml:NAME`` → the method options of the run (the problem's own come from :data:`EXPERIMENTS`).  Runs
+#: with ``--clients K`` split the experiment's points among the K clients (each gets 1/K of the preset's
+#: ``n_interior`` and ``n_boundary``, which count points per client), so every run trains on as many points as
+#: the authors' runs.  ``kfac``: the matrix-free solve preconditioned by K-FAC for PINNs (``--precond kfac``).
 FEDSCIML_RUNS: dict[str, tuple[str, ...]] = {
     "lm": (),
     "gn": ("--clients", "4", "--method", "gn"),
     "matfree": ("--lm-solve", "matfree"),
+    "kfac": ("--lm-solve", "matfree", "--precond", "kfac"),
     "gn-matfree": ("--clients", "4", "--method", "gn", "--form", "matfree"),
+    "gn-kfac": ("--clients", "4", "--method", "gn", "--form", "matfree", "--precond", "kfac"),
 }
 
 DEFAULT_EXPS = "exp10,exp16,exp19,exp21,heat4d-medium"
-DEFAULT_RUNS = ("fedsciml:lm,fedsciml:gn,fedsciml:matfree,authors:KFAC*,authors:KFAC,authors:ENGD,authors:Adam,"
-                "authors:LBFGS")
+DEFAULT_RUNS = ("fedsciml:lm,fedsciml:gn,fedsciml:kfac,fedsciml:gn-kfac,authors:KFAC*,authors:KFAC,authors:ENGD,"
+                "authors:Adam,authors:LBFGS")
 DEFAULT_CHECKPOINTS = "30,120,300,600"
 DEFAULT_BUDGET = 600.0
 
@@ -269,7 +274,8 @@ def child_env(extra_path: str | None = None) -> dict:
 
 def plan(exps, runs, budget, checkpoints, out: Path, anchors_dir, authors_python, python, seed=0) -> list[Job]:
     """The jobs of ``exps`` × ``runs`` (unknown names refused in one line)."""
-    jobs = []
+    jobs: list[Job] = []
+    points: dict[str, tuple[int, int]] = {}
     for e in exps:
         exp = EXPERIMENTS[e]
         commands = None
@@ -279,10 +285,19 @@ def plan(exps, runs, budget, checkpoints, out: Path, anchors_dir, authors_python
             log = out / f"{tag}.log"
             if side == "fedsciml":
                 js = out / f"{tag}.json"
-                cmd = [python, "-m", "fedsciml", "solve", exp.problem, *exp.options, *FEDSCIML_RUNS[name],
+                method = FEDSCIML_RUNS[name]
+                k = int(method[method.index("--clients") + 1]) if "--clients" in method else 1
+                note = ""
+                if k > 1:
+                    if e not in points:
+                        points[e] = preset_points(python, exp)
+                    split = split_points(points[e], k)
+                    method = (*method, "--n-interior", str(split[0]), "--n-boundary", str(split[1]))
+                    note = f"{k} clients × {split[0]} + {split[1]} points"
+                cmd = [python, "-m", "fedsciml", "solve", exp.problem, *exp.options, *method,
                        "--threads", "1", "--clock", "cpu", "--budget", f"{budget:g}", "--seed", str(seed),
                        "--json", str(js), "--quiet"]
-                jobs.append(Job(e, r, cmd, child_env(), log, js))
+                jobs.append(Job(e, r, cmd, child_env(), log, js, note=note))
                 continue
             if commands is None:
                 commands = best_commands(anchors_dir, exp)
@@ -296,6 +311,25 @@ def plan(exps, runs, budget, checkpoints, out: Path, anchors_dir, authors_python
             cmd = [authors_python, "-c", AUTHORS_DRIVER, ",".join(f"{c:g}" for c in checkpoints), *args]
             jobs.append(Job(e, r, cmd, child_env(str(Path(anchors_dir).resolve())), log, note=model))
     return jobs
+
+
+def preset_points(python: str, exp: Experiment) -> tuple[int, int]:
+    """``(n_interior, n_boundary)`` of the experiment's fedsciml preset (points per client), read by ``python``."""
+    preset = exp.options[exp.options.index("--preset") + 1]
+    code = ("import json; from fedsciml.problems.registry import REGISTRY; "
+            f"p = REGISTRY[{exp.problem!r}].presets[{preset!r}].problem; "
+            "print(json.dumps([p['n_interior'], p['n_boundary']]))")
+    r = subprocess.run([python, "-c", code], capture_output=True, text=True, env=child_env(), cwd=str(ROOT))
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["?"])[-1]
+        raise BenchError(f"cannot read fedsciml's preset {exp.problem} --preset {preset}: {last}")
+    n_in, n_bd = json.loads(r.stdout)
+    return int(n_in), int(n_bd)
+
+
+def split_points(points: tuple[int, int], k: int) -> tuple[int, int]:
+    """The preset's points per client for ``k`` clients: each count divided by ``k`` (rounded, at least 1)."""
+    return max(1, round(points[0] / k)), max(1, round(points[1] / k))
 
 
 def run_job(job: Job, timeout: float) -> Job:
@@ -507,7 +541,8 @@ def record(rows, checkpoints, meta: dict) -> str:
         f"* load average (1 min): {meta['load_start']:.1f} at the start, {meta['load_max']:.1f} at most while "
         f"it ran (sampled every 10 s), {meta['load_end']:.1f} at the end; {meta['jobs']} job(s) at once, each at "
         "one thread; budgets and times are solver CPU seconds of each process (test evaluation excluded)",
-        f"* started {meta['started']}, {meta['wall_s']:.0f} s wall in all",
+        f"* started {meta['started']}, {meta['wall_s']:.0f} s wall in all"
+        + (f" — **incomplete: {meta['progress']}**" if meta.get("progress") else ""),
         "",
         "rel L2 @ t: the last evaluation at or before t solver CPU seconds (fedsciml: every step's history row on "
         "its fixed test points; the authors': their train.py's evaluations on 10·N_Omega points, at their "
@@ -630,30 +665,43 @@ def main(argv=None) -> int:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     t0 = time.perf_counter()
+    csv_path, md_path = Path(a.csv or out / "anchors.csv"), Path(a.md or out / "anchors.md")
+    versions = authors_versions(a)
+    finished: set[int] = set()
+
+    def write(final: bool):
+        """The CSV and the record of the jobs finished so far (rewritten after each: a run cut short keeps them)."""
+        rows = [r for i, job in enumerate(jobs) if i in finished for r in collect(job, a.checkpoints)]
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(csv_path, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
+        meta = {"command": shlex.join(["python", "scripts/bench/anchors.py",
+                                       *(sys.argv[1:] if argv is None else argv)]),
+                "commit": git_commit(ROOT), "anchors_commit": anchors_commit(a.anchors_dir) if a.anchors_dir else "—",
+                "machine": machine(), "python": a.python, "authors_python": a.authors_python,
+                "authors_versions": versions, "load_start": load[0], "load_max": max(load),
+                "load_end": os.getloadavg()[0], "jobs": a.jobs, "started": started,
+                "wall_s": time.perf_counter() - t0,
+                "progress": "" if final else f"{len(finished)} of {len(jobs)} runs finished so far"}
+        md_path.parent.mkdir(parents=True, exist_ok=True)
+        md_path.write_text(record(rows, a.checkpoints, meta))
+        return rows
+
     with ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        for job in pool.map(lambda j: run_job(j, timeout), jobs):
+        futures = {pool.submit(run_job, job, timeout): i for i, job in enumerate(jobs)}
+        for fut in as_completed(futures):
+            job = fut.result()
+            finished.add(futures[fut])
             status = job.skipped and "skipped" or f"exit {job.result.get('rc')}, {job.result.get('wall_s', 0):.0f} s"
             print(f"{job.exp} {job.run}: {status}", file=sys.stderr, flush=True)
+            write(final=False)
     done.set()
-    rows = [r for job in jobs for r in collect(job, a.checkpoints)]
-    csv_path = Path(a.csv or out / "anchors.csv")
-    csv_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(csv_path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    meta = {"command": shlex.join(["python", "scripts/bench/anchors.py", *(sys.argv[1:] if argv is None else argv)]),
-            "commit": git_commit(ROOT), "anchors_commit": anchors_commit(a.anchors_dir) if a.anchors_dir else "—",
-            "machine": machine(), "python": a.python, "authors_python": a.authors_python,
-            "authors_versions": authors_versions(a), "load_start": load[0], "load_max": max(load),
-            "load_end": os.getloadavg()[0], "jobs": a.jobs, "started": started, "wall_s": time.perf_counter() - t0}
-    md = record(rows, a.checkpoints, meta)
-    md_path = Path(a.md or out / "anchors.md")
-    md_path.parent.mkdir(parents=True, exist_ok=True)
-    md_path.write_text(md)
+    rows = write(final=True)
     if a.docs:
         write_docs(a.docs, table(rows, a.checkpoints))
-    print(md)
+    print(md_path.read_text())
     print(f"wrote {csv_path} and {md_path}", file=sys.stderr)
     return 0
 

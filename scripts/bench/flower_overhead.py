@@ -288,12 +288,12 @@ def main_job(command: str, threads: int, repeat: int = 1, engines=("local", "flo
             r = d["runs"][0] if "runs" in d else d
             runs[engine].append({"wall_s": got["wall_s"], "tree_cpu_s": got["tree_cpu_s"],
                                  "by_process": got["by_process"], "load_1min": load,
-                                 "solver_s": r["wall_time_s"], "loss": r["final"]["loss"],
+                                 "solver_s": r.get("solver_seconds", r.get("wall_time_s")), "loss": r["final"]["loss"],
                                  "exchanges": r["extra"].get("engine", {}).get("exchanges"),
                                  "by_query": r["extra"].get("engine", {}).get("by_query")})
             print(f"  main job, {engine}: {got['wall_s']:.1f} s wall, "
                   f"{got['tree_cpu_s'] if got['tree_cpu_s'] is not None else float('nan'):.1f} CPU-s (tree), "
-                  f"solver {r['wall_time_s']:.2f} s, load {load:.1f}", file=sys.stderr, flush=True)
+                  f"solver {r.get('solver_seconds', r.get('wall_time_s')):.2f} s, load {load:.1f}", file=sys.stderr, flush=True)
     out: dict = {}
     for e, rs in runs.items():
         med = sorted(rs, key=lambda x: x["wall_s"])[(len(rs) - 1) // 2]

@@ -48,7 +48,7 @@ if [ "$QUICK" = 1 ]; then
   T1=900; T2=900; T3=900
 else
   BUDGET=12; NI=20000; NB=200; TB=120; TARGET_NI=${TARGET_NI:-4000}; CAP=${CAP:-400000}; KEXPR=""
-  T1=90; T2=105; T3=160
+  T1=110; T2=150; T3=170  # main's (the lead's) per-step timeouts
 fi
 GPU_TEST_ENV=""; [ "$DEVICE" = cpu ] && GPU_TEST_ENV="FEDSCIML_GPU_TEST_DEVICE=cpu"
 # 1. the exact invariants on the device

@@ -30,6 +30,17 @@ GROUPS = (
     ("Errors", ("fedsciml.runtime.checks", "fedsciml.core.schema")),
 )
 ERRORS = {"OptionError", "OptionTypeError", "ProblemError"}  # defined beside what they guard; listed under Errors
+# Modules whose names the guides import (``from fedsciml.problems.geometry import Interval``): public as well,
+# documented after the names of ``fedsciml.__all__`` — a whole module, or (module, names) where the module
+# re-exports names defined elsewhere (each entry then points at the defining module).
+PUBLIC_MODULES = (
+    ("fedsciml.problems.geometry", None),
+    ("fedsciml.problems.conditions", None),
+    ("fedsciml.ridge", ("FederatedRidge", "FederatedRidgeCV", "site_statistics", "one_shot", "FusionServer",
+                        "client_message")),
+)
+RIDGE_SOURCES = {"FederatedRidge": "fedsciml.ridge.estimator", "FederatedRidgeCV": "fedsciml.ridge.estimator",
+                 "site_statistics": "fedsciml.core.centered"}  # imported lazily by fedsciml.ridge (no static import)
 
 
 def public() -> dict[str, str]:
@@ -87,6 +98,18 @@ def render(names: dict[str, str]) -> str:
         out += [f"## {title}", ""]
         for name in members:
             out += [f"::: {names[name]}.{name}", "    options:", "      heading_level: 3", ""]
+    out += ["## Public modules", "",
+            "The guides import from these modules too; they are public as well (`fedsciml.problems.geometry` and",
+            "`fedsciml.problems.conditions`: the geometries and conditions of `fs.DomainPDE`, and `Field`, the",
+            "`u` its `equation` receives, with `u.diff`, `u.dn`, `u.laplacian`; `fedsciml.ridge`: the",
+            "scikit-learn estimators and the one-shot ridge runtime).", ""]
+    for module, members in PUBLIC_MODULES:
+        if members is None:
+            out += [f"::: {module}", "    options:", "      heading_level: 3", "      show_submodules: false", ""]
+            continue
+        for name in members:
+            where = RIDGE_SOURCES.get(name) or defining_module(module, name)
+            out += [f"::: {where}.{name}", "    options:", "      heading_level: 3", ""]
     return "\n".join(out).rstrip("\n") + "\n"
 
 

@@ -479,7 +479,7 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
     return Result(problem=problem.name, method=method,
                   options={**problem.options, **_jsonable(options), "engine": "flower"}, seed=seed, device=str(dev),
                   dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()), clients=int(clients),
-                  wall_time_s=wall, final=final, history=rows, extra=_jsonable(info), theta=theta)
+                  solver_seconds=wall, final=final, history=rows, extra=_jsonable(info), theta=theta)
 
 
 def _final_metrics(problem, transport: FlowerTransport, theta) -> dict:

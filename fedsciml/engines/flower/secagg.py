@@ -285,7 +285,7 @@ def run_secagg_job(grid, job: dict, context):
         final.update(problem.evaluate(theta, intercept=st.intercept) if st.fit_intercept else problem.evaluate(theta))
     return Result(problem=problem.name, method="one-shot",
                   options={**problem.options, **_jsonable(job.get("options", {})), "engine": "flower"}, seed=seed,
-                  device="cpu", dtype="float64", n_params=int(theta.numel()), clients=K, wall_time_s=wall,
+                  device="cpu", dtype="float64", n_params=int(theta.numel()), clients=K, solver_seconds=wall,
                   final=final, history=rows, extra=_jsonable(info), theta=theta)
 
 
