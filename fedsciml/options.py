@@ -553,6 +553,10 @@ class CentralizedConfig(StopOptions):
         if self.optimizer != "lm" or self.lm_solve in ("normal", "kernel", "chunked"):
             out["precond"] = (f"it preconditions the matrix-free lm solve ({display('optimizer')} lm, "
                               f"{display('lm_solve')} matfree or auto)")
+            out["nystrom_rank"] = (f"it sizes the Nyström preconditioner of the matrix-free lm solve "
+                                   f"({display('optimizer')} lm, {display('lm_solve')} matfree or auto)")
+        elif self.precond != "nystrom":
+            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom)"
         return out
 
     def _resolve(self):
@@ -603,6 +607,10 @@ class GNConfig(RoundOptions):
         out = super().inapplicable()
         if self.form in ("normal", "sqrt"):
             out["precond"] = f"it preconditions the matrix-free form ({display('form')} matfree or auto)"
+            out["nystrom_rank"] = f"it sizes the matrix-free form's Nyström preconditioner ({display('form')} " \
+                                  f"matfree or auto)"
+        elif self.precond != "nystrom":
+            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom)"
         return out
 
     def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from fedsciml.cli.common import (EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, add_option_flags, given_options,
+from fedsciml.cli.common import (_COMMAND_START, EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, add_option_flags, given_options,
                                  option_flag, set_threads, union_specs)
 
 SOLVE_FLAGS = ("method", "clients", "compare", "seed", "device", "engine", "threads", "json", "out", "quiet", "every",
@@ -684,7 +684,6 @@ def configure_logging(args) -> None:
     use_progress_bars(not args.quiet_log)
 
 
-_COMMAND_START = [0.0]  # perf_counter at main()'s start: a result's wall_seconds is the whole command's
 _GLOBAL_FLAGS = ("-v", "--verbose", "-q", "--quiet-log")
 #: ``solve PROBLEM --help``: the problem (and ``--method``) whose options the help shows (set by :func:`main`)
 _HELP_FOCUS: dict = {}

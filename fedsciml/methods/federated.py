@@ -30,6 +30,8 @@ With a ``budget`` and no ``rounds`` a run goes on until the budget is spent.
 """
 from __future__ import annotations
 
+import logging
+
 from fedsciml.options import PAPER_PRESET, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig  # noqa: F401
 from fedsciml.methods.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.methods.averaging import AveragingStrategy
@@ -47,6 +49,16 @@ from fedsciml.core.lm import LMConfig, default_tau
 
 TRANSPORTS = ("local", "bytes")
 
+
+
+def capped_rank(rank: int, p: int, name: str) -> int:
+    """A sketch or preconditioner rank above the model's ``p`` parameters holds nothing more than rank ``p``:
+    capped there, with one log line (a rank of 10¹² would otherwise allocate and iterate for ever)."""
+    if rank > p:
+        logging.getLogger("fedsciml").warning("%s=%s is above the model's %s parameters; capped at %s", name, rank,
+                                              p, p)
+        return int(p)
+    return int(rank)
 
 def _round_config(cfg, seed) -> RoundConfig:
     # the typed RoundOptions already checked these values: the loop does not check them again
@@ -146,7 +158,8 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
         require_jets(objectives, getattr(problem, "name", str(problem)))
         options["precond"] = "kfac"
     strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(
-                              precond=cfg.precond if form == "matfree" else "nystrom", rank=cfg.nystrom_rank, seed=seed),
+                              precond=cfg.precond if form == "matfree" else "nystrom",
+                              rank=capped_rank(cfg.nystrom_rank, theta0.numel(), "nystrom_rank"), seed=seed),
                                    momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen,
                           kfac_net=jet_network(objectives[0]) if kfac else None, exchange=cfg.exchange)
@@ -177,7 +190,7 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
     without a relative cutoff diverges (the cutoff, not γ): see PAPER_PRESET and README "The published FIPA".
     """
     cfg, transport = _config(FIPAConfig, config, options, transport)
-    rank = cfg.rank
+    rank = capped_rank(cfg.rank, theta0.numel(), "rank")
     curvature = "full" if rank == 0 else "lowrank"
     lc = _local_config(cfg, 0.0)
     agg = FIPAAggregator(curvature=curvature, merge=cfg.merge, beta=cfg.beta, gamma=cfg.gamma, weighting="sum",
