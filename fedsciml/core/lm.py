@@ -157,6 +157,7 @@ class LevenbergMarquardt:
         self.last_cg_iters = 0
         self.last_step_norm = 0.0
         self._choices: dict[tuple[int, int], forms.FormChoice] = {}  # (n, p) → the form chosen for that size
+        self._device: tuple[torch.device | str, torch.dtype] | None = None  # where the first choice was made
 
     @property
     def stats(self) -> GNStats:
@@ -184,8 +185,13 @@ class LevenbergMarquardt:
                     dtype: torch.dtype = torch.float64) -> forms.FormChoice:
         """The device-aware choice for ``n`` rows and ``p`` parameters (:func:`fedsciml.core.forms.choose_form`),
         restricted to the configured solve unless it is ``auto``.  Made once per size and kept: later calls
-        (a resample draws points of the same size) get the same choice whatever the free memory then."""
+        (a resample draws points of the same size) get the same choice whatever the free memory then; a new size
+        (growing points) is decided on the device of the first call that named one."""
         key = (int(n), int(p))
+        if device is None:  # a later size (growing points) is decided on the device of the first choice
+            device, dtype = self._device if self._device is not None else (None, dtype)
+        elif self._device is None:
+            self._device = (device, dtype)
         if key not in self._choices:
             allowed = None if self.cfg.solve == "auto" else (self.cfg.solve,)
             mc = self.cfg.matfree  # the matrix-free step's products: CG, plus a Nyström sketch's rank
