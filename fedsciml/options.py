@@ -382,10 +382,10 @@ class MethodConfig:
         """Whether the method holds every client's residual Jacobian at once (for the memory estimate)."""
         return True
 
-    def memory_form(self, rows: int, p: int, clients: int) -> str:
+    def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
         """What the method holds per residual row, for the memory estimate (``rows`` per client, ``p``
-        parameters): ``jacobian`` (J's p columns), ``graph`` (a matrix-free residual graph, no J) or
-        ``data`` (the points only)."""
+        parameters, on ``device``): ``jacobian`` (J's p columns), ``chunked`` (``JᵀJ`` and one block of J rows),
+        ``graph`` (a matrix-free residual graph, no J) or ``data`` (the points only)."""
         return "jacobian" if self.forms_jacobians() else "data"
 
 
@@ -403,6 +403,22 @@ class StopOptions(MethodConfig):
     resample: int | None = option(None, "draw fresh collocation points every K steps (centralized) or rounds "
                                         "(federated), seeded from the run seed (PINN problems; "
                                         "fedsciml.methods.resample)", int, lo=1, none="fixed points", metavar="K")
+    grow: float | None = option(None, "growing batches: the collocation points per client grow by this factor every "
+                                      "grow_every steps or rounds (at the resamples; up to grow_cap)", float, lo=1,
+                                lo_open=True, none="a fixed number of points", metavar="FACTOR")
+    grow_every: int = option(50, "steps or rounds between two growths of the collocation points", int, lo=1)
+    grow_cap: int | None = option(None, "largest number of interior points per client the growth reaches", int,
+                                  lo=1, none="no cap")
+
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        if self.resample is None:
+            why = f"the points grow when they are drawn afresh: give {display('resample')}"
+            out.update({"grow": why, "grow_every": why, "grow_cap": why})
+        elif self.grow is None:
+            why = f"it shapes the growth of the points, which is off (give {display('grow')})"
+            out.update({"grow_every": why, "grow_cap": why})
+        return out
 
 
 @dataclass(frozen=True)
@@ -489,27 +505,38 @@ class CentralizedConfig(StopOptions):
                                    none="lm 500, adam 20000, lbfgs 5000; with a budget, until it is spent")
     lr: float | None = option(None, "learning rate of adam / lbfgs", float, lo=0, lo_open=True,
                               none="adam 1e-3, lbfgs 1.0")
-    lm_solve: str = option("auto", "how lm solves its damped system: normal (p×p Cholesky), kernel (n×n), matfree "
-                                   "(Nyström-preconditioned CG on jvp/vjp products, no J) or auto (kernel when n < p, "
-                                   "normal when n ≥ p, matfree when J has more than 5e7 entries)", str,
-                           choices=("auto", "normal", "kernel", "matfree"))
+    lm_solve: str = option("auto", "how lm solves its damped system: normal (p×p Cholesky), kernel (n×n), chunked "
+                                   "(normal on JᵀJ accumulated over row blocks: J never whole), matfree "
+                                   "(Nyström-preconditioned CG on jvp/vjp products, no J) or auto (from the device's "
+                                   "free memory and a cost per form: kernel when n < p, normal when n ≥ p while J "
+                                   "fits — always up to 5e7 entries —, else the cheaper of chunked and matfree)", str,
+                           choices=("auto", "normal", "kernel", "chunked", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
     precond: str = option("nystrom", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
                                      "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
                                      "PINN problems) or none", str, choices=("nystrom", "kfac", "none"))
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
+    lm_damping: str = option("adaptive", "lm damping: adaptive (Levenberg–Marquardt's gain-ratio rule) or fixed "
+                                         "(μ = lm_mu per residual row, every step taken with the step size of "
+                                         "step_decay: ENGD/SPRING-style)", str, choices=("adaptive", "fixed"))
+    lm_mu: float = option(1e-6, "fixed lm damping per residual row (μ = lm_mu·n on the summed loss)", float, lo=0,
+                          lo_open=True)
+    step_decay: float | None = option(None, "fixed lm damping: step size η_k = 1/(1 + k/step_decay) at step k",
+                                      float, lo=0, lo_open=True, none="η = 1")
+    average: float | None = option(None, "iterate averaging: evaluate and return the EMA θ̄ ← a·θ̄ + (1−a)·θ of the "
+                                         "iterates (lm)", float, lo=0, hi=1, hi_open=True, none="the last iterate")
 
     def forms_jacobians(self) -> bool:
         return self.optimizer == "lm" and self.lm_solve != "matfree"
 
-    def memory_form(self, rows: int, p: int, clients: int) -> str:
+    def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
         if self.optimizer != "lm":
             return "data"
         from fedsciml.core.lm import auto_form  # (torch is loaded by then; options itself imports nothing heavy)
 
-        form = auto_form(rows * clients, p) if self.lm_solve == "auto" else self.lm_solve  # the pooled rows
-        return "graph" if form == "matfree" else "jacobian"
+        form = auto_form(rows * clients, p, device) if self.lm_solve == "auto" else self.lm_solve  # the pooled rows
+        return {"matfree": "graph", "chunked": "chunked"}.get(form, "jacobian")
 
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()
@@ -517,9 +544,19 @@ class CentralizedConfig(StopOptions):
             out["lr"] = f"Levenberg–Marquardt has no learning rate (it is for {display('optimizer')} adam or lbfgs)"
         else:
             out["momentum"] = f"SPRING momentum is an option of {display('optimizer')} lm"
-        if self.optimizer != "lm" or self.lm_solve in ("normal", "kernel"):
+            for k in ("lm_damping", "lm_mu", "step_decay", "average"):
+                out[k] = f"it is an option of {display('optimizer')} lm"
+        if self.lm_damping != "fixed":
+            why = f"it sets the fixed damping, which is off ({display('lm_damping')} is {self.lm_damping})"
+            out.setdefault("lm_mu", why)
+            out.setdefault("step_decay", why)
+        if self.optimizer != "lm" or self.lm_solve in ("normal", "kernel", "chunked"):
             out["precond"] = (f"it preconditions the matrix-free lm solve ({display('optimizer')} lm, "
                               f"{display('lm_solve')} matfree or auto)")
+            out["nystrom_rank"] = (f"it sizes the Nyström preconditioner of the matrix-free lm solve "
+                                   f"({display('optimizer')} lm, {display('lm_solve')} matfree or auto)")
+        elif self.precond != "nystrom":
+            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom)"
         return out
 
     def _resolve(self):
@@ -540,7 +577,8 @@ class GNConfig(RoundOptions):
                                   none="the centralized solver's τ for this problem")
     form: str = option("auto", "statistics sent: normal (JᵀJ, Jᵀr), sqrt (thin-QR factors), matfree (Jᵀr, then one "
                                "exchange of p floats per CG iteration) or auto (the smaller of normal and sqrt while "
-                               "it is ≤ 6.25e6 floats per client, matfree beyond)", str,
+                               "it is ≤ 6.25e6 floats per client and the Jacobians fit the device, matfree beyond)",
+                       str,
                        choices=("auto", "normal", "sqrt", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free form (one sketch "
                                    "exchange of rank·p floats per accepted step)", int, lo=1)
@@ -569,12 +607,16 @@ class GNConfig(RoundOptions):
         out = super().inapplicable()
         if self.form in ("normal", "sqrt"):
             out["precond"] = f"it preconditions the matrix-free form ({display('form')} matfree or auto)"
+            out["nystrom_rank"] = f"it sizes the matrix-free form's Nyström preconditioner ({display('form')} " \
+                                  f"matfree or auto)"
+        elif self.precond != "nystrom":
+            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom)"
         return out
 
-    def memory_form(self, rows: int, p: int, clients: int) -> str:
+    def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
         from fedsciml.core.lm import federated_form
 
-        form = federated_form([rows] * clients, p) if self.form == "auto" else self.form
+        form = federated_form([rows] * clients, p, device) if self.form == "auto" else self.form
         return "graph" if form == "matfree" else "jacobian"
 
     def _resolve(self):
@@ -618,7 +660,8 @@ class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
     sketch: str = option("auto", "how a client computes its rank-r curvature (and, with local gn, its step): dense "
                                  "(forms J_m: exact eigenpairs, exact step), matfree (no J_m: with local gn a Nyström "
                                  "sketch of r+10 products and a CG step, with local adam subspace iteration) or auto "
-                                 "(matfree when n_m·p > 6e7)", str, choices=("auto", "dense", "matfree"))
+                                 "(matfree when J_m and its Gram do not fit the device's memory; always dense while "
+                                 "n_m·p ≤ 5e7)", str, choices=("auto", "dense", "matfree"))
     cg_iters: int = option(100, "matrix-free local gn step: at most this many CG iterations", int, lo=1)
     cg_rtol: float = option(1e-10, "matrix-free local gn step: CG relative residual", float, lo=0, lo_open=True)
     safeguard: bool | None = option(None, "LM safeguard on the server merge (β adapted, worse steps undone)", bool,
@@ -667,10 +710,11 @@ class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
                                 f"and no {display('safeguard')}; the safeguard is on with local gn)")
         return out
 
-    def memory_form(self, rows: int, p: int, clients: int) -> str:
+    def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
         from fedsciml.core.matfree import fipa_local_matfree
 
-        if fipa_local_matfree(self.local, "lowrank" if self.rank else "full", self.sketch, self.adaptive, rows, p):
+        if fipa_local_matfree(self.local, "lowrank" if self.rank else "full", self.sketch, self.adaptive, rows, p,
+                              device):
             return "graph"  # the client keeps one residual graph, never J_m
         return "jacobian"
 
@@ -770,6 +814,9 @@ class OneShotConfig(RoundOptions):
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()
         out["resample"] = "one-shot takes one fused step on the points at θ₀; resampling needs several steps"
+        out.pop("grow", None), out.pop("grow_every", None), out.pop("grow_cap", None)
+        for k in ("grow", "grow_every", "grow_cap"):
+            out[k] = "one-shot takes one fused step on the points at θ₀; the points cannot grow"
         if self.cv_sigmas is not None:
             out["sigma"] = (f"σ is chosen by cross-validation over {display('cv_sigmas')}; give σ, or a grid to "
                             "choose it, not both")

@@ -27,9 +27,12 @@ A hard Dirichlet condition is an ansatz: override ``DomainPDE.ansatz(x, out)`` (
 """
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 
+import numpy as np
 import torch
 from torch.func import jacfwd, jacrev
 
@@ -143,14 +146,39 @@ def _values(g: Value, x: torch.Tensor, exact: Callable | None, comp: int, what: 
         v = exact(x)
         v = v if v.ndim == 1 else v[:, comp]
     elif callable(g):
-        v = torch.as_tensor(g(x), dtype=DTYPE)
+        raw = g(x)
+        if (torch.is_tensor(raw) and raw.is_complex()) or (not torch.is_tensor(raw) and np.iscomplexobj(raw)):
+            raise ProblemError(f"{what}: its value function returned complex numbers; a value is real")
+        try:
+            v = torch.as_tensor(raw, dtype=DTYPE)
+        except (TypeError, ValueError, RuntimeError):
+            raise ProblemError(f"{what}: its value function must return numbers, got {type(raw).__name__}") from None
         if v.ndim == 0:
             v = v.expand(x.shape[0])
     else:
-        v = torch.full((x.shape[0],), float(g), dtype=DTYPE)
+        v = torch.full((x.shape[0],), _real(g, f"{what} value"), dtype=DTYPE)
     if v.shape != (x.shape[0],):
         raise ProblemError(f"{what}: its value must give one number per point (shape [{x.shape[0]}]), got {tuple(v.shape)}")
+    if not bool(torch.isfinite(v).all()):
+        raise ProblemError(f"{what}: its value is not finite at {int((~torch.isfinite(v)).sum())} of "
+                           f"{x.shape[0]} points")
     return v.to(DTYPE)
+
+
+def _real(v, what: str, *, lo: float | None = None, positive: bool = False) -> float:
+    """``v`` as a finite real number (not a bool, not complex), ``≥ lo`` / ``> 0`` where asked; one line
+    naming ``what`` otherwise."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) and not (
+            torch.is_tensor(v) and v.numel() == 1 and not v.is_complex()):
+        raise ProblemError(f"{what} must be a real number, got {v!r} ({type(v).__name__})")
+    f = float(v)
+    if not math.isfinite(f):
+        raise ProblemError(f"{what} must be finite, got {v!r}")
+    if positive and not f > 0:
+        raise ProblemError(f"{what} must be > 0, got {v!r}")
+    if lo is not None and f < lo:
+        raise ProblemError(f"{what} must be ≥ {lo:g}, got {v!r}")
+    return f
 
 
 @dataclass
@@ -171,6 +199,29 @@ class Condition:
     def label(self) -> str:
         c = "" if self.component is None else f"[{self.component}]"
         return (self.kind if self.on == self.kind else f"{self.kind}:{self.on}") + c
+
+    def __post_init__(self):
+        """Every argument checked when the condition is made: one line naming it and what is allowed."""
+        name = type(self).__name__
+        if not isinstance(self.on, str) or not self.on:
+            raise ProblemError(f"{name}: on must name a boundary part (a non-empty string), got {self.on!r}")
+        if self.component is not None and (isinstance(self.component, bool)
+                                           or not isinstance(self.component, (str, int))):
+            raise ProblemError(f"{name}({self.on!r}): component must be an output name or index, got "
+                               f"{self.component!r}")
+        if self.weight is not None:
+            self.weight = _real(self.weight, f"{name}({self.on!r}) weight", positive=True)
+        if self.n is not None and (isinstance(self.n, bool) or not isinstance(self.n, (int, np.integer))
+                                   or self.n < 1):
+            raise ProblemError(f"{name}({self.on!r}): n (points per client) must be a whole number ≥ 1, got "
+                               f"{self.n!r}")
+        value = getattr(self, "value", None)
+        if value is not None and not callable(value):
+            _real(value, f"{name}({self.on!r}) value")
+        self._check()
+
+    def _check(self):
+        """A condition's own checks (after the common ones)."""
 
     def points(self, problem, geometry, n: int, method: str, seed) -> tuple[torch.Tensor, tuple]:
         """``(x used for ownership [n, d], point tuple)`` for the whole part."""
@@ -225,6 +276,13 @@ class Robin(Condition):
     value: Value = None
     kind = "robin"
 
+    def _check(self):
+        self.alpha = _real(self.alpha, f"Robin({self.on!r}) alpha")
+        self.beta = _real(self.beta, f"Robin({self.on!r}) beta")
+        if self.alpha == 0 and self.beta == 0:
+            raise ProblemError(f"Robin({self.on!r}): alpha and beta are both 0, which states no condition "
+                               f"(0 = value); give alpha or beta ≠ 0")
+
     def points(self, problem, geometry, n, method, seed):
         x, nrm = geometry.sample_boundary(n, method, seed, part=self.on, with_normals=True)
         c = problem.comp(self)
@@ -253,6 +311,9 @@ class Periodic(Condition):
     kind = "periodic"
 
     def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.derivative, bool):
+            raise ProblemError(f"Periodic derivative must be True or False, got {self.derivative!r}")
         self.outputs = ("value", "derivative") if self.derivative else ("value",)
 
     def label(self):
@@ -296,6 +357,9 @@ class Initial(Condition):
     kind = "initial"
 
     def __post_init__(self):
+        super().__post_init__()
+        if self.velocity is not None and not callable(self.velocity):
+            _real(self.velocity, "Initial velocity")
         self.outputs = ("value", "velocity") if self.velocity is not None else ("value",)
 
     def points(self, problem, geometry, n, method, seed):
@@ -325,6 +389,10 @@ class Data(Condition):
     y: object = None
     noise: float | None = None
     kind = "data"
+
+    def _check(self):
+        if self.noise is not None:
+            self.noise = _real(self.noise, "Data noise (the readings' standard deviation)", positive=True)
 
     def label(self):
         c = "" if self.component is None else f"[{self.component}]"

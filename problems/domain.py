@@ -42,6 +42,8 @@ shares of the boundary; the interior sample is per client, as the FIPA strips).
 """
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -83,8 +85,11 @@ class _Residual:
 
 
 def _as_vector(out) -> torch.Tensor:
-    if isinstance(out, (tuple, list)):
+    if isinstance(out, (tuple, list)) and out and all(torch.is_tensor(o) for o in out):
         return torch.stack([torch.as_tensor(o).reshape(()) for o in out])
+    if not torch.is_tensor(out):
+        raise ProblemError(f"equation(u, x) must return a tensor computed from u (or a tuple of them, one per "
+                           f"equation), got {type(out).__name__} {out!r:.60}")
     return out.reshape(-1)
 
 
@@ -134,6 +139,13 @@ class DomainPDE(PINNProblem):
                 raise ProblemError(f"{c.label()}: n must be ≥ 1, got {c.n}")
         for k in self.up_to_constant:
             component_index(k, names)
+        if not isinstance(self.unknowns, dict):
+            raise ProblemError(f"problem {self.name!r}: unknowns must be a dict of name: initial value, got "
+                               f"{self.unknowns!r:.80}")
+        for k, v in self.unknowns.items():
+            if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float)) \
+                    or not math.isfinite(float(v)):
+                raise ProblemError(f"problem {self.name!r}: unknown {k!r} needs a finite initial value, got {v!r}")
         for k in self.exact_coefficients:
             if k not in self.unknowns:
                 raise ProblemError(f"exact_coefficients names {k!r}, which is not among the unknowns {list(self.unknowns)}")
@@ -141,7 +153,11 @@ class DomainPDE(PINNProblem):
     def condition_list(self) -> list:
         """The conditions, read once (``conditions`` may be a property that builds new objects each time)."""
         if "_conds" not in self.__dict__:
-            self.__dict__["_conds"] = list(self.conditions)
+            conds = self.conditions
+            if isinstance(conds, (str, bytes, Condition)) or not hasattr(conds, "__iter__"):
+                raise ProblemError(f"problem {self.name!r}: conditions must be a list of Dirichlet/Neumann/Robin/"
+                                   f"Periodic/Initial/Data objects, got {conds!r:.80}")
+            self.__dict__["_conds"] = list(conds)
         return self.__dict__["_conds"]
 
     def comp(self, cond: Condition) -> int:

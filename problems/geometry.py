@@ -426,12 +426,83 @@ def _reject(draw: Callable, accept: Callable, n: int, what: str, fraction: float
                        f"(is it empty, or of measure zero?)")
 
 
+def _coords(value, what: str, *, ndim: int = 1) -> np.ndarray:
+    """``value`` as a finite float array of ``ndim`` dimensions; one line naming ``what`` otherwise."""
+    if isinstance(value, (str, bytes)):
+        raise ProblemError(f"{what} must be numbers, got the string {value!r}")
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ProblemError(f"{what} must be numbers, got {value!r}") from None
+    if ndim == 1:
+        arr = np.atleast_1d(arr)
+    if arr.ndim != ndim or arr.size == 0:
+        raise ProblemError(f"{what} must be a non-empty {'list of numbers' if ndim == 1 else 'list of points'}, "
+                           f"got {value!r}")
+    if not np.isfinite(arr).all():
+        raise ProblemError(f"{what} must be finite, got {arr.tolist()}")
+    return arr
+
+
+def _number(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ProblemError(f"{what} must be a number, got {value!r} ({type(value).__name__})")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ProblemError(f"{what} must be finite, got {value!r}")
+    return v
+
+
+def _segments_meet(p1, p2, q1, q2) -> np.ndarray:
+    """Whether segments ``p1p2`` and ``q1q2`` (arrays ``[M, 2]``) share a point (crossing, touching or
+    overlapping), exactly in floating point (orientation signs)."""
+    def orient(a, b, c):
+        return (b[:, 0] - a[:, 0]) * (c[:, 1] - a[:, 1]) - (b[:, 1] - a[:, 1]) * (c[:, 0] - a[:, 0])
+
+    def within(a, b, c):  # c in the bounding box of ab (c collinear with ab)
+        return ((np.minimum(a, b) <= c) & (c <= np.maximum(a, b))).all(1)
+
+    d1, d2, d3, d4 = orient(q1, q2, p1), orient(q1, q2, p2), orient(p1, p2, q1), orient(p1, p2, q2)
+    proper = (np.sign(d1) * np.sign(d2) < 0) & (np.sign(d3) * np.sign(d4) < 0)
+    return proper | ((d1 == 0) & within(q1, q2, p1)) | ((d2 == 0) & within(q1, q2, p2)) | \
+        ((d3 == 0) & within(p1, p2, q1)) | ((d4 == 0) & within(p1, p2, q2))
+
+
+def check_simple_polygon(v: np.ndarray) -> None:
+    """Refuse (one line naming the vertices or edges) a polygon that is not simple: a repeated vertex, an edge
+    that folds back onto the previous one, or two non-adjacent edges that cross or touch (its "outward"
+    normals would point inward on part of the boundary)."""
+    n = len(v)
+    same = (v[:, None, :] == v[None, :, :]).all(2) & ~np.eye(n, dtype=bool)
+    if same.any():
+        i, j = (int(k) for k in np.argwhere(same)[0])
+        raise ProblemError(f"polygon vertex {j} {v[j].tolist()} repeats vertex {i}; a simple polygon's vertices "
+                           f"are distinct")
+    a, b = v, np.roll(v, -1, axis=0)  # edge i: a[i] → b[i]
+    nxt = np.roll(b, -1, axis=0)
+    turn = (b[:, 0] - a[:, 0]) * (nxt[:, 1] - b[:, 1]) - (b[:, 1] - a[:, 1]) * (nxt[:, 0] - b[:, 0])
+    back = (turn == 0) & (((b - a) * (nxt - b)).sum(1) < 0)
+    if back.any():
+        i = int(np.flatnonzero(back)[0])
+        raise ProblemError(f"polygon edges e{i} and e{(i + 1) % n} fold back on each other at vertex "
+                           f"{(i + 1) % n} {b[i].tolist()}; the polygon is not simple")
+    ii, jj = np.triu_indices(n, 2)
+    keep = ~((ii == 0) & (jj == n - 1))  # the first and last edges share vertex 0
+    ii, jj = ii[keep], jj[keep]
+    hit = _segments_meet(a[ii], b[ii], a[jj], b[jj])
+    if hit.any():
+        k = int(np.flatnonzero(hit)[0])
+        raise ProblemError(f"polygon edges e{ii[k]} {a[ii[k]].tolist()}→{b[ii[k]].tolist()} and e{jj[k]} "
+                           f"{a[jj[k]].tolist()}→{b[jj[k]].tolist()} cross or touch; give a simple polygon "
+                           f"(its vertices in order around the boundary)")
+
+
 class Box(Geometry):
     """``[lo_1, hi_1] × … × [lo_d, hi_d]``; faces ``x-``, ``x+``, ``y-``, ``y+``, … (then ``x3-``, …)."""
 
     def __init__(self, lower: Sequence[float], upper: Sequence[float]):
         super().__init__()
-        lo, hi = np.atleast_1d(np.asarray(lower, float)), np.atleast_1d(np.asarray(upper, float))
+        lo, hi = _coords(lower, "Box lower"), _coords(upper, "Box upper")
         if lo.shape != hi.shape or lo.ndim != 1 or not np.all(hi > lo) or not np.all(np.isfinite(lo) & np.isfinite(hi)):
             raise ProblemError(f"a box needs finite lower < upper on every axis, got lower={lo.tolist()}, upper={hi.tolist()}")
         self.lo, self.hi, self.dim = lo, hi, len(lo)
@@ -472,7 +543,11 @@ class Ball(Geometry):
 
     def __init__(self, center: Sequence[float], radius: float):
         super().__init__()
-        c = np.atleast_1d(np.asarray(center, float))
+        c = _coords(center, f"{type(self).__name__} center")
+        radius = _number(radius, f"{type(self).__name__} radius")
+        if radius > 0 and (radius ** len(c) == 0.0 or radius < 1e-12 * float(np.abs(c).max())):
+            raise ProblemError(f"{type(self).__name__} radius {radius!r} is too small for float64 at center "
+                               f"{c.tolist()} (its volume underflows or its points coincide)")
         if not (radius > 0 and math.isfinite(radius)) or c.ndim != 1 or len(c) < 2:
             raise ProblemError(f"a ball needs a center of dimension ≥ 2 and a radius > 0, got center={c.tolist()}, radius={radius}")
         self.c, self.r, self.dim = c, float(radius), len(c)
@@ -516,12 +591,15 @@ class Polygon(Geometry):
 
     def __init__(self, vertices, names: Sequence[str] | None = None):
         super().__init__()
-        v = np.asarray(vertices, float)
+        v = _coords(vertices, "Polygon vertices", ndim=2)
         if v.ndim != 2 or v.shape[1] != 2 or len(v) < 3:
             raise ProblemError(f"a polygon needs ≥ 3 vertices (x, y), got shape {v.shape}")
+        if isinstance(names, str) or (names is not None and not all(isinstance(nm, str) and nm for nm in names)):
+            raise ProblemError(f"Polygon names must be a list of non-empty strings, one per edge, got {names!r}")
         names = list(names) if names is not None else [f"e{i}" for i in range(len(v))]
         if len(names) != len(v):
             raise ProblemError(f"a polygon with {len(v)} edges needs {len(v)} edge names, got {len(names)}")
+        check_simple_polygon(v)
         area2 = float(np.sum(v[:, 0] * np.roll(v[:, 1], -1) - np.roll(v[:, 0], -1) * v[:, 1]))
         if area2 == 0:
             raise ProblemError("the polygon has zero area")
@@ -831,8 +909,17 @@ def make_partition(spec, n_clients: int, geometry: Geometry) -> Partition:
     if isinstance(spec, str):
         kind, _, arg = spec.partition(":")
         if kind == "strips":
-            return Strips(n_clients, geometry, axis=int(arg) if arg else 0)
+            names = [axis_name(i) for i in range(geometry.dim)]
+            if isinstance(geometry, SpaceTime):
+                names[-1] = "t"
+            if arg and not (arg.isdigit() or arg in names):
+                raise ProblemError(f"partition {spec!r}: the strip axis must be an index 0..{geometry.dim - 1} or "
+                                   f"one of {names}, got {arg!r}")
+            return Strips(n_clients, geometry, axis=(int(arg) if arg.isdigit() else names.index(arg)) if arg else 0)
         if kind == "grid":
+            if arg and not all(c.isdigit() and int(c) >= 1 for c in arg.split("x")):
+                raise ProblemError(f"partition {spec!r}: give the grid's cells per axis as whole numbers ≥ 1, "
+                                   f"e.g. 'grid:2x2'")
             cells = [int(c) for c in arg.split("x")] if arg else None
             if cells is None:
                 r = round(math.sqrt(n_clients))

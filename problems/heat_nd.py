@@ -12,6 +12,10 @@ Both solve the equation for every κ > 0, so κ (option ``k``) may be changed.  
 time last (theirs put t first).  Conditions: Dirichlet on the whole lateral boundary ``∂[0,1]^d × [0, 1]``
 (the part ``lateral``) and the initial condition at t = 0; clients own strips along x₁ (``split``).
 
+The K-FAC authors' heat 4d experiments are presets (:data:`ANCHORS`: ``solve heat-nd --preset exp28``, the
+small / medium / big networks of exp27 / exp28 / exp29), with their evaluation set (``n_eval``) and metric
+(``rms_error``).
+
 Collocation grows with the dimension, by Poisson's rule (:func:`~fedsciml.problems.poisson.default_interior_points`)
 on the space-time dimension d + 1: 400 interior points per client for d = 1, ``800·max(d+1, 5)`` beyond — 4000
 at d = 2…4 — and a tenth of that per condition (``n_boundary``: 400 lateral + 400 initial points per client at
@@ -31,15 +35,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from fedsciml.options import option
 
-from .base import ProblemError
+from .base import Preset, ProblemError
 from .conditions import Dirichlet, Initial
 from .domain import DomainPDE
 from .geometry import Box
-from .poisson import default_interior_points
+from .poisson import ANCHOR_REPO, default_interior_points, rms_error
 from .registry import register
 
 _PI = math.pi
@@ -121,6 +126,9 @@ class HeatND(DomainPDE):
         "n_boundary": option(None, "points per client of the lateral and of the initial condition "
                                    "(default a tenth of the interior default: 400 at d = 4)", int, lo=1,
                              none="a tenth of the interior default"),
+        "n_eval": option(None, "evaluation points, uniform in [0,1]^d × [0,1] with a fixed seed (metrics then also "
+                               "hold rms_error, the K-FAC authors' l2_error)", int, lo=1,
+                         none="20000 fixed uniform points (a grid for d + 1 ≤ 3)"),
     }
 
     def _check(self):
@@ -150,6 +158,18 @@ class HeatND(DomainPDE):
             return torch.exp(-4.0 * self.k * t) * torch.sin(2.0 * xs).sum(-1)
         return torch.exp(-self.dim * _PI ** 2 * self.k * t) * torch.sin(_PI * xs).prod(-1)
 
+    def test_inputs(self):
+        if self.n_eval is None:
+            return super().test_inputs()
+        gen = np.random.default_rng(20260101 + self.dim)  # fixed test set, independent of the run seed
+        return torch.as_tensor(gen.random((self.n_eval, self.dim + 1)), dtype=torch.float64)
+
+    def evaluate(self, theta):
+        out = super().evaluate(theta)
+        if self.n_eval is not None:  # the K-FAC authors' l2_error: the error's root mean square
+            out["rms_error"] = rms_error(self, theta)
+        return out
+
     def uses_forward_residual(self) -> bool:
         """Whether the interior residual takes the one-pass :func:`heat_jet` path (a tanh network with one
         output, no ansatz, this class's equation and field, on the class or the instance); otherwise the general
@@ -167,3 +187,43 @@ class HeatND(DomainPDE):
             if self.uses_forward_residual():
                 parts[0] = ("pde", _ForwardResidual(self), None, 0)
         return self.__dict__["_part_fns"]
+
+
+ANCHOR_COMMON = f"""
+Shared by the heat presets (read in {ANCHOR_REPO}; sweeps/*.yaml of exp27, exp28, exp29): equation heat,
+boundary_condition sin_sum, dim_Omega 4, N_Omega 3000, N_dOmega 500.
+* u_t − Δu/4 = 0 (heat_equation.evaluate_interior_loss), u = e^{{−t}} Σ sin(2xᵢ) (heat_equation.u_sin_sum, α = 2/π):
+  variant sum, k 0.25, dim 4 (the defaults);
+* n_interior 3000 uniform points of [0,1]^4 × [0,1] (train.py create_interior_data: torch.rand), sampling uniform;
+* n_boundary 250: N_dOmega = 500 split into 250 lateral points (uniform on ∂[0,1]^4 at uniform times:
+  heat_equation.square_boundary_random_time) and 250 initial ones (heat_equation.unit_square_at_start;
+  train.py create_condition_data: num_data // 2 each);
+* loss ½·mean(r_Ω²) + ½·mean(r_cond²) over the 500 condition points: boundary_weight 3000/500 = 6;
+* n_eval 30000 (train.py: N_eval = 10·N_Omega; best_runs/*_meta.csv: 30000), uniform in [0,1]^5; their
+  l2_error is rms_error here;
+* resample 1: batch_frequency 1 in their Adam, SGD, ENGD, L-BFGS and Hessian-free sweeps; KFAC and KFAC* use 100
+  (give --resample 100).
+What differs: inputs are (x, t) here (theirs (t, x)); the points are per client (--clients 1 is theirs);
+initialization N(0, 1/fan_in) weights and zero biases (theirs PyTorch's default nn.Linear)."""
+
+
+def _heat_anchor(doc: str, hidden: list) -> Preset:
+    return Preset(doc.strip() + "\n" + ANCHOR_COMMON,
+                  problem={"dim": 4, "variant": "sum", "k": 0.25, "n_interior": 3000, "n_boundary": 250,
+                           "boundary_weight": 6.0, "sampling": "uniform", "n_eval": 30000, "hidden": hidden},
+                  method={"resample": 1})
+
+
+ANCHORS: dict[str, Preset] = {
+    "exp27": _heat_anchor("""
+K-FAC for PINNs' heat 4d small, mlp-tanh-64 (p = 449): exp27_heat4d_small.
+Network [5, 64, 1]: no model key in its sweeps, train.py --model default mlp-tanh-64.""", [64]),
+    "exp28": _heat_anchor("""
+K-FAC for PINNs' heat 4d medium, mlp-tanh-64-64-48-48 (p = 10065): exp28_heat4d_medium.
+Network [5, 64, 64, 48, 48, 1] (sweeps/*.yaml: model mlp-tanh-64-64-48-48; its KFAC.yaml holds an unresolved
+merge conflict, KFAC_auto.yaml and best_runs/*_meta.csv agree).""", [64, 64, 48, 48]),
+    "exp29": _heat_anchor("""
+K-FAC for PINNs' heat 4d big, mlp-tanh-256-256-128-128 (p = 116865): exp29_heat4d_big.
+Network [5, 256, 256, 128, 128, 1] (sweeps/*.yaml: model mlp-tanh-256-256-128-128).""", [256, 256, 128, 128]),
+}
+HeatND.presets = ANCHORS

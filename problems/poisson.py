@@ -1,10 +1,31 @@
-"""d-dimensional Poisson ``−Δu = f`` on [0, 1]^d with Dirichlet data.
+"""d-dimensional Poisson ``−Δu = f`` on [0, 1]^d with Dirichlet data (1 ≤ d ≤ 100).
 
-Exact solution ``Π sin(πx_i)`` (the FIPA paper's text; ``f = dπ² Π sin(πx_i)``,
-zero boundary values) or the variant ``Σ sin(πx_i)`` (its code;
-``f = π² Σ sin(πx_i)``).  Clients own equal strips along x₁.  Boundary points
-are sampled on every face: the faces x₁ = 0 and x₁ = 1 belong to the first and
-last client, every other face is cut into the clients' strips.
+Exact solutions (``variant``; the Dirichlet data are the exact solution on the boundary):
+
+* ``product`` (default): ``Π sin(πx_i)``, ``f = dπ² Π sin(πx_i)``, zero boundary values — the FIPA paper's
+  text, and the K-FAC-for-PINNs authors' ``sin_product`` (their ``poisson_equation.u_sin_product``);
+* ``sum``: ``Σ sin(πx_i)``, ``f = π² Σ sin(πx_i)`` (the FIPA code's);
+* ``cos_sum``: ``Σ cos(πx_i)``, ``f = π² Σ cos(πx_i)``, nonzero boundary values (K-FAC for PINNs'
+  ``u_cos_sum``/``f_cos_sum``: exp10, exp16, exp19);
+* ``weinan``: ``(x₁x₂ + x₃x₄ + … + x_{d−1}x_d)/c_d``, harmonic (``f = 0``), d even; ``c_10 = 1.34``,
+  ``c_100 = 12.59`` and ``c_d = 1`` otherwise — their ``u_weinan_prods`` (after E & Yu's deep Ritz paper), whose
+  constants make the L2 norm on [0,1]^d about 1 (exp21, d = 10);
+* ``weinan_norm``: ``‖x‖²/33.47``, ``f = −2d/33.47`` — their ``u_weinan_norm``/``f_weinan_norm`` (exp14, d = 100;
+  33.47 whatever d, as theirs).  Their domain is [0, 1]^d for every solution (``train.create_interior_data``:
+  ``rand``; ``poisson_equation.square_boundary``).
+
+Clients own equal strips along x₁.  Boundary points (``boundary_sampling``): ``faces`` (default) samples
+``n_boundary`` points on every face of the client's strip — the faces x₁ = 0 and x₁ = 1 belong to the first and
+last client, every other face is cut into the clients' strips, so a client holds about 2d·``n_boundary`` of them;
+``uniform`` draws ``n_boundary`` points in total per client, uniformly on its part of the boundary (the K-FAC
+authors' ``square_boundary``; :func:`~fedsciml.problems.base.box_boundary_uniform`), the sane choice at d = 100.
+
+The evaluation set: a grid for d ≤ 2 and 10 000 fixed uniform points beyond, or ``n_eval`` fixed uniform points
+(the K-FAC authors': ``N_eval`` = 10·N_Ω = 30 000 uniform points of [0,1]^d).  With ``n_eval`` the metrics also
+hold ``rms_error`` ``√mean((u_θ − u)²)``, the K-FAC authors' ``l2_error`` (``pinn_utils.l2_error``: absolute,
+not relative — ``rel_l2`` divides it by the solution's RMS, √(d/2) ≈ 1.58 for ``cos_sum`` at d = 5).
+
+The anchors' experiments are presets (:data:`ANCHORS`, ``solve poisson --preset exp10``; docs/guide/scale.md).
 
 Collocation grows with the dimension (``n_interior`` not given): 400 interior
 points per client for d ≤ 2 (unchanged), ``800·max(d, 5)`` for d ≥ 3 — 4000
@@ -37,11 +58,17 @@ import torch
 
 from fedsciml.options import option
 
-from .base import SAMPLING, ProblemError, box_boundary_points, grid, sample_box
+from .base import SAMPLING, Preset, ProblemError, box_boundary_points, box_boundary_uniform, grid, sample_box
 from .pinn import PINNProblem
 from .registry import register
 
 _PI = math.pi
+MAX_DIM = 100
+VARIANTS = ("product", "sum", "cos_sum", "weinan", "weinan_norm")
+#: u_weinan_prods' normalization constants (their poisson_equation.py: 1.34 at d = 10, 12.59 at d = 100, else 1)
+WEINAN_NORM = {10: 1.34, 100: 12.59}
+#: u_weinan_norm's constant (their poisson_equation.py, whatever d)
+WEINAN_NORM_SQ = 33.47
 
 
 def default_interior_points(dim: int) -> int:
@@ -52,17 +79,28 @@ def default_interior_points(dim: int) -> int:
 @register
 class Poisson(PINNProblem):
     name = "poisson"
-    description = "d-dim Poisson −Δu = f on [0,1]^d, u = Π sin πxᵢ (variant sum: Σ sin πxᵢ)"
+    description = ("d-dim Poisson −Δu = f on [0,1]^d (d ≤ 100), u = Π sin πxᵢ (variants sum: Σ sin πxᵢ; cos_sum, "
+                   "weinan, weinan_norm: K-FAC-for-PINNs' solutions)")
     params = {
-        "dim": option(2, "space dimension d ≥ 1", int, lo=1),
-        "variant": option("product", "product (Π sin πxᵢ) | sum (Σ sin πxᵢ)", str, choices=("product", "sum")),
+        "dim": option(2, f"space dimension d (1 ≤ d ≤ {MAX_DIM})", int, lo=1, hi=MAX_DIM),
+        "variant": option("product", "exact solution: product (Π sin πxᵢ) | sum (Σ sin πxᵢ) | cos_sum (Σ cos πxᵢ) | "
+                                     "weinan ((x₁x₂ + x₃x₄ + …)/c_d, harmonic, d even) | weinan_norm (‖x‖²/33.47)",
+                          str, choices=VARIANTS),
         "n_interior": option(None, "interior collocation points per client (default 400 for d ≤ 2, "
                                        "800·max(d, 5) for d ≥ 3)", int, lo=1,
                              none="400 for d ≤ 2, 800·max(d, 5) for d ≥ 3"),
-        "n_boundary": option(50, "boundary points per face per client strip (d ≥ 2)", int, lo=1),
+        "n_boundary": option(50, "boundary points per face per client strip (d ≥ 2; with --boundary-sampling "
+                                 "uniform: per client in total)", int, lo=1),
+        "boundary_sampling": option("faces", "faces: n_boundary points on every face of a client's strip | "
+                                             "uniform: n_boundary points per client, uniform on its part of the "
+                                             "boundary (K-FAC for PINNs' square_boundary)", str,
+                                    choices=("faces", "uniform")),
         "boundary_weight": option(None, "boundary penalty β (default 10 for d = 1, 100 for d ≥ 2)", float, lo=0,
                                   lo_open=True, none="10 for d = 1, 100 for d ≥ 2"),
         "sampling": SAMPLING,
+        "n_eval": option(None, "evaluation points, uniform in [0,1]^d with a fixed seed (metrics then also hold "
+                               "rms_error)", int, lo=1,
+                         none="a 1001 / 101² grid for d ≤ 2, 10000 uniform points for d ≥ 3"),
     }
 
     def _check(self):
@@ -70,12 +108,14 @@ class Poisson(PINNProblem):
             self.options["n_interior"] = default_interior_points(self.dim)
         if self.options["boundary_weight"] is None:
             self.options["boundary_weight"] = 10.0 if self.dim == 1 else 100.0
-        if self.dim > 10:
-            raise ProblemError(f"dim={self.dim} is larger than this implementation supports (1 ≤ dim ≤ 10)")
+        if self.variant == "weinan" and self.dim % 2:
+            raise ProblemError(f"variant 'weinan' is a sum of products of coordinate pairs (x₁x₂ + x₃x₄ + …): "
+                               f"dim must be even, got {self.dim}")
 
     def inapplicable(self) -> dict[str, str]:
         if self.dim == 1:  # the boundary of [0, 1] is its two end points: there is no face to sample
-            return {"n_boundary": "with dim 1 the boundary is the two end points x = 0 and x = 1"}
+            why = "with dim 1 the boundary is the two end points x = 0 and x = 1"
+            return {"n_boundary": why, "boundary_sampling": why}
         return {}
 
     def input_dim(self):
@@ -87,12 +127,26 @@ class Poisson(PINNProblem):
         return {"rank": 200, "local_steps": 300, "gamma": 0.5} if self.dim in (3, 5) else {}
 
     def exact(self, x):
+        v = self.variant
+        if v == "cos_sum":
+            return torch.cos(_PI * x).sum(-1)
+        if v == "weinan":
+            return x.unflatten(-1, (self.dim // 2, 2)).prod(-1).sum(-1) / WEINAN_NORM.get(self.dim, 1.0)
+        if v == "weinan_norm":
+            return (x * x).sum(-1) / WEINAN_NORM_SQ
         s = torch.sin(_PI * x)
-        return s.prod(-1) if self.variant == "product" else s.sum(-1)
+        return s.prod(-1) if v == "product" else s.sum(-1)
 
     def source(self, x):
+        v = self.variant
+        if v == "cos_sum":
+            return _PI ** 2 * torch.cos(_PI * x).sum(-1)
+        if v == "weinan":
+            return torch.zeros_like(x[..., 0])
+        if v == "weinan_norm":
+            return torch.full_like(x[..., 0], -2.0 * self.dim / WEINAN_NORM_SQ)
         s = torch.sin(_PI * x)
-        if self.variant == "product":
+        if v == "product":
             return self.dim * _PI ** 2 * s.prod(-1)
         return _PI ** 2 * s.sum(-1)
 
@@ -106,13 +160,106 @@ class Poisson(PINNProblem):
         return sample_box(self.n_interior, [a] + [0.0] * (d - 1), [b] + [1.0] * (d - 1), self.sampling, seed)
 
     def boundary_points(self, client, n_clients, seed):
+        if self.boundary_sampling == "uniform" and self.dim > 1:
+            return box_boundary_uniform(self.dim, 0.0, 1.0, client, n_clients, self.n_boundary, seed)
         return box_boundary_points(self.dim, 0.0, 1.0, client, n_clients, self.n_boundary, self.sampling, seed)
+
+    def rows_per_client(self, n_clients: int) -> int:
+        if self.boundary_sampling == "uniform" and self.dim > 1:
+            return self.n_interior + self.n_boundary
+        return super().rows_per_client(n_clients)
 
     def test_inputs(self):
         d = self.dim
+        if self.n_eval is not None:
+            gen = np.random.default_rng(20260101 + d)  # fixed test set, independent of the run seed
+            return torch.as_tensor(gen.random((self.n_eval, d)), dtype=torch.float64)
         if d == 1:
             return grid(1001, 1)
         if d == 2:
             return grid(101, 2)
         gen = np.random.default_rng(20260101 + d)  # fixed test set, independent of the run seed
         return torch.as_tensor(gen.random((10000, d)), dtype=torch.float64)
+
+    def evaluate(self, theta):
+        out = super().evaluate(theta)
+        if self.n_eval is not None:  # the K-FAC authors' l2_error: the error's root mean square
+            out["rms_error"] = rms_error(self, theta)
+        return out
+
+
+def rms_error(problem, theta) -> float:
+    """``√mean((u_θ − u)²)`` on the problem's evaluation set: the K-FAC-for-PINNs authors' ``l2_error``
+    (``pinn_utils.l2_error``)."""
+    X, u = problem._test()
+    X, u = X.to(theta.device), u.to(theta.device)
+    with torch.no_grad():
+        err = problem.u(theta, X).reshape(u.shape) - u
+    return float(err.pow(2).mean().sqrt())
+
+
+# --- the K-FAC-for-PINNs authors' experiments (Dangel, Müller & Zeinhofer, NeurIPS 2024) --------------------------
+
+#: where every value of the anchors' presets was read: github.com/f-dangel/kfac-pinns-experiments at 83ed050
+ANCHOR_REPO = "f-dangel/kfac-pinns-experiments@83ed050, kfac_pinns_exp/"
+
+#: what every anchor preset shares, with where it was read (appended to each preset's doc)
+ANCHOR_COMMON = f"""
+Shared by the anchors' presets (read in {ANCHOR_REPO}):
+* interior points uniform in [0,1]^d (train.py create_interior_data: torch.rand): sampling uniform;
+* boundary points uniform on ∂[0,1]^d, a total number (poisson_equation.py square_boundary): boundary_sampling
+  uniform;
+* loss ½·mean(r_Ω²) + ½·mean(r_∂Ω²) (poisson_equation.evaluate_interior_loss, pinn_utils.evaluate_boundary_loss),
+  i.e. fedsciml's ½Σr_Ω² + ½β·Σr_∂Ω² scaled by 1/N_Ω with boundary_weight β = N_Ω/N_∂Ω;
+* float64 (train.py --dtype default), tanh MLPs (train.py set_up_layers);
+* evaluation on N_eval uniform points of [0,1]^d, N_eval = 10·N_Ω (train.py: N_eval default) unless the sweep sets
+  it; their metric l2_error = √mean((u_θ − u)²) is rms_error here (rel_l2 is relative);
+* resample 1: fresh points every step, as batch_frequency 1 in their Adam, SGD, ENGD, L-BFGS and Hessian-free
+  sweeps (sweeps/*.yaml); their KFAC and KFAC* sweeps use batch_frequency 100 (give --resample 100).
+What differs: the points are per client (with K clients the pooled set is K times theirs; --clients 1, the
+centralized method, is theirs), fedsciml's initialization is N(0, 1/fan_in) weights and zero biases (theirs PyTorch's
+default nn.Linear), and the random points are other draws of the same distributions."""
+
+
+def _anchor(doc: str, **problem) -> Preset:
+    resample = problem.pop("resample", 1)
+    n_omega = problem["n_interior"]
+    opts = {"sampling": "uniform", "boundary_sampling": "uniform", "n_eval": 10 * n_omega,
+            "boundary_weight": n_omega / problem["n_boundary"], **problem}
+    return Preset(doc.strip() + "\n" + ANCHOR_COMMON, problem=opts, method={"resample": resample})
+
+
+ANCHORS: dict[str, Preset] = {
+    "exp10": _anchor("""
+K-FAC for PINNs' Poisson 5d, cos_sum, mlp-tanh-64 (p = 449): exp10_reproduce_poisson5d.
+dim 5, variant cos_sum, N_Ω = n_interior 3000, N_∂Ω = n_boundary 500 (sweeps/*.yaml: dim_Omega, boundary_condition,
+N_Omega, N_dOmega); network [5, 64, 1] (no model key in the sweeps: train.py --model default mlp-tanh-64);
+boundary_weight 3000/500 = 6; n_eval 30000 (10·N_Ω; best_runs/*_meta.csv: N_eval 30000).""",
+                     dim=5, variant="cos_sum", n_interior=3000, n_boundary=500, hidden=[64]),
+    "exp16": _anchor("""
+K-FAC for PINNs' Poisson 5d, cos_sum, mlp-tanh-64-64-48-48 (p = 10065): exp16_poisson5d_deepwide.
+dim 5, variant cos_sum, n_interior 3000, n_boundary 500, network [5, 64, 64, 48, 48, 1] (sweeps/*.yaml: model
+mlp-tanh-64-64-48-48; their ENGD_full sweep alone used mlp-tanh-64-48-32-16); boundary_weight 6; n_eval 30000.""",
+                     dim=5, variant="cos_sum", n_interior=3000, n_boundary=500, hidden=[64, 64, 48, 48]),
+    "exp19": _anchor("""
+K-FAC for PINNs' Poisson 5d, cos_sum, mlp-tanh-256-256-128-128 (p = 116865): exp19_poisson5d_mlp_tanh_256.
+dim 5, variant cos_sum, n_interior 3000, n_boundary 500, network [5, 256, 256, 128, 128, 1] (sweeps/*.yaml: model
+mlp-tanh-256-256-128-128); boundary_weight 6; n_eval 30000.""",
+                     dim=5, variant="cos_sum", n_interior=3000, n_boundary=500, hidden=[256, 256, 128, 128]),
+    "exp21": _anchor("""
+K-FAC for PINNs' Poisson 10d, weinan (harmonic), mlp-tanh-256-256-128-128 (p = 118145): exp21_poisson_10d.
+dim 10, variant weinan ((x₁x₂ + … + x₉x₁₀)/1.34), n_interior 3000, n_boundary 1000, network
+[10, 256, 256, 128, 128, 1] (sweeps/*.yaml: dim_Omega 10, boundary_condition u_weinan, N_Omega 3000, N_dOmega 1000,
+model mlp-tanh-256-256-128-128); boundary_weight 3000/1000 = 3; n_eval 30000 (best_runs/*_meta.csv).""",
+                     dim=10, variant="weinan", n_interior=3000, n_boundary=1000, hidden=[256, 256, 128, 128]),
+    "exp14": _anchor("""
+K-FAC for PINNs' Poisson 100d, weinan_norm, mlp-tanh-768-768-512-512 (p ≈ 1.3M): exp14_poisson_100d_weinan.
+dim 100, variant weinan_norm (‖x‖²/33.47), network [100, 768, 768, 512, 512, 1], n_eval 30000 (sweeps/*.yaml:
+dim_Omega 100, boundary_condition u_weinan_norm, model mlp-tanh-768-768-512-512, N_eval 30000).  The sweeps tuned
+N_Ω ∈ [100, 5000], N_∂Ω ∈ [50, 2500] and batch_frequency ∈ [0, 1000] per optimizer (Bayesian search); this takes
+their best KFAC* run's (best_runs/kfac-pinns_poisson100d_weinan_norm_v8yirqo2_best_meta.csv, labelled KFAC* in
+plot.py): n_interior 175, n_boundary 2086, resample 16; boundary_weight 175/2086.""",
+                     dim=100, variant="weinan_norm", n_interior=175, n_boundary=2086,
+                     hidden=[768, 768, 512, 512], n_eval=30000, resample=16),
+}
+Poisson.presets = ANCHORS

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 import fedsciml as fs
-import fedsciml.core.matfree as mf
 from fedsciml.core.matfree import fipa_local_matfree, local_gn_sketch
 from fedsciml.options import FIPAConfig, OptionError
 from fedsciml.problems import get_problem
@@ -109,21 +108,31 @@ def test_an_early_stopped_cg_step_still_passes_the_consistency_check():
 
 
 def test_auto_is_dense_below_the_limit_bitwise_and_matfree_beyond(monkeypatch):
-    """``sketch='auto'`` forms J_m while n_m·p ≤ FIPA_DENSE_ENTRIES: the same bits as ``sketch='dense'`` (the dense
-    code is untouched); beyond it, the same bits as ``sketch='matfree'`` (same seeds, same operations)."""
+    """``sketch='auto'`` forms J_m while it fits (always while n_m·p ≤ the 5e7-entry floor of
+    :func:`fedsciml.core.forms.choose_form`): the same bits as ``sketch='dense'`` (the dense code is untouched);
+    where it does not fit (here: a floor of 1 000 entries and 1 kB free), the same bits as ``sketch='matfree'``
+    (same seeds, same operations)."""
     auto, dense = fs.solve(small_bratu(), method="fipa", clients=2, rounds=2, rank=30), fipa("dense", rounds=2)
     assert torch.equal(auto.theta, dense.theta)
     assert "local_form" not in auto.extra["options"]  # the recorded options of a dense run are as before
-    monkeypatch.setattr(mf, "FIPA_DENSE_ENTRIES", 1000)
+    from fedsciml.core import forms
+
+    monkeypatch.setattr(forms, "DENSE_FLOOR_ENTRIES", 1000)
+    monkeypatch.setattr(forms, "available_memory", lambda device=None: 1000)
     auto2 = fs.solve(small_bratu(), method="fipa", clients=2, rounds=2, rank=30, cg_iters=300, cg_rtol=1e-14)
     free = fipa("matfree", rounds=2)
     assert torch.equal(auto2.theta, free.theta)
     assert auto2.history[1]["matfree_clients"] == 2 and auto2.extra["options"]["local_form"] == "matfree"
 
 
-def test_the_rule_and_the_memory_form():
+def test_the_rule_and_the_memory_form(monkeypatch):
+    """The rule on a machine with 4 GiB free (a 2 GiB budget): J_m of 4 400 × 33 921 (1.5e8 entries, 6 GB to
+    form) does not fit → matrix-free; Bratu's is under the 5e7-entry floor → dense whatever the memory."""
+    from fedsciml.core import forms
+
+    monkeypatch.setattr(forms, "available_memory", lambda device=None: 4 * 2**30)
     p = 33921
-    assert fipa_local_matfree("gn", "lowrank", "auto", False, 4400, p)          # 1.5e8 entries > 6e7
+    assert fipa_local_matfree("gn", "lowrank", "auto", False, 4400, p)          # 6 GB to form > 2 GiB
     assert not fipa_local_matfree("gn", "lowrank", "auto", False, 401, 2209)    # Bratu: dense
     assert not fipa_local_matfree("gn", "lowrank", "dense", False, 4400, p)
     assert not fipa_local_matfree("adam", "lowrank", "matfree", False, 10, 10)  # adam: subspace iteration

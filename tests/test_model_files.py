@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import struct
 
 import pytest
@@ -208,3 +209,96 @@ def test_the_reader_gives_the_writers_bits(tmp_path):
     t, meta = read_model(d)
     assert torch.equal(t["coef"], torch.arange(1.0, 4.0, dtype=torch.float64)) and float(t["intercept"][0]) == 0.5
     assert meta["n_features"] == 3
+
+
+# --- predict's inputs and outputs (issue 31 #9) ----------------------------------------------------------------
+
+
+def _predict(tmp_path, points_path, out=None):
+    from fedsciml.cli import main
+
+    d = ridge_dir(tmp_path) if not os.path.isdir(os.path.join(tmp_path, "ridge")) else os.path.join(tmp_path, "ridge")
+    out = out or str(tmp_path / "u.csv")
+    return main(["predict", d, "--points", str(points_path), "--out", out]), out
+
+
+@pytest.mark.parametrize("name,make,msg", [
+    ("fifo", lambda p: os.mkfifo(p), "is not a regular file"),
+    ("dev-zero-link", lambda p: os.symlink("/dev/zero", p), "is not a regular file"),
+    ("directory", lambda p: os.mkdir(p), "is not a regular file"),
+    ("long-field", lambda p: open(p, "w").write("1,2," + "3" * 200_000 + "\n"), "line 1: not a CSV of numbers"),
+    ("latin-1", lambda p: open(p, "wb").write("1,2,3\n# caf\xe9\n".encode("latin-1")), "is not UTF-8 text"),
+    ("binary", lambda p: open(p, "wb").write(bytes(range(256))), "is not UTF-8 text"),
+    ("nan-point", lambda p: open(p, "w").write("1,2,3\nnan,1,1\n"), r"1 point\(s\) are not finite"),
+    ("inf-point", lambda p: open(p, "w").write("1,2,3\n1,inf,1\n"), r"1 point\(s\) are not finite"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_predict_reads_only_a_bounded_csv_of_finite_points(tmp_path, capsys, name, make, msg):
+    p = str(tmp_path / "pts.csv")
+    make(p)
+    rc, out = _predict(tmp_path, p)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and re.search(msg, err[0]), err
+    assert "pts.csv" in err[0]
+    assert not os.path.exists(out)
+
+
+def test_predict_refuses_a_model_that_overflows(tmp_path, capsys):
+    """A finite but huge coefficient (1e300) predicts inf: refused, nothing written."""
+    d = os.path.join(tmp_path, "ridge")
+    write_ridge(d, torch.tensor([1e300, 1e300, 1e300], dtype=torch.float64), 0.5)
+    (tmp_path / "pts.csv").write_text("1e10,1e10,1e10\n")
+    rc, out = _predict(tmp_path, tmp_path / "pts.csv")
+    assert rc == 2 and "non-finite values" in capsys.readouterr().err and not os.path.exists(out)
+
+
+def test_predict_and_model_writes_on_a_full_disk_leave_nothing_half_written(tmp_path, monkeypatch, capsys):
+    """``--out`` goes through a temporary file and ``os.replace``; a write that fails (ENOSPC) is one line and
+    leaves neither the output nor the temporary; the same for a model directory (a ridge ``--out``)."""
+    import builtins
+    import errno
+
+    (tmp_path / "pts.csv").write_text("1,2,3\n4,5,6\n")
+    ridge_dir(tmp_path)
+    real_open = builtins.open
+
+    def full(path, mode="r", *a, **k):
+        f = real_open(path, mode, *a, **k)
+        if "w" in mode and str(path).endswith(".tmp"):
+            f.close()
+
+            class Full:
+                def __enter__(self):
+                    return self
+
+                def __exit__(self, *exc):
+                    return False
+
+                def write(self, *a):
+                    raise OSError(errno.ENOSPC, "No space left on device")
+
+                def fileno(self):
+                    return 0
+
+                def flush(self):
+                    pass
+            return Full()
+        return f
+
+    monkeypatch.setattr(builtins, "open", full)
+    rc, out = _predict(tmp_path, tmp_path / "pts.csv")
+    monkeypatch.setattr(builtins, "open", real_open)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "No space left on device" in err[0] and "nothing was written" in err[0]
+    assert not os.path.exists(out) and not os.path.exists(out + ".tmp")
+
+    import safetensors.torch
+
+    def enospc(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", enospc)
+    new = str(tmp_path / "m2")
+    with pytest.raises(ModelFileError, match="No space left on device.*nothing was written"):
+        write_ridge(new, torch.ones(3, dtype=torch.float64), 0.0)
+    assert not os.path.exists(os.path.join(new, modelio.TENSORS)) and not os.path.exists(
+        os.path.join(new, modelio.META)) and not any(n.endswith(".tmp") for n in os.listdir(new))

@@ -28,7 +28,7 @@ def add_parser(bench_subparsers):
     run.add_argument("--device", default="auto", help="auto | cpu | cuda")
     run.add_argument("--engine", default="local", choices=["local", "flower"],
                      help="who carries the clients' messages: this process, or Flower's simulation engine (one "
-                          "virtual SuperNode per client; pip install \"fedsciml[flower]\"; same numbers; default local)")
+                          "virtual SuperNode per client; pip install \"flwr[simulation]>=1.41,<1.43\"; same numbers; default local)")
     run.add_argument("--json", default=None, metavar="FILE",
                      help="write the results JSON to FILE (an existing file is overwritten; checked before the run)")
     run.add_argument("--out", default=None, metavar="DIR",

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from fedsciml.cli.common import (EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, add_option_flags, given_options,
+from fedsciml.cli.common import (_COMMAND_START, EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, add_option_flags, given_options,
                                  option_flag, set_threads, union_specs)
 
 SOLVE_FLAGS = ("method", "clients", "compare", "seed", "device", "engine", "threads", "json", "out", "quiet", "every",
@@ -72,7 +72,7 @@ def _add_solve_parser(sub):
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto: cuda when available)")
     p.add_argument("--engine", default="local", choices=["local", "flower"],
                    help="who carries the clients' messages: this process, or Flower's simulation engine "
-                        "(pip install \"fedsciml[flower]\"; same strategy, same numbers; default local)")
+                        "(pip install \"flwr[simulation]>=1.41,<1.43\"; same strategy, same numbers; default local)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     problems = problem_owners()
     problem_names = {n for specs in problems.values() for n in specs}
@@ -275,6 +275,61 @@ def _solve(args, problem):
     return 0
 
 
+#: the largest ``--points`` file ``predict`` reads (a regular file; no FIFO, no device)
+MAX_POINTS_BYTES = 1 << 30
+
+
+def _read_points(path: str) -> list:
+    """The rows of ``--points``: a bounded regular UTF-8 CSV file, every failure one line naming the file."""
+    import csv
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise CLIError(f"--points {path!r} cannot be read: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CLIError(f"--points {path!r} is not a regular file (a directory, FIFO or device); give a CSV file")
+    if st.st_size > MAX_POINTS_BYTES:
+        raise CLIError(f"--points {path!r} holds {st.st_size:,} bytes, more than the {MAX_POINTS_BYTES:,} predict "
+                       f"reads at once; split it")
+    reader = None
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            return [r for r in reader if r and not r[0].lstrip().startswith("#")]
+    except OSError as e:
+        raise CLIError(f"--points {path!r} cannot be read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise CLIError(f"--points {path!r} is not UTF-8 text (byte {e.start}: {e.reason}); give a CSV of "
+                       f"numbers") from None
+    except csv.Error as e:
+        line = reader.line_num if reader is not None else 0
+        raise CLIError(f"--points {path!r} line {line}: not a CSV of numbers ({e})") from None
+
+
+def _write_csv_atomic(path: str, header: list, rows) -> None:
+    """``path`` written through ``path.tmp`` and ``os.replace``: a failed write (a full disk) leaves no
+    half file that looks valid, and one line names the file."""
+    import csv
+
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise CLIError(f"--out {path!r} could not be written ({e.strerror or e}); nothing was written") from None
+
+
 def cmd_predict(args):
     """``predict DIR --points IN.csv --out OUT.csv``: the saved model at the points, written with a header of
     the input axes and the output components."""
@@ -291,11 +346,7 @@ def cmd_predict(args):
     to_stdout = args.out == "-"  # --out -: the CSV on standard output (status lines go to stderr)
     if not to_stdout:
         check_output_file(args.out, "--out")
-    try:
-        with open(args.points, newline="") as f:
-            rows = [r for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
-    except OSError as e:
-        raise CLIError(f"--points {args.points!r} cannot be read: {e.strerror or e}") from None
+    rows = _read_points(args.points)
     header = None
     if rows and not _numeric(rows[0]):
         header, rows = [h.strip() for h in rows[0]], rows[1:]  # a header line
@@ -313,20 +364,26 @@ def cmd_predict(args):
         want = f"{d} columns {meta.get('inputs')}" if d is not None else "one column per input"
         raise CLIError(f"--points {args.points!r}: need one point per line with {want}, got "
                        f"{x.shape[1] if x.ndim == 2 else 0} column(s) in {x.shape[0]} line(s)")
+    bad = ~np.isfinite(x).all(axis=1)
+    if bad.any():
+        raise CLIError(f"--points {args.points!r}: {int(bad.sum())} point(s) are not finite (NaN or ±inf), the "
+                       f"first on data line {int(np.flatnonzero(bad)[0]) + 1}")
     out = u(torch.as_tensor(x)).reshape(x.shape[0], -1).numpy()
+    nonfinite = ~np.isfinite(out).all(axis=1)
+    if nonfinite.any():
+        raise CLIError(f"the model {args.model!r} gives non-finite values at {int(nonfinite.sum())} of "
+                       f"{x.shape[0]} points (the first on data line {int(np.flatnonzero(nonfinite)[0]) + 1}); "
+                       f"nothing was written")
     names = list(meta.get("inputs") or [f"x{i}" for i in range(x.shape[1])]) + \
         list(meta.get("outputs") or [f"u{i}" for i in range(out.shape[1])])
-    def write(f):
-        w = csv.writer(f)
-        w.writerow(names)
-        for xi, ui in zip(x, out):
-            w.writerow([repr(float(v)) for v in xi] + [repr(float(v)) for v in ui])
+    lines = ([repr(float(v)) for v in xi] + [repr(float(v)) for v in ui] for xi, ui in zip(x, out))
     if to_stdout:
-        write(sys.stdout)
+        w = csv.writer(sys.stdout)
+        w.writerow(names)
+        w.writerows(lines)
         sys.stdout.flush()
         return 0
-    with open(args.out, "w", newline="") as f:
-        write(f)
+    _write_csv_atomic(args.out, names, lines)
     print(f"wrote {args.out} ({x.shape[0]} points)", file=sys.stderr)
     return 0
 
@@ -627,7 +684,6 @@ def configure_logging(args) -> None:
     use_progress_bars(not args.quiet_log)
 
 
-_COMMAND_START = [0.0]  # perf_counter at main()'s start: a result's wall_seconds is the whole command's
 _GLOBAL_FLAGS = ("-v", "--verbose", "-q", "--quiet-log")
 #: ``solve PROBLEM --help``: the problem (and ``--method``) whose options the help shows (set by :func:`main`)
 _HELP_FOCUS: dict = {}

@@ -330,7 +330,7 @@ def run(args) -> int:
         results = run_preset(preset["features"], popts, mopts, clients=args.clients, seed=args.seed,
                              device=args.device, engine=args.engine, baselines=preset["baselines"],
                              rounds=preset["rounds"], flags=(args._problem_flags, args._method_flags))
-    from fedsciml.cli.main import _COMMAND_START
+    from fedsciml.cli.common import _COMMAND_START
 
     wall = time.perf_counter() - _COMMAND_START[0]
     for r in results:  # the whole command up to writing the results

@@ -33,18 +33,21 @@ forms (``LMConfig.solve``):
   ``λ_max(JᵀJ)`` instead (the Nyström sketch's top eigenvalue, or 20 power
   iterations without a preconditioner) — the two agree within a factor p, and
   τ sets the initial damping only.
+* ``chunked`` — the normal form on statistics accumulated over blocks of rows
+  (:func:`fedsciml.core.stats.chunked_gn_stats`): ``JᵀJ`` without ever holding J whole.
 * ``auto`` (default) — ``kernel`` when the statistics carry ``J`` and n < p,
   ``matfree`` when they carry only an operator, else ``normal``.  A caller
   holding the data asks :meth:`LevenbergMarquardt.statistics_form` which
-  statistics to compute: :func:`auto_form` — the dense forms while
-  ``J`` fits (``n·p ≤ MATFREE_ENTRIES`` = 5·10⁷ entries, 400 MB in float64:
-  ``kernel`` when n < p, else ``normal``), ``matfree`` beyond.  Why there:
-  at p ≈ 2 300 the dense step is the cheaper one while it fits — measured on
-  Poisson d = 5 (n = 17 700, p = 2 337, one thread, CPU time): J 1.8 s,
-  JᵀJ 4.2 s, Cholesky 0.3 s, against 0.4 s per matrix-free product, so a
-  rank-50 Nyström sketch alone (20 s) costs three dense steps; the
-  matrix-free solve pays where J and the p×p matrix do not fit (p ≈ 34k:
-  JᵀJ is 9 GB) — ``scripts/bench/poisson_scale.py``.
+  statistics to compute: :func:`auto_form`, i.e. the one device-aware choice
+  :func:`fedsciml.core.forms.choose_form` — the dense forms while J and its
+  Gram fit the device's memory budget (always while ``n·p ≤ 5·10⁷``: ``kernel``
+  when n < p, else ``normal``), ``chunked`` when only ``JᵀJ`` fits, the
+  cheaper of ``chunked`` and ``matfree`` by a flop model beyond.  Why dense
+  first: at p ≈ 2 300 the dense step is the cheaper one while it fits —
+  measured on Poisson d = 5 (n = 17 700, p = 2 337, one thread, CPU time): J
+  1.8 s, JᵀJ 4.2 s, Cholesky 0.3 s, against 0.4 s per matrix-free product, so
+  a rank-50 Nyström sketch alone (20 s) costs three dense steps; on an H100
+  the matrix-free step took 77× the dense one (``../shared/gpu/turn4.md``).
 """
 from __future__ import annotations
 
@@ -53,34 +56,28 @@ from typing import Callable, Iterable, Sequence, cast
 
 import torch
 
-from fedsciml.core import linalg, matfree
+from fedsciml.core import forms, linalg, matfree
 from fedsciml.core.objective import GNStats
 
-#: the automatic choice takes the matrix-free solve when J would hold more entries than this (400 MB in float64)
-MATFREE_ENTRIES = 50_000_000
-
-
 #: federated gn's automatic form sends no client matrix larger than this many floats (50 MB in float64)
-MATFREE_FLOATS = 6_250_000
+MATFREE_FLOATS = forms.MESSAGE_FLOATS
 
 
-def federated_form(rows: Sequence[int], p: int) -> str:
+def federated_form(rows: Sequence[int], p: int, device: torch.device | str | None = None,
+                   dtype: torch.dtype = torch.float64) -> str:
     """``form="auto"`` of federated gn from the clients' residual rows and p (:mod:`fedsciml.methods.gn`):
     the smaller of the normal (``p(p+1)/2 + p``) and square-root (``min(n_m, p)(p+1)``, largest client)
-    messages while it is at most :data:`MATFREE_FLOATS`, else ``matfree``."""
-    normal = linalg.n_upper(p) + p
-    sqrt = max(min(int(n), p) for n in rows) * (p + 1)
-    if min(normal, sqrt) > MATFREE_FLOATS:
-        return "matfree"
-    return "sqrt" if sqrt < normal else "normal"
+    messages while it is at most :data:`MATFREE_FLOATS` and the Jacobians fit, else ``matfree``
+    (:func:`fedsciml.core.forms.choose_form`, ``need='gn'``)."""
+    rows = [int(n) for n in rows]
+    return forms.choose_form(sum(rows), p, device=device, dtype=dtype, need="gn", rows=rows).form
 
 
-def auto_form(n: int, p: int) -> str:
-    """The statistics a data holder computes for ``solve='auto'``: ``kernel`` (n < p) or ``normal`` while the
-    n×p Jacobian fits (``n·p ≤ MATFREE_ENTRIES``), ``matfree`` beyond (see the module docstring)."""
-    if n * p > MATFREE_ENTRIES:
-        return "matfree"
-    return "kernel" if n < p else "normal"
+def auto_form(n: int, p: int, device: torch.device | str | None = None, dtype: torch.dtype = torch.float64,
+              rank: int = 50) -> str:
+    """The statistics a data holder computes for ``solve='auto'``: ``normal``, ``kernel``, ``chunked`` or
+    ``matfree`` (:func:`fedsciml.core.forms.choose_form`, ``need='lm'``; see the module docstring)."""
+    return forms.choose_form(n, p, device=device, dtype=dtype, rank=rank).form
 
 
 @dataclass
@@ -89,7 +86,8 @@ class LMConfig:
     mu_min: float = 1e-20      # absolute floor (float64 round-off territory)
     mu_max: float = 1e20
     accept_ratio: float = 0.0  # accept a step when ρ > accept_ratio
-    solve: str = "auto"        # "normal" (p×p), "kernel" (n×n, needs J), "matfree" (CG, needs op) or "auto"
+    solve: str = "auto"        # "normal" (p×p), "kernel" (n×n, needs J), "chunked" (normal on streamed
+    #                            statistics), "matfree" (CG, needs op) or "auto"
     matfree: matfree.MatfreeConfig = field(default_factory=matfree.MatfreeConfig)
     momentum: float = 0.0      # SPRING momentum β ∈ [0, 1) (0: plain Levenberg–Marquardt)
 
@@ -105,7 +103,7 @@ class LMConfig:
         self.matfree.validate()
 
 
-SOLVES = ("auto", "normal", "kernel", "matfree")
+SOLVES = ("auto", "normal", "kernel", "chunked", "matfree")
 
 
 def damping_after_success(mu: float, rho: float, mu_min: float) -> tuple[float, float]:
@@ -158,6 +156,7 @@ class LevenbergMarquardt:
         self.cg_iters = 0     # CG iterations of all matrix-free solves so far
         self.last_cg_iters = 0
         self.last_step_norm = 0.0
+        self._choices: dict[tuple[int, int], forms.FormChoice] = {}  # (n, p) → the form chosen for that size
 
     @property
     def stats(self) -> GNStats:
@@ -179,10 +178,25 @@ class LevenbergMarquardt:
         (and may skip forming ``JᵀJ``): the kernel-form solve is used."""
         return self.statistics_form(n, p) == "kernel"
 
-    def statistics_form(self, n: int, p: int) -> str:
+    def statistics_form(self, n: int, p: int, device: torch.device | str | None = None,
+                        dtype: torch.dtype = torch.float64) -> str:
         """Which statistics a caller holding the data should compute: ``normal`` (``JᵀJ``, ``Jᵀr``),
-        ``kernel`` (``J``, ``r``) or ``matfree`` (an operator, :class:`fedsciml.core.matfree.GNOperator`)."""
-        return auto_form(n, p) if self.cfg.solve == "auto" else self.cfg.solve
+        ``kernel`` (``J``, ``r``), ``chunked`` (``JᵀJ``, ``Jᵀr`` accumulated over row blocks) or ``matfree``
+        (an operator, :class:`fedsciml.core.matfree.GNOperator`); ``auto``: :meth:`form_choice`."""
+        return self.form_choice(n, p, device, dtype).form if self.cfg.solve == "auto" else self.cfg.solve
+
+    def form_choice(self, n: int, p: int, device: torch.device | str | None = None,
+                    dtype: torch.dtype = torch.float64) -> forms.FormChoice:
+        """The device-aware choice for ``n`` rows and ``p`` parameters (:func:`fedsciml.core.forms.choose_form`),
+        restricted to the configured solve unless it is ``auto``.  Made once per size and kept: later calls
+        (a resample draws points of the same size) get the same choice whatever the free memory then."""
+        key = (int(n), int(p))
+        if key not in self._choices:
+            allowed = None if self.cfg.solve == "auto" else (self.cfg.solve,)
+            mc = self.cfg.matfree  # the matrix-free step's products: CG, plus a Nyström sketch's rank
+            self._choices[key] = forms.choose_form(n, p, device=device, dtype=dtype, allowed=allowed,
+                                                   rank=mc.rank if mc.precond == "nystrom" else 0)
+        return self._choices[key]
 
     def _op(self) -> matfree.GNProducts:
         op = self.stats.op
@@ -201,7 +215,7 @@ class LevenbergMarquardt:
     def _use_kernel(self) -> bool:
         st = self.stats
         has_j = st.J is not None and st.r is not None
-        if self.cfg.solve == "normal" or (self.cfg.solve == "auto" and not has_j):
+        if self.cfg.solve in ("normal", "chunked") or (self.cfg.solve == "auto" and not has_j):
             if st.H is None:
                 raise ValueError("LM solve='normal' needs H = JᵀJ in the statistics")
             return False

@@ -289,18 +289,19 @@ def power_lambda_max(matvec: Vec, p: int, *, iters: int = 20, dtype: torch.dtype
     return lam
 
 
-#: n·p entries of a FIPA client's Jacobian above which ``sketch='auto'`` forms no Jacobian (the client's rule since
-#: the matrix-free subspace-iteration sketch: ``fedsciml.runtime.client.DENSE_JACOBIAN_LIMIT``)
-FIPA_DENSE_ENTRIES = 60_000_000
-
-
-def fipa_local_matfree(solver: str, curvature: str | None, sketch: str, adaptive: bool, n: int, p: int) -> bool:
+def fipa_local_matfree(solver: str, curvature: str | None, sketch: str, adaptive: bool, n: int, p: int,
+                       device: torch.device | str | None = None, dtype: torch.dtype = torch.float64) -> bool:
     """Whether a FIPA client takes its local Gauss–Newton step and low-rank curvature matrix-free
     (:func:`local_gn_sketch`): local ``gn``, ``curvature='lowrank'``, not adaptive (whose schedule reads the whole
-    spectrum of ``J_m``), and ``sketch='matfree'``, or ``sketch='auto'`` with ``n·p > FIPA_DENSE_ENTRIES``
-    (6·10⁷ entries, 480 MB in float64: beyond it the client would form a Jacobian it should not)."""
+    spectrum of ``J_m``), and ``sketch='matfree'``, or ``sketch='auto'`` where the device-aware choice
+    (:func:`fedsciml.core.forms.choose_form`, ``need='fipa'``: J_m of ``n`` rows and its smaller Gram do not fit
+    the device's memory budget; always dense while ``n·p ≤ 5·10⁷``) says ``matfree``.  ``n``: the rows whose
+    Jacobian is formed at once (the run resolves ``auto`` once, from every in-process client's rows)."""
+    from fedsciml.core.forms import choose_form
+
     return (solver == "gn" and curvature == "lowrank" and not adaptive
-            and (sketch == "matfree" or (sketch == "auto" and n * p > FIPA_DENSE_ENTRIES)))
+            and (sketch == "matfree" or (sketch == "auto" and choose_form(n, p, device=device, dtype=dtype,
+                                                                          need="fipa").form == "matfree")))
 
 
 #: extra columns of the Nyström test matrix beyond the rank a FIPA client sends (its top-r eigenpairs are taken from a

@@ -31,18 +31,24 @@ a square-root message's ``RᵀR`` is PSD by construction.  :meth:`FusionServer.r
 finiteness *through their sum* (one pass over the data, no per-message scan):
 a non-finite sum is traced back to the offending messages, which are rejected,
 and the sum is rebuilt from the others.
+
+The same sums for a nonlinear residual, streamed: :func:`chunked_gn_stats` accumulates ``JᵀJ``, ``Jᵀr`` and
+``½‖r‖²`` over blocks of rows (:func:`row_blocks`), holding one block of J at a time — the ``chunked`` form of
+:mod:`fedsciml.core.forms`, for n whose Jacobian does not fit in memory.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Hashable, Mapping, Union
+from typing import Hashable, Iterator, Mapping, Union
 
 import torch
 
+from torch.func import vmap
+
 from fedsciml.core import linalg
 from fedsciml.core.schema import MAX_COUNT, Field, MessageRejected, Schema, floats_in, packed_diagonal_index
-from fedsciml.core.objective import LinearLeastSquares
+from fedsciml.core.objective import GNStats, LeastSquares, LinearLeastSquares, PointwiseLeastSquares, ResidualPart
 
 DTYPE = torch.float64
 FORMS = ("gram", "sqrt")
@@ -451,3 +457,60 @@ def pooled_ridge(A: torch.Tensor, b: torch.Tensor, sigma: Sigma) -> torch.Tensor
     if st.H is None:  # gn_stats forms the Gram matrix (form_gram=True); never taken
         raise ValueError("the pooled statistics carry no Gram matrix")
     return ridge_solve(st.H, -st.g, sigma)
+
+
+
+# --- Gauss–Newton statistics streamed over row chunks (the ``chunked`` form of fedsciml.core.forms) -------------
+
+
+def row_blocks(obj: LeastSquares, theta: torch.Tensor, rows: int) -> Iterator[LeastSquares]:
+    """The objective cut into consecutive blocks of at most ``rows`` residual rows (at least one point each), in
+    ``r``'s own row order: ``torch.cat`` of the blocks' residuals is ``obj.residual(θ)``.
+
+    A :class:`~fedsciml.core.objective.PointwiseLeastSquares` is cut inside each residual part (a block never
+    spans two parts; a point with C outputs counts C rows, C read from the part's first point at θ), a linear
+    one by rows of ``A``; any other objective is one block."""
+    if rows < 1:
+        raise ValueError(f"a row chunk must hold at least 1 row, got {rows}")
+    if isinstance(obj, PointwiseLeastSquares):
+        for part in obj.parts:
+            first = tuple(t[:1] for t in part.points) if isinstance(part.points, tuple) else part.points[:1]
+            with torch.no_grad():
+                per_point = max(1, int(vmap(part.fn, in_dims=(None, 0))(theta, first).numel()))
+            step = max(1, int(rows) // per_point)
+            for a in range(0, part.n_points, step):
+                pts = (tuple(t[a:a + step] for t in part.points) if isinstance(part.points, tuple)
+                       else part.points[a:a + step])
+                yield PointwiseLeastSquares([ResidualPart(part.name, part.fn, pts, part.weight)], obj.n_params)
+    elif isinstance(obj, LinearLeastSquares):
+        for a in range(0, obj.n_residuals, int(rows)):
+            yield LinearLeastSquares(obj.A[a:a + rows], obj.b[a:a + rows])
+    else:
+        yield obj
+
+
+def chunked_gn_stats(obj: LeastSquares, theta: torch.Tensor, rows: int) -> GNStats:
+    """``(JᵀJ, Jᵀr, ½‖r‖²)`` accumulated over blocks of at most ``rows`` residual rows (:func:`row_blocks`): only
+    one block of J is held at a time, so n is bounded by time, not memory (``H`` is p×p).
+
+    The same statistics as :meth:`~fedsciml.core.objective.LeastSquares.gn_stats` up to the order of the sums:
+    ``ΣJ_bᵀJ_b`` adds the rows' products in another order than one ``JᵀJ`` (and a block's rows may be formed by
+    a differently batched ``vmap``), so entry (i, j) differs by at most about ``n·eps·‖J_i‖‖J_j‖`` — not the
+    same bits.  ``H`` is symmetrized once at the end, as :func:`~fedsciml.core.objective.gn_stats_from` does."""
+    H: torch.Tensor | None = None
+    g: torch.Tensor | None = None
+    ss: torch.Tensor | None = None
+    n = 0
+    for block in row_blocks(obj, theta, rows):
+        r, J = block.residual_and_jacobian(theta)
+        if H is None or g is None or ss is None:
+            H, g, ss = J.T @ J, J.T @ r, r @ r
+        else:
+            H.addmm_(J.T, J)
+            g.addmv_(J.T, r)
+            ss = ss + r @ r
+        n += int(r.shape[0])
+    if H is None or g is None or ss is None:
+        raise ValueError("chunked statistics of an objective without residual rows")
+    H = 0.5 * (H + H.T)
+    return GNStats(H=H, g=g, loss=0.5 * ss, n=n)

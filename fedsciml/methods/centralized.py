@@ -1,9 +1,15 @@
 """Centralized solvers on a pooled least-squares objective: the reference.
 
 * ``lm`` — Levenberg–Marquardt (:mod:`fedsciml.core.lm`), float64.  The damped system is solved in
-  the form ``lm_solve`` names; ``auto`` (default) picks by size (:func:`fedsciml.core.lm.auto_form`):
-  the n×n kernel form when n < p, the p×p normal form when n ≥ p, both while the n×p Jacobian
-  has at most 5·10⁷ entries, and matrix-free Nyström-preconditioned CG (jvp/vjp only) beyond.
+  the form ``lm_solve`` names; ``auto`` (default) picks from the device's free memory and a cost per form
+  (:func:`fedsciml.core.forms.choose_form`): the n×n kernel form when n < p, the p×p normal form when
+  n ≥ p, both while the n×p Jacobian fits (always while it has at most 5·10⁷ entries), the normal form on
+  statistics streamed over row blocks (``chunked``) when only the p×p matrix fits, and matrix-free
+  Nyström-preconditioned CG (jvp/vjp only) where that is cheaper or nothing dense fits.  The choice and its
+  reason are recorded (``info["lm_solve"]``, ``info["lm_solve_reason"]``).
+  ``precond`` picks the matrix-free solve's preconditioner: ``nystrom`` (default), ``kfac`` (K-FAC for PINNs,
+  :mod:`fedsciml.core.kfac_pinn`: Kronecker factors of the forward-Laplacian channels, taken with the
+  operator at each accepted point) or ``none``.
 * ``adam`` — Adam on the mean loss ``½‖r‖²/N`` (lr 1e-3 by default).
 * ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
   25 function evaluations, per step; restarted from steepest descent if it stops moving).
@@ -29,8 +35,9 @@ from fedsciml.options import CentralizedConfig
 from fedsciml.core.kfac_pinn import factors_of, require_jets
 from fedsciml.core.matfree import GNOperator, MatfreeConfig
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
+from fedsciml.core.stats import chunked_gn_stats
 from fedsciml.runtime.history import Recorder
-from fedsciml.methods.resample import check_resample, resampled_objectives
+from fedsciml.methods.resample import Growth, check_resample, resampled_objectives
 from fedsciml.core.lm import LevenbergMarquardt, LMConfig, default_tau, deferred_stats
 
 OPTIMIZERS = CentralizedConfig.specs()["optimizer"][1].choices
@@ -53,6 +60,10 @@ class SolveConfig:
     lm: LMConfig = field(default_factory=LMConfig)
     resample: int | None = None  # fresh collocation points every K iterations (fedsciml.methods.resample)
     make_objective: Callable[[int], LeastSquares] | None = None  # the pooled objective of resample j ≥ 1
+    damping: str = "adaptive"    # lm: "adaptive" (gain-ratio rule) or "fixed" (μ = mu·n, every step taken)
+    mu: float = 1e-6             # lm, fixed damping: μ per residual row
+    step_decay: float | None = None  # lm, fixed damping: η_k = 1/(1 + k/step_decay)
+    average: float | None = None     # lm: evaluate and return the EMA of the iterates with this decay
 
     def validate(self):
         if self.optimizer not in OPTIMIZERS:
@@ -67,6 +78,18 @@ class SolveConfig:
             self.max_iters = DEFAULT_ITERS[self.optimizer]
         if self.resample is not None and (self.resample < 1 or self.make_objective is None):
             raise ValueError(f"resample={self.resample} needs K ≥ 1 and a way to draw the points (make_objective)")
+        if self.damping not in ("adaptive", "fixed"):
+            raise ValueError(f"lm damping must be adaptive or fixed, got {self.damping!r}")
+        if not (self.mu > 0 and math.isfinite(self.mu)):
+            raise ValueError(f"fixed lm damping per row must be a finite number > 0, got {self.mu}")
+        if self.step_decay is not None and not self.step_decay > 0:
+            raise ValueError(f"step_decay must be > 0 steps, got {self.step_decay}")
+        if self.average is not None and not 0 <= self.average < 1:
+            raise ValueError(f"the averaging decay must be in [0, 1), got {self.average}")
+
+    def step_size(self, it: int) -> float:
+        """η of step ``it`` (0, 1, …) under fixed damping: ``1/(1 + it/step_decay)``, 1 without a decay."""
+        return 1.0 if self.step_decay is None else 1.0 / (1.0 + it / self.step_decay)
 
     def resample_index(self, it: int) -> int:
         """Which points iteration ``it`` (1, 2, …) runs on: 0 (the run's own) until K iterations are done,
@@ -76,10 +99,13 @@ class SolveConfig:
 
 def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
     """θ ↦ the Gauss–Newton statistics LM needs: ``(JᵀJ, Jᵀr)`` for the normal-form
-    solve, ``(J, r, Jᵀr)`` without forming ``JᵀJ`` for the kernel form (n < p), or
-    a matrix-free operator (:class:`fedsciml.core.matfree.GNOperator`: ``Jᵀr`` and
-    jvp/vjp products, no J) — :meth:`LevenbergMarquardt.statistics_form`."""
-    form = lm.statistics_form(obj.n_residuals, obj.n_params)
+    solve, the same accumulated over row blocks for the chunked form
+    (:func:`fedsciml.core.stats.chunked_gn_stats`), ``(J, r, Jᵀr)`` without forming ``JᵀJ`` for the kernel form
+    (n < p), or a matrix-free operator (:class:`fedsciml.core.matfree.GNOperator`: ``Jᵀr`` and
+    jvp/vjp products, no J) — :meth:`LevenbergMarquardt.form_choice` (made on the run's device by
+    :func:`run_lm` before this is called)."""
+    choice = lm.form_choice(obj.n_residuals, obj.n_params)
+    form = choice.form
     if form == "matfree":
         kfac = lm.cfg.matfree.precond == "kfac"
 
@@ -89,6 +115,9 @@ def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
                            factors=factors_of(obj, theta) if kfac else None)
 
         return operator
+    if form == "chunked":
+        rows = choice.chunk_rows or obj.n_residuals
+        return lambda theta: chunked_gn_stats(obj, theta, rows)
     if form != "kernel":
         return obj.gn_stats
 
@@ -100,9 +129,18 @@ def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
 
 
 def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConfig):
+    """Levenberg–Marquardt; with ``cfg.damping='fixed'`` every step is taken, ``θ ← θ + η_k δ`` with
+    ``(JᵀJ + μI)δ = −Jᵀr``, ``μ = cfg.mu·n`` (n the rows of the current points) and ``η_k`` of
+    :meth:`SolveConfig.step_size` — the ENGD/SPRING regime, which does not chase each batch as the gain-ratio
+    rule does; with ``cfg.average`` the recorded and returned θ is the EMA of the iterates."""
     lm = LevenbergMarquardt(cfg.lm)
+    lm.form_choice(obj.n_residuals, obj.n_params, theta.device, theta.dtype)  # once, on the run's device
     stats_at = lm_stats_fn(obj, lm)
     lm.start(theta, stats_at(theta))
+    fixed = cfg.damping == "fixed"
+    if fixed:
+        lm.mu = cfg.mu * obj.n_residuals
+    avg = lm.theta.clone() if cfg.average is not None and lm.theta is not None else None
     rec.record(0, lm.theta, lm.loss, mu=lm.mu)
     n = obj.n_residuals
     it = 0
@@ -114,29 +152,63 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
             obj, held = cfg.make_objective(j), j
             stats_at = lm_stats_fn(obj, lm)
             lm.stats = stats_at(lm.theta)
-        if lm.loss / n <= cfg.tol or lm.mu >= lm.cfg.mu_max:
+            if fixed:
+                lm.mu = cfg.mu * obj.n_residuals
+        if lm.loss / obj.n_residuals <= cfg.tol or lm.mu >= lm.cfg.mu_max:
             break
         trial = lm.propose()
         matfree_step = lm.stats.op is not None
-        trial_loss = float(obj.loss(trial))
-        if cfg.resample_index(it + 2) != held:
-            # the next step runs on fresh points and takes its statistics there: none are formed at the trial
-            accepted = lm.observe(trial_loss, lambda: deferred_stats(trial_loss, lm.stats))
+        expires = cfg.resample_index(it + 2) != held  # the next step runs on fresh points
+        extra: dict = {}
+        if fixed:
+            assert lm.theta is not None
+            eta = cfg.step_size(it)
+            if eta != 1.0:
+                trial = lm.theta + eta * (trial - lm.theta)
+            trial_loss = float(obj.loss(trial))
+            if not math.isfinite(trial_loss):
+                raise Diverged(f"lm with fixed damping: the loss became {trial_loss} at iteration {it + 1}; "
+                               "try a larger lm_mu or a step_decay")
+            if cfg.lm.momentum > 0:
+                lm.momentum_direction = lm.theta - trial
+            lm.theta = trial
+            lm.stats = deferred_stats(trial_loss, lm.stats) if expires else stats_at(trial)
+            lm.accepted_steps += 1
+            accepted = True
+            extra["eta"] = eta
         else:
-            accepted = lm.observe(trial_loss, lambda: stats_at(trial))
+            trial_loss = float(obj.loss(trial))
+            if expires:
+                # the next step takes its statistics on the new points: none are formed at the trial
+                accepted = lm.observe(trial_loss, lambda: deferred_stats(trial_loss, lm.stats))
+            else:
+                accepted = lm.observe(trial_loss, lambda: stats_at(trial))
         it += 1
-        extra = {"cg_iters": lm.last_cg_iters} if matfree_step else {}
+        if matfree_step:
+            extra["cg_iters"] = lm.last_cg_iters
         if held:
             extra["resample"] = held
-        rec.record(it, lm.theta, lm.loss, mu=lm.mu, accepted=accepted, **extra)
+            if obj.n_residuals != n:
+                extra["rows"] = obj.n_residuals
+        if avg is not None:
+            assert cfg.average is not None and lm.theta is not None
+            avg.mul_(cfg.average).add_(lm.theta, alpha=1.0 - cfg.average)
+        rec.record(it, lm.theta if avg is None else avg, lm.loss, mu=lm.mu, accepted=accepted, **extra)
+    choice = lm.form_choice(n, obj.n_params)
     info = {"accepted_steps": lm.accepted_steps, "rejected_steps": lm.rejected_steps, "final_mu": lm.mu,
-            "lm_solve": lm.statistics_form(n, obj.n_params)}
+            "lm_solve": choice.form, "lm_solve_reason": choice.reason}
+    if choice.chunk_rows is not None:
+        info["chunk_rows"] = choice.chunk_rows
     if cfg.resample is not None:
         info["resamples"] = held
+    if fixed:
+        info.update(lm_damping="fixed", lm_mu=cfg.mu, step_decay=cfg.step_decay)
+    if avg is not None:
+        info["average"] = cfg.average
     if info["lm_solve"] == "matfree":
         info["cg_iters"] = lm.cg_iters
         info["nystrom_rank"] = lm.cfg.matfree.rank if lm.cfg.matfree.precond == "nystrom" else 0
-    return lm.theta, info
+    return (lm.theta if avg is None else avg), info
 
 
 def run_torch_optimizer(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConfig):
@@ -224,6 +296,13 @@ def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: 
     return theta, rec.rows, info
 
 
+def capped_rank(rank: int, p: int, name: str) -> int:
+    """:func:`fedsciml.methods.federated.capped_rank` (here too: the centralized solver's Nyström rank)."""
+    from fedsciml.methods.federated import capped_rank as cap
+
+    return cap(rank, p, name)
+
+
 def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedConfig | None = None, *, seed=0,
                     progress=False, every=10, message_hook=None, **options):
     """The ``centralized`` method: all clients' data pooled on one machine, one optimizer (the reference)."""
@@ -236,19 +315,22 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
     if config.precond == "kfac":
         require_jets(objectives, getattr(problem, "name", str(problem)))
     lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
-                  matfree=MatfreeConfig(precond=config.precond, rank=config.nystrom_rank, seed=seed),
+                  matfree=MatfreeConfig(precond=config.precond,
+                                        rank=capped_rank(config.nystrom_rank, theta0.numel(), "nystrom_rank"),
+                                        seed=seed),
                   momentum=config.momentum)
     make = None
     if config.resample is not None:
         check_resample(problem, config.resample)
-        n_clients, device = len(objectives), theta0.device
+        n_clients, device, every, growth = len(objectives), theta0.device, config.resample, Growth.of(config)
 
         def make(j: int) -> LeastSquares:
-            return stack_objectives(resampled_objectives(problem, n_clients, seed, j, device))
+            return stack_objectives(resampled_objectives(problem, n_clients, seed, j, device, growth, every))
 
     cfg = SolveConfig(optimizer=config.optimizer, max_iters=config.max_iters, budget=config.budget,
                       clock=config.clock, tol=config.tol,
-                      lr=config.lr, lm=lm, resample=config.resample, make_objective=make)
+                      lr=config.lr, lm=lm, resample=config.resample, make_objective=make, damping=config.lm_damping,
+                      mu=config.lm_mu, step_decay=config.step_decay, average=config.average)
     theta, rows, info = solve_least_squares(stack_objectives(objectives), theta0, evaluate, cfg, progress=progress,
                                             every=every, label=f"centralized/{config.optimizer}")
     info["reference"] = "centralized: all clients' data pooled on one machine (not federated)"

@@ -30,6 +30,8 @@ With a ``budget`` and no ``rounds`` a run goes on until the budget is spent.
 """
 from __future__ import annotations
 
+import logging
+
 from fedsciml.options import PAPER_PRESET, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig  # noqa: F401
 from fedsciml.methods.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.methods.averaging import AveragingStrategy
@@ -37,15 +39,26 @@ from fedsciml.runtime.client import AdaptiveSchedule, Client, LocalConfig
 from fedsciml.methods.fipa import FIPAStrategy
 from fedsciml.core.kfac_pinn import jet_network, require_jets
 from fedsciml.core.matfree import MatfreeConfig, fipa_local_matfree
-from fedsciml.methods.gn import GNStrategy, choose_form
+from fedsciml.core import forms
+from fedsciml.methods.gn import GNStrategy
 from fedsciml.methods.oneshot import OneShotStrategy
-from fedsciml.methods.resample import ResamplingStrategy, check_resample, resampled_objectives
+from fedsciml.methods.resample import Growth, ResamplingStrategy, check_resample, resampled_objectives
 from fedsciml.runtime.loop import RoundConfig, Simulation
 from fedsciml.runtime.transport import BytesTransport, LocalTransport, Transport
 from fedsciml.core.lm import LMConfig, default_tau
 
 TRANSPORTS = ("local", "bytes")
 
+
+
+def capped_rank(rank: int, p: int, name: str) -> int:
+    """A sketch or preconditioner rank above the model's ``p`` parameters holds nothing more than rank ``p``:
+    capped there, with one log line (a rank of 10¹² would otherwise allocate and iterate for ever)."""
+    if rank > p:
+        logging.getLogger("fedsciml").warning("%s=%s is above the model's %s parameters; capped at %s", name, rank,
+                                              p, p)
+        return int(p)
+    return int(rank)
 
 def _round_config(cfg, seed) -> RoundConfig:
     # the typed RoundOptions already checked these values: the loop does not check them again
@@ -77,7 +90,7 @@ def make_transport(objectives, transport="local", vectorize: bool = True, device
 
 
 def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every, options, message_hook,
-              transport="local", vectorize=True, resample=None):
+              transport="local", vectorize=True, resample=None, growth: Growth | None = None):
     if resample is not None:  # fresh collocation points every `resample` rounds (fedsciml.methods.resample)
         check_resample(problem, resample)
         if isinstance(transport, Transport) and not isinstance(transport, (LocalTransport, BytesTransport)):
@@ -85,8 +98,11 @@ def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc,
                              f"{type(transport).__name__}'s clients would have to draw their own points")
         n_clients, device = len(objectives), theta0.device
         strategy = ResamplingStrategy(strategy, resample,
-                                      lambda j: resampled_objectives(problem, n_clients, seed, j, device))
+                                      lambda j: resampled_objectives(problem, n_clients, seed, j, device, growth,
+                                                                     resample))
         options = {**options, "resample": resample}
+        if growth is not None:
+            options.update(grow=growth.factor, grow_every=growth.every, grow_cap=growth.cap)
     sim = Simulation(make_transport(objectives, transport, vectorize, theta0.device), evaluate, rc, label=method, progress=progress,
                      every=every,
                      fingerprint=_fingerprint(problem, method, objectives, theta0, seed, options),
@@ -127,16 +143,23 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     rc = _round_config(cfg, seed)
     lm_tau = default_tau(objectives) if cfg.lm_tau is None else cfg.lm_tau
     form = cfg.form
-    if form == "auto":  # the smaller dense message while it fits, matrix-free beyond (gn.choose_form)
-        form = choose_form([o.n_residuals for o in objectives], theta0.numel())
+    reason = None
+    if form == "auto":  # the smaller dense message while it fits, matrix-free beyond (fedsciml.core.forms)
+        rows = [o.n_residuals for o in objectives]
+        choice = forms.choose_form(sum(rows), theta0.numel(), device=theta0.device, dtype=theta0.dtype, need="gn",
+                                   rows=rows)
+        form, reason = choice.form, choice.reason
     options = {"lm_tau": lm_tau, "form": form}
+    if reason is not None:
+        options["form_reason"] = reason
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
     kfac = form == "matfree" and cfg.precond == "kfac"
     if kfac:  # refused by name unless every client's residual is in the forward-Laplacian channel form
         require_jets(objectives, getattr(problem, "name", str(problem)))
         options["precond"] = "kfac"
     strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(
-                              precond=cfg.precond if form == "matfree" else "nystrom", rank=cfg.nystrom_rank, seed=seed),
+                              precond=cfg.precond if form == "matfree" else "nystrom",
+                              rank=capped_rank(cfg.nystrom_rank, theta0.numel(), "nystrom_rank"), seed=seed),
                                    momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen,
                           kfac_net=jet_network(objectives[0]) if kfac else None, exchange=cfg.exchange)
@@ -147,7 +170,8 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     if cfg.momentum:
         options["momentum"] = cfg.momentum
     return _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport, cfg.batched, resample=cfg.resample)
+                     options, message_hook, transport or cfg.transport, cfg.batched, resample=cfg.resample,
+                     growth=Growth.of(cfg))
 
 
 def _local_config(cfg, prox) -> LocalConfig:
@@ -166,7 +190,7 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
     without a relative cutoff diverges (the cutoff, not γ): see PAPER_PRESET and README "The published FIPA".
     """
     cfg, transport = _config(FIPAConfig, config, options, transport)
-    rank = cfg.rank
+    rank = capped_rank(cfg.rank, theta0.numel(), "rank")
     curvature = "full" if rank == 0 else "lowrank"
     lc = _local_config(cfg, 0.0)
     agg = FIPAAggregator(curvature=curvature, merge=cfg.merge, beta=cfg.beta, gamma=cfg.gamma, weighting="sum",
@@ -196,7 +220,8 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
     strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), cfg.sketch, sched, seed, safeguard=cfg.safeguard,
                             complement=cfg.complement, cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
     return _simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport, resample=cfg.resample)
+                     options, message_hook, transport or cfg.transport, resample=cfg.resample,
+                     growth=Growth.of(cfg))
 
 
 def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progress, seed, every, message_hook,
@@ -215,7 +240,8 @@ def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progre
         options["local_damping"] = lc.damping
     strategy = AveragingStrategy(agg, lc, seed)
     return _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport, resample=cfg.resample)
+                     options, message_hook, transport or cfg.transport, resample=cfg.resample,
+                     growth=Growth.of(cfg))
 
 
 def run_fedavg(problem, objectives, theta0, evaluate, config: FedAvgConfig | None = None, *, progress=False, seed=0,

@@ -30,6 +30,7 @@ import torch
 
 from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.averaging import AveragingStrategy
+from fedsciml.methods.resample import Growth
 from fedsciml.options import FedAvgConfig, option
 from fedsciml.runtime.driver import METHODS, register_method
 
@@ -106,8 +107,19 @@ class ServerOptAggregator(FedAvgAggregator):
         return {**super().state_dict(), "m": self.m, "v": self.v, "t": self.t}
 
     def load_state_dict(self, d: dict) -> None:
+        from fedsciml.runtime import checkpoint as ckpt
+
         super().load_state_dict(d)
-        self.m, self.v, self.t = d.get("m"), d.get("v"), int(d.get("t", 0))
+        for key in ("m", "v", "t"):
+            if key not in d:
+                raise ckpt.CheckpointError(f"state field {key!r} of the server optimizer is missing")
+        t = ckpt.restored_number(d, "t", lo=0, integer=True)
+        m = ckpt.restored_tensor(d, "m", optional=t == 0)
+        v = ckpt.restored_tensor(d, "v", optional=t == 0, nonneg=self.kind == "adam",
+                                 shape=None if m is None else tuple(m.shape))
+        if (m is None) != (v is None):
+            raise ckpt.CheckpointError("state fields 'm' and 'v' of the server optimizer: one is missing")
+        self.m, self.v, self.t = m, v, int(t)
 
 
 class ServerOptStrategy(AveragingStrategy):
@@ -117,8 +129,22 @@ class ServerOptStrategy(AveragingStrategy):
         return {"theta": self.theta, "aggregator": self.agg.state_dict()}
 
     def load_state_dict(self, d):
+        from fedsciml.runtime import checkpoint as ckpt
+
+        if not isinstance(d.get("aggregator"), dict):
+            raise ckpt.CheckpointError("state field 'aggregator' (the server optimizer's state) is missing")
         self.theta = d["theta"]
         self.agg.load_state_dict(d["aggregator"])
+
+    def check_restored(self, round_index):
+        super().check_restored(round_index)
+        from fedsciml.runtime import checkpoint as ckpt
+
+        for key in ("m", "v"):
+            val = getattr(self.agg, key, None)
+            if val is not None and tuple(val.shape) != tuple(self.theta.shape):
+                raise ckpt.CheckpointError(f"state field {key!r} has shape {tuple(val.shape)}, the parameters "
+                                           f"{tuple(self.theta.shape)}")
 
     def summary(self):
         out = {**super().summary(), "server_opt": self.agg.kind, "server_lr": self.agg.eta}
@@ -148,7 +174,8 @@ def _run(kind: str, cls, problem, objectives, theta0, evaluate, config=None, *, 
     if not agg.rule.plain:
         summary.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
     return _simulate(cls.method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     summary, message_hook, transport or cfg.transport, resample=cfg.resample)
+                     summary, message_hook, transport or cfg.transport, resample=cfg.resample,
+                     growth=Growth.of(cfg))
 
 
 def run_fedavgm(problem, objectives, theta0, evaluate, config: FedAvgMConfig | None = None, **kw):

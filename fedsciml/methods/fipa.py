@@ -31,8 +31,8 @@ clients report at the broadcast θ (one float each):
 * after the last round, :meth:`FIPAStrategy.finalize` checks the last merged
   step with one loss query and undoes it if it made things worse.
 
-Matrix-free clients (``sketch='matfree'``, or ``'auto'`` when ``n_m·p`` exceeds
-:data:`fedsciml.core.matfree.FIPA_DENSE_ENTRIES`; local ``gn``, low rank, not
+Matrix-free clients (``sketch='matfree'``, or ``'auto'`` when ``J_m`` and its smaller Gram do not fit the
+device's memory budget, :func:`fedsciml.core.forms.choose_form`; local ``gn``, low rank, not
 adaptive — :func:`fedsciml.core.matfree.fipa_local_matfree`): the client forms
 neither ``J_m`` nor ``H_m``; its step is preconditioned CG on damped
 ``J_mᵀJ_m`` products (at most ``cg_iters`` iterations, relative residual
@@ -210,6 +210,13 @@ class FIPAStrategy(AveragingStrategy):
                 "prev_loss": self.prev_loss, "rejected_steps": self.rejected_steps, "enrolled": dict(self.agg.enrolled), "cg_total": self.cg_total}
 
     def load_state_dict(self, d):
+        from fedsciml.runtime import checkpoint as ckpt
+
+        ckpt.restored_number(d, "beta", lo=0.0, optional=True)  # the safeguard's damping (None: not set yet)
+        ckpt.restored_number(d, "nu", lo=2.0, optional=True)
+        ckpt.restored_number(d, "prev_loss", lo=0.0, optional=True)
+        ckpt.restored_number(d, "rejected_steps", lo=0, integer=True)
+        ckpt.restored_tensor(d, "prev_theta", like=d.get("theta"), optional=True)
         self.theta, self.gnorm, self.beta = d["theta"], d["gnorm"], d["beta"]
         self.nu, self.pred = d["nu"], d["pred"]
         self.prev_theta, self.prev_loss, self.rejected_steps = d["prev_theta"], d["prev_loss"], d["rejected_steps"]

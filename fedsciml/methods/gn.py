@@ -59,11 +59,12 @@ layer and term and two point counts), the server adds them — the factors of th
 iterates equal centralized LM's with the same preconditioner up to round-off — and preconditions every
 CG solve at that point with them.
 
-Choice (``GNConfig.form="auto"``, :func:`choose_form`): per client, the
+Choice (``GNConfig.form="auto"``, :func:`choose_form`, one rule with the other
+methods' in :func:`fedsciml.core.forms.choose_form`): per client, the
 normal form costs ``p(p+1)/2 + p`` floats and the square-root form
 ``min(n_m, p)(p+1)``; the smaller is taken while it is at most
-``MATFREE_FLOATS`` = 6.25·10⁶ floats (50 MB in float64), else the
-matrix-free form.
+``MATFREE_FLOATS`` = 6.25·10⁶ floats (50 MB in float64) and the clients'
+Jacobians fit the device's memory, else the matrix-free form.
 
 Since ``Σ_m J_mᵀJ_m = JᵀJ`` and ``Σ_m J_mᵀr_m = Jᵀr`` for the pooled
 residual, the iterates equal centralized LM's to round-off.  An exact step
@@ -91,11 +92,12 @@ from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, defer
 FORMS = ("normal", "sqrt", "matfree")
 EXCHANGES = ("one", "two")  # exchanges per LM iteration: loss and statistics together, or loss then statistics
 
-def choose_form(rows: list, p: int) -> str:
-    """``form="auto"`` of federated gn (:func:`fedsciml.core.lm.federated_form`, where the rule lives so that the
-    memory estimate applies the same one): the smaller of the normal (``p(p+1)/2 + p``) and square-root
-    (``min(n_m, p)(p+1)``, largest client) messages while it is at most :data:`MATFREE_FLOATS`, else ``matfree``."""
-    return federated_form(rows, p)
+def choose_form(rows: list, p: int, device=None, dtype: torch.dtype = torch.float64) -> str:
+    """``form="auto"`` of federated gn (:func:`fedsciml.core.lm.federated_form`, i.e. the one device-aware choice
+    :func:`fedsciml.core.forms.choose_form`, so that the memory estimate applies the same rule): the smaller of
+    the normal (``p(p+1)/2 + p``) and square-root (``min(n_m, p)(p+1)``, largest client) messages while it is at
+    most :data:`MATFREE_FLOATS` and the clients' Jacobians fit the device, else ``matfree``."""
+    return federated_form(rows, p, device, dtype)
 
 
 # --- the clients' side of the matrix-free form ------------------------------------------------------------
@@ -453,8 +455,32 @@ class GNStrategy(Strategy):
                 **({"phi": lm.momentum_direction} if lm.momentum_direction is not None else {})}
 
     def load_state_dict(self, d):
+        from fedsciml.runtime import checkpoint as ckpt
+
+        theta = ckpt.restored_tensor(d, "theta")
+        assert theta is not None
+        p = theta.numel()
+        ckpt.restored_tensor(d, "g", like=theta)
+        if "H" in d:
+            ckpt.restored_tensor(d, "H", shape=(p * (p + 1) // 2,))
+        if "J" in d:
+            J = ckpt.restored_tensor(d, "J")
+            assert J is not None
+            if J.ndim != 2 or J.shape[1] != p:
+                raise ckpt.CheckpointError(f"state field 'J' has shape {tuple(J.shape)}, not [rows, {p}]")
+            ckpt.restored_tensor(d, "r", shape=(J.shape[0],))
+        ckpt.restored_number(d, "loss", lo=0.0, optional=True)  # NaN or negative: refused; None: not measured yet
+        ckpt.restored_number(d, "n", lo=0, optional=True)
+        accepted = ckpt.restored_number(d, "accepted", lo=0, integer=True)
+        ckpt.restored_number(d, "rejected", lo=0, integer=True)
+        ckpt.restored_number(d, "retries", lo=0, integer=True)
+        mu = ckpt.restored_number(d, "mu", lo=0.0, hi=self.lm_config.mu_max)
+        if mu == 0 and accepted > 0:  # after an accepted step μ ≥ mu_min > 0 (only a first, undamped step has 0)
+            raise ckpt.CheckpointError(f"state field 'mu' = 0 after {accepted} accepted steps; μ ≥ "
+                                       f"{self.lm_config.mu_min:g} then")
+        ckpt.restored_number(d, "nu", lo=2.0)
+        ckpt.restored_tensor(d, "phi", like=theta, optional=True)
         self.lm = LevenbergMarquardt(self.lm_config)
-        p = d["theta"].numel()
         self.lm.theta = d["theta"]
         if "H" in d:
             self.lm.stats = GNStats(H=linalg.unpack_upper(d["H"], p), g=d["g"], loss=d["loss"], n=d["n"])

@@ -18,12 +18,22 @@ run seed and j (same seed: same points; every resample: different points; j = 0 
   In a real deployment each site draws its own points from the same seed; the Flower engine does not
   offer it (one clear error).
 
-The history rows carry ``resample`` (the index j of the points in use) from the first resample on.  Where
+Growing batches (``grow=F``, ``grow_every=E``, ``grow_cap=C``; :class:`Growth`): the points drawn at resample j
+(after step or round jK) are ``n_k = min(C, round(n_0·F^⌊jK/E⌋))`` interior points per client (the problem's
+``n_interior`` option; a ``n_boundary`` option grows by the same factor), so the error is not floored by one
+point set and early steps stay cheap — collocation that converges (issue 28).  Without ``grow`` the code path
+is the one before (the same bits).
+
+The history rows carry ``resample`` (the index j of the points in use) from the first resample on, and
+``points`` (interior points per client) once the points have grown.  Where
 the round loop measures a row's monitoring loss on the next round's exchange at the same θ (FIPA, FedAvg:
 :mod:`fedsciml.runtime.loop`), the row just before a resample reports the loss at its θ on the new points.
 """
 from __future__ import annotations
 
+import copy
+import math
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -50,8 +60,61 @@ def check_resample(problem: Any, every: int | None) -> None:
                          "sampled collocation points; resampling applies to the PINN problems")
 
 
-def resampled_objectives(problem: Any, n_clients: int, seed: int, j: int, device: Any) -> list:
-    """Every client's objective on the points of resample ``j``."""
+@dataclass(frozen=True)
+class Growth:
+    """Growing batches: ``factor`` > 1 every ``every`` steps or rounds, up to ``cap`` interior points per client."""
+
+    factor: float
+    every: int
+    cap: int | None = None
+
+    def __post_init__(self):
+        if not self.factor > 1 or not math.isfinite(self.factor):
+            raise ValueError(f"the growth factor must be a finite number > 1, got {self.factor}")
+        if int(self.every) != self.every or self.every < 1:
+            raise ValueError(f"grow_every must be an integer ≥ 1 (steps or rounds), got {self.every}")
+        if self.cap is not None and self.cap < 1:
+            raise ValueError(f"grow_cap must be ≥ 1 interior point, got {self.cap}")
+
+    def points(self, n0: int, step: int) -> int:
+        """Interior points per client of points drawn after ``step`` steps or rounds: ``min(cap, n0·F^⌊step/E⌋)``."""
+        k = max(0, int(step)) // int(self.every)
+        cap = self.cap if self.cap is not None else math.inf
+        if n0 >= cap:
+            return int(n0)
+        return int(min(cap, round(n0 * self.factor ** min(k, 4096))))
+
+    @classmethod
+    def of(cls, config: Any) -> "Growth | None":
+        """The growth a method configuration asks for (``grow``, ``grow_every``, ``grow_cap``), or ``None``."""
+        factor = getattr(config, "grow", None)
+        return None if factor is None else cls(float(factor), int(config.grow_every), config.grow_cap)
+
+
+def grown(problem: Any, n_interior: int) -> Any:
+    """``problem`` with ``n_interior`` interior points per client (a ``n_boundary`` option scaled by the same
+    factor, at least 1); the problem itself when that is its own size.  A shallow copy: the network, the exact
+    solution and the test set are shared."""
+    opts = getattr(problem, "options", {})
+    if "n_interior" not in opts:
+        raise ValueError(f"grow: problem {getattr(problem, 'name', problem)!r} has no n_interior option to grow")
+    n0 = int(opts["n_interior"])
+    if int(n_interior) == n0:
+        return problem
+    new = dict(opts, n_interior=int(n_interior))
+    if "n_boundary" in opts and opts["n_boundary"] is not None:
+        new["n_boundary"] = max(1, round(int(opts["n_boundary"]) * int(n_interior) / n0))
+    out = copy.copy(problem)
+    out.__dict__["options"] = new
+    return out
+
+
+def resampled_objectives(problem: Any, n_clients: int, seed: int, j: int, device: Any,
+                         growth: Growth | None = None, every: int = 1) -> list:
+    """Every client's objective on the points of resample ``j`` (drawn after ``j·every`` steps or rounds; with
+    ``growth``, ``growth.points(n_interior, j·every)`` interior points per client)."""
+    if growth is not None:
+        problem = grown(problem, growth.points(int(problem.options["n_interior"]), j * every))
     return problem.client_objectives(n_clients, seed=resample_seed(seed, j), device=device)
 
 
@@ -114,8 +177,19 @@ class ResamplingStrategy(Strategy):
         return {"inner": self.inner.state_dict(), "resample": self.index}
 
     def load_state_dict(self, d):
+        from fedsciml.runtime import checkpoint as ckpt
+
         self.inner.load_state_dict(d["inner"])
-        self.index = int(d.get("resample", 0))
+        self.index = ckpt.restored_number(d, "resample", lo=0, integer=True, optional=True, default=0)
+
+    def check_restored(self, round_index):
+        self.inner.check_restored(round_index)
+        from fedsciml.runtime import checkpoint as ckpt
+
+        most = round_index // max(1, int(self.every)) + 1  # one resample every `every` rounds at most
+        if self.index > most:
+            raise ckpt.CheckpointError(f"state field 'resample' = {self.index} is more than the {most} resamples "
+                                       f"{round_index} rounds can have made")
 
     def summary(self):
         return {**self.inner.summary(), "resample": self.every}

@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import numbers
 import os
 import stat
@@ -66,6 +67,55 @@ class CheckpointError(ValueError):
 
 class CheckpointMismatch(CheckpointError):
     """The checkpoint was written by a run with different settings."""
+
+
+_MISSING = object()
+
+
+def restored_tensor(d: dict, key: str, *, like: torch.Tensor | None = None, shape: tuple | None = None,
+                    nonneg: bool = False, optional: bool = False) -> torch.Tensor | None:
+    """Field ``key`` of a restored strategy state: a finite floating tensor of ``shape`` (or ``like``'s shape
+    and dtype), ``≥ 0`` where asked; ``None`` only where ``optional`` (the key present with ``None``, or
+    absent).  A :class:`CheckpointError` naming the field otherwise (the loop adds the checkpoint's path)."""
+    v = d.get(key, _MISSING)
+    if v is _MISSING or v is None:
+        if optional:
+            return None
+        raise CheckpointError(f"state field {key!r} is missing")
+    if not isinstance(v, torch.Tensor) or not v.is_floating_point():
+        raise CheckpointError(f"state field {key!r} must be a floating-point tensor, got {type(v).__name__}"
+                              f"{'' if not isinstance(v, torch.Tensor) else ' of ' + str(v.dtype)}")
+    want = tuple(like.shape) if like is not None else shape
+    if want is not None and tuple(v.shape) != tuple(want):
+        raise CheckpointError(f"state field {key!r} has shape {tuple(v.shape)}, this run needs {tuple(want)}")
+    if like is not None and v.dtype != like.dtype:
+        raise CheckpointError(f"state field {key!r} is {v.dtype}, this run's parameters {like.dtype}")
+    if not bool(torch.isfinite(v).all()):
+        raise CheckpointError(f"state field {key!r} holds non-finite values")
+    if nonneg and bool((v < 0).any()):
+        raise CheckpointError(f"state field {key!r} holds negative values (it is a sum of squares)")
+    return v
+
+
+def restored_number(d: dict, key: str, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+                    integer: bool = False, optional: bool = False, default: Any = None) -> Any:
+    """Field ``key`` of a restored strategy state: a finite number (an integer where asked) in the range;
+    ``default`` where ``optional`` and absent or ``None``.  A :class:`CheckpointError` naming the field otherwise."""
+    v = d.get(key, _MISSING)
+    if v is _MISSING or v is None:
+        if optional:
+            return default
+        raise CheckpointError(f"state field {key!r} is missing")
+    if isinstance(v, torch.Tensor) and v.numel() == 1:
+        v = v.item()
+    ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok_type or not math.isfinite(float(v)):
+        raise CheckpointError(f"state field {key!r} must be a finite {'integer' if integer else 'number'}, got {v!r}")
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise CheckpointError(f"state field {key!r} = {v!r} must be {'>' if lo_open else '≥'} {lo:g}")
+    if hi is not None and v > hi:
+        raise CheckpointError(f"state field {key!r} = {v!r} must be ≤ {hi:g}")
+    return v
 
 
 def path_in(directory: str) -> str:

@@ -34,7 +34,8 @@ import torch
 from fedsciml.core import linalg
 from fedsciml.options import FIPAConfig, LocalOptions, defaults_of
 from fedsciml.core.curvature import ggn_matmat
-from fedsciml.core.matfree import FIPA_DENSE_ENTRIES, fipa_local_matfree, local_gn_sketch
+from fedsciml.core.forms import choose_form
+from fedsciml.core.matfree import fipa_local_matfree, local_gn_sketch
 from fedsciml.core.objective import LeastSquares, gn_stats_from
 from fedsciml.runtime.history import Progress
 from fedsciml.runtime.protocol import MONITOR, Reply, Request
@@ -42,7 +43,6 @@ from fedsciml.runtime.protocol import MONITOR, Reply, Request
 LOCAL_SOLVERS = ("adam", "gn")
 LOCAL_LOSSES = ("mean", "parts")
 SKETCHES = ("auto", "dense", "matfree")
-DENSE_JACOBIAN_LIMIT = FIPA_DENSE_ENTRIES  # n_m·p entries above which sketch='auto' goes matrix-free
 _LOCAL = defaults_of(LocalOptions)  # one default per option: the typed configuration's
 
 
@@ -322,8 +322,8 @@ class Client:
         """A FIPA (``curvature='full'|'lowrank'``) or FedAvg/FedProx (``curvature=None``) message.
 
         A low-rank FIPA client with a local Gauss–Newton step forms no Jacobian when
-        :func:`fedsciml.core.matfree.fipa_local_matfree` says so (``sketch='matfree'``, or ``'auto'`` beyond
-        :data:`DENSE_JACOBIAN_LIMIT` entries): the step by CG (at most ``cg_iters`` iterations, relative residual ``cg_rtol``) and the eigenpairs from a Nyström
+        :func:`fedsciml.core.matfree.fipa_local_matfree` says so (``sketch='matfree'``, or ``'auto'`` where
+        J_m does not fit the device: :func:`fedsciml.core.forms.choose_form`): the step by CG (at most ``cg_iters`` iterations, relative residual ``cg_rtol``) and the eigenpairs from a Nyström
         sketch (:func:`fedsciml.core.matfree.local_gn_sketch`).
 
         ``adaptive`` (an :class:`AdaptiveSchedule`) picks this client's rank and
@@ -331,9 +331,10 @@ class Client:
         """
         p = theta.numel()
         n = self.n
-        if fipa_local_matfree(cfg.solver, curvature, sketch, adaptive is not None, n, p):
+        if fipa_local_matfree(cfg.solver, curvature, sketch, adaptive is not None, n, p, theta.device, theta.dtype):
             return self._matfree_gn_message(theta, cfg, rank, seed, report_loss, cg_iters, cg_rtol)
-        dense_ok = sketch == "dense" or (sketch == "auto" and n * p <= DENSE_JACOBIAN_LIMIT)
+        dense_ok = sketch == "dense" or (sketch == "auto" and choose_form(
+            n, p, device=theta.device, dtype=theta.dtype, need="fipa").form == "dense")
         need_dense = cfg.solver == "gn" or curvature == "full" or adaptive is not None or (
             curvature == "lowrank" and dense_ok)
         msg: dict = {}
@@ -571,7 +572,8 @@ def _pre_update(batch, request):
     curvature = cfg.get("curvature")
     theta = request.tensors["theta"]
     if any(fipa_local_matfree(cfg["local"]["solver"], curvature, cfg.get("sketch", "auto"),
-                            cfg.get("adaptive") is not None, c.n, theta.numel()) for c in batch.clients):
+                              cfg.get("adaptive") is not None, c.n, theta.numel(), theta.device, theta.dtype)
+           for c in batch.clients):
         return {}  # the matrix-free clients form no Jacobian (the others, if any, form their own)
     if (cfg["local"]["solver"] == "gn" or curvature == "full" or cfg.get("adaptive") is not None
             or (curvature == "lowrank" and cfg.get("sketch", "auto") != "matfree")):

@@ -252,10 +252,12 @@ def own_kind(problem) -> bool:
             and any(kind in m.uses for m in METHODS.values()))
 
 
-def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "") -> tuple[float, str] | None:
+def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "",
+                    device=None) -> tuple[float, str] | None:
     """``(bytes, how)``: the data of every client, and per row what the method's chosen form holds at once
-    (:meth:`MethodConfig.memory_form`, 8-byte floats): the residual Jacobian's p columns for the dense
-    forms, the matrix-free operator's residual graph
+    (:meth:`MethodConfig.memory_form` on ``device``, 8-byte floats): the residual Jacobian's p columns for the
+    dense forms, ``JᵀJ`` and its factor (2p² floats, once) for the chunked form, the matrix-free operator's
+    residual graph
     (:func:`fedsciml.core.matfree.graph_floats_per_row`) when the automatic or named form is matrix-free,
     nothing more for first-order methods; ``None`` when the problem cannot say how many rows a client holds.
     A task with its own ``estimate_memory(clients, config, method)`` (the image tasks) gives its own estimate."""
@@ -269,8 +271,11 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
     sizes = list(getattr(net, "sizes", []))
     d_in = int(sizes[0]) if sizes else 1
     # a linear residual's Jacobian is its data
-    form = "data" if problem.kind == "ridge" else config.memory_form(int(rows), p, int(clients))
-    extra, what = 0.0, ""
+    form = "data" if problem.kind == "ridge" else config.memory_form(int(rows), p, int(clients), device)
+    extra, what, once, what_once = 0.0, "", 0.0, ""
+    if form == "chunked":
+        once = 16.0 * p * p
+        what_once = f" + JᵀJ and its factor ({2 * p * p:,} floats; J streamed in row blocks)"
     if form == "jacobian":
         extra, what = float(p), f" + {p:,} Jacobian columns"
     elif form == "graph":
@@ -280,7 +285,9 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
         what = f" + {extra:,.0f} floats of matrix-free residual graph"
     per_row = d_in + 1 + extra
     how = f"{clients:,} client(s) × {rows:,} rows × ({d_in + 1:,}{what}) × 8 bytes"
-    return 8.0 * clients * rows * per_row, how
+    if once:
+        how += what_once
+    return 8.0 * clients * rows * per_row + once, how
 
 
 def _options(problem, config: MethodConfig) -> dict:
@@ -302,7 +309,7 @@ def check_run_memory(problem, method: str, clients: int, config: MethodConfig, d
     """Refuse, before any data is built, a run whose estimated memory exceeds what is available.  ``extra``:
     ``(bytes, how)`` a caller adds to the run's estimate (a preset's work around the run: the ``ridge``
     preset's pooled oracle, CV candidates and baselines), checked together, once."""
-    est = estimate_memory(problem, clients, config, method)
+    est = estimate_memory(problem, clients, config, method, device)
     if extra is not None:
         est = (extra[0], extra[1]) if est is None else (est[0] + extra[0], f"{est[1]}; {extra[1]}")
     if est is not None:

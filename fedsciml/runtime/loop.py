@@ -409,7 +409,7 @@ class Simulation:
                 "strategy": strategy.state_dict(), "rows": self.rec.rows, "floats_up": self.floats_up,
                 "floats_down": self.floats_down, "exchanges": self.exchanges, "elapsed": self.rec.elapsed(), "rejections": self.rejections,
                 "skipped_rounds": self.skipped_rounds, "unanswered": self.unanswered,
-                "loss_pending": self._pending is not None,
+                "loss_pending": self._pending is not None, "monitor_exchanges": self.monitor_exchanges,
             })
 
     def restore(self, strategy, theta0) -> bool:
@@ -423,6 +423,10 @@ class Simulation:
             strategy.load_state_dict(state["strategy"])
             th = strategy.theta
             ok = isinstance(th, torch.Tensor) and th.shape == theta0.shape and th.dtype == theta0.dtype
+            if ok and bool(torch.isfinite(th).all()):  # θ itself: the one line below
+                strategy.check_restored(int(state["round"]))
+        except ckpt.CheckpointError as e:  # a restored field out of its range: named, with the checkpoint
+            raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)}: {e}") from None
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, RuntimeError) as e:
             raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)} has a malformed "
                                        f"state: {type(e).__name__}: {e}") from None
@@ -439,6 +443,7 @@ class Simulation:
         self.rejections = list(state["rejections"])
         self.skipped_rounds = int(state.get("skipped_rounds", 0))
         self.unanswered = list(state.get("unanswered", []))
+        self.monitor_exchanges = int(state.get("monitor_exchanges", 0))  # the count goes on across a resume
         if state.get("loss_pending") and self.rec.rows:  # the last row's loss comes with the next answers
             self._pending = (self.rec.rows[-1], strategy.theta, int(self.rec.rows[-1]["step"]))
         return True
@@ -456,6 +461,9 @@ class Simulation:
             step = row.get("step") if isinstance(row, dict) else None
             if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= k:
                 raise ckpt.CheckpointError(f"{where}: a history row has step {step!r}, not an integer in [0, {k}]")
+        for key in ("floats_up", "floats_down", "skipped_rounds", "monitor_exchanges"):
+            if not isinstance(state.get(key, 0), int) or state.get(key, 0) < 0:
+                raise ckpt.CheckpointError(f"{where}: {key} = {state.get(key)!r} is not an integer ≥ 0")
         for key in ("floats_up", "floats_down"):
             if state[key] < 0:
                 raise ckpt.CheckpointError(f"{where}: {key} = {state[key]} < 0")

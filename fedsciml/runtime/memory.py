@@ -1,24 +1,9 @@
-"""How much memory there is to use now (one reader for the driver's memory check, checkpoint and table loading)."""
+"""How much memory there is to use now (one reader for the driver's memory check, checkpoint and table loading).
+
+The reader lives in :mod:`fedsciml.core.forms`, whose device-aware form choice reads the same figure (the core
+layer cannot import the runtime); this module is the runtime's name for it."""
 from __future__ import annotations
 
-import os
+from fedsciml.core.forms import available_memory
 
-import torch
-
-
-def available_memory(device: torch.device | None = None) -> int | None:
-    """Bytes of memory available now: free GPU memory for a CUDA device, else the OS's MemAvailable
-    (``None`` where it cannot be read)."""
-    if device is not None and torch.device(device).type == "cuda":
-        return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:  # no /proc (not Linux): the sysconf estimate below
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - no such sysconf names here
-        return None
+__all__ = ["available_memory"]

@@ -43,7 +43,7 @@ class ModelFileError(ValueError):
 
 def write_model(directory: str, tensors: dict[str, torch.Tensor], meta: dict) -> str:
     """Write ``tensors`` and ``meta`` (which must name its ``kind``) to ``directory``; returns the JSON path."""
-    from fedsciml.runtime.results import write_json
+    from fedsciml.runtime.results import _clean
 
     if not isinstance(meta.get("kind"), str) or not meta["kind"]:
         raise ValueError("model metadata must name its kind (a non-empty string)")
@@ -53,12 +53,27 @@ def write_model(directory: str, tensors: dict[str, torch.Tensor], meta: dict) ->
                              f"{'with non-finite values' if v.is_floating_point() else ''}".rstrip())
     from safetensors.torch import save_file
 
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, TENSORS + ".tmp")
-    save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, tmp)
-    os.replace(tmp, os.path.join(directory, TENSORS))
-    path = os.path.join(directory, META)
-    write_json({"format": FORMAT, "version": VERSION, **meta}, path)
+    text = json.dumps(_clean({"format": FORMAT, "version": VERSION, **meta}), indent=2, default=str) + "\n"
+    tpath, path = os.path.join(directory, TENSORS), os.path.join(directory, META)
+    tmps = [tpath + ".tmp", path + ".tmp"]
+    try:  # both files to temporary names first: a full disk leaves no half model that looks valid
+        os.makedirs(directory, exist_ok=True)
+        save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, tmps[0])
+        with open(tmps[1], "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmps[0], tpath)
+        os.replace(tmps[1], path)
+    except Exception as e:  # noqa: BLE001 - OSError, safetensors' own error on a full disk: one line
+        for t in tmps:
+            try:
+                os.remove(t)
+            except OSError:
+                pass
+        reason = getattr(e, "strerror", None) or (str(e).splitlines()[0] if str(e) else type(e).__name__)
+        raise ModelFileError(f"the model could not be written to {directory!r} ({reason}); nothing was "
+                             f"written") from None
     return path
 
 

@@ -120,6 +120,11 @@ class Strategy(ABC):
     def load_state_dict(self, d: dict) -> None:
         ...
 
+    def check_restored(self, round_index: int) -> None:
+        """After :meth:`load_state_dict` from a checkpoint at ``round_index``: refuse (a
+        :class:`~fedsciml.runtime.checkpoint.CheckpointError` naming the field) state that this run could not
+        have written; the round loop names the checkpoint (and has checked θ).  Default: nothing more."""
+
     @abstractmethod
     def summary(self) -> dict:
         """The strategy's settings (plain values), recorded with the results."""

@@ -324,6 +324,9 @@ def main(argv=None):
     ap.add_argument("--big-rank", type=int, default=50, help="Nyström rank of the big gn run, curvature rank of the "
                                                            "big FIPA run (default 50)")
     ap.add_argument("--big-tau", type=float, help="lm_tau of the big run (default: the method's)")
+    ap.add_argument("--big-precond", choices=("nystrom", "kfac", "none"), default="nystrom",
+                    help="big gn run: preconditioner of the matrix-free CG (kfac: K-FAC for PINNs, the clients' "
+                         "Kronecker factors; default nystrom)")
     ap.add_argument("--big-cg-iters", type=int, default=100, help="big FIPA run: CG iterations of the matrix-free "
                                                                   "local step (default 100, FIPA's)")
     ap.add_argument("--big-points", type=int, default=None, help="interior points per client of the big run "
@@ -407,6 +410,8 @@ def main(argv=None):
     if a.big or a.big_only:
         if a.big_method == "gn":
             bopts = {"rounds": a.big_rounds, "nystrom_rank": a.big_rank}
+            if a.big_precond != "nystrom":
+                bopts["precond"] = a.big_precond
         else:  # FIPA: local GN step and rank-r curvature, matrix-free when J_m would not fit (or --big-form)
             bopts = {"rounds": a.big_rounds, "rank": a.big_rank, "cg_iters": a.big_cg_iters}
         if a.big_tau is not None and a.big_method == "fipa":

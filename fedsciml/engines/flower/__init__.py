@@ -65,5 +65,5 @@ def require_flower():
     except (ImportError, ValueError):  # a broken installation, or a flwr module without a spec
         found = False
     if not found:
-        raise ValueError('engine "flower" needs Flower: pip install "fedsciml[flower]" '
-                         '(or pip install "flwr[simulation]>=1.41,<1.42")')
+        raise ValueError('engine "flower" needs Flower: pip install "flwr[simulation]>=1.41,<1.43" (or, in a '
+                         'fedsciml checkout, pip install ".[flower]")')

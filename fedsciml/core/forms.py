@@ -1,0 +1,277 @@
+"""One choice of how the Gauss–Newton statistics are formed: dense normal, kernel, chunked or matrix-free.
+
+Every method that forms residual Jacobians asks :func:`choose_form` — centralized Levenberg–Marquardt
+(``lm_solve='auto'``), federated gn clients (``form='auto'``) and FIPA clients (``sketch='auto'``) — from the
+sizes (n residual rows, p parameters), the device and the dtype.  The choice reads two things:
+
+**Memory.**  The budget is a safety fraction (:data:`SAFETY`) of the device's free memory now
+(:func:`available_memory`: ``torch.cuda.mem_get_info`` on CUDA, the OS's MemAvailable on a CPU).  A form fits
+when what it holds at its peak is within the budget:
+
+* ``normal`` — J (n×p), formed at once, and ``JᵀJ`` with its Cholesky factor (2p² floats);
+* ``kernel`` — J and ``JJᵀ`` with its factor (2n²);
+* ``chunked`` — ``JᵀJ`` and its factor (2p²) and one block of J rows at a time (:func:`fedsciml.core.stats.
+  chunked_gn_stats`; the block as large as the rest of the budget allows, at least :data:`MIN_CHUNK_ROWS`);
+* ``matfree`` — one residual graph and a few p-vectors (it always "fits": it is what is left).
+
+Forming J through ``vmap(jacrev)`` of a PDE residual holds more than J: :data:`JACOBIAN_PEAK` times its bytes
+(measured: Poisson d = 5, n = 4 500, p = 2 337 — J is 84 MB, the peak RSS rose by 417 MB: 4.96).  A Jacobian of
+at most :data:`DENSE_FLOOR_ENTRIES` entries (5·10⁷, 400 MB in float64 — the size rule before this module) is
+always formed whole: today's problems keep their forms on every device, whatever the momentary free memory, so
+their numbers stay the same bits.
+
+**Cost.**  Among the forms that fit, the cheapest step by a flop model in GEMM-equivalent flops:
+forming J costs ``c_J·n·p``, a Gauss–Newton product ``JᵀJv`` (one jvp and one vjp) ``c_P·n·p``; normal and
+chunked add ``n·p² + p³/3`` (Gram and Cholesky), kernel ``n²·p + n³/3``; matrix-free LM costs
+``(CG iterations + Nyström rank)`` products per step (:data:`CG_ITERS_ESTIMATE` + the rank).  ``c_J`` and
+``c_P`` per device kind (:data:`DEVICE_COSTS`) are measured, not guessed: on one CPU thread J took 1.8 s and a
+product 0.4 s for n·p = 4.1·10⁷ with GEMM at 23 GFLOP/s (``c_J`` ≈ 1 000, ``c_P`` ≈ 220); on one H100
+(``../shared/gpu/turn4.md``: n = 20 200, p = 2 337) a dense step took 22 ms and a matrix-free step (≈ 70 products)
+1.7 s, both launch-bound, so at ~50 TFLOP/s fp64 GEMM ``c_J`` ≈ ``c_P`` ≈ 2.4·10⁴.  The model is what makes
+``chunked`` win over ``matfree`` while p² fits (on a GPU up to any p whose p×p matrix fits; on a CPU up to
+p ≈ 16 000), and the dense forms win whenever J fits.
+
+Ties go to the first of ``normal, kernel, chunked, matfree`` (so n ≥ p: normal, n < p: kernel, as before).
+
+Federated gn (``need='gn'``) chooses a *message*: the smaller of the normal (``p(p+1)/2 + p`` floats) and
+square-root (``min(n_m, p)(p+1)``) messages while it is at most :data:`MESSAGE_FLOATS` (a communication cap:
+50 MB per client and step) and the clients' Jacobians fit, else ``matfree``.  FIPA clients (``need='fipa'``)
+form their Jacobian (``dense``) when it and the smaller Gram fit, else ``matfree``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+log = logging.getLogger(__name__)
+
+#: every form a choice can return, by need
+NEEDS: dict[str, tuple[str, ...]] = {"lm": ("normal", "kernel", "chunked", "matfree"),
+                                     "gn": ("normal", "sqrt", "matfree"),
+                                     "fipa": ("dense", "matfree")}
+#: a Jacobian with at most this many entries is always formed whole (the size rule before device awareness)
+DENSE_FLOOR_ENTRIES = 50_000_000
+#: peak bytes of forming J by ``vmap(jacrev)`` over J's own bytes (Poisson d = 5, 4 500 × 2 337: 4.96)
+JACOBIAN_PEAK = 5.0
+#: fraction of the free memory a form may plan to hold (CUDA: a fresh process's free memory, less the caching
+#: allocator's slack; CPU: a shared machine's MemAvailable, which other processes also draw on)
+SAFETY = {"cuda": 0.8, "cpu": 0.5}
+#: (c_J, c_P): GEMM-equivalent flops per Jacobian entry of forming J, and of one product JᵀJv (module docstring)
+DEVICE_COSTS = {"cpu": (1000.0, 220.0), "cuda": (24000.0, 24000.0)}
+#: CG iterations a matrix-free LM step is assumed to take (Nyström-preconditioned; the sketch's rank is added)
+CG_ITERS_ESTIMATE = 20
+#: federated gn sends no client matrix larger than this many floats (50 MB in float64): a communication cap
+MESSAGE_FLOATS = 6_250_000
+#: the smallest block of rows the chunked form streams (below it the chunked form is said not to fit)
+MIN_CHUNK_ROWS = 64
+
+
+def available_memory(device: torch.device | str | None = None) -> int | None:
+    """Bytes of memory available now: free GPU memory for a CUDA device, else the OS's MemAvailable
+    (``None`` where it cannot be read)."""
+    if device is not None and torch.device(device).type == "cuda":
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # no /proc (not Linux): the sysconf estimate below
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - no such sysconf names here
+        return None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a form may hold: ``bytes`` = ``safety`` × ``free`` on ``device`` (``free`` None: unreadable, then
+    only the dense floor and the matrix-free form are considered safe)."""
+
+    device: str
+    free: int | None
+    safety: float
+
+    @property
+    def bytes(self) -> float:
+        return 0.0 if self.free is None else self.safety * self.free
+
+    def describe(self) -> str:
+        if self.free is None:
+            return f"free memory on {self.device} unreadable"
+        return f"{_size(self.bytes)} = {self.safety:g} × {_size(self.free)} free on {self.device}"
+
+
+def device_budget(device: torch.device | str | None = None, free: int | None = None) -> Budget:
+    """The memory budget on ``device`` (``free`` given: a fake free-memory figure, for tests and planning)."""
+    dev = torch.device(device if device is not None else "cpu")
+    kind = "cuda" if dev.type == "cuda" else "cpu"
+    if free is None:
+        free = available_memory(dev)
+    return Budget(str(dev), None if free is None else int(free), SAFETY[kind])
+
+
+@dataclass(frozen=True)
+class FormCost:
+    """One form's planned peak ``bytes`` and ``flops`` (GEMM-equivalent, per step) and whether it ``fits``."""
+
+    form: str
+    bytes: float
+    flops: float
+    fits: bool
+
+
+@dataclass(frozen=True)
+class FormChoice:
+    """The chosen ``form``, why (``reason``, one line), the chunk size for ``chunked`` (rows), and every
+    considered form's cost."""
+
+    form: str
+    reason: str
+    chunk_rows: int | None
+    costs: tuple[FormCost, ...]
+
+    def settings(self) -> dict:
+        """What a result records of the choice."""
+        out: dict = {"form": self.form, "form_reason": self.reason}
+        if self.chunk_rows is not None:
+            out["chunk_rows"] = self.chunk_rows
+        return out
+
+
+def _size(b: float) -> str:
+    for unit, k in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= k:
+            return f"{b / k:.3g} {unit}"
+    return f"{b:.0f} B"
+
+
+def chunk_rows_for(p: int, budget_bytes: float, itemsize: int = 8, n: int | None = None) -> int:
+    """Rows of J one chunk of the chunked form may hold: what is left of the budget after ``JᵀJ`` and its factor
+    (2p² floats), divided by a row's peak while being formed (``JACOBIAN_PEAK·p`` floats); at least
+    :data:`MIN_CHUNK_ROWS`, at most ``n``."""
+    left = budget_bytes - 2.0 * p * p * itemsize
+    rows = int(left // (JACOBIAN_PEAK * p * itemsize)) if left > 0 else 0
+    rows = max(MIN_CHUNK_ROWS, rows)
+    return min(rows, int(n)) if n is not None else rows
+
+
+def _lm_costs(n: int, p: int, s: int, budget: Budget, kind: str, rank: int) -> tuple[list[FormCost], int]:
+    cj, cp = DEVICE_COSTS[kind]
+    jac = JACOBIAN_PEAK * n * p * s
+    floor = n * p <= DENSE_FLOOR_ENTRIES
+    normal_b = jac + 2.0 * p * p * s
+    kernel_b = jac + 2.0 * n * n * s
+    rows = chunk_rows_for(p, budget.bytes, s, n)
+    chunk_b = 2.0 * p * p * s + JACOBIAN_PEAK * rows * p * s
+    gram = float(n) * p * p + p ** 3 / 3.0
+    costs = [FormCost("normal", normal_b, cj * n * p + gram, floor or normal_b <= budget.bytes),
+             FormCost("kernel", kernel_b, cj * n * p + float(n) * n * p + n ** 3 / 3.0,
+                      floor or kernel_b <= budget.bytes),
+             FormCost("chunked", chunk_b, cj * n * p + gram, chunk_b <= budget.bytes),
+             FormCost("matfree", 0.0, (CG_ITERS_ESTIMATE + rank) * cp * n * p, True)]
+    return costs, rows
+
+
+def choose_form(n: int, p: int, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float64,
+                need: str = "lm", allowed: Sequence[str] | None = None, rows: Sequence[int] | None = None,
+                free: int | None = None, rank: int = 50) -> FormChoice:
+    """How to form the Gauss–Newton statistics of ``n`` residual rows and ``p`` parameters (module docstring).
+
+    ``need``: ``lm`` (a data holder solving LM: normal, kernel, chunked, matfree), ``gn`` (a federated gn message:
+    normal, sqrt, matfree; ``rows`` the clients' row counts, ``n`` their sum) or ``fipa`` (a FIPA client: dense,
+    matfree).  ``allowed`` restricts the forms (the first allowed one that fits wins ties); ``free`` fakes the
+    device's free bytes; ``rank``: the Nyström rank of the matrix-free LM step."""
+    if need not in NEEDS:
+        raise ValueError(f"form need must be one of {', '.join(NEEDS)}, got {need!r}")
+    n, p = int(n), int(p)
+    if n < 1 or p < 1:
+        raise ValueError(f"a form choice needs n ≥ 1 rows and p ≥ 1 parameters, got n={n}, p={p}")
+    forms = NEEDS[need] if allowed is None else tuple(f for f in NEEDS[need] if f in allowed)
+    if not forms:
+        raise ValueError(f"no form of {', '.join(NEEDS[need])} is allowed (allowed: {', '.join(allowed or ())})")
+    budget = device_budget(device, free)
+    kind = "cuda" if torch.device(budget.device).type == "cuda" else "cpu"
+    s = torch.empty((), dtype=dtype).element_size()
+    if need == "gn":
+        choice = _choose_gn(n, p, s, budget, forms, rows)
+    elif need == "fipa":
+        choice = _choose_fipa(n, p, s, budget, forms)
+    else:
+        costs, chunk = _lm_costs(n, p, s, budget, kind, int(rank))
+        choice = _cheapest(costs, forms, n, p, budget, chunk)
+    log.debug("form choice (%s, n=%d, p=%d): %s — %s", need, n, p, choice.form, choice.reason)
+    return choice
+
+
+def _cheapest(costs: list[FormCost], forms: Sequence[str], n: int, p: int, budget: Budget,
+              chunk: int) -> FormChoice:
+    cand = [c for c in costs if c.form in forms]
+    fit = [c for c in cand if c.fits] or [c for c in cand if c.form == "matfree"] or cand[-1:]
+    best = min(fit, key=lambda c: c.flops)  # min keeps the first of equal costs: normal, kernel, chunked, matfree
+    floor = n * p <= DENSE_FLOOR_ENTRIES
+    if best.form in ("normal", "kernel"):
+        held = (f"J ({n:,}×{p:,}) has ≤ {DENSE_FLOOR_ENTRIES:.0e} entries (always formed)" if floor else
+                f"J ({n:,}×{p:,}) and its Gram fit ({_size(best.bytes)} ≤ {budget.describe()})")
+        why = f"{best.form}: {held}; {'n < p' if n < p else 'n ≥ p'}"
+    elif best.form == "chunked":
+        why = (f"chunked: J ({n:,}×{p:,}, {_size(JACOBIAN_PEAK * n * p * 8)} to form) does not fit "
+               f"{budget.describe()}; JᵀJ does: J streamed in blocks of {chunk:,} rows")
+    else:
+        dense = [c for c in cand if c.form != "matfree"]
+        if not any(c.fits for c in dense):
+            least = min(dense, key=lambda c: c.bytes, default=None)
+            need = f" (the least, {least.form}, needs {_size(least.bytes)})" if least is not None else ""
+            why = f"matfree: no dense form fits {budget.describe()}{need}"
+        else:
+            why = "matfree: cheaper than the dense forms that fit"
+    others = [c for c in cand if c.fits and c is not best]
+    if others:
+        why += f"; est. {best.flops:.2g} flop-eq/step against " + ", ".join(
+            f"{c.form} {c.flops:.2g}" for c in others)
+    return FormChoice(best.form, why, chunk if best.form == "chunked" else None, tuple(costs))
+
+
+def _choose_gn(n: int, p: int, s: int, budget: Budget, forms: Sequence[str],
+               rows: Sequence[int] | None) -> FormChoice:
+    rows = [n] if not rows else [int(r) for r in rows]
+    normal = p * (p + 1) // 2 + p
+    sqrt = max(min(r, p) for r in rows) * (p + 1)
+    floor = n * p <= DENSE_FLOOR_ENTRIES
+    jac = JACOBIAN_PEAK * n * p * s  # the clients in one process form their Jacobians together (ClientBatch)
+    fits_mem = floor or jac + 2.0 * p * p * s <= budget.bytes
+    costs = (FormCost("normal", jac + 2.0 * p * p * s, float(normal), fits_mem and normal <= MESSAGE_FLOATS),
+             FormCost("sqrt", jac, float(sqrt), fits_mem and sqrt <= MESSAGE_FLOATS),
+             FormCost("matfree", 0.0, float(p), True))
+    cand = [c for c in costs if c.form in forms and c.fits and c.form != "matfree"]
+    if cand:
+        best = min(cand, key=lambda c: c.flops)
+        why = (f"{best.form}: {int(best.flops):,} floats per client (normal {normal:,}, sqrt {sqrt:,}; "
+               f"cap {MESSAGE_FLOATS:,})")
+        return FormChoice(best.form, why, None, costs)
+    if "matfree" not in forms:
+        best = [c for c in costs if c.form in forms][0]
+        return FormChoice(best.form, f"{best.form}: the only allowed form (does not fit)", None, costs)
+    if not fits_mem:
+        why = f"matfree: the clients' Jacobians ({_size(jac)} to form) do not fit {budget.describe()}"
+    else:
+        why = f"matfree: the smaller dense message ({min(normal, sqrt):,} floats) exceeds {MESSAGE_FLOATS:,}"
+    return FormChoice("matfree", why, None, costs)
+
+
+def _choose_fipa(n: int, p: int, s: int, budget: Budget, forms: Sequence[str]) -> FormChoice:
+    m = min(n, p)
+    b = JACOBIAN_PEAK * n * p * s + 2.0 * m * m * s
+    fits = n * p <= DENSE_FLOOR_ENTRIES or b <= budget.bytes
+    costs = (FormCost("dense", b, float(n) * p * m, fits), FormCost("matfree", 0.0, 0.0, True))
+    if fits and "dense" in forms or "matfree" not in forms:
+        held = (f"J_m ({n:,}×{p:,}) has ≤ {DENSE_FLOOR_ENTRIES:.0e} entries" if n * p <= DENSE_FLOOR_ENTRIES
+                else f"J_m ({n:,}×{p:,}) and its Gram fit ({_size(b)} ≤ {budget.describe()})")
+        return FormChoice("dense", f"dense: {held}", None, costs)
+    return FormChoice("matfree", f"matfree: J_m ({n:,}×{p:,}) and its Gram ({_size(b)}) do not fit "
+                                 f"{budget.describe()}", None, costs)
