@@ -170,9 +170,11 @@ def _file_options(cls) -> list[str]:
 def _job_problem(job: dict, limits: dict):
     """The job's zoo problem, built only after its file options were checked against this node's ``data_dirs``."""
     from fedsciml.problems import get_problem
-    from fedsciml.problems.registry import REGISTRY
+    from fedsciml.problems.registry import REGISTRY, load_entry_points
 
     name, opts = job.get("problem"), job.get("options", {})
+    if isinstance(name, str) and name not in REGISTRY:
+        load_entry_points()  # the node's own installed problem plugins (a user's PDE package), never the job's code
     if not isinstance(name, str) or name not in REGISTRY:
         raise BadJob(f"the job's problem {name!r} is not one this node knows")
     if not isinstance(opts, dict):
