@@ -174,11 +174,6 @@ class LevenbergMarquardt:
     def loss(self) -> float:
         return float(self.stats.loss)
 
-    def wants_jacobian(self, n: int, p: int) -> bool:
-        """Whether a caller holding the data should keep ``J`` and ``r`` in the statistics
-        (and may skip forming ``JᵀJ``): the kernel-form solve is used."""
-        return self.statistics_form(n, p) == "kernel"
-
     def statistics_form(self, n: int, p: int, device: torch.device | str | None = None,
                         dtype: torch.dtype = torch.float64) -> str:
         """Which statistics a caller holding the data should compute: ``normal`` (``JᵀJ``, ``Jᵀr``),

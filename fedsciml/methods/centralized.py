@@ -317,7 +317,7 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
     lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
                   matfree=MatfreeConfig(precond=config.precond,
                                         rank=capped_rank(config.nystrom_rank, theta0.numel(), "nystrom_rank"),
-                                        seed=seed),
+                                        max_iters=config.cg_iters, seed=seed),
                   momentum=config.momentum)
     make = None
     if config.resample is not None:
@@ -335,3 +335,8 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
                                             every=every, label=f"centralized/{config.optimizer}")
     info["reference"] = "centralized: all clients' data pooled on one machine (not federated)"
     return theta, rows, info
+
+
+def settings(r) -> str:
+    """The summary table's settings text of a centralized run."""
+    return f"pooled data, {r.options.get('optimizer', 'lm')}"
