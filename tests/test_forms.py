@@ -67,6 +67,7 @@ def test_allowed_restricts_and_bad_input_is_one_clear_line():
     assert choose_form(4_500, 2_337, device="cpu", free=CPU_24G, allowed=("matfree",)).form == "matfree"
     forced = choose_form(4_500, 2_337, device="cpu", free=10**6, allowed=("chunked",))
     assert forced.form == "chunked" and forced.chunk_rows == forms.MIN_CHUNK_ROWS
+    assert forced.reason.startswith("chunked: as asked") and "does not fit" in forced.reason  # named, not chosen
     with pytest.raises(ValueError, match="form need must be one of lm, gn, fipa, got 'x'"):
         choose_form(10, 10, need="x")
     with pytest.raises(ValueError, match="n=0"):
