@@ -515,6 +515,8 @@ class CentralizedConfig(StopOptions):
     precond: str = option("nystrom", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
                                      "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
                                      "PINN problems) or none", str, choices=("nystrom", "kfac", "none"))
+    cg_iters: int = option(500, "CG iterations per matrix-free lm solve, at most (a truncated solve is judged by LM's "
+                                "gain ratio; with precond kfac, 1–10 take many cheap steps)", int, lo=1)
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
     lm_damping: str = option("adaptive", "lm damping: adaptive (Levenberg–Marquardt's gain-ratio rule) or fixed "
@@ -551,8 +553,12 @@ class CentralizedConfig(StopOptions):
             out.setdefault("lm_mu", why)
             out.setdefault("step_decay", why)
         if self.optimizer != "lm" or self.lm_solve in ("normal", "kernel", "chunked"):
-            out["precond"] = (f"it preconditions the matrix-free lm solve ({display('optimizer')} lm, "
-                              f"{display('lm_solve')} matfree or auto)")
+            out["precond"] = out["cg_iters"] = (f"it sets the matrix-free lm solve ({display('optimizer')} lm, "
+                                                f"{display('lm_solve')} matfree or auto)")
+            out["nystrom_rank"] = (f"it sizes the Nyström preconditioner of the matrix-free lm solve "
+                                   f"({display('optimizer')} lm, {display('lm_solve')} matfree or auto)")
+        elif self.precond != "nystrom":
+            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom)"
         return out
 
     def _resolve(self):
@@ -582,12 +588,17 @@ class GNConfig(RoundOptions):
                                      "(K-FAC for PINNs: each client sends its Kronecker factors with Jᵀr, O(Σ widths²) "
                                      "floats; forward-Laplacian PINN problems) or none", str,
                           choices=("nystrom", "kfac", "none"))
+    cg_iters: int = option(500, "CG iterations (exchanges) per matrix-free solve, at most (a truncated solve is judged "
+                                "by LM's gain ratio)", int, lo=1)
     momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
                                   "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
     exchange: str = option("one", "exchanges per LM iteration: one (the trial point down, each client's loss and "
                                   "statistics there up; a rejected trial's statistics are sent for nothing) or two "
                                   "(the loss first, the statistics only after an acceptance: fewer floats, twice the "
                                   "exchanges; for bandwidth-bound sites)", str, choices=("one", "two"))
+    trials: int = option(1, "LM trial points per exchange (exchange one, dense forms): the next k points LM would "
+                            "try if each were rejected, each client's loss and statistics at all of them (k times "
+                            "the floats up); a rejected trial then costs no exchange", int, lo=1)
     max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
     batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
                            cli=False)
@@ -602,7 +613,11 @@ class GNConfig(RoundOptions):
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()
         if self.form in ("normal", "sqrt"):
-            out["precond"] = f"it preconditions the matrix-free form ({display('form')} matfree or auto)"
+            out["precond"] = out["cg_iters"] = f"it sets the matrix-free form ({display('form')} matfree or auto)"
+            out["nystrom_rank"] = f"it sizes the matrix-free form's Nyström preconditioner ({display('form')} " \
+                                  f"matfree or auto)"
+        elif self.precond != "nystrom":
+            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom)"
         return out
 
     def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
@@ -630,7 +645,7 @@ class GNConfig(RoundOptions):
 #: along them, which the merge divides by those eigenvalues: on Bratu (2 clients) the first merged step has norm
 #: 1.6e4 with the default cutoff p·eps (FedAvg's: 0.15), 15 with 1e-8, 0.57 with 1e-5, and the run goes
 #: non-finite; with 1e-5 it converges with γ = 1 too (relative L2 1.4e-4 after 20 rounds; sin1d n=2: MSE 1.5e-5
-#: instead of 3.5e9).  ``reproductions/fipa_ablation.md``, README "The published FIPA".
+#: instead of 3.5e9).  ``reproductions/fipa_ablation.md``, docs/methods.md "The published FIPA".
 PAPER_PRESET = {"local": "adam", "lr": 1e-4, "local_steps": 100, "local_loss": "parts", "rank": 20, "merge": "qr",
                 "beta": 0.0, "gamma": 0.3, "pinv_rtol": 1e-5, "safeguard": False}
 

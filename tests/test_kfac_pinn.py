@@ -161,7 +161,12 @@ def test_factors_sum_over_clients_to_the_pooled_factors_and_round_trip_a_message
 
 def test_the_preconditioner_changes_cg_iterations_not_the_answer():
     """CG to rtol 1e-12 with and without K-FAC reaches the same step (the difference is bounded by
-    cond(JᵀJ + μI) · rtol ≤ 1e3 · 1e-12 here)."""
+    cond(JᵀJ + μI) · rtol ≤ 1e3 · 1e-12 here; asserted 1e-8).  What K-FAC changes: a truncated solve (1, 3 or
+    10 CG iterations, as the matrix-free LM runs it with a CG cap) gets a strictly larger decrease of the
+    Gauss–Newton model than the unpreconditioned one — measured on this fixed case 2609 / 3358 / 3705 against
+    457 / 2770 / 3686 (full solve 3725).  To the tight tolerance it takes *more* iterations (115 against 38
+    here; Poisson d = 5, p = 10 065: 29 against 15 to rtol 1e-3, reproductions/kfac_pinn.md), so that is not
+    asserted as a reduction."""
     pb, (obj,), net, theta = tiny(dim=3, hidden=(8, 8), n_interior=80, n_boundary=4)
     op = GNOperator(obj.residual, theta)
     f = kp.factors_of(obj, theta)
@@ -169,7 +174,11 @@ def test_the_preconditioner_changes_cg_iterations_not_the_answer():
     plain = damped_gn_step(op.matvec, op.g, mu, rtol=1e-12, max_iters=5000)
     pre = damped_gn_step(op.matvec, op.g, mu, precond=f.inverse(mu), rtol=1e-12, max_iters=5000)
     assert float((pre.delta - plain.delta).norm() / plain.delta.norm()) < 1e-8
-    assert pre.cg_iters != plain.cg_iters
+    for cap in (1, 3, 10):
+        a = damped_gn_step(op.matvec, op.g, mu, rtol=1e-12, max_iters=cap)
+        k = damped_gn_step(op.matvec, op.g, mu, precond=f.inverse(mu), rtol=1e-12, max_iters=cap)
+        assert a.cg_iters == k.cg_iters == cap
+        assert a.model_decrease < k.model_decrease <= plain.model_decrease * (1 + 1e-12)
 
 
 def test_bad_inputs_are_refused_with_one_line():

@@ -155,3 +155,8 @@ def union_specs(owners: dict) -> dict:
         for name, ds in specs.items():
             out.setdefault(name, ds)
     return out
+
+
+#: perf_counter at ``main()``'s start (set by :func:`fedsciml.cli.main.main`): a result's wall_seconds is the
+#: whole command's
+_COMMAND_START = [0.0]

@@ -296,6 +296,13 @@ def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: 
     return theta, rec.rows, info
 
 
+def capped_rank(rank: int, p: int, name: str) -> int:
+    """:func:`fedsciml.methods.federated.capped_rank` (here too: the centralized solver's Nyström rank)."""
+    from fedsciml.methods.federated import capped_rank as cap
+
+    return cap(rank, p, name)
+
+
 def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedConfig | None = None, *, seed=0,
                     progress=False, every=10, message_hook=None, **options):
     """The ``centralized`` method: all clients' data pooled on one machine, one optimizer (the reference)."""
@@ -308,7 +315,9 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
     if config.precond == "kfac":
         require_jets(objectives, getattr(problem, "name", str(problem)))
     lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
-                  matfree=MatfreeConfig(precond=config.precond, rank=config.nystrom_rank, seed=seed),
+                  matfree=MatfreeConfig(precond=config.precond,
+                                        rank=capped_rank(config.nystrom_rank, theta0.numel(), "nystrom_rank"),
+                                        max_iters=config.cg_iters, seed=seed),
                   momentum=config.momentum)
     make = None
     if config.resample is not None:
@@ -326,3 +335,8 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
                                             every=every, label=f"centralized/{config.optimizer}")
     info["reference"] = "centralized: all clients' data pooled on one machine (not federated)"
     return theta, rows, info
+
+
+def settings(r) -> str:
+    """The summary table's settings text of a centralized run."""
+    return f"pooled data, {r.options.get('optimizer', 'lm')}"

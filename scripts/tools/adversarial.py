@@ -976,8 +976,276 @@ return {{"clean": clean.final["mse"], "mse": r.final["mse"], "rejected": [x["cli
     return cases
 
 
+def _ridge_model(d):
+    """A small valid ridge model directory ``d/m`` and ``d/pts.csv`` (written in the parent, before the case)."""
+    import torch
+
+    from fedsciml.ridge.model_io import write_model
+
+    write_model(os.path.join(d, "m"), torch.arange(1.0, 4.0, dtype=torch.float64), 0.5)
+    write(os.path.join(d, "pts.csv"), "1,2,3\n4,5,6\n")
+    return os.path.join(d, "m", "model.safetensors")
+
+
+def _corrupt_model(change):
+    def setup(d, marker):
+        import struct
+
+        path = _ridge_model(d)
+        raw = open(path, "rb").read()
+        (n,) = struct.unpack("<Q", raw[:8])
+        head, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+        head.pop("__metadata__", None)
+
+        def join(h, dd=data):
+            b = json.dumps(h).encode()
+            return struct.pack("<Q", len(b)) + b + dd
+        with open(path, "wb") as f:
+            f.write(change(raw, head, data, join))
+    return setup
+
+
+def _model_json(change):
+    def setup(d, marker):
+        _ridge_model(d)
+        mp = os.path.join(d, "m", "model.json")
+        text = change(json.load(open(mp)))
+        with open(mp, "wb") as f:
+            f.write(text if isinstance(text, bytes) else text.encode())
+    return setup
+
+
+def _points(content=None, kind=None):
+    def setup(d, marker):
+        _ridge_model(d)
+        p = os.path.join(d, "pts.csv")
+        os.remove(p)
+        if kind == "fifo":
+            os.mkfifo(p)
+        elif kind == "zero":
+            os.symlink("/dev/zero", p)
+        else:
+            with open(p, "wb") as f:
+                f.write(content)
+    return setup
+
+
+_ASK = """
+from fedsciml.engines.flower import apps, codec
+from fedsciml.runtime.transport import Failure, Request
+def ask(job, node, query="describe"):
+    rep = codec.reply_from_content(apps.answer_content(codec.request_content(Request(query), job), node))
+    return {"failure": isinstance(rep, Failure), "reason": getattr(rep, "reason", str(getattr(rep, "metrics", "")))}
+"""
+
+_SERVE = """
+from fedsciml.engines.flower import apps
+class Grid:
+    def get_node_ids(self):
+        raise AssertionError("the run started: its config was not checked first")
+apps.serve(Grid(), RC)
+"""
+
+_MISMATCH = """
+from fedsciml.engines.flower.transport import FlowerTransport
+from fedsciml.runtime.transport import Reply
+class Grid:
+    def get_node_ids(self):
+        return [11, 12]
+FlowerTransport._describe = lambda self, ids, t: {n: Reply({}, {"partition_id": i, "n": 5, "p": 3, "linear": False,
+                                                                "num_partitions": 2}) for i, n in enumerate(ids)}
+FlowerTransport(Grid(), {}, 3, connect_timeout_s=20)
+"""
+
+_PDE = """
+from fedsciml.problems.domain import DomainPDE
+from fedsciml.problems.geometry import Box
+class Bad(DomainPDE):
+    name = "adv-bad-float-eq"
+    geometry = Box([0, 0], [1, 1])
+    hidden = (4,)
+    conditions = CONDS
+    def equation(self, u, x):
+        return EQ
+Bad().client_objectives(1)
+return "built"
+"""
+
+_CKPT = """
+from fedsciml.runtime import checkpoint as ckpt
+p = fs.get_problem("sin1d", n_samples=20)
+kw = dict(clients=2, seed=0, checkpoint=d + "/ck", **OPTS)
+fs.solve(p, METHOD, rounds=2, **kw)
+st = ckpt.read(ckpt.path_in(d + "/ck"))
+s = st["strategy"]
+EDIT
+ckpt.save(d + "/ck", st)
+r = fs.solve(p, METHOD, rounds=3, resume=True, **kw)
+return r.final.get("mse")
+"""
+
+
+def _no_secret(v):
+    if not isinstance(v, dict) or not v.get("failure"):
+        return f"the node answered the hostile job: {str(v)[:120]}"
+    return "the reply carries the file's content" if "root:" in v["reason"] else None
+
+
+def _refused(v):
+    return None if isinstance(v, dict) and v.get("failure") else f"the node built it: {str(v)[:100]}"
+
+
+def _issue31_cases():
+    """Issue 31, by category: a hostile server against a Flower node (site), central DP over SecAgg+ (dp), model
+    files (model), the Flower App's run config (runconfig), geometry and the PDE API (geometry), checkpoint fields
+    (checkpoint), predict's inputs (predict), idle options (idle)."""
+    cases = []
+
+    def C(group, name, argv, expect="error", check=None, **kw):
+        cases.append(Case(name, "issue31-" + group, "cli", argv, expect=expect, check=check, **kw))
+
+    def A(group, name, src, expect="error", check=None, **kw):
+        cases.append(Case(name, "issue31-" + group, "api", source=src, expect=expect, check=check, **kw))
+
+    # 1. a site decides what it reads: crafted jobs to the ClientApp's handler
+    A("site", "server names tables=['/etc/passwd'] (node without data)", _ASK + (
+        'return ask({"problem": "table", "options": {"tables": ["/etc/passwd", "/etc/passwd"]}, "clients": 2}, '
+        '{"partition-id": 0})'), expect="ok", check=api_value(_no_secret))
+    A("site", "node's own data=/etc/passwd: the reply quotes nothing", _ASK + (
+        'return ask({"problem": "bratu", "options": {}, "clients": 2}, {"partition-id": 0, "data": "/etc/passwd"})'),
+      expect="ok", check=api_value(_no_secret))
+    A("site", "server asks poisson n_interior=10**9 (7.45 GiB)", _ASK + (
+        'return ask({"problem": "poisson", "options": {"n_interior": 10**9}, "clients": 2}, {"partition-id": 0})'),
+      expect="ok", check=api_value(_refused), timeout=60)
+    A("site", "server sets the node's threads", _ASK + (
+        'before = torch.get_num_threads()\n'
+        'ask({"problem": "bratu", "options": {}, "clients": 2, "threads": before + 6}, {"partition-id": 0})\n'
+        'return {"before": before, "after": torch.get_num_threads()}'),
+      expect="ok", check=api_value(lambda v: None if v["before"] == v["after"] else f"threads set by the job: {v}"))
+    A("site", "image job names data_dir=/etc", _ASK + (
+        'return ask({"images": {"dataset": "cifar10", "data_dir": "/etc", "clients": 2, "seed": 0, '
+        '"model": "linear"}, "clients": 2}, {"partition-id": 0})'),
+      expect="ok", check=api_value(lambda v: None if isinstance(v, dict) and "[refused]" in v.get("reason", "")
+                                   else f"not refused by the node's own policy: {str(v)[:120]}"))
+
+    # 2. central DP over SecAgg+ with a loose row bound
+    dp = ["ridge", "--clients", "3", "--dim", "8", "--samples", "50", "--epsilon", "2", "--central-dp", "--engine",
+          "flower"]
+    C("dp", "--dp-max-rows 1e12 (rounding swamps the model)", dp + ["--dp-max-rows", "1000000000000"], timeout=150)
+    C("dp", "--dp-max-rows 10 (below the sites' rows)", dp + ["--dp-max-rows", "10"], timeout=150)
+
+    # 4./5. model files
+    pred = ["predict", "{dir}/m", "--points", "{dir}/pts.csv", "--out", "{dir}/u.csv"]
+
+    def retype(name, dt):
+        return lambda raw, h, d, j: j({**h, name: {**h[name], "dtype": dt}})
+
+    def values(v):
+        import struct
+        return lambda raw, h, d, j: j(h, struct.pack("<4d", 1.0, v, 3.0, 0.5))
+    corrupt = {
+        "truncated (20 bytes)": lambda raw, h, d, j: raw[:20],
+        "empty": lambda raw, h, d, j: b"",
+        "random bytes": lambda raw, h, d, j: bytes(range(256)) * 4,
+        "a pickle": lambda raw, h, d, j: pickle.dumps({"coef": [1.0, 2.0, 3.0]}),
+        "header length 0": lambda raw, h, d, j: b"\0" * 8 + raw[8:],
+        "header length 2**63": lambda raw, h, d, j: (2 ** 63).to_bytes(8, "little") + raw[8:],
+        "header length past EOF": lambda raw, h, d, j: len(raw).to_bytes(8, "little") + raw[8:],
+        "header not JSON": lambda raw, h, d, j: (4).to_bytes(8, "little") + b"{{{{" + d,
+        "overlapping offsets": lambda raw, h, d, j: j({**h, "intercept": {**h["intercept"], "data_offsets": [0, 8]}}),
+        "negative shape": lambda raw, h, d, j: j({**h, "coef": {**h["coef"], "shape": [-3]}}),
+        "unknown dtype": retype("coef", "Q99"),
+        "int64 coef": retype("coef", "I64"),
+        "bool intercept": retype("intercept", "BOOL"),
+        "float32 coef": retype("coef", "F32"),
+        "float16 coef": retype("coef", "F16"),
+        "NaN coef": values(float("nan")),
+        "inf coef": values(float("inf")),
+        "bytes beyond the tensors": lambda raw, h, d, j: raw + b"\0" * 64,
+    }
+    for name, change in corrupt.items():
+        C("model", f"model.safetensors: {name}", pred, setup=_corrupt_model(change))
+    deep = '{"a": ' * 200_000 + "1" + "}" * 200_000
+    js = {
+        "200,000-deep": lambda m: deep,
+        "1e400": lambda m: json.dumps(m).replace('"n_features": 3', '"n_features": 1e400'),
+        "n_features a string": lambda m: json.dumps({**m, "n_features": "3"}),
+        "n_features disagrees": lambda m: json.dumps({**{k: v for k, v in m.items() if k != "inputs"},
+                                                      "n_features": 4}),
+        "intercept disagrees": lambda m: json.dumps({**m, "intercept": 0.25}),
+        "a list": lambda m: "[1, 2]",
+        "not UTF-8": lambda m: b"\xff\xfe" + json.dumps(m).encode("utf-16-le"),
+    }
+    for name, change in js.items():
+        C("model", f"model.json: {name}", pred, setup=_model_json(change))
+
+    # 7. the Flower App's run config: the ServerApp's serve on a grid that must never be reached
+    rcs = {"clients=0": {"clients": 0}, "problem='nosuch'": {"problem": "nosuch"},
+           "negative rounds": {"method-options": '{"rounds": -1}'},
+           "out='/proc/1/x/r.json'": {"out": "/proc/1/x/r.json"}, "jobs='/etc/passwd'": {"jobs": "/etc/passwd"},
+           "jobs='/dev/zero'": {"jobs": "/dev/zero"}, "clients=2.7": {"clients": 2.7},
+           "timeout=-1": {"timeout": -1.0}, "timeout=nan": {"timeout": "NAN"}}
+    for name, rc in rcs.items():
+        text = repr({"problem": "bratu", "clients": 2, **rc}).replace("'NAN'", "float('nan')")
+        A("runconfig", f"run config {name}", _SERVE.replace("RC", text), timeout=60)
+    A("runconfig", "3 clients on 2 SuperNodes", _MISMATCH, timeout=60)
+
+    # 6. geometry and the PDE API
+    geo = {
+        "self-intersecting polygon": "G.Polygon([(0, 0), (2, 2), (2, 0), (0, 1)]).area",
+        "repeated vertex": "G.Polygon([(0, 0), (1, 0), (1, 0), (0, 1)]).area",
+        "NaN vertex": "G.Polygon([(0, 0), (float('nan'), 0), (0, 1)]).area",
+        "Disk radius '1'": "G.Disk((0, 0), '1').r",
+        "Disk radius 1e-300": "G.Disk((0, 0), 1e-300).r",
+        "Box([], [])": "G.Box([], []).dim",
+        "Dirichlet n=2.5": "C.Dirichlet('x-', n=2.5).n",
+        "Robin alpha=beta=0": "C.Robin('y+', 0.0, 0.0, 1.0).alpha",
+        "complex value": "C.Dirichlet('x-', 1 + 2j).on",
+        "Data noise=-1": "C.Data(x=[[0.5, 0.5]], y=[0.0], noise=-1.0).noise",
+        "split strips:z": "G.make_partition('strips:z', 2, G.Box([0, 0], [1, 1])).axis",
+    }
+    for name, expr in geo.items():
+        A("geometry", name, "from fedsciml.problems import geometry as G, conditions as C\n"
+                            f"v = {expr}\nreturn float(v) if isinstance(v, (int, float)) else str(v)")
+    A("geometry", "conditions=None", _PDE.replace("CONDS", "None").replace("EQ", "u.laplacian(x)"))
+    A("geometry", "an equation returning a float", _PDE.replace(
+        "CONDS", "[__import__('fedsciml.problems.conditions', fromlist=['x']).Dirichlet('boundary', 0.0)]")
+      .replace("EQ", "1.0"))
+
+    # 8. checkpoint fields
+    edits = {
+        "gn SPRING phi NaN": ("gn", "dict(momentum=0.5)", "s['phi'] = s['phi'] * float('nan')"),
+        "gn SPRING phi short": ("gn", "dict(momentum=0.5)", "s['phi'] = s['phi'][:3]"),
+        "gn mu = -1": ("gn", "dict()", "s['mu'] = -1.0"),
+        "gn stored loss NaN": ("gn", "dict()", "s['loss'] = float('nan')"),
+        "fedadam v < 0": ("fedadam", "dict(local_steps=5)", "s['aggregator']['v'] = -s['aggregator']['v'].abs() - 1"),
+        "fedadam m missing": ("fedadam", "dict(local_steps=5)", "s['aggregator'].pop('m')"),
+        "fipa beta = -1": ("fipa", "dict(local='gn', safeguard=True)", "s['beta'] = -1.0"),
+    }
+    for name, (method, opts, edit) in edits.items():
+        A("checkpoint", name, _CKPT.replace("METHOD", repr(method)).replace("OPTS", opts).replace("EDIT", edit),
+          timeout=150)
+
+    # 9. predict's inputs
+    C("predict", "--points a FIFO", pred, setup=_points(kind="fifo"), timeout=30)
+    C("predict", "--points a link to /dev/zero", pred, setup=_points(kind="zero"), timeout=30)
+    C("predict", "--points a 200,000-character field", pred, setup=_points(b"1,2," + b"3" * 200_000 + b"\n"))
+    C("predict", "--points latin-1", pred, setup=_points("1,2,3\n# caf\xe9\n".encode("latin-1")))
+    C("predict", "--points binary", pred, setup=_points(bytes(range(256))))
+    C("predict", "--points NaN", pred, setup=_points(b"1,2,3\nnan,1,1\n"))
+    C("predict", "--points inf", pred, setup=_points(b"1,2,3\n1,inf,1\n"))
+
+    # 10. idle options
+    gn = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--method", "gn", "--quiet", "--rounds", "1"]
+    C("idle", "--nystrom-rank with --form normal", gn + ["--form", "normal", "--nystrom-rank", "5"])
+    C("idle", "--nystrom-rank 1e12 with --form matfree (capped)",
+      gn + ["--form", "matfree", "--nystrom-rank", "1000000000000"], expect="ok", timeout=120)
+    return cases
+
+
 def all_cases():
-    return _cli_cases() + _api_cases() + _table_cases() + _issue23_cases() + _dialect_cases()
+    return (_cli_cases() + _api_cases() + _table_cases() + _issue23_cases() + _dialect_cases()
+            + _issue31_cases())
 
 
 # ------------------------------------------------------------------------------------- execution
