@@ -2,7 +2,7 @@
 
 Every problem is a least-squares problem in residual form ``min ½‖r(θ)‖²``;
 every federated method exchanges a summary of the residual Jacobian.
-See README.md (section "Architecture") for the layout.
+See docs/design/architecture.md for the layout.
 """
 from __future__ import annotations
 

@@ -596,6 +596,9 @@ class GNConfig(RoundOptions):
                                   "statistics there up; a rejected trial's statistics are sent for nothing) or two "
                                   "(the loss first, the statistics only after an acceptance: fewer floats, twice the "
                                   "exchanges; for bandwidth-bound sites)", str, choices=("one", "two"))
+    trials: int = option(1, "LM trial points per exchange (exchange one, dense forms): the next k points LM would "
+                            "try if each were rejected, each client's loss and statistics at all of them (k times "
+                            "the floats up); a rejected trial then costs no exchange", int, lo=1)
     max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
     batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
                            cli=False)
@@ -642,7 +645,7 @@ class GNConfig(RoundOptions):
 #: along them, which the merge divides by those eigenvalues: on Bratu (2 clients) the first merged step has norm
 #: 1.6e4 with the default cutoff p·eps (FedAvg's: 0.15), 15 with 1e-8, 0.57 with 1e-5, and the run goes
 #: non-finite; with 1e-5 it converges with γ = 1 too (relative L2 1.4e-4 after 20 rounds; sin1d n=2: MSE 1.5e-5
-#: instead of 3.5e9).  ``reproductions/fipa_ablation.md``, README "The published FIPA".
+#: instead of 3.5e9).  ``reproductions/fipa_ablation.md``, docs/methods.md "The published FIPA".
 PAPER_PRESET = {"local": "adam", "lr": 1e-4, "local_steps": 100, "local_loss": "parts", "rank": 20, "merge": "qr",
                 "beta": 0.0, "gamma": 0.3, "pinv_rtol": 1e-5, "safeguard": False}
 

@@ -1,5 +1,6 @@
 """The anchors' benchmark harness (scripts/bench/anchors.py) without the authors' code, and the two things of the
 library it reads: ``--clock cpu`` (budget and history times in CPU seconds) and the ``exchanges`` count."""
+import csv
 import importlib.util
 import json
 import math
@@ -147,5 +148,21 @@ def test_federated_runs_split_the_experiments_points_among_the_clients(tmp_path,
     gn, lm = (" ".join(j.cmd) for j in jobs)
     assert "--clients 4 --method gn --n-interior 750 --n-boundary 125" in gn  # 4 × 750 + 4 × 125: theirs
     assert "--n-interior" not in lm and "--preset exp10" in lm
-    assert all("--threads 1 --clock cpu --budget 30" in c for c in (gn, lm))
+    assert all("--device cpu --threads 1 --clock cpu --budget 30" in c for c in (gn, lm))
     assert anchors.split_points((3000, 250), 4) == (750, 62) and anchors.split_points((3, 1), 4) == (1, 1)
+
+
+def test_render_reads_back_the_csv_it_wrote(tmp_path, capsys):
+    rows = [{"exp": "exp10", "run": r, "side": r.split(":")[0], "note": "", "n_params": 449, "checkpoint_s": t,
+             "rel_l2": v, "at_s": t - 1, "step_at": 3, "steps": 9, "peak_rss_mb": 400.0, "status": "ok",
+             "floats_per_round": None, "exchanges": None}
+            for r, v in (("fedsciml:lm", 1e-4), ("authors:KFAC*", 1e-2)) for t in (10.0, 30.0)]
+    f = tmp_path / "a.csv"
+    with open(f, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=anchors.CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    assert anchors.read_csv(f)[0]["rel_l2"] == 1e-4 and anchors.read_csv(f)[0]["exchanges"] is None
+    assert anchors.main(["--render", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert "rel L2 @ 30 s" in out and "ratio 0.01" in out and "fedsciml best fedsciml:lm 1.00e-04" in out

@@ -485,3 +485,24 @@ def test_gn_square_root_form_resumes_with_the_same_numbers(tmp_path):
     resumed, rows_res, _ = run("gn", objs, rounds=5, form="sqrt", checkpoint=str(tmp_path), resume=True)
     assert torch.equal(full, resumed)  # bitwise: same operations in the same order as the uninterrupted run
     assert [r["loss"] for r in rows_full] == [r["loss"] for r in rows_res]
+
+
+def test_gn_trials_take_the_one_exchange_steps_with_rejections_at_no_exchange():
+    """``trials=3``: one exchange carries the next three points LM would try; the server replays LM on them, so
+    the iterates are those of centralized LM after as many LM iterations (to 1e-10), and a round (one exchange)
+    ends with the first accepted trial (or after k rejections) — 1 + rounds exchanges for more LM iterations."""
+    objs = make_clients(freq=4.0)
+    th3, rows3, info3 = run("gn", objs, rounds=8, trials=3, form="normal")
+    iters = info3["accepted_steps"] + info3["rejected_steps"]
+    assert info3["rejected_steps"] > 0 and info3["accepted_steps"] >= 6  # most rounds end with an acceptance
+    assert [r["exchanges_total"] for r in rows3] == list(range(1, 10))
+    th1, rows1, info1 = run("gn", objs, rounds=iters, form="normal")
+    assert (info1["accepted_steps"], info1["rejected_steps"]) == (info3["accepted_steps"], info3["rejected_steps"])
+    assert float((th3 - th1).norm() / th1.norm()) < 1e-10
+    th_c, _, _ = solve_least_squares(stack_objectives(objs), THETA0, evaluate, SolveConfig("lm", max_iters=iters))
+    assert float((th3 - th_c).norm() / th_c.norm()) < 1e-10
+    p, K = THETA0.numel(), 3
+    per_round = [r["floats_sent"] - q["floats_sent"] for q, r in zip(rows3, rows3[1:])]
+    assert all(f == 3 * K * (p + linalg.n_upper(p) + p + 2) for f in per_round)  # 3 trials down, 3 stats up
+    with pytest.raises(ValueError, match="trials"):
+        run("gn", objs, rounds=1, trials=2, exchange="two")

@@ -67,6 +67,7 @@ def test_allowed_restricts_and_bad_input_is_one_clear_line():
     assert choose_form(4_500, 2_337, device="cpu", free=CPU_24G, allowed=("matfree",)).form == "matfree"
     forced = choose_form(4_500, 2_337, device="cpu", free=10**6, allowed=("chunked",))
     assert forced.form == "chunked" and forced.chunk_rows == forms.MIN_CHUNK_ROWS
+    assert forced.reason.startswith("chunked: as asked") and "does not fit" in forced.reason  # named, not chosen
     with pytest.raises(ValueError, match="form need must be one of lm, gn, fipa, got 'x'"):
         choose_form(10, 10, need="x")
     with pytest.raises(ValueError, match="n=0"):
@@ -89,6 +90,18 @@ def test_lm_makes_the_choice_once_per_size(monkeypatch):
     monkeypatch.setattr(forms, "available_memory", lambda device=None: 1)
     assert lm.form_choice(4_500, 2_337) is first
     assert auto_form(60_000_000 // 2_337, 2_337) in ("chunked", "matfree")  # 1 byte free: J is not formed whole
+
+
+def test_a_new_size_is_decided_on_the_device_of_the_first_choice(monkeypatch):
+    """Growing points: LM decides the first size on the run's device and later sizes on the same device, even when
+    the caller (lm_stats_fn) names none."""
+    seen = []
+    real = forms.choose_form
+    monkeypatch.setattr(forms, "choose_form", lambda *a, **k: seen.append(k["device"]) or real(*a, **{**k, "free": H100}))
+    lm = LevenbergMarquardt(LMConfig())
+    lm.form_choice(4_500, 2_337, "cuda", torch.float64)
+    lm.form_choice(9_000, 2_337)
+    assert seen == ["cuda", "cuda"]
 
 
 def test_the_choice_is_logged_and_recorded(caplog):

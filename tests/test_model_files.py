@@ -302,3 +302,20 @@ def test_predict_and_model_writes_on_a_full_disk_leave_nothing_half_written(tmp_
         write_ridge(new, torch.ones(3, dtype=torch.float64), 0.0)
     assert not os.path.exists(os.path.join(new, modelio.TENSORS)) and not os.path.exists(
         os.path.join(new, modelio.META)) and not any(n.endswith(".tmp") for n in os.listdir(new))
+
+
+def test_a_jobs_file_may_say_infinity_but_never_nan(tmp_path):
+    """``json.dump`` writes ε = ∞ as ``Infinity``: a Flower jobs file is read with ``infinity=True`` (the options'
+    ranges check the value after), while NaN stays refused, and a model file refuses both."""
+    import json
+
+    from fedsciml.runtime.modelio import ModelFileError, read_json_bounded
+
+    p = tmp_path / "jobs.json"
+    json.dump([{"dp_epsilon": float("inf")}], open(p, "w"))
+    assert read_json_bounded(str(p), "jobs file", infinity=True) == [{"dp_epsilon": float("inf")}]
+    with pytest.raises(ModelFileError, match="Infinity is not a JSON number"):
+        read_json_bounded(str(p), "model.json")
+    p.write_text("[NaN]")
+    with pytest.raises(ModelFileError, match="NaN is not a JSON number"):
+        read_json_bounded(str(p), "jobs file", infinity=True)

@@ -75,6 +75,12 @@ def test_cli_hidden_and_activation_reach_the_run_and_its_records(tmp_path, capsy
     x = pb.test_inputs()[::13]
     theta = fs.solve(pb, method="gn", clients=2, rounds=2).theta
     assert torch.equal(u(x), pb.predict(theta, x))
+    # and `predict` writes the same values (repr round-trips a float64 exactly)
+    pts, pred = tmp_path / "x.csv", tmp_path / "u.csv"
+    pts.write_text("\n".join(",".join(repr(float(v)) for v in row) for row in x) + "\n")
+    assert main(["predict", str(out), "--points", str(pts), "--out", str(pred)]) == 0
+    rows = pred.read_text().splitlines()
+    assert rows[0] == "x0,x1,u" and [float(r.split(",")[-1]) for r in rows[1:]] == u(x).tolist()
 
 
 def test_cli_refuses_bad_widths_with_exit_2(capsys):

@@ -126,8 +126,8 @@ def test_bratu_manufactured_accepts_any_finite_lambda():
 
 @pytest.mark.parametrize("name,opts,match", [
     # the one option dialect's words (fedsciml.options.check_value), as a method option's
-    ("poisson", {"dim": 0}, "problem 'poisson' option dim must be an integer ≥ 1, got 0$"),
-    ("poisson", {"dim": 11}, "dim=11"),
+    ("poisson", {"dim": 0}, r"problem 'poisson' option dim must be an integer in \[1, 100\], got 0$"),
+    ("poisson", {"dim": 101}, r"dim must be an integer in \[1, 100\], got 101"),
     ("bratu", {"n_interior": -3}, "n_interior must be an integer ≥ 1, got -3"),
     ("reaction-diffusion", {"boundary_weight": 0.0}, "boundary_weight must be a finite number > 0, got 0.0"),
     ("fisher", {"rho": -1.0}, "rho must be a finite number > 0, got -1.0"),

@@ -359,7 +359,7 @@ def test_the_loop_records_the_strategy_summary():
     assert info["strategy"]["name"] == "fipa" and info["strategy"]["rank"] == 3
     assert info["strategy"]["curvature"] == "lowrank" and info["strategy"]["safeguard"] is True
     _, _, info = run("gn", rounds=1, form="normal")
-    assert info["strategy"] == {"name": "gn", "lm_tau": 1e-3, "form": "normal", "max_retries": 20}
+    assert info["strategy"] == {"name": "gn", "lm_tau": 1e-3, "form": "normal", "max_retries": 20, "exchange": "one"}
     _, _, info = run("gn", rounds=1)  # auto: these clients' square roots are smaller than the packed p×p
     assert info["strategy"]["form"] == "sqrt"
 

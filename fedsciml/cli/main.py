@@ -35,17 +35,6 @@ def method_owners() -> dict:
     return {m.name: m.config.specs() for m in METHODS.values()}
 
 
-def method_option_flags() -> dict:
-    """``{option: (Spec, {method: (default, Spec)})}`` over every registered method's configuration (declaration
-    order; the options that have a flag)."""
-    flags: dict = {}
-    for m, specs in method_owners().items():
-        for name, (default, spec) in specs.items():
-            if spec.cli:
-                flags.setdefault(name, (spec, {}))[1][m] = (default, spec)
-    return flags
-
-
 def _add_solve_parser(sub):
     import fedsciml.engines  # noqa: F401  (registers the problem methods and the engines with the driver)
 
@@ -59,7 +48,7 @@ def _add_solve_parser(sub):
                     "and stops, --mu 0 is FedProx with μ = 0.",
     )
     p.add_argument("problem", help="problem name (see `python -m fedsciml list`)")
-    from fedsciml.runtime.driver import PROBLEM_KINDS, available_methods
+    from fedsciml.runtime.driver import ENGINES, PROBLEM_KINDS, available_methods
 
     names = sorted({m for kind in PROBLEM_KINDS for m in available_methods(kind)})  # the registry's, for problems
     p.add_argument("--method", default=None, help=" | ".join(names) + " (see `list`; default: fipa with --clients "
@@ -70,7 +59,7 @@ def _add_solve_parser(sub):
     p.add_argument("--seed", type=int, default=0, help="seed for sampling, initialization and client selection "
                    "(an integer ≥ 0; default 0)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto: cuda when available)")
-    p.add_argument("--engine", default="local", choices=["local", "flower"],
+    p.add_argument("--engine", default="local", choices=list(ENGINES),  # the driver's engine registry
                    help="who carries the clients' messages: this process, or Flower's simulation engine "
                         "(pip install \"flwr[simulation]>=1.41,<1.43\"; same strategy, same numbers; default local)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
@@ -400,7 +389,6 @@ class RunFailed(Exception):
     """A run that started but could not finish (exit 1, one line)."""
 
 
-_set_threads = set_threads
 
 
 def command_record(args) -> dict:

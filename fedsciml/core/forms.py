@@ -71,10 +71,14 @@ MIN_CHUNK_ROWS = 64
 
 
 def available_memory(device: torch.device | str | None = None) -> int | None:
-    """Bytes of memory available now: free GPU memory for a CUDA device, else the OS's MemAvailable
-    (``None`` where it cannot be read)."""
+    """Bytes of memory available now: free GPU memory for a CUDA device — the driver's free memory plus what this
+    process's caching allocator holds reserved but unused (it is reused before the driver is asked again; without
+    it, runs in one process saw 33, then 31, then 15 GB free on an 80 GB H100: ``reproductions/gpu_h100.md``) —,
+    else the OS's MemAvailable (``None`` where it cannot be read)."""
     if device is not None and torch.device(device).type == "cuda":
-        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+        dev = torch.device(device)
+        cached = int(torch.cuda.memory_reserved(dev)) - int(torch.cuda.memory_allocated(dev))
+        return int(torch.cuda.mem_get_info(dev)[0]) + max(0, cached)
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -215,6 +219,12 @@ def _cheapest(costs: list[FormCost], forms: Sequence[str], n: int, p: int, budge
     fit = [c for c in cand if c.fits] or [c for c in cand if c.form == "matfree"] or cand[-1:]
     best = min(fit, key=lambda c: c.flops)  # min keeps the first of equal costs: normal, kernel, chunked, matfree
     floor = n * p <= DENSE_FLOOR_ENTRIES
+    if len(forms) == 1:  # a form named by the caller (lm_solve normal|kernel|chunked|matfree): no choice made
+        fits = "fits" if best.fits else "does not fit"
+        why = f"{best.form}: as asked ({_size(best.bytes)} planned, {fits} {budget.describe()})"
+        if best.form == "chunked":
+            why += f"; blocks of {chunk:,} rows"
+        return FormChoice(best.form, why, chunk if best.form == "chunked" else None, tuple(costs))
     if best.form in ("normal", "kernel"):
         held = (f"J ({n:,}×{p:,}) has ≤ {DENSE_FLOOR_ENTRIES:.0e} entries (always formed)" if floor else
                 f"J ({n:,}×{p:,}) and its Gram fit ({_size(best.bytes)} ≤ {budget.describe()})")

@@ -157,6 +157,7 @@ class LevenbergMarquardt:
         self.last_cg_iters = 0
         self.last_step_norm = 0.0
         self._choices: dict[tuple[int, int], forms.FormChoice] = {}  # (n, p) → the form chosen for that size
+        self._device: tuple[torch.device | str, torch.dtype] | None = None  # where the first choice was made
 
     @property
     def stats(self) -> GNStats:
@@ -173,11 +174,6 @@ class LevenbergMarquardt:
     def loss(self) -> float:
         return float(self.stats.loss)
 
-    def wants_jacobian(self, n: int, p: int) -> bool:
-        """Whether a caller holding the data should keep ``J`` and ``r`` in the statistics
-        (and may skip forming ``JᵀJ``): the kernel-form solve is used."""
-        return self.statistics_form(n, p) == "kernel"
-
     def statistics_form(self, n: int, p: int, device: torch.device | str | None = None,
                         dtype: torch.dtype = torch.float64) -> str:
         """Which statistics a caller holding the data should compute: ``normal`` (``JᵀJ``, ``Jᵀr``),
@@ -189,8 +185,13 @@ class LevenbergMarquardt:
                     dtype: torch.dtype = torch.float64) -> forms.FormChoice:
         """The device-aware choice for ``n`` rows and ``p`` parameters (:func:`fedsciml.core.forms.choose_form`),
         restricted to the configured solve unless it is ``auto``.  Made once per size and kept: later calls
-        (a resample draws points of the same size) get the same choice whatever the free memory then."""
+        (a resample draws points of the same size) get the same choice whatever the free memory then; a new size
+        (growing points) is decided on the device of the first call that named one."""
         key = (int(n), int(p))
+        if device is None:  # a later size (growing points) is decided on the device of the first choice
+            device, dtype = self._device if self._device is not None else (None, dtype)
+        elif self._device is None:
+            self._device = (device, dtype)
         if key not in self._choices:
             allowed = None if self.cfg.solve == "auto" else (self.cfg.solve,)
             mc = self.cfg.matfree  # the matrix-free step's products: CG, plus a Nyström sketch's rank

@@ -19,3 +19,5 @@ def _flower(problem, method, **options):
 
 if "flower" not in ENGINES:
     register_engine("flower", _flower)
+
+from fedsciml.engines import processes as _processes  # noqa: E402,F401  (registers engine "processes": one file)

@@ -11,23 +11,26 @@ from fedsciml.runtime.driver import METHODS, MethodSpec, available_methods, get_
 
 __all__ = ["METHODS", "MethodSpec", "available_methods", "get_method", "register_method"]
 
-_BUILTIN = (
+_BUILTIN = (  # name, configuration, runner, description, federated, settings text (imported on first use)
     ("centralized", CentralizedConfig, "fedsciml.methods.centralized:run_centralized",
-     "pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)", False),
+     "pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)", False,
+     "fedsciml.methods.centralized:settings"),
     ("gn", GNConfig, "fedsciml.methods.federated:run_gn",
-     "exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)", True),
+     "exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)", True, "fedsciml.methods.gn:settings"),
     ("fipa", FIPAConfig, "fedsciml.methods.federated:run_fipa",
-     "Fisher-informed parameterwise aggregation (full, --rank r, --adaptive, --merge qr)", True),
+     "Fisher-informed parameterwise aggregation (full, --rank r, --adaptive, --merge qr)", True,
+     "fedsciml.methods.fipa:settings"),
     ("fedavg", FedAvgConfig, "fedsciml.methods.federated:run_fedavg",
-     "FedAvg, data-size weighted average of local updates", True),
+     "FedAvg, data-size weighted average of local updates", True, None),
     ("fedprox", FedProxConfig, "fedsciml.methods.federated:run_fedprox",
-     "FedProx, FedAvg with a proximal term μ", True),
+     "FedProx, FedAvg with a proximal term μ", True, "fedsciml.methods.averaging:fedprox_settings"),
     ("one-shot", OneShotConfig, "fedsciml.methods.federated:run_one_shot",
-     "one-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)", True),
+     "one-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)", True,
+     "fedsciml.methods.oneshot:settings"),
 )
-for _name, _config, _runner, _description, _federated in _BUILTIN:
+for _name, _config, _runner, _description, _federated, _settings in _BUILTIN:
     if _name not in METHODS:  # importing twice (reload) registers nothing twice
-        register_method(_name, _config, _runner, _description, federated=_federated)
+        register_method(_name, _config, _runner, _description, federated=_federated, settings=_settings)
 
 from fedsciml.methods import oneshot as _oneshot  # noqa: E402,F401  (registers the one-shot client handlers)
 from fedsciml.methods import fedopt as _fedopt  # noqa: E402,F401  (FedAvgM, FedAdam, FedYogi)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from fedsciml.runtime.client import LocalConfig
+from fedsciml.runtime.results import local_settings
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.transport import Request
 
@@ -80,3 +81,9 @@ class AveragingStrategy(Strategy):
         if self.local.solver == "gn":
             out["local_damping"] = self.local.damping
         return out
+
+
+def fedprox_settings(r) -> str:
+    """The summary table's settings text of a fedprox run: the local solver and μ."""
+    o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
+    return ", ".join([*local_settings(r), f"μ={o.get('mu')}"])

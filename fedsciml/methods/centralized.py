@@ -335,3 +335,8 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
                                             every=every, label=f"centralized/{config.optimizer}")
     info["reference"] = "centralized: all clients' data pooled on one machine (not federated)"
     return theta, rows, info
+
+
+def settings(r) -> str:
+    """The summary table's settings text of a centralized run."""
+    return f"pooled data, {r.options.get('optimizer', 'lm')}"

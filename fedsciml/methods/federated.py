@@ -3,14 +3,15 @@
 
 Every runner has the signature
 ``fn(problem, objectives, theta0, evaluate, config=None, *, progress, seed, every, message_hook, **options)
--> (θ, history rows, info)`` and runs a :class:`~fedsciml.runtime.loop.Simulation`: ``config`` is
+-> (θ, history rows, info)`` and runs a :class:`~fedsciml.runtime.loop.Simulation` through
+:func:`fedsciml.methods.run.simulate` (the shared part of every run; a new method uses
+:func:`fedsciml.methods.run.strategy_runner` instead of a runner of its own): ``config`` is
 the method's typed configuration (:mod:`fedsciml.options`: :class:`~fedsciml.options.GNConfig`,
 :class:`~fedsciml.options.FIPAConfig`, :class:`~fedsciml.options.FedAvgConfig`,
 :class:`~fedsciml.options.FedProxConfig`, :class:`~fedsciml.options.OneShotConfig`), or it is built from ``options``
 (unknown keys and values out of range are refused).  The defaults live there,
 once (chosen so that ``python -m fedsciml solve bratu --clients 4`` is
-accurate and finishes well within a minute; see the README section
-"Federated solving"):
+accurate and finishes well within a minute; docs/methods.md):
 
 * ``fipa``: rank 20 (``rank=0`` sends the full ``H_m``), thin-QR merge,
   local solver ``gn`` (an exact damped local Gauss–Newton step, relative
@@ -35,20 +36,16 @@ import logging
 from fedsciml.options import PAPER_PRESET, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig  # noqa: F401
 from fedsciml.methods.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.methods.averaging import AveragingStrategy
-from fedsciml.runtime.client import AdaptiveSchedule, Client, LocalConfig
+from fedsciml.runtime.client import AdaptiveSchedule
 from fedsciml.methods.fipa import FIPAStrategy
 from fedsciml.core.kfac_pinn import jet_network, require_jets
 from fedsciml.core.matfree import MatfreeConfig, fipa_local_matfree
 from fedsciml.core import forms
 from fedsciml.methods.gn import GNStrategy
 from fedsciml.methods.oneshot import OneShotStrategy
-from fedsciml.methods.resample import Growth, ResamplingStrategy, check_resample, resampled_objectives
-from fedsciml.runtime.loop import RoundConfig, Simulation
-from fedsciml.runtime.transport import BytesTransport, LocalTransport, Transport
+from fedsciml.methods.resample import Growth
+from fedsciml.methods.run import local_config, round_config, simulate, typed_config
 from fedsciml.core.lm import LMConfig, default_tau
-
-TRANSPORTS = ("local", "bytes")
-
 
 
 def capped_rank(rank: int, p: int, name: str) -> int:
@@ -60,87 +57,12 @@ def capped_rank(rank: int, p: int, name: str) -> int:
         return int(p)
     return int(rank)
 
-def _round_config(cfg, seed) -> RoundConfig:
-    # the typed RoundOptions already checked these values: the loop does not check them again
-    return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, clock=cfg.clock, tol=cfg.tol,
-                       participation=cfg.participation, dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint, resume=cfg.resume, checked=True)
-
-
-def _fingerprint(problem, method, objectives, theta0, seed, options):
-    # the network first ("architecture" sorts first, and a checkpoint names the first difference): resuming
-    # with another network is refused naming both
-    arch = problem.architecture() if callable(getattr(problem, "architecture", None)) else None
-    return {"architecture": arch, "problem": getattr(problem, "name", None),
-            "problem_options": dict(getattr(problem, "options", {}) or {}),
-            "method": method, "options": options, "clients": len(objectives), "seed": int(seed),
-            "n_params": int(theta0.numel()), "n_residuals": [int(o.n_residuals) for o in objectives]}
-
-
-def make_transport(objectives, transport="local", vectorize: bool = True, device="cpu"):
-    """The clients of ``objectives`` behind a transport: ``"local"`` (in-process, vectorized across clients)
-    or ``"bytes"`` (the same, with every request and reply round-tripped through bytes); a
-    :class:`~fedsciml.runtime.transport.Transport` instance is used as it is (e.g. Flower's, whose
-    clients live on other nodes)."""
-    if isinstance(transport, Transport):
-        return transport
-    if transport not in TRANSPORTS:
-        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
-    local = LocalTransport([Client(i, o) for i, o in enumerate(objectives)], vectorize=vectorize)
-    return BytesTransport(local, device=device) if transport == "bytes" else local
-
-
-def _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every, options, message_hook,
-              transport="local", vectorize=True, resample=None, growth: Growth | None = None):
-    if resample is not None:  # fresh collocation points every `resample` rounds (fedsciml.methods.resample)
-        check_resample(problem, resample)
-        if isinstance(transport, Transport) and not isinstance(transport, (LocalTransport, BytesTransport)):
-            raise ValueError(f"resample needs the clients in this process (transport local or bytes); "
-                             f"{type(transport).__name__}'s clients would have to draw their own points")
-        n_clients, device = len(objectives), theta0.device
-        strategy = ResamplingStrategy(strategy, resample,
-                                      lambda j: resampled_objectives(problem, n_clients, seed, j, device, growth,
-                                                                     resample))
-        options = {**options, "resample": resample}
-        if growth is not None:
-            options.update(grow=growth.factor, grow_every=growth.every, grow_cap=growth.cap)
-    sim = Simulation(make_transport(objectives, transport, vectorize, theta0.device), evaluate, rc, label=method, progress=progress,
-                     every=every,
-                     fingerprint=_fingerprint(problem, method, objectives, theta0, seed, options),
-                     message_hook=message_hook)
-    theta, rows, info = sim.run(strategy, theta0)
-    info.update(strategy.info())
-    info["options"] = options
-    return theta, rows, info
-
-
-def _config(cls, config, options, transport=None):
-    """``(config, transport)``: the method's typed configuration — ``config`` as given, or built (and checked)
-    from keyword ``options`` — and a :class:`Transport` instance that replaces ``config.transport`` (e.g.
-    Flower's; ``None``: the one the configuration names).  A transport given by name is a config option."""
-    if isinstance(transport, str):
-        options = {**options, "transport": transport}
-        transport = None
-    elif transport is not None and not isinstance(transport, Transport):
-        raise TypeError(f"transport must be 'local', 'bytes' or a Transport, got {type(transport).__name__}")
-    return _typed_config(cls, config, options), transport
-
-
-def _typed_config(cls, config, options):
-    if config is None:
-        return cls.from_options(options)
-    if options:
-        raise TypeError(f"give the {cls.method} options either as config or as keywords, not both "
-                        f"(got config and {', '.join(sorted(options))})")
-    if type(config) is not cls:
-        raise TypeError(f"{cls.method} needs a {cls.__name__}, got {type(config).__name__}")
-    return config
-
 
 def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None, *, progress=False, seed=0,
            every=10, message_hook=None, transport=None, **options):
     """Exact federated Gauss–Newton (Levenberg–Marquardt on summed client statistics)."""
-    cfg, transport = _config(GNConfig, config, options, transport)
-    rc = _round_config(cfg, seed)
+    cfg, transport = typed_config(GNConfig, config, options, transport)
+    rc = round_config(cfg, seed)
     lm_tau = default_tau(objectives) if cfg.lm_tau is None else cfg.lm_tau
     form = cfg.form
     reason = None
@@ -165,22 +87,19 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
                               max_iters=cfg.cg_iters, seed=seed),
                                    momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen,
-                          kfac_net=jet_network(objectives[0]) if kfac else None, exchange=cfg.exchange)
+                          kfac_net=jet_network(objectives[0]) if kfac else None, exchange=cfg.exchange,
+                          trials=cfg.trials)
     if cfg.exchange != "one":
         options["exchange"] = cfg.exchange
+    if cfg.trials > 1:
+        options["trials"] = cfg.trials
     if cfg.screen is not None:
         options["screen"] = cfg.screen
     if cfg.momentum:
         options["momentum"] = cfg.momentum
-    return _simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
+    return simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
                      options, message_hook, transport or cfg.transport, cfg.batched, resample=cfg.resample,
                      growth=Growth.of(cfg))
-
-
-def _local_config(cfg, prox) -> LocalConfig:
-    # built from the typed LocalOptions, which checked these values (a hand-built LocalConfig calls .validate())
-    return LocalConfig(solver=cfg.local, steps=cfg.local_steps, lr=cfg.lr, damping=cfg.local_damping,
-                       prox=prox, loss=getattr(cfg, "local_loss", "mean"))
 
 
 def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = None, *, progress=False, seed=0,
@@ -190,18 +109,18 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
     ``preset="paper"`` fills every option not given with :data:`~fedsciml.options.PAPER_PRESET` (the published
     algorithm with the authors' settings).  ``pinv_rtol``: eigenvalues of the merged curvature below
     ``pinv_rtol·λ_max`` are dropped by the pseudo-inverse (default ``p·eps``).  Why the published β = 0, γ = 1
-    without a relative cutoff diverges (the cutoff, not γ): see PAPER_PRESET and README "The published FIPA".
+    without a relative cutoff diverges (the cutoff, not γ): see PAPER_PRESET and docs/methods.md "The published FIPA".
     """
-    cfg, transport = _config(FIPAConfig, config, options, transport)
+    cfg, transport = typed_config(FIPAConfig, config, options, transport)
     rank = capped_rank(cfg.rank, theta0.numel(), "rank")
     curvature = "full" if rank == 0 else "lowrank"
-    lc = _local_config(cfg, 0.0)
+    lc = local_config(cfg, 0.0)
     agg = FIPAAggregator(curvature=curvature, merge=cfg.merge, beta=cfg.beta, gamma=cfg.gamma, weighting="sum",
                          complement="fedavg" if cfg.complement and curvature == "lowrank" else "none",
                          robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, consistency=lc.solver == "gn",
                          rtol=cfg.pinv_rtol)
     sched = AdaptiveSchedule(C=cfg.adapt_c, C_tau=cfg.adapt_ctau) if cfg.adaptive else None
-    rc = _round_config(cfg, seed)
+    rc = round_config(cfg, seed)
     options = {"rank": rank, "curvature": curvature, "merge": cfg.merge, "beta": agg.beta, "gamma": agg.gamma,
                "local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "local_damping": lc.damping,
                "adaptive": cfg.adaptive, "sketch": cfg.sketch, "participation": rc.participation,
@@ -222,17 +141,17 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
         options.update(local_form="matfree", cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
     strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), cfg.sketch, sched, seed, safeguard=cfg.safeguard,
                             complement=cfg.complement, cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
-    return _simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
+    return simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
                      options, message_hook, transport or cfg.transport, resample=cfg.resample,
                      growth=Growth.of(cfg))
 
 
 def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progress, seed, every, message_hook,
              transport):
-    lc = _local_config(cfg, prox)
+    lc = local_config(cfg, prox)
     agg = FedAvgAggregator(server_lr=cfg.server_lr, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm,
                            outlier_ratio=cfg.outlier_ratio)
-    rc = _round_config(cfg, seed)
+    rc = round_config(cfg, seed)
     options = {"local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "server_lr": agg.server_lr,
                "participation": rc.participation, "dropout": rc.dropout}
     if not agg.rule.plain:
@@ -242,7 +161,7 @@ def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progre
     if lc.solver == "gn":
         options["local_damping"] = lc.damping
     strategy = AveragingStrategy(agg, lc, seed)
-    return _simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
+    return simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
                      options, message_hook, transport or cfg.transport, resample=cfg.resample,
                      growth=Growth.of(cfg))
 
@@ -250,7 +169,7 @@ def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progre
 def run_fedavg(problem, objectives, theta0, evaluate, config: FedAvgConfig | None = None, *, progress=False, seed=0,
                every=10, message_hook=None, transport=None, **options):
     """FedAvg (paper Eq. 3): data-size weighted average of local updates."""
-    cfg, transport = _config(FedAvgConfig, config, options, transport)
+    cfg, transport = typed_config(FedAvgConfig, config, options, transport)
     return _run_avg("fedavg", cfg, 0.0, problem, objectives, theta0, evaluate, progress=progress, seed=seed,
                     every=every, message_hook=message_hook, transport=transport)
 
@@ -258,7 +177,7 @@ def run_fedavg(problem, objectives, theta0, evaluate, config: FedAvgConfig | Non
 def run_fedprox(problem, objectives, theta0, evaluate, config: FedProxConfig | None = None, *, progress=False,
                 seed=0, every=10, message_hook=None, transport=None, **options):
     """FedProx: FedAvg whose local loss carries the proximal term ``μ/2 ‖θ_m − θ_k‖²``."""
-    cfg, transport = _config(FedProxConfig, config, options, transport)
+    cfg, transport = typed_config(FedProxConfig, config, options, transport)
     return _run_avg("fedprox", cfg, cfg.mu, problem, objectives, theta0, evaluate, progress=progress, seed=seed,
                     every=every, message_hook=message_hook, transport=transport)
 
@@ -269,8 +188,8 @@ def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | 
 
     Client-side transforms (:class:`OneShotConfig`): ``dp_*`` (Gaussian mechanism), ``project``/``project_sketch``,
     seeded by ``seed``; ``cv_sigmas``: σ by leave-one-client-out CV (see :mod:`fedsciml.methods.oneshot`)."""
-    cfg, transport = _config(OneShotConfig, config, options, transport)
-    rc = _round_config(cfg, seed)
+    cfg, transport = typed_config(OneShotConfig, config, options, transport)
+    rc = round_config(cfg, seed)
     strategy = OneShotStrategy(cfg.sigma or 0.0, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch, seed=seed,
                                cv_sigmas=cfg.cv_sigmas, screen=cfg.screen, min_survivors=cfg.dp_min_survivors,
                                form=cfg.message_form, repair=cfg.repair, fit_intercept=cfg.fit_intercept,
@@ -282,5 +201,5 @@ def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | 
         plain = evaluate
         evaluate = lambda th: plain(th, intercept=strategy.intercept)  # noqa: E731
     options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
-    return _simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
+    return simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
                      every, options, message_hook, transport or cfg.transport)

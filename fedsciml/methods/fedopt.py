@@ -30,7 +30,7 @@ import torch
 
 from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.averaging import AveragingStrategy
-from fedsciml.methods.resample import Growth
+from fedsciml.methods.run import local_config, strategy_runner
 from fedsciml.options import FedAvgConfig, option
 from fedsciml.runtime.driver import METHODS, register_method
 
@@ -158,39 +158,26 @@ class ServerOptStrategy(AveragingStrategy):
 # --- runners -----------------------------------------------------------------------------------------
 
 
-def _run(kind: str, cls, problem, objectives, theta0, evaluate, config=None, *, progress=False, seed=0, every=10,
-         message_hook=None, transport=None, **options):
-    from fedsciml.methods.federated import _config, _local_config, _round_config, _simulate
+def _factory(kind: str):
+    """The strategy factory of server optimizer ``kind`` (:func:`fedsciml.methods.run.strategy_runner`)."""
 
-    cfg, transport = _config(cls, config, options, transport)
-    lc = _local_config(cfg, 0.0)
-    extra = ({"momentum": cfg.server_momentum} if kind == "avgm"
-             else {"beta1": cfg.beta1, "beta2": cfg.beta2, "tau": cfg.tau})
-    agg = ServerOptAggregator(kind, cfg.server_lr, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm,
-                              outlier_ratio=cfg.outlier_ratio, **extra)
-    rc = _round_config(cfg, seed)
-    strategy = ServerOptStrategy(agg, lc, seed)
-    summary = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
-    if not agg.rule.plain:
-        summary.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
-    return _simulate(cls.method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     summary, message_hook, transport or cfg.transport, resample=cfg.resample,
-                     growth=Growth.of(cfg))
+    def build(cfg, ctx):
+        extra = ({"momentum": cfg.server_momentum} if kind == "avgm"
+                 else {"beta1": cfg.beta1, "beta2": cfg.beta2, "tau": cfg.tau})
+        agg = ServerOptAggregator(kind, cfg.server_lr, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm,
+                                  outlier_ratio=cfg.outlier_ratio, **extra)
+        strategy = ServerOptStrategy(agg, local_config(cfg), ctx.seed)
+        summary = {**strategy.summary(), "participation": ctx.rounds.participation, "dropout": ctx.rounds.dropout}
+        if not agg.rule.plain:
+            summary.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
+        return strategy, summary
+    return build
 
 
-def run_fedavgm(problem, objectives, theta0, evaluate, config: FedAvgMConfig | None = None, **kw):
-    """FedAvgM: FedAvg with server momentum."""
-    return _run("avgm", FedAvgMConfig, problem, objectives, theta0, evaluate, config, **kw)
-
-
-def run_fedadam(problem, objectives, theta0, evaluate, config: FedAdamConfig | None = None, **kw):
-    """FedAdam (Reddi et al. 2021, Algorithm 2)."""
-    return _run("adam", FedAdamConfig, problem, objectives, theta0, evaluate, config, **kw)
-
-
-def run_fedyogi(problem, objectives, theta0, evaluate, config: FedYogiConfig | None = None, **kw):
-    """FedYogi (Reddi et al. 2021, Algorithm 2)."""
-    return _run("yogi", FedYogiConfig, problem, objectives, theta0, evaluate, config, **kw)
+#: FedAvgM: FedAvg with server momentum; FedAdam and FedYogi (Reddi et al. 2021, Algorithm 2)
+run_fedavgm = strategy_runner(FedAvgMConfig, _factory("avgm"))
+run_fedadam = strategy_runner(FedAdamConfig, _factory("adam"))
+run_fedyogi = strategy_runner(FedYogiConfig, _factory("yogi"))
 
 
 for _name, _cls, _fn, _text in (

@@ -65,6 +65,7 @@ from fedsciml.core import linalg
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.runtime.client import AdaptiveSchedule, LocalConfig
 from fedsciml.methods.gn import GNAggregator
+from fedsciml.runtime.results import local_settings
 from fedsciml.runtime.strategy import Exchange, Replies
 from fedsciml.runtime.transport import Request
 from fedsciml.core.lm import damping_after_failure, damping_after_success
@@ -254,3 +255,10 @@ def _max_diag(msg) -> float:
     if "H" in msg:  # the largest entry of a PSD matrix sits on its diagonal
         return float(msg["H"].max())
     return float(((msg["U"] ** 2) @ msg["lam"]).max())
+
+
+def settings(r) -> str:
+    """The summary table's settings text of a fipa run: rank, merge, local solver."""
+    o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
+    rank = "full H_m" if o.get("rank") == 0 else f"rank {o.get('rank')}" + (" adaptive" if o.get("adaptive") else "")
+    return ", ".join([rank, f"merge {o.get('merge')}", *local_settings(r)])

@@ -126,7 +126,32 @@ def _answer_gn_gvp(client, request, pre, deadline):
     return Reply({"HV": op.matmat(V) if V.shape[1] > 1 else op.matvec(V[:, 0]).unsqueeze(1)})
 
 
+def _split_trials(msg: dict, j: int) -> dict:
+    """Trial ``j``'s own message out of a ``gn_trials`` answer (fields named ``FIELD@j``)."""
+    tail = f"@{j}"
+    return {k[: -len(tail)]: v for k, v in msg.items() if k.endswith(tail)}
+
+
+def _trial_messages(messages_at) -> dict:
+    """One ``gn_trials`` answer from the client's ``gn_stats`` answers at each trial point (``FIELD@j``)."""
+    return {f"{k}@{j}": v for j, msg in enumerate(messages_at) for k, v in msg.items()}
+
+
+def _answer_gn_trials(client, request, pre, deadline):
+    if pre is not None:
+        return Reply(pre)
+    form = request.config.get("form", "normal")
+    return Reply(_trial_messages([client.gn_message(th, form) for th in request.tensors["thetas"]]))
+
+
+def _pre_gn_trials(batch, request):
+    form = request.config.get("form", "normal")
+    per_trial = [batch.gn_messages(th, form) for th in request.tensors["thetas"]]
+    return {c.cid: _trial_messages([m[c.cid] for m in per_trial]) for c in batch.clients}
+
+
 register_handler(Client, "gn_grad", _answer_gn_grad)
+register_handler(Client, "gn_trials", _answer_gn_trials, _pre_gn_trials)
 register_handler(Client, "gn_gvp", _answer_gn_gvp)
 
 
@@ -256,13 +281,17 @@ class GNStrategy(Strategy):
     name = "gn"
 
     def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, form: str = "normal",
-                 screen: float | None = None, kfac_net=None, exchange: str = "one"):
+                 screen: float | None = None, kfac_net=None, exchange: str = "one", trials: int = 1):
         if form not in FORMS:
             raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
         if exchange not in EXCHANGES:
             raise ValueError(f"gn exchange must be one of {', '.join(EXCHANGES)} (exchanges per LM iteration), "
                              f"got {exchange!r}")
         self.exchange = exchange
+        if int(trials) < 1 or (int(trials) > 1 and (exchange != "one" or form == "matfree")):
+            raise ValueError(f"gn trials must be ≥ 1, and > 1 only with exchange='one' and a dense form; got "
+                             f"trials={trials}, exchange={exchange!r}, form={form!r}")
+        self.trials = int(trials)
         if screen is not None and not screen > 1:
             raise ValueError(f"the influence screen's κ must be > 1, got {screen}")
         if screen is not None and form == "matfree":
@@ -294,17 +323,19 @@ class GNStrategy(Strategy):
 
     def summary(self) -> dict:
         return {"lm_tau": self.lm_config.tau, "form": self.form, "max_retries": self.max_retries,
-                "exchange": self.exchange}
+                "exchange": self.exchange, **({"trials": self.trials} if self.trials > 1 else {})}
 
-    def _ask(self, run, request, validate, down: int) -> dict:
-        """Every client's valid answer to ``request`` (asking again whoever did not answer validly)."""
+    def _ask(self, run, request, validate, down: int, clients: list | None = None) -> dict:
+        """Every client's (of ``clients``, default all) valid answer to ``request`` (asking again whoever did not
+        answer validly)."""
         ex = Exchange([], request, validate, down_floats=down, dropout=True)
         got: dict = {}
-        missing = list(run.client_ids)
+        clients = list(run.client_ids) if clients is None else clients
+        missing = list(clients)
         for attempt in range(self.max_retries + 1):
             ex.clients = missing
             got.update(run.exchange(ex).ok)
-            missing = [c for c in run.client_ids if c not in got]
+            missing = [c for c in clients if c not in got]
             if not missing:
                 return got
             self.retries += 1
@@ -408,6 +439,8 @@ class GNStrategy(Strategy):
     def round(self, run, k):
         if self.form == "matfree":
             return self._matfree_round(run)
+        if self.trials > 1 and not self.points_expire:
+            return self._trials_round(run)
         trial = self.lm.propose()
         if self.exchange == "one" and not self.points_expire:  # loss and statistics at the trial, together
             msgs = self._gather(run, trial, True, send=True)
@@ -422,6 +455,50 @@ class GNStrategy(Strategy):
             accepted = self.lm.observe(loss, lambda: GNAggregator(True, self.form).aggregate_stats(
                 self._gather(run, trial, True), trial.numel()))
         return {"mu": self.lm.mu, "accepted": accepted}
+
+    def _trials_round(self, run):
+        """``trials`` = k > 1: one exchange carries the next k trial points LM would propose if each were rejected
+        (μ, then μ raised by the failure rule, …; computed on a shallow copy of the LM state, which propose and
+        observe only rebind); every client answers its loss and statistics at each.  The server then replays
+        LM on them in order until one is accepted — the same decisions and iterates as k one-exchange rounds,
+        and a rejected trial costs no exchange (only its statistics, in floats up)."""
+        import copy
+
+        lm = self.lm
+        trials = [lm.propose()]
+        shadow = copy.copy(lm)
+        while len(trials) < self.trials:
+            shadow.observe(float("nan"), lambda: lm.stats)  # a NaN loss is a rejection: the failure rule
+            if shadow.mu >= shadow.cfg.mu_max:
+                break
+            trials.append(shadow.propose())
+        p = trials[0].numel()
+        agg = GNAggregator(True, self.form)
+        agg.enrolled = self.enrolled
+        k = len(trials)
+
+        def validate(messages):
+            ok, bad = dict(messages), {}
+            for j in range(k):
+                good, why = agg.validate({c: _split_trials(m, j) for c, m in ok.items()}, p, trials[0].dtype)
+                bad.update({c: f"trial {j}: {reason}" for c, reason in why.items()})
+                ok = {c: ok[c] for c in good}
+            return ok, bad
+
+        msgs = self._ask(run, Request("gn_trials", {"thetas": torch.stack(trials)}, {"form": self.form}), validate,
+                         k * p, [c for c in run.client_ids if c not in self.banned])
+        accepted, used = False, 0
+        for j, trial in enumerate(trials):
+            if j > 0:
+                again = lm.propose()  # the same operations on the same state as the copy's: the same point
+                if not torch.equal(again, trial):
+                    raise RuntimeError("gn trials: a replayed LM proposal differs from the point sent")
+            sub = {c: _split_trials(m, j) for c, m in msgs.items()}
+            used = j + 1
+            accepted = lm.observe(GNAggregator.total_loss(sub), lambda: agg.aggregate_stats(sub, p))
+            if accepted or lm.mu >= lm.cfg.mu_max:
+                break
+        return {"mu": lm.mu, "accepted": accepted, "trials_used": used}
 
     def _matfree_round(self, run):
         self._run = run
@@ -541,3 +618,10 @@ def validate_products(messages, V: torch.Tensor):
         else:
             ok[cid] = msg
     return ok, bad
+
+
+def settings(r) -> str:
+    """The summary table's settings text of a gn run: the form its statistics took."""
+    o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
+    base = "matrix-free LM (CG on Σ J_mᵀJ_m v)" if o.get("form") == "matfree" else "LM on ΣH_m, Σg_m"
+    return base + (", loss then statistics" if o.get("exchange") == "two" else "")

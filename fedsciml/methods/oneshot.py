@@ -12,10 +12,13 @@ takes one damped Gauss–Newton step
 with :func:`fedsciml.core.stats.ridge_solve` (Cholesky, a clear
 ``SingularGram`` error when the fused Gram is singular).  For the linear
 residual ``r = A w − b`` at ``w = 0`` this *is* one-shot ridge fusion
-(``H = AᵀA = G``, ``g = −Aᵀb = −h``): the ridge problems carry their penalty
-σ as residual rows, so ``sigma`` here is extra damping (default 0), and the
-result equals exact federated GN's first round (whose first LM damping is 0
-for linear residuals).  Then the run stops (``stopped_by="one-shot"``).
+(``H = AᵀA = G``, ``g = −Aᵀb = −h``).  σ counts once: on a ridge problem the
+driver (``runtime/driver.py``, ``_ridge_sigma_once``) has the clients hold their
+data rows only (problem option ``penalty="server"``) and makes ``sigma`` the
+problem's σ (the method's when given), so this step adds the whole penalty; on
+any other problem ``sigma`` is extra damping (default 0) and the result equals
+exact federated GN's first round with LM damping 0.  Then the run stops
+(``stopped_by="one-shot"``).
 
 Client-side transforms (``transform``, sent in the request's config): each
 client turns its rows ``(a_i, b_i) = (J_i, −r_i)`` at θ₀ into statistics with
@@ -222,6 +225,45 @@ class NoisyStatsAggregator(Aggregator):
         return {"p": p, "h": linalg.n_upper(p)}
 
 
+def _at_least_one(value, message: str) -> int | None:
+    """``None``, or ``value`` as an int ≥ 1 (else ``ValueError(message + ", got value")``)."""
+    if value is None:
+        return None
+    if int(value) != value or int(value) < 1:
+        raise ValueError(f"{message}, got {value}")
+    return int(value)
+
+
+def _sigma_grid(cv_sigmas) -> list[float]:
+    """The CV grid of σ values, checked by the leave-one-client-out module (core.loco)."""
+    from fedsciml.core.loco import _as_sigmas
+
+    return [float(x) for x in _as_sigmas(cv_sigmas, torch.zeros(1, dtype=torch.float64))]
+
+
+def _refuse_combinations(dp, cv_sigmas, form: str, screen, fit_intercept: bool) -> None:
+    """The option combinations one-shot does not offer, each refused in one line saying why."""
+    central = dp is not None and dp["central"] and dp["epsilon"] != math.inf
+    if cv_sigmas is not None and central:
+        raise ValueError("leave-one-client-out CV needs each client's statistics, which central DP (secure "
+                         "aggregation) hides from the server; give sigma directly or use local DP")
+    if form == "sqrt" and dp is not None:
+        raise ValueError("DP noise is added to the Gram form of the statistics; use form='gram' with DP")
+    if screen is not None and dp is not None:
+        raise ValueError("the influence screen compares exact statistics; with DP noise every client's "
+                         "statistics are perturbed on purpose (use robust options without DP)")
+    if not fit_intercept:
+        return
+    if form == "sqrt":
+        raise ValueError("fit_intercept sends centered statistics (Gram form); leave form auto or gram")
+    if screen is not None:
+        raise ValueError("the influence screen compares Gauss–Newton statistics; it is not offered with "
+                         "fit_intercept")
+    if dp is not None and cv_sigmas is not None:
+        raise ValueError("under DP the intercept is an unpenalized constant column, which leave-one-client-"
+                         "out CV would penalize: give sigma with fit_intercept and DP")
+
+
 class OneShotStrategy(Strategy):
     """One exchange of GN statistics, one fused step (see the module docstring).
 
@@ -255,55 +297,32 @@ class OneShotStrategy(Strategy):
         if dp is not None and not isinstance(dp, dict):  # a DPConfig
             dp = dataclasses.asdict(dp)
         self.dp = None if dp is None else dataclasses.asdict(_dp_config(dp))  # validated, plain values
-        if project is not None and (int(project) != project or int(project) < 1):
-            raise ValueError(f"projection dimension must be a positive integer, got {project}")
+        self.project = _at_least_one(project, "projection dimension must be a positive integer")
         if sketch not in SKETCHES:
             raise ValueError(f"unknown sketch {sketch!r}; allowed: {', '.join(SKETCHES)}")
-        self.project = None if project is None else int(project)
         self.sketch, self.seed, self.repair = sketch, int(seed), bool(repair)
-        if cv_sigmas is not None:
-            from fedsciml.core.loco import _as_sigmas
-
-            cv_sigmas = [float(x) for x in _as_sigmas(cv_sigmas, torch.zeros(1, dtype=torch.float64))]
-            if self.dp is not None and self.dp["central"] and self.dp["epsilon"] != float("inf"):
-                raise ValueError("leave-one-client-out CV needs each client's statistics, which central DP (secure "
-                                 "aggregation) hides from the server; give sigma directly or use local DP")
-        self.cv_sigmas = cv_sigmas
-        # said once the fusion has happened (aggregate_round), so that a run refused by a check below or by a
-        # site prints its one line, not this one beside it
-        self._trusts_server = bool(self.dp is not None and self.dp["central"] and self.dp["epsilon"] != math.inf
-                                   and not secure_sum)
+        self.cv_sigmas = None if cv_sigmas is None else _sigma_grid(cv_sigmas)
         if form not in ("auto", "gram", "sqrt"):
             raise ValueError(f"one-shot message form must be auto, gram or sqrt, got {form!r}")
-        if form == "sqrt" and self.dp is not None:
-            raise ValueError("DP noise is added to the Gram form of the statistics; use form='gram' with DP")
-        self.form = form
         if screen is not None and not screen > 1:
             raise ValueError(f"the influence screen's κ must be > 1, got {screen}")
-        if screen is not None and self.dp is not None:
-            raise ValueError("the influence screen compares exact statistics; with DP noise every client's "
-                             "statistics are perturbed on purpose (use robust options without DP)")
+        _refuse_combinations(self.dp, self.cv_sigmas, form, screen, bool(fit_intercept))
+        self.form = form
         self.screen = None if screen is None else float(screen)
-        self.screened: list = []
         self.fit_intercept = bool(fit_intercept)
+        self.min_survivors = _at_least_one(min_survivors, "dp_min_survivors must be an integer ≥ 1")
+        self.max_rows = _at_least_one(max_rows, "dp_max_rows must be an integer ≥ 1")  # central DP: a site with more rows refuses
+        # said once the fusion has happened (aggregate_round), so that a run refused by a check or by a site
+        # prints its one line, not this one beside it
+        self._trusts_server = self._central() and not secure_sum
+        self._init_state()
+
+    def _init_state(self) -> None:
+        """What the run fills in: the screen's rejections, the intercept, the fusion's sums, θ, the noise record."""
+        self.screened: list = []
         self.intercept = 0.0
-        if self.fit_intercept:
-            if form == "sqrt":
-                raise ValueError("fit_intercept sends centered statistics (Gram form); leave form auto or gram")
-            if screen is not None:
-                raise ValueError("the influence screen compares Gauss–Newton statistics; it is not offered with "
-                                 "fit_intercept")
-            if self.dp is not None and self.cv_sigmas is not None:
-                raise ValueError("under DP the intercept is an unpenalized constant column, which leave-one-client-"
-                                 "out CV would penalize: give sigma with fit_intercept and DP")
-        if min_survivors is not None and (int(min_survivors) != min_survivors or int(min_survivors) < 1):
-            raise ValueError(f"dp_min_survivors must be an integer ≥ 1, got {min_survivors}")
-        self.min_survivors = None if min_survivors is None else int(min_survivors)
         self._shares = 0  # central DP: t, sized when the round is configured (size_noise_shares)
-        if max_rows is not None and (int(max_rows) != max_rows or int(max_rows) < 1):
-            raise ValueError(f"dp_max_rows must be an integer ≥ 1, got {max_rows}")
-        self.max_rows = None if max_rows is None else int(max_rows)  # central DP: a site with more rows refuses
-        self._form = "gram" if form == "auto" else form  # resolved in configure_round
+        self._form = "gram" if self.form == "auto" else self.form  # resolved in configure_round
         self._sums = None  # (clients, packed ΣH, Σg) of the validated round (exact Gram form), reused by the fusion
         self.theta = None
         # under DP nothing but the noised statistics may leave a site: the loop must not ask the sites for their
@@ -691,3 +710,16 @@ def _answer_stats(client, request, pre, deadline):
 
 register_handler(Client, "oneshot_stats", _answer_stats,
                  lambda batch, req: batch.residuals_and_jacobians(req.tensors["theta"]))
+
+
+def settings(r) -> str:
+    """The summary table's settings text of a one-shot run: σ as used (the CV's choice when a grid chose it)."""
+    ex = r.extra if isinstance(r.extra, dict) else {}
+    sigma = ex.get("sigma_used", r.options.get("sigma"))
+    text = f"one fused step on ΣH_m, Σg_m, σ={sigma:g}" if isinstance(sigma, (int, float)) else \
+        f"one fused step on ΣH_m, Σg_m, σ={sigma}"
+    if r.options.get("cv_sigmas") is not None or ex.get("cv_sigmas") is not None:
+        text += " (leave-one-client-out CV)"
+    if r.options.get("dp_epsilon") is not None:
+        text += f", DP ε={r.options.get('dp_epsilon')}" + (" central" if r.options.get("dp_central") else "")
+    return text

@@ -287,10 +287,21 @@ def run_sgd_averaging(problem, objectives, theta0, evaluate, config: SGDAveragin
     return w, rows, info
 
 
+def settings(r) -> str:
+    """The summary table's settings text of a fedavg-sgd run (options are the run's own: no strategy record)."""
+    ro = r.options
+    parts = [f"local SGD {ro.get('local_epochs')} epochs, batch {ro.get('batch_size')}, lr={ro.get('lr')}"]
+    if ro.get("mu"):
+        parts.append(f"μ={ro.get('mu')} (FedProx)")
+    if ro.get("dp_epsilon") is not None:
+        parts.append(f"DP ε={ro.get('dp_epsilon')}, δ={ro.get('dp_delta')}")
+    return ", ".join(parts)
+
+
 if "fedavg-sgd" not in METHODS:  # importing twice (reload) registers nothing twice
     register_method("fedavg-sgd", SGDAveragingConfig, run_sgd_averaging,
                     "FedAvg with local minibatch SGD on ridge clients (FedProx: mu > 0, DP-FedAvg: dp_epsilon); "
-                    "the ridge baselines", kinds=("ridge",))
+                    "the ridge baselines", kinds=("ridge",), settings=settings)
 
 
 def _data_rows(data, evaluate=None):

@@ -32,7 +32,7 @@ import torch
 
 from fedsciml.options import MethodConfig
 from fedsciml.runtime.memory import available_memory
-from fedsciml.runtime.results import Result, jsonable
+from fedsciml.runtime.results import Result, jsonable, register_settings
 
 
 #: The kinds of :class:`fedsciml.problems.Problem` (``Problem.kind``): what ``solve`` runs.
@@ -119,9 +119,11 @@ def _check_config_class(name: str, config) -> None:
 
 def register_method(name: str, config: type[MethodConfig], runner: str | Callable, description: str = "", *,
                     federated: bool = True, replace: bool = False,
-                    kinds: tuple[str, ...] = PROBLEM_KINDS) -> MethodSpec:
+                    kinds: tuple[str, ...] = PROBLEM_KINDS, settings: str | Callable | None = None) -> MethodSpec:
     """Add a solve method: its typed configuration class, its runner and a one-line description.  It applies
-    to every problem kind, or to ``kinds`` (problem kinds; e.g. the ridge SGD baselines: ``("ridge",)``)."""
+    to every problem kind, or to ``kinds`` (problem kinds; e.g. the ridge SGD baselines: ``("ridge",)``).
+    ``settings``: its runs' settings text in the summary table, ``fn(result) -> str`` or ``"module:function"``
+    (:func:`fedsciml.runtime.results.register_settings`; default: the local solver, where the run has one)."""
     _check_config_class(name, config)
     if name in METHODS and not replace:
         raise ValueError(f"a method named {name!r} is already registered; pass replace=True")
@@ -130,6 +132,8 @@ def register_method(name: str, config: type[MethodConfig], runner: str | Callabl
                          f"other kinds are added with add_kind")
     spec = MethodSpec(name, config, runner, description, federated, tuple(kinds))
     METHODS[name] = spec
+    if settings is not None:
+        register_settings(name, settings)
     return spec
 
 
@@ -174,17 +178,35 @@ def kind_error(spec: MethodSpec, kind: str) -> str:
 
 
 DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Connect:
+    """An engine that only carries messages: ``connect(job, clients) -> Transport`` reaches ``clients`` clients
+    that build their own data from ``job`` (``{"problem", "options", "clients", "seed", "device", "threads"}``)
+    and said what the server may know of it (``transport.described``: ``{cid: {"n", "p", "linear"}}``,
+    :mod:`fedsciml.runtime.remote`); :func:`run` runs the method with that transport — the run is the driver's.
+    The transport's ``close()``, where it has one, is called when the run ends."""
+
+    connect: Callable
+
+
 # Who carries the clients' messages: ``local`` (this process, the runtime's own transports) and whatever
-# :mod:`fedsciml.engines` registers (``flower``).  An engine is ``fn(problem, method, *, clients, seed, device,
-# progress, **options) -> Result`` running the same strategy and round loop with its own transport.
-ENGINES: dict[str, Callable | None] = {"local": None}
+# :mod:`fedsciml.engines` registers: a :class:`Connect` (``processes``: a process per client), or a whole run
+# ``fn(problem, method, *, clients, seed, device, progress, **options) -> Result`` (``flower``: Flower's
+# simulation engine runs the App, whose ServerApp runs the method with a Flower transport).
+ENGINES: dict[str, Callable | Connect | None] = {"local": None}
 
 
-def register_engine(name: str, solve_fn: Callable, *, replace: bool = False) -> None:
-    """Add an engine (see :data:`ENGINES`)."""
+def register_engine(name: str, solve_fn: Callable | None = None, *, connect: Callable | None = None,
+                    replace: bool = False) -> None:
+    """Add an engine (see :data:`ENGINES`): ``connect(job, clients) -> Transport`` (:class:`Connect`; a new
+    engine is one file with this function), or a whole run ``solve_fn``."""
+    if (solve_fn is None) == (connect is None):
+        raise TypeError(f"engine {name!r}: give its connect(job, clients) or its solve function, one of them")
     if name in ENGINES and not replace:
         raise ValueError(f"an engine named {name!r} is already registered; pass replace=True")
-    ENGINES[name] = solve_fn
+    ENGINES[name] = Connect(connect) if connect is not None else solve_fn
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -399,6 +421,9 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
     problem, config = _ridge_sigma_once(problem, method, config)
     n_clients = problem.default_clients if clients is None else clients
     extra = None if memory is None else memory(problem, n_clients, config)
+    if isinstance(ENGINES[engine], Connect) and not spec.federated:
+        raise ValueError(f"method {method!r} pools the clients' data in this process; engine {engine!r} carries "
+                         f"federated methods' messages only")
     if engine != "local":
         if runtime:
             raise ValueError(f"engine {engine!r} brings its own transport; do not give one")
@@ -455,13 +480,15 @@ def run(p: Plan) -> Result:
 
 
 def _run_plan(p: Plan) -> Result:
+    engine = ENGINES[p.engine]
+    if isinstance(engine, Connect):
+        return _run_connected(p, engine.connect)
     if p.engine != "local":  # the same strategy and round loop; the engine's transport carries the messages
         opts = p.config.to_dict()
         opts.pop("transport", None)
-        engine = ENGINES[p.engine]
         assert engine is not None  # "local" is the only engine without a function, and it runs below
         return engine(p.problem, p.method, clients=p.clients, seed=p.seed, device=p.device_arg,
-                                 progress=p.progress, **opts)
+                      progress=p.progress, **opts)
     problem, dev = p.problem, p.device
     clients = problem.default_clients if p.clients is None else p.clients
     from fedsciml.runtime.checks import check_objectives
@@ -475,14 +502,53 @@ def _run_plan(p: Plan) -> Result:
                                p.config, seed=p.seed,
                                progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
     wall = time.perf_counter() - t0
+    return _result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
+
+
+def _run_connected(p: Plan, connect: Callable) -> Result:
+    """The run of a :class:`Connect` engine: the clients build their own data from the job; this process holds
+    their sizes (:func:`fedsciml.runtime.remote.remote_objectives`), θ and the strategy."""
+    from fedsciml.runtime.remote import remote_objectives
+
+    problem, dev = p.problem, p.device
+    clients = problem.default_clients if p.clients is None else p.clients
+    job = {"problem": problem.name, "options": dict(problem.options), "clients": int(clients), "seed": p.seed,
+           "device": "cpu", "threads": torch.get_num_threads()}
+    transport = connect(job, clients)
+    try:
+        objectives = remote_objectives(transport)
+        if hasattr(problem, "client_data"):  # the ridge zoo draws its test set with the split (as on Flower)
+            torch.manual_seed(p.seed)
+            problem.client_data(clients, seed=p.seed)
+        torch.manual_seed(p.seed)
+        theta0 = problem.init_params(p.seed, device=dev)
+        for c, o in zip(transport.client_ids, objectives):
+            if o.n_params != theta0.numel():
+                raise ValueError(f"client {c}: its objective has {o.n_params} parameters, the model {theta0.numel()}")
+        t0 = time.perf_counter()
+        theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
+                                   progress=p.progress, every=p.every, transport=transport)
+        wall = time.perf_counter() - t0
+    finally:
+        close = getattr(transport, "close", None)
+        if callable(close):
+            close()
+    info["engine"] = {"name": p.engine}
+    return _result(p, clients, theta, rows, info, wall, {})
+
+
+def _result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metrics: dict) -> Result:
+    """The one :class:`Result` of a run: the last loss, the problem's evaluation of θ (with a one-shot
+    ``fit_intercept`` model's intercept), ``metrics``, and the record of the options (``config.to_dict()``)."""
+    problem = p.problem
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}
     final.update(problem.evaluate(theta, intercept=info["intercept"]) if "intercept" in info
-                 else problem.evaluate(theta))  # a one-shot fit_intercept model is (θ, intercept)
-    final.update(problem.final_metrics(theta, objectives))
+                 else problem.evaluate(theta))
+    final.update(metrics)
     return Result(
         problem=problem.name, method=p.method, options=_options(problem, p.config), seed=p.seed,
-        device=str(dev), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
+        device=str(p.device), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
         clients=int(clients), solver_seconds=wall, final=final, history=rows, extra=jsonable(info), theta=theta,
     )
 

@@ -125,16 +125,28 @@ def _depth(obj, limit: int) -> int:
     return depth
 
 
-def read_json_bounded(path: str, what: str, limit: int = MAX_META_BYTES, depth: int = MAX_META_DEPTH):
+def _infinity_only(name: str) -> float:
+    if name == "Infinity":
+        return float("inf")
+    if name == "-Infinity":
+        return float("-inf")
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_json_bounded(path: str, what: str, limit: int = MAX_META_BYTES, depth: int = MAX_META_DEPTH,
+                      infinity: bool = False):
     """A small JSON file read with bounds: a regular file of at most ``limit`` bytes, UTF-8, nesting at most
     ``depth``, finite numbers only (no ``NaN``/``Infinity``/``1e400``); every failure a :class:`ModelFileError`
-    naming the file."""
+    naming the file.  ``infinity``: ``Infinity``/``-Infinity`` (as Python's ``json.dump`` writes ``inf``) are
+    read as ±inf — a jobs file's ``dp_epsilon=inf`` is a value the options' own ranges then check; NaN and
+    out-of-range literals stay refused."""
     _regular_file(path, what, limit)
     try:
         with open(path, "rb") as f:
             raw = f.read(limit + 1)
         text = raw.decode("utf-8")
-        val = json.loads(text, parse_float=_finite_float, parse_constant=_refuse_constant)
+        val = json.loads(text, parse_float=_finite_float,
+                         parse_constant=_infinity_only if infinity else _refuse_constant)
     except RecursionError:
         raise ModelFileError(f"{path!r} nests deeper than {depth} levels; a {what} is flat") from None
     except UnicodeDecodeError as e:

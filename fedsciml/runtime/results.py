@@ -319,42 +319,37 @@ class Result:
 # --- the summary table ----------------------------------------------------------------------------
 
 
-def method_settings(r: Result) -> str:
-    """Short settings of a run for the table (local solver, rank, ...)."""
+#: ``{method: fn(result) -> str}``: each method's settings text for the summary table, registered by the method
+#: itself (:func:`register_settings`, or ``register_method(..., settings=fn)``); ``"module:function"`` is imported
+#: on first use.  The runtime names no method: a method without one gets :func:`local_settings`.
+SETTINGS: dict[str, Any] = {}
+
+
+def register_settings(method: str, fn) -> None:
+    """The settings text of ``method``'s runs: ``fn(result) -> str`` or ``"module:function"``."""
+    SETTINGS[method] = fn
+
+
+def local_settings(r: Result) -> list[str]:
+    """The local solver of a run, from its strategy record (``extra["options"]``): ``local GN`` or ``local adam
+    τ=… lr=…``; nothing for a run without one."""
     o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
-    if r.method == "centralized":
-        return f"pooled data, {r.options.get('optimizer', 'lm')}"
-    if r.method == "gn":
-        base = "matrix-free LM (CG on Σ J_mᵀJ_m v)" if o.get("form") == "matfree" else "LM on ΣH_m, Σg_m"
-        return base + (", loss then statistics" if o.get("exchange") == "two" else "")
-    if r.method == "one-shot":  # σ as used: the CV's choice when a grid chose it
-        ex = r.extra if isinstance(r.extra, dict) else {}
-        sigma = ex.get("sigma_used", r.options.get("sigma"))
-        text = f"one fused step on ΣH_m, Σg_m, σ={sigma:g}" if isinstance(sigma, (int, float)) else \
-            f"one fused step on ΣH_m, Σg_m, σ={sigma}"
-        if r.options.get("cv_sigmas") is not None or ex.get("cv_sigmas") is not None:
-            text += " (leave-one-client-out CV)"
-        if r.options.get("dp_epsilon") is not None:
-            text += f", DP ε={r.options.get('dp_epsilon')}" + (" central" if r.options.get("dp_central") else "")
-        return text
-    parts = []
-    if r.method == "fipa":
-        parts.append("full H_m" if o.get("rank") == 0 else f"rank {o.get('rank')}" + (" adaptive" if o.get("adaptive") else ""))
-        parts.append(f"merge {o.get('merge')}")
     if o.get("local") == "gn":
-        parts.append("local GN")
-    elif o.get("local"):
-        parts.append(f"local adam τ={o.get('local_steps')} lr={o.get('lr')}")
-    if r.method == "fedprox":
-        parts.append(f"μ={o.get('mu')}")
-    if r.method == "fedavg-sgd":  # the ridge SGD baselines: options are the run's own (no strategy summary)
-        ro = r.options
-        parts.append(f"local SGD {ro.get('local_epochs')} epochs, batch {ro.get('batch_size')}, lr={ro.get('lr')}")
-        if ro.get("mu"):
-            parts.append(f"μ={ro.get('mu')} (FedProx)")
-        if ro.get("dp_epsilon") is not None:
-            parts.append(f"DP ε={ro.get('dp_epsilon')}, δ={ro.get('dp_delta')}")
-    return ", ".join(parts)
+        return ["local GN"]
+    if o.get("local"):
+        return [f"local adam τ={o.get('local_steps')} lr={o.get('lr')}"]
+    return []
+
+
+def method_settings(r: Result) -> str:
+    """Short settings of a run for the table (local solver, rank, ...): its method's text (:data:`SETTINGS`)."""
+    fn = SETTINGS.get(r.method)
+    if isinstance(fn, str):
+        import importlib
+
+        module, _, attr = fn.partition(":")
+        fn = SETTINGS[r.method] = getattr(importlib.import_module(module), attr)
+    return fn(r) if fn is not None else ", ".join(local_settings(r))
 
 
 def summary_lines(results: Sequence[Result]) -> list[str]:

@@ -27,10 +27,15 @@ relative L2 error each run had reached at the ``--checkpoints``:
   - ``wandb``: imported at the top of ``train.py`` and used only with ``--wandb``, which is never passed; the
     driver gives it an empty module (the pinned wandb 0.16.3 does not import with numpy ≥ 2).
 
-* ``fedsciml:NAME`` — ``python -m fedsciml solve PROBLEM --preset EXP ... --threads 1 --clock cpu --budget B
-  --json F`` (the path users run), where NAME is one of :data:`FEDSCIML_RUNS`: ``lm`` (centralized
-  Levenberg–Marquardt, automatic form), ``gn`` (federated Gauss–Newton, 4 clients: floats per round and
-  exchanges from the JSON), ``matfree`` (centralized LM, matrix-free CG solve), ``gn-matfree``.
+* ``fedsciml:NAME`` — ``python -m fedsciml solve PROBLEM --preset EXP ... --device cpu --threads 1 --clock cpu
+  --budget B --json F`` (the path users run; the zoo's presets state the authors' problems), where NAME is one
+  of :data:`FEDSCIML_RUNS`: ``lm`` (centralized Levenberg–Marquardt, automatic form), ``gn`` (federated
+  Gauss–Newton, 4 clients sharing the experiment's points: floats per round and exchanges from the JSON),
+  ``kfac`` / ``gn-kfac`` (the matrix-free solve preconditioned by K-FAC for PINNs), ``matfree`` /
+  ``gn-matfree`` (the matrix-free solve with the Nyström preconditioner).
+
+Both sides run on the CPU only (``CUDA_VISIBLE_DEVICES`` empty: their ``train.py`` takes CUDA whenever it is
+there).
 
 Each child's peak resident memory and total CPU come from ``os.wait4`` on that child (its own
 ``ru_maxrss``/``ru_utime + ru_stime``; ``getrusage(RUSAGE_CHILDREN)`` would mix the children that run at
@@ -42,8 +47,9 @@ The value at a checkpoint t is the last evaluation at or before t solver CPU sec
 reached within t; its own time is in the ``at_s`` column) — never interpolated.
 
 Output: ``--csv`` (one row per experiment × run × checkpoint), ``--md`` (the record: command, commits, machine,
-load, the table) and, with ``--docs FILE``, the table written into FILE between the markers
-``<!-- anchors-table:begin -->`` and ``<!-- anchors-table:end -->``.
+load, the table; both rewritten after each finished run) and, with ``--docs FILE``, the table written into FILE
+between the markers ``<!-- anchors-table:begin -->`` and ``<!-- anchors-table:end -->``.  ``--render CSV``
+runs nothing and renders a CSV written elsewhere (e.g. on another machine) into the table and ``--docs``.
 
 The authors' side needs their checkout (``--anchors-dir``: the folder holding ``kfac_pinns_exp/train.py``)
 and a Python with their dependencies (``--authors-python``, default this one): torch, numpy, einops,
@@ -265,8 +271,9 @@ class Job:
 
 def child_env(extra_path: str | None = None) -> dict:
     env = dict(os.environ)
+    # CPU only: their train.py takes CUDA whenever it is there, and the comparison is CPU seconds at one thread
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", WANDB_MODE="disabled",
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
     if extra_path:
         env["PYTHONPATH"] = os.pathsep.join([extra_path] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
@@ -295,7 +302,8 @@ def plan(exps, runs, budget, checkpoints, out: Path, anchors_dir, authors_python
                     method = (*method, "--n-interior", str(split[0]), "--n-boundary", str(split[1]))
                     note = f"{k} clients × {split[0]} + {split[1]} points"
                 cmd = [python, "-m", "fedsciml", "solve", exp.problem, *exp.options, *method,
-                       "--threads", "1", "--clock", "cpu", "--budget", f"{budget:g}", "--seed", str(seed),
+                       "--device", "cpu", "--threads", "1", "--clock", "cpu", "--budget", f"{budget:g}",
+                       "--seed", str(seed),
                        "--json", str(js), "--quiet"]
                 jobs.append(Job(e, r, cmd, child_env(), log, js, note=note))
                 continue
@@ -429,7 +437,7 @@ def collect(job: Job, checkpoints) -> list[dict]:
     info: dict = {}
     status = "ok" if job.result.get("rc") == 0 else f"failed (exit {job.result.get('rc')})"
     if job.result.get("killed"):
-        status = "killed at the wall-clock timeout"
+        status = f"killed at the wall-clock timeout ({job.result.get('wall_s', 0):.0f} s)"
     try:
         if job.side == "fedsciml":
             info = parse_fedsciml_json(job.json_out) if job.json_out and job.json_out.exists() else {}
@@ -440,7 +448,8 @@ def collect(job: Job, checkpoints) -> list[dict]:
     if not info.get("evals") and status == "ok":
         status = "no evaluation recorded"
     if status != "ok":
-        tail = job.log.read_text().strip().splitlines()[-1:] if job.log.exists() else []
+        tail = [ln for ln in (job.log.read_text().strip().splitlines() if job.log.exists() else [])
+                if not ln.startswith("$ ")][-1:]  # the child's last line, not the command the log starts with
         status += (": " + tail[0][:200]) if tail else ""
     base.update(status=status, n_params=info.get("n_params"), steps=info.get("steps"),
                 floats_per_round=info.get("floats_per_round"), exchanges=info.get("exchanges"),
@@ -514,11 +523,15 @@ def machine() -> dict:
 
 
 def git_commit(path) -> str:
+    """The checkout's commit, with ``+dirty`` when tracked files differ from it."""
     try:
-        return subprocess.run(["git", "-C", str(path), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+        head = subprocess.run(["git", "-C", str(path), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+    return head + ("+dirty" if dirty else "")
 
 
 def anchors_commit(anchors_dir) -> str:
@@ -555,6 +568,22 @@ def record(rows, checkpoints, meta: dict) -> str:
         best_lines(rows, checkpoints) or "(no experiment had both sides' results)",
         "",
     ])
+
+
+_NUMERIC = {"n_params": int, "checkpoint_s": float, "rel_l2": float, "at_s": float, "step_at": int, "steps": int,
+            "peak_rss_mb": float, "child_cpu_s": float, "wall_s": float, "floats_per_round": float,
+            "exchanges": int, "rc": int}
+
+
+def read_csv(path) -> list[dict]:
+    """The rows of a CSV this script wrote, numbers as numbers (empty cells ``None``)."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        for k, t in _NUMERIC.items():
+            v = r.get(k)
+            r[k] = None if v in (None, "") else t(float(v)) if t is int else t(v)
+    return rows
 
 
 def write_docs(path, text: str):
@@ -601,7 +630,11 @@ def parse_args(argv=None):
     ap.add_argument("--md", default=None, help="markdown record (default <out>/anchors.md)")
     ap.add_argument("--docs", default=None, help="also write the table into this file between its markers")
     ap.add_argument("--seed", type=int, default=0, help="fedsciml's --seed (the authors' seeds are their runs')")
+    ap.add_argument("--render", default=None, metavar="CSV", help="run nothing: print the table of a CSV this "
+                    "script wrote (and write it into --docs)")
     a = ap.parse_args(argv)
+    if a.render:
+        return a
     a.exps = _names(a.exps, list(EXPERIMENTS), "exps")
     allowed = [f"fedsciml:{n}" for n in FEDSCIML_RUNS] + [f"authors:{n}" for n in AUTHORS_RUNS]
     a.runs = _names(a.runs, allowed, "runs")
@@ -649,6 +682,14 @@ def authors_versions(a) -> str:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    if a.render:
+        rows = read_csv(a.render)
+        checkpoints = sorted({r["checkpoint_s"] for r in rows})
+        text = table(rows, checkpoints)
+        if a.docs:
+            write_docs(a.docs, text)
+        print(text + "\n\n" + best_lines(rows, checkpoints))
+        return 0
     preflight(a)
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     out = Path(a.out or ROOT / "runs" / f"anchors-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -667,6 +708,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     csv_path, md_path = Path(a.csv or out / "anchors.csv"), Path(a.md or out / "anchors.md")
     versions = authors_versions(a)
+    commit = git_commit(ROOT)  # at the start: the code the children run (a checkout changed mid-run would mix)
     finished: set[int] = set()
 
     def write(final: bool):
@@ -679,7 +721,7 @@ def main(argv=None) -> int:
             w.writerows(rows)
         meta = {"command": shlex.join(["python", "scripts/bench/anchors.py",
                                        *(sys.argv[1:] if argv is None else argv)]),
-                "commit": git_commit(ROOT), "anchors_commit": anchors_commit(a.anchors_dir) if a.anchors_dir else "—",
+                "commit": commit, "anchors_commit": anchors_commit(a.anchors_dir) if a.anchors_dir else "—",
                 "machine": machine(), "python": a.python, "authors_python": a.authors_python,
                 "authors_versions": versions, "load_start": load[0], "load_max": max(load),
                 "load_end": os.getloadavg()[0], "jobs": a.jobs, "started": started,

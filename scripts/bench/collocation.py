@@ -30,6 +30,7 @@ SCHEDULES = {
     "minibatch-fixed-damping": "--n-interior 400 --n-boundary 10 --resample 1 --momentum 0.9 --lm-damping fixed "
                                "--lm-mu 3 --step-decay 100",
     "grow": "--n-interior 400 --n-boundary 10 --resample 1 --grow 1.5 --grow-every 20 --grow-cap 20000",
+    "grow-fast": "--n-interior 400 --n-boundary 10 --resample 1 --grow 1.5 --grow-every 10 --grow-cap 20000",
     "grow-average": "--n-interior 400 --n-boundary 10 --resample 1 --grow 1.5 --grow-every 20 --grow-cap 20000 "
                     "--average 0.9",
 }

@@ -43,18 +43,21 @@ run() { # name timeout cmd...
   return 0
 }
 if [ "$QUICK" = 1 ]; then
+  # the dry run checks the script, not the speed: generous timeouts (a loaded CPU imports torch slowly)
   BUDGET=1; NI=400; NB=50; TB=4; TARGET_NI=${TARGET_NI:-200}; CAP=${CAP:-2000}; KEXPR="device_is_the_one or chunked or form_choice or fusion"
+  T1=900; T2=900; T3=900
 else
   BUDGET=12; NI=20000; NB=200; TB=120; TARGET_NI=${TARGET_NI:-4000}; CAP=${CAP:-400000}; KEXPR=""
+  T1=110; T2=150; T3=170  # main's (the lead's) per-step timeouts
 fi
 GPU_TEST_ENV=""; [ "$DEVICE" = cpu ] && GPU_TEST_ENV="FEDSCIML_GPU_TEST_DEVICE=cpu"
 # 1. the exact invariants on the device
-run pytest_gpu 110 env $GPU_TEST_ENV $S -m pytest -q -m gpu -p no:cacheprovider --rootdir "$ROOT" "$ROOT/tests/test_gpu.py" ${KEXPR:+-k "$KEXPR"} --junitxml "$OUT/json/pytest_gpu.xml"
+run pytest_gpu $T1 env $GPU_TEST_ENV $S -m pytest -q -m gpu -p no:cacheprovider --rootdir "$ROOT" "$ROOT/tests/test_gpu.py" ${KEXPR:+-k "$KEXPR"} --junitxml "$OUT/json/pytest_gpu.xml"
 # 2. the form choice: auto's picks and why; steps/s of auto and of each forced form (BUDGET s each)
-run forms 150 $S "$ROOT/scripts/bench/gpu_forms.py" --device "$DEVICE" --budget $BUDGET --n-interior $NI --n-boundary $NB --out "$OUT/json/forms.json"
+run forms $T2 $S "$ROOT/scripts/bench/gpu_forms.py" --device "$DEVICE" --budget $BUDGET --n-interior $NI --n-boundary $NB --out "$OUT/json/forms.json"
 # 3. Π sin d = 5 ≤ 1e-4 within 120 s: centralized LM, points drawn afresh every step and growing (docs/guide/scale.md)
 TARGET_ARGS=${TARGET_ARGS:-"--resample 1 --grow 1.5 --grow-every 20 --grow-cap $CAP --n-interior $TARGET_NI"}
-run target 170 $S -m fedsciml solve poisson --dim 5 $TARGET_ARGS --budget $TB --device "$DEVICE" --json "$OUT/json/target.json" --quiet
+run target $T3 $S -m fedsciml solve poisson --dim 5 $TARGET_ARGS --budget $TB --device "$DEVICE" --json "$OUT/json/target.json" --quiet
 say done
 $S - "$OUT/json" <<'PY' 2>&1 | tee "$OUT/summary.txt"
 import json, os, sys, xml.etree.ElementTree as ET

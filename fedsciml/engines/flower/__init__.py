@@ -1,6 +1,6 @@
 """Flower as a transport of fedsciml's runtime (optional: ``pip install ".[flower]"``).
 
-fedsciml's own strategies and round loop (:mod:`fedsciml.federated`) drive
+fedsciml's own strategies and round loop (:mod:`fedsciml.methods`, :mod:`fedsciml.runtime.loop`) drive
 the run; Flower only carries the plain-data requests and replies
 (:class:`~fedsciml.runtime.transport.Request`,
 :class:`~fedsciml.runtime.transport.Reply`) between a ``ServerApp`` and the

@@ -64,6 +64,7 @@ from fedsciml.engines.flower.resultio import write_result
 from fedsciml.engines.flower.runconfig import RUN_CONFIG_KEYS, job_from_run_config, jobs_of  # noqa: F401
 from fedsciml.engines.flower.transport import DESCRIBE, FlowerTransport, medians_by_query, stderr_log
 from fedsciml.core.objective import LeastSquares, LinearLeastSquares
+from fedsciml.runtime.remote import remote_objectives
 from fedsciml.problems.table import table_objective  # noqa: F401  (a node's own table: CSV or npz)
 
 _CACHE: "OrderedDict[str, object]" = OrderedDict()
@@ -169,9 +170,11 @@ def _file_options(cls) -> list[str]:
 def _job_problem(job: dict, limits: dict):
     """The job's zoo problem, built only after its file options were checked against this node's ``data_dirs``."""
     from fedsciml.problems import get_problem
-    from fedsciml.problems.registry import REGISTRY
+    from fedsciml.problems.registry import REGISTRY, load_entry_points
 
     name, opts = job.get("problem"), job.get("options", {})
+    if isinstance(name, str) and name not in REGISTRY:
+        load_entry_points()  # the node's own installed problem plugins (a user's PDE package), never the job's code
     if not isinstance(name, str) or name not in REGISTRY:
         raise BadJob(f"the job's problem {name!r} is not one this node knows")
     if not isinstance(opts, dict):
@@ -392,32 +395,6 @@ def _make_client_app():
 
 
 # --- the server side -----------------------------------------------------------------------
-
-
-class RemoteObjective(LeastSquares):
-    """What the server knows of a node's objective: its sizes (the data stay on the node)."""
-
-    def __init__(self, n: int, p: int):
-        self._n, self.n_params = int(n), int(p)
-
-    @property
-    def n_residuals(self) -> int:
-        return self._n
-
-    def residual(self, theta):
-        raise RuntimeError("a Flower node's data never leave it: ask the node through the transport")
-
-
-class RemoteLinearObjective(RemoteObjective, LinearLeastSquares):
-    """A remote objective whose residual is linear (so ``default_tau`` picks the undamped first step)."""
-
-
-def remote_objectives(transport: FlowerTransport) -> list:
-    out = []
-    for c in transport.client_ids:
-        d = transport.described[c]
-        out.append((RemoteLinearObjective if d.get("linear") else RemoteObjective)(d["n"], d["p"]))
-    return out
 
 
 def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, device="cpu", progress: bool = False,

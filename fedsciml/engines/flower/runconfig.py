@@ -93,7 +93,7 @@ def read_jobs(path: str) -> list:
     from fedsciml.runtime.modelio import ModelFileError, read_json_bounded
 
     try:
-        jobs = read_json_bounded(path, "jobs file", MAX_JOBS_BYTES)
+        jobs = read_json_bounded(path, "jobs file", MAX_JOBS_BYTES, infinity=True)
     except ModelFileError as e:
         raise RunConfigError(f"run config jobs: {e}") from None
     if not isinstance(jobs, list) or not jobs or not all(isinstance(j, dict) for j in jobs):

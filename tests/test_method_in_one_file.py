@@ -1,0 +1,55 @@
+"""A new federated method is one file (examples/fedavg_lr_schedule.py: FedAvg with a server learning-rate schedule)
+plus this test: registered by loading the file, run by the driver from Python and from the command line, its
+settings text in the summary table — nothing else edited."""
+import pytest
+import torch
+
+import fedsciml as fs
+from fedsciml.cli import main
+from fedsciml.runtime.driver import METHODS
+from fedsciml.runtime.results import SETTINGS
+
+from _examples import EXAMPLES, load_example
+
+SMALL = dict(clients=2, problem_options={"n_interior": 40}, local_steps=5)
+
+
+@pytest.fixture
+def decay():
+    mod = load_example("fedavg_lr_schedule", "fedavg_lr_schedule_test")
+    yield mod
+    METHODS.pop("fedavg-decay", None)  # the registry is the process's: leave it as it was
+    SETTINGS.pop("fedavg-decay", None)
+
+
+def test_the_file_registers_the_method(decay):
+    assert METHODS["fedavg-decay"].config is decay.FedAvgDecayConfig
+    assert [decay.DecayStrategy.step_size(s, k) for s in [decay.DecayStrategy(None, None, 0, 1.0, 0.5, 2)]
+            for k in range(1, 6)] == [1.0, 1.0, 0.5, 0.5, 0.25]
+
+
+def test_without_decay_it_is_fedavg_bit_for_bit(decay):
+    """lr_decay = 1: η_k = server_lr · 1 exactly, the same aggregator and loop: the same operations as FedAvg."""
+    a = fs.solve("bratu", method="fedavg-decay", rounds=3, lr_decay=1.0, **SMALL)
+    b = fs.solve("bratu", method="fedavg", rounds=3, **SMALL)
+    assert torch.equal(a.theta, b.theta)
+    assert [r["loss"] for r in a.history] == [r["loss"] for r in b.history]
+
+
+def test_the_schedule_acts_from_its_first_decay(decay):
+    one = [fs.solve("bratu", method=m, rounds=1, **SMALL, **kw).theta
+           for m, kw in (("fedavg-decay", {"lr_decay": 0.5, "decay_every": 1}), ("fedavg", {}))]
+    assert torch.equal(*one)  # round 1: η_1 = server_lr
+    two = [fs.solve("bratu", method=m, rounds=2, **SMALL, **kw).theta
+           for m, kw in (("fedavg-decay", {"lr_decay": 0.5, "decay_every": 1}), ("fedavg", {}))]
+    assert not torch.equal(*two)  # round 2: η_2 = server_lr / 2
+
+
+def test_from_the_command_line_with_its_flags_and_settings(decay, capsys):
+    rc = main(["--plugin", str(EXAMPLES / "fedavg_lr_schedule.py"), "solve", "bratu", "--clients", "2",
+               "--method", "fedavg-decay", "--rounds", "2", "--lr-decay", "0.25", "--decay-every", "1",
+               "--local-steps", "5", "--n-interior", "40", "--quiet"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "η=1.0·0.25^⌊(k−1)/1⌋" in out and "fedavg-decay" in out
+    assert main(["solve", "bratu", "--clients", "2", "--method", "fedavg-decay", "--lr-decay", "2", "--quiet"]) == 2
