@@ -417,3 +417,20 @@ def test_default_outlier_screen_rejects_a_grossly_inflated_update_and_leaves_hon
     assert bad.final["mse"] < 2 * honest.final["mse"] + 1e-3  # the three honest clients carry on
     wrecked = fs.solve("sin1d", message_hook=hook, outlier_ratio=float("inf"), **kw)
     assert wrecked.final["mse"] > 1e3 * honest.final["mse"]  # what the screen prevents
+
+
+def test_fedavg_sgd_takes_fedavgs_robust_rule_against_a_scaling_client():
+    """The ridge baselines' fedavg-sgd has FedAvg's byzantine defence (issue 31): one client sending its update
+    ×1e6 ruins the mean; the coordinate-wise median keeps the run near the honest one (5 clients, 1 attacker)."""
+    import fedsciml as fs
+
+    def attack(rnd, c, msg):
+        return {**msg, "delta": msg["delta"] * 1e6} if c == 0 and "delta" in msg else msg
+
+    popts = {"dim": 5, "n_samples": 40}
+    honest = fs.solve("ridge-linear", "fedavg-sgd", clients=5, rounds=5, problem_options=popts)
+    mean = fs.solve("ridge-linear", "fedavg-sgd", clients=5, rounds=5, problem_options=popts, message_hook=attack)
+    median = fs.solve("ridge-linear", "fedavg-sgd", clients=5, rounds=5, problem_options=popts, message_hook=attack,
+                      robust="median")
+    assert mean.final["mse"] > 1e3 * honest.final["mse"]
+    assert median.final["mse"] < 2 * honest.final["mse"]

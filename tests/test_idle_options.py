@@ -56,7 +56,9 @@ def test_every_federated_method_declares_a_byzantine_defence():
 
     doc = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "methods.md").read_text()
     for name, spec in METHODS.items():
-        if name == "centralized":
+        # the PDE/fitting/ridge methods: the image benchmarks' methods (registered when fedsciml.images was imported
+        # earlier in the same process) serve the kind "images" only and are not in this table
+        if name == "centralized" or not set(getattr(spec, "kinds", ())) & {"pinn", "fit", "ridge"}:
             continue
         keys = set()
         for kind in ("pinn", "fit", "ridge"):

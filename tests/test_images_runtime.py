@@ -205,7 +205,7 @@ def test_cli_done_when_command_writes_results_with_per_round_accounting(tmp_path
     runs = [Result.from_dict(d) for d in res["runs"]]
     assert [r.method for r in runs] == ["fedavg", "fipa"]
     for r, d in zip(runs, res["runs"]):
-        assert set(d) == set(Result.__dataclass_fields__) - {"theta"}
+        assert set(d) == (set(Result.__dataclass_fields__) - {"theta"}) | {"schema_version"}
         assert r.problem == "images-digits" and r.clients == 4 and r.n_params == 650
         assert r.final["accuracy"] == res["results"][r.method]["acc_mean"]
         assert [h["round"] for h in r.history] == [0, 1, 2]

@@ -1,4 +1,5 @@
 """Leave-one-client-out CV (batched == naive), random projection, FedAvg/FedProx baselines."""
+import numpy as np
 import pytest
 import torch
 
@@ -89,8 +90,11 @@ def test_loco_cv_needs_two_clients():
         one_shot(data, cv_sigmas=SIGMAS)
     from fedsciml.ridge import FederatedRidgeCV
 
-    with pytest.raises(ValueError, match="at least 2 sites"):
-        FederatedRidgeCV().fit(data[0][0].numpy(), data[0][1].numpy())
+    X, y = data[0][0].numpy(), data[0][1].numpy()
+    with pytest.raises(ValueError, match="at least 2 sites"):  # site labels that name one site
+        FederatedRidgeCV().fit(X, y, sites=np.zeros(len(y), dtype=int))
+    est = FederatedRidgeCV().fit(X, y)  # no site labels: a one-table fold CV, and it says so (issue 30)
+    assert est.cv_mode_ == "folds" and est.cv_folds_ == FederatedRidgeCV.ONE_TABLE_FOLDS
 
 
 def test_loco_fallback_and_dominant_client():

@@ -46,7 +46,7 @@ from typing import ClassVar
 import torch
 
 from fedsciml.core import privacy
-from fedsciml.options import MethodConfig, OptionError, display, option
+from fedsciml.options import OptionError, RobustOptions, display, option
 from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.runtime.client import Client, register_handler
@@ -170,11 +170,14 @@ class RidgeTransport(LocalTransport):
 class RidgeAveraging(AveragingStrategy):
     """FedAvg / FedProx / DP-FedAvg on ridge clients: the averaging strategy with the ``sgd`` request."""
 
-    def __init__(self, sgd: dict, seed: int = 0, name: str = "fedavg"):
+    def __init__(self, sgd: dict, seed: int = 0, name: str = "fedavg", robust: str = "mean", trim: float = 0.2,
+                 clip_norm: float | None = None):
         unknown = sorted(set(sgd) - set(SGD_KEYS))
         if unknown:
             raise ValueError(f"unknown local SGD option(s) {unknown}; allowed: {', '.join(SGD_KEYS)}")
-        super().__init__(FedAvgAggregator(outlier_ratio=None), None, seed)
+        # the byzantine defence of FedAvg/FedProx (fedsciml.runtime.robust): median, trimmed mean, norm bound
+        super().__init__(FedAvgAggregator(robust=robust, trim=trim, clip_norm=clip_norm, outlier_ratio=None),
+                         None, seed)
         self.sgd = dict(sgd)
         self.name = name
         # DP-FedAvg: the sites' exact losses are not asked for monitoring (a release outside the accountant's ε);
@@ -190,11 +193,12 @@ class RidgeAveraging(AveragingStrategy):
 
 
 @dataclass(frozen=True)
-class SGDAveragingConfig(MethodConfig):
+class SGDAveragingConfig(RobustOptions):
     """``fedavg-sgd``: FedAvg with local minibatch SGD on ridge clients (FedProx with ``mu`` > 0, DP-FedAvg with
     ``dp_epsilon``) — the ridge baselines, in the one registry (kind ``ridge``).  σ is the method's own (a term
     ``(σ/2N)‖w‖²`` of each client's mean loss), so the driver runs it on the problem's data rows only
-    (``penalty="server"``), as it runs ``one-shot``."""
+    (``penalty="server"``), as it runs ``one-shot``.  Its byzantine defence is FedAvg's
+    (:class:`~fedsciml.options.RobustOptions`: ``robust``, ``trim``, ``clip_norm``)."""
 
     method: ClassVar[str] = "fedavg-sgd"
     holds_sigma: ClassVar[bool] = True  # the driver: σ is this method's, not residual rows on every client
@@ -276,7 +280,7 @@ def run_sgd_averaging(problem, objectives, theta0, evaluate, config: SGDAveragin
            "sigma_share": float(cfg.sigma or 0.0) / N, "batch_size": None if not batch_size else int(batch_size),
            "dp_clip": clip, "dp_z": z}
     name = cfg.name()
-    strategy = RidgeAveraging(sgd, seed, name)
+    strategy = RidgeAveraging(sgd, seed, name, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm)
     tr = transport if transport is not None else sgd_transport(data, range(len(data)), cfg.vectorize, cfg.transport)
     rc = RoundConfig(rounds=rounds, seed=int(seed), dropout=float(cfg.dropout), participation=float(cfg.participation),
                      checked=True)  # the typed options checked these values, once
