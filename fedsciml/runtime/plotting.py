@@ -311,41 +311,50 @@ def plot_solution(problem: Any, theta: torch.Tensor | None, out_dir: str, label:
     return paths
 
 
-def plot_error_vs_floats(results: Sequence[Any], out_dir: str, prefix: str = "") -> list[str]:
-    """``error_vs_floats.png``: the error against the floats the clients have sent so far (the history's
-    cumulative ``floats_sent``), one line per run that sent any — communication on the x-axis."""
-    results = [r for r in results if r.history]
-    if not results:
+def _plot_error_against(results: Sequence[Any], out_dir: str, fname: str, x_of, xlabel: str, title: str,
+                        log_x: bool) -> list[str]:
+    """The error against a communication count, one line per run with such rows: ``x_of(row)`` is the row's
+    count (None: the row is left out), the error its metric where finite and > 0.  Nothing is written when no
+    run has a point."""
+    runs = [(r, [(x, h) for h in (r.history or []) if (x := x_of(h)) is not None]) for r in results]
+    runs = [(r, rows) for r, rows in runs if rows]
+    if not runs:
         return []
-    metric = _metric(results[0])
+    metric = _metric(runs[0][0])
     fig = _figure(6.4, 4.2)
     ax = fig.add_subplot()
     drawn = 0
-    for r in results:
-        xs, vs = [], []
-        for row in r.history:
-            val, fl = row.get(metric), row.get("floats_sent")
-            if (isinstance(val, (int, float)) and isinstance(fl, (int, float)) and math.isfinite(val) and val > 0
-                    and fl > 0):
-                xs.append(float(fl))
-                vs.append(float(val))
-        if not xs:
-            continue
-        ax.plot(xs, vs, label=run_label(r), lw=1.6, marker="o" if len(xs) < 30 else None, ms=3)
-        drawn += 1
+    for r, rows in runs:
+        pts = [(x, float(h[metric])) for x, h in rows if isinstance(h.get(metric), (int, float))
+               and math.isfinite(h[metric]) and h[metric] > 0]
+        if pts:
+            xs, vs = zip(*pts)
+            ax.plot(xs, vs, label=run_label(r), lw=1.6, marker="o" if len(vs) < 30 else None, ms=3)
+            drawn += 1
     if not drawn:
         return []
     ax.set_yscale("log")
-    ax.set_xscale("log")
-    ax.set_xlabel("floats sent by the clients (cumulative)")
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(METRIC_LABELS.get(metric, metric))
-    r0 = results[0]
-    ax.set_title(f"{r0.problem}: {METRIC_LABELS.get(metric, metric)} vs communication")
+    ax.set_title(f"{runs[0][0].problem}: {METRIC_LABELS.get(metric, metric)} {title}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    path = os.path.join(out_dir, prefix + "error_vs_floats.png")
+    path = os.path.join(out_dir, fname)
     fig.savefig(path)
     return [path]
+
+
+def plot_error_vs_floats(results: Sequence[Any], out_dir: str, prefix: str = "") -> list[str]:
+    """``error_vs_floats.png``: the error against the floats the clients have sent so far (the history's
+    cumulative ``floats_sent``), one line per run that sent any — communication on the x-axis."""
+    def floats(h):
+        fl = h.get("floats_sent")
+        return float(fl) if isinstance(fl, (int, float)) and fl > 0 else None
+
+    return _plot_error_against(results, out_dir, prefix + "error_vs_floats.png", floats,
+                               "floats sent by the clients (cumulative)", "vs communication", log_x=True)
 
 
 def plot_loss_terms(result: Any, out_dir: str, name: str = "loss_terms") -> list[str]:
@@ -378,35 +387,11 @@ def plot_error_vs_exchanges(results: Sequence[Any], out_dir: str, prefix: str = 
     """``error_vs_exchanges.png``: the error against the exchanges so far (the history's ``exchanges_total``),
     one line per federated run — the axis that prices a method on a deployment where every exchange costs
     seconds.  Nothing is written when no run counted exchanges (centralized runs only)."""
-    runs = []
-    for r in results:
-        rows = [h for h in (r.history or []) if isinstance(h.get("exchanges_total"), int)]
-        if rows:
-            runs.append((r, rows))
-    if not runs:
-        return []
-    metric = _metric(runs[0][0])
-    fig = _figure(6.4, 4.2)
-    ax = fig.add_subplot()
-    drawn = 0
-    for r, rows in runs:
-        pts = [(h["exchanges_total"], h[metric]) for h in rows if isinstance(h.get(metric), (int, float))
-               and math.isfinite(h[metric]) and h[metric] > 0]
-        if pts:
-            x, v = zip(*pts)
-            ax.plot(x, v, label=run_label(r), lw=1.6, marker="o" if len(v) < 30 else None, ms=3)
-            drawn += 1
-    if not drawn:
-        return []
-    ax.set_yscale("log")
-    ax.set_xlabel("exchanges (server ↔ clients, start included)")
-    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
-    ax.set_title(f"{runs[0][0].problem}: {METRIC_LABELS.get(metric, metric)} against exchanges")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    path = os.path.join(out_dir, prefix + "error_vs_exchanges.png")
-    fig.savefig(path)
-    return [path]
+    def exchanges(h):
+        return h["exchanges_total"] if isinstance(h.get("exchanges_total"), int) else None
+
+    return _plot_error_against(results, out_dir, prefix + "error_vs_exchanges.png", exchanges,
+                               "exchanges (server ↔ clients, start included)", "against exchanges", log_x=False)
 
 
 def plot_runs(problem: Any, results: Sequence[Any], out_dir: str) -> list[str]:
