@@ -1235,6 +1235,26 @@ def _issue31_cases():
     C("predict", "--points NaN", pred, setup=_points(b"1,2,3\nnan,1,1\n"))
     C("predict", "--points inf", pred, setup=_points(b"1,2,3\n1,inf,1\n"))
 
+    # also: FusionServer names the client at fault instead of blaming the pooled Gram
+    fusion = (
+        "from fedsciml.core import linalg\n"
+        "from fedsciml.ridge import FusionServer, client_message, fuse\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "msgs = {c: client_message(torch.randn(20, 5, generator=g, dtype=torch.float64), "
+        "torch.randn(20, generator=g, dtype=torch.float64)) for c in range(3)}\n")
+    huge = "msgs[1] = {k: (v * 0 + 1e300 if k != 'n' else v) for k, v in msgs[1].items()}\n"
+    A("fusion", "FusionServer: one client's statistics all 1e300 (rejected by name, the others fused)",
+      fusion + huge + "s = FusionServer(5)\nok, bad = s.receive_all(msgs)\n"
+      "return {'ok': ok, 'bad': bad, 'w': s.solve(1e-3).tolist()}", expect="ok",
+      check=api_value(lambda v: None if v["ok"] == [0, 2] and list(v["bad"]) == ["1"] and "field 'G'" in v["bad"]["1"]
+                      and all(math.isfinite(x) for x in v["w"]) else f"not named: {v}"))
+    A("fusion", "fuse(): one client's statistics all 1e300 (the run refused, the client named)",
+      fusion + huge + "return fuse(msgs, 1e-3).tolist()")
+    A("fusion", "FusionServer: a G with |G_01| > sqrt(G_00 G_11) (named when the solve fails)",
+      fusion + "G = linalg.unpack_upper(msgs[2]['G'], 5).clone()\nG[0, 1] = G[1, 0] = 1e3\n"
+      "msgs[2] = {**msgs[2], 'G': linalg.pack_upper(G)}\ns = FusionServer(5)\ns.receive_all(msgs)\n"
+      "return s.solve(1e-3).tolist()")
+
     # 10. idle options
     gn = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--method", "gn", "--quiet", "--rounds", "1"]
     C("idle", "--nystrom-rank with --form normal", gn + ["--form", "normal", "--nystrom-rank", "5"])
