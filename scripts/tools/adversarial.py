@@ -1207,6 +1207,18 @@ def _issue31_cases():
     for name, expr in geo.items():
         A("geometry", name, "from fedsciml.problems import geometry as G, conditions as C\n"
                             f"v = {expr}\nreturn float(v) if isinstance(v, (int, float)) else str(v)")
+    A("geometry", "intersection of boxes that only touch", "from fedsciml.problems import geometry as G\n"
+      "return repr(G.Box([0, 0], [1, 1]) & G.Box([1, 0], [2, 1]))")
+    A("geometry", "strips with a cell outside the domain (box minus its left half)", _PDE.replace(
+        "Box([0, 0], [1, 1])", "Box([0, 0], [2, 1]) - Box([0, 0], [1, 1])").replace(
+        "CONDS", "[__import__('fedsciml.problems.conditions', fromlist=['x']).Dirichlet('boundary', 0.0)]").replace(
+        "EQ", "u.laplacian(x)").replace("Bad().client_objectives(1)", "Bad().client_objectives(2)"))
+    # hidden=(10**6,): the memory check counts the gradient's residual graph (48 GB), here against 16 GiB free
+    for method, opts in (("fedavg", "rounds=1"), ("centralized", "optimizer='adam'"), ("centralized", "")):
+        A("geometry", f"hidden=(10**6,) with {method} {opts} on a 16 GiB machine",
+          "from fedsciml.core import forms\nfrom fedsciml.runtime import driver\n"
+          "forms.available_memory = driver.available_memory = lambda device=None: 16 * 2**30\n"
+          f"return fs.solve('bratu', {method!r}, hidden=(10**6,), {opts}).final", timeout=60)
     A("geometry", "conditions=None", _PDE.replace("CONDS", "None").replace("EQ", "u.laplacian(x)"))
     A("geometry", "an equation returning a float", _PDE.replace(
         "CONDS", "[__import__('fedsciml.problems.conditions', fromlist=['x']).Dirichlet('boundary', 0.0)]")
