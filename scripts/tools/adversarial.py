@@ -1267,6 +1267,19 @@ def _issue31_cases():
       "msgs[2] = {**msgs[2], 'G': linalg.pack_upper(G)}\ns = FusionServer(5)\ns.receive_all(msgs)\n"
       "return s.solve(1e-3).tolist()")
 
+    # also: the image methods' byzantine defence (a client sending its update x 1e6)
+    C("images", "--robust median with only the one-shot model merges (refused)",
+      IMAGES[:5] + ["fishermerge,regmean"] + IMAGES[6:] + ["--robust", "median"])
+    liar = ("from fedsciml.images import data as imdata, methods as M\n"
+            "fed = imdata.federate(imdata.load('digits', None), 5, None, 0, 'balanced')\n"
+            "hook = lambda rnd, cid, msg: {**msg, 'delta': msg['delta'] * 1e6} if cid == 1 else msg\n")
+    for meth in ("fedavg", "fipa", "fedfish"):
+        A("images", f"{meth} rounds, a client sending its update x 1e6, --robust median", liar + (
+            f"cfg = M.TrainConfig(epochs=1, lr=0.05, robust='median', rank=4, server_opt='avg' if {meth!r} == "
+            f"'fedfish' else 'default')\nreturn M.run_rounds(fed, 'linear', [{meth!r}], 0, cfg, 3, "
+            f"message_hook=hook)[{meth!r}].accuracy"), expect="ok",
+          check=api_value(lambda v: None if v > 0.8 else f"accuracy {v} under attack with the median"))
+
     # 10. idle options
     gn = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--method", "gn", "--quiet", "--rounds", "1"]
     C("idle", "--nystrom-rank with --form normal", gn + ["--form", "normal", "--nystrom-rank", "5"])
