@@ -1179,6 +1179,13 @@ def _issue31_cases():
     for name, change in js.items():
         C("model", f"model.json: {name}", pred, setup=_model_json(change))
 
+    # 7. a failed Flower run exits non-zero through `flower run` (flwr run --stream exits 0); tests/test_flower_launch.py
+    # runs the failing and the completed run on a local simulation SuperLink (Ray: ~15 s each): here the launcher's
+    # own refusals
+    C("runconfig", "flower run: APP not a directory", ["flower", "run", "{dir}/nosuch"])
+    C("runconfig", "flower run: --timeout -1", ["flower", "run", "app", "--timeout", "-1"])
+    C("runconfig", "flower run: --timeout nan", ["flower", "run", "app", "--timeout", "nan"])
+
     # 7. the Flower App's run config: the ServerApp's serve on a grid that must never be reached
     rcs = {"clients=0": {"clients": 0}, "problem='nosuch'": {"problem": "nosuch"},
            "negative rounds": {"method-options": '{"rounds": -1}'},
