@@ -450,7 +450,7 @@ class RoundOptions(StopOptions):
 
 @dataclass(frozen=True)
 class LocalOptions(MethodConfig):
-    """Local training on the clients (see :class:`fedsciml.runtime.client.LocalConfig`)."""
+    """Local training on the clients (see :class:`fedsciml.methods.local.LocalConfig`)."""
 
     local: str = option("adam", "local solver: adam (τ Adam steps) or gn (one exact damped Gauss–Newton step)",
                         str, choices=("adam", "gn"))
@@ -855,7 +855,7 @@ class OneShotConfig(RoundOptions):
 
 def defaults_of(cls) -> dict:
     """``{option: default}`` of a typed configuration class — how the runtime's low-level structs
-    (:class:`~fedsciml.runtime.client.LocalConfig`, :class:`~fedsciml.runtime.loop.RoundConfig`)
+    (:class:`~fedsciml.methods.local.LocalConfig`, :class:`~fedsciml.runtime.loop.RoundConfig`)
     take their defaults from here, so that every option has one default."""
     return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 

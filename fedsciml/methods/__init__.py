@@ -1,8 +1,10 @@
 """The methods: each one's strategy, aggregator and client-side handlers, registered with the runtime.
 
 Importing this package registers the built-in solve methods in :data:`fedsciml.runtime.driver.METHODS`
-(runners are imported on first use, so ``import fedsciml.methods`` stays light) and the one-shot
-client handlers (:mod:`fedsciml.methods.oneshot`) in the runtime client's handler table.
+(runners are imported on first use, so ``import fedsciml.methods`` stays light) and the methods' client
+handlers in the runtime client's handler table: FIPA's and FedAvg/FedProx's ``update``
+(:mod:`fedsciml.methods.local`), exact GN's matrix-free and multi-trial queries (:mod:`fedsciml.methods.gn`) and
+one-shot's (:mod:`fedsciml.methods.oneshot`).
 """
 from __future__ import annotations
 
@@ -32,5 +34,6 @@ for _name, _config, _runner, _description, _federated, _settings in _BUILTIN:
     if _name not in METHODS:  # importing twice (reload) registers nothing twice
         register_method(_name, _config, _runner, _description, federated=_federated, settings=_settings)
 
+from fedsciml.methods import local as _local  # noqa: E402,F401  (registers FIPA's and FedAvg's client handler)
 from fedsciml.methods import oneshot as _oneshot  # noqa: E402,F401  (registers the one-shot client handlers)
 from fedsciml.methods import fedopt as _fedopt  # noqa: E402,F401  (FedAvgM, FedAdam, FedYogi)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fedsciml.runtime.client import LocalConfig
+from fedsciml.methods.local import LocalConfig
 from fedsciml.runtime.results import local_settings
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.transport import Request

@@ -51,7 +51,7 @@ correction"; off by default).  It is the ``complement='fedavg'`` option of the
 one thin-QR merge, :func:`fedsciml.core.curvature.fipa_merge_lowrank` (set on the
 aggregator), beside the image benchmarks' isotropic ``'tail'``.
 
-``adaptive`` (an :class:`~fedsciml.runtime.client.AdaptiveSchedule`): each
+``adaptive`` (an :class:`~fedsciml.methods.local.AdaptiveSchedule`): each
 client picks its rank and Adam step count (paper Fig. 2B); the server
 broadcasts last round's global gradient-norm estimate (one float).
 """
@@ -63,7 +63,7 @@ import torch
 
 from fedsciml.core import linalg
 from fedsciml.methods.averaging import AveragingStrategy
-from fedsciml.runtime.client import AdaptiveSchedule, LocalConfig
+from fedsciml.methods.local import AdaptiveSchedule, LocalConfig
 from fedsciml.methods.gn import GNAggregator
 from fedsciml.runtime.results import local_settings
 from fedsciml.runtime.strategy import Exchange, Replies

@@ -114,7 +114,7 @@ def _operator(client, theta) -> matfree.GNOperator:
 
 def _answer_gn_grad(client, request, pre, deadline):
     op = _operator(client, request.tensors["theta"])
-    msg = {"g": op.g, "loss": op.loss.reshape(1), "n": client._n(op.theta)}
+    msg = {"g": op.g, "loss": op.loss.reshape(1), "n": client.n_like(op.theta)}
     if request.config.get("precond") == "kfac":  # the K-FAC-for-PINNs factors ride with the gradient
         msg["kfac"] = kfac_pinn.factors_of(client.objective, op.theta).pack()
     return Reply(msg)
