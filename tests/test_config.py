@@ -10,9 +10,8 @@ import pytest
 
 import fedsciml as fs
 from fedsciml.cli import main
-from fedsciml.options import (CentralizedConfig, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OptionError,
-                             OptionTypeError)
-from fedsciml.methods import METHODS
+from fedsciml.methods import METHODS, CentralizedConfig, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig
+from fedsciml.options import OptionError, OptionTypeError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TINY = dict(problem_options={"n_samples": 10})
@@ -293,6 +292,6 @@ def test_add_option_flags_and_given_options_parse_text_once():
 
 def test_one_shot_calibrations_are_the_privacy_modules():
     from fedsciml.core.privacy import METHODS as CALIBRATIONS
-    from fedsciml.options import OneShotConfig
+    from fedsciml.methods.oneshot import OneShotConfig
 
     assert OneShotConfig.specs()["dp_calibration"][1].choices == CALIBRATIONS  # declared without importing core

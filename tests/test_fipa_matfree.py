@@ -11,7 +11,8 @@ import torch
 
 import fedsciml as fs
 from fedsciml.core.matfree import fipa_local_matfree, local_gn_sketch
-from fedsciml.options import FIPAConfig, OptionError
+from fedsciml.methods.fipa import FIPAConfig
+from fedsciml.options import OptionError
 from fedsciml.problems import get_problem
 from fedsciml.runtime.client import Client
 

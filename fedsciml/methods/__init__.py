@@ -8,10 +8,15 @@ one-shot's (:mod:`fedsciml.methods.oneshot`).
 """
 from __future__ import annotations
 
-from fedsciml.options import CentralizedConfig, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig
+from fedsciml.methods.averaging import FedAvgConfig, FedProxConfig
+from fedsciml.methods.centralized import CentralizedConfig
+from fedsciml.methods.fipa import PAPER_PRESET, FIPAConfig
+from fedsciml.methods.gn import GNConfig
+from fedsciml.methods.oneshot import OneShotConfig
 from fedsciml.runtime.driver import METHODS, MethodSpec, available_methods, get_method, register_method
 
-__all__ = ["METHODS", "MethodSpec", "available_methods", "get_method", "register_method"]
+__all__ = ["METHODS", "PAPER_PRESET", "CentralizedConfig", "FIPAConfig", "FedAvgConfig", "FedProxConfig", "GNConfig",
+           "MethodSpec", "OneShotConfig", "available_methods", "get_method", "register_method"]
 
 _BUILTIN = (  # name, configuration, runner, description, federated, settings text (imported on first use)
     ("centralized", CentralizedConfig, "fedsciml.methods.centralized:run_centralized",

@@ -33,7 +33,10 @@ from __future__ import annotations
 
 import logging
 
-from fedsciml.options import PAPER_PRESET, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig  # noqa: F401
+from fedsciml.methods.averaging import FedAvgConfig, FedProxConfig  # noqa: F401
+from fedsciml.methods.fipa import PAPER_PRESET, FIPAConfig  # noqa: F401
+from fedsciml.methods.gn import GNConfig  # noqa: F401
+from fedsciml.methods.oneshot import OneShotConfig  # noqa: F401
 from fedsciml.methods.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.methods.local import AdaptiveSchedule
