@@ -33,7 +33,7 @@ clients report at the broadcast θ (one float each):
 
 Matrix-free clients (``sketch='matfree'``, or ``'auto'`` when ``J_m`` and its smaller Gram do not fit the
 device's memory budget, :func:`fedsciml.core.forms.choose_form`; local ``gn``, low rank, not
-adaptive — :func:`fedsciml.core.matfree.fipa_local_matfree`): the client forms
+adaptive — :func:`fedsciml.core.forms.local_client_form`, the one rule): the client forms
 neither ``J_m`` nor ``H_m``; its step is preconditioned CG on damped
 ``J_mᵀJ_m`` products (at most ``cg_iters`` iterations, relative residual
 ``cg_rtol``) and its message the top-r pairs of a randomized Nyström sketch
@@ -72,7 +72,7 @@ from fedsciml.runtime.results import local_settings
 from fedsciml.runtime.strategy import Exchange, Replies
 from fedsciml.runtime.transport import Request
 from fedsciml.core.lm import damping_after_failure, damping_after_success
-from fedsciml.core.matfree import fipa_local_matfree
+from fedsciml.core.forms import local_client_form
 
 #: The published FIPA for PDEs as the authors' code runs it (``FIPAConfig.from_options(preset="paper")``,
 #: ``run_fipa(..., preset="paper")``, ``solve --preset paper``): τ = 100 local Adam steps (lr 1e-4) on the
@@ -159,10 +159,9 @@ class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
         return out
 
     def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
-        if fipa_local_matfree(self.local, "lowrank" if self.rank else "full", self.sketch, self.adaptive, rows, p,
-                              device):
-            return "graph"  # the client keeps one residual graph, never J_m
-        return "jacobian"
+        form = local_client_form(self.local, "lowrank" if self.rank else "full", self.sketch, self.adaptive, rows, p,
+                                 device=device)
+        return "graph" if form == "matfree" else "jacobian"  # a matrix-free client keeps a residual graph, never J_m
 
     def _resolve(self):
         super()._resolve()

@@ -36,8 +36,8 @@ import torch
 
 from fedsciml.core import linalg
 from fedsciml.core.curvature import ggn_matmat
-from fedsciml.core.forms import choose_form
-from fedsciml.core.matfree import fipa_local_matfree, local_gn_sketch
+from fedsciml.core.forms import local_client_form
+from fedsciml.core.matfree import local_gn_sketch
 from fedsciml.core.objective import LeastSquares, gn_stats_from
 from fedsciml.options import LocalOptions, defaults_of
 from fedsciml.runtime.client import Client, register_handler, scalar_like
@@ -202,24 +202,22 @@ def local_update(client: Client, theta: torch.Tensor, cfg: LocalConfig, *, curva
     client reports beside it (``{"form": "matfree", "cg_iters", …}`` of a matrix-free client; ``{"rank",
     "steps", "gnorm"}`` of an adaptive one; else ``{}``).
 
-    A low-rank FIPA client with a local Gauss–Newton step forms no Jacobian when
-    :func:`fedsciml.core.matfree.fipa_local_matfree` says so (``sketch='matfree'``, or ``'auto'`` where
-    J_m does not fit the device: :func:`fedsciml.core.forms.choose_form`): the step by CG (at most
-    ``cg_iters`` iterations, relative residual ``cg_rtol``) and the eigenpairs from a Nyström
-    sketch (:func:`fedsciml.core.matfree.local_gn_sketch`).
+    What the client forms is :func:`fedsciml.core.forms.local_client_form`'s one decision (``sketch='matfree'``,
+    or ``'auto'`` where J_m does not fit the device): a ``matfree`` client with a local Gauss–Newton step takes
+    the step by CG (at most ``cg_iters`` iterations, relative residual ``cg_rtol``) and the eigenpairs from a
+    Nyström sketch (:func:`fedsciml.core.matfree.local_gn_sketch`); with local Adam its eigenpairs come from
+    subspace iteration (:func:`sketch_matfree`).
 
     ``adaptive`` (an :class:`AdaptiveSchedule`) picks this client's rank and
     Adam step count for round ``rnd`` from its spectrum and gradient.  ``rj``: the client's ``(r_m, J_m)`` at
     θ when a :class:`~fedsciml.runtime.client.ClientBatch` already evaluated them.
     """
-    p = theta.numel()
     n = client.n
-    if fipa_local_matfree(cfg.solver, curvature, sketch, adaptive is not None, n, p, theta.device, theta.dtype):
+    form = local_client_form(cfg.solver, curvature, sketch, adaptive is not None, n, theta.numel(),
+                             device=theta.device, dtype=theta.dtype)
+    if form == "matfree" and cfg.solver == "gn":
         return _matfree_gn_message(client, theta, cfg, rank, seed, report_loss, cg_iters, cg_rtol)
-    dense_ok = sketch == "dense" or (sketch == "auto" and choose_form(
-        n, p, device=theta.device, dtype=theta.dtype, need="fipa").form == "dense")
-    need_dense = cfg.solver == "gn" or curvature == "full" or adaptive is not None or (
-        curvature == "lowrank" and dense_ok)
+    need_dense = form == "dense"
     msg: dict = {}
     spec: Spectrum | None = None
     r_vec: torch.Tensor | None = None
@@ -227,7 +225,7 @@ def local_update(client: Client, theta: torch.Tensor, cfg: LocalConfig, *, curva
         r_vec, spec = rj[0], Spectrum(rj[1])
     elif need_dense:
         spec, r_vec = spectrum(client.objective, theta)
-    # every branch below that reads the Jacobian's spectrum or r is one of need_dense's cases
+    # every branch below that reads the Jacobian's spectrum or r is one of the dense form's cases
     info = {}
     steps = cfg.steps
     if adaptive is not None and curvature is not None:
@@ -342,15 +340,15 @@ def _answer_update(client, request, pre, deadline):
 
 
 def _pre_update(batch, request):
+    """Every client's ``(r_m, J_m)`` in one vectorized call when every client of the batch forms its Jacobian
+    (:func:`~fedsciml.core.forms.local_client_form`, the rule :func:`local_update` applies); ``{}`` otherwise —
+    a ``none`` or ``matfree`` client forms no Jacobian, and beside one the others form their own (a Jacobian
+    evaluated here for a client that does not use it would be work thrown away)."""
     cfg = request.config
-    curvature = cfg.get("curvature")
     theta = request.tensors["theta"]
-    if any(fipa_local_matfree(cfg["local"]["solver"], curvature, cfg.get("sketch", "auto"),
-                              cfg.get("adaptive") is not None, c.n, theta.numel(), theta.device, theta.dtype)
-           for c in batch.clients):
-        return {}  # the matrix-free clients form no Jacobian (the others, if any, form their own)
-    if (cfg["local"]["solver"] == "gn" or curvature == "full" or cfg.get("adaptive") is not None
-            or (curvature == "lowrank" and cfg.get("sketch", "auto") != "matfree")):
+    if all(local_client_form(cfg["local"]["solver"], cfg.get("curvature"), cfg.get("sketch", "auto"),
+                             cfg.get("adaptive") is not None, c.n, theta.numel(), device=theta.device,
+                             dtype=theta.dtype) == "dense" for c in batch.clients):
         return batch.residuals_and_jacobians(theta)
     return {}
 
