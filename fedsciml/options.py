@@ -17,11 +17,16 @@ parsed once, at the edge, by :func:`from_text` / :func:`parse_grid`.
 
 The shared parts:
 
-* :class:`StopOptions` — ``budget``, ``clock``, ``tol`` (every method);
+* :class:`MethodConfig` — validation on construction, unknown keys refused, options that have no effect with
+  the other settings refused (:meth:`MethodConfig.inapplicable`);
+* :class:`StopOptions` — ``budget``, ``clock``, ``tol``, and the collocation ``resample``/``grow`` options
+  (every method);
 * :class:`RoundOptions` — ``rounds``, ``participation``, ``dropout``,
-  ``checkpoint``, ``resume`` (every federated method);
+  ``checkpoint``, ``resume``, ``transport`` (every federated method);
 * :class:`LocalOptions` — ``local``, ``local_steps``, ``lr``,
-  ``local_damping`` (methods whose clients train locally).
+  ``local_damping`` (methods whose clients train locally; their wire form is
+  :class:`fedsciml.methods.local.LocalConfig`);
+* :class:`RobustOptions` — ``robust``, ``trim``, ``clip_norm`` (methods that combine updates).
 
 A method's configuration is a subclass, declared in the method's own file beside its strategy and client
 half: :class:`~fedsciml.methods.centralized.CentralizedConfig`, :class:`~fedsciml.methods.gn.GNConfig`,

@@ -6,11 +6,11 @@ Every runner has the signature
 -> (θ, history rows, info)`` and runs a :class:`~fedsciml.runtime.loop.Simulation` through
 :func:`fedsciml.methods.run.simulate` (the shared part of every run; a new method uses
 :func:`fedsciml.methods.run.strategy_runner` instead of a runner of its own): ``config`` is
-the method's typed configuration (:mod:`fedsciml.options`: :class:`~fedsciml.options.GNConfig`,
-:class:`~fedsciml.options.FIPAConfig`, :class:`~fedsciml.options.FedAvgConfig`,
-:class:`~fedsciml.options.FedProxConfig`, :class:`~fedsciml.options.OneShotConfig`), or it is built from ``options``
-(unknown keys and values out of range are refused).  The defaults live there,
-once (chosen so that ``python -m fedsciml solve bratu --clients 4`` is
+the method's typed configuration, declared beside its strategy (:class:`~fedsciml.methods.gn.GNConfig`,
+:class:`~fedsciml.methods.fipa.FIPAConfig`, :class:`~fedsciml.methods.averaging.FedAvgConfig`,
+:class:`~fedsciml.methods.averaging.FedProxConfig`, :class:`~fedsciml.methods.oneshot.OneShotConfig`, on the
+machinery of :mod:`fedsciml.options`), or it is built from ``options`` (unknown keys and values out of range are
+refused).  The defaults live there, once (chosen so that ``python -m fedsciml solve bratu --clients 4`` is
 accurate and finishes well within a minute; docs/methods.md):
 
 * ``fipa``: rank 20 (``rank=0`` sends the full ``H_m``), thin-QR merge,
@@ -109,7 +109,7 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
              every=10, message_hook=None, transport=None, **options):
     """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates.
 
-    ``preset="paper"`` fills every option not given with :data:`~fedsciml.options.PAPER_PRESET` (the published
+    ``preset="paper"`` fills every option not given with :data:`~fedsciml.methods.fipa.PAPER_PRESET` (the published
     algorithm with the authors' settings).  ``pinv_rtol``: eigenvalues of the merged curvature below
     ``pinv_rtol·λ_max`` are dropped by the pseudo-inverse (default ``p·eps``).  Why the published β = 0, γ = 1
     without a relative cutoff diverges (the cutoff, not γ): see PAPER_PRESET and docs/methods.md "The published FIPA".
