@@ -271,17 +271,13 @@ MAX_POINTS_BYTES = 1 << 30
 def _read_points(path: str) -> list:
     """The rows of ``--points``: a bounded regular UTF-8 CSV file, every failure one line naming the file."""
     import csv
-    import stat
+
+    from fedsciml.runtime.files import FileRefused, regular_file_size
 
     try:
-        st = os.stat(path)
-    except OSError as e:
-        raise CLIError(f"--points {path!r} cannot be read: {e.strerror or e}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise CLIError(f"--points {path!r} is not a regular file (a directory, FIFO or device); give a CSV file")
-    if st.st_size > MAX_POINTS_BYTES:
-        raise CLIError(f"--points {path!r} holds {st.st_size:,} bytes, more than the {MAX_POINTS_BYTES:,} predict "
-                       f"reads at once; split it")
+        regular_file_size(path, MAX_POINTS_BYTES, "a CSV of points")
+    except FileRefused as e:
+        raise CLIError(f"--points {e}") from None
     reader = None
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
@@ -298,24 +294,20 @@ def _read_points(path: str) -> list:
 
 
 def _write_csv_atomic(path: str, header: list, rows) -> None:
-    """``path`` written through ``path.tmp`` and ``os.replace``: a failed write (a full disk) leaves no
-    half file that looks valid, and one line names the file."""
+    """``path`` written atomically (:func:`fedsciml.runtime.files.write_atomic`): a failed write (a full disk)
+    leaves no half file that looks valid, and one line names the file."""
     import csv
 
-    tmp = path + ".tmp"
+    from fedsciml.runtime.files import write_atomic
+
+    def write(f):
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
     try:
-        with open(tmp, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(header)
-            w.writerows(rows)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, write, newline="")
     except OSError as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
         raise CLIError(f"--out {path!r} could not be written ({e.strerror or e}); nothing was written") from None
 
 

@@ -1252,6 +1252,11 @@ def _issue31_cases():
     C("predict", "--points latin-1", pred, setup=_points("1,2,3\n# caf\xe9\n".encode("latin-1")))
     C("predict", "--points binary", pred, setup=_points(bytes(range(256))))
     C("predict", "--points NaN", pred, setup=_points(b"1,2,3\nnan,1,1\n"))
+    # one bounded-regular-file check and one atomic write for --points/--out, model files and checkpoints
+    C("predict", "--points a directory", ["predict", "{dir}/m", "--points", "{dir}", "--out", "{dir}/u.csv"],
+      setup=_points(b"1,2,3\n"))
+    C("predict", "--out an existing directory (nothing written)",
+      ["predict", "{dir}/m", "--points", "{dir}/pts.csv", "--out", "{dir}/m"], setup=_points(b"1,2,3\n"))
     C("predict", "--points inf", pred, setup=_points(b"1,2,3\n1,inf,1\n"))
 
     # also: FusionServer names the client at fault instead of blaming the pooled Gram
