@@ -74,7 +74,7 @@ class Case:
 # (the default method, fipa, takes a local GN step: --local-steps would be refused there as an option without effect)
 SOLVE = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "1", "--seed", "0", "--quiet"]
 GN = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "1", "--method", "gn", "--quiet"]
-RIDGE = ["ridge", "--clients", "3", "--dim", "5", "--samples", "20"]
+RIDGE = ["ridge", "--clients", "3", "--dim", "5", "--n-samples", "20"]
 IMAGES = ["bench", "images", "--dataset", "digits", "--methods", "fedavg", "--clients", "2", "--epochs", "1",
           "--quiet"]
 
@@ -730,17 +730,17 @@ def _cli_cases():
     # ridge
     R = "cli-ridge"
     for extra in (["--clients", "0"], ["--clients", "-3"], ["--clients", "100000000"], ["--dim", "0"],
-                  ["--dim", "10000000"], ["--samples", "0"], ["--samples", "1"], ["--samples", "100000000000"],
+                  ["--dim", "10000000"], ["--n-samples", "0"], ["--n-samples", "1"], ["--n-samples", "100000000000"],
                   ["--heterogeneity", "-1"], ["--heterogeneity", "2"], ["--heterogeneity", "nan"], ["--sigma", "-1"],
-                  ["--sigma", "nan"], ["--sigma", "inf"], ["--cv", "abc"], ["--cv", "0:1:5"], ["--cv", "1,-1"],
-                  ["--cv", ""], ["--epsilon", "0"], ["--epsilon", "-1"], ["--epsilon", "nan"], ["--delta", "0"],
-                  ["--delta", "1"], ["--clip-a", "0"], ["--clip-a", "nan"], ["--clip-b", "-1"], ["--project", "0"],
+                  ["--sigma", "nan"], ["--sigma", "inf"], ["--cv-sigmas", "abc"], ["--cv-sigmas", "0:1:5"], ["--cv-sigmas", "1,-1"],
+                  ["--cv-sigmas", ""], ["--dp-epsilon", "0"], ["--dp-epsilon", "-1"], ["--dp-epsilon", "nan"], ["--dp-delta", "0"],
+                  ["--dp-delta", "1"], ["--dp-clip-a", "0"], ["--dp-clip-a", "nan"], ["--dp-clip-b", "-1"], ["--project", "0"],
                   ["--project", "-1"], ["--project", "1000000"], ["--dropout", "1"], ["--dropout", "-0.5"],
                   ["--features", "rff", "--rff-dim", "0"], ["--features", "rff", "--rff-dim", "-5"], ["--baselines", "nope"],
                   ["--baselines", "fedavg", "--rounds", "-1"], ["--device", "gpu"], ["--seed", "-1"],
-                  ["--clients", "1", "--cv", "1e-3:1:5"]):
+                  ["--clients", "1", "--cv-sigmas", "1e-3:1:5"]):
         C("ridge " + " ".join(extra), RIDGE + extra, R)
-    C("ridge --sigma 0 rank-deficient (4 rows, d=5)", ["ridge", "--clients", "1", "--dim", "5", "--samples", "5",
+    C("ridge --sigma 0 rank-deficient (4 rows, d=5)", ["ridge", "--clients", "1", "--dim", "5", "--n-samples", "5",
                                                         "--sigma", "0", "--json", "{dir}/r.json"], R, expect="any",
       check=finite_final)
     # bench images
@@ -838,9 +838,9 @@ def _dialect_cases():
     C("solve one-shot central DP --dp-max-rows 5 in process (sites hold more rows)",
       one + ["--dp-epsilon", "1", "--dp-central", "--dp-max-rows", "5"])
     C("ridge --dp-min-survivors 2 (DP off)", RIDGE + ["--dp-min-survivors", "2"])
-    C("ridge --epsilon 1 --dp-central --dp-min-survivors 0", RIDGE + ["--epsilon", "1", "--dp-central",
+    C("ridge --epsilon 1 --dp-central --dp-min-survivors 0", RIDGE + ["--dp-epsilon", "1", "--dp-central",
                                                                       "--dp-min-survivors", "0"])
-    C("ridge --epsilon 1 --dp-max-rows 3 (central DP off)", RIDGE + ["--epsilon", "1", "--dp-max-rows", "3"])
+    C("ridge --epsilon 1 --dp-max-rows 3 (central DP off)", RIDGE + ["--dp-epsilon", "1", "--dp-max-rows", "3"])
     for extra in (["--participation", "0.5"], ["--iid", "--split", "hsu"], ["--iid", "--alpha", "0.5"],
                   ["--methods", "regmean", "--protocol", "rounds"], ["--methods", "centralized"],
                   ["--methods", "fedavg", "--rank", "3"], ["--methods", "fedavg", "--modes", "3"],
@@ -1129,7 +1129,7 @@ def _issue31_cases():
                                    else f"not refused by the node's own policy: {str(v)[:120]}"))
 
     # 2. central DP over SecAgg+ with a loose row bound
-    dp = ["ridge", "--clients", "3", "--dim", "8", "--samples", "50", "--epsilon", "2", "--central-dp", "--engine",
+    dp = ["ridge", "--clients", "3", "--dim", "8", "--n-samples", "50", "--dp-epsilon", "2", "--dp-central", "--engine",
           "flower"]
     C("dp", "--dp-max-rows 1e12 (rounding swamps the model)", dp + ["--dp-max-rows", "1000000000000"], timeout=150)
     C("dp", "--dp-max-rows 10 (below the sites' rows)", dp + ["--dp-max-rows", "10"], timeout=150)
