@@ -1,7 +1,12 @@
-"""The methods: each one's strategy, aggregator and client-side handlers, registered with the runtime.
+"""The methods: each one's configuration, strategy, aggregator and client-side handlers, registered with the runtime.
 
-Importing this package registers the built-in solve methods in :data:`fedsciml.runtime.driver.METHODS`
-(runners are imported on first use, so ``import fedsciml.methods`` stays light) and the methods' client
+Each method's typed configuration is declared in its own module (:class:`~fedsciml.methods.gn.GNConfig`,
+:class:`~fedsciml.methods.fipa.FIPAConfig` with :data:`~fedsciml.methods.fipa.PAPER_PRESET`,
+:class:`~fedsciml.methods.averaging.FedAvgConfig`, :class:`~fedsciml.methods.averaging.FedProxConfig`,
+:class:`~fedsciml.methods.oneshot.OneShotConfig`, :class:`~fedsciml.methods.centralized.CentralizedConfig`) and
+re-exported here.  Importing this package registers the built-in solve methods in
+:data:`fedsciml.runtime.driver.METHODS` (the runners of :mod:`fedsciml.methods.federated` are imported on first
+use) and the methods' client
 handlers in the runtime client's handler table: FIPA's and FedAvg/FedProx's ``update``
 (:mod:`fedsciml.methods.local`), exact GN's matrix-free and multi-trial queries (:mod:`fedsciml.methods.gn`) and
 one-shot's (:mod:`fedsciml.methods.oneshot`).
