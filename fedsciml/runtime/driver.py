@@ -520,7 +520,7 @@ def _run_plan(p: Plan) -> Result:
                                p.config, seed=p.seed,
                                progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
     wall = time.perf_counter() - t0
-    return _result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
+    return run_result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
 
 
 def run_connected(p: Plan, connect: Callable) -> Result:
@@ -567,13 +567,14 @@ def run_connected(p: Plan, connect: Callable) -> Result:
         close = getattr(transport, "close", None)
         if callable(close):
             close()
-    return _result(p, clients, theta, rows, info, wall, metrics)
+    return run_result(p, clients, theta, rows, info, wall, metrics)
 
 
-def _result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metrics: dict) -> Result:
-    """The one :class:`Result` of a run: the last loss, the problem's evaluation of θ (with a one-shot
-    ``fit_intercept`` model's intercept), ``metrics``, and the record of the options (``config.to_dict()``, and
-    the engine where it is not ``local``)."""
+def run_result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metrics: dict) -> Result:
+    """The one constructor of a run's :class:`Result` (the driver's runs, and the SecAgg+ App's, whose secure sum
+    is Flower's own run): the last loss, the problem's evaluation of θ (with a one-shot ``fit_intercept`` model's
+    intercept, ``info["intercept"]``), ``metrics``, and the record of the options (``config.to_dict()``, and the
+    engine where it is not ``local``); ``solver_seconds`` is ``wall``."""
     problem = p.problem
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}
