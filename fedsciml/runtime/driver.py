@@ -439,9 +439,8 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
     problem, config = _ridge_sigma_once(problem, method, config)
     n_clients = problem.default_clients if clients is None else clients
     extra = None if memory is None else memory(problem, n_clients, config)
-    if isinstance(ENGINES[engine], Connect) and not spec.federated:
-        raise ValueError(f"method {method!r} pools the clients' data in this process; engine {engine!r} carries "
-                         f"federated methods' messages only")
+    if isinstance(ENGINES[engine], Connect):
+        _refuse_pooled(spec, engine)
     if engine != "local":
         if runtime:
             raise ValueError(f"engine {engine!r} brings its own transport; do not give one")
@@ -523,6 +522,12 @@ def _run_plan(p: Plan) -> Result:
     return run_result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
 
 
+def _refuse_pooled(spec: MethodSpec, engine: str) -> None:
+    if not spec.federated:
+        raise ValueError(f"method {spec.name!r} pools the clients' data in this process; engine {engine!r} carries "
+                         f"federated methods' messages only")
+
+
 def run_connected(p: Plan, connect: Callable) -> Result:
     """The run of an engine that only carries messages (a :class:`Connect` engine's, and Flower's ServerApp's):
     ``connect(job, clients)`` gives the transport to clients that build their own data from ``job``; this process
@@ -535,9 +540,7 @@ def run_connected(p: Plan, connect: Callable) -> Result:
     tables are on the sites only) sizes it from what they said."""
     from fedsciml.runtime.remote import remote_objectives
 
-    if not p.spec.federated:
-        raise ValueError(f"method {p.method!r} pools the clients' data in this process; engine {p.engine!r} carries "
-                         f"federated methods' messages only")
+    _refuse_pooled(p.spec, p.engine)
     problem, dev = p.problem, p.device
     clients = problem.default_clients if p.clients is None else p.clients
     job = {"problem": problem.name, "options": dict(problem.options), "clients": int(clients), "seed": p.seed,
