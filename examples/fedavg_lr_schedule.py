@@ -18,7 +18,8 @@ from typing import ClassVar
 from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.methods.run import local_config, strategy_runner
-from fedsciml.options import FedAvgConfig, option
+from fedsciml.methods.averaging import FedAvgConfig
+from fedsciml.options import option
 from fedsciml.runtime.driver import METHODS, register_method
 from fedsciml.runtime.results import local_settings
 

@@ -31,9 +31,11 @@ _PUBLIC = {
     # per-step callbacks (fs.solve(..., callbacks=[...]))
     "Callback": "fedsciml.runtime.callbacks", "StepView": "fedsciml.runtime.callbacks",
     "EarlyStopping": "fedsciml.runtime.callbacks", "BestModelCheckpoint": "fedsciml.runtime.callbacks",
-    # method configurations (one frozen dataclass per method; see fedsciml.options)
-    "CentralizedConfig": "fedsciml.options", "GNConfig": "fedsciml.options", "FIPAConfig": "fedsciml.options",
-    "FedAvgConfig": "fedsciml.options", "FedProxConfig": "fedsciml.options", "OneShotConfig": "fedsciml.options",
+    # method configurations (one frozen dataclass per method, declared in its method's file; the option
+    # machinery they share is fedsciml.options)
+    "CentralizedConfig": "fedsciml.methods.centralized", "GNConfig": "fedsciml.methods.gn",
+    "FIPAConfig": "fedsciml.methods.fipa", "FedAvgConfig": "fedsciml.methods.averaging",
+    "FedProxConfig": "fedsciml.methods.averaging", "OneShotConfig": "fedsciml.methods.oneshot",
     "MethodConfig": "fedsciml.options",
     "RoundOptions": "fedsciml.options", "LocalOptions": "fedsciml.options", "option": "fedsciml.options",
     # problems

@@ -17,17 +17,24 @@ parsed once, at the edge, by :func:`from_text` / :func:`parse_grid`.
 
 The shared parts:
 
-* :class:`StopOptions` — ``budget``, ``clock``, ``tol`` (every method);
+* :class:`MethodConfig` — validation on construction, unknown keys refused, options that have no effect with
+  the other settings refused (:meth:`MethodConfig.inapplicable`);
+* :class:`StopOptions` — ``budget``, ``clock``, ``tol``, and the collocation ``resample``/``grow`` options
+  (every method);
 * :class:`RoundOptions` — ``rounds``, ``participation``, ``dropout``,
-  ``checkpoint``, ``resume`` (every federated method);
+  ``checkpoint``, ``resume``, ``transport`` (every federated method);
 * :class:`LocalOptions` — ``local``, ``local_steps``, ``lr``,
-  ``local_damping`` (methods whose clients train locally).
+  ``local_damping`` (methods whose clients train locally; their wire form is
+  :class:`fedsciml.methods.local.LocalConfig`);
+* :class:`RobustOptions` — ``robust``, ``trim``, ``clip_norm`` (methods that combine updates).
 
-A method's configuration is a subclass: :class:`CentralizedConfig`,
-:class:`GNConfig`, :class:`FIPAConfig`, :class:`FedAvgConfig`,
-:class:`FedProxConfig`.  A new method declares its own subclass (with
-``method = "name"``) and registers it with
-:func:`fedsciml.runtime.driver.register_method`.
+A method's configuration is a subclass, declared in the method's own file beside its strategy and client
+half: :class:`~fedsciml.methods.centralized.CentralizedConfig`, :class:`~fedsciml.methods.gn.GNConfig`,
+:class:`~fedsciml.methods.fipa.FIPAConfig`, :class:`~fedsciml.methods.averaging.FedAvgConfig`,
+:class:`~fedsciml.methods.averaging.FedProxConfig`, :class:`~fedsciml.methods.oneshot.OneShotConfig`
+(all importable from :mod:`fedsciml.methods` and ``fedsciml``).  This module holds only the machinery they
+share; it imports no method.  A new method declares its own subclass (with ``method = "name"``) and registers
+it with :func:`fedsciml.runtime.driver.register_method`.
 
 Zero is a value: ``rank=0`` is full-rank FIPA, ``rounds=0`` evaluates θ₀ and
 stops, ``mu=0`` is FedProx with μ = 0.  ``None`` is only a default where the
@@ -450,7 +457,7 @@ class RoundOptions(StopOptions):
 
 @dataclass(frozen=True)
 class LocalOptions(MethodConfig):
-    """Local training on the clients (see :class:`fedsciml.runtime.client.LocalConfig`)."""
+    """Local training on the clients (see :class:`fedsciml.methods.local.LocalConfig`)."""
 
     local: str = option("adam", "local solver: adam (τ Adam steps) or gn (one exact damped Gauss–Newton step)",
                         str, choices=("adam", "gn"))
@@ -487,375 +494,9 @@ class RobustOptions(MethodConfig):
         return out
 
 
-# --- the methods ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CentralizedConfig(StopOptions):
-    """The pooled-data reference.  ``max_iters=None``: :attr:`default_iters` of the optimizer (unless a
-    budget is given); ``lr=None``: :attr:`default_lr` of the optimizer."""
-
-    method: ClassVar[str] = "centralized"
-    default_iters: ClassVar[dict] = {"lm": 500, "adam": 20000, "lbfgs": 5000}
-    default_lr: ClassVar[dict] = {"lm": None, "adam": 1e-3, "lbfgs": 1.0}
-
-    optimizer: str = option("lm", "centralized optimizer: lm (Levenberg–Marquardt), adam or lbfgs", str,
-                            choices=("lm", "adam", "lbfgs"))
-    max_iters: int | None = option(None, "iteration cap", int, lo=0,
-                                   none="lm 500, adam 20000, lbfgs 5000; with a budget, until it is spent")
-    lr: float | None = option(None, "learning rate of adam / lbfgs", float, lo=0, lo_open=True,
-                              none="adam 1e-3, lbfgs 1.0")
-    lm_solve: str = option("auto", "how lm solves its damped system: normal (p×p Cholesky), kernel (n×n), chunked "
-                                   "(normal on JᵀJ accumulated over row blocks: J never whole), matfree "
-                                   "(Nyström-preconditioned CG on jvp/vjp products, no J) or auto (from the device's "
-                                   "free memory and a cost per form: kernel when n < p, normal when n ≥ p while J "
-                                   "fits — always up to 5e7 entries —, else the cheaper of chunked and matfree)", str,
-                           choices=("auto", "normal", "kernel", "chunked", "matfree"))
-    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
-    precond: str = option("nystrom", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
-                                     "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
-                                     "PINN problems) or none", str, choices=("nystrom", "kfac", "none"))
-    cg_iters: int = option(500, "CG iterations per matrix-free lm solve, at most (a truncated solve is judged by LM's "
-                                "gain ratio; with precond kfac, 1–10 take many cheap steps)", int, lo=1)
-    momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
-                             lo=0, hi=1, hi_open=True)
-    lm_damping: str = option("adaptive", "lm damping: adaptive (Levenberg–Marquardt's gain-ratio rule) or fixed "
-                                         "(μ = lm_mu per residual row, every step taken with the step size of "
-                                         "step_decay: ENGD/SPRING-style)", str, choices=("adaptive", "fixed"))
-    lm_mu: float = option(1e-6, "fixed lm damping per residual row (μ = lm_mu·n on the summed loss)", float, lo=0,
-                          lo_open=True)
-    step_decay: float | None = option(None, "fixed lm damping: step size η_k = 1/(1 + k/step_decay) at step k",
-                                      float, lo=0, lo_open=True, none="η = 1")
-    average: float | None = option(None, "iterate averaging: evaluate and return the EMA θ̄ ← a·θ̄ + (1−a)·θ of the "
-                                         "iterates (lm)", float, lo=0, hi=1, hi_open=True, none="the last iterate")
-
-    def forms_jacobians(self) -> bool:
-        return self.optimizer == "lm" and self.lm_solve != "matfree"
-
-    def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
-        if self.optimizer != "lm":
-            return "data"
-        from fedsciml.core.lm import auto_form  # (torch is loaded by then; options itself imports nothing heavy)
-
-        form = auto_form(rows * clients, p, device) if self.lm_solve == "auto" else self.lm_solve  # the pooled rows
-        return {"matfree": "graph", "chunked": "chunked"}.get(form, "jacobian")
-
-    def inapplicable(self) -> dict[str, str]:
-        out = super().inapplicable()
-        if self.optimizer == "lm":
-            out["lr"] = f"Levenberg–Marquardt has no learning rate (it is for {display('optimizer')} adam or lbfgs)"
-        else:
-            out["momentum"] = f"SPRING momentum is an option of {display('optimizer')} lm"
-            for k in ("lm_damping", "lm_mu", "step_decay", "average"):
-                out[k] = f"it is an option of {display('optimizer')} lm"
-        if self.lm_damping != "fixed":
-            why = f"it sets the fixed damping, which is off ({display('lm_damping')} is {self.lm_damping})"
-            out.setdefault("lm_mu", why)
-            out.setdefault("step_decay", why)
-        if self.optimizer != "lm" or self.lm_solve in ("normal", "kernel", "chunked"):
-            out["precond"] = out["cg_iters"] = (f"it sets the matrix-free lm solve ({display('optimizer')} lm, "
-                                                f"{display('lm_solve')} matfree or auto)")
-            out["nystrom_rank"] = (f"it sizes the Nyström preconditioner of the matrix-free lm solve "
-                                   f"({display('optimizer')} lm, {display('lm_solve')} matfree or auto)")
-        elif self.precond != "nystrom":
-            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom)"
-        return out
-
-    def _resolve(self):
-        if self.max_iters is None and self.budget is None:
-            self._set("max_iters", self.default_iters[self.optimizer])
-        if self.lr is None:
-            self._set("lr", self.default_lr[self.optimizer])
-
-
-@dataclass(frozen=True)
-class GNConfig(RoundOptions):
-    """Exact federated Gauss–Newton (LM on the summed client statistics)."""
-
-    method: ClassVar[str] = "gn"
-    default_rounds: ClassVar[int] = 100
-
-    lm_tau: float | None = option(None, "LM initial damping μ₀ = τ·max diag(JᵀJ)", float, lo=0, lo_open=True,
-                                  none="the centralized solver's τ for this problem")
-    form: str = option("auto", "statistics sent: normal (JᵀJ, Jᵀr), sqrt (thin-QR factors), matfree (Jᵀr, then one "
-                               "exchange of p floats per CG iteration) or auto (the smaller of normal and sqrt while "
-                               "it is ≤ 6.25e6 floats per client and the Jacobians fit the device, matfree beyond)",
-                       str,
-                       choices=("auto", "normal", "sqrt", "matfree"))
-    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free form (one sketch "
-                                   "exchange of rank·p floats per accepted step)", int, lo=1)
-    precond: str = option("nystrom", "preconditioner of the matrix-free form's CG: nystrom (one sketch exchange), kfac "
-                                     "(K-FAC for PINNs: each client sends its Kronecker factors with Jᵀr, O(Σ widths²) "
-                                     "floats; forward-Laplacian PINN problems) or none", str,
-                          choices=("nystrom", "kfac", "none"))
-    cg_iters: int = option(500, "CG iterations (exchanges) per matrix-free solve, at most (a truncated solve is judged "
-                                "by LM's gain ratio)", int, lo=1)
-    momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
-                                  "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
-    exchange: str = option("one", "exchanges per LM iteration: one (the trial point down, each client's loss and "
-                                  "statistics there up; a rejected trial's statistics are sent for nothing) or two "
-                                  "(the loss first, the statistics only after an acceptance: fewer floats, twice the "
-                                  "exchanges; for bandwidth-bound sites)", str, choices=("one", "two"))
-    trials: int = option(1, "LM trial points per exchange (exchange one, dense forms): the next k points LM would "
-                            "try if each were rejected, each client's loss and statistics at all of them (k times "
-                            "the floats up); a rejected trial then costs no exchange", int, lo=1)
-    max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
-    batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
-                           cli=False)
-    screen: float | None = option(None, "robust: leave-one-client-out influence screen on the statistics at θ₀ "
-                                        "with threshold κ (a client whose statistics cost the others more than κ × "
-                                        "the median client's is left out of the run; fedsciml.runtime.robust)",
-                                  float, lo=1, lo_open=True, none="no screen", metavar="KAPPA")
-
-    def forms_jacobians(self) -> bool:
-        return self.form != "matfree"  # the matrix-free form's clients keep one residual graph, never J
-
-    def inapplicable(self) -> dict[str, str]:
-        out = super().inapplicable()
-        if self.form in ("normal", "sqrt"):
-            out["precond"] = out["cg_iters"] = f"it sets the matrix-free form ({display('form')} matfree or auto)"
-            out["nystrom_rank"] = f"it sizes the matrix-free form's Nyström preconditioner ({display('form')} " \
-                                  f"matfree or auto)"
-        elif self.precond != "nystrom":
-            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom)"
-        return out
-
-    def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
-        from fedsciml.core.lm import federated_form
-
-        form = federated_form([rows] * clients, p, device) if self.form == "auto" else self.form
-        return "graph" if form == "matfree" else "jacobian"
-
-    def _resolve(self):
-        super()._resolve()
-        if self.participation < 1:
-            raise OptionError(f"gn takes an exact step on every client's statistics; {display('participation')}="
-                              f"{self.participation} < 1 is not possible (use fipa/fedavg for partial participation)")
-
-
-#: The published FIPA for PDEs as the authors' code runs it (``FIPAConfig.from_options(preset="paper")``,
-#: ``run_fipa(..., preset="paper")``, ``solve --preset paper``): τ = 100 local Adam steps (lr 1e-4) on the
-#: per-part mean loss ``mean(r_int²) + β·mean(r_bc²)``, rank-20 curvature sketches, the merge
-#: ``γ Ĥ^† Σ Ĥ_m Δθ_m`` with a pseudo-inverse that drops eigenvalues below 1e-5·λ_max, a fixed γ = 0.3, no
-#: safeguard.  The reference code's collocation settings (400 interior points, each end point 20×, boundary
-#: weight 10) are problem options: ``problems.pinn.PDE1D.paper_options`` (the CLI preset fills them).
-#:
-#: Why the paper's stated β = 0, γ = 1 diverged here: the pseudo-inverse cutoff, not γ.  Rank-20 sketches of a
-#: PINN's ``J_mᵀJ_m`` keep eigenvalues down to ~1e-12·λ_max, and Adam's ``Δθ_m`` (not a GN step) has components
-#: along them, which the merge divides by those eigenvalues: on Bratu (2 clients) the first merged step has norm
-#: 1.6e4 with the default cutoff p·eps (FedAvg's: 0.15), 15 with 1e-8, 0.57 with 1e-5, and the run goes
-#: non-finite; with 1e-5 it converges with γ = 1 too (relative L2 1.4e-4 after 20 rounds; sin1d n=2: MSE 1.5e-5
-#: instead of 3.5e9).  ``reproductions/fipa_ablation.md``, docs/methods.md "The published FIPA".
-PAPER_PRESET = {"local": "adam", "lr": 1e-4, "local_steps": 100, "local_loss": "parts", "rank": 20, "merge": "qr",
-                "beta": 0.0, "gamma": 0.3, "pinv_rtol": 1e-5, "safeguard": False}
-
-
-@dataclass(frozen=True)
-class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
-    """FIPA.  ``merge=None``: pinv for full rank, qr for low rank; ``safeguard=None``: on with local gn."""
-
-    method: ClassVar[str] = "fipa"
-    default_rounds: ClassVar[int] = 40
-
-    local: str = option("gn", LocalOptions.specs()["local"][1].help, str, choices=("adam", "gn"))
-    rank: int = option(20, "rank r of each client's curvature sketch (0: the full H_m)", int, lo=0)
-    adaptive: bool = option(False, "adaptive per-client rank (≤ rank) and local steps", bool)
-    merge: str | None = option(None, "server merge", str, choices=("pinv", "qr"),
-                               none="pinv for full rank, qr for low rank")
-    beta: float = option(0.0, "QR-merge regularization β", float, lo=0)
-    gamma: float = option(1.0, "server step γ", float, lo=0, lo_open=True)
-    sketch: str = option("auto", "how a client computes its rank-r curvature (and, with local gn, its step): dense "
-                                 "(forms J_m: exact eigenpairs, exact step), matfree (no J_m: with local gn a Nyström "
-                                 "sketch of r+10 products and a CG step, with local adam subspace iteration) or auto "
-                                 "(matfree when J_m and its Gram do not fit the device's memory; always dense while "
-                                 "n_m·p ≤ 5e7)", str, choices=("auto", "dense", "matfree"))
-    cg_iters: int = option(100, "matrix-free local gn step: at most this many CG iterations", int, lo=1)
-    cg_rtol: float = option(1e-10, "matrix-free local gn step: CG relative residual", float, lo=0, lo_open=True)
-    safeguard: bool | None = option(None, "LM safeguard on the server merge (β adapted, worse steps undone)", bool,
-                                    none="on with local gn")
-    complement: bool = option(False, "add the FedAvg average of the update outside the clients' sketches", bool)
-    adapt_c: float = option(1e-3, "adaptive FIPA: rank threshold constant C", float, lo=0, lo_open=True)
-    adapt_ctau: float = option(1e-3, "adaptive FIPA: local-steps constant C_τ", float, lo=0, lo_open=True)
-    pinv_rtol: float | None = option(None, "pseudo-inverse cutoff: merged-curvature eigenvalues below this × λ_max "
-                                           "are dropped", float, lo=0, hi=1, hi_open=True, none="p·eps")
-    local_loss: str = option("mean", "local Adam loss: mean ½‖r_m‖²/n_m, or parts Σ mean(r_part²) (the FIPA "
-                                     "reference code's)", str, choices=("mean", "parts"))
-    preset: str | None = option(None, "paper: the published FIPA with the authors' settings (local Adam lr 1e-4, "
-                                      "τ=100, per-part loss, rank 20, pinv cutoff 1e-5, γ=0.3, no safeguard; 1D PDEs "
-                                      "also 400 interior points, end points ×20, boundary weight 10); options given "
-                                      "explicitly win", str, choices=("paper",), none="none")
-
-    @classmethod
-    def from_options(cls, options: dict | None = None, **more) -> FIPAConfig:
-        given = {**(options or {}), **more}
-        opts = given
-        if given.get("preset") == "paper":  # fill what was not given (an explicit option wins, None included:
-            opts = {**PAPER_PRESET, **given}  # pinv_rtol=None is the p·eps cutoff, not "the preset's")
-        return cls._build(opts, given=given)  # type: ignore[return-value]  # _build returns cls
-
-    def inapplicable(self) -> dict[str, str]:
-        out = super().inapplicable()
-        if not self.adaptive:
-            out["adapt_c"] = out["adapt_ctau"] = f"it is a constant of {display('adaptive')} FIPA, which is off"
-        off = [f"{display(k)} {v}" for k, v, bad in (("local", self.local, self.local != "gn"),
-                                                       ("rank", self.rank, self.rank == 0),
-                                                       ("adaptive", self.adaptive, self.adaptive),
-                                                       ("sketch", self.sketch, self.sketch == "dense")) if bad]
-        if off:
-            out["cg_iters"] = out["cg_rtol"] = (f"it sets the matrix-free local gn step, which {', '.join(off)} "
-                                                f"rules out (it needs local gn, rank ≥ 1, not adaptive, sketch "
-                                                f"matfree or auto)")
-        if self.rank == 0:
-            out["sketch"] = f"{display('rank')} 0 sends the full H_m: there is no sketch"
-            out["complement"] = f"{display('rank')} 0 sends the full H_m: no direction lies outside the clients' " \
-                                "curvature"
-        if self.safeguard:
-            out["beta"] = (f"the {display('safeguard')} (on with local gn) sets β itself, from lm_tau·max diag H, "
-                           f"and adapts it; give {display('safeguard')} False to fix β")
-        if self.safeguard or self.beta > 0:
-            out["pinv_rtol"] = ("it is the cutoff of the pseudo-inverse, which only the undamped merge uses (β = 0 "
-                                f"and no {display('safeguard')}; the safeguard is on with local gn)")
-        return out
-
-    def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
-        from fedsciml.core.matfree import fipa_local_matfree
-
-        if fipa_local_matfree(self.local, "lowrank" if self.rank else "full", self.sketch, self.adaptive, rows, p,
-                              device):
-            return "graph"  # the client keeps one residual graph, never J_m
-        return "jacobian"
-
-    def _resolve(self):
-        super()._resolve()
-        if self.adaptive and self.rank == 0:
-            raise OptionError(f"fipa option {display('adaptive')} chooses a rank per client: give "
-                              f"{display('rank')} ≥ 1 as its upper bound")
-        if self.merge is None:
-            self._set("merge", "pinv" if self.rank == 0 else "qr")
-        if self.safeguard is None:
-            self._set("safeguard", self.local == "gn")
-        if self.complement and self.rank > 0 and self.merge != "qr":
-            raise OptionError(f"fipa option {display('complement')} is an option of the thin-QR merge; use "
-                              f"{display('merge')} qr (the default for low rank)")
-
-
-@dataclass(frozen=True)
-class FedAvgConfig(RobustOptions, LocalOptions, RoundOptions):
-    """FedAvg: data-size weighted average of local updates."""
-
-    method: ClassVar[str] = "fedavg"
-    default_rounds: ClassVar[int | None] = 30  # None: the strategy decides when it is done
-
-    server_lr: float = option(1.0, "server step applied to the averaged update", float, lo=0, lo_open=True)
-    outlier_ratio: float = option(1e3, "reject an update whose norm exceeds this multiple of the median "
-                                       "update norm of the round (needs ≥ 3 answering clients; inf: no screen)",
-                                  float, lo=1, lo_open=True, finite=False)
-
-    def forms_jacobians(self) -> bool:
-        return self.local == "gn"
-
-
-@dataclass(frozen=True)
-class FedProxConfig(FedAvgConfig):
-    """FedProx: FedAvg with the proximal term ``μ/2 ‖θ_m − θ_k‖²`` in the local loss."""
-
-    method: ClassVar[str] = "fedprox"
-
-    mu: float = option(0.01, "proximal weight μ (0: FedAvg's local loss)", float, lo=0)
-
-
-@dataclass(frozen=True)
-class OneShotConfig(RoundOptions):
-    """One-shot fusion of the clients' Gauss–Newton statistics at θ₀: one round, one fused step."""
-
-    method: ClassVar[str] = "one-shot"
-    default_rounds: ClassVar[int | None] = None  # one round: the strategy is done after it
-
-    sigma: float | None = option(None, "damping σ of the fused step; on a ridge problem the ridge σ, added once at "
-                                 "the server (default: the problem's σ)", float, lo=0,
-                                 none="the problem's ridge σ on ridge problems, else 0")
-    # client-side transforms of the statistics (fedsciml.methods.oneshot), seeded by the run's seed
-    dp_epsilon: float | None = option(None, "local DP: ε of the Gaussian mechanism on each client's statistics",
-                                      float, lo=0, lo_open=True, finite=False, none="no DP noise")
-    dp_delta: float = option(1e-5, "DP δ", float, lo=0, hi=1, lo_open=True, hi_open=True)
-    dp_clip_a: float = option(1.0, "DP row clip ‖a‖ ≤ C_a", float, lo=0, lo_open=True)
-    dp_clip_b: float = option(1.0, "DP target clip |b| ≤ C_b", float, lo=0, lo_open=True)
-    dp_clip: str = option("scale", "DP clipping: scale the whole row, or clip a and b separately", str,
-                          choices=("scale", "separate"))
-    dp_max_shrink: float | None = option(10.0, "DP: a site refuses when clipping would shrink its median row by "
-                                         "more than this factor (standardize first, or set the clip bounds to "
-                                         "the data's scale)", float, lo=1, none="no check")
-    dp_central: bool = option(False, "DP noise once on the secure sum instead of on every client", bool)
-    dp_noise_aware: bool = option(False, "add the noise's spectral norm √(2m)·s_total to σ", bool)
-    dp_min_survivors: int | None = option(None, "central DP: the fewest sites whose noise shares must reach the "
-                                          "sum (each site adds s/√t; fewer arriving fails the run)", int, lo=1,
-                                          none="every site asked", metavar="T")
-    dp_max_rows: int | None = option(None, "central DP on Flower: a public bound on any site's rows (fixes "
-                                     "SecAgg+'s fixed-point range)", int, lo=1,
-                                     none="the problem's rows per client when public", metavar="N")
-    fit_intercept: bool = option(False, "an unpenalized intercept (linear ridge problems): exact from each "
-                                 "client's count, means and centered scatter; under DP an unpenalized constant "
-                                 "column inside the clipped rows", bool)
-    project: int | None = option(None, "random projection of the parameters to m dimensions", int, lo=1,
-                                 none="no projection")
-    project_sketch: str = option("gaussian", "projection sketch", str, choices=("gaussian", "sparse", "srht"))
-    cv_sigmas: list[float] | None = option(None, "σ by leave-one-client-out CV over these values (a list; on the "
-                                                 "command line 'a,b,c' or 'lo:hi:count', log-spaced)", FLOATS,
-                                           lo=0, lo_open=True, max_items=10_000, none="σ as given",
-                                           metavar="GRID")
-    screen: float | None = option(None, "robust: leave-one-client-out influence screen with threshold κ (a client "
-                                        "whose statistics cost the others more than κ × the median client's is "
-                                        "left out of the fusion; not with DP; fedsciml.runtime.robust)",
-                                  float, lo=1, lo_open=True, none="no screen", metavar="KAPPA")
-    # the library function fedsciml.ridge.one_shot's knobs (no flag): the message form, the PSD repair, the calibration
-    message_form: str = option("auto", "the clients' message form: gram (packed AᵀA, Aᵀb), sqrt (thin-QR factors, "
-                                       "no DP) or auto (the server's choice)", str, choices=("auto", "gram", "sqrt"),
-                               cli=False)
-    repair: bool = option(True, "PSD repair of the noisy fused statistics (DP)", bool, cli=False)
-    dp_calibration: str = option("analytic", "DP noise calibration", str, cli=False,
-                                 choices=("analytic", "classical", "rdp", "prv", "gdp"))  # core.privacy.METHODS
-
-    def forms_jacobians(self) -> bool:
-        return True
-
-    def inapplicable(self) -> dict[str, str]:
-        out = super().inapplicable()
-        out["resample"] = "one-shot takes one fused step on the points at θ₀; resampling needs several steps"
-        out.pop("grow", None), out.pop("grow_every", None), out.pop("grow_cap", None)
-        for k in ("grow", "grow_every", "grow_cap"):
-            out[k] = "one-shot takes one fused step on the points at θ₀; the points cannot grow"
-        if self.cv_sigmas is not None:
-            out["sigma"] = (f"σ is chosen by cross-validation over {display('cv_sigmas')}; give σ, or a grid to "
-                            "choose it, not both")
-        if self.dp_epsilon is None:
-            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_max_shrink", "dp_central", "dp_noise_aware",
-                      "dp_min_survivors", "dp_max_rows", "dp_calibration", "repair"):
-                out[k] = f"it is a differential-privacy option and DP is off (give {display('dp_epsilon')})"
-        elif not self.dp_central:
-            for k in ("dp_min_survivors", "dp_max_rows"):
-                out[k] = f"it sizes central DP's noise shares and secure sum, and {display('dp_central')} is off"
-        if self.project is None:
-            out["project_sketch"] = f"it is the sketch of {display('project')}, which is off"
-        return out
-
-    def _resolve(self):
-        super()._resolve()
-        if self.screen is not None and self.dp_epsilon is not None:
-            raise OptionError(f"one-shot option {display('screen')} compares exact statistics; it cannot be combined "
-                              f"with {display('dp_epsilon')} (DP noise perturbs every client's statistics)")
-
-    def dp(self) -> dict | None:
-        """The :class:`fedsciml.ridge.DPConfig` fields, or None without DP."""
-        if self.dp_epsilon is None:
-            return None
-        return {"epsilon": self.dp_epsilon, "delta": self.dp_delta, "c_a": self.dp_clip_a, "c_b": self.dp_clip_b,
-                "clip": self.dp_clip, "central": self.dp_central, "noise_aware_sigma": self.dp_noise_aware,
-                "calibration": self.dp_calibration, "max_shrink": self.dp_max_shrink}
-
-
 def defaults_of(cls) -> dict:
     """``{option: default}`` of a typed configuration class — how the runtime's low-level structs
-    (:class:`~fedsciml.runtime.client.LocalConfig`, :class:`~fedsciml.runtime.loop.RoundConfig`)
+    (:class:`~fedsciml.methods.local.LocalConfig`, :class:`~fedsciml.runtime.loop.RoundConfig`)
     take their defaults from here, so that every option has one default."""
     return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 

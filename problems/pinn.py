@@ -127,7 +127,7 @@ class PDE1D(PINNProblem):
     #: the FIPA reference code's collocation settings (applied by ``solve --preset paper`` unless given)
     paper_options: ClassVar[dict] = {"n_interior": 400, "n_boundary": 20, "boundary_weight": 10.0}
     presets: ClassVar[dict] = {"paper": Preset(
-        "fipa as published (fedsciml.options.PAPER_PRESET) with its code's collocation: 400 points, ends ×20, β = 10",
+        "fipa as published (fedsciml.methods.fipa.PAPER_PRESET) with its code's collocation: 400 points, ends ×20, β = 10",
         problem=paper_options, method={"preset": "paper"})}
 
     def interior_points(self, client, n_clients, seed):

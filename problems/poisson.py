@@ -38,7 +38,7 @@ interpolates them (training loss 3e-29) and the relative L2 error stalls at
 ``solve --preset paper`` at d = 3 and 5 also takes the authors' script
 settings for FIPA (:attr:`Poisson.paper_method_options`: rank 200, 300
 local steps, server step γ = 0.5), on top of the published preset
-(:data:`fedsciml.options.PAPER_PRESET`); options given explicitly win.
+(:data:`fedsciml.methods.fipa.PAPER_PRESET`); options given explicitly win.
 
 FIPA here needs a larger rank than its default 20: at d = 3 / 5 each client
 has ~650 / ~850 residual rows for p ≈ 2300 parameters, so rank-20 sketches

@@ -10,7 +10,8 @@ from fedsciml.core import linalg
 from fedsciml.methods import federated as methods  # noqa: F401  (registers the methods)
 from fedsciml.runtime import robust
 from fedsciml.methods.aggregators import Aggregator, FedAvgAggregator, FIPAAggregator
-from fedsciml.runtime.client import Client, LocalConfig
+from fedsciml.methods.local import LocalConfig, local_update
+from fedsciml.runtime.client import Client
 from fedsciml.methods.gn import GNAggregator
 from fedsciml.core.schema import MAX_COUNT, psd_violation
 from fedsciml.runtime.loop import RoundFailed
@@ -65,13 +66,13 @@ def _msgs(kind):
     """One honest message of each kind at θ₀ from client 0 of make_clients(3)."""
     c = Client(0, make_clients(3)[0])
     if kind == "fedavg":
-        return FedAvgAggregator(), c.update_message(THETA0, LocalConfig("adam", 2))
+        return FedAvgAggregator(), local_update(c, THETA0, LocalConfig("adam", 2))[0]
     if kind == "fipa-lowrank":
         return (FIPAAggregator("lowrank", "qr", consistency=True),
-                c.update_message(THETA0, LocalConfig("gn", damping=0.0), curvature="lowrank", rank=4, report_loss=True))
+                local_update(c, THETA0, LocalConfig("gn", damping=0.0), curvature="lowrank", rank=4, report_loss=True)[0])
     if kind == "fipa-full":
         return (FIPAAggregator("full", "pinv", consistency=True),
-                c.update_message(THETA0, LocalConfig("gn", damping=0.0), curvature="full", report_loss=True))
+                local_update(c, THETA0, LocalConfig("gn", damping=0.0), curvature="full", report_loss=True)[0])
     if kind == "gn":
         return GNAggregator(True, "normal"), c.gn_message(THETA0, "normal")
     return GNAggregator(True, "sqrt"), c.gn_message(THETA0, "sqrt")
@@ -307,7 +308,7 @@ def test_default_options_leave_fedavg_and_fipa_bitwise_unchanged():
 
 def test_fipa_robust_rules_combine_the_curvature_weighted_updates():
     objs = make_clients(3)
-    msgs = {c: Client(c, o).update_message(THETA0, LocalConfig("gn", damping=0.0), curvature="full")
+    msgs = {c: local_update(Client(c, o), THETA0, LocalConfig("gn", damping=0.0), curvature="full")[0]
             for c, o in enumerate(objs)}
     Hs = [linalg.unpack_upper(m["H"], P) for m in msgs.values()]
     B = torch.stack([H @ m["delta"] for H, m in zip(Hs, msgs.values())])

@@ -285,7 +285,7 @@ def test_options_that_apply_are_accepted_and_defaults_passed_along_are_harmless(
 
 
 def test_preset_with_an_explicit_none_cutoff_takes_none():
-    from fedsciml.options import FIPAConfig
+    from fedsciml.methods.fipa import FIPAConfig
 
     assert FIPAConfig.from_options(preset="paper").pinv_rtol == 1e-5
     assert FIPAConfig.from_options(preset="paper", pinv_rtol=None).pinv_rtol is None  # None: the p·eps cutoff

@@ -9,7 +9,9 @@ import torch
 from fedsciml.core import linalg
 from fedsciml.methods.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.runtime.checkpoint import CheckpointMismatch
-from fedsciml.runtime.client import AdaptiveSchedule, Client, LocalConfig, Spectrum
+from fedsciml.methods.local import (AdaptiveSchedule, LocalConfig, Spectrum, adam_delta, local_update, sketch_matfree,
+                                    spectrum)
+from fedsciml.runtime.client import Client
 from fedsciml.runtime.loop import RoundFailed
 from fedsciml.core.nn import MLP
 from fedsciml.core.objective import PointwiseLeastSquares, ResidualPart, stack_objectives
@@ -208,14 +210,14 @@ def test_spectrum_matches_dense_eigh_and_matfree_sketch():
     U, lam = Spectrum(J).top(4)
     assert torch.allclose(lam, lam_ref, rtol=1e-9)
     assert torch.allclose((U.T @ U_ref).abs(), torch.eye(4, dtype=torch.float64), atol=1e-7)
-    U2, lam2 = Client(0, obj).sketch_matfree(THETA0, 4, seed=1, oversample=10, iters=30)
+    U2, lam2 = sketch_matfree(obj, THETA0, 4, seed=1, oversample=10, iters=30)
     assert torch.allclose(lam2, lam_ref, rtol=1e-8)
 
 
 def test_local_gn_step_is_damped_solve():
     obj = make_clients((20,))[0]
     s = obj.gn_stats(THETA0)
-    spec, r = Client(0, obj).spectrum(THETA0)
+    spec, r = spectrum(obj, THETA0)
     mu = 1e-2 * spec.lam_max
     want = -linalg.damped_solve(s.H, s.g, mu)
     assert torch.allclose(spec.damped_step(r, mu), want, rtol=1e-8, atol=1e-12)
@@ -228,7 +230,7 @@ def test_fedavg_is_sample_weighted_average_of_local_adam_updates():
     objs = make_clients((10, 30))
     th, _, _ = run("fedavg", objs, rounds=1, local_steps=7, lr=1e-2)
     cfg = LocalConfig("adam", 7, 1e-2)
-    d = [Client(i, o).adam_delta(THETA0, cfg) for i, o in enumerate(objs)]
+    d = [adam_delta(Client(i, o), THETA0, cfg) for i, o in enumerate(objs)]
     assert torch.allclose(th, THETA0 + 0.25 * d[0] + 0.75 * d[1], rtol=0, atol=1e-14)
     agg = FedAvgAggregator()
     msgs = {0: {"delta": d[0], "n": torch.tensor([10.0], dtype=torch.float64)},
@@ -261,7 +263,7 @@ def test_dropout_fuses_only_answering_clients():
                          message_hook=_recording_hook(log))
     answered = log[1]
     assert 0 < len(answered) < 4 and rows[1]["dropped"] == 4 - len(answered)
-    msgs = {c: Client(c, objs[c]).update_message(THETA0, LocalConfig("gn", damping=0.0), curvature="full")
+    msgs = {c: local_update(Client(c, objs[c]), THETA0, LocalConfig("gn", damping=0.0), curvature="full")[0]
             for c in answered}
     want = FIPAAggregator(curvature="full", merge="pinv").aggregate(THETA0, msgs)
     assert torch.allclose(th, want, rtol=0, atol=1e-12)
@@ -295,7 +297,7 @@ def test_bad_messages_are_rejected_and_the_round_goes_on():
     reasons = {r["client"]: r["reason"] for r in info["rejections"]}
     assert set(reasons) == {1, 2} and "non-finite" in reasons[1] and "'U'" in reasons[2]
     assert rows[1]["rejected"] == 2
-    c0 = Client(0, objs[0]).update_message(THETA0, LocalConfig("adam", 3), curvature="lowrank", rank=4)
+    c0 = local_update(Client(0, objs[0]), THETA0, LocalConfig("adam", 3), curvature="lowrank", rank=4)[0]
     want = FIPAAggregator(curvature="lowrank", merge="qr").aggregate(THETA0, {0: c0})
     assert torch.allclose(th, want, atol=1e-12)
 

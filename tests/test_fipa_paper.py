@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from fedsciml.cli import main
-from fedsciml.runtime.client import Client, LocalConfig
+from fedsciml.methods.local import LocalConfig, adam_delta
+from fedsciml.runtime.client import Client
 from fedsciml.methods.federated import PAPER_PRESET
 from fedsciml.problems import get_problem
 from fedsciml.api import solve
@@ -45,7 +46,7 @@ def test_parts_loss_is_the_reference_codes_per_part_mean():
     assert torch.equal(torch.cat([ri, rb]).detach(), obj.residual(th))
     loss = (ri ** 2).mean() + (rb ** 2).mean()  # rb already carries √β
     (g,) = torch.autograd.grad(loss, x)
-    d = Client(0, obj).adam_delta(th, LocalConfig(solver="adam", steps=1, lr=1e-4, loss="parts"))
+    d = adam_delta(Client(0, obj), th, LocalConfig(solver="adam", steps=1, lr=1e-4, loss="parts"))
     torch.testing.assert_close(d, -1e-4 * g / (g.abs() + 1e-8), rtol=1e-6, atol=1e-12)
     with pytest.raises(ValueError, match="local loss must be one of mean, parts"):
         LocalConfig(loss="sum").validate()

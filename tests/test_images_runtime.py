@@ -280,7 +280,8 @@ def test_long_training_and_local_steps_show_progress_in_the_log_never_print(capl
     import logging
 
     from fedsciml.runtime import history
-    from fedsciml.runtime.client import Client, LocalConfig
+    from fedsciml.methods.local import LocalConfig, adam_delta
+    from fedsciml.runtime.client import Client
     from fedsciml.core.objective import LinearLeastSquares
 
     fed = _fed(2)
@@ -293,7 +294,7 @@ def test_long_training_and_local_steps_show_progress_in_the_log_never_print(capl
         loud = M.local_train(model, model.theta(), x, y, CFG, seed=3, epochs=2, label="client 0 training")
         torch.manual_seed(0)
         A, b = torch.randn(20, 3, dtype=torch.float64), torch.randn(20, dtype=torch.float64)
-        Client(0, LinearLeastSquares(A, b)).adam_delta(torch.zeros(3, dtype=torch.float64), LocalConfig(steps=3))
+        adam_delta(Client(0, LinearLeastSquares(A, b)), torch.zeros(3, dtype=torch.float64), LocalConfig(steps=3))
     assert torch.equal(quiet, loud)
     lines = [r.getMessage() for r in caplog.records if r.name == "fedsciml.progress"]
     want = [f"client 0 training: {i}/2 epochs" for i in (1, 2)] + [f"client 0 local adam: {i}/3 steps" for i in (1, 2, 3)]
@@ -309,7 +310,8 @@ def test_quiet_silences_the_long_loops_progress(caplog, capsys, monkeypatch):
 
     from fedsciml.cli.main import main
     from fedsciml.runtime import history
-    from fedsciml.runtime.client import Client, LocalConfig
+    from fedsciml.methods.local import LocalConfig, adam_delta
+    from fedsciml.runtime.client import Client
     from fedsciml.core.objective import LinearLeastSquares
 
     monkeypatch.setitem(history.Progress.__init__.__kwdefaults__, "log_every", 0.0)
@@ -318,9 +320,9 @@ def test_quiet_silences_the_long_loops_progress(caplog, capsys, monkeypatch):
     theta = torch.zeros(3, dtype=torch.float64)
     with caplog.at_level(logging.INFO, logger="fedsciml.progress"):
         with history.loop_progress(False):
-            quiet = Client(0, LinearLeastSquares(A, b)).adam_delta(theta, LocalConfig(steps=3))
+            quiet = adam_delta(Client(0, LinearLeastSquares(A, b)), theta, LocalConfig(steps=3))
         assert not [r for r in caplog.records if r.name == "fedsciml.progress"]
-        loud = Client(0, LinearLeastSquares(A, b)).adam_delta(theta, LocalConfig(steps=3))
+        loud = adam_delta(Client(0, LinearLeastSquares(A, b)), theta, LocalConfig(steps=3))
         assert len([r for r in caplog.records if r.name == "fedsciml.progress"]) == 3  # restored after the block
     assert torch.equal(quiet, loud)
     argv = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--method", "fedavg", "--rounds", "1",

@@ -6,7 +6,7 @@ import pytest
 from fedsciml.core.lm import auto_form, federated_form
 from fedsciml.core.matfree import graph_floats_per_row
 from fedsciml.core.nn import MLP
-from fedsciml.options import CentralizedConfig, FedAvgConfig, GNConfig
+from fedsciml.methods import CentralizedConfig, FedAvgConfig, GNConfig
 from fedsciml.problems import get_problem
 from fedsciml.runtime.driver import estimate_memory
 

@@ -26,7 +26,7 @@ def _rows(objs):
 
 
 def _flat(dp):
-    """A DPConfig as the one-shot method's typed options (fedsciml.options.OneShotConfig)."""
+    """A DPConfig as the one-shot method's typed options (fedsciml.methods.oneshot.OneShotConfig)."""
     return {} if dp is None else dict(dp_epsilon=dp.epsilon, dp_delta=dp.delta, dp_clip_a=dp.c_a, dp_clip_b=dp.c_b,
                                       dp_clip=dp.clip, dp_central=dp.central, dp_noise_aware=dp.noise_aware_sigma)
 

@@ -213,6 +213,34 @@ def choose_form(n: int, p: int, *, device: torch.device | str | None = None, dty
     return choice
 
 
+#: what a local-training client (FIPA, FedAvg, FedProx) forms to answer ``update`` (:func:`local_client_form`)
+LOCAL_FORMS = ("none", "dense", "matfree")
+
+
+def local_client_form(solver: str, curvature: str | None, sketch: str, adaptive: bool, n: int, p: int, *,
+                      device: torch.device | str | None = None, dtype: torch.dtype = torch.float64,
+                      free: int | None = None) -> str:
+    """What a local-training client forms to answer ``update`` — the one place this is decided, for the client
+    itself, the vectorized in-process path, the run's record and the memory estimate:
+
+    * ``none``: no Jacobian (FedAvg/FedProx with local Adam: ``curvature=None``, ``solver='adam'``);
+    * ``matfree``: no Jacobian — a low-rank FIPA client (``curvature='lowrank'``, not ``adaptive``, whose
+      schedule reads the whole spectrum) with ``sketch='matfree'``, or ``'auto'`` where :func:`choose_form`
+      (``need='fipa'``: ``J_m`` of ``n`` rows and its smaller Gram do not fit the device's budget; always dense
+      while ``n·p ≤`` :data:`DENSE_FLOOR_ENTRIES`) says so.  Local ``gn``: the CG step and Nyström sketch of
+      :func:`fedsciml.core.matfree.local_gn_sketch`; local Adam: subspace iteration on Gauss–Newton products;
+    * ``dense``: every other case forms ``J_m`` (a local gn step's spectrum, the full ``H_m``, the adaptive
+      schedule's spectrum, or the exact top-r eigenpairs).
+
+    ``n``: the client's residual rows; ``free``: a fake free-memory figure (tests, planning)."""
+    if curvature is None and solver != "gn":
+        return "none"
+    if curvature == "lowrank" and not adaptive and (sketch == "matfree" or (sketch == "auto" and choose_form(
+            n, p, device=device, dtype=dtype, need="fipa", free=free).form == "matfree")):
+        return "matfree"
+    return "dense"
+
+
 def _cheapest(costs: list[FormCost], forms: Sequence[str], n: int, p: int, budget: Budget,
               chunk: int) -> FormChoice:
     cand = [c for c in costs if c.form in forms]

@@ -291,17 +291,14 @@ def power_lambda_max(matvec: Vec, p: int, *, iters: int = 20, dtype: torch.dtype
 
 def fipa_local_matfree(solver: str, curvature: str | None, sketch: str, adaptive: bool, n: int, p: int,
                        device: torch.device | str | None = None, dtype: torch.dtype = torch.float64) -> bool:
-    """Whether a FIPA client takes its local Gauss–Newton step and low-rank curvature matrix-free
-    (:func:`local_gn_sketch`): local ``gn``, ``curvature='lowrank'``, not adaptive (whose schedule reads the whole
-    spectrum of ``J_m``), and ``sketch='matfree'``, or ``sketch='auto'`` where the device-aware choice
-    (:func:`fedsciml.core.forms.choose_form`, ``need='fipa'``: J_m of ``n`` rows and its smaller Gram do not fit
-    the device's memory budget; always dense while ``n·p ≤ 5·10⁷``) says ``matfree``.  ``n``: the rows whose
-    Jacobian is formed at once (the run resolves ``auto`` once, from every in-process client's rows)."""
-    from fedsciml.core.forms import choose_form
+    """Whether a FIPA client of ``n`` residual rows takes its local Gauss–Newton step and low-rank curvature
+    matrix-free (:func:`local_gn_sketch`): local ``gn`` and :func:`fedsciml.core.forms.local_client_form` (the one
+    rule: low rank, not adaptive, ``sketch='matfree'`` or ``'auto'`` where ``J_m`` does not fit) says
+    ``matfree``."""
+    from fedsciml.core.forms import local_client_form
 
-    return (solver == "gn" and curvature == "lowrank" and not adaptive
-            and (sketch == "matfree" or (sketch == "auto" and choose_form(n, p, device=device, dtype=dtype,
-                                                                          need="fipa").form == "matfree")))
+    return solver == "gn" and local_client_form(solver, curvature, sketch, adaptive, n, p, device=device,
+                                                dtype=dtype) == "matfree"
 
 
 #: extra columns of the Nyström test matrix beyond the rank a FIPA client sends (its top-r eigenpairs are taken from a

@@ -2,18 +2,25 @@
 
 Importing this package registers the built-in solve methods in :data:`fedsciml.runtime.driver.METHODS` — the
 federated ones as strategy factories (:mod:`fedsciml.methods.federated`, run by
-:func:`fedsciml.methods.run.strategy_runner`), ``centralized``'s runner imported on first use — and the one-shot
-client handlers (:mod:`fedsciml.methods.oneshot`) in the runtime client's handler table.  The command line
-imports this package only once a method is chosen (``python -m fedsciml --help`` imports no method).
+:func:`fedsciml.methods.run.strategy_runner`), ``centralized``'s runner imported on first use — and the methods'
+client handlers in the runtime client's handler table: FIPA's and FedAvg/FedProx's ``update``
+(:mod:`fedsciml.methods.local`), exact GN's matrix-free and multi-trial queries (:mod:`fedsciml.methods.gn`) and
+one-shot's (:mod:`fedsciml.methods.oneshot`).  The command line imports this package only once a method is chosen
+(``python -m fedsciml --help`` imports no method).
 """
 from __future__ import annotations
 
-from fedsciml.options import CentralizedConfig, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig
+from fedsciml.methods.averaging import FedAvgConfig, FedProxConfig
+from fedsciml.methods.centralized import CentralizedConfig
+from fedsciml.methods.fipa import PAPER_PRESET, FIPAConfig
+from fedsciml.methods.gn import GNConfig
+from fedsciml.methods.oneshot import OneShotConfig
 from fedsciml.runtime.driver import METHODS, MethodSpec, available_methods, get_method, register_method
 from fedsciml.methods import federated as _federated
 from fedsciml.methods.run import strategy_runner
 
-__all__ = ["METHODS", "MethodSpec", "available_methods", "get_method", "register_method"]
+__all__ = ["METHODS", "PAPER_PRESET", "CentralizedConfig", "FIPAConfig", "FedAvgConfig", "FedProxConfig", "GNConfig",
+           "MethodSpec", "OneShotConfig", "available_methods", "get_method", "register_method"]
 
 if "centralized" not in METHODS:  # importing twice (reload) registers nothing twice
     register_method("centralized", CentralizedConfig, "fedsciml.methods.centralized:run_centralized",
@@ -37,5 +44,6 @@ for _name, _config, _build, _description, _settings in _FEDERATED:
     if _name not in METHODS:
         register_method(_name, _config, strategy_runner(_config, _build), _description, settings=_settings)
 
+from fedsciml.methods import local as _local  # noqa: E402,F401  (registers FIPA's and FedAvg's client handler)
 from fedsciml.methods import oneshot as _oneshot  # noqa: E402,F401  (registers the one-shot client handlers)
 from fedsciml.methods import fedopt as _fedopt  # noqa: E402,F401  (FedAvgM, FedAdam, FedYogi)

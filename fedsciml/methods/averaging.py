@@ -12,11 +12,39 @@ with curvature added to the request, and a curvature-weighted merge.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
-from fedsciml.runtime.client import LocalConfig
+from fedsciml.methods.local import LocalConfig
+from fedsciml.options import LocalOptions, RobustOptions, RoundOptions, option
 from fedsciml.runtime.results import local_settings
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.transport import Request
+
+
+@dataclass(frozen=True)
+class FedAvgConfig(RobustOptions, LocalOptions, RoundOptions):
+    """FedAvg: data-size weighted average of local updates."""
+
+    method: ClassVar[str] = "fedavg"
+    default_rounds: ClassVar[int | None] = 30  # None: the strategy decides when it is done
+
+    server_lr: float = option(1.0, "server step applied to the averaged update", float, lo=0, lo_open=True)
+    outlier_ratio: float = option(1e3, "reject an update whose norm exceeds this multiple of the median "
+                                       "update norm of the round (needs ≥ 3 answering clients; inf: no screen)",
+                                  float, lo=1, lo_open=True, finite=False)
+
+    def forms_jacobians(self) -> bool:
+        return self.local == "gn"
+
+
+@dataclass(frozen=True)
+class FedProxConfig(FedAvgConfig):
+    """FedProx: FedAvg with the proximal term ``μ/2 ‖θ_m − θ_k‖²`` in the local loss."""
+
+    method: ClassVar[str] = "fedprox"
+
+    mu: float = option(0.01, "proximal weight μ (0: FedAvg's local loss)", float, lo=0)
 
 
 class AveragingStrategy(Strategy):

@@ -27,21 +27,97 @@ import logging
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, ClassVar
 
 import torch
 
-from fedsciml.options import CentralizedConfig
+from fedsciml.options import StopOptions, display, option
 from fedsciml.core.kfac_pinn import factors_of, require_jets
 from fedsciml.core.matfree import GNOperator, MatfreeConfig
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.core.stats import chunked_gn_stats
 from fedsciml.runtime.history import Recorder
 from fedsciml.methods.resample import Growth, check_resample, resampled_objectives
-from fedsciml.core.lm import LevenbergMarquardt, LMConfig, default_tau, deferred_stats
+from fedsciml.core.lm import LevenbergMarquardt, LMConfig, auto_form, default_tau, deferred_stats
+
+@dataclass(frozen=True)
+class CentralizedConfig(StopOptions):
+    """The pooled-data reference.  ``max_iters=None``: :attr:`default_iters` of the optimizer (unless a
+    budget is given); ``lr=None``: :attr:`default_lr` of the optimizer."""
+
+    method: ClassVar[str] = "centralized"
+    default_iters: ClassVar[dict] = {"lm": 500, "adam": 20000, "lbfgs": 5000}
+    default_lr: ClassVar[dict] = {"lm": None, "adam": 1e-3, "lbfgs": 1.0}
+
+    optimizer: str = option("lm", "centralized optimizer: lm (Levenberg–Marquardt), adam or lbfgs", str,
+                            choices=("lm", "adam", "lbfgs"))
+    max_iters: int | None = option(None, "iteration cap", int, lo=0,
+                                   none="lm 500, adam 20000, lbfgs 5000; with a budget, until it is spent")
+    lr: float | None = option(None, "learning rate of adam / lbfgs", float, lo=0, lo_open=True,
+                              none="adam 1e-3, lbfgs 1.0")
+    lm_solve: str = option("auto", "how lm solves its damped system: normal (p×p Cholesky), kernel (n×n), chunked "
+                                   "(normal on JᵀJ accumulated over row blocks: J never whole), matfree "
+                                   "(Nyström-preconditioned CG on jvp/vjp products, no J) or auto (from the device's "
+                                   "free memory and a cost per form: kernel when n < p, normal when n ≥ p while J "
+                                   "fits — always up to 5e7 entries —, else the cheaper of chunked and matfree)", str,
+                           choices=("auto", "normal", "kernel", "chunked", "matfree"))
+    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
+    precond: str = option("nystrom", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
+                                     "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
+                                     "PINN problems) or none", str, choices=("nystrom", "kfac", "none"))
+    cg_iters: int = option(500, "CG iterations per matrix-free lm solve, at most (a truncated solve is judged by LM's "
+                                "gain ratio; with precond kfac, 1–10 take many cheap steps)", int, lo=1)
+    momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
+                             lo=0, hi=1, hi_open=True)
+    lm_damping: str = option("adaptive", "lm damping: adaptive (Levenberg–Marquardt's gain-ratio rule) or fixed "
+                                         "(μ = lm_mu per residual row, every step taken with the step size of "
+                                         "step_decay: ENGD/SPRING-style)", str, choices=("adaptive", "fixed"))
+    lm_mu: float = option(1e-6, "fixed lm damping per residual row (μ = lm_mu·n on the summed loss)", float, lo=0,
+                          lo_open=True)
+    step_decay: float | None = option(None, "fixed lm damping: step size η_k = 1/(1 + k/step_decay) at step k",
+                                      float, lo=0, lo_open=True, none="η = 1")
+    average: float | None = option(None, "iterate averaging: evaluate and return the EMA θ̄ ← a·θ̄ + (1−a)·θ of the "
+                                         "iterates (lm)", float, lo=0, hi=1, hi_open=True, none="the last iterate")
+
+    def forms_jacobians(self) -> bool:
+        return self.optimizer == "lm" and self.lm_solve != "matfree"
+
+    def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
+        if self.optimizer != "lm":
+            return "data"
+        form = auto_form(rows * clients, p, device) if self.lm_solve == "auto" else self.lm_solve  # the pooled rows
+        return {"matfree": "graph", "chunked": "chunked"}.get(form, "jacobian")
+
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        if self.optimizer == "lm":
+            out["lr"] = f"Levenberg–Marquardt has no learning rate (it is for {display('optimizer')} adam or lbfgs)"
+        else:
+            out["momentum"] = f"SPRING momentum is an option of {display('optimizer')} lm"
+            for k in ("lm_damping", "lm_mu", "step_decay", "average"):
+                out[k] = f"it is an option of {display('optimizer')} lm"
+        if self.lm_damping != "fixed":
+            why = f"it sets the fixed damping, which is off ({display('lm_damping')} is {self.lm_damping})"
+            out.setdefault("lm_mu", why)
+            out.setdefault("step_decay", why)
+        if self.optimizer != "lm" or self.lm_solve in ("normal", "kernel", "chunked"):
+            out["precond"] = out["cg_iters"] = (f"it sets the matrix-free lm solve ({display('optimizer')} lm, "
+                                                f"{display('lm_solve')} matfree or auto)")
+            out["nystrom_rank"] = (f"it sizes the Nyström preconditioner of the matrix-free lm solve "
+                                   f"({display('optimizer')} lm, {display('lm_solve')} matfree or auto)")
+        elif self.precond != "nystrom":
+            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom)"
+        return out
+
+    def _resolve(self):
+        if self.max_iters is None and self.budget is None:
+            self._set("max_iters", self.default_iters[self.optimizer])
+        if self.lr is None:
+            self._set("lr", self.default_lr[self.optimizer])
+
 
 OPTIMIZERS = CentralizedConfig.specs()["optimizer"][1].choices
-DEFAULT_ITERS = CentralizedConfig.default_iters  # the defaults are declared once, in fedsciml.options
+DEFAULT_ITERS = CentralizedConfig.default_iters  # the defaults are declared once, in CentralizedConfig
 DEFAULT_LR = CentralizedConfig.default_lr
 
 

@@ -3,13 +3,13 @@
 
 Each is a factory ``build(config, ctx) -> (strategy, record)`` run by :func:`fedsciml.methods.run.strategy_runner`
 (the pattern every method follows, ``examples/fedavg_lr_schedule.py`` a user's one): ``config`` is the method's
-typed configuration (:mod:`fedsciml.options`: :class:`~fedsciml.options.GNConfig`,
-:class:`~fedsciml.options.FIPAConfig`, :class:`~fedsciml.options.FedAvgConfig`,
-:class:`~fedsciml.options.FedProxConfig`, :class:`~fedsciml.options.OneShotConfig`), ``ctx`` a
-:class:`~fedsciml.methods.run.RunContext`; the typed configuration, the round settings, the transport,
-resampling, the round loop and the record are the shared run's.  The defaults live in the configurations, once
-(chosen so that ``python -m fedsciml solve bratu --clients 4`` is accurate and finishes well within a minute;
-docs/methods.md):
+typed configuration, declared beside its strategy (:class:`~fedsciml.methods.gn.GNConfig`,
+:class:`~fedsciml.methods.fipa.FIPAConfig`, :class:`~fedsciml.methods.averaging.FedAvgConfig`,
+:class:`~fedsciml.methods.averaging.FedProxConfig`, :class:`~fedsciml.methods.oneshot.OneShotConfig`, on the
+machinery of :mod:`fedsciml.options`), ``ctx`` a :class:`~fedsciml.methods.run.RunContext`; the typed
+configuration, the round settings, the transport, resampling, the round loop and the record are the shared run's.
+The defaults live in the configurations, once (chosen so that ``python -m fedsciml solve bratu --clients 4`` is
+accurate and finishes well within a minute; docs/methods.md):
 
 * ``fipa``: rank 20 (``rank=0`` sends the full ``H_m``), thin-QR merge,
   local solver ``gn`` (an exact damped local Gauss–Newton step, relative
@@ -31,10 +31,13 @@ from __future__ import annotations
 
 import logging
 
-from fedsciml.options import PAPER_PRESET, FedAvgConfig, FedProxConfig, FIPAConfig, GNConfig, OneShotConfig  # noqa: F401
+from fedsciml.methods.averaging import FedAvgConfig, FedProxConfig  # noqa: F401
+from fedsciml.methods.fipa import PAPER_PRESET, FIPAConfig  # noqa: F401
+from fedsciml.methods.gn import GNConfig  # noqa: F401
+from fedsciml.methods.oneshot import OneShotConfig  # noqa: F401
 from fedsciml.methods.aggregators import FedAvgAggregator, FIPAAggregator
 from fedsciml.methods.averaging import AveragingStrategy
-from fedsciml.runtime.client import AdaptiveSchedule
+from fedsciml.methods.local import AdaptiveSchedule
 from fedsciml.methods.fipa import FIPAStrategy
 from fedsciml.core.kfac_pinn import jet_network, require_jets
 from fedsciml.core.matfree import MatfreeConfig, fipa_local_matfree
@@ -98,7 +101,7 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
 def fipa_strategy(cfg: FIPAConfig, ctx: RunContext):
     """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates.
 
-    ``preset="paper"`` fills every option not given with :data:`~fedsciml.options.PAPER_PRESET` (the published
+    ``preset="paper"`` fills every option not given with :data:`~fedsciml.methods.fipa.PAPER_PRESET` (the published
     algorithm with the authors' settings).  ``pinv_rtol``: eigenvalues of the merged curvature below
     ``pinv_rtol·λ_max`` are dropped by the pseudo-inverse (default ``p·eps``).  Why the published β = 0, γ = 1
     without a relative cutoff diverges (the cutoff, not γ): see PAPER_PRESET and docs/methods.md "The published FIPA".

@@ -31,7 +31,8 @@ import torch
 from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.methods.run import local_config, strategy_runner
-from fedsciml.options import FedAvgConfig, option
+from fedsciml.methods.averaging import FedAvgConfig
+from fedsciml.options import option
 from fedsciml.runtime.driver import METHODS, register_method
 
 SERVER_OPTIMIZERS = ("avgm", "adam", "yogi")

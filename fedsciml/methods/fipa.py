@@ -33,7 +33,7 @@ clients report at the broadcast θ (one float each):
 
 Matrix-free clients (``sketch='matfree'``, or ``'auto'`` when ``J_m`` and its smaller Gram do not fit the
 device's memory budget, :func:`fedsciml.core.forms.choose_form`; local ``gn``, low rank, not
-adaptive — :func:`fedsciml.core.matfree.fipa_local_matfree`): the client forms
+adaptive — :func:`fedsciml.core.forms.local_client_form`, the one rule): the client forms
 neither ``J_m`` nor ``H_m``; its step is preconditioned CG on damped
 ``J_mᵀJ_m`` products (at most ``cg_iters`` iterations, relative residual
 ``cg_rtol``) and its message the top-r pairs of a randomized Nyström sketch
@@ -51,24 +51,131 @@ correction"; off by default).  It is the ``complement='fedavg'`` option of the
 one thin-QR merge, :func:`fedsciml.core.curvature.fipa_merge_lowrank` (set on the
 aggregator), beside the image benchmarks' isotropic ``'tail'``.
 
-``adaptive`` (an :class:`~fedsciml.runtime.client.AdaptiveSchedule`): each
+``adaptive`` (an :class:`~fedsciml.methods.local.AdaptiveSchedule`): each
 client picks its rank and Adam step count (paper Fig. 2B); the server
 broadcasts last round's global gradient-norm estimate (one float).
 """
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from fedsciml.core import linalg
 from fedsciml.methods.averaging import AveragingStrategy
-from fedsciml.runtime.client import AdaptiveSchedule, LocalConfig
+from fedsciml.methods.local import LOCAL_LOSSES, SKETCHES, AdaptiveSchedule, LocalConfig
+from fedsciml.options import LocalOptions, OptionError, RobustOptions, RoundOptions, display, option
 from fedsciml.methods.gn import GNAggregator
 from fedsciml.runtime.results import local_settings
 from fedsciml.runtime.strategy import Exchange, Replies
 from fedsciml.runtime.transport import Request
 from fedsciml.core.lm import damping_after_failure, damping_after_success
+from fedsciml.core.forms import local_client_form
+
+#: The published FIPA for PDEs as the authors' code runs it (``FIPAConfig.from_options(preset="paper")``,
+#: ``run_fipa(..., preset="paper")``, ``solve --preset paper``): τ = 100 local Adam steps (lr 1e-4) on the
+#: per-part mean loss ``mean(r_int²) + β·mean(r_bc²)``, rank-20 curvature sketches, the merge
+#: ``γ Ĥ^† Σ Ĥ_m Δθ_m`` with a pseudo-inverse that drops eigenvalues below 1e-5·λ_max, a fixed γ = 0.3, no
+#: safeguard.  The reference code's collocation settings (400 interior points, each end point 20×, boundary
+#: weight 10) are problem options: ``problems.pinn.PDE1D.paper_options`` (the CLI preset fills them).
+#:
+#: Why the paper's stated β = 0, γ = 1 diverged here: the pseudo-inverse cutoff, not γ.  Rank-20 sketches of a
+#: PINN's ``J_mᵀJ_m`` keep eigenvalues down to ~1e-12·λ_max, and Adam's ``Δθ_m`` (not a GN step) has components
+#: along them, which the merge divides by those eigenvalues: on Bratu (2 clients) the first merged step has norm
+#: 1.6e4 with the default cutoff p·eps (FedAvg's: 0.15), 15 with 1e-8, 0.57 with 1e-5, and the run goes
+#: non-finite; with 1e-5 it converges with γ = 1 too (relative L2 1.4e-4 after 20 rounds; sin1d n=2: MSE 1.5e-5
+#: instead of 3.5e9).  ``reproductions/fipa_ablation.md``, docs/methods.md "The published FIPA".
+PAPER_PRESET = {"local": "adam", "lr": 1e-4, "local_steps": 100, "local_loss": "parts", "rank": 20, "merge": "qr",
+                "beta": 0.0, "gamma": 0.3, "pinv_rtol": 1e-5, "safeguard": False}
+
+
+@dataclass(frozen=True)
+class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
+    """FIPA.  ``merge=None``: pinv for full rank, qr for low rank; ``safeguard=None``: on with local gn."""
+
+    method: ClassVar[str] = "fipa"
+    default_rounds: ClassVar[int] = 40
+
+    local: str = option("gn", LocalOptions.specs()["local"][1].help, str, choices=("adam", "gn"))
+    rank: int = option(20, "rank r of each client's curvature sketch (0: the full H_m)", int, lo=0)
+    adaptive: bool = option(False, "adaptive per-client rank (≤ rank) and local steps", bool)
+    merge: str | None = option(None, "server merge", str, choices=("pinv", "qr"),
+                               none="pinv for full rank, qr for low rank")
+    beta: float = option(0.0, "QR-merge regularization β", float, lo=0)
+    gamma: float = option(1.0, "server step γ", float, lo=0, lo_open=True)
+    sketch: str = option("auto", "how a client computes its rank-r curvature (and, with local gn, its step): dense "
+                                 "(forms J_m: exact eigenpairs, exact step), matfree (no J_m: with local gn a Nyström "
+                                 "sketch of r+10 products and a CG step, with local adam subspace iteration) or auto "
+                                 "(matfree when J_m and its Gram do not fit the device's memory; always dense while "
+                                 "n_m·p ≤ 5e7)", str, choices=SKETCHES)
+    cg_iters: int = option(100, "matrix-free local gn step: at most this many CG iterations", int, lo=1)
+    cg_rtol: float = option(1e-10, "matrix-free local gn step: CG relative residual", float, lo=0, lo_open=True)
+    safeguard: bool | None = option(None, "LM safeguard on the server merge (β adapted, worse steps undone)", bool,
+                                    none="on with local gn")
+    complement: bool = option(False, "add the FedAvg average of the update outside the clients' sketches", bool)
+    adapt_c: float = option(1e-3, "adaptive FIPA: rank threshold constant C", float, lo=0, lo_open=True)
+    adapt_ctau: float = option(1e-3, "adaptive FIPA: local-steps constant C_τ", float, lo=0, lo_open=True)
+    pinv_rtol: float | None = option(None, "pseudo-inverse cutoff: merged-curvature eigenvalues below this × λ_max "
+                                           "are dropped", float, lo=0, hi=1, hi_open=True, none="p·eps")
+    local_loss: str = option(LOCAL_LOSSES[0], "local Adam loss: mean ½‖r_m‖²/n_m, or parts Σ mean(r_part²) (the "
+                                              "FIPA reference code's)", str, choices=LOCAL_LOSSES)
+    preset: str | None = option(None, "paper: the published FIPA with the authors' settings (local Adam lr 1e-4, "
+                                      "τ=100, per-part loss, rank 20, pinv cutoff 1e-5, γ=0.3, no safeguard; 1D PDEs "
+                                      "also 400 interior points, end points ×20, boundary weight 10); options given "
+                                      "explicitly win", str, choices=("paper",), none="none")
+
+    @classmethod
+    def from_options(cls, options: dict | None = None, **more) -> FIPAConfig:
+        given = {**(options or {}), **more}
+        opts = given
+        if given.get("preset") == "paper":  # fill what was not given (an explicit option wins, None included:
+            opts = {**PAPER_PRESET, **given}  # pinv_rtol=None is the p·eps cutoff, not "the preset's")
+        return cls._build(opts, given=given)  # type: ignore[return-value]  # _build returns cls
+
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        if not self.adaptive:
+            out["adapt_c"] = out["adapt_ctau"] = f"it is a constant of {display('adaptive')} FIPA, which is off"
+        off = [f"{display(k)} {v}" for k, v, bad in (("local", self.local, self.local != "gn"),
+                                                       ("rank", self.rank, self.rank == 0),
+                                                       ("adaptive", self.adaptive, self.adaptive),
+                                                       ("sketch", self.sketch, self.sketch == "dense")) if bad]
+        if off:
+            out["cg_iters"] = out["cg_rtol"] = (f"it sets the matrix-free local gn step, which {', '.join(off)} "
+                                                f"rules out (it needs local gn, rank ≥ 1, not adaptive, sketch "
+                                                f"matfree or auto)")
+        if self.rank == 0:
+            out["sketch"] = f"{display('rank')} 0 sends the full H_m: there is no sketch"
+            out["complement"] = f"{display('rank')} 0 sends the full H_m: no direction lies outside the clients' " \
+                                "curvature"
+        if self.safeguard:
+            out["beta"] = (f"the {display('safeguard')} (on with local gn) sets β itself, from lm_tau·max diag H, "
+                           f"and adapts it; give {display('safeguard')} False to fix β")
+        if self.safeguard or self.beta > 0:
+            out["pinv_rtol"] = ("it is the cutoff of the pseudo-inverse, which only the undamped merge uses (β = 0 "
+                                f"and no {display('safeguard')}; the safeguard is on with local gn)")
+        return out
+
+    def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
+        form = local_client_form(self.local, "lowrank" if self.rank else "full", self.sketch, self.adaptive, rows, p,
+                                 device=device)
+        return "graph" if form == "matfree" else "jacobian"  # a matrix-free client keeps a residual graph, never J_m
+
+    def _resolve(self):
+        super()._resolve()
+        if self.adaptive and self.rank == 0:
+            raise OptionError(f"fipa option {display('adaptive')} chooses a rank per client: give "
+                              f"{display('rank')} ≥ 1 as its upper bound")
+        if self.merge is None:
+            self._set("merge", "pinv" if self.rank == 0 else "qr")
+        if self.safeguard is None:
+            self._set("safeguard", self.local == "gn")
+        if self.complement and self.rank > 0 and self.merge != "qr":
+            raise OptionError(f"fipa option {display('complement')} is an option of the thin-QR merge; use "
+                              f"{display('merge')} qr (the default for low rank)")
+
 
 BETA_MIN, BETA_MAX = 1e-20, 1e20
 

@@ -76,6 +76,8 @@ Partial participation is therefore not offered for ``gn``.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -87,7 +89,71 @@ from fedsciml.runtime.strategy import Exchange, Strategy
 from fedsciml.runtime.transport import Reply, Request
 from fedsciml.runtime.client import Client, register_handler
 from fedsciml.core.objective import GNStats, gn_stats_from
+from fedsciml.options import OptionError, RoundOptions, display, option
 from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, deferred_stats, federated_form  # noqa: F401
+
+@dataclass(frozen=True)
+class GNConfig(RoundOptions):
+    """Exact federated Gauss–Newton (LM on the summed client statistics)."""
+
+    method: ClassVar[str] = "gn"
+    default_rounds: ClassVar[int] = 100
+
+    lm_tau: float | None = option(None, "LM initial damping μ₀ = τ·max diag(JᵀJ)", float, lo=0, lo_open=True,
+                                  none="the centralized solver's τ for this problem")
+    form: str = option("auto", "statistics sent: normal (JᵀJ, Jᵀr), sqrt (thin-QR factors), matfree (Jᵀr, then one "
+                               "exchange of p floats per CG iteration) or auto (the smaller of normal and sqrt while "
+                               "it is ≤ 6.25e6 floats per client and the Jacobians fit the device, matfree beyond)",
+                       str,
+                       choices=("auto", "normal", "sqrt", "matfree"))
+    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free form (one sketch "
+                                   "exchange of rank·p floats per accepted step)", int, lo=1)
+    precond: str = option("nystrom", "preconditioner of the matrix-free form's CG: nystrom (one sketch exchange), kfac "
+                                     "(K-FAC for PINNs: each client sends its Kronecker factors with Jᵀr, O(Σ widths²) "
+                                     "floats; forward-Laplacian PINN problems) or none", str,
+                          choices=("nystrom", "kfac", "none"))
+    cg_iters: int = option(500, "CG iterations (exchanges) per matrix-free solve, at most (a truncated solve is judged "
+                                "by LM's gain ratio)", int, lo=1)
+    momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
+                                  "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
+    exchange: str = option("one", "exchanges per LM iteration: one (the trial point down, each client's loss and "
+                                  "statistics there up; a rejected trial's statistics are sent for nothing) or two "
+                                  "(the loss first, the statistics only after an acceptance: fewer floats, twice the "
+                                  "exchanges; for bandwidth-bound sites)", str, choices=("one", "two"))
+    trials: int = option(1, "LM trial points per exchange (exchange one, dense forms): the next k points LM would "
+                            "try if each were rejected, each client's loss and statistics at all of them (k times "
+                            "the floats up); a rejected trial then costs no exchange", int, lo=1)
+    max_retries: int = option(20, "rejected LM trials in a row before the run stops", int, lo=0)
+    batched: bool = option(True, "evaluate the clients of a round in one vectorized call (same numbers)", bool,
+                           cli=False)
+    screen: float | None = option(None, "robust: leave-one-client-out influence screen on the statistics at θ₀ "
+                                        "with threshold κ (a client whose statistics cost the others more than κ × "
+                                        "the median client's is left out of the run; fedsciml.runtime.robust)",
+                                  float, lo=1, lo_open=True, none="no screen", metavar="KAPPA")
+
+    def forms_jacobians(self) -> bool:
+        return self.form != "matfree"  # the matrix-free form's clients keep one residual graph, never J
+
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        if self.form in ("normal", "sqrt"):
+            out["precond"] = out["cg_iters"] = f"it sets the matrix-free form ({display('form')} matfree or auto)"
+            out["nystrom_rank"] = f"it sizes the matrix-free form's Nyström preconditioner ({display('form')} " \
+                                  f"matfree or auto)"
+        elif self.precond != "nystrom":
+            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom)"
+        return out
+
+    def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
+        form = federated_form([rows] * clients, p, device) if self.form == "auto" else self.form
+        return "graph" if form == "matfree" else "jacobian"
+
+    def _resolve(self):
+        super()._resolve()
+        if self.participation < 1:
+            raise OptionError(f"gn takes an exact step on every client's statistics; {display('participation')}="
+                              f"{self.participation} < 1 is not possible (use fipa/fedavg for partial participation)")
+
 
 FORMS = ("normal", "sqrt", "matfree")
 EXCHANGES = ("one", "two")  # exchanges per LM iteration: loss and statistics together, or loss then statistics
@@ -114,7 +180,7 @@ def _operator(client, theta) -> matfree.GNOperator:
 
 def _answer_gn_grad(client, request, pre, deadline):
     op = _operator(client, request.tensors["theta"])
-    msg = {"g": op.g, "loss": op.loss.reshape(1), "n": client._n(op.theta)}
+    msg = {"g": op.g, "loss": op.loss.reshape(1), "n": client.n_like(op.theta)}
     if request.config.get("precond") == "kfac":  # the K-FAC-for-PINNs factors ride with the gradient
         msg["kfac"] = kfac_pinn.factors_of(client.objective, op.theta).pack()
     return Reply(msg)

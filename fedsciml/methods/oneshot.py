@@ -66,6 +66,8 @@ import dataclasses
 import functools
 import logging
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -73,10 +75,99 @@ from fedsciml.core import linalg
 from fedsciml.methods.aggregators import Aggregator
 from fedsciml.methods.gn import GNAggregator
 from fedsciml.core.schema import Field, MessageRejected, Schema
-from fedsciml.options import display
+from fedsciml.options import FLOATS, OptionError, RoundOptions, display, option
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.client import Client, register_handler
 from fedsciml.runtime.transport import Reply, Request
+
+@dataclass(frozen=True)
+class OneShotConfig(RoundOptions):
+    """One-shot fusion of the clients' Gauss–Newton statistics at θ₀: one round, one fused step."""
+
+    method: ClassVar[str] = "one-shot"
+    default_rounds: ClassVar[int | None] = None  # one round: the strategy is done after it
+
+    sigma: float | None = option(None, "damping σ of the fused step; on a ridge problem the ridge σ, added once at "
+                                 "the server (default: the problem's σ)", float, lo=0,
+                                 none="the problem's ridge σ on ridge problems, else 0")
+    # client-side transforms of the statistics (fedsciml.methods.oneshot), seeded by the run's seed
+    dp_epsilon: float | None = option(None, "local DP: ε of the Gaussian mechanism on each client's statistics",
+                                      float, lo=0, lo_open=True, finite=False, none="no DP noise")
+    dp_delta: float = option(1e-5, "DP δ", float, lo=0, hi=1, lo_open=True, hi_open=True)
+    dp_clip_a: float = option(1.0, "DP row clip ‖a‖ ≤ C_a", float, lo=0, lo_open=True)
+    dp_clip_b: float = option(1.0, "DP target clip |b| ≤ C_b", float, lo=0, lo_open=True)
+    dp_clip: str = option("scale", "DP clipping: scale the whole row, or clip a and b separately", str,
+                          choices=("scale", "separate"))
+    dp_max_shrink: float | None = option(10.0, "DP: a site refuses when clipping would shrink its median row by "
+                                         "more than this factor (standardize first, or set the clip bounds to "
+                                         "the data's scale)", float, lo=1, none="no check")
+    dp_central: bool = option(False, "DP noise once on the secure sum instead of on every client", bool)
+    dp_noise_aware: bool = option(False, "add the noise's spectral norm √(2m)·s_total to σ", bool)
+    dp_min_survivors: int | None = option(None, "central DP: the fewest sites whose noise shares must reach the "
+                                          "sum (each site adds s/√t; fewer arriving fails the run)", int, lo=1,
+                                          none="every site asked", metavar="T")
+    dp_max_rows: int | None = option(None, "central DP on Flower: a public bound on any site's rows (fixes "
+                                     "SecAgg+'s fixed-point range)", int, lo=1,
+                                     none="the problem's rows per client when public", metavar="N")
+    fit_intercept: bool = option(False, "an unpenalized intercept (linear ridge problems): exact from each "
+                                 "client's count, means and centered scatter; under DP an unpenalized constant "
+                                 "column inside the clipped rows", bool)
+    project: int | None = option(None, "random projection of the parameters to m dimensions", int, lo=1,
+                                 none="no projection")
+    project_sketch: str = option("gaussian", "projection sketch", str, choices=("gaussian", "sparse", "srht"))
+    cv_sigmas: list[float] | None = option(None, "σ by leave-one-client-out CV over these values (a list; on the "
+                                                 "command line 'a,b,c' or 'lo:hi:count', log-spaced)", FLOATS,
+                                           lo=0, lo_open=True, max_items=10_000, none="σ as given",
+                                           metavar="GRID")
+    screen: float | None = option(None, "robust: leave-one-client-out influence screen with threshold κ (a client "
+                                        "whose statistics cost the others more than κ × the median client's is "
+                                        "left out of the fusion; not with DP; fedsciml.runtime.robust)",
+                                  float, lo=1, lo_open=True, none="no screen", metavar="KAPPA")
+    # the library function fedsciml.ridge.one_shot's knobs (no flag): the message form, the PSD repair, the calibration
+    message_form: str = option("auto", "the clients' message form: gram (packed AᵀA, Aᵀb), sqrt (thin-QR factors, "
+                                       "no DP) or auto (the server's choice)", str, choices=("auto", "gram", "sqrt"),
+                               cli=False)
+    repair: bool = option(True, "PSD repair of the noisy fused statistics (DP)", bool, cli=False)
+    dp_calibration: str = option("analytic", "DP noise calibration", str, cli=False,
+                                 choices=("analytic", "classical", "rdp", "prv", "gdp"))  # core.privacy.METHODS
+
+    def forms_jacobians(self) -> bool:
+        return True
+
+    def inapplicable(self) -> dict[str, str]:
+        out = super().inapplicable()
+        out["resample"] = "one-shot takes one fused step on the points at θ₀; resampling needs several steps"
+        out.pop("grow", None), out.pop("grow_every", None), out.pop("grow_cap", None)
+        for k in ("grow", "grow_every", "grow_cap"):
+            out[k] = "one-shot takes one fused step on the points at θ₀; the points cannot grow"
+        if self.cv_sigmas is not None:
+            out["sigma"] = (f"σ is chosen by cross-validation over {display('cv_sigmas')}; give σ, or a grid to "
+                            "choose it, not both")
+        if self.dp_epsilon is None:
+            for k in ("dp_delta", "dp_clip_a", "dp_clip_b", "dp_clip", "dp_max_shrink", "dp_central", "dp_noise_aware",
+                      "dp_min_survivors", "dp_max_rows", "dp_calibration", "repair"):
+                out[k] = f"it is a differential-privacy option and DP is off (give {display('dp_epsilon')})"
+        elif not self.dp_central:
+            for k in ("dp_min_survivors", "dp_max_rows"):
+                out[k] = f"it sizes central DP's noise shares and secure sum, and {display('dp_central')} is off"
+        if self.project is None:
+            out["project_sketch"] = f"it is the sketch of {display('project')}, which is off"
+        return out
+
+    def _resolve(self):
+        super()._resolve()
+        if self.screen is not None and self.dp_epsilon is not None:
+            raise OptionError(f"one-shot option {display('screen')} compares exact statistics; it cannot be combined "
+                              f"with {display('dp_epsilon')} (DP noise perturbs every client's statistics)")
+
+    def dp(self) -> dict | None:
+        """The :class:`fedsciml.ridge.DPConfig` fields, or None without DP."""
+        if self.dp_epsilon is None:
+            return None
+        return {"epsilon": self.dp_epsilon, "delta": self.dp_delta, "c_a": self.dp_clip_a, "c_b": self.dp_clip_b,
+                "clip": self.dp_clip, "central": self.dp_central, "noise_aware_sigma": self.dp_noise_aware,
+                "calibration": self.dp_calibration, "max_shrink": self.dp_max_shrink}
+
 
 TRANSFORM_KEYS = ("project", "sketch", "seed", "dp", "form", "noise_shares", "intercept", "max_rows")
 logger = logging.getLogger(__name__)

@@ -23,7 +23,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from fedsciml.runtime.client import Client, LocalConfig
+from fedsciml.methods.local import LocalConfig
+from fedsciml.runtime.client import Client
 from fedsciml.runtime.loop import RoundConfig, Simulation
 from fedsciml.runtime.transport import BytesTransport, LocalTransport, Transport
 

@@ -6,7 +6,7 @@ datasets by putting each ``(A_k, b_k)`` behind an in-process client
 ``A_k w − b_k``) and handing the run to the one driver
 (:func:`fedsciml.runtime.driver.plan` / :func:`~fedsciml.runtime.driver.run`,
 method ``one-shot``: the options checked once as a
-:class:`~fedsciml.options.OneShotConfig`, the runtime's one-shot strategy,
+:class:`~fedsciml.methods.oneshot.OneShotConfig`, the runtime's one-shot strategy,
 the round loop, the Result) — the same driver, loop, messages, validation and
 accounting as ``solve(..., method="one-shot")``: optional random
 projection (shared seeded sketch), optional row clipping and Gaussian noise
@@ -46,7 +46,7 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
     cannot draw from another site's generator).
     """
     import fedsciml.methods  # noqa: F401  (registers the one-shot method with the driver)
-    from fedsciml.options import OneShotConfig
+    from fedsciml.methods.oneshot import OneShotConfig
     from fedsciml.runtime.client import Client
     from fedsciml.runtime.driver import plan, run
     from fedsciml.runtime.transport import BytesTransport, LocalTransport

@@ -1,30 +1,18 @@
-"""A client: its own least-squares objective, and the messages it sends.
+"""A client: its own least-squares objective, the table of the queries it answers, and the runtime's own queries.
 
-A client never exposes its data; it turns the broadcast global parameters θ
-into a message (a ``dict`` of plain tensors, see
-:mod:`fedsciml.core.schema`):
+A client never exposes its data; it turns a request (the broadcast global parameters θ and a plain config) into a
+message (a ``dict`` of plain tensors, see :mod:`fedsciml.core.schema`).  Which queries a client kind answers is a
+table (:func:`register_handler`, :func:`dispatch`): the runtime registers its own here — exact Gauss–Newton's
+``{"loss", "n"}`` at a trial point (``loss``, ``gn_loss``) and ``{"H" (packed upper triangle of J_mᵀJ_m),
+"g" = J_mᵀr_m, "loss", "n"}`` or the square-root form at an accepted point (``gn_stats``) —, and each method
+registers its own beside its strategy (:mod:`fedsciml.methods.local`: FIPA's and FedAvg's ``update``;
+:mod:`fedsciml.methods.gn`, :mod:`fedsciml.methods.oneshot`).
 
-* exact Gauss–Newton: ``{"loss", "n"}`` at a trial point, and
-  ``{"H" (packed upper triangle of J_mᵀJ_m), "g" = J_mᵀr_m, "loss", "n"}``
-  at an accepted point;
-* FIPA: ``{"delta", "n"}`` plus its curvature at the *broadcast* θ — ``"H"``
-  (full) or the top-r eigenpairs ``"U", "lam"`` (low rank);
-* FedAvg / FedProx: ``{"delta", "n"}``.
-
-Curvature is the sum form ``H_m = J_mᵀJ_m`` of the objective ``½‖r_m‖²``
-(see :mod:`fedsciml.core.objective`: FIPA's ``N_m/N`` factors cancel).
-
-Spectral work goes through the *smaller* Gram matrix: for ``n_m < p`` (every
-PINN/fitting client here) the eigenpairs of ``J_mᵀJ_m`` come from
-``J_mJ_mᵀ = W Λ Wᵀ`` as ``U = J_mᵀ W Λ^{-1/2}``, and the exact local damped
-GN step is ``−J_mᵀ (J_mJ_mᵀ + μI)^{-1} r_m`` (push-through identity), so no
-p×p matrix is formed for a low-rank FIPA client.  For large p without a
-dense Jacobian, ``sketch="matfree"`` runs randomized subspace iteration with
-Rayleigh–Ritz (paper Eqs. 10–12) on ``jvp``/``vjp`` products.
+:class:`ClientBatch` evaluates several in-process clients' residuals and Jacobians in one vectorized call (the
+simulation's speed-up), each client keeping exactly its own rows.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable, ClassVar
@@ -32,114 +20,12 @@ from typing import Callable, ClassVar
 import torch
 
 from fedsciml.core import linalg
-from fedsciml.options import FIPAConfig, LocalOptions, defaults_of
-from fedsciml.core.curvature import ggn_matmat
-from fedsciml.core.forms import choose_form
-from fedsciml.core.matfree import fipa_local_matfree, local_gn_sketch
 from fedsciml.core.objective import LeastSquares, gn_stats_from
-from fedsciml.runtime.history import Progress
 from fedsciml.runtime.protocol import MONITOR, Reply, Request
 
-LOCAL_SOLVERS = ("adam", "gn")
-LOCAL_LOSSES = ("mean", "parts")
-SKETCHES = ("auto", "dense", "matfree")
-_LOCAL = defaults_of(LocalOptions)  # one default per option: the typed configuration's
-
-
-@dataclass
-class LocalConfig:
-    """Local training of FIPA / FedAvg / FedProx clients.
-
-    ``solver='adam'``: ``steps`` Adam steps (learning rate ``lr``) on the
-    client's mean loss ``½‖r_m‖²/n_m`` (+ ``prox/2‖θ − θ_k‖²`` for FedProx),
-    a fresh optimizer each round (the paper's choice).  ``loss='parts'``
-    trains instead on the sum over residual parts of each part's mean,
-    ``mean(r_int²) + β·mean(r_bc²)`` — the FIPA reference code's PINN loss,
-    which weighs the boundary far more than ``½‖r_m‖²/n_m`` does (its
-    curvature ``J_mᵀJ_m`` is the same either way).
-    ``solver='gn'``: one exact damped Gauss–Newton step of the client's own
-    linearized problem, ``Δθ_m = −(H_m + μ_m I)^{-1} g_m`` with
-    ``μ_m = damping · λ_max(H_m)``; ``damping=0`` gives the minimum-norm
-    ``−H_m^† g_m`` of the paper's consistency property.
-
-    This is the wire form built from the typed options (:class:`fedsciml.options.LocalOptions`); its
-    defaults are read from there, so each option has one default.
-    """
-
-    solver: str = _LOCAL["local"]
-    steps: int = _LOCAL["local_steps"]
-    lr: float = _LOCAL["lr"]
-    damping: float = _LOCAL["local_damping"]
-    prox: float = 0.0  # FedAvg's local loss; FedProx sets its μ
-    loss: str = defaults_of(FIPAConfig)["local_loss"]
-
-    def validate(self):
-        if self.solver not in LOCAL_SOLVERS:
-            raise ValueError(f"local solver must be one of {', '.join(LOCAL_SOLVERS)}, got {self.solver!r}")
-        if int(self.steps) != self.steps or self.steps < 1:
-            raise ValueError(f"local steps must be an integer ≥ 1, got {self.steps}")
-        if not self.lr > 0:
-            raise ValueError(f"local learning rate must be > 0, got {self.lr}")
-        if not self.damping >= 0:
-            raise ValueError(f"local damping must be ≥ 0, got {self.damping}")
-        if not self.prox >= 0:
-            raise ValueError(f"FedProx μ must be ≥ 0, got {self.prox}")
-        if self.loss not in LOCAL_LOSSES:
-            raise ValueError(f"local loss must be one of {', '.join(LOCAL_LOSSES)}, got {self.loss!r}")
-        return self
-
-
-def _scalar(x, like: torch.Tensor) -> torch.Tensor:
+def scalar_like(x, like: torch.Tensor) -> torch.Tensor:
+    """The number ``x`` as a one-element tensor of ``like``'s dtype and device (a message's ``"n"``, …)."""
     return torch.tensor([float(x)], dtype=like.dtype, device=like.device)
-
-
-class Spectrum:
-    """Eigen-decomposition of ``H_m = JᵀJ`` through the smaller Gram matrix.
-
-    ``lam`` descending (clipped at 0), ``basis`` the matching eigenvectors of
-    ``JJᵀ`` (n ≤ p, 'gram') or of ``JᵀJ`` (n > p, 'hessian').
-    """
-
-    def __init__(self, J: torch.Tensor):
-        n, p = J.shape
-        self.J = J
-        self.mode = "gram" if n <= p else "hessian"
-        G = J @ J.T if self.mode == "gram" else J.T @ J
-        G = 0.5 * (G + G.T)
-        lam, W = torch.linalg.eigh(G)
-        self.lam = lam.flip(-1).clamp_min(0.0)
-        self.W = W.flip(-1)
-        self.lam_max = float(self.lam[0]) if self.lam.numel() else 0.0
-        self.cut = max(n, p) * torch.finfo(J.dtype).eps * self.lam_max  # numerical rank cutoff
-
-    @property
-    def rank(self) -> int:
-        return int((self.lam > self.cut).sum())
-
-    def top(self, r: int):
-        """``(U [p, r], λ [r])``, r clipped to the numerical rank (≥ 1)."""
-        r = max(1, min(int(r), max(1, self.rank)))
-        lam = self.lam[:r]
-        if self.mode == "hessian":
-            return self.W[:, :r], lam
-        U = self.J.T @ self.W[:, :r]
-        U = U / U.norm(dim=0).clamp_min(1e-300)  # = Jᵀw/√λ, renormalized
-        return U, lam
-
-    def damped_step(self, r_vec: torch.Tensor, mu: float) -> torch.Tensor:
-        """``−(JᵀJ + μI)^{-1} Jᵀr`` (μ > 0) or ``−(JᵀJ)^† Jᵀr`` (μ = 0)."""
-        keep = self.lam > self.cut
-        inv = torch.where(keep, 1.0 / (self.lam + mu), torch.zeros_like(self.lam))
-        if self.mode == "gram":  # −Jᵀ W (Λ+μ)^{-1} Wᵀ r
-            return -(self.J.T @ (self.W @ (inv * (self.W.T @ r_vec))))
-        g = self.J.T @ r_vec
-        return -(self.W @ (inv * (self.W.T @ g)))
-
-
-def gram_matmat(obj: LeastSquares, theta: torch.Tensor):
-    """``V ↦ J(θ)ᵀ J(θ) V`` for a block ``V [p, L]`` from ``jvp``/``vjp`` only (no J, no H): the shared
-    :func:`fedsciml.core.curvature.ggn_matmat` with the identity loss Hessian (least squares)."""
-    return ggn_matmat(obj.residual, theta)
 
 
 @dataclass(frozen=True)
@@ -235,24 +121,25 @@ class Client:
     def n(self) -> int:
         return int(self.objective.n_residuals)
 
-    def _n(self, theta):
-        return _scalar(self.n, theta)
+    def n_like(self, theta: torch.Tensor) -> torch.Tensor:
+        """The residual count as a message's ``"n"``: a one-element tensor of θ's dtype and device."""
+        return scalar_like(self.n, theta)
 
     # --- exact federated Gauss–Newton ---------------------------------------
     def loss_message(self, theta: torch.Tensor) -> dict:
         with torch.no_grad():
             loss = self.objective.loss(theta)
-        return {"loss": loss.reshape(1).to(theta.dtype), "n": self._n(theta)}
+        return {"loss": loss.reshape(1).to(theta.dtype), "n": self.n_like(theta)}
 
     def gn_message(self, theta: torch.Tensor, form: str = "normal") -> dict:
         """GN statistics at θ: ``{"H": pack_upper(J_mᵀJ_m), "g": J_mᵀr_m, "loss", "n"}`` (``form="normal"``)
         or the square-root form ``{"R", "s", "loss", "n"}`` (:func:`sqrt_gn_fields`)."""
         if form == "sqrt":
             r, J = self.objective.residual_and_jacobian(theta)
-            return {**sqrt_gn_fields(J, r), "loss": (0.5 * (r @ r)).reshape(1), "n": self._n(theta)}
+            return {**sqrt_gn_fields(J, r), "loss": (0.5 * (r @ r)).reshape(1), "n": self.n_like(theta)}
         s = self.objective.gn_stats(theta)
         assert s.H is not None  # gn_stats forms H
-        return {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": self._n(theta)}
+        return {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": self.n_like(theta)}
 
     # --- answering a request (the transport seam) --------------------------------
     def answer(self, request, pre=None, deadline: float | None = None):
@@ -260,182 +147,13 @@ class Client:
 
         Dispatches on ``request.query`` through this client kind's handler table (:func:`register_handler`):
         the runtime's own queries are ``"loss"`` / ``"gn_loss"`` → ``{"loss", "n"}`` at ``theta``;
-        ``"gn_stats"`` → :meth:`gn_message` (config ``form``); ``"update"`` → :meth:`update_message`
-        (config: ``local`` — the :class:`LocalConfig` fields —, ``curvature``, ``rank``, ``sketch``, ``seed``,
-        ``adaptive``, ``round``, ``global_grad_norm``, ``report_loss``); methods register theirs (one-shot:
-        ``oneshot_stats``).  ``pre`` is what a :class:`ClientBatch` already computed for this
-        client (a ready message, or ``(r_m, J_m)``); ``deadline`` a ``time.perf_counter()`` instant at which
+        ``"gn_stats"`` → :meth:`gn_message` (config ``form``); methods register theirs (FIPA/FedAvg's
+        ``update``: :mod:`fedsciml.methods.local`; one-shot's ``oneshot_stats``).  ``pre`` is what a
+        :class:`ClientBatch` already computed for this client (a ready message, or ``(r_m, J_m)``); ``deadline`` a ``time.perf_counter()`` instant at which
         local training stops (else ``config["deadline_s"]`` seconds from now).  Returns a
         :class:`~fedsciml.runtime.transport.Reply`.
         """
         return dispatch(self, request, pre, deadline)
-
-    # --- local training -----------------------------------------------------
-    def adam_delta(self, theta: torch.Tensor, cfg: LocalConfig, steps: int | None = None,
-                   deadline: float | None = None) -> torch.Tensor:
-        """``θ_m − θ`` after ``steps`` Adam steps on ``½‖r_m‖²/n_m (+ prox/2 ‖θ_m − θ‖²)``
-        (``cfg.loss='parts'``: ``Σ_parts mean(r_part²)``, see :class:`LocalConfig`).
-
-        ``deadline`` (a ``time.perf_counter()`` instant, from the run's budget):
-        stop early once it has passed, after at least one step.
-        """
-        steps = cfg.steps if steps is None else int(steps)
-        x = theta.detach().clone().requires_grad_(True)
-        opt = torch.optim.Adam([x], lr=cfg.lr)
-        n = self.n
-        by_part = cfg.loss == "parts" and hasattr(self.objective, "part_residuals")
-        with Progress(steps, f"client {self.cid} local adam") as bar:  # a long loop shows progress, never prints
-            for i in range(steps):
-                if deadline is not None and i > 0 and time.perf_counter() >= deadline:
-                    break
-                opt.zero_grad(set_to_none=True)
-                loss: torch.Tensor
-                if by_part:
-                    loss = sum(((q @ q) / q.numel() for q in self.objective.part_residuals(x)),  # type: ignore[attr-defined]
-                               x.new_zeros(()))
-                else:
-                    r = self.objective.residual(x)
-                    loss = (0.5 / n if cfg.loss == "mean" else 1.0 / n) * (r @ r)
-                if cfg.prox > 0:
-                    d = x - theta
-                    loss = loss + 0.5 * cfg.prox * (d @ d)
-                loss.backward()
-                opt.step()
-                bar.update()
-        return (x.detach() - theta).detach()
-
-    def spectrum(self, theta: torch.Tensor) -> tuple[Spectrum, torch.Tensor]:
-        with torch.no_grad():
-            r, J = self.objective.residual_and_jacobian(theta)
-        return Spectrum(J), r
-
-    def sketch_matfree(self, theta: torch.Tensor, rank: int, seed: int, oversample: int = 10, iters: int = 3):
-        p = theta.numel()
-        U, lam = linalg.subspace_iteration(gram_matmat(self.objective, theta), p, min(rank, p), oversample=oversample,
-                                           iters=iters, seed=seed, dtype=theta.dtype, device=theta.device)
-        return U.detach(), lam.detach()
-
-    def update_message(self, theta: torch.Tensor, cfg: LocalConfig, *, curvature: str | None = None, rank: int = 20,
-                       sketch: str = "auto", seed: int = 0, adaptive=None, rnd: int = 0, global_grad_norm=None,
-                       report_loss: bool = False, rj=None, deadline: float | None = None, cg_iters: int = 100,
-                       cg_rtol: float = 1e-10) -> dict:
-        """A FIPA (``curvature='full'|'lowrank'``) or FedAvg/FedProx (``curvature=None``) message.
-
-        A low-rank FIPA client with a local Gauss–Newton step forms no Jacobian when
-        :func:`fedsciml.core.matfree.fipa_local_matfree` says so (``sketch='matfree'``, or ``'auto'`` where
-        J_m does not fit the device: :func:`fedsciml.core.forms.choose_form`): the step by CG (at most ``cg_iters`` iterations, relative residual ``cg_rtol``) and the eigenpairs from a Nyström
-        sketch (:func:`fedsciml.core.matfree.local_gn_sketch`).
-
-        ``adaptive`` (an :class:`AdaptiveSchedule`) picks this client's rank and
-        Adam step count for round ``rnd`` from its spectrum and gradient.
-        """
-        p = theta.numel()
-        n = self.n
-        if fipa_local_matfree(cfg.solver, curvature, sketch, adaptive is not None, n, p, theta.device, theta.dtype):
-            return self._matfree_gn_message(theta, cfg, rank, seed, report_loss, cg_iters, cg_rtol)
-        dense_ok = sketch == "dense" or (sketch == "auto" and choose_form(
-            n, p, device=theta.device, dtype=theta.dtype, need="fipa").form == "dense")
-        need_dense = cfg.solver == "gn" or curvature == "full" or adaptive is not None or (
-            curvature == "lowrank" and dense_ok)
-        msg: dict = {}
-        spec: Spectrum | None = None
-        r_vec: torch.Tensor | None = None
-        if need_dense and rj is not None:  # residual and Jacobian already evaluated (ClientBatch)
-            r_vec, spec = rj[0], Spectrum(rj[1])
-        elif need_dense:
-            spec, r_vec = self.spectrum(theta)
-        # every branch below that reads the Jacobian's spectrum or r is one of need_dense's cases
-        info = {}
-        steps = cfg.steps
-        if adaptive is not None and curvature is not None:
-            assert spec is not None and r_vec is not None
-            g_norm = float((spec.J.T @ r_vec).norm())
-            rank, steps = adaptive.choose(spec.lam / n, g_norm / n, global_grad_norm, rnd, cfg, max_rank=rank)
-            info = {"rank": rank, "steps": steps, "gnorm": g_norm / n}
-        # local update
-        if cfg.solver == "gn":
-            assert spec is not None and r_vec is not None
-            mu = cfg.damping * spec.lam_max
-            delta = spec.damped_step(r_vec, mu)
-        else:
-            delta = self.adam_delta(theta, cfg, steps, deadline)
-        msg["delta"] = delta
-        # curvature at the broadcast θ
-        if curvature == "full":
-            assert spec is not None and r_vec is not None
-            msg["H"] = linalg.pack_upper(gn_stats_from(spec.J, r_vec).H)  # type: ignore[arg-type]  # H is formed
-        elif curvature == "lowrank":
-            if spec is not None:
-                U, lam = spec.top(rank)
-            else:
-                U, lam = self.sketch_matfree(theta, rank, seed)
-            msg["U"], msg["lam"] = U, lam
-        if report_loss:
-            if r_vec is None:
-                with torch.no_grad():
-                    r_vec = self.objective.residual(theta)
-            msg["loss"] = (0.5 * (r_vec @ r_vec)).reshape(1)
-        msg["n"] = _scalar(n, theta)
-        self.last_info = info
-        return msg
-
-
-    def _matfree_gn_message(self, theta: torch.Tensor, cfg: LocalConfig, rank: int, seed: int, report_loss: bool,
-                            cg_iters: int, cg_rtol: float) -> dict:
-        """The matrix-free low-rank FIPA message with a local GN step (:func:`~fedsciml.core.matfree.local_gn_sketch`)."""
-        gen = torch.Generator(device=theta.device).manual_seed(int(seed))
-        out = local_gn_sketch(self.objective.residual, theta, rank, damping=cfg.damping, rtol=cg_rtol,
-                              max_iters=cg_iters, generator=gen)
-        msg = {"delta": out.delta, "U": out.U, "lam": out.lam}
-        if report_loss:
-            msg["loss"] = (0.5 * (out.r @ out.r)).reshape(1)
-        msg["n"] = _scalar(self.n, theta)
-        self.last_info = {"form": "matfree", "cg_iters": out.cg_iters, "cg_rel_residual": out.rel_residual,
-                          "products": out.products}
-        return msg
-
-
-@dataclass
-class AdaptiveSchedule:
-    """Per-client rank and local step count for adaptive FIPA (paper Fig. 2B).
-
-    The published schedule, with the curvature and gradient of the client's
-    *mean* loss ``½‖r_m‖²/n_m`` (so that Adam's learning rate and the
-    eigenvalues live on the same scale):
-
-    * keep the eigenpairs with ``λ_i ≥ c_k · λ_max``,
-      ``c_k = clip(C / (k (‖g_m‖ + ‖g‖)), 0, 0.99)`` — ``‖g‖`` is the global
-      gradient norm of the previous round (broadcast, one float); at most
-      ``max_rank`` pairs;
-    * ``τ_m = ceil(log(C_τ / (k ‖g_m‖)) / log(1 − lr·λ_min))`` Adam steps,
-      ``λ_min`` the smallest kept eigenvalue, clipped to ``[1, tau_max]``;
-      when ``lr·λ_min ≥ 1`` (a step already contracts fully) τ = 1, and when
-      ``k‖g_m‖ ≤ C_τ`` (already converged) τ = 1.
-
-    ``k`` is the 1-based round number.
-    """
-
-    C: float = 1e-3
-    C_tau: float = 1e-3
-    tau_max: int = 200
-
-    def choose(self, lam_mean: torch.Tensor, g_m: float, g_global, rnd: int, cfg: LocalConfig, max_rank: int):
-        k = max(1, int(rnd))
-        gg = float(g_global) if g_global is not None else g_m
-        denom = k * (g_m + gg)
-        c = 0.99 if denom <= 0 else min(0.99, max(0.0, self.C / denom))
-        lam = lam_mean[lam_mean > 0]
-        if lam.numel() == 0:
-            return 1, 1
-        keep = int((lam >= c * lam[0]).sum())
-        rank = max(1, min(int(max_rank), keep))
-        lam_min = float(lam[rank - 1])
-        q = cfg.lr * lam_min
-        if q >= 1.0 or k * g_m <= self.C_tau:
-            tau = 1
-        else:
-            tau = math.ceil(math.log(self.C_tau / (k * g_m)) / math.log1p(-q))
-        return rank, int(min(self.tau_max, max(1, tau)))
 
 
 def sqrt_gn_fields(J: torch.Tensor, r: torch.Tensor) -> dict:
@@ -497,11 +215,11 @@ class ClientBatch:
             idx = self.rows[c.cid].to(J.device)
             Jm, rm = J.index_select(0, idx), r.index_select(0, idx)
             if form == "sqrt":
-                out[c.cid] = {**sqrt_gn_fields(Jm, rm), "loss": (0.5 * (rm @ rm)).reshape(1), "n": c._n(theta)}
+                out[c.cid] = {**sqrt_gn_fields(Jm, rm), "loss": (0.5 * (rm @ rm)).reshape(1), "n": c.n_like(theta)}
                 continue
             s = gn_stats_from(Jm, rm)
             assert s.H is not None
-            out[c.cid] = {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": c._n(theta)}
+            out[c.cid] = {"H": linalg.pack_upper(s.H), "g": s.g, "loss": s.loss.reshape(1), "n": c.n_like(theta)}
         return out
 
     def precompute(self, request) -> dict:
@@ -533,7 +251,7 @@ class ClientBatch:
         out = {}
         for c in self.clients:
             rm = r.index_select(0, self.rows[c.cid].to(r.device))
-            out[c.cid] = {"loss": (0.5 * (rm @ rm)).reshape(1), "n": c._n(theta)}
+            out[c.cid] = {"loss": (0.5 * (rm @ rm)).reshape(1), "n": c.n_like(theta)}
         return out
 
 
@@ -549,40 +267,7 @@ def _answer_gn_stats(client, request, pre, deadline):
                                                                request.config.get("form", "normal")))
 
 
-def _answer_update(client, request, pre, deadline):
-    cfg, theta = request.config, request.tensors["theta"]
-    ad = cfg.get("adaptive")
-    msg = client.update_message(
-        theta, LocalConfig(**cfg["local"]), curvature=cfg.get("curvature"), rank=int(cfg.get("rank", 20)),
-        sketch=cfg.get("sketch", "auto"), seed=(int(cfg.get("seed", 0)) + client.cid) % (2**31),
-        adaptive=AdaptiveSchedule(**ad) if ad is not None else None, rnd=int(cfg.get("round", 0)),
-        global_grad_norm=cfg.get("global_grad_norm"), report_loss=bool(cfg.get("report_loss", False)),
-        rj=pre, deadline=deadline, cg_iters=int(cfg.get("cg_iters", 100)), cg_rtol=float(cfg.get("cg_rtol", 1e-10)))
-    metrics = {}
-    if client.last_info.get("form") == "matfree":
-        metrics.update({k: client.last_info[k] for k in ("cg_iters", "cg_rel_residual", "products")})
-    if ad is not None:
-        msg["gnorm"] = _scalar(client.last_info["gnorm"], theta)
-        metrics["steps"] = client.last_info.get("steps")
-    return Reply(msg, metrics)
-
-
-def _pre_update(batch, request):
-    cfg = request.config
-    curvature = cfg.get("curvature")
-    theta = request.tensors["theta"]
-    if any(fipa_local_matfree(cfg["local"]["solver"], curvature, cfg.get("sketch", "auto"),
-                              cfg.get("adaptive") is not None, c.n, theta.numel(), theta.device, theta.dtype)
-           for c in batch.clients):
-        return {}  # the matrix-free clients form no Jacobian (the others, if any, form their own)
-    if (cfg["local"]["solver"] == "gn" or curvature == "full" or cfg.get("adaptive") is not None
-            or (curvature == "lowrank" and cfg.get("sketch", "auto") != "matfree")):
-        return batch.residuals_and_jacobians(theta)
-    return {}
-
-
 register_handler(Client, "loss", _answer_loss)
 register_handler(Client, "gn_loss", _answer_loss, lambda batch, req: batch.loss_messages(req.tensors["theta"]))
 register_handler(Client, "gn_stats", _answer_gn_stats,
                  lambda batch, req: batch.gn_messages(req.tensors["theta"], req.config.get("form", "normal")))
-register_handler(Client, "update", _answer_update, _pre_update)

@@ -23,7 +23,8 @@ PAGE = os.path.join(ROOT, "docs", "api.md")
 GROUPS = (
     ("Running", ("fedsciml.api", "fedsciml.runtime.driver", "fedsciml.runtime.results")),
     ("Callbacks", ("fedsciml.runtime.callbacks",)),
-    ("Method configurations", ("fedsciml.options",)),
+    ("Method configurations", ("fedsciml.options", "fedsciml.methods.averaging", "fedsciml.methods.centralized",
+                               "fedsciml.methods.fipa", "fedsciml.methods.gn", "fedsciml.methods.oneshot")),
     ("Problems", ("fedsciml.problems",)),
     ("Building blocks", ("fedsciml.core.nn", "fedsciml.core.objective", "fedsciml.core.lm",
                          "fedsciml.methods.aggregators")),

@@ -115,12 +115,13 @@ def ablation(args):
 def first_step():
     """‖merged step‖ of round 1 (Bratu, paper preset's local training) against the pseudo-inverse cutoff."""
     from fedsciml.core.curvature import fipa_merge_lowrank
-    from fedsciml.runtime.client import Client, LocalConfig
+    from fedsciml.methods.local import LocalConfig, local_update
+    from fedsciml.runtime.client import Client
 
     pb = get_problem("bratu", **BRATU, **PAPER_PDE)
     objs, th = pb.client_objectives(2, seed=0), pb.init_params(0)
     cfg = LocalConfig(solver="adam", steps=P_STEPS, lr=PAPER_PRESET["lr"], loss=PAPER_PRESET["local_loss"])
-    msgs = [Client(i, o).update_message(th, cfg, curvature="lowrank", rank=PAPER_PRESET["rank"])
+    msgs = [local_update(Client(i, o), th, cfg, curvature="lowrank", rank=PAPER_PRESET["rank"])[0]
             for i, o in enumerate(objs)]
     Us, lams, ds = [m["U"] for m in msgs], [m["lam"] for m in msgs], [m["delta"] for m in msgs]
     lam_all = torch.cat(lams)
