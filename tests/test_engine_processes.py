@@ -66,3 +66,82 @@ def test_a_client_that_cannot_build_its_data_is_one_line():
 def test_the_pooled_reference_is_refused():
     with pytest.raises(ValueError, match="engine 'processes' carries federated methods' messages only"):
         fs.solve("bratu", method="centralized", clients=2, engine="processes")
+
+
+# --- what any engine that only carries messages gets from the driver ---------------------------------------
+
+
+class _CountingTransport(LocalTransport):
+    """In-process clients built from the job (as a client process builds them), with the optional hooks the driver
+    asks of an engine's transport: ``engine_info()``, ``final_metrics(problem, θ)`` and ``close()``."""
+
+    def __init__(self, job, clients):
+        problem = get_problem(job["problem"], **job["options"])
+        torch.manual_seed(job["seed"])  # the driver's order, as a client process does it
+        objs = problem.client_objectives(clients, seed=job["seed"])
+        super().__init__([Client(i, o) for i, o in enumerate(objs)], vectorize=False)
+        self.described = {i: {"n": o.n_residuals, "p": o.n_params, "linear": False} for i, o in enumerate(objs)}
+        self.asked, self.closed = 0, False
+
+    def ask(self, client_ids, request):
+        self.asked += 1
+        return super().ask(client_ids, request)
+
+    def engine_info(self):
+        return {"asked": self.asked}
+
+    def final_metrics(self, problem, theta):
+        return {"theta_norm": float(theta.norm())}
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_connect_engine_runs_the_drivers_run_and_adds_its_own_record_through_its_transport(no_data_here):
+    """A new engine is one connect function: the run is the driver's (bitwise the unbatched in-process run: the
+    same operations in the same order), the Result the driver's one constructor, and what is the engine's own
+    comes from its transport's engine_info() / final_metrics(problem, θ); close() is called at the end."""
+    from fedsciml.runtime.driver import ENGINE_KINDS, register_engine
+
+    made = []
+
+    def connect(job, clients):
+        made.append(_CountingTransport(job, clients))
+        return made[-1]
+
+    register_engine("test-counting", connect=connect)
+    try:
+        got = fs.solve(no_data_here, method="gn", clients=K, engine="test-counting", rounds=2)
+    finally:
+        ENGINES.pop("test-counting")
+        ENGINE_KINDS.pop("test-counting")
+    want = fs.solve(get_problem("bratu", **OPTS), method="gn", clients=K,
+                    transport=_unbatched(get_problem("bratu", **OPTS)), rounds=2)
+    assert torch.equal(got.theta, want.theta)
+    assert [r["loss"] for r in got.history] == [r["loss"] for r in want.history]
+    (tr,) = made
+    assert tr.closed and tr.asked > 0
+    assert got.extra["engine"] == {"name": "test-counting", "asked": tr.asked}
+    assert got.final["theta_norm"] == float(got.theta.norm())
+    assert got.options["engine"] == "test-counting" and "engine" not in want.options
+
+
+def test_the_parsers_offer_the_registrys_engines():
+    """Engine names are the registry's in every parser: solve (and ridge) every engine, bench images local and
+    the engines registered with a run of kind images (flower); a registered one appears without an edit."""
+    from fedsciml.cli import build_parser
+    from fedsciml.runtime.driver import ENGINE_KINDS, engines_for, register_engine
+
+    assert engines_for("images") == ["local", "flower"] and set(engines_for()) >= {"local", "flower", "processes"}
+    with pytest.raises(ValueError, match="kinds beyond the problem kinds"):
+        register_engine("test-bad", connect=lambda job, clients: None, kinds={"ridge": print})
+    assert "test-bad" not in ENGINES
+    register_engine("test-images", connect=lambda job, clients: None, kinds={"images": lambda **kw: kw})
+    try:
+        assert build_parser().parse_args(["bench", "images", "--engine", "test-images"]).engine == "test-images"
+        assert build_parser().parse_args(["solve", "bratu", "--engine", "test-images"]).engine == "test-images"
+        with pytest.raises(SystemExit):  # processes runs no image setting: not offered to bench images
+            build_parser().parse_args(["bench", "images", "--engine", "processes"])
+    finally:
+        ENGINES.pop("test-images")
+        ENGINE_KINDS.pop("test-images")

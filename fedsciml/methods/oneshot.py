@@ -454,6 +454,19 @@ class OneShotStrategy(Strategy):
         self._shares = t
         return t
 
+    def request_transform(self, p: int) -> dict | None:
+        """The transform a client's ``oneshot_stats`` request carries for a model of ``p`` parameters (projection,
+        DP, noise shares, intercept, form; ``None``: plain GN statistics) — what an engine that computes the sum
+        itself (Flower's SecAgg+, :mod:`fedsciml.engines.flower.secagg`) sends its sites."""
+        return self._transform(p)
+
+    @property
+    def fused_system(self) -> torch.Tensor | None:
+        """The last fusion's system with the unpenalized intercept (``G + diag(σ, …, σ, 0)``, its last coordinate
+        the constant column's), or ``None`` (no intercept, or nothing fused yet): its smallest eigenvalue bounds
+        the model's error under a secure sum's rounding."""
+        return getattr(self, "_system", None)
+
     def _resolve_form(self, run, answering, m):
         if self.form != "auto":
             return self.form

@@ -159,5 +159,5 @@ def strategy_runner(config_cls, build: Callable[[Any, RunContext], tuple]) -> Ca
                         resample=getattr(cfg, "resample", None), growth=Growth.of(cfg))
 
     runner.__doc__ = f"Run {config_cls.method} ({config_cls.__name__}); built by strategy_runner."
-    runner.build = build  # type: ignore[attr-defined]  # the factory, for the engines and the docs
+    runner.build = build  # type: ignore[attr-defined]  # what the method is: its strategy factory
     return runner

@@ -441,9 +441,8 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
     problem, config = _ridge_sigma_once(problem, method, config)
     n_clients = problem.default_clients if clients is None else clients
     extra = None if memory is None else memory(problem, n_clients, config)
-    if isinstance(ENGINES[engine], Connect) and not spec.federated:
-        raise ValueError(f"method {method!r} pools the clients' data in this process; engine {engine!r} carries "
-                         f"federated methods' messages only")
+    if isinstance(ENGINES[engine], Connect):
+        _refuse_pooled(spec, engine)
     if engine != "local":
         if runtime:
             raise ValueError(f"engine {engine!r} brings its own transport; do not give one")
@@ -522,7 +521,13 @@ def _run_plan(p: Plan) -> Result:
                                p.config, seed=p.seed,
                                progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
     wall = time.perf_counter() - t0
-    return _result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
+    return run_result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
+
+
+def _refuse_pooled(spec: MethodSpec, engine: str) -> None:
+    if not spec.federated:
+        raise ValueError(f"method {spec.name!r} pools the clients' data in this process; engine {engine!r} carries "
+                         f"federated methods' messages only")
 
 
 def run_connected(p: Plan, connect: Callable) -> Result:
@@ -537,9 +542,7 @@ def run_connected(p: Plan, connect: Callable) -> Result:
     tables are on the sites only) sizes it from what they said."""
     from fedsciml.runtime.remote import remote_objectives
 
-    if not p.spec.federated:
-        raise ValueError(f"method {p.method!r} pools the clients' data in this process; engine {p.engine!r} carries "
-                         f"federated methods' messages only")
+    _refuse_pooled(p.spec, p.engine)
     problem, dev = p.problem, p.device
     clients = problem.default_clients if p.clients is None else p.clients
     job = {"problem": problem.name, "options": dict(problem.options), "clients": int(clients), "seed": p.seed,
@@ -569,13 +572,14 @@ def run_connected(p: Plan, connect: Callable) -> Result:
         close = getattr(transport, "close", None)
         if callable(close):
             close()
-    return _result(p, clients, theta, rows, info, wall, metrics)
+    return run_result(p, clients, theta, rows, info, wall, metrics)
 
 
-def _result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metrics: dict) -> Result:
-    """The one :class:`Result` of a run: the last loss, the problem's evaluation of θ (with a one-shot
-    ``fit_intercept`` model's intercept), ``metrics``, and the record of the options (``config.to_dict()``, and
-    the engine where it is not ``local``)."""
+def run_result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metrics: dict) -> Result:
+    """The one constructor of a run's :class:`Result` (the driver's runs, and the SecAgg+ App's, whose secure sum
+    is Flower's own run): the last loss, the problem's evaluation of θ (with a one-shot ``fit_intercept`` model's
+    intercept, ``info["intercept"]``), ``metrics``, and the record of the options (``config.to_dict()``, and the
+    engine where it is not ``local``); ``solver_seconds`` is ``wall``."""
     problem = p.problem
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}

@@ -67,7 +67,7 @@ def plan(job: dict, problem=None) -> dict:
     _dp.check_secure_sum_precision(K, int(max_rows), cfg.dp_clip_a, cfg.dp_clip_b, noise_std, share)
     c = _dp.statistics_bound(int(max_rows), cfg.dp_clip_a, cfg.dp_clip_b, share)
     T = _dp.quantization_range(K)
-    tr = {**st._transform(0), "max_rows": int(max_rows)}  # the request's transform: dp, seed, shares, bound
+    tr = {**st.request_transform(0), "max_rows": int(max_rows)}  # the request's transform: dp, seed, shares, bound
     return {"clients": K, "survivors": t, "max_rows": int(max_rows), "clipping_range": c, "quantization_range": T,
             "modulus_range": _dp.MODULUS_RANGE, "share_std": share, "transform": tr,
             "sigma": float(cfg.sigma or 0.0), "dp": st.dp, "seed": int(job.get("seed", 0)),

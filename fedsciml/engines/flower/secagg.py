@@ -40,6 +40,21 @@ sites remain to unmask) the run fails with one line and releases nothing (:func:
 SecAgg+'s reconstruction threshold is ``max(2, t)`` shares.  The fixed-point range is sized for all ``K`` sampled
 sites, so the sum of any ``K' ≤ K`` never wraps.
 
+**What of the driver this App uses, and what it cannot.**  The job is checked by :func:`plan` (the one-shot
+configuration from the job's options, the public fixed-point plan); the server's fusion is the strategy's public
+interface (:meth:`~fedsciml.methods.oneshot.OneShotStrategy.size_noise_shares`,
+:meth:`~fedsciml.methods.oneshot.OneShotStrategy.request_transform`,
+:meth:`~fedsciml.methods.oneshot.OneShotStrategy.fuse_sum`,
+:attr:`~fedsciml.methods.oneshot.OneShotStrategy.fused_system`, ``info()``); the Result is the driver's one
+constructor (:func:`fedsciml.runtime.driver.run_result`).  The round itself is not the driver's
+(:func:`fedsciml.runtime.driver.run_connected`): Flower's SecAgg+ runs only in its legacy *fit* workflow, which
+hands the server one masked sum, never a reply per client, while fedsciml's round loop validates each client's
+reply before the strategy fuses them (``Exchange.validate`` → ``aggregate_round``).  Driving it through the loop
+would need a transport whose exchange returns a sum in place of replies — a secure sum of fedsciml's own over
+the generic App, which this project does not write (Flower's SecAgg+ stays the only secure aggregation).  So the
+App runs SecAgg+'s workflow itself and fuses the sum with :meth:`fuse_sum`; the job's problem is taken as given
+(a job from ``fs.solve`` or ``ridge --engine flower`` was planned by the driver before it was sent).
+
 **Audit.**  A job with ``audit=PATH`` wraps the Grid (:class:`AuditGrid`, public ``Grid`` interface) and writes
 every masked vector the server received (npz, one array per node): what the server saw of each site.
 """
@@ -213,8 +228,7 @@ def run_secagg_job(grid, job: dict, context):
     from fedsciml.core import dp as _dp
     from fedsciml.methods.oneshot import OneShotStrategy
     from fedsciml.problems import get_problem
-    from fedsciml.runtime.results import Result
-    from fedsciml.runtime.results import jsonable as _jsonable
+    from fedsciml.runtime.driver import Plan, get_method, run_result
 
     if not is_secagg_job(job):
         raise ValueError("the SecAgg+ App runs one-shot with dp_central at a finite dp_epsilon only; run other "
@@ -265,9 +279,9 @@ def run_secagg_job(grid, job: dict, context):
     entry = _dp.secure_sum_error_bound(arrived, pl["clipping_range"], pl["quantization_range"])
     sigma_used = st.noise["sigma_used"]
     step = theta - torch.as_tensor(theta0, dtype=torch.float64)
-    if st._system is not None:  # an unpenalized intercept: the fused system's smallest eigenvalue, less d·B (Weyl)
+    if st.fused_system is not None:  # an unpenalized intercept: the system's smallest eigenvalue, less d·B (Weyl)
         step = torch.cat([step, torch.tensor([st.intercept / st_kappa(st, m)], dtype=torch.float64)])
-        lam = float(torch.linalg.eigvalsh(st._system)[0]) - m * entry
+        lam = float(torch.linalg.eigvalsh(st.fused_system)[0]) - m * entry
     else:
         lam = sigma_used
     model_bound = _dp.model_error_bound(m, step, lam, entry) if st.repair else math.inf
@@ -280,13 +294,12 @@ def run_secagg_job(grid, job: dict, context):
     L = int(total.size)
     rows = [{"step": 1, "round": 1, "loss": math.nan, "floats_up": arrived * L, "floats_down": K * int(theta0.size),
              "floats_sent": arrived * L + K * int(theta0.size), "wall": wall}]
-    final = {"loss": math.nan}
-    if not (getattr(problem, "name", None) == "table" and not problem.paths and not problem.test_table):
-        final.update(problem.evaluate(theta, intercept=st.intercept) if st.fit_intercept else problem.evaluate(theta))
-    return Result(problem=problem.name, method="one-shot",
-                  options={**problem.options, **_jsonable(job.get("options", {})), "engine": "flower"}, seed=seed,
-                  device="cpu", dtype="float64", n_params=int(theta.numel()), clients=K, solver_seconds=wall,
-                  final=final, history=rows, extra=_jsonable(info), theta=theta)
+    # the driver's one Result constructor; the job was checked by plan(job, problem) above (its configuration
+    # from the same options), so the Plan is the record of what ran, on engine flower
+    spec = get_method("one-shot")
+    p = Plan(problem, "one-shot", spec, spec.make_config(dict(job.get("options", {}))), K, seed, torch.device("cpu"),
+             "cpu", "flower", False, 10, None, {})
+    return run_result(p, K, theta, rows, info, wall, {})
 
 
 def st_kappa(st, m: int) -> float:
