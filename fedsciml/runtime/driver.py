@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from fedsciml.options import MethodConfig
-from fedsciml.runtime.memory import available_memory, gradient_graph
+from fedsciml.runtime.memory import available_memory, gradient_graph, residual_graph
 from fedsciml.runtime.results import Result, jsonable, register_settings
 
 
@@ -319,10 +319,7 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
     if form == "jacobian":
         extra, what = float(p), f" + {p:,} Jacobian columns"
     elif form == "graph":
-        from fedsciml.core.matfree import graph_floats_per_row
-
-        extra = graph_floats_per_row(d_in, sizes[1:-1] if len(sizes) > 2 else [p])
-        what = f" + {extra:,.0f} floats of matrix-free residual graph"
+        extra, what = residual_graph(d_in, sizes, p)
     elif form == "data" and problem.kind != "ridge":  # a first-order step's gradient holds the residual's graph
         extra, what = gradient_graph(d_in, sizes)
     per_row = d_in + 1 + extra

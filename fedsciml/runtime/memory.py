@@ -10,7 +10,7 @@ from typing import Sequence
 from fedsciml.core.forms import available_memory
 from fedsciml.core.matfree import graph_floats_per_row
 
-__all__ = ["available_memory", "gradient_graph"]
+__all__ = ["available_memory", "gradient_graph", "residual_graph"]
 
 
 def gradient_graph(d_in: int, sizes: Sequence[int]) -> tuple[float, str]:
@@ -29,3 +29,13 @@ def gradient_graph(d_in: int, sizes: Sequence[int]) -> tuple[float, str]:
         return 0.0, ""
     floats = graph_floats_per_row(int(d_in), hidden)
     return floats, f" + {floats:,.0f} floats of the gradient's residual graph (hidden layers {tuple(hidden)})"
+
+
+def residual_graph(d_in: int, sizes: Sequence[int], p: int) -> tuple[float, str]:
+    """``(floats per row, how)`` that the matrix-free Gauss–Newton operator keeps for a network's residual
+    (:func:`~fedsciml.core.matfree.graph_floats_per_row`; a network without hidden layers counts its ``p``
+    parameters as one layer), the network's hidden layers named in ``how``."""
+    hidden = [int(h) for h in list(sizes)[1:-1]]
+    floats = graph_floats_per_row(int(d_in), hidden or [int(p)])
+    named = f" (hidden layers {tuple(hidden)})" if hidden else ""
+    return floats, f" + {floats:,.0f} floats of matrix-free residual graph{named}"
