@@ -192,6 +192,13 @@ class TableProblem(Problem):
     def init_params(self, seed: int = 0, device="cpu") -> torch.Tensor:
         return torch.zeros(self.n_features(), dtype=DTYPE, device=device)
 
+    def init_params_for(self, n_params: int, seed: int = 0, device="cpu") -> torch.Tensor:
+        """θ₀ of a run whose clients said the model's size (:func:`fedsciml.runtime.driver.run_connected`): with
+        no tables here (the sites' own, on Flower) zeros of their width, else :meth:`init_params`."""
+        if self.paths:
+            return self.init_params(seed, device)
+        return torch.zeros(int(n_params), dtype=DTYPE, device=device)
+
     def client_objective(self, k: int, n_clients: int, device="cpu"):
         """Client ``k``'s objective alone (what one node reads)."""
         return table_objective(self._paths_for(n_clients)[k], self.target, device=device)

@@ -38,14 +38,16 @@ class Run:
 
 
 def local_run(problem, method, clients, seed=0, **opts):
-    """``method`` in process, its clients evaluated one by one (as :func:`fedsciml.runtime.driver.solve` sets it up)."""
-    from fedsciml.methods import METHODS
+    """``method`` in process, its clients evaluated one by one (as :func:`fedsciml.runtime.driver.solve` sets it up:
+    planned by the driver — one-shot on a ridge problem counts σ once at the server, as the Flower App's run does)."""
+    from fedsciml.runtime.driver import plan
 
-    transport = unbatched(problem, clients, seed)
+    p = plan(problem, method, clients, seed, **opts)
+    transport = unbatched(p.problem, clients, seed)
     torch.manual_seed(seed)
-    theta0 = problem.init_params(seed)
+    theta0 = p.problem.init_params(seed)
     objs = [transport.clients[c].objective for c in transport.client_ids]
-    return Run(*METHODS[method](problem, objs, theta0, problem.evaluate, seed=seed, transport=transport, **opts))
+    return Run(*p.spec(p.problem, objs, theta0, p.problem.evaluate, p.config, seed=seed, transport=transport))
 
 
 def unbatched(problem, clients, seed=0):

@@ -26,7 +26,10 @@ def add_parser(bench_subparsers):
     run = p.add_argument_group("run and output")
     run.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     run.add_argument("--device", default="auto", help="auto | cpu | cuda")
-    run.add_argument("--engine", default="local", choices=["local", "flower"],
+    import fedsciml.engines  # noqa: F401  (registers the engines with the driver)
+    from fedsciml.runtime.driver import engines_for
+
+    run.add_argument("--engine", default="local", choices=engines_for("images"),  # the driver's engine registry
                      help="who carries the clients' messages: this process, or Flower's simulation engine (one "
                           "virtual SuperNode per client; pip install \"flwr[simulation]>=1.41,<1.43\"; same numbers; default local)")
     run.add_argument("--json", default=None, metavar="FILE",
@@ -73,12 +76,9 @@ def run(args) -> int:
         check_output_dir(setting["checkpoint"], "--checkpoint")
     set_threads(args.threads, quiet=args.quiet)
     try:
-        run_setting = bench.run_setting
-        if args.engine == "flower":
-            from fedsciml.engines.flower import require_flower
-            from fedsciml.engines.flower.images import run_setting
+        from fedsciml.runtime.driver import ENGINE_KINDS
 
-            require_flower()
+        run_setting = bench.run_setting if args.engine == "local" else ENGINE_KINDS[args.engine]["images"]
         # progress lines go to the log (stderr, as solve's); --quiet: none (nor the clients' training progress)
         from fedsciml.runtime.history import loop_progress
 

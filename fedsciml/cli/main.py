@@ -48,7 +48,7 @@ def _add_solve_parser(sub):
                     "and stops, --mu 0 is FedProx with μ = 0.",
     )
     p.add_argument("problem", help="problem name (see `python -m fedsciml list`)")
-    from fedsciml.runtime.driver import ENGINES, PROBLEM_KINDS, available_methods
+    from fedsciml.runtime.driver import PROBLEM_KINDS, available_methods, engines_for
 
     names = sorted({m for kind in PROBLEM_KINDS for m in available_methods(kind)})  # the registry's, for problems
     p.add_argument("--method", default=None, help=" | ".join(names) + " (see `list`; default: fipa with --clients "
@@ -59,7 +59,7 @@ def _add_solve_parser(sub):
     p.add_argument("--seed", type=int, default=0, help="seed for sampling, initialization and client selection "
                    "(an integer ≥ 0; default 0)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto: cuda when available)")
-    p.add_argument("--engine", default="local", choices=list(ENGINES),  # the driver's engine registry
+    p.add_argument("--engine", default="local", choices=engines_for(),  # the driver's engine registry
                    help="who carries the clients' messages: this process, or Flower's simulation engine "
                         "(pip install \"flwr[simulation]>=1.41,<1.43\"; same strategy, same numbers; default local)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)

@@ -99,7 +99,7 @@ def add_parser(subparsers):
     from fedsciml.cli.common import THREADS_HELP, add_option_flags, option_flag
     from fedsciml.options import declared
     from fedsciml.problems import REGISTRY
-    from fedsciml.runtime.driver import ENGINES, METHODS
+    from fedsciml.runtime.driver import METHODS, engines_for
 
     p = subparsers.add_parser(
         "ridge",
@@ -109,7 +109,7 @@ def add_parser(subparsers):
                     "problems' and the one-shot method's option declarations.")
     p.add_argument("--clients", type=int, default=None, help="number of clients K (default: the problem's, 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data, sketch, noise and dropout (default 0)")
-    p.add_argument("--engine", default="local", choices=list(ENGINES),  # the driver's engine registry
+    p.add_argument("--engine", default="local", choices=engines_for("ridge"),  # the driver's engine registry
                    help="who carries the one-shot messages: this process, or Flower's simulation engine "
                         "(as `solve --engine`; the baselines run in this process)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")

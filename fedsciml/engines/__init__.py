@@ -1,5 +1,7 @@
-"""Engines carry the clients' messages: in process (the runtime's own transports, engine ``local``) or over
-Flower (engine ``flower``, :mod:`fedsciml.engines.flower`).  Importing this package registers ``flower`` with
+"""Engines carry the clients' messages: in process (the runtime's own transports, engine ``local``), a process
+per client (engine ``processes``, :mod:`fedsciml.engines.processes`) or over Flower (engine ``flower``,
+:mod:`fedsciml.engines.flower`; it also runs ``bench images`` settings).  The parsers take the names from the
+registry (:func:`fedsciml.runtime.driver.engines_for`).  Importing this package registers ``flower`` with
 the driver and the problem methods (:mod:`fedsciml.methods`, the ridge baselines); Flower itself is imported only
 when a run asks for it, and the image methods (kind ``images``) by what runs them (``bench images``, ``list``,
 Flower's image App): ``solve`` never loads the image stack."""
@@ -17,7 +19,14 @@ def _flower(problem, method, **options):
     return solve(problem, method, **options)
 
 
+def _flower_images(**setting):
+    # bench images --engine flower: the image setting inside one Flower simulation
+    from fedsciml.engines.flower.images import run_setting
+
+    return run_setting(**setting)
+
+
 if "flower" not in ENGINES:
-    register_engine("flower", _flower)
+    register_engine("flower", _flower, kinds={"images": _flower_images})
 
 from fedsciml.engines import processes as _processes  # noqa: E402,F401  (registers engine "processes": one file)

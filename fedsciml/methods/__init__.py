@@ -5,11 +5,13 @@ Each method's typed configuration is declared in its own module (:class:`~fedsci
 :class:`~fedsciml.methods.averaging.FedAvgConfig`, :class:`~fedsciml.methods.averaging.FedProxConfig`,
 :class:`~fedsciml.methods.oneshot.OneShotConfig`, :class:`~fedsciml.methods.centralized.CentralizedConfig`) and
 re-exported here.  Importing this package registers the built-in solve methods in
-:data:`fedsciml.runtime.driver.METHODS` (the runners of :mod:`fedsciml.methods.federated` are imported on first
-use) and the methods' client
-handlers in the runtime client's handler table: FIPA's and FedAvg/FedProx's ``update``
+:data:`fedsciml.runtime.driver.METHODS` — the federated ones as strategy factories
+(:mod:`fedsciml.methods.federated`, run by :func:`fedsciml.methods.run.strategy_runner`), ``centralized``'s runner
+imported on first use — and the methods' client handlers in the runtime client's handler table: FIPA's and
+FedAvg/FedProx's ``update``
 (:mod:`fedsciml.methods.local`), exact GN's matrix-free and multi-trial queries (:mod:`fedsciml.methods.gn`) and
-one-shot's (:mod:`fedsciml.methods.oneshot`).
+one-shot's (:mod:`fedsciml.methods.oneshot`).  The command line imports this package only once a method is chosen
+(``python -m fedsciml --help`` imports no method).
 """
 from __future__ import annotations
 
@@ -19,30 +21,33 @@ from fedsciml.methods.fipa import PAPER_PRESET, FIPAConfig
 from fedsciml.methods.gn import GNConfig
 from fedsciml.methods.oneshot import OneShotConfig
 from fedsciml.runtime.driver import METHODS, MethodSpec, available_methods, get_method, register_method
+from fedsciml.methods import federated as _federated
+from fedsciml.methods.run import strategy_runner
 
 __all__ = ["METHODS", "PAPER_PRESET", "CentralizedConfig", "FIPAConfig", "FedAvgConfig", "FedProxConfig", "GNConfig",
            "MethodSpec", "OneShotConfig", "available_methods", "get_method", "register_method"]
 
-_BUILTIN = (  # name, configuration, runner, description, federated, settings text (imported on first use)
-    ("centralized", CentralizedConfig, "fedsciml.methods.centralized:run_centralized",
-     "pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)", False,
-     "fedsciml.methods.centralized:settings"),
-    ("gn", GNConfig, "fedsciml.methods.federated:run_gn",
-     "exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)", True, "fedsciml.methods.gn:settings"),
-    ("fipa", FIPAConfig, "fedsciml.methods.federated:run_fipa",
-     "Fisher-informed parameterwise aggregation (full, --rank r, --adaptive, --merge qr)", True,
+if "centralized" not in METHODS:  # importing twice (reload) registers nothing twice
+    register_method("centralized", CentralizedConfig, "fedsciml.methods.centralized:run_centralized",
+                    "pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)",
+                    federated=False, settings="fedsciml.methods.centralized:settings")
+
+_FEDERATED = (  # name, configuration, strategy factory, description, settings text (imported on first use)
+    ("gn", GNConfig, _federated.gn_strategy,
+     "exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)", "fedsciml.methods.gn:settings"),
+    ("fipa", FIPAConfig, _federated.fipa_strategy,
+     "Fisher-informed parameterwise aggregation (full, --rank r, --adaptive, --merge qr)",
      "fedsciml.methods.fipa:settings"),
-    ("fedavg", FedAvgConfig, "fedsciml.methods.federated:run_fedavg",
-     "FedAvg, data-size weighted average of local updates", True, None),
-    ("fedprox", FedProxConfig, "fedsciml.methods.federated:run_fedprox",
-     "FedProx, FedAvg with a proximal term μ", True, "fedsciml.methods.averaging:fedprox_settings"),
-    ("one-shot", OneShotConfig, "fedsciml.methods.federated:run_one_shot",
-     "one-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)", True,
+    ("fedavg", FedAvgConfig, _federated.fedavg_strategy, "FedAvg, data-size weighted average of local updates", None),
+    ("fedprox", FedProxConfig, _federated.fedprox_strategy, "FedProx, FedAvg with a proximal term μ",
+     "fedsciml.methods.averaging:fedprox_settings"),
+    ("one-shot", OneShotConfig, _federated.one_shot_strategy,
+     "one-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)",
      "fedsciml.methods.oneshot:settings"),
 )
-for _name, _config, _runner, _description, _federated, _settings in _BUILTIN:
-    if _name not in METHODS:  # importing twice (reload) registers nothing twice
-        register_method(_name, _config, _runner, _description, federated=_federated, settings=_settings)
+for _name, _config, _build, _description, _settings in _FEDERATED:
+    if _name not in METHODS:
+        register_method(_name, _config, strategy_runner(_config, _build), _description, settings=_settings)
 
 from fedsciml.methods import local as _local  # noqa: E402,F401  (registers FIPA's and FedAvg's client handler)
 from fedsciml.methods import oneshot as _oneshot  # noqa: E402,F401  (registers the one-shot client handlers)

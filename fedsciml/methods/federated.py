@@ -1,16 +1,14 @@
-"""Federated methods ``gn``, ``fipa``, ``fedavg``, ``fedprox``, ``one-shot`` (registered in
-:data:`fedsciml.runtime.driver.METHODS`).
+"""The built-in federated methods' strategy factories: ``gn``, ``fipa``, ``fedavg``, ``fedprox``, ``one-shot``
+(registered in :data:`fedsciml.runtime.driver.METHODS` by :mod:`fedsciml.methods`).
 
-Every runner has the signature
-``fn(problem, objectives, theta0, evaluate, config=None, *, progress, seed, every, message_hook, **options)
--> (θ, history rows, info)`` and runs a :class:`~fedsciml.runtime.loop.Simulation` through
-:func:`fedsciml.methods.run.simulate` (the shared part of every run; a new method uses
-:func:`fedsciml.methods.run.strategy_runner` instead of a runner of its own): ``config`` is
-the method's typed configuration, declared beside its strategy (:class:`~fedsciml.methods.gn.GNConfig`,
+Each is a factory ``build(config, ctx) -> (strategy, record)`` run by :func:`fedsciml.methods.run.strategy_runner`
+(the pattern every method follows, ``examples/fedavg_lr_schedule.py`` a user's one): ``config`` is the method's
+typed configuration, declared beside its strategy (:class:`~fedsciml.methods.gn.GNConfig`,
 :class:`~fedsciml.methods.fipa.FIPAConfig`, :class:`~fedsciml.methods.averaging.FedAvgConfig`,
 :class:`~fedsciml.methods.averaging.FedProxConfig`, :class:`~fedsciml.methods.oneshot.OneShotConfig`, on the
-machinery of :mod:`fedsciml.options`), or it is built from ``options`` (unknown keys and values out of range are
-refused).  The defaults live there, once (chosen so that ``python -m fedsciml solve bratu --clients 4`` is
+machinery of :mod:`fedsciml.options`), ``ctx`` a :class:`~fedsciml.methods.run.RunContext`; the typed
+configuration, the round settings, the transport, resampling, the round loop and the record are the shared run's.
+The defaults live in the configurations, once (chosen so that ``python -m fedsciml solve bratu --clients 4`` is
 accurate and finishes well within a minute; docs/methods.md):
 
 * ``fipa``: rank 20 (``rank=0`` sends the full ``H_m``), thin-QR merge,
@@ -46,8 +44,7 @@ from fedsciml.core.matfree import MatfreeConfig, fipa_local_matfree
 from fedsciml.core import forms
 from fedsciml.methods.gn import GNStrategy
 from fedsciml.methods.oneshot import OneShotStrategy
-from fedsciml.methods.resample import Growth
-from fedsciml.methods.run import local_config, round_config, simulate, typed_config
+from fedsciml.methods.run import RunContext, local_config
 from fedsciml.core.lm import LMConfig, default_tau
 
 
@@ -61,11 +58,9 @@ def capped_rank(rank: int, p: int, name: str) -> int:
     return int(rank)
 
 
-def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None, *, progress=False, seed=0,
-           every=10, message_hook=None, transport=None, **options):
+def gn_strategy(cfg: GNConfig, ctx: RunContext):
     """Exact federated Gauss–Newton (Levenberg–Marquardt on summed client statistics)."""
-    cfg, transport = typed_config(GNConfig, config, options, transport)
-    rc = round_config(cfg, seed)
+    objectives, theta0, seed = ctx.objectives, ctx.theta0, ctx.seed
     lm_tau = default_tau(objectives) if cfg.lm_tau is None else cfg.lm_tau
     form = cfg.form
     reason = None
@@ -80,7 +75,7 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
     kfac = form == "matfree" and cfg.precond == "kfac"
     if kfac:  # refused by name unless every client's residual is in the forward-Laplacian channel form
-        require_jets(objectives, getattr(problem, "name", str(problem)))
+        require_jets(objectives, getattr(ctx.problem, "name", str(ctx.problem)))
         options["precond"] = "kfac"
     if form == "matfree" and cfg.cg_iters != GNConfig.specs()["cg_iters"][0]:
         options["cg_iters"] = cfg.cg_iters
@@ -100,13 +95,10 @@ def run_gn(problem, objectives, theta0, evaluate, config: GNConfig | None = None
         options["screen"] = cfg.screen
     if cfg.momentum:
         options["momentum"] = cfg.momentum
-    return simulate("gn", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport, cfg.batched, resample=cfg.resample,
-                     growth=Growth.of(cfg))
+    return strategy, options
 
 
-def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = None, *, progress=False, seed=0,
-             every=10, message_hook=None, transport=None, **options):
+def fipa_strategy(cfg: FIPAConfig, ctx: RunContext):
     """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates.
 
     ``preset="paper"`` fills every option not given with :data:`~fedsciml.methods.fipa.PAPER_PRESET` (the published
@@ -114,7 +106,7 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
     ``pinv_rtol·λ_max`` are dropped by the pseudo-inverse (default ``p·eps``).  Why the published β = 0, γ = 1
     without a relative cutoff diverges (the cutoff, not γ): see PAPER_PRESET and docs/methods.md "The published FIPA".
     """
-    cfg, transport = typed_config(FIPAConfig, config, options, transport)
+    objectives, theta0, seed, rc = ctx.objectives, ctx.theta0, ctx.seed, ctx.rounds
     rank = capped_rank(cfg.rank, theta0.numel(), "rank")
     curvature = "full" if rank == 0 else "lowrank"
     lc = local_config(cfg, 0.0)
@@ -123,7 +115,6 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
                          robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, consistency=lc.solver == "gn",
                          rtol=cfg.pinv_rtol)
     sched = AdaptiveSchedule(C=cfg.adapt_c, C_tau=cfg.adapt_ctau) if cfg.adaptive else None
-    rc = round_config(cfg, seed)
     options = {"rank": rank, "curvature": curvature, "merge": cfg.merge, "beta": agg.beta, "gamma": agg.gamma,
                "local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "local_damping": lc.damping,
                "adaptive": cfg.adaptive, "sketch": cfg.sketch, "participation": rc.participation,
@@ -144,65 +135,52 @@ def run_fipa(problem, objectives, theta0, evaluate, config: FIPAConfig | None = 
         options.update(local_form="matfree", cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
     strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), cfg.sketch, sched, seed, safeguard=cfg.safeguard,
                             complement=cfg.complement, cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
-    return simulate("fipa", strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport, resample=cfg.resample,
-                     growth=Growth.of(cfg))
+    return strategy, options
 
 
-def _run_avg(method, cfg, prox, problem, objectives, theta0, evaluate, *, progress, seed, every, message_hook,
-             transport):
-    lc = local_config(cfg, prox)
+def _averaging(cfg, ctx: RunContext, mu: float | None = None):
+    """FedAvg's strategy and record; FedProx's with its ``mu`` (recorded, 0 included)."""
+    lc = local_config(cfg, 0.0 if mu is None else mu)
     agg = FedAvgAggregator(server_lr=cfg.server_lr, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm,
                            outlier_ratio=cfg.outlier_ratio)
-    rc = round_config(cfg, seed)
+    rc = ctx.rounds
     options = {"local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "server_lr": agg.server_lr,
                "participation": rc.participation, "dropout": rc.dropout}
     if not agg.rule.plain:
         options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
-    if method == "fedprox":
-        options["mu"] = prox
+    if mu is not None:
+        options["mu"] = mu
     if lc.solver == "gn":
         options["local_damping"] = lc.damping
-    strategy = AveragingStrategy(agg, lc, seed)
-    return simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                     options, message_hook, transport or cfg.transport, resample=cfg.resample,
-                     growth=Growth.of(cfg))
+    return AveragingStrategy(agg, lc, ctx.seed), options
 
 
-def run_fedavg(problem, objectives, theta0, evaluate, config: FedAvgConfig | None = None, *, progress=False, seed=0,
-               every=10, message_hook=None, transport=None, **options):
+def fedavg_strategy(cfg: FedAvgConfig, ctx: RunContext):
     """FedAvg (paper Eq. 3): data-size weighted average of local updates."""
-    cfg, transport = typed_config(FedAvgConfig, config, options, transport)
-    return _run_avg("fedavg", cfg, 0.0, problem, objectives, theta0, evaluate, progress=progress, seed=seed,
-                    every=every, message_hook=message_hook, transport=transport)
+    return _averaging(cfg, ctx)
 
 
-def run_fedprox(problem, objectives, theta0, evaluate, config: FedProxConfig | None = None, *, progress=False,
-                seed=0, every=10, message_hook=None, transport=None, **options):
+def fedprox_strategy(cfg: FedProxConfig, ctx: RunContext):
     """FedProx: FedAvg whose local loss carries the proximal term ``μ/2 ‖θ_m − θ_k‖²``."""
-    cfg, transport = typed_config(FedProxConfig, config, options, transport)
-    return _run_avg("fedprox", cfg, cfg.mu, problem, objectives, theta0, evaluate, progress=progress, seed=seed,
-                    every=every, message_hook=message_hook, transport=transport)
+    return _averaging(cfg, ctx, cfg.mu)
 
 
-def run_one_shot(problem, objectives, theta0, evaluate, config: OneShotConfig | None = None, *, progress=False,
-                 seed=0, every=10, message_hook=None, transport=None, **options):
+def one_shot_strategy(cfg: OneShotConfig, ctx: RunContext):
     """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals).
 
     Client-side transforms (:class:`OneShotConfig`): ``dp_*`` (Gaussian mechanism), ``project``/``project_sketch``,
-    seeded by ``seed``; ``cv_sigmas``: σ by leave-one-client-out CV (see :mod:`fedsciml.methods.oneshot`)."""
-    cfg, transport = typed_config(OneShotConfig, config, options, transport)
-    rc = round_config(cfg, seed)
-    strategy = OneShotStrategy(cfg.sigma or 0.0, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch, seed=seed,
-                               cv_sigmas=cfg.cv_sigmas, screen=cfg.screen, min_survivors=cfg.dp_min_survivors,
-                               form=cfg.message_form, repair=cfg.repair, fit_intercept=cfg.fit_intercept,
-                               max_rows=cfg.dp_max_rows)
-    if cfg.fit_intercept:  # the model is (θ, intercept): the problem evaluates both
-        if getattr(problem, "kind", None) != "ridge":
-            raise ValueError(f"fit_intercept applies to linear ridge problems (kind 'ridge'); {problem.name!r} is "
-                             f"not one")
-        plain = evaluate
-        evaluate = lambda th: plain(th, intercept=strategy.intercept)  # noqa: E731
+    seeded by the run's seed; ``cv_sigmas``: σ by leave-one-client-out CV (see :mod:`fedsciml.methods.oneshot`).
+    With ``fit_intercept`` the model is (θ, intercept): the run's evaluation takes the fused intercept."""
+    problem, rc = ctx.problem, ctx.rounds
+    strategy = OneShotStrategy(cfg.sigma or 0.0, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch,
+                               seed=ctx.seed, cv_sigmas=cfg.cv_sigmas, screen=cfg.screen,
+                               min_survivors=cfg.dp_min_survivors, form=cfg.message_form, repair=cfg.repair,
+                               fit_intercept=cfg.fit_intercept, max_rows=cfg.dp_max_rows)
     options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
-    return simulate("one-shot", strategy, problem, objectives, theta0, evaluate, seed, rc, progress,
-                     every, options, message_hook, transport or cfg.transport)
+    if not cfg.fit_intercept:
+        return strategy, options
+    if getattr(problem, "kind", None) != "ridge":
+        raise ValueError(f"fit_intercept applies to linear ridge problems (kind 'ridge'); {problem.name!r} is "
+                         f"not one")
+    plain = ctx.evaluate
+    return strategy, options, lambda th: plain(th, intercept=strategy.intercept)

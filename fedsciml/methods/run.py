@@ -34,13 +34,15 @@ TRANSPORTS = ("local", "bytes")
 @dataclass(frozen=True)
 class RunContext:
     """What a strategy factory is given besides the configuration: the problem, the clients' objectives (the
-    server reads their sizes), θ₀, the seed and the round settings."""
+    server reads their sizes), θ₀, the seed, the round settings and the run's evaluation of θ (``evaluate(θ) ->
+    {metric: value}``; a factory whose model is more than θ returns its own, see :func:`strategy_runner`)."""
 
     problem: Any
     objectives: Sequence
     theta0: torch.Tensor
     seed: int
     rounds: RoundConfig
+    evaluate: Callable | None = None
 
 
 def round_config(cfg, seed) -> RoundConfig:
@@ -131,22 +133,31 @@ def typed_config(cls, config, options, transport=None):
     return config, transport
 
 
-def strategy_runner(config_cls, build: Callable[[Any, RunContext], "tuple[Any, dict]"]) -> Callable:
+def strategy_runner(config_cls, build: Callable[[Any, RunContext], tuple]) -> Callable:
     """A runner for :func:`~fedsciml.runtime.driver.register_method` from a strategy factory
     ``build(config, ctx) -> (strategy, record)``: the typed configuration (``config_cls``, its ``method`` the
-    label), the round settings, the transport, resampling and the round loop are this module's; the method says
-    what its strategy is and what to record of its settings."""
+    label), the round settings, the transport (vectorized across the clients unless the configuration says
+    ``batched=False``), resampling and the round loop are this module's; the method says what its strategy is and
+    what to record of its settings.  A factory whose model is more than θ (one-shot's ``fit_intercept``) returns
+    ``(strategy, record, evaluate)``: the history's evaluation of θ, in place of ``ctx.evaluate``."""
 
     def runner(problem, objectives, theta0, evaluate, config=None, *, progress=False, seed=0, every=10,
                message_hook=None, transport=None, **options):
         cfg, transport = typed_config(config_cls, config, options, transport)
         rc = round_config(cfg, seed)
-        strategy, record = build(cfg, RunContext(problem, objectives, theta0, seed, rc))
+        built = build(cfg, RunContext(problem, objectives, theta0, seed, rc, evaluate))
+        if not isinstance(built, tuple) or len(built) not in (2, 3):
+            raise TypeError(f"{config_cls.method}: a strategy factory returns (strategy, record) or (strategy, "
+                            f"record, evaluate), got {type(built).__name__}")
+        strategy, record = built[0], built[1]
+        if len(built) == 3:
+            evaluate = built[2]
         from fedsciml.methods.resample import Growth
 
         return simulate(config_cls.method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every,
-                        record, message_hook, transport or cfg.transport, resample=getattr(cfg, "resample", None),
-                        growth=Growth.of(cfg))
+                        record, message_hook, transport or cfg.transport, getattr(cfg, "batched", True),
+                        resample=getattr(cfg, "resample", None), growth=Growth.of(cfg))
 
     runner.__doc__ = f"Run {config_cls.method} ({config_cls.__name__}); built by strategy_runner."
+    runner.build = build  # type: ignore[attr-defined]  # the factory, for the engines and the docs
     return runner

@@ -194,19 +194,37 @@ class Connect:
 # Who carries the clients' messages: ``local`` (this process, the runtime's own transports) and whatever
 # :mod:`fedsciml.engines` registers: a :class:`Connect` (``processes``: a process per client), or a whole run
 # ``fn(problem, method, *, clients, seed, device, progress, **options) -> Result`` (``flower``: Flower's
-# simulation engine runs the App, whose ServerApp runs the method with a Flower transport).
+# simulation engine runs the App, whose ServerApp runs the method with a Flower transport, :func:`run_connected`).
 ENGINES: dict[str, Callable | Connect | None] = {"local": None}
+
+#: what an engine runs of a kind beyond the problem kinds (those :func:`add_kind` adds, e.g. ``images``):
+#: ``{engine: {kind: run function}}`` (``flower``: ``bench images`` settings); ``local`` runs every kind
+ENGINE_KINDS: dict[str, dict[str, Callable]] = {}
 
 
 def register_engine(name: str, solve_fn: Callable | None = None, *, connect: Callable | None = None,
-                    replace: bool = False) -> None:
+                    replace: bool = False, kinds: Mapping[str, Callable] | None = None) -> None:
     """Add an engine (see :data:`ENGINES`): ``connect(job, clients) -> Transport`` (:class:`Connect`; a new
-    engine is one file with this function), or a whole run ``solve_fn``."""
+    engine is one file with this function), or a whole run ``solve_fn``.  ``kinds``: what it runs of kinds
+    beyond the problem kinds, ``{kind: fn}`` (:data:`ENGINE_KINDS`; the kind's own signature)."""
     if (solve_fn is None) == (connect is None):
         raise TypeError(f"engine {name!r}: give its connect(job, clients) or its solve function, one of them")
     if name in ENGINES and not replace:
         raise ValueError(f"an engine named {name!r} is already registered; pass replace=True")
+    bad = [k for k in (kinds or {}) if k in PROBLEM_KINDS]
+    if bad:
+        raise ValueError(f"engine {name!r}: kinds are kinds beyond the problem kinds ({', '.join(PROBLEM_KINDS)}), "
+                         f"got {', '.join(bad)}")
     ENGINES[name] = Connect(connect) if connect is not None else solve_fn
+    ENGINE_KINDS[name] = dict(kinds or {})
+
+
+def engines_for(kind: str | None = None) -> list[str]:
+    """The engines that run tasks of ``kind``, in registration order: every engine for the problem kinds (or
+    ``None``); ``local`` and those registered with a run of ``kind`` otherwise (what the parsers offer)."""
+    if kind is None or kind in PROBLEM_KINDS:
+        return list(ENGINES)
+    return [e for e in ENGINES if e == "local" or kind in ENGINE_KINDS.get(e, {})]
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -482,7 +500,7 @@ def run(p: Plan) -> Result:
 def _run_plan(p: Plan) -> Result:
     engine = ENGINES[p.engine]
     if isinstance(engine, Connect):
-        return _run_connected(p, engine.connect)
+        return run_connected(p, engine.connect)
     if p.engine != "local":  # the same strategy and round loop; the engine's transport carries the messages
         opts = p.config.to_dict()
         opts.pop("transport", None)
@@ -505,11 +523,21 @@ def _run_plan(p: Plan) -> Result:
     return _result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
 
 
-def _run_connected(p: Plan, connect: Callable) -> Result:
-    """The run of a :class:`Connect` engine: the clients build their own data from the job; this process holds
-    their sizes (:func:`fedsciml.runtime.remote.remote_objectives`), θ and the strategy."""
+def run_connected(p: Plan, connect: Callable) -> Result:
+    """The run of an engine that only carries messages (a :class:`Connect` engine's, and Flower's ServerApp's):
+    ``connect(job, clients)`` gives the transport to clients that build their own data from ``job``; this process
+    holds their sizes (:func:`fedsciml.runtime.remote.remote_objectives`), θ and the strategy, and runs the
+    method as in process.  What is the engine's own comes from the transport, where it has it:
+    ``engine_info() -> dict`` (recorded in ``Result.extra["engine"]`` beside the engine's name, e.g. Flower's
+    exchanges and their times), ``final_metrics(problem, θ) -> dict`` (the problem's final metrics from the
+    clients' shares; none without it) and ``close()`` (called when the run ends).  θ₀ is the problem's; a
+    problem whose model size is its clients' (``init_params_for(n_params, seed, device)``, e.g. ``table`` whose
+    tables are on the sites only) sizes it from what they said."""
     from fedsciml.runtime.remote import remote_objectives
 
+    if not p.spec.federated:
+        raise ValueError(f"method {p.method!r} pools the clients' data in this process; engine {p.engine!r} carries "
+                         f"federated methods' messages only")
     problem, dev = p.problem, p.device
     clients = problem.default_clients if p.clients is None else p.clients
     job = {"problem": problem.name, "options": dict(problem.options), "clients": int(clients), "seed": p.seed,
@@ -517,11 +545,13 @@ def _run_connected(p: Plan, connect: Callable) -> Result:
     transport = connect(job, clients)
     try:
         objectives = remote_objectives(transport)
-        if hasattr(problem, "client_data"):  # the ridge zoo draws its test set with the split (as on Flower)
+        if hasattr(problem, "client_data"):  # the ridge zoo draws its test set with the split (as the clients do)
             torch.manual_seed(p.seed)
             problem.client_data(clients, seed=p.seed)
         torch.manual_seed(p.seed)
-        theta0 = problem.init_params(p.seed, device=dev)
+        sized = getattr(problem, "init_params_for", None)
+        theta0 = (sized(objectives[0].n_params, p.seed, device=dev) if callable(sized) and objectives
+                  else problem.init_params(p.seed, device=dev))
         for c, o in zip(transport.client_ids, objectives):
             if o.n_params != theta0.numel():
                 raise ValueError(f"client {c}: its objective has {o.n_params} parameters, the model {theta0.numel()}")
@@ -529,25 +559,32 @@ def _run_connected(p: Plan, connect: Callable) -> Result:
         theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
                                    progress=p.progress, every=p.every, transport=transport)
         wall = time.perf_counter() - t0
+        own = getattr(transport, "engine_info", None)
+        info["engine"] = {"name": p.engine, **(own() if callable(own) else {})}
+        final = getattr(transport, "final_metrics", None)
+        metrics = final(problem, theta) if callable(final) else {}
     finally:
         close = getattr(transport, "close", None)
         if callable(close):
             close()
-    info["engine"] = {"name": p.engine}
-    return _result(p, clients, theta, rows, info, wall, {})
+    return _result(p, clients, theta, rows, info, wall, metrics)
 
 
 def _result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metrics: dict) -> Result:
     """The one :class:`Result` of a run: the last loss, the problem's evaluation of θ (with a one-shot
-    ``fit_intercept`` model's intercept), ``metrics``, and the record of the options (``config.to_dict()``)."""
+    ``fit_intercept`` model's intercept), ``metrics``, and the record of the options (``config.to_dict()``, and
+    the engine where it is not ``local``)."""
     problem = p.problem
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}
     final.update(problem.evaluate(theta, intercept=info["intercept"]) if "intercept" in info
                  else problem.evaluate(theta))
     final.update(metrics)
+    options = _options(problem, p.config)
+    if p.engine != "local":
+        options["engine"] = p.engine
     return Result(
-        problem=problem.name, method=p.method, options=_options(problem, p.config), seed=p.seed,
+        problem=problem.name, method=p.method, options=options, seed=p.seed,
         device=str(p.device), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
         clients=int(clients), solver_seconds=wall, final=final, history=rows, extra=jsonable(info), theta=theta,
     )

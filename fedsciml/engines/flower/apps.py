@@ -49,10 +49,8 @@ import json
 import logging
 import os
 import sys
-import time
 from collections import OrderedDict
 
-import numpy as np
 import torch
 
 import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off before flwr is imported)
@@ -62,9 +60,8 @@ from fedsciml.runtime.results import summary_lines
 from fedsciml.engines.flower import codec
 from fedsciml.engines.flower.resultio import write_result
 from fedsciml.engines.flower.runconfig import RUN_CONFIG_KEYS, job_from_run_config, jobs_of  # noqa: F401
-from fedsciml.engines.flower.transport import DESCRIBE, FlowerTransport, medians_by_query, stderr_log
+from fedsciml.engines.flower.transport import DESCRIBE, FINAL_STATS, FlowerTransport, stderr_log
 from fedsciml.core.objective import LeastSquares, LinearLeastSquares
-from fedsciml.runtime.remote import remote_objectives
 from fedsciml.problems.table import table_objective  # noqa: F401  (a node's own table: CSV or npz)
 
 _CACHE: "OrderedDict[str, object]" = OrderedDict()
@@ -358,8 +355,6 @@ def answer_content(content, node_config):
     return codec.reply_content(rep)
 
 
-FINAL_STATS = "final_stats"  # the problem's end-of-run statistics of one client (e.g. the Laplace std's share)
-
 
 def _final_stats(job: dict, client, theta) -> dict:
     """This node's share of the problem's final metrics (:meth:`DomainPDE.final_stats`: ``J_kᵀJ_k``, the sum
@@ -402,78 +397,27 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
                 stop=None, **options):
     """Run ``method`` on ``problem`` with its clients on the Flower nodes of ``grid``; returns a Result.
 
-    The same runner, strategy and round loop as ``fs.solve``; only the
-    transport differs (:class:`FlowerTransport`).
-    """
-    from fedsciml.runtime.results import Result
-    from fedsciml.runtime.results import jsonable as _jsonable
-    from fedsciml.runtime.driver import METHODS, available_methods, resolve_device
+    The driver's run (:func:`fedsciml.runtime.driver.plan` and :func:`~fedsciml.runtime.driver.run_connected`:
+    the same strategy, round loop and Result as ``fs.solve``); Flower only connects the
+    :class:`FlowerTransport` that carries the messages, and says what is its own through the transport's
+    ``engine_info()`` and ``final_metrics(problem, θ)``.  Central DP needs a secure sum, which this App lacks
+    (the SecAgg+ App, :mod:`fedsciml.engines.flower.secagg`, has Flower's)."""
+    from fedsciml.runtime.driver import plan, run_connected
 
-    if method not in available_methods():
-        raise ValueError(f"unknown method {method!r}; available: {', '.join(available_methods())}")
-    if method == "centralized":
-        raise ValueError("method 'centralized' pools the clients' data on one machine; it does not run on Flower")
-    if method == "one-shot":  # central DP needs a secure sum, which this engine lacks
-        from fedsciml.methods.oneshot import refuse_central_dp_without_secure_sum
-
-        refuse_central_dp_without_secure_sum(options.get("config") or options)
-    dev = resolve_device(device)
-    job = {"problem": problem.name, "options": dict(problem.options), "clients": int(clients), "seed": int(seed),
-           "device": "cpu", "threads": torch.get_num_threads(), **(job_extra or {})}
-    t_connect = time.perf_counter()
-    transport = FlowerTransport(grid, job, clients, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s,
-                                device=dev, log=stderr_log if progress else None, stop=stop)
-    t_connect = time.perf_counter() - t_connect
-    if hasattr(problem, "client_data"):  # e.g. the ridge zoo: its test set is drawn with the clients' split
-        torch.manual_seed(seed)
-        problem.client_data(clients, seed=seed)
-    torch.manual_seed(seed)
-    objectives = remote_objectives(transport)
-    if getattr(problem, "name", None) == "table" and not problem.paths:  # the tables are on the nodes only
-        theta0 = torch.zeros(objectives[0].n_params, dtype=torch.float64, device=dev)  # as TableProblem's
-    else:
-        theta0 = problem.init_params(seed, device=dev)
-    for c, o in zip(transport.client_ids, objectives):
-        if o.n_params != theta0.numel():
-            raise ValueError(f"client {c}: its node's objective has {o.n_params} parameters, the model "
-                             f"{theta0.numel()}")
     options = dict(options)
     options.pop("transport", None)  # the configured in-process transport name: Flower's replaces it
-    t0 = time.perf_counter()
-    theta, rows, info = METHODS[method](problem, objectives, theta0, problem.evaluate, progress=progress, seed=seed,
-                                        transport=transport, **options)
-    wall = time.perf_counter() - t0
-    info["engine"] = {"name": "flower", "connect_s": t_connect, "exchanges": transport.exchanges,
-                      "exchange_s": transport.exchange_seconds, "rejoined": transport.rejoined,
-                      "exchange_median_s": float(np.median(transport.exchange_times)) if transport.exchange_times
-                      else None, "by_query": medians_by_query(transport.exchange_times, transport.exchange_queries),
-                      "nodes": {str(c): int(n) for c, n in transport.nodes.items()}}
-    last = rows[-1] if rows else {}
-    final = {"loss": last.get("loss")}
-    final.update(problem.evaluate(theta, intercept=info["intercept"]) if "intercept" in info
-                 else problem.evaluate(theta))  # a one-shot fit_intercept model is (θ, intercept)
-    final.update(_final_metrics(problem, transport, theta))
-    return Result(problem=problem.name, method=method,
-                  options={**problem.options, **_jsonable(options), "engine": "flower"}, seed=seed, device=str(dev),
-                  dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()), clients=int(clients),
-                  solver_seconds=wall, final=final, history=rows, extra=_jsonable(info), theta=theta)
+    p = plan(problem, method, clients, seed, device, progress, engine="flower", **options)
+    if p.method == "one-shot":
+        from fedsciml.methods.oneshot import refuse_central_dp_without_secure_sum
 
+        refuse_central_dp_without_secure_sum(p.config)
 
-def _final_metrics(problem, transport: FlowerTransport, theta) -> dict:
-    """The problem's final metrics (what ``fs.solve`` adds in process with ``problem.final_metrics``, e.g. an
-    inverse problem's ``coef_k_std``) from every node's share (:data:`FINAL_STATS`); a node that cannot
-    send its share is logged and the metrics are left out (they need every client)."""
-    if not (getattr(problem, "final_stats_needed", False) and callable(getattr(problem, "final_metrics_from", None))):
-        return {}
-    from fedsciml.runtime.protocol import Request
+    def connect(job: dict, n_clients: int) -> FlowerTransport:
+        return FlowerTransport(grid, {**job, **(job_extra or {})}, n_clients, timeout_s=timeout_s,
+                               connect_timeout_s=connect_timeout_s, device=p.device,
+                               log=stderr_log if progress else None, stop=stop)
 
-    got = transport.ask(transport.client_ids, Request(FINAL_STATS, {"theta": theta}))
-    bad = {c: r.reason for c, r in got.items() if isinstance(r, Failure)}
-    if bad:
-        logging.getLogger(__name__).warning("final metrics left out: %s", "; ".join(
-            f"client {c}: {why}" for c, why in bad.items()))
-        return {}
-    return problem.final_metrics_from(theta, [got[c].message for c in transport.client_ids])
+    return run_connected(p, connect)
 
 
 def run_job(grid, job: dict):

@@ -40,6 +40,7 @@ from fedsciml.runtime.loop import RoundFailed
 from fedsciml.runtime.transport import Failure, Request, Transport
 
 DESCRIBE = "describe"
+FINAL_STATS = "final_stats"  # the problem's end-of-run statistics of one client (e.g. the Laplace std's share)
 NODE_GONE_CODES = (5,)  # flwr ErrorCode.NODE_UNAVAILABLE: the SuperLink lost the node's heartbeat
 # and MESSAGE_UNAVAILABLE / REPLY_MESSAGE_UNAVAILABLE (e.g. a node killed while uploading its reply): nothing usable
 # came back — a dropout of that exchange, like a timeout, not a rejection
@@ -95,9 +96,40 @@ class FlowerTransport(Transport):
         self.exchange_seconds = 0.0
         self.exchange_times: list = []  # wall seconds of each ask (push, client work, pull)
         self.exchange_queries: list = []  # the query of each ask, beside its time
+        t0 = time.perf_counter()
         self._connect(connect_timeout_s)
+        self.connect_s = time.perf_counter() - t0  # finding the nodes and their describe replies
         self.client_ids = list(range(self.n_clients))
         self.sample_counts = {c: int(self.described[c]["n"]) for c in self.client_ids}
+
+    # --- what the driver asks of an engine's transport (fedsciml.runtime.driver.run_connected) ---------------
+
+    def engine_info(self) -> dict:
+        """The run's record of Flower (``Result.extra["engine"]`` beside the engine's name): the seconds to find
+        the nodes (``connect_s``), the exchanges and their wall seconds (in all, the median, by query), the
+        clients whose node was replaced, and each client's node id."""
+        import numpy as np
+
+        return {"connect_s": self.connect_s, "exchanges": self.exchanges, "exchange_s": self.exchange_seconds,
+                "rejoined": self.rejoined,
+                "exchange_median_s": float(np.median(self.exchange_times)) if self.exchange_times else None,
+                "by_query": medians_by_query(self.exchange_times, self.exchange_queries),
+                "nodes": {str(c): int(n) for c, n in self.nodes.items()}}
+
+    def final_metrics(self, problem, theta) -> dict:
+        """The problem's final metrics (what an in-process run adds with ``problem.final_metrics``, e.g. an
+        inverse problem's ``coef_k_std``) from every node's share (a :data:`FINAL_STATS` query); a node that
+        cannot send its share is logged and the metrics are left out (they need every client)."""
+        if not (getattr(problem, "final_stats_needed", False)
+                and callable(getattr(problem, "final_metrics_from", None))):
+            return {}
+        got = self.ask(self.client_ids, Request(FINAL_STATS, {"theta": theta}))
+        bad = {c: r.reason for c, r in got.items() if isinstance(r, Failure)}
+        if bad:
+            logging.getLogger(__name__).warning("final metrics left out: %s", "; ".join(
+                f"client {c}: {why}" for c, why in bad.items()))
+            return {}
+        return problem.final_metrics_from(theta, [got[c].message for c in self.client_ids])
 
     def _check_engine(self):
         """Raise :class:`EngineStopped` once the engine has stopped: waiting on nodes would then only end at
