@@ -7,7 +7,8 @@ Each method's typed configuration is declared in its own module (:class:`~fedsci
 re-exported here.  Importing this package registers the built-in solve methods in
 :data:`fedsciml.runtime.driver.METHODS` — the federated ones as strategy factories
 (:mod:`fedsciml.methods.federated`, run by :func:`fedsciml.methods.run.strategy_runner`), ``centralized``'s runner
-by name — and the methods' client handlers in the runtime client's handler table: FIPA's and FedAvg/FedProx's ``update``
+by name — and the methods' client handlers in the runtime client's handler table: FIPA's and
+FedAvg/FedProx's ``update``
 (:mod:`fedsciml.methods.local`), exact GN's matrix-free and multi-trial queries (:mod:`fedsciml.methods.gn`) and
 one-shot's (:mod:`fedsciml.methods.oneshot`).  The command line imports this package only once a method is chosen
 (``python -m fedsciml --help`` imports no method).
