@@ -81,7 +81,7 @@ from typing import ClassVar
 
 import torch
 
-from fedsciml.core import kfac_pinn, linalg, matfree
+from fedsciml.core import forms, kfac_pinn, linalg, matfree
 from fedsciml.runtime import robust as _robust
 from fedsciml.methods.aggregators import Aggregator, _consistent, consistency_rtol
 from fedsciml.core.schema import Field, MessageRejected, Schema
@@ -145,7 +145,10 @@ class GNConfig(RoundOptions):
         return out
 
     def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
-        form = federated_form([rows] * clients, p, device) if self.form == "auto" else self.form
+        # the choice reads the rows' sum and the largest client's rows (its square-root message): no list of
+        # `clients` entries, as a plan refused for 10⁹ clients would build one (8 GB) before refusing
+        form = (forms.choose_form(int(rows) * int(clients), p, device=device, need="gn", rows=(int(rows),)).form
+                if self.form == "auto" else self.form)
         return "graph" if form == "matfree" else "jacobian"
 
     def _resolve(self):
