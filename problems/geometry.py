@@ -688,6 +688,11 @@ class Intersection(_CSG):
         self.bbox = (np.maximum(a.bbox[0], b.bbox[0]), np.minimum(a.bbox[1], b.bbox[1]))
         if np.any(self.bbox[1] < self.bbox[0]):
             raise ProblemError(f"the intersection of {a!r} and {b!r} is empty")
+        flat = np.flatnonzero(self.bbox[1] - self.bbox[0] <= EPS * max(a.diameter, b.diameter))
+        if flat.size:  # they only touch: the intersection lies in a plane of that axis (no interior to solve on)
+            i = int(flat[0])
+            raise ProblemError(f"the intersection of {a!r} and {b!r} has no interior: they only touch at "
+                               f"{axis_name(i)} = {float(self.bbox[0][i]):g} (a set of measure zero)")
 
     def __repr__(self):
         return f"({self.a!r} & {self.b!r})"

@@ -363,7 +363,7 @@ def test_bench_images_flags_are_generated_from_the_declarations(capsys):
         main(["bench", "images", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     specs = BenchImagesOptions.specs()
-    assert len(specs) == 25
+    assert len(specs) == 28  # 25, and --robust, --trim, --clip-norm (issue 31)
     for name, (default, spec) in specs.items():
         flag = "--" + name.replace("_", "-")
         assert flag in text and " ".join(spec.help.split())[:40] in text, name

@@ -47,8 +47,35 @@ def test_matrix_free_auto_form_counts_the_graph_not_the_jacobian(cls, opts):
     assert dense == 8.0 * 4 * rows * (6 + p) and b < dense / 2  # 4.8 GB of J against ~1.2 GB of graph
 
 
-def test_first_order_methods_count_the_points_only():
+def test_first_order_methods_count_the_gradients_residual_graph():
+    """A first-order step's gradient (a vjp through the residual) holds the residual's graph of every row: counted
+    with the same per-row fit as the matrix-free operator (issue 31: the points alone let hidden=(10**6,) through)."""
     pb = poisson5((128, 128, 128))
     rows = pb.rows_per_client(4)
-    assert estimate_memory(pb, 4, CentralizedConfig.from_options({"optimizer": "adam"}))[0] == 8.0 * 4 * rows * 6
-    assert estimate_memory(pb, 4, FedAvgConfig.from_options({}))[0] == 8.0 * 4 * rows * 6
+    graph = graph_floats_per_row(5, [128, 128, 128])
+    for cfg in (CentralizedConfig.from_options({"optimizer": "adam"}), FedAvgConfig.from_options({})):
+        b, how = estimate_memory(pb, 4, cfg)
+        assert b == 8.0 * 4 * rows * (6 + graph) and "gradient's residual graph (hidden layers (128, 128, 128))" in how
+
+
+def test_a_network_without_hidden_layers_counts_its_points_only():
+    pb = poisson5(())
+    rows = pb.rows_per_client(4)
+    assert estimate_memory(pb, 4, FedAvgConfig.from_options({})) == (8.0 * 4 * rows * 6,
+                                                                     f"4 client(s) × {rows:,} rows × (6) × 8 bytes")
+
+
+@pytest.mark.parametrize("method, opts", [("fedavg", {"rounds": 1}), ("centralized", {"optimizer": "adam"}),
+                                          ("centralized", {})])
+def test_a_million_wide_network_is_refused_before_it_runs_naming_the_width_and_the_bytes(method, opts, monkeypatch):
+    import fedsciml as fs
+    from fedsciml.runtime import driver
+    from fedsciml.runtime.driver import OutOfMemory
+
+    monkeypatch.setattr(driver, "available_memory", lambda device=None: 16 * 2**30)  # the check's own reader
+
+    # 402 rows × 15,003,002 floats × 8 bytes = 48.2 GB (decimal) against the fixture's 16 GiB
+    with pytest.raises(OutOfMemory, match=r"^bratu with .*15,003,00\d floats of .* needs about 48\.2 GB of memory, "
+                                          r"but this machine has 17\.2 GB available") as e:
+        fs.solve("bratu", method, hidden=(10**6,), **opts)
+    assert "\n" not in str(e.value) and ("(1000000,)" in str(e.value) or "matrix-free" in str(e.value))

@@ -185,8 +185,15 @@ def test_malformed_messages_are_rejected_not_summed():
         fuse(bad, 0.1)
     with pytest.raises(MessageRejected, match="non-finite"):
         FusionServer(5).receive("x", bad["inf"])
-    # finite messages whose sum overflows: the largest is rejected, the rest is fused
+    # a diagonal above √max is out of scale: each such client is rejected by name before pooling (issue 31)
     huge = {**good[2], "G": good[2]["G"] / good[2]["G"].abs().max() * 1e308}
+    ok, rejected = FusionServer(5).receive_all({0: good[0], "huge": huge, "huge2": {**huge}})
+    assert ok == [0] and all("out of scale" in rejected[c] for c in ("huge", "huge2"))
+    # finite messages whose sum overflows (off-diagonal entries: the O(d) scale check reads the diagonal only):
+    # the largest is rejected, the rest is fused
+    off = good[2]["G"].clone()
+    off[1:5] = 1e308  # row 0's off-diagonal entries in the packed upper triangle
+    huge = {**good[2], "G": off}
     server = FusionServer(5)
     ok, rejected = server.receive_all({0: good[0], "huge": huge, "huge2": {**huge}})
     assert ok == [0, "huge2"] and "overflow" in rejected["huge"]

@@ -271,17 +271,13 @@ MAX_POINTS_BYTES = 1 << 30
 def _read_points(path: str) -> list:
     """The rows of ``--points``: a bounded regular UTF-8 CSV file, every failure one line naming the file."""
     import csv
-    import stat
+
+    from fedsciml.runtime.files import FileRefused, regular_file_size
 
     try:
-        st = os.stat(path)
-    except OSError as e:
-        raise CLIError(f"--points {path!r} cannot be read: {e.strerror or e}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise CLIError(f"--points {path!r} is not a regular file (a directory, FIFO or device); give a CSV file")
-    if st.st_size > MAX_POINTS_BYTES:
-        raise CLIError(f"--points {path!r} holds {st.st_size:,} bytes, more than the {MAX_POINTS_BYTES:,} predict "
-                       f"reads at once; split it")
+        regular_file_size(path, MAX_POINTS_BYTES, "a CSV of points")
+    except FileRefused as e:
+        raise CLIError(f"--points {e}") from None
     reader = None
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
@@ -298,24 +294,20 @@ def _read_points(path: str) -> list:
 
 
 def _write_csv_atomic(path: str, header: list, rows) -> None:
-    """``path`` written through ``path.tmp`` and ``os.replace``: a failed write (a full disk) leaves no
-    half file that looks valid, and one line names the file."""
+    """``path`` written atomically (:func:`fedsciml.runtime.files.write_atomic`): a failed write (a full disk)
+    leaves no half file that looks valid, and one line names the file."""
     import csv
 
-    tmp = path + ".tmp"
+    from fedsciml.runtime.files import write_atomic
+
+    def write(f):
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
     try:
-        with open(tmp, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(header)
-            w.writerows(rows)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, write, newline="")
     except OSError as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
         raise CLIError(f"--out {path!r} could not be written ({e.strerror or e}); nothing was written") from None
 
 
@@ -475,6 +467,23 @@ def cmd_flower_app_dir(args) -> int:
     return 0
 
 
+def cmd_flower_run(args) -> int:
+    """``flower run APP [SUPERLINK] …``: ``flwr run``, followed to the run's end; exit 1 with Flower's reason when
+    the run did not finish ``completed`` (:mod:`fedsciml.engines.flower.launch`)."""
+    from fedsciml.engines.flower.jobs import app_dirs
+    from fedsciml.engines.flower.launch import flower_run
+
+    apps = app_dirs()
+    app = apps.get(args.app, args.app)  # 'app' / 'secagg': this installation's Apps by name
+    if not os.path.isdir(app):
+        raise CLIError(f"flower run: APP {args.app!r} is neither a directory nor one of fedsciml's Apps "
+                       f"({', '.join(apps)})")
+    rec = flower_run(app, args.superlink, run_config=args.run_config, federation_config=args.federation_config,
+                     federation=args.federation, stream=not args.no_stream, timeout_s=args.timeout)
+    print(f"Flower run {rec.get('run-id')} {rec['status']}")
+    return 0
+
+
 def load_plugins(specs) -> list[str]:
     """Import user problem modules so their ``@register``-ed problems join the registry.
 
@@ -602,12 +611,35 @@ def _add_ridge_parser(sub):
     ridge_cli.add_parser(sub)
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value
+
+
 def _add_flower_parser(sub):
     fl = sub.add_parser("flower")
-    fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir}")
+    fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir,run}")
     ad = fsub.add_parser("app-dir", help="print the directory of fedsciml's Flower App, for `flwr run DIR …`")
     ad.add_argument("--secagg", action="store_true", help="the SecAgg+ App (central DP one-shot) instead")
     ad.add_argument("--all", action="store_true", help="every App, one 'name<TAB>directory' line each")
+    fr = fsub.add_parser("run", help="flwr run an App and follow it to its end: exit 1 with Flower's reason when the "
+                                     "run fails (flwr run --stream exits 0 whatever happens to the run)")
+    fr.add_argument("app", metavar="APP", help="the App's directory, or 'app' / 'secagg' (fedsciml's Apps)")
+    fr.add_argument("superlink", metavar="SUPERLINK", nargs="?", default=None,
+                    help="a SuperLink connection of $FLWR_HOME/config.toml (default: its default)")
+    fr.add_argument("--run-config", "-c", action="append", default=[], metavar="CONFIG",
+                    help="flwr run's --run-config, passed as given (repeatable)")
+    fr.add_argument("--federation-config", action="append", default=[], metavar="CONFIG",
+                    help="flwr run's --federation-config, passed as given (repeatable)")
+    fr.add_argument("--federation", default=None, help="flwr run's --federation")
+    fr.add_argument("--no-stream", action="store_true", help="do not show the run's log (flwr log --stream)")
+    fr.add_argument("--timeout", type=_positive_seconds, default=None, metavar="SECONDS",
+                    help="stop waiting after this many seconds (exit 1; the run goes on: flwr stop ends it)")
 
 
 def _add_bench_parser(sub):
@@ -643,7 +675,8 @@ def build_parser():
         ("predict", "evaluate a saved model (solve --out DIR) at the points of a CSV file", _add_predict_parser),
         ("ridge", "one-shot federated ridge regression (sufficient statistics, DP, projection, CV)", _add_ridge_parser),
         ("bench", "benchmarks (bench images ...)", _add_bench_parser),
-        ("flower", "fedsciml's Flower Apps in this installation (flower app-dir)", _add_flower_parser),
+        ("flower", "fedsciml's Flower Apps in this installation (flower app-dir), and flower run: flwr run that exits "
+                   "non-zero when the run fails", _add_flower_parser),
     ])
     return parser
 
@@ -844,6 +877,8 @@ def main(argv=None) -> int:
             if args.command == "flower":
                 if getattr(args, "flower_command", None) == "app-dir":
                     return cmd_flower_app_dir(args)
+                if getattr(args, "flower_command", None) == "run":
+                    return cmd_flower_run(args)
                 parser.parse_args(["flower", "--help"])
             if args.command == "bench":
                 if getattr(args, "bench_command", None) == "images":

@@ -24,7 +24,12 @@ A malformed message (wrong shape, not a real floating dtype — integer, bool
 and complex tensors are rejected by name —, non-finite, non-positive count,
 or exact Gram-form statistics, i.e. with a count, whose ``G`` has a negative
 diagonal entry: O(d) per message) raises
-:class:`~fedsciml.core.schema.MessageRejected`; it is never summed in.
+:class:`~fedsciml.core.schema.MessageRejected`; it is never summed in.  So does a finite entry above ``√max`` of the
+server's dtype (:func:`~fedsciml.core.schema.max_magnitude`, the bound of every message schema) on ``G``'s
+diagonal, ``h``, ``R`` or ``z`` (O(d) per Gram-form message): such a client would swamp the others below its
+round-off and — one client sending 1e300 everywhere is a rank-one Gram — leave the pooled Gram singular, blamed on
+the pooling instead of on it.  When the solve fails anyway, :meth:`FusionServer.solve` names a client whose ``G``
+is no Gram matrix (checked only then).
 A DP message (no count) carries Gaussian noise, so its ``G`` may be
 indefinite: the server repairs the noisy sum (:func:`fedsciml.core.dp.psd_repair`);
 a square-root message's ``RᵀR`` is PSD by construction.  :meth:`FusionServer.receive_all` checks a round's messages for
@@ -47,7 +52,8 @@ import torch
 from torch.func import vmap
 
 from fedsciml.core import linalg
-from fedsciml.core.schema import MAX_COUNT, Field, MessageRejected, Schema, floats_in, packed_diagonal_index
+from fedsciml.core.schema import (MAX_COUNT, Field, MessageRejected, Schema, floats_in, max_magnitude,
+                                   packed_diagonal_index, psd_violation)
 from fedsciml.core.objective import GNStats, LeastSquares, LinearLeastSquares, PointwiseLeastSquares, ResidualPart
 
 DTYPE = torch.float64
@@ -205,7 +211,8 @@ class FusionServer:
 
         Finiteness is left to the caller (checked on the sum, see :meth:`receive_all`).  A message in the runtime's
         gn schema ``{H, g[, loss], n}`` is read through :func:`from_gn` (``G = H``, ``h = −g``)."""
-        if isinstance(msg, dict) and "H" in msg and "G" not in msg:
+        gn = isinstance(msg, dict) and "H" in msg and "G" not in msg
+        if gn:
             msg = from_gn(msg)
         form = "sqrt" if isinstance(msg, dict) and "R" in msg else "gram"
         _FAST[form].validate(msg, cid, d=self.d, q=self._q)
@@ -231,8 +238,33 @@ class FusionServer:
             return t if (t.dtype == self.dtype and t.device == dev) else t.to(device=dev, dtype=self.dtype)
 
         main = conv(main)
-        h = conv(msg["h"]) if form == "gram" else main.T @ conv(msg["z"])
+        if form == "gram":
+            h = conv(msg["h"])
+            self._check_scale(cid, ("H" if gn else "G", "a diagonal entry"),
+                              main.index_select(0, packed_diagonal_index(self.d, main.device)))
+            self._check_scale(cid, ("g" if gn else "h", "an entry"), h)
+        else:
+            z = conv(msg["z"])
+            self._check_scale(cid, ("R", "an entry"), main)
+            self._check_scale(cid, ("z", "an entry"), z)
+            h = main.T @ z
         return form, main, h, n
+
+    def _check_scale(self, cid: ClientId, what: tuple[str, str], t: torch.Tensor) -> None:
+        """Refuse a finite entry above ``√max`` of the server's dtype (:func:`~fedsciml.core.schema.max_magnitude`,
+        the bound every message schema sets): such a client swamps the others' statistics below its round-off
+        and, for a rank-deficient message (1e300 everywhere is a rank-one Gram), leaves the pooled Gram
+        singular — it is named here, before pooling, rather than the pooled Gram blamed at the solve.
+        A Gram-form ``G`` is checked on its diagonal (O(d)): a Gram matrix's entries are bounded by its largest
+        diagonal entry (``|G_ij| ≤ √(G_ii G_jj)``); one that breaks that bound is named when the solve fails
+        (:meth:`solve`).  Non-finite entries are left to the finiteness check on the round's sum."""
+        if not t.numel():
+            return
+        top = float(t.abs().max())
+        bound = max_magnitude(self.dtype)
+        if math.isfinite(top) and top > bound:
+            raise MessageRejected(cid, f"field {what[0]!r} has {what[1]} of magnitude {top:.3g} > {bound:.3g} "
+                                       f"(√ of the largest {self.dtype}): out of scale, its square overflows")
 
     @staticmethod
     def _gram(form: str, T: torch.Tensor) -> torch.Tensor:
@@ -433,8 +465,32 @@ class FusionServer:
         return out, torch.stack(list(self.h.values()))
 
     def solve(self, sigma: Sigma) -> torch.Tensor:
+        """``(ΣG_k + σI)⁻¹ Σh_k`` (:func:`ridge_solve`).  When the pooled Gram is not positive definite, the
+        clients' own statistics are examined (only then: O(K·d²)) and a client whose ``G`` cannot be a Gram matrix
+        (an entry out of scale, or ``|G_ij| > √(G_ii G_jj)`` in an exact message) is named instead of the pooled
+        Gram."""
         G, h = self.totals()
-        return ridge_solve(G, h, sigma)
+        try:
+            return ridge_solve(G, h, sigma)
+        except SingularGram:
+            culprit = self._culprit()
+            if culprit is None:
+                raise
+            raise SingularGram(f"client {culprit[0]}: field 'G' {culprit[1]}, so the pooled Gram ΣG_k + σI is not "
+                               f"positive definite because of this client (drop it: FusionServer.drop"
+                               f"({culprit[0]!r}))") from None
+
+    def _culprit(self) -> tuple[ClientId, str] | None:
+        """The first client whose stored Gram-form ``G`` is not that of any data, and why; or None."""
+        bound = max_magnitude(self.dtype)
+        for cid, G in self.G.items():
+            top = float(G.abs().max())
+            if top > bound:
+                return cid, f"has an entry of magnitude {top:.3g} > {bound:.3g} (√ of the largest {self.dtype})"
+            why = psd_violation(G, "packed") if self.n[cid] is not None else None  # DP noise: G may be indefinite
+            if why is not None:
+                return cid, why
+        return None
 
 
 def fuse(messages: Mapping[ClientId, Message], sigma: Sigma, d: int | None = None,

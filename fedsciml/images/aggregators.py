@@ -36,6 +36,7 @@ from fedsciml.core.curvature import Diagonal, LowRank, fipa_merge_lowrank
 from fedsciml.methods.aggregators import Aggregator, FedAvgAggregator, FIPAAggregator
 from fedsciml.core.schema import Field, Schema
 from fedsciml.images.fisher import KFAC
+from fedsciml.runtime import robust as _robust
 
 
 class FIPAComplementAggregator(FIPAAggregator):
@@ -73,11 +74,17 @@ class FIPAComplementAggregator(FIPAAggregator):
             return super().aggregate(theta, messages)
         taus = [float(m["lam"].min()) for m in msgs]
         beta0 = sum(wi * t for wi, t in zip(w, taus)) + self.beta_rel * lam_max
+        deltas = [m["delta"] for m in msgs]
+        if self.rule.clip_norm is not None:  # the robust options, as the federated layer's merge applies them
+            deltas = list(_robust.clip_rows(torch.stack(deltas), self.rule.clip_norm))
         if not beta0 > 0:  # every sketch ends in a zero eigenvalue: no floor to speak of
-            return theta + sum(wi * m["delta"] for wi, m in zip(w, msgs))
+            if self.rule.rule != "mean":
+                return theta + sum(w) * _robust.RobustRule(self.rule.rule, self.rule.trim).combine(
+                    torch.stack(deltas), w)
+            return theta + sum(wi * d for wi, d in zip(w, deltas))
         curv = [LowRank.from_message(m) for m in msgs]
-        step = fipa_merge_lowrank([c.U for c in curv], [c.lam for c in curv], [m["delta"] for m in msgs], w,
-                                  beta=self.beta_rel * lam_max, gamma=self.gamma, complement="tail")
+        step = fipa_merge_lowrank([c.U for c in curv], [c.lam for c in curv], deltas, w,
+                                  beta=self.beta_rel * lam_max, gamma=self.gamma, complement="tail", rhs=self._rhs())
         return theta + self.eta * step
 
 
@@ -136,24 +143,40 @@ class ServerAdam:
 class FedFishAggregator(Aggregator):
     """FedFish (Alg. 1): merged delta ``Σ n_i F_i Δ_i / Σ n_i F_i`` (coordinates where every Fisher is 0 fall
     back to the sample-weighted mean delta), applied by a server Adam (``server_opt='adam'``, its
-    pseudo-gradient) or directly, ``θ + Δ_F`` (``server_opt='avg'``)."""
+    pseudo-gradient) or directly, ``θ + Δ_F`` (``server_opt='avg'``).
+
+    Robust options (:mod:`fedsciml.runtime.robust`), as FIPA's merge takes them: ``clip_norm`` bounds every
+    ``Δ_i`` to norm C first; ``robust="median"|"trimmed"`` replaces the numerator ``Σ w_i F_i Δ_i`` by
+    ``(Σ w_i) · rule_i(F_i Δ_i)`` (and the fallback mean delta by ``rule_i(Δ_i)``), the coordinate-wise median /
+    trimmed mean of the clients' Fisher-weighted deltas; the merged Fisher ``Σ w_i F_i`` is kept."""
 
     name = "fedfish"
 
-    def __init__(self, server_lr: float = 0.01, betas=(0.9, 0.99), eps: float = 1e-3, server_opt: str = "adam"):
+    def __init__(self, server_lr: float = 0.01, betas=(0.9, 0.99), eps: float = 1e-3, server_opt: str = "adam",
+                 robust: str = "mean", trim: float = 0.2, clip_norm: float | None = None):
         if server_opt not in ("adam", "avg"):
             raise ValueError(f"FedFish server optimizer must be 'adam' or 'avg', got {server_opt!r}")
         self.server_opt = server_opt
         self.adam = ServerAdam(server_lr, betas, eps) if server_opt == "adam" else None
+        self.rule = _robust.RobustRule(robust, float(trim), None if clip_norm is None else float(clip_norm))
 
     def schema(self):
         return Schema({"delta": Field(("p",)), **Diagonal.fields(), "n": Field((1,), positive=True)})
 
     def merged_delta(self, messages):
         w = _stack_weights(messages)
-        num = sum(wi * m["fisher"] * m["delta"] for wi, m in zip(w, messages.values()))
-        den = sum(wi * m["fisher"] for wi, m in zip(w, messages.values()))
-        avg = sum(wi * m["delta"] for wi, m in zip(w, messages.values()))
+        msgs = list(messages.values())
+        deltas = [m["delta"] for m in msgs]
+        if self.rule.clip_norm is not None:
+            deltas = list(_robust.clip_rows(torch.stack(deltas), self.rule.clip_norm))
+        den = sum(wi * m["fisher"] for wi, m in zip(w, msgs))
+        if self.rule.rule == "mean":
+            num = sum(wi * m["fisher"] * d for wi, m, d in zip(w, msgs, deltas))
+            avg = sum(wi * d for wi, d in zip(w, deltas))
+        else:
+            rule = _robust.RobustRule(self.rule.rule, self.rule.trim)
+            num = sum(w) * rule.combine(torch.stack([m["fisher"] * d for m, d in zip(msgs, deltas)]), w)
+            avg = sum(w) * rule.combine(torch.stack(deltas), w)
         return torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), avg)
 
     def aggregate(self, theta, messages):

@@ -73,6 +73,14 @@ class BenchImagesOptions(MethodConfig):
                              choices=M.SERVER_OPTS, metavar="OPT")
     gamma: float = option(1.0, "FIPA: server step γ", float, lo=0, lo_open=True)
     modes: int = option(5, "FedBEns: mixture components M per client", int, lo=1)
+    robust: str = option("mean", "byzantine defence of the methods that combine updates (one-shot fedavg; fedavg, "
+                                 "fedprox, fipa, fipa-fc, fedfish): mean (none), median (coordinate-wise) or "
+                                 "trimmed (--trim per side), of the updates or, for fipa/fedfish, of the "
+                                 "curvature-weighted updates", str, choices=("mean", "median", "trimmed"))
+    trim: float = option(0.2, "fraction of the clients dropped per side and coordinate by --robust trimmed", float,
+                         lo=0, hi=0.5, hi_open=True)
+    clip_norm: float | None = option(None, "scale each client's update to norm <= C before the merge (methods as "
+                                           "--robust)", float, lo=0, lo_open=True, none="no bound", metavar="C")
     fedfisher_start: str = option("samples", "FedFisher: start of the server Adam — samples: the sample-weighted "
                                              "average Σ(n_i/N)w_i; uniform: the plain mean (1/K)Σw_i of the paper's "
                                              "Algorithm 1", str, choices=("samples", "uniform"))
@@ -130,6 +138,11 @@ class BenchImagesOptions(MethodConfig):
                                "the server rule of multi-round fedavg and fedfish"),
                 "warmup": (self.protocol == "warmup-refine", f"the warm-up of {display('protocol')} warmup-refine"),
                 "rounds": (not self.one_shot, "the rounds of a multi-round protocol")}
+        robust = [m for m in ran if M.image_method(m, self.protocol).robust]
+        defended = ("the byzantine defence of the methods that combine updates (one-shot fedavg; fedavg, fedprox, "
+                    "fipa, fipa-fc, fedfish — the curvature-weighted model merges have none)")
+        acts.update(robust=(bool(robust), defended), clip_norm=(bool(robust), defended),
+                    trim=(bool(robust) and self.robust == "trimmed", f"the share {display('robust')} trimmed drops"))
         acts["participation"] = (not self.one_shot, "the fraction of clients sampled per round of a multi-round "
                                                     "protocol (a one-shot exchange asks every client)")
         out = {name: f"it is {what}, which this run ({display('protocol')} {self.protocol}, methods "
@@ -142,7 +155,8 @@ class BenchImagesOptions(MethodConfig):
         """The clients' training recipe (:class:`~fedsciml.images.methods.TrainConfig`) these options set."""
         cfg = M.TrainConfig(epochs=self.epochs if self.epochs is not None else (30 if self.one_shot else 2),
                             rank=self.rank, beta=self.beta, gamma=self.gamma, tail=not self.no_tail, modes=self.modes,
-                            server_opt=self.server_opt, fedfisher_start=self.fedfisher_start, device=device)
+                            server_opt=self.server_opt, fedfisher_start=self.fedfisher_start, robust=self.robust,
+                            trim=self.trim, clip_norm=self.clip_norm, device=device)
         cfg.lr = self.lr if self.lr is not None else (0.01 if self.one_shot else 0.05)
         return cfg
 

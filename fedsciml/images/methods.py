@@ -216,12 +216,18 @@ def _fedprox_round_aggregator(cfg):
     return FedAvgAggregator(robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, outlier_ratio=None)
 
 
+def _robust_kw(cfg) -> dict:
+    """The byzantine-defence options of ``cfg`` (:mod:`fedsciml.runtime.robust`), for every aggregator of updates."""
+    return dict(robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm)
+
+
 def _fedfish_aggregator(cfg):
-    return FedFishAggregator(cfg.fedfish_lr, server_opt="avg" if cfg.server_opt == "avg" else "adam")
+    return FedFishAggregator(cfg.fedfish_lr, server_opt="avg" if cfg.server_opt == "avg" else "adam",
+                             **_robust_kw(cfg))
 
 
 def _fipa_aggregator(cfg):
-    return FIPAComplementAggregator(beta_rel=cfg.beta, gamma=cfg.gamma, tail=cfg.tail)
+    return FIPAComplementAggregator(beta_rel=cfg.beta, gamma=cfg.gamma, tail=cfg.tail, **_robust_kw(cfg))
 
 
 # ------------------------------------------------------------------ the registry
@@ -235,7 +241,10 @@ class ImageMethod:
     round methods.  ``message`` — the client's reply from its trained model(s) (see the ``_msg_*``
     builders).  ``modes`` — trains ``cfg.modes`` initializations (FedBEns); ``template`` — needs the K-FAC
     layer layout; ``prox`` — local training adds FedProx's ``μ/2‖θ−θ₀‖²``; ``head_only`` — trains and
-    merges only the classifier head (FIPA-FC); ``default`` — in the default method set of its protocol.
+    merges only the classifier head (FIPA-FC); ``default`` — in the default method set of its protocol;
+    ``robust`` — its server combines the clients' updates and takes the byzantine defence of
+    :class:`TrainConfig` (``robust``, ``trim``, ``clip_norm``: :mod:`fedsciml.runtime.robust`); the one-shot
+    curvature-weighted model merges (FisherMerge, RegMean, FedFisher, FedBEns) have none.
     """
 
     name: str
@@ -248,11 +257,13 @@ class ImageMethod:
     prox: bool = False
     head_only: bool = False
     default: bool = True
+    robust: bool = False
 
 
 _DECLARED = (
-    ImageMethod("fedavg", "one-shot", lambda model, cfg, modes, template, val: FedAvgAggregator(outlier_ratio=None),
-                _msg_fedavg, "sample-weighted mean of the local models"),
+    ImageMethod("fedavg", "one-shot",
+                lambda model, cfg, modes, template, val: FedAvgAggregator(outlier_ratio=None, **_robust_kw(cfg)),
+                _msg_fedavg, "sample-weighted mean of the local models", robust=True),
     ImageMethod("fishermerge", "one-shot",
                 lambda model, cfg, modes, template, val: FisherMergeAggregator(1e-6), _msg_fisher_diag,
                 "diagonal-Fisher-weighted mean"),
@@ -269,14 +280,16 @@ _DECLARED = (
                 "Bayesian ensemble, diagonal precisions", modes=True, default=False),
     ImageMethod("fedbens-diagfull", "one-shot", _fedbens_aggregator("diagfull"), _msg_fedbens_diagfull,
                 "Bayesian ensemble, diagonal + full last-layer precisions", modes=True, default=False),
-    ImageMethod("fedavg", "rounds", _fedavg_round_aggregator, _msg_delta, "FedAvg (plain mean, or server Adam)"),
+    ImageMethod("fedavg", "rounds", _fedavg_round_aggregator, _msg_delta, "FedAvg (plain mean, or server Adam)",
+                robust=True),
     ImageMethod("fedprox", "rounds", _fedprox_round_aggregator, _msg_delta, "FedAvg with the proximal term",
-                prox=True),
-    ImageMethod("fipa", "rounds", _fipa_aggregator, _msg_fipa, "delta + top-r GGN eigenpairs, thin-QR merge"),
+                prox=True, robust=True),
+    ImageMethod("fipa", "rounds", _fipa_aggregator, _msg_fipa, "delta + top-r GGN eigenpairs, thin-QR merge",
+                robust=True),
     ImageMethod("fipa-fc", "rounds", _fipa_aggregator, _msg_fipa, "FIPA on the classifier head only",
-                head_only=True),
+                head_only=True, robust=True),
     ImageMethod("fedfish", "rounds", _fedfish_aggregator, _msg_fedfish,
-                "delta + empirical Fisher diagonal, server Adam"),
+                "delta + empirical Fisher diagonal, server Adam", robust=True),
 )
 
 

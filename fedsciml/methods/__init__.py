@@ -1,9 +1,14 @@
-"""The methods: each one's strategy, aggregator and client-side handlers, registered with the runtime.
+"""The methods: each one's configuration, strategy, aggregator and client-side handlers, registered with the runtime.
 
-Importing this package registers the built-in solve methods in :data:`fedsciml.runtime.driver.METHODS` — the
-federated ones as strategy factories (:mod:`fedsciml.methods.federated`, run by
-:func:`fedsciml.methods.run.strategy_runner`), ``centralized`` with its runner; no entry is a ``"module:function"``
-string — and the methods' client handlers in the runtime client's handler table: FIPA's and FedAvg/FedProx's ``update``
+Each method's typed configuration is declared in its own module (:class:`~fedsciml.methods.gn.GNConfig`,
+:class:`~fedsciml.methods.fipa.FIPAConfig` with :data:`~fedsciml.methods.fipa.PAPER_PRESET`,
+:class:`~fedsciml.methods.averaging.FedAvgConfig`, :class:`~fedsciml.methods.averaging.FedProxConfig`,
+:class:`~fedsciml.methods.oneshot.OneShotConfig`, :class:`~fedsciml.methods.centralized.CentralizedConfig`) and
+re-exported here.  Importing this package registers the built-in solve methods in
+:data:`fedsciml.runtime.driver.METHODS` — the federated ones as strategy factories
+(:mod:`fedsciml.methods.federated`, run by :func:`fedsciml.methods.run.strategy_runner`), ``centralized`` with its
+runner; no entry is a ``"module:function"`` string — and the methods' client handlers in the runtime client's
+handler table: FIPA's and FedAvg/FedProx's ``update``
 (:mod:`fedsciml.methods.local`), exact GN's matrix-free and multi-trial queries (:mod:`fedsciml.methods.gn`) and
 one-shot's (:mod:`fedsciml.methods.oneshot`).  The command line imports this package only once a method is chosen
 (``python -m fedsciml --help`` imports no method).

@@ -48,6 +48,7 @@ from typing import Any, Union
 import numpy as np
 import torch
 
+from fedsciml.runtime.files import write_atomic
 from fedsciml.runtime.memory import available_memory
 
 MapLocation = Union[str, torch.device, None]  # where torch.load puts the tensors (``None``: where they were saved)
@@ -169,7 +170,6 @@ def _remove_leftover(directory: str) -> None:
 
 def save(directory: str, state: dict) -> str:
     final = path_in(directory)
-    tmp = final + ".tmp"
     state = dict(state)
     if "fingerprint" in state:  # stored in the normalized form it is compared in
         state["fingerprint"] = _normalized(state["fingerprint"])
@@ -179,14 +179,8 @@ def save(directory: str, state: dict) -> str:
     header = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n"
     try:
         os.makedirs(directory, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(header)
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
+        write_atomic(final, lambda f: (f.write(header), f.write(payload)), binary=True)
     except OSError as e:
-        _remove_leftover(directory)
         raise CheckpointError(f"cannot write checkpoint {final}: {e.strerror or e}") from None
     return final
 

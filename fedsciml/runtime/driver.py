@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from fedsciml.options import MethodConfig
-from fedsciml.runtime.memory import available_memory
+from fedsciml.runtime.memory import available_memory, gradient_graph
 from fedsciml.runtime.results import Result, jsonable, register_settings
 
 
@@ -327,6 +327,8 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
 
         extra = graph_floats_per_row(d_in, sizes[1:-1] if len(sizes) > 2 else [p])
         what = f" + {extra:,.0f} floats of matrix-free residual graph"
+    elif form == "data" and problem.kind != "ridge":  # a first-order step's gradient holds the residual's graph
+        extra, what = gradient_graph(d_in, sizes)
     per_row = d_in + 1 + extra
     how = f"{clients:,} client(s) × {rows:,} rows × ({d_in + 1:,}{what}) × 8 bytes"
     if once:

@@ -87,18 +87,14 @@ _DTYPE = "F64"  # every tensor of a model is float64 (what the writer writes)
 
 
 def _regular_file(path: str, what: str, limit: int) -> int:
-    """The size of ``path``, a regular file of at most ``limit`` bytes (no FIFO, device or ``/dev/zero`` link)."""
-    import stat
+    """The size of ``path``, a regular file of at most ``limit`` bytes (no FIFO, device or ``/dev/zero`` link):
+    :func:`fedsciml.runtime.files.regular_file_size`, refused as a :class:`ModelFileError`."""
+    from fedsciml.runtime.files import FileRefused, regular_file_size
 
     try:
-        st = os.stat(path)
-    except OSError as e:
-        raise ModelFileError(f"{path!r} cannot be read ({e.strerror or e})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ModelFileError(f"{path!r} is not a regular file (a directory, FIFO or device); {what} is a file")
-    if st.st_size > limit:
-        raise ModelFileError(f"{path!r} holds {st.st_size:,} bytes, more than the {limit:,} a {what} may hold")
-    return int(st.st_size)
+        return regular_file_size(path, limit, f"a {what}")
+    except FileRefused as e:
+        raise ModelFileError(str(e)) from None
 
 
 def _finite_float(text: str) -> float:

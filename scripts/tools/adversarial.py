@@ -1179,6 +1179,13 @@ def _issue31_cases():
     for name, change in js.items():
         C("model", f"model.json: {name}", pred, setup=_model_json(change))
 
+    # 7. a failed Flower run exits non-zero through `flower run` (flwr run --stream exits 0); tests/test_flower_launch.py
+    # runs the failing and the completed run on a local simulation SuperLink (Ray: ~15 s each): here the launcher's
+    # own refusals
+    C("runconfig", "flower run: APP not a directory", ["flower", "run", "{dir}/nosuch"])
+    C("runconfig", "flower run: --timeout -1", ["flower", "run", "app", "--timeout", "-1"])
+    C("runconfig", "flower run: --timeout nan", ["flower", "run", "app", "--timeout", "nan"])
+
     # 7. the Flower App's run config: the ServerApp's serve on a grid that must never be reached
     rcs = {"clients=0": {"clients": 0}, "problem='nosuch'": {"problem": "nosuch"},
            "negative rounds": {"method-options": '{"rounds": -1}'},
@@ -1207,6 +1214,18 @@ def _issue31_cases():
     for name, expr in geo.items():
         A("geometry", name, "from fedsciml.problems import geometry as G, conditions as C\n"
                             f"v = {expr}\nreturn float(v) if isinstance(v, (int, float)) else str(v)")
+    A("geometry", "intersection of boxes that only touch", "from fedsciml.problems import geometry as G\n"
+      "return repr(G.Box([0, 0], [1, 1]) & G.Box([1, 0], [2, 1]))")
+    A("geometry", "strips with a cell outside the domain (box minus its left half)", _PDE.replace(
+        "Box([0, 0], [1, 1])", "Box([0, 0], [2, 1]) - Box([0, 0], [1, 1])").replace(
+        "CONDS", "[__import__('fedsciml.problems.conditions', fromlist=['x']).Dirichlet('boundary', 0.0)]").replace(
+        "EQ", "u.laplacian(x)").replace("Bad().client_objectives(1)", "Bad().client_objectives(2)"))
+    # hidden=(10**6,): the memory check counts the gradient's residual graph (48 GB), here against 16 GiB free
+    for method, opts in (("fedavg", "rounds=1"), ("centralized", "optimizer='adam'"), ("centralized", "")):
+        A("geometry", f"hidden=(10**6,) with {method} {opts} on a 16 GiB machine",
+          "from fedsciml.core import forms\nfrom fedsciml.runtime import driver\n"
+          "forms.available_memory = driver.available_memory = lambda device=None: 16 * 2**30\n"
+          f"return fs.solve('bratu', {method!r}, hidden=(10**6,), {opts}).final", timeout=60)
     A("geometry", "conditions=None", _PDE.replace("CONDS", "None").replace("EQ", "u.laplacian(x)"))
     A("geometry", "an equation returning a float", _PDE.replace(
         "CONDS", "[__import__('fedsciml.problems.conditions', fromlist=['x']).Dirichlet('boundary', 0.0)]")
@@ -1233,7 +1252,45 @@ def _issue31_cases():
     C("predict", "--points latin-1", pred, setup=_points("1,2,3\n# caf\xe9\n".encode("latin-1")))
     C("predict", "--points binary", pred, setup=_points(bytes(range(256))))
     C("predict", "--points NaN", pred, setup=_points(b"1,2,3\nnan,1,1\n"))
+    # one bounded-regular-file check and one atomic write for --points/--out, model files and checkpoints
+    C("predict", "--points a directory", ["predict", "{dir}/m", "--points", "{dir}", "--out", "{dir}/u.csv"],
+      setup=_points(b"1,2,3\n"))
+    C("predict", "--out an existing directory (nothing written)",
+      ["predict", "{dir}/m", "--points", "{dir}/pts.csv", "--out", "{dir}/m"], setup=_points(b"1,2,3\n"))
     C("predict", "--points inf", pred, setup=_points(b"1,2,3\n1,inf,1\n"))
+
+    # also: FusionServer names the client at fault instead of blaming the pooled Gram
+    fusion = (
+        "from fedsciml.core import linalg\n"
+        "from fedsciml.ridge import FusionServer, client_message, fuse\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "msgs = {c: client_message(torch.randn(20, 5, generator=g, dtype=torch.float64), "
+        "torch.randn(20, generator=g, dtype=torch.float64)) for c in range(3)}\n")
+    huge = "msgs[1] = {k: (v * 0 + 1e300 if k != 'n' else v) for k, v in msgs[1].items()}\n"
+    A("fusion", "FusionServer: one client's statistics all 1e300 (rejected by name, the others fused)",
+      fusion + huge + "s = FusionServer(5)\nok, bad = s.receive_all(msgs)\n"
+      "return {'ok': ok, 'bad': bad, 'w': s.solve(1e-3).tolist()}", expect="ok",
+      check=api_value(lambda v: None if v["ok"] == [0, 2] and list(v["bad"]) == ["1"] and "field 'G'" in v["bad"]["1"]
+                      and all(math.isfinite(x) for x in v["w"]) else f"not named: {v}"))
+    A("fusion", "fuse(): one client's statistics all 1e300 (the run refused, the client named)",
+      fusion + huge + "return fuse(msgs, 1e-3).tolist()")
+    A("fusion", "FusionServer: a G with |G_01| > sqrt(G_00 G_11) (named when the solve fails)",
+      fusion + "G = linalg.unpack_upper(msgs[2]['G'], 5).clone()\nG[0, 1] = G[1, 0] = 1e3\n"
+      "msgs[2] = {**msgs[2], 'G': linalg.pack_upper(G)}\ns = FusionServer(5)\ns.receive_all(msgs)\n"
+      "return s.solve(1e-3).tolist()")
+
+    # also: the image methods' byzantine defence (a client sending its update x 1e6)
+    C("images", "--robust median with only the one-shot model merges (refused)",
+      IMAGES[:5] + ["fishermerge,regmean"] + IMAGES[6:] + ["--robust", "median"])
+    liar = ("from fedsciml.images import data as imdata, methods as M\n"
+            "fed = imdata.federate(imdata.load('digits', None), 5, None, 0, 'balanced')\n"
+            "hook = lambda rnd, cid, msg: {**msg, 'delta': msg['delta'] * 1e6} if cid == 1 else msg\n")
+    for meth in ("fedavg", "fipa", "fedfish"):
+        A("images", f"{meth} rounds, a client sending its update x 1e6, --robust median", liar + (
+            f"cfg = M.TrainConfig(epochs=1, lr=0.05, robust='median', rank=4, server_opt='avg' if {meth!r} == "
+            f"'fedfish' else 'default')\nreturn M.run_rounds(fed, 'linear', [{meth!r}], 0, cfg, 3, "
+            f"message_hook=hook)[{meth!r}].accuracy"), expect="ok",
+          check=api_value(lambda v: None if v > 0.8 else f"accuracy {v} under attack with the median"))
 
     # 10. idle options
     gn = ["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--method", "gn", "--quiet", "--rounds", "1"]
