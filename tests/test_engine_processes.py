@@ -133,6 +133,9 @@ def test_the_parsers_offer_the_registrys_engines():
     from fedsciml.runtime.driver import ENGINE_KINDS, engines_for, register_engine
 
     assert engines_for("images") == ["local", "flower"] and set(engines_for()) >= {"local", "flower", "processes"}
+    # bench images --engine flower runs the registry's function: Flower's image run (which refuses fipa-fc first)
+    with pytest.raises(ValueError, match="engine 'flower' does not run fipa-fc"):
+        ENGINE_KINDS["flower"]["images"](protocol="multi-round", methods=["fipa-fc"])
     with pytest.raises(ValueError, match="kinds beyond the problem kinds"):
         register_engine("test-bad", connect=lambda job, clients: None, kinds={"ridge": print})
     assert "test-bad" not in ENGINES

@@ -6,15 +6,20 @@ Each method's typed configuration is declared in its own module (:class:`~fedsci
 :class:`~fedsciml.methods.oneshot.OneShotConfig`, :class:`~fedsciml.methods.centralized.CentralizedConfig`) and
 re-exported here.  Importing this package registers the built-in solve methods in
 :data:`fedsciml.runtime.driver.METHODS` — the federated ones as strategy factories
-(:mod:`fedsciml.methods.federated`, run by :func:`fedsciml.methods.run.strategy_runner`), ``centralized``'s runner
-by name — and the methods' client handlers in the runtime client's handler table: FIPA's and
-FedAvg/FedProx's ``update``
+(:mod:`fedsciml.methods.federated`, run by :func:`fedsciml.methods.run.strategy_runner`), ``centralized`` with its
+runner; no entry is a ``"module:function"`` string — and the methods' client handlers in the runtime client's
+handler table: FIPA's and FedAvg/FedProx's ``update``
 (:mod:`fedsciml.methods.local`), exact GN's matrix-free and multi-trial queries (:mod:`fedsciml.methods.gn`) and
 one-shot's (:mod:`fedsciml.methods.oneshot`).  The command line imports this package only once a method is chosen
 (``python -m fedsciml --help`` imports no method).
 """
 from __future__ import annotations
 
+from fedsciml.methods import averaging as _averaging
+from fedsciml.methods import centralized as _centralized
+from fedsciml.methods import fipa as _fipa
+from fedsciml.methods import gn as _gn
+from fedsciml.methods import oneshot as _oneshot
 from fedsciml.methods.averaging import FedAvgConfig, FedProxConfig
 from fedsciml.methods.centralized import CentralizedConfig
 from fedsciml.methods.fipa import PAPER_PRESET, FIPAConfig
@@ -28,27 +33,25 @@ __all__ = ["METHODS", "PAPER_PRESET", "CentralizedConfig", "FIPAConfig", "FedAvg
            "MethodSpec", "OneShotConfig", "available_methods", "get_method", "register_method"]
 
 if "centralized" not in METHODS:  # importing twice (reload) registers nothing twice
-    register_method("centralized", CentralizedConfig, "fedsciml.methods.centralized:run_centralized",
+    register_method("centralized", CentralizedConfig, _centralized.run_centralized,
                     "pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)",
-                    federated=False, settings="fedsciml.methods.centralized:settings")
+                    federated=False, settings=_centralized.settings)
 
-_FEDERATED = (  # name, configuration, strategy factory, description, settings text (imported on first use)
+_FEDERATED = (  # name, configuration, strategy factory, description, settings text
     ("gn", GNConfig, _federated.gn_strategy,
-     "exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)", "fedsciml.methods.gn:settings"),
+     "exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)", _gn.settings),
     ("fipa", FIPAConfig, _federated.fipa_strategy,
-     "Fisher-informed parameterwise aggregation (full, --rank r, --adaptive, --merge qr)",
-     "fedsciml.methods.fipa:settings"),
+     "Fisher-informed parameterwise aggregation (full, --rank r, --adaptive, --merge qr)", _fipa.settings),
     ("fedavg", FedAvgConfig, _federated.fedavg_strategy, "FedAvg, data-size weighted average of local updates", None),
     ("fedprox", FedProxConfig, _federated.fedprox_strategy, "FedProx, FedAvg with a proximal term μ",
-     "fedsciml.methods.averaging:fedprox_settings"),
+     _averaging.fedprox_settings),
     ("one-shot", OneShotConfig, _federated.one_shot_strategy,
      "one-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals)",
-     "fedsciml.methods.oneshot:settings"),
+     _oneshot.settings),
 )
 for _name, _config, _build, _description, _settings in _FEDERATED:
     if _name not in METHODS:
         register_method(_name, _config, strategy_runner(_config, _build), _description, settings=_settings)
 
 from fedsciml.methods import local as _local  # noqa: E402,F401  (registers FIPA's and FedAvg's client handler)
-from fedsciml.methods import oneshot as _oneshot  # noqa: E402,F401  (registers the one-shot client handlers)
 from fedsciml.methods import fedopt as _fedopt  # noqa: E402,F401  (FedAvgM, FedAdam, FedYogi)

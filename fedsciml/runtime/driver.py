@@ -1,13 +1,17 @@
 """Run a method on a problem: the one entry point the CLI and the Python API share.
 
 :data:`METHODS` is the one registry of solve methods: name → :class:`MethodSpec`
-(its typed configuration class from :mod:`fedsciml.options`, the runner
-function as ``"module:function"``, imported on first use, and a one-line
-description).  ``centralized`` pools the clients' data and is labelled as the
-reference it is.  The runtime knows no method by itself: :mod:`fedsciml.methods` registers the built-in ones
-when it is imported (as :mod:`fedsciml.api`, the CLI and the engines do), and a new method is one call,
+(its typed configuration class, its runner and a one-line description).  ``centralized`` pools the clients'
+data and is labelled as the reference it is.  The runtime knows no method by itself: :mod:`fedsciml.methods`
+registers the built-in ones when it is imported (as :mod:`fedsciml.api`, the CLI and the engines do) — a federated
+one as its strategy factory run by :func:`fedsciml.methods.run.strategy_runner`, which owns the typed
+configuration, the round settings, the transport, resampling, the round loop and the record — and a new method is
+one call,
 
-    register_method("my-method", MyConfig, "my_package.module:run_my_method", "what it does")
+    register_method("my-method", MyConfig, strategy_runner(MyConfig, build), "what it does")
+
+(a plugin that must stay light until its method is chosen may give the runner as ``"module:function"``, imported
+on first use; no built-in method does).
 
 Every entry says which kinds of task it applies to (:attr:`MethodSpec.kinds`): the problem kinds
 :data:`PROBLEM_KINDS` (``pinn``, ``fit``, ``ridge``: what ``solve`` runs) and whatever a package adds with
