@@ -5,7 +5,7 @@ import torch
 from fedsciml.cli import main
 from fedsciml.methods.local import LocalConfig, adam_delta
 from fedsciml.runtime.client import Client
-from fedsciml.methods.federated import PAPER_PRESET
+from fedsciml.methods.fipa import PAPER_PRESET
 from fedsciml.problems import get_problem
 from fedsciml.api import solve
 

@@ -258,7 +258,7 @@ class FIPAAggregator(Aggregator):
 
     def schema(self):
         f = {"delta": Field(("p",)), "n": Field((1,), positive=True),
-             # optional (fedsciml.methods.federated): ‖∇F_m‖ of the client's mean loss (adaptive FIPA) and
+             # optional (fedsciml.methods.fipa): ‖∇F_m‖ of the client's mean loss (adaptive FIPA) and
              # ½‖r_m‖² at the broadcast θ (the server's step acceptance)
              "gnorm": Field((1,), optional=True, nonneg=True), "loss": Field((1,), optional=True, nonneg=True)}
         f.update(Dense.fields() if self.curvature == "full" else LowRank.fields())  # the curvature's message

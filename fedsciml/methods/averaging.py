@@ -15,7 +15,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
+from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.local import LocalConfig
+from fedsciml.methods.run import RunContext, local_config, strategy_runner
 from fedsciml.options import LocalOptions, RobustOptions, RoundOptions, option
 from fedsciml.runtime.results import local_settings
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
@@ -111,7 +113,47 @@ class AveragingStrategy(Strategy):
         return out
 
 
+# --- the strategy factories, the settings text and the registry entries ----------------------------------
+
+
+def _averaging(cfg, ctx: RunContext, mu: float | None = None):
+    """FedAvg's strategy and record; FedProx's with its ``mu`` (recorded, 0 included)."""
+    lc = local_config(cfg, 0.0 if mu is None else mu)
+    agg = FedAvgAggregator(server_lr=cfg.server_lr, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm,
+                           outlier_ratio=cfg.outlier_ratio)
+    rc = ctx.rounds
+    options = {"local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "server_lr": agg.server_lr,
+               "participation": rc.participation, "dropout": rc.dropout}
+    if not agg.rule.plain:
+        options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
+    if mu is not None:
+        options["mu"] = mu
+    if lc.solver == "gn":
+        options["local_damping"] = lc.damping
+    return AveragingStrategy(agg, lc, ctx.seed), options
+
+
+def fedavg_strategy(cfg: FedAvgConfig, ctx: RunContext):
+    """FedAvg (paper Eq. 3): data-size weighted average of local updates."""
+    return _averaging(cfg, ctx)
+
+
+def fedprox_strategy(cfg: FedProxConfig, ctx: RunContext):
+    """FedProx: FedAvg whose local loss carries the proximal term ``μ/2 ‖θ_m − θ_k‖²``."""
+    return _averaging(cfg, ctx, cfg.mu)
+
+
 def fedprox_settings(r) -> str:
     """The summary table's settings text of a fedprox run: the local solver and μ."""
     o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
     return ", ".join([*local_settings(r), f"μ={o.get('mu')}"])
+
+
+#: ``fedavg``'s and ``fedprox``'s registry entries: :func:`~fedsciml.runtime.driver.register_method`'s arguments
+#: (:mod:`fedsciml.methods` registers every built-in module's entries, in one fixed order)
+METHOD_ENTRIES = (
+    dict(name="fedavg", config=FedAvgConfig, runner=strategy_runner(FedAvgConfig, fedavg_strategy),
+         description="FedAvg, data-size weighted average of local updates"),
+    dict(name="fedprox", config=FedProxConfig, runner=strategy_runner(FedProxConfig, fedprox_strategy),
+         description="FedProx, FedAvg with a proximal term μ", settings=fedprox_settings),
+)

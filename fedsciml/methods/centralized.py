@@ -38,6 +38,7 @@ from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_
 from fedsciml.core.stats import chunked_gn_stats
 from fedsciml.runtime.history import Recorder
 from fedsciml.methods.resample import Growth, check_resample, resampled_objectives
+from fedsciml.methods.run import capped_rank
 from fedsciml.core.lm import LevenbergMarquardt, LMConfig, auto_form, default_tau, deferred_stats
 
 @dataclass(frozen=True)
@@ -372,13 +373,6 @@ def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: 
     return theta, rec.rows, info
 
 
-def capped_rank(rank: int, p: int, name: str) -> int:
-    """:func:`fedsciml.methods.federated.capped_rank` (here too: the centralized solver's Nyström rank)."""
-    from fedsciml.methods.federated import capped_rank as cap
-
-    return cap(rank, p, name)
-
-
 def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedConfig | None = None, *, seed=0,
                     progress=False, every=10, message_hook=None, **options):
     """The ``centralized`` method: all clients' data pooled on one machine, one optimizer (the reference)."""
@@ -416,3 +410,12 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
 def settings(r) -> str:
     """The summary table's settings text of a centralized run."""
     return f"pooled data, {r.options.get('optimizer', 'lm')}"
+
+
+#: ``centralized``'s registry entry: :func:`~fedsciml.runtime.driver.register_method`'s arguments
+#: (:mod:`fedsciml.methods` registers every built-in module's entries, in one fixed order)
+METHOD_ENTRIES = (
+    dict(name="centralized", config=CentralizedConfig, runner=run_centralized,
+         description="pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)",
+         federated=False, settings=settings),
+)

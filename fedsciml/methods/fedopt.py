@@ -1,5 +1,5 @@
 """Server-side optimizers for the averaging methods: FedAvgM, FedAdam and FedYogi (one file: configs, aggregator,
-strategy, runners and their registration).
+strategy, runners and their registry entries).
 
 Reddi et al., "Adaptive Federated Optimization" (ICLR 2021), Algorithm 2: the clients train locally exactly
 as in FedAvg and send ``{"delta", "n"}``; the server treats the (sample-weighted, optionally robust) average
@@ -33,7 +33,6 @@ from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.methods.run import local_config, strategy_runner
 from fedsciml.methods.averaging import FedAvgConfig
 from fedsciml.options import option
-from fedsciml.runtime.driver import METHODS, register_method
 
 SERVER_OPTIMIZERS = ("avgm", "adam", "yogi")
 
@@ -181,9 +180,12 @@ run_fedadam = strategy_runner(FedAdamConfig, _factory("adam"))
 run_fedyogi = strategy_runner(FedYogiConfig, _factory("yogi"))
 
 
-for _name, _cls, _fn, _text in (
-        ("fedavgm", FedAvgMConfig, run_fedavgm, "FedAvg with server momentum (FedAvgM)"),
-        ("fedadam", FedAdamConfig, run_fedadam, "FedAvg with Adam on the server (FedAdam, Reddi et al. 2021)"),
-        ("fedyogi", FedYogiConfig, run_fedyogi, "FedAvg with Yogi on the server (FedYogi, Reddi et al. 2021)")):
-    if _name not in METHODS:
-        register_method(_name, _cls, _fn, _text)
+#: the registry entries: :func:`~fedsciml.runtime.driver.register_method`'s arguments (:mod:`fedsciml.methods`
+#: registers every built-in module's entries, in one fixed order)
+METHOD_ENTRIES = (
+    dict(name="fedavgm", config=FedAvgMConfig, runner=run_fedavgm, description="FedAvg with server momentum (FedAvgM)"),
+    dict(name="fedadam", config=FedAdamConfig, runner=run_fedadam,
+         description="FedAvg with Adam on the server (FedAdam, Reddi et al. 2021)"),
+    dict(name="fedyogi", config=FedYogiConfig, runner=run_fedyogi,
+         description="FedAvg with Yogi on the server (FedYogi, Reddi et al. 2021)"),
+)

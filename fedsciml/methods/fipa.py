@@ -73,6 +73,9 @@ from fedsciml.runtime.strategy import Exchange, Replies
 from fedsciml.runtime.transport import Request
 from fedsciml.core.lm import damping_after_failure, damping_after_success
 from fedsciml.core.forms import local_client_form
+from fedsciml.core.matfree import fipa_local_matfree
+from fedsciml.methods.aggregators import FIPAAggregator
+from fedsciml.methods.run import RunContext, capped_rank, local_config, strategy_runner
 
 #: The published FIPA for PDEs as the authors' code runs it (``FIPAConfig.from_options(preset="paper")``,
 #: ``run_fipa(..., preset="paper")``, ``solve --preset paper``): τ = 100 local Adam steps (lr 1e-4) on the
@@ -364,8 +367,60 @@ def _max_diag(msg) -> float:
     return float(((msg["U"] ** 2) @ msg["lam"]).max())
 
 
+# --- the strategy factory, the settings text and the registry entry ------------------------------------
+
+
+def fipa_strategy(cfg: FIPAConfig, ctx: RunContext):
+    """FIPA (paper Eq. 6 / Eq. 13): curvature-weighted merge of local updates.
+
+    ``preset="paper"`` fills every option not given with :data:`~fedsciml.methods.fipa.PAPER_PRESET` (the published
+    algorithm with the authors' settings).  ``pinv_rtol``: eigenvalues of the merged curvature below
+    ``pinv_rtol·λ_max`` are dropped by the pseudo-inverse (default ``p·eps``).  Why the published β = 0, γ = 1
+    without a relative cutoff diverges (the cutoff, not γ): see PAPER_PRESET and docs/methods.md "The published FIPA".
+    """
+    objectives, theta0, seed, rc = ctx.objectives, ctx.theta0, ctx.seed, ctx.rounds
+    rank = capped_rank(cfg.rank, theta0.numel(), "rank")
+    curvature = "full" if rank == 0 else "lowrank"
+    lc = local_config(cfg, 0.0)
+    agg = FIPAAggregator(curvature=curvature, merge=cfg.merge, beta=cfg.beta, gamma=cfg.gamma, weighting="sum",
+                         complement="fedavg" if cfg.complement and curvature == "lowrank" else "none",
+                         robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, consistency=lc.solver == "gn",
+                         rtol=cfg.pinv_rtol)
+    sched = AdaptiveSchedule(C=cfg.adapt_c, C_tau=cfg.adapt_ctau) if cfg.adaptive else None
+    options = {"rank": rank, "curvature": curvature, "merge": cfg.merge, "beta": agg.beta, "gamma": agg.gamma,
+               "local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "local_damping": lc.damping,
+               "adaptive": cfg.adaptive, "sketch": cfg.sketch, "participation": rc.participation,
+               "dropout": rc.dropout}
+    if cfg.adaptive:
+        options.update(adapt_c=sched.C, adapt_ctau=sched.C_tau)
+    if cfg.pinv_rtol is not None:
+        options["pinv_rtol"] = cfg.pinv_rtol
+    if lc.loss != "mean":
+        options["local_loss"] = lc.loss
+    if cfg.preset is not None:
+        options["preset"] = cfg.preset
+    options.update(safeguard=cfg.safeguard, complement=cfg.complement)
+    if not agg.rule.plain:
+        options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
+    if any(fipa_local_matfree(lc.solver, curvature, cfg.sketch, cfg.adaptive, o.n_residuals, theta0.numel())
+           for o in objectives):  # some client takes its local GN step matrix-free
+        options.update(local_form="matfree", cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
+    strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), cfg.sketch, sched, seed, safeguard=cfg.safeguard,
+                            complement=cfg.complement, cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
+    return strategy, options
+
+
 def settings(r) -> str:
     """The summary table's settings text of a fipa run: rank, merge, local solver."""
     o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
     rank = "full H_m" if o.get("rank") == 0 else f"rank {o.get('rank')}" + (" adaptive" if o.get("adaptive") else "")
     return ", ".join([rank, f"merge {o.get('merge')}", *local_settings(r)])
+
+
+#: ``fipa``'s registry entry: :func:`~fedsciml.runtime.driver.register_method`'s arguments (:mod:`fedsciml.methods`
+#: registers every built-in module's entries, in one fixed order)
+METHOD_ENTRIES = (
+    dict(name="fipa", config=FIPAConfig, runner=strategy_runner(FIPAConfig, fipa_strategy),
+         description="Fisher-informed parameterwise aggregation (full, --rank r, --adaptive, --merge qr)",
+         settings=settings),
+)

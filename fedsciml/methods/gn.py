@@ -91,6 +91,10 @@ from fedsciml.runtime.client import Client, register_handler
 from fedsciml.core.objective import GNStats, gn_stats_from
 from fedsciml.options import OptionError, RoundOptions, display, option
 from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, deferred_stats, federated_form  # noqa: F401
+from fedsciml.core.lm import default_tau
+from fedsciml.core.kfac_pinn import jet_network, require_jets
+from fedsciml.core.matfree import MatfreeConfig
+from fedsciml.methods.run import RunContext, capped_rank, strategy_runner
 
 @dataclass(frozen=True)
 class GNConfig(RoundOptions):
@@ -689,8 +693,59 @@ def validate_products(messages, V: torch.Tensor):
     return ok, bad
 
 
+# --- the strategy factory, the settings text and the registry entry ------------------------------------
+
+
+def gn_strategy(cfg: GNConfig, ctx: RunContext):
+    """Exact federated Gauss–Newton (Levenberg–Marquardt on summed client statistics)."""
+    objectives, theta0, seed = ctx.objectives, ctx.theta0, ctx.seed
+    lm_tau = default_tau(objectives) if cfg.lm_tau is None else cfg.lm_tau
+    form = cfg.form
+    reason = None
+    if form == "auto":  # the smaller dense message while it fits, matrix-free beyond (fedsciml.core.forms)
+        rows = [o.n_residuals for o in objectives]
+        choice = forms.choose_form(sum(rows), theta0.numel(), device=theta0.device, dtype=theta0.dtype, need="gn",
+                                   rows=rows)
+        form, reason = choice.form, choice.reason
+    options = {"lm_tau": lm_tau, "form": form}
+    if reason is not None:
+        options["form_reason"] = reason
+    solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
+    kfac = form == "matfree" and cfg.precond == "kfac"
+    if kfac:  # refused by name unless every client's residual is in the forward-Laplacian channel form
+        require_jets(objectives, getattr(ctx.problem, "name", str(ctx.problem)))
+        options["precond"] = "kfac"
+    if form == "matfree" and cfg.cg_iters != GNConfig.specs()["cg_iters"][0]:
+        options["cg_iters"] = cfg.cg_iters
+    strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(
+                              precond=cfg.precond if form == "matfree" else "nystrom",
+                              rank=capped_rank(cfg.nystrom_rank, theta0.numel(), "nystrom_rank"),
+                              max_iters=cfg.cg_iters, seed=seed),
+                                   momentum=cfg.momentum),
+                          max_retries=cfg.max_retries, form=form, screen=cfg.screen,
+                          kfac_net=jet_network(objectives[0]) if kfac else None, exchange=cfg.exchange,
+                          trials=cfg.trials)
+    if cfg.exchange != "one":
+        options["exchange"] = cfg.exchange
+    if cfg.trials > 1:
+        options["trials"] = cfg.trials
+    if cfg.screen is not None:
+        options["screen"] = cfg.screen
+    if cfg.momentum:
+        options["momentum"] = cfg.momentum
+    return strategy, options
+
+
 def settings(r) -> str:
     """The summary table's settings text of a gn run: the form its statistics took."""
     o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
     base = "matrix-free LM (CG on Σ J_mᵀJ_m v)" if o.get("form") == "matfree" else "LM on ΣH_m, Σg_m"
     return base + (", loss then statistics" if o.get("exchange") == "two" else "")
+
+
+#: ``gn``'s registry entry: :func:`~fedsciml.runtime.driver.register_method`'s arguments (:mod:`fedsciml.methods`
+#: registers every built-in module's entries, in one fixed order)
+METHOD_ENTRIES = (
+    dict(name="gn", config=GNConfig, runner=strategy_runner(GNConfig, gn_strategy),
+         description="exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)", settings=settings),
+)

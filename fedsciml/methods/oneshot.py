@@ -79,6 +79,7 @@ from fedsciml.options import FLOATS, OptionError, RoundOptions, display, option
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.client import Client, register_handler
 from fedsciml.runtime.transport import Reply, Request
+from fedsciml.methods.run import RunContext, strategy_runner
 
 @dataclass(frozen=True)
 class OneShotConfig(RoundOptions):
@@ -816,6 +817,30 @@ register_handler(Client, "oneshot_stats", _answer_stats,
                  lambda batch, req: batch.residuals_and_jacobians(req.tensors["theta"]))
 
 
+# --- the strategy factory, the settings text and the registry entry ------------------------------------
+
+
+def one_shot_strategy(cfg: OneShotConfig, ctx: RunContext):
+    """One-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear residuals).
+
+    Client-side transforms (:class:`OneShotConfig`): ``dp_*`` (Gaussian mechanism), ``project``/``project_sketch``,
+    seeded by the run's seed; ``cv_sigmas``: σ by leave-one-client-out CV (see :mod:`fedsciml.methods.oneshot`).
+    With ``fit_intercept`` the model is (θ, intercept): the run's evaluation takes the fused intercept."""
+    problem, rc = ctx.problem, ctx.rounds
+    strategy = OneShotStrategy(cfg.sigma or 0.0, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch,
+                               seed=ctx.seed, cv_sigmas=cfg.cv_sigmas, screen=cfg.screen,
+                               min_survivors=cfg.dp_min_survivors, form=cfg.message_form, repair=cfg.repair,
+                               fit_intercept=cfg.fit_intercept, max_rows=cfg.dp_max_rows)
+    options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
+    if not cfg.fit_intercept:
+        return strategy, options
+    if getattr(problem, "kind", None) != "ridge":
+        raise ValueError(f"fit_intercept applies to linear ridge problems (kind 'ridge'); {problem.name!r} is "
+                         f"not one")
+    plain = ctx.evaluate
+    return strategy, options, lambda th: plain(th, intercept=strategy.intercept)
+
+
 def settings(r) -> str:
     """The summary table's settings text of a one-shot run: σ as used (the CV's choice when a grid chose it)."""
     ex = r.extra if isinstance(r.extra, dict) else {}
@@ -827,3 +852,12 @@ def settings(r) -> str:
     if r.options.get("dp_epsilon") is not None:
         text += f", DP ε={r.options.get('dp_epsilon')}" + (" central" if r.options.get("dp_central") else "")
     return text
+
+
+#: ``one-shot``'s registry entry: :func:`~fedsciml.runtime.driver.register_method`'s arguments
+#: (:mod:`fedsciml.methods` registers every built-in module's entries, in one fixed order)
+METHOD_ENTRIES = (
+    dict(name="one-shot", config=OneShotConfig, runner=strategy_runner(OneShotConfig, one_shot_strategy),
+         description="one-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear "
+                     "residuals)", settings=settings),
+)

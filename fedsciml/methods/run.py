@@ -18,6 +18,7 @@ as any built-in method (``fs.solve``, ``python -m fedsciml solve --plugin FILE -
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -59,6 +60,17 @@ def local_config(cfg, prox: float = 0.0) -> LocalConfig:
     # built from the typed LocalOptions, which checked these values (a hand-built LocalConfig calls .validate())
     return LocalConfig(solver=cfg.local, steps=cfg.local_steps, lr=cfg.lr, damping=cfg.local_damping,
                        prox=prox, loss=getattr(cfg, "local_loss", "mean"))
+
+
+def capped_rank(rank: int, p: int, name: str) -> int:
+    """A sketch or preconditioner rank above the model's ``p`` parameters holds nothing more than rank ``p``:
+    capped there, with one log line (a rank of 10¹² would otherwise allocate and iterate for ever).  FIPA's rank,
+    gn's and the centralized solver's Nyström rank."""
+    if rank > p:
+        logging.getLogger("fedsciml").warning("%s=%s is above the model's %s parameters; capped at %s", name, rank,
+                                              p, p)
+        return int(p)
+    return int(rank)
 
 
 def fingerprint(problem, method, objectives, theta0, seed, options):

@@ -1541,7 +1541,7 @@ def preload():
     torch.set_num_threads(1)
     import fedsciml  # noqa: F401
     import fedsciml.cli  # noqa: F401
-    import fedsciml.methods.federated  # noqa: F401
+    import fedsciml.methods  # noqa: F401
     import fedsciml.cli.images  # noqa: F401
     import fedsciml.cli.ridge  # noqa: F401
     import sklearn.datasets  # noqa: F401

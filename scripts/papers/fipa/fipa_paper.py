@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirna
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repro_common
 
 import repro_common  # noqa: E402
-from fedsciml.methods.federated import PAPER_PRESET  # noqa: E402
+from fedsciml.methods.fipa import PAPER_PRESET  # noqa: E402
 from fedsciml.runtime.loop import RoundFailed  # noqa: E402
 from fedsciml.problems import get_problem  # noqa: E402
 from fedsciml.api import solve  # noqa: E402
