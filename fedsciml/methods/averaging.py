@@ -8,6 +8,11 @@ Gauss–Newton step) and answers ``{"delta", "n"}``; the server takes
 FedProx is the same strategy with ``LocalConfig.prox = μ``.
 FIPA (:mod:`fedsciml.methods.fipa`) builds on this one: the same exchange
 with curvature added to the request, and a curvature-weighted merge.
+
+The file holds both methods: their configurations, the strategy, the strategy factories
+(``fedavg_strategy``, ``fedprox_strategy``), FedProx's settings text and the registry entries
+(``METHOD_ENTRIES``).  Their client half — the local step, shared with FIPA — is
+:mod:`fedsciml.methods.local`.
 """
 from __future__ import annotations
 

@@ -54,6 +54,11 @@ aggregator), beside the image benchmarks' isotropic ``'tail'``.
 ``adaptive`` (an :class:`~fedsciml.methods.local.AdaptiveSchedule`): each
 client picks its rank and Adam step count (paper Fig. 2B); the server
 broadcasts last round's global gradient-norm estimate (one float).
+
+The file holds the method: its configuration (:class:`FIPAConfig`, :data:`PAPER_PRESET`), its strategy, its
+strategy factory (``fipa_strategy``), its settings text and its registry entry (``METHOD_ENTRIES``).  Its client
+half — the local step and curvature, shared with FedAvg/FedProx — is :mod:`fedsciml.methods.local`; its merge
+is :class:`~fedsciml.methods.aggregators.FIPAAggregator`.
 """
 from __future__ import annotations
 

@@ -72,6 +72,10 @@ needs every client: a client that drops out or sends a bad message is asked
 again (``max_retries`` times, each counted), and the round stops with
 :class:`~fedsciml.runtime.loop.RoundFailed` when it never answers.
 Partial participation is therefore not offered for ``gn``.
+
+The file holds the method: its configuration (:class:`GNConfig`), its aggregator and strategy, the client
+handlers of the matrix-free and multi-trial queries, its strategy factory (``gn_strategy``), its settings text
+and its registry entry (``METHOD_ENTRIES``).
 """
 from __future__ import annotations
 

@@ -59,6 +59,10 @@ Otherwise the message is always in the runtime's schema and sign (``{H, g = Jᵀ
 strategy on in-process clients of the rows ``(A_k, b_k)`` (θ₀ = 0), so the two
 are one loop; ``solve(..., method="one-shot")`` on a ridge problem does the
 same with the penalty at the server (problem option ``penalty="server"``).
+
+The file holds the method: its configuration (:class:`OneShotConfig`), its strategy, its client handler
+(``oneshot_stats``), its strategy factory (``one_shot_strategy``), its settings text and its registry entry
+(``METHOD_ENTRIES``).
 """
 from __future__ import annotations
 
