@@ -28,6 +28,7 @@ test MSE, the centralized (pooled-data) MSE, the relative model error
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
@@ -188,8 +189,7 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
     from fedsciml.core.stats import pooled_ridge
     from fedsciml.options import cli_names, display
     from fedsciml.problems import get_problem
-    from fedsciml.runtime.driver import plan, run
-    from fedsciml.runtime.results import Result
+    from fedsciml.runtime.driver import make_result, plan, run
 
     if features not in PROBLEMS:
         raise ValueError(f"features must be one of {', '.join(PROBLEMS)}, got {features!r}")
@@ -234,12 +234,10 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
     # the test rows of this split (a Flower ServerApp evaluates on its own problem copy, which has not split)
     one.final["mse"] = ev(one.theta)
     out = [_summary(one, w_c, mse_c, label, 1)]
-    central = Result(problem=problem.name, method="centralized",
-                     options={**problem.options, "solver": "pooled ridge (Cholesky)", "sigma_used": s_used},
-                     seed=seed, device=str(dev), dtype=str(w_c.dtype).replace("torch.", ""), n_params=d,
-                     clients=int(K), solver_seconds=t_c, final={"mse": mse_c},
-                     history=[{"step": 0, "time_s": t_c, "mse": mse_c, "floats_sent": 0}],
-                     extra={"rounds": 0}, theta=w_c)
+    central = make_result(problem, "centralized",
+                          {**problem.options, "solver": "pooled ridge (Cholesky)", "sigma_used": s_used},
+                          seed=seed, device=dev, clients=int(K), theta=w_c, seconds=t_c, final={"mse": mse_c},
+                          history=[{"step": 0, "time_s": t_c, "mse": mse_c, "floats_sent": 0}], extra={"rounds": 0})
     out.append(_summary(central, w_c, mse_c, "centralized", 0))
     dropout = cfg.dropout  # type: ignore[attr-defined]
     for name in names:
@@ -251,16 +249,10 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
                       "dropout": dropout}
         if name == "dp-fedavg":
             opts.update(dp_epsilon=eps, dp_delta=cfg.dp_delta, dp_grad_clip=3.0)  # type: ignore[attr-defined]
-        t0 = time.perf_counter()
+        # the driver's Result of the run, under the baseline's name (its options record: the problem's and
+        # fedavg-sgd's configuration, lr, local_epochs, mu, rounds and dropout among them)
         rb = run(plan(problem, "fedavg-sgd", clients=int(K), seed=seed, device=dev, progress=progress, **opts))
-        binfo, rows = rb.extra, rb.history
-        res = Result(problem=problem.name, method=name,
-                     options={**problem.options, "rounds": rounds, "lr": binfo["lr"], "local_epochs":
-                              binfo["local_epochs"], "mu": binfo["mu"], "sigma_used": s_used, "dropout": dropout},
-                     seed=seed, device=str(dev), dtype=rb.dtype, n_params=d,
-                     clients=int(K), solver_seconds=time.perf_counter() - t0,
-                     final={"loss": rows[-1]["loss"], "mse": rb.final["mse"]}, history=rows,
-                     extra=binfo, theta=rb.theta)
+        res = dataclasses.replace(rb, method=name, options={**rb.options, "sigma_used": s_used})
         out.append(_summary(res, w_c, mse_c, f"{name}-{rounds}", rounds))
     return out
 

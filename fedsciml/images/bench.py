@@ -241,7 +241,7 @@ def run_setting(dataset="digits", data_dir=None, model="lenet5", clients=5, alph
                                dropout=dropout, transport=tr, checkpoint=checkpoint, resume=resume,
                                fingerprint={"dataset": dataset, "alpha": alpha, "split": split_kind})
         per_seed.append(res)
-        runs += [to_result(r, setting, s, cfg).to_dict() for r in res.values()]
+        runs += [to_result(r, setting, cfg).to_dict() for r in res.values()]
     summ = summarize(per_seed)
     return {"setting": {**{k: v for k, v in setting.items() if k != "warmup"}, "seeds": list(seeds), "warmup": warmup,
                         "config": {k: v for k, v in vars(cfg).items()},
@@ -250,11 +250,17 @@ def run_setting(dataset="digits", data_dir=None, model="lenet5", clients=5, alph
             "results": summ, "runs": runs, "wall_s": time.perf_counter() - t0}
 
 
-def to_result(r: M.MethodResult, setting: dict, seed: int, cfg: M.TrainConfig) -> Result:
-    """One method's run as a :class:`fedsciml.runtime.results.Result` (the layout of ``solve``): ``final`` holds the
-    test accuracy (final, best and mean over the evaluated rounds) and the last training loss; ``history``
-    the loop's rows per round (loss, accuracy, floats sent up/down, dropped and rejected clients, by count
-    and by id); ``extra`` the floats per client, client/server seconds, rejections and the loop's report."""
+def to_result(r: M.MethodResult, setting: dict, cfg: M.TrainConfig) -> Result:
+    """One method's run as the bench records it: the driver's :class:`fedsciml.runtime.results.Result` of the run
+    (:func:`fedsciml.runtime.driver.run_result`: seed, device, dtype, parameter count, clients, ``history`` — the
+    loop's rows per round: loss, accuracy, floats sent up/down, dropped and rejected clients, by count and by id)
+    under the bench's name for it (``images-DATASET``, the run's label), with the bench's record of the setting
+    (``options``), ``final`` the test accuracy (final, best and mean over the evaluated rounds) and the last
+    training loss, ``extra`` the floats per client, client/server seconds, rejections and the loop's report,
+    ``solver_seconds`` the run's wall time."""
+    if r.result is None:
+        raise ValueError(f"{r.method}: a bench record is made from the driver's Result of the run; this "
+                         f"MethodResult carries none")
     one_shot = setting["protocol"] == "one-shot"
     last = r.rows[-1] if r.rows else {}
     final = {"accuracy": r.accuracy, "loss": last.get("loss", float("nan"))}
@@ -266,9 +272,8 @@ def to_result(r: M.MethodResult, setting: dict, seed: int, cfg: M.TrainConfig) -
              "torch_threads": torch.get_num_threads()}
     options = {**{k: v for k, v in setting.items() if k not in ("dataset", "clients")},
                "config": dataclasses.asdict(cfg)}
-    return Result(problem=f"images-{setting['dataset']}", method=r.method, options=options, seed=seed,
-                  device=cfg.device, dtype="float32", n_params=r.n_params, clients=setting["clients"],
-                  solver_seconds=r.run.get("wall_time_s", 0.0), final=final, history=r.rows, extra=extra)
+    return dataclasses.replace(r.result, problem=f"images-{setting['dataset']}", method=r.method, options=options,
+                               solver_seconds=r.run.get("wall_time_s", 0.0), final=final, extra=extra)
 
 
 def table(res: dict) -> str:

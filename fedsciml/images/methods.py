@@ -21,8 +21,8 @@ resume=)``, the format of :mod:`fedsciml.runtime.checkpoint`).
 Each method records test accuracy, floats sent per client (mean over clients and
 rounds, from the validated messages), client / server compute seconds
 (wall clock, excluding test evaluation) and the loop's history rows
-(:attr:`MethodResult.rows`; :func:`fedsciml.images.bench.to_result` turns them into a
-:class:`fedsciml.runtime.results.Result`).
+(:attr:`MethodResult.rows`), and the driver's :class:`fedsciml.runtime.results.Result` of the run
+(:attr:`MethodResult.result`; :func:`fedsciml.images.bench.to_result` makes the bench's record of it).
 """
 from __future__ import annotations
 
@@ -72,6 +72,7 @@ class MethodResult:
     run: dict = field(default_factory=dict)      # the loop's report: stopped_by, resumed, solver/wall seconds, strategy
     n_params: int = 0
     theta: object = field(default=None, repr=False, compare=False)  # final parameters (all of them), or None
+    result: object = field(default=None, repr=False, compare=False)  # the driver's Result of the run, or None
 
     @property
     def best(self):
@@ -498,7 +499,8 @@ def _method_result(name: str, task: ImageTask, res, one_shot: bool) -> MethodRes
     hist = [] if one_shot else [(row["round"], row["accuracy"]) for row in res.history if "accuracy" in row]
     acc = res.history[-1]["accuracy"] if one_shot else (hist[-1][1] if hist else float("nan"))
     return MethodResult(name, acc, x["floats"], x["client_s"], x["server_s"], history=hist, info=x["info"],
-                        rows=res.history, run=x["run"], n_params=x["n_params"], theta=task.lift(res.theta))
+                        rows=res.history, run=x["run"], n_params=x["n_params"], theta=task.lift(res.theta),
+                        result=res)
 
 
 class ImageTask:

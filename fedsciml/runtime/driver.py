@@ -577,10 +577,10 @@ def run_connected(p: Plan, connect: Callable) -> Result:
 
 
 def run_result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metrics: dict) -> Result:
-    """The one constructor of a run's :class:`Result` (the driver's runs, and the SecAgg+ App's, whose secure sum
-    is Flower's own run): the last loss, the problem's evaluation of θ (with a one-shot ``fit_intercept`` model's
-    intercept, ``info["intercept"]``), ``metrics``, and the record of the options (``config.to_dict()``, and the
-    engine where it is not ``local``); ``solver_seconds`` is ``wall``."""
+    """A run's :class:`Result` (the driver's runs, and the SecAgg+ App's, whose secure sum is Flower's own run):
+    the last loss, the problem's evaluation of θ (with a one-shot ``fit_intercept`` model's intercept,
+    ``info["intercept"]``), ``metrics``, and the record of the options (``config.to_dict()``, and the engine
+    where it is not ``local``); ``solver_seconds`` is ``wall``.  Built by :func:`make_result`."""
     problem = p.problem
     last = rows[-1] if rows else {}
     final = {"loss": last.get("loss")}
@@ -590,10 +590,21 @@ def run_result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metr
     options = _options(problem, p.config)
     if p.engine != "local":
         options["engine"] = p.engine
+    return make_result(problem, p.method, options, seed=p.seed, device=p.device, clients=clients, theta=theta,
+                       seconds=wall, final=final, history=rows, extra=info)
+
+
+def make_result(problem, method: str, options: dict, *, seed: int, device, clients: int, theta, seconds: float,
+                final: dict, history: list, extra: dict) -> Result:
+    """The one constructor of a :class:`Result`: what is derived is derived here — the problem's name, the
+    device's and θ's dtype's text, the parameter count, ``extra`` made JSON-safe.  :func:`run_result` calls it for
+    every run; a caller whose answer is no registered method's run calls it directly (the ``ridge`` preset's
+    pooled oracle, a closed-form solve)."""
     return Result(
-        problem=problem.name, method=p.method, options=options, seed=p.seed,
-        device=str(p.device), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
-        clients=int(clients), solver_seconds=wall, final=final, history=rows, extra=jsonable(info), theta=theta,
+        problem=problem.name, method=method, options=options, seed=seed,
+        device=str(device), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
+        clients=int(clients), solver_seconds=seconds, final=final, history=history, extra=jsonable(extra),
+        theta=theta,
     )
 
 

@@ -45,8 +45,8 @@ configuration from the job's options, the public fixed-point plan); the server's
 interface (:meth:`~fedsciml.methods.oneshot.OneShotStrategy.size_noise_shares`,
 :meth:`~fedsciml.methods.oneshot.OneShotStrategy.request_transform`,
 :meth:`~fedsciml.methods.oneshot.OneShotStrategy.fuse_sum`,
-:attr:`~fedsciml.methods.oneshot.OneShotStrategy.fused_system`, ``info()``); the Result is the driver's one
-constructor (:func:`fedsciml.runtime.driver.run_result`).  The round itself is not the driver's
+:attr:`~fedsciml.methods.oneshot.OneShotStrategy.fused_system`, ``info()``); the Result is the driver's
+(:func:`fedsciml.runtime.driver.run_result`, built by its one constructor ``make_result``).  The round itself is not the driver's
 (:func:`fedsciml.runtime.driver.run_connected`): Flower's SecAgg+ runs only in its legacy *fit* workflow, which
 hands the server one masked sum, never a reply per client, while fedsciml's round loop validates each client's
 reply before the strategy fuses them (``Exchange.validate`` → ``aggregate_round``).  Driving it through the loop
