@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedsciml.core import linalg
-from fedsciml.methods import federated as methods  # noqa: F401  (registers the methods)
+import fedsciml.methods  # noqa: F401  (registers the methods)
 from fedsciml.runtime import robust
 from fedsciml.methods.aggregators import Aggregator, FedAvgAggregator, FIPAAggregator
 from fedsciml.methods.local import LocalConfig, local_update

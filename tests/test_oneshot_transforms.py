@@ -6,7 +6,7 @@ ridge problems, ``[A_k; √(σ/K)·I]`` and ``[b_k; 0]`` (the penalty rows are p
 import pytest
 import torch
 
-from fedsciml.methods import federated as methods  # noqa: F401  (registers the methods)
+import fedsciml.methods  # noqa: F401  (registers the methods)
 from fedsciml.methods import METHODS
 from fedsciml.ridge import DPConfig, one_shot
 from fedsciml.core.dp import client_generator

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from fedsciml.methods import federated as methods  # noqa: F401  (registers the methods)
+import fedsciml.methods  # noqa: F401  (registers the methods)
 from fedsciml.runtime.loop import RoundFailed
 from fedsciml.core.nn import MLP
 from fedsciml.core.objective import PointwiseLeastSquares, ResidualPart
