@@ -3,7 +3,7 @@
 Every option — of a solve method or of a problem — is declared once with
 :func:`option` (its default, its help text, its type and allowed range, a
 :class:`Spec`).  A method declares its options as the fields of a frozen
-dataclass (one per method, below); a problem declares them in its ``params``
+dataclass (one per method, in the method's own module); a problem declares them in its ``params``
 dict (``params = {"k": option(0.1, "diffusivity", float, lo=0, lo_open=True)}``,
 see :class:`fedsciml.problems.Problem`).  Both are validated by the same code
 (:func:`check_value`, :func:`check_options`), so a bad value is the same one

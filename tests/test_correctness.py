@@ -68,7 +68,7 @@ def test_fedbens_kfac_objective_is_float64_and_matches_a_dense_reference():
 
     Stable comparison: the softmax G factor has rank C−1, so its smallest eigenvalue is float32 round-off
     (≈ ±1e-9 here, its sign depends on the CPU's float32 kernels); the aggregator clips factor eigenvalues
-    at 0 (documented in ``KFAC.eig``), which moves the value by ≈ 1e-7. The reference therefore uses the same
+    at 0 (``FedBEnsAggregator.neg_log_posterior``), which moves the value by ≈ 1e-7. The reference therefore uses the same
     PSD projection of each factor (in float64), after which the two differ only by float64 round-off over
     different operation orders (eigenvalues vs LU log-determinant; eigenbasis vs dense quadratic form).
     Tolerance, derived per Gaussian term: ``p·eps·(p·κ(Λ) + ‖Λ‖·‖w−μ‖²)`` (log-determinant: each of p

@@ -160,3 +160,15 @@ def union_specs(owners: dict) -> dict:
 #: perf_counter at ``main()``'s start (set by :func:`fedsciml.cli.main.main`): a result's wall_seconds is the
 #: whole command's
 _COMMAND_START = [0.0]
+
+
+def write_json_collecting(payload, path: str, failed: list, shown: str | None = None) -> None:
+    """Write ``payload`` as JSON to ``path`` and say so on stderr (``wrote SHOWN``, default the path); a path that
+    cannot take it is added to ``failed`` (every output is tried; ``raise_collected`` reports them together)."""
+    from fedsciml.runtime.results import ResultsNotWritten, write_json
+
+    try:
+        write_json(payload, path)
+        print(f"wrote {shown or path}", file=sys.stderr)
+    except ResultsNotWritten as e:
+        failed.append(e)

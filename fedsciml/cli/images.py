@@ -62,10 +62,9 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
 
 
 def run(args) -> int:
-    from fedsciml.cli.common import CLIError, set_threads
+    from fedsciml.cli.common import CLIError, set_threads, write_json_collecting
     from fedsciml.images import bench
-    from fedsciml.runtime.results import (ResultsNotWritten, check_output_dir, check_output_file, raise_collected,
-                                          write_json)
+    from fedsciml.runtime.results import ResultsNotWritten, check_output_dir, check_output_file, raise_collected
 
     cfg, setting = config_from_args(args)
     if args.json:
@@ -91,11 +90,7 @@ def run(args) -> int:
     print(f"(wall time {res['wall_s']:.0f} s)")
     failed = []  # both outputs are tried; what could not be written is reported together
     if args.json:
-        try:
-            write_json(res, args.json)
-            print(f"wrote {args.json}", file=sys.stderr)
-        except ResultsNotWritten as e:
-            failed.append(e)
+        write_json_collecting(res, args.json, failed)
     if args.out:
         try:
             print(f"wrote {bench.plot(res, args.out)}", file=sys.stderr)

@@ -406,22 +406,15 @@ def _print_summary(results):
 
 def _write_outputs(problem, results, args):
     from fedsciml.runtime.plotting import plot_runs
-    from fedsciml.runtime.results import ResultsNotWritten, raise_collected, write_json
+    from fedsciml.cli.common import write_json_collecting
+    from fedsciml.runtime.results import ResultsNotWritten, raise_collected
 
     payload = results[0].to_dict() if len(results) == 1 else {"runs": [r.to_dict() for r in results]}
     failed = []  # every output is tried; what could not be written is reported together at the end
     if args.json:
-        try:
-            write_json(payload, args.json)
-            print(f"wrote {args.json}", file=sys.stderr)
-        except ResultsNotWritten as e:
-            failed.append(e)
+        write_json_collecting(payload, args.json, failed)
     if args.out:
-        try:
-            write_json(payload, os.path.join(args.out, "result.json"))
-            print(f"wrote {args.out}/result.json", file=sys.stderr)
-        except ResultsNotWritten as e:
-            failed.append(e)
+        write_json_collecting(payload, os.path.join(args.out, "result.json"), failed, f"{args.out}/result.json")
         try:
             for r in results:
                 suffix = "" if len(results) == 1 else f"_{r.method}"

@@ -155,7 +155,6 @@ class LevenbergMarquardt:
         self.momentum_direction: torch.Tensor | None = None  # φ_{k−1} of SPRING (None: none yet / dropped)
         self.cg_iters = 0     # CG iterations of all matrix-free solves so far
         self.last_cg_iters = 0
-        self.last_step_norm = 0.0
         self._choices: dict[tuple[int, int], forms.FormChoice] = {}  # (n, p) → the form chosen for that size
         self._device: tuple[torch.device | str, torch.dtype] | None = None  # where the first choice was made
 
@@ -339,7 +338,6 @@ class LevenbergMarquardt:
         self._pred = float(0.5 * (delta @ (self.mu * delta - g))) if pred is None else pred
         self._delta = delta
         self._trial = self.theta + delta
-        self.last_step_norm = float(delta.norm())
         return self._trial
 
     def observe(self, trial_loss: float, stats_fn: Callable[[], GNStats]) -> bool:

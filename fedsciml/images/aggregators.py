@@ -476,7 +476,8 @@ class FedBEnsAggregator(Aggregator):
         rank-deficient (16 images → an 84×84 ``A`` of rank 38, 80 % exact zeros) and torch's
         float32 ``eigh`` returned NaN on one (Hsu split, seed 1, client 2), which made Eq. 5
         NaN everywhere; float64 ``eigh`` does not, and the log-determinants of a 10⁵-term sum
-        need the precision anyway."""
+        need the precision anyway.  The factors' eigenvalues are clipped at 0 (a PSD factor's round-off can make
+        its smallest one slightly negative)."""
         dt = torch.float64
         msgs = [{k: v.to(dt) for k, v in m.items()} for m in messages.values()]
         C, M = len(msgs), self.M

@@ -182,15 +182,6 @@ class KFAC(Curvature):
     def to_dense(self) -> torch.Tensor:
         return self.matvec(torch.eye(self.p, dtype=self.rest.dtype, device=self.rest.device)).T
 
-    def eig(self):
-        """Per-layer eigendecompositions ``(λ_G, U_G, λ_A, U_A)`` (clipped at 0)."""
-        out = []
-        for A, G in zip(self.A, self.G):
-            la, Ua = torch.linalg.eigh(A)
-            lg, Ug = torch.linalg.eigh(G)
-            out.append((lg.clamp_min(0), Ug, la.clamp_min(0), Ua))
-        return out
-
     def scaled(self, c) -> "KFAC":
         return KFAC(self.p, self.blocks, list(self.A), [c * G for G in self.G], self.rest_idx, c * self.rest,
                     self.names)

@@ -402,9 +402,10 @@ class GNStrategy(Strategy):
         return {"lm_tau": self.lm_config.tau, "form": self.form, "max_retries": self.max_retries,
                 "exchange": self.exchange, **({"trials": self.trials} if self.trials > 1 else {})}
 
-    def _ask(self, run, request, validate, down: int, clients: list | None = None) -> dict:
-        """Every client's (of ``clients``, default all) valid answer to ``request`` (asking again whoever did not
-        answer validly)."""
+    def _ask(self, run, request, validate, down: int, clients: list | None = None, what: str | None = None) -> dict:
+        """Every client's (of ``clients``, default all) valid answer to ``request``, asking again whoever did not
+        answer validly (``max_retries`` times, each counted); then the round fails naming ``what`` was asked
+        (default: the matrix-free exchange of ``request``'s query)."""
         ex = Exchange([], request, validate, down_floats=down, dropout=True)
         got: dict = {}
         clients = list(run.client_ids) if clients is None else clients
@@ -416,8 +417,8 @@ class GNStrategy(Strategy):
             if not missing:
                 return got
             self.retries += 1
-        run.fail(f"a matrix-free Gauss–Newton {request.query} exchange (clients {missing} never answered validly "
-                 f"in {self.max_retries + 1} attempts)")
+        what = what or f"a matrix-free Gauss–Newton {request.query} exchange"
+        run.fail(f"{what} (clients {missing} never answered validly in {self.max_retries + 1} attempts)")
 
     def _products(self, V: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
         """``Σ_m J_mᵀJ_m V`` at θ: one exchange, ``V`` down (the clients hold θ), ``J_mᵀJ_m V`` up."""
@@ -459,20 +460,8 @@ class GNStrategy(Strategy):
         p = theta.numel()
         req = (Request("gn_stats", {"theta": theta}, {"form": self.form}) if with_curvature
                else Request("gn_loss", {"theta": theta}))
-        ex = Exchange([], req, lambda m: agg.validate(m, p, theta.dtype),
-                      down_floats=0 if with_curvature and not send else p, dropout=True)
-        got: dict = {}
-        clients = [c for c in run.client_ids if c not in self.banned]
-        missing = list(clients)
-        for attempt in range(self.max_retries + 1):
-            ex.clients = missing
-            got.update(run.exchange(ex).ok)
-            missing = [c for c in clients if c not in got]
-            if not missing:
-                return got
-            self.retries += 1
-        run.fail(f"an exact Gauss–Newton step (clients {missing} never answered validly "
-                 f"in {self.max_retries + 1} attempts)")
+        return self._ask(run, req, lambda m: agg.validate(m, p, theta.dtype), 0 if with_curvature and not send else p,
+                         [c for c in run.client_ids if c not in self.banned], what="an exact Gauss–Newton step")
 
     def start(self, run, theta0):
         self.lm = LevenbergMarquardt(self.lm_config)

@@ -272,16 +272,6 @@ def client_statistics(r: torch.Tensor, J: torch.Tensor, cid: int, transform: dic
     return to_gn(msg)
 
 
-def _validate_all(schema: Schema, messages, dtype):
-    ok, bad = {}, {}
-    for cid, msg in messages.items():
-        try:
-            ok[cid] = schema.validate(msg, cid, dtype=dtype)
-        except MessageRejected as e:
-            bad[cid] = e.reason
-    return ok, bad
-
-
 def _centered_check(m: int, dtype):
     """Validation of exact centered messages ``{n, mean [m+1], S [(m+1)(m+2)/2], loss}``: the schema (shapes, real
     dtype, finite, a whole count > 0, loss ≥ 0) and :func:`fedsciml.core.centered.check_message` (diag S ≥ 0):

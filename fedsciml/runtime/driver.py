@@ -181,9 +181,6 @@ def kind_error(spec: MethodSpec, kind: str) -> str:
             f"methods that do: {', '.join(available_methods(kind)) or 'none'}")
 
 
-DEVICES = ("auto", "cpu", "cuda")
-
-
 @dataclass(frozen=True)
 class Connect:
     """An engine that only carries messages: ``connect(job, clients) -> Transport`` reaches ``clients`` clients

@@ -1,7 +1,7 @@
 """Flower as a transport of fedsciml's runtime (optional: ``pip install ".[flower]"``).
 
-fedsciml's own strategies and round loop (:mod:`fedsciml.methods`, :mod:`fedsciml.runtime.loop`) drive
-the run; Flower only carries the plain-data requests and replies
+fedsciml's one driver (:mod:`fedsciml.runtime.driver`), its strategies and round loop (:mod:`fedsciml.methods`,
+:mod:`fedsciml.runtime.loop`) run the job; Flower only carries the plain-data requests and replies
 (:class:`~fedsciml.runtime.transport.Request`,
 :class:`~fedsciml.runtime.transport.Reply`) between a ``ServerApp`` and the
 ``ClientApp`` of each node, as Flower ``Message`` s:
@@ -19,8 +19,11 @@ the run; Flower only carries the plain-data requests and replies
   loop's dropout and rejection rules apply;
 * :mod:`fedsciml.engines.flower.apps` — the ``ClientApp`` (answers fedsciml queries
   from the node's own data, described by its node config) and the
-  ``ServerApp`` (runs the run config's job(s) in fedsciml's round loop); the
+  ``ServerApp`` (plans each job of the run config with the driver, as ``fs.solve`` does, and runs it with
+  :func:`fedsciml.runtime.driver.run_connected` over a :class:`FlowerTransport` on its grid); the
   Flower App that ``flwr run`` starts is ``fedsciml/engines/flower/app/``;
+* :mod:`fedsciml.engines.flower.secagg` — the SecAgg+ App for one-shot fusion with central DP (Flower's
+  secure sum; its Result is the driver's ``run_result``);
 * :mod:`fedsciml.engines.flower.simulation` — ``fs.solve(..., engine="flower")``:
   the same app through Flower's simulation runtime (``flwr run`` on a
   ``flower-superlink --simulation`` on 127.0.0.1);
