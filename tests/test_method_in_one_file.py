@@ -53,3 +53,25 @@ def test_from_the_command_line_with_its_flags_and_settings(decay, capsys):
     assert rc == 0
     assert "η=1.0·0.25^⌊(k−1)/1⌋" in out and "fedavg-decay" in out
     assert main(["solve", "bratu", "--clients", "2", "--method", "fedavg-decay", "--lr-decay", "2", "--quiet"]) == 2
+
+
+def test_every_built_in_method_is_one_module():
+    """The built-in methods follow the same pattern: each registry entry's configuration, strategy factory (or
+    runner) and settings text are declared in one module of fedsciml.methods, whose METHOD_ENTRIES registers it;
+    fedsciml.methods registers those entries and defines none itself."""
+    import fedsciml.methods as methods
+    from fedsciml.runtime.results import SETTINGS
+
+    seen = []
+    for module in methods._MODULES:
+        for entry in module.METHOD_ENTRIES:
+            spec = METHODS[entry["name"]]
+            home = module.__name__
+            what = getattr(spec.runner, "build", spec.runner)  # a strategy factory, or centralized's runner
+            assert spec.config.__module__ == home and what.__module__ == home, entry["name"]
+            if entry["name"] in SETTINGS:
+                assert SETTINGS[entry["name"]].__module__ == home, entry["name"]
+            seen.append(entry["name"])
+    # every problem method whose configuration fedsciml.methods declares is one of those entries, once
+    ours = {n for n, s in METHODS.items() if s.runner is not None and s.config.__module__.startswith("fedsciml.methods.")}
+    assert sorted(seen) == sorted(ours) and "gn" in ours
