@@ -79,3 +79,4 @@ def test_a_million_wide_network_is_refused_before_it_runs_naming_the_width_and_t
                                           r"but this machine has 17\.2 GB available") as e:
         fs.solve("bratu", method, hidden=(10**6,), **opts)
     assert "\n" not in str(e.value) and "(hidden layers (1000000,))" in str(e.value)
+    assert str(e.value).endswith("use fewer clients, fewer points per client or a smaller network (hidden=… / --hidden)")

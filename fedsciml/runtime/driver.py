@@ -353,8 +353,15 @@ def check_run_memory(problem, method: str, clients: int, config: MethodConfig, d
     if extra is not None:
         est = (extra[0], extra[1]) if est is None else (est[0] + extra[0], f"{est[1]}; {extra[1]}")
     if est is not None:
-        check_memory(est[0], f"{problem.name} with {method} ({est[1]})", device,
-                     "use fewer clients or fewer points per client")
+        check_memory(est[0], f"{problem.name} with {method} ({est[1]})", device, _memory_hint(problem))
+
+
+def _memory_hint(problem) -> str:
+    """What to change when a run does not fit: a problem with a network also has its width (the Jacobian's
+    columns and the residual graph grow with it: ``hidden=(10**6,)`` is refused for its width, not its points)."""
+    if getattr(problem, "kind", None) in ("pinn", "fit"):
+        return "use fewer clients, fewer points per client or a smaller network (hidden=… / --hidden)"
+    return "use fewer clients or fewer points per client"
 
 
 def _ridge_sigma_once(problem, method: str, config: MethodConfig):
