@@ -33,6 +33,16 @@ p ≈ 16 000), and the dense forms win whenever J fits.
 
 Ties go to the first of ``normal, kernel, chunked, matfree`` (so n ≥ p: normal, n < p: kernel, as before).
 
+**The K-FAC regime.**  On a CPU, where the residuals are in the forward-Laplacian channel form K-FAC for PINNs
+needs (:func:`fedsciml.core.kfac_pinn.jet_network`; heat and a general ``DomainPDE`` are not) and p ≥
+:data:`KFAC_MIN_PARAMS`, LM's automatic solve (and federated gn's automatic form) is matrix-free CG preconditioned
+by K-FAC and truncated at :data:`KFAC_CG_ITERS` iterations (:func:`choose_lm_solve`): many cheap, inexact steps
+judged by LM's gain ratio.  Measured on the K-FAC-for-PINNs authors' exp16 (Poisson 5-d, p = 10 065) at one thread:
+rel L2 5.5·10⁻³ in 120 CPU-s against 0.28 for the dense kernel-form steps the flop model picks
+(``reproductions/anchors_exp16_kfac_cg10.md``, ``reproductions/lm_auto_kfac_exp16.md``).  A GPU keeps the dense
+choice (dense steps are fast there: ``reproductions/gpu_h100.md``).  A preconditioner or CG cap the user named wins:
+a named ``nystrom`` or ``none`` turns the regime off (the evidence is for K-FAC), a named CG cap is the cap.
+
 Federated gn (``need='gn'``) chooses a *message*: the smaller of the normal (``p(p+1)/2 + p`` floats) and
 square-root (``min(n_m, p)(p+1)``) messages while it is at most :data:`MESSAGE_FLOATS` (a communication cap:
 50 MB per client and step) and the clients' Jacobians fit, else ``matfree``.  FIPA clients (``need='fipa'``)
@@ -68,6 +78,14 @@ CG_ITERS_ESTIMATE = 20
 MESSAGE_FLOATS = 6_250_000
 #: the smallest block of rows the chunked form streams (below it the chunked form is said not to fit)
 MIN_CHUNK_ROWS = 64
+#: the K-FAC regime (module docstring): on a CPU, with residuals in K-FAC's channel form, from this many parameters
+KFAC_MIN_PARAMS = 10_000
+#: CG iterations per solve in the K-FAC regime (a truncated solve: many cheap steps)
+KFAC_CG_ITERS = 10
+#: CG iterations per matrix-free solve outside it (a full solve; the cap stops a stalled CG)
+FULL_CG_ITERS = 500
+#: the matrix-free solve's preconditioners; ``auto``: K-FAC in the regime, else Nyström
+PRECONDS = ("auto", "nystrom", "kfac", "none")
 
 
 def available_memory(device: torch.device | str | None = None) -> int | None:
@@ -139,12 +157,17 @@ class FormChoice:
     reason: str
     chunk_rows: int | None
     costs: tuple[FormCost, ...]
+    #: the matrix-free solve's preconditioner and CG cap (:func:`choose_lm_solve`; ``None`` from :func:`choose_form`)
+    precond: str | None = None
+    cg_iters: int | None = None
 
     def settings(self) -> dict:
         """What a result records of the choice."""
         out: dict = {"form": self.form, "form_reason": self.reason}
         if self.chunk_rows is not None:
             out["chunk_rows"] = self.chunk_rows
+        if self.form == "matfree" and self.precond is not None:
+            out.update(precond=self.precond, cg_cap=self.cg_iters)
         return out
 
 
@@ -211,6 +234,66 @@ def choose_form(n: int, p: int, *, device: torch.device | str | None = None, dty
         choice = _cheapest(costs, forms, n, p, budget, chunk)
     log.debug("form choice (%s, n=%d, p=%d): %s — %s", need, n, p, choice.form, choice.reason)
     return choice
+
+
+def kfac_regime(p: int, *, device: torch.device | str | None = None, jets: bool = False,
+                precond: str = "auto") -> tuple[bool, str]:
+    """Whether an automatic choice takes K-FAC-preconditioned CG truncated at :data:`KFAC_CG_ITERS` (the module
+    docstring's regime), and why (or why not) in a few words: a CPU ``device``, residuals in K-FAC's channel form
+    (``jets``), ``p ≥`` :data:`KFAC_MIN_PARAMS`, and no preconditioner other than ``kfac`` named (``precond``)."""
+    if precond not in PRECONDS:
+        raise ValueError(f"precond must be one of {', '.join(PRECONDS)}, got {precond!r}")
+    if torch.device(device if device is not None else "cpu").type == "cuda":
+        return False, "a GPU device (dense steps are fast there)"
+    if not jets:
+        return False, "residuals not in K-FAC's forward-Laplacian channel form"
+    if int(p) < KFAC_MIN_PARAMS:
+        return False, f"p = {int(p):,} < {KFAC_MIN_PARAMS:,}"
+    if precond not in ("auto", "kfac"):
+        return False, f"precond {precond} named"
+    return True, f"a CPU, residuals in K-FAC's channel form, p = {int(p):,} ≥ {KFAC_MIN_PARAMS:,}"
+
+
+def matfree_settings(regime: bool, precond: str = "auto", cg_iters: int | None = None) -> tuple[str, int]:
+    """The matrix-free solve's preconditioner and CG cap: the named ones, else K-FAC and :data:`KFAC_CG_ITERS` in
+    the K-FAC regime, Nyström and :data:`FULL_CG_ITERS` outside it."""
+    pre = ("kfac" if regime else "nystrom") if precond == "auto" else precond
+    cap = (KFAC_CG_ITERS if regime else FULL_CG_ITERS) if cg_iters is None else int(cg_iters)
+    return pre, cap
+
+
+def choose_lm_solve(n: int, p: int, *, solve: str = "auto", precond: str = "auto", cg_iters: int | None = None,
+                    jets: bool = False, device: torch.device | str | None = None,
+                    dtype: torch.dtype = torch.float64, free: int | None = None, rank: int = 50,
+                    need: str = "lm", rows: Sequence[int] | None = None) -> FormChoice:
+    """Levenberg–Marquardt's solve (``need='lm'``; federated gn's message with ``need='gn'``): the form, and for the
+    matrix-free form its preconditioner and CG cap (:attr:`FormChoice.precond`, :attr:`FormChoice.cg_iters`).
+
+    ``solve``: ``auto`` or a form named by the caller; ``precond``: ``auto`` or a named preconditioner;
+    ``cg_iters``: a named CG cap or ``None``; ``jets``: the residuals are in K-FAC's forward-Laplacian channel form.
+    ``auto`` takes the K-FAC regime where :func:`kfac_regime` says so (matrix-free, ``kfac``, CG capped at
+    :data:`KFAC_CG_ITERS` unless a cap is named), else :func:`choose_form`'s choice with Nyström
+    (``rank``) and :data:`FULL_CG_ITERS` for a matrix-free solve.  The preconditioner and cap depend on p, the
+    device and the names only, never on n, so every size of one run (growing points) gets the same ones."""
+    if cg_iters is not None and int(cg_iters) < 1:
+        raise ValueError(f"cg_iters must be ≥ 1 CG iterations per solve (or None), got {cg_iters}")
+    regime, why = kfac_regime(p, device=device, jets=jets, precond=precond)
+    regime = regime and solve == "auto"
+    pre, cap = matfree_settings(regime, precond, cg_iters)
+    if regime:
+        base = choose_form(n, p, device=device, dtype=dtype, need=need, allowed=("matfree",), rows=rows, free=free,
+                           rank=0)
+        named = " (as asked)" if cg_iters is not None else ""
+        reason = (f"matfree, K-FAC-preconditioned CG capped at {cap}{named}: {why} (many cheap truncated steps "
+                  f"beat few dense ones there: reproductions/lm_auto_kfac_exp16.md)")
+        return FormChoice("matfree", reason, None, base.costs, pre, cap)
+    allowed = None if solve == "auto" else (solve,)
+    choice = choose_form(n, p, device=device, dtype=dtype, need=need, allowed=allowed, rows=rows, free=free,
+                         rank=rank if pre == "nystrom" else 0)
+    reason = choice.reason
+    if solve == "auto" and int(p) >= KFAC_MIN_PARAMS:  # say why the regime was not taken where p alone allows it
+        reason += f"; not K-FAC-preconditioned CG: {why}"
+    return FormChoice(choice.form, reason, choice.chunk_rows, choice.costs, pre, cap)
 
 
 #: what a local-training client (FIPA, FedAvg, FedProx) forms to answer ``update`` (:func:`local_client_form`)

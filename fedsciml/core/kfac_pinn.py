@@ -356,6 +356,13 @@ def factors_of(objective, theta: torch.Tensor) -> KroneckerFactors:
     return part_factors(net, theta, objective.parts)
 
 
+def has_jets(objectives) -> bool:
+    """Whether every objective's residual parts carry the channel form K-FAC for PINNs needs (a :class:`Jet`):
+    what lets an automatic choice precondition with K-FAC (:func:`fedsciml.core.forms.choose_lm_solve`)."""
+    objectives = list(objectives)
+    return bool(objectives) and all(jet_network(o) is not None for o in objectives)
+
+
 def require_jets(objectives, problem: str) -> None:
     """Refuse ``precond='kfac'`` (one line naming the problem) unless every objective's residual parts carry the
     channel form K-FAC for PINNs needs (a :class:`Jet`)."""

@@ -42,7 +42,11 @@ forms (``LMConfig.solve``):
   :func:`fedsciml.core.forms.choose_form` — the dense forms while J and its
   Gram fit the device's memory budget (always while ``n·p ≤ 5·10⁷``: ``kernel``
   when n < p, else ``normal``), ``chunked`` when only ``JᵀJ`` fits, the
-  cheaper of ``chunked`` and ``matfree`` by a flop model beyond.  Why dense
+  cheaper of ``chunked`` and ``matfree`` by a flop model beyond — except in the K-FAC regime (on a CPU, p ≥ 10⁴,
+  residuals in K-FAC's forward-Laplacian channel form: ``LMConfig.jets``), where it is ``matfree`` with K-FAC for
+  PINNs preconditioning CG truncated at 10 iterations unless a preconditioner or cap is named
+  (:func:`fedsciml.core.forms.choose_lm_solve`; the choice also resolves ``MatfreeConfig.precond='auto'`` and
+  ``max_iters=None``: :attr:`LevenbergMarquardt.matfree`).  Why dense
   first: at p ≈ 2 300 the dense step is the cheaper one while it fits —
   measured on Poisson d = 5 (n = 17 700, p = 2 337, one thread, CPU time): J
   1.8 s, JᵀJ 4.2 s, Cholesky 0.3 s, against 0.4 s per matrix-free product, so
@@ -51,7 +55,7 @@ forms (``LMConfig.solve``):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence, cast
 
 import torch
@@ -90,6 +94,9 @@ class LMConfig:
     #                            statistics), "matfree" (CG, needs op) or "auto"
     matfree: matfree.MatfreeConfig = field(default_factory=matfree.MatfreeConfig)
     momentum: float = 0.0      # SPRING momentum β ∈ [0, 1) (0: plain Levenberg–Marquardt)
+    jets: bool = False         # the residuals are in K-FAC's forward-Laplacian channel form: solve="auto" with
+    #                            matfree.precond "auto" may take K-FAC-preconditioned, truncated CG
+    #                            (fedsciml.core.forms.choose_lm_solve)
 
     def validate(self) -> None:
         if not self.tau >= 0:
@@ -157,6 +164,7 @@ class LevenbergMarquardt:
         self.last_cg_iters = 0
         self._choices: dict[tuple[int, int], forms.FormChoice] = {}  # (n, p) → the form chosen for that size
         self._device: tuple[torch.device | str, torch.dtype] | None = None  # where the first choice was made
+        self._matfree: matfree.MatfreeConfig | None = None  # the matrix-free settings the first choice resolved
 
     @property
     def stats(self) -> GNStats:
@@ -192,11 +200,24 @@ class LevenbergMarquardt:
         elif self._device is None:
             self._device = (device, dtype)
         if key not in self._choices:
-            allowed = None if self.cfg.solve == "auto" else (self.cfg.solve,)
             mc = self.cfg.matfree  # the matrix-free step's products: CG, plus a Nyström sketch's rank
-            self._choices[key] = forms.choose_form(n, p, device=device, dtype=dtype, allowed=allowed,
-                                                   rank=mc.rank if mc.precond == "nystrom" else 0)
+            choice = forms.choose_lm_solve(n, p, solve=self.cfg.solve, precond=mc.precond, cg_iters=mc.max_iters,
+                                           jets=self.cfg.jets, device=device, dtype=dtype, rank=mc.rank)
+            self._choices[key] = choice
+            if self._matfree is None:  # the same for every size (they depend on p, the device and the names)
+                self._matfree = replace(mc, precond=choice.precond, max_iters=choice.cg_iters)
         return self._choices[key]
+
+    @property
+    def matfree(self) -> matfree.MatfreeConfig:
+        """The matrix-free solve's settings, resolved: the preconditioner and CG cap of :meth:`form_choice`
+        (:func:`fedsciml.core.forms.choose_lm_solve`), or — where no choice was made (federated gn names its
+        form) — the configured ones with ``auto`` → Nyström and no cap → :data:`fedsciml.core.forms.FULL_CG_ITERS`."""
+        if self._matfree is None:
+            mc = self.cfg.matfree
+            pre, cap = forms.matfree_settings(False, mc.precond, mc.max_iters)
+            return replace(mc, precond=pre, max_iters=cap)
+        return self._matfree
 
     def _op(self) -> matfree.GNProducts:
         op = self.stats.op
@@ -251,7 +272,7 @@ class LevenbergMarquardt:
         iteration's ``λ_max``."""
         st = self.stats
         if self._nystrom is None or self._nystrom[0] is not st:
-            mc = self.cfg.matfree
+            mc = self.matfree
             gen = torch.Generator(device=st.g.device).manual_seed(mc.seed + self.accepted_steps)
             p = st.g.numel()
             op = self._op()
@@ -280,7 +301,8 @@ class LevenbergMarquardt:
         st = self.stats
         ny, _ = self._sketch()
         mu = max(mu, self.cfg.mu_min)
-        mc = self.cfg.matfree
+        mc = self.matfree
+        assert mc.max_iters is not None  # resolved by the property
         bphi = self._momentum_term()
         rhs = None if bphi is None else -(st.g + mu * bphi)
         res = matfree.damped_gn_step(self._op().matvec, st.g, mu, precond=ny.inverse(mu) if ny is not None else None,

@@ -222,21 +222,21 @@ class Preconditioning(Protocol):
 class MatfreeConfig:
     """Settings of the matrix-free damped Gauss–Newton step."""
 
-    precond: str = "nystrom"  # "nystrom", "kfac" or "none"
+    precond: str = "nystrom"  # "nystrom", "kfac", "none" or "auto" (LM's choice: fedsciml.core.forms.choose_lm_solve)
     rank: int = 50            # Nyström sketch rank ℓ (capped at p)
     rtol: float = 1e-10       # CG relative residual
-    max_iters: int = 500      # CG iterations per solve
+    max_iters: int | None = 500  # CG iterations per solve (None: LM's choice, fedsciml.core.forms.matfree_settings)
     seed: int = 0
 
     def validate(self) -> None:
-        if self.precond not in PRECONDITIONERS:
-            raise ValueError(f"matrix-free preconditioner must be one of {', '.join(PRECONDITIONERS)}, "
+        if self.precond not in PRECONDITIONERS + ("auto",):
+            raise ValueError(f"matrix-free preconditioner must be one of {', '.join(PRECONDITIONERS)} or auto, "
                              f"got {self.precond!r}")
         if self.rank < 1:
             raise ValueError(f"Nyström rank must be ≥ 1, got {self.rank}")
         if not self.rtol > 0:
             raise ValueError(f"CG rtol must be > 0, got {self.rtol}")
-        if self.max_iters < 1:
+        if self.max_iters is not None and self.max_iters < 1:
             raise ValueError(f"CG max_iters must be ≥ 1, got {self.max_iters}")
 
 

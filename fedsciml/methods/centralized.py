@@ -7,9 +7,13 @@
   statistics streamed over row blocks (``chunked``) when only the p×p matrix fits, and matrix-free
   Nyström-preconditioned CG (jvp/vjp only) where that is cheaper or nothing dense fits.  The choice and its
   reason are recorded (``info["lm_solve"]``, ``info["lm_solve_reason"]``).
-  ``precond`` picks the matrix-free solve's preconditioner: ``nystrom`` (default), ``kfac`` (K-FAC for PINNs,
+  ``precond`` picks the matrix-free solve's preconditioner: ``nystrom``, ``kfac`` (K-FAC for PINNs,
   :mod:`fedsciml.core.kfac_pinn`: Kronecker factors of the forward-Laplacian channels, taken with the
-  operator at each accepted point) or ``none``.
+  operator at each accepted point), ``none`` or ``auto`` (default).  On a CPU, for residuals in K-FAC's
+  channel form at p ≥ 10⁴, ``auto`` solves matrix-free with ``kfac`` and CG capped at 10 (``cg_iters``, unless
+  named; :func:`fedsciml.core.forms.choose_lm_solve`); elsewhere ``auto`` is ``nystrom`` and the cap 500.  The
+  resolved preconditioner and cap are recorded with a matrix-free solve (``info["precond"]``,
+  ``info["cg_cap"]``).
 * ``adam`` — Adam on the mean loss ``½‖r‖²/N`` (lr 1e-3 by default).
 * ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
   25 function evaluations, per step; restarted from steepest descent if it stops moving).
@@ -32,7 +36,7 @@ from typing import Callable, ClassVar
 import torch
 
 from fedsciml.options import StopOptions, display, option
-from fedsciml.core.kfac_pinn import factors_of, require_jets
+from fedsciml.core.kfac_pinn import factors_of, has_jets, require_jets
 from fedsciml.core.matfree import GNOperator, MatfreeConfig
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.core.stats import chunked_gn_stats
@@ -63,11 +67,15 @@ class CentralizedConfig(StopOptions):
                                    "fits — always up to 5e7 entries —, else the cheaper of chunked and matfree)", str,
                            choices=("auto", "normal", "kernel", "chunked", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
-    precond: str = option("nystrom", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
-                                     "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
-                                     "PINN problems) or none", str, choices=("nystrom", "kfac", "none"))
-    cg_iters: int = option(500, "CG iterations per matrix-free lm solve, at most (a truncated solve is judged by LM's "
-                                "gain ratio; with precond kfac, 1–10 take many cheap steps)", int, lo=1)
+    precond: str = option("auto", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
+                                  "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
+                                  "PINN problems), none, or auto (kfac where lm_solve auto goes matrix-free for it: a "
+                                  "CPU, forward-Laplacian PINN residuals, p ≥ 1e4; else nystrom)", str,
+                          choices=("auto", "nystrom", "kfac", "none"))
+    cg_iters: int | None = option(None, "CG iterations per matrix-free lm solve, at most (a truncated solve is judged "
+                                        "by LM's gain ratio; with precond kfac, 1–10 take many cheap steps)", int, lo=1,
+                                  none="10 where lm_solve auto takes K-FAC (a CPU, forward-Laplacian PINN residuals, "
+                                       "p ≥ 1e4), else 500")
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
     lm_damping: str = option("adaptive", "lm damping: adaptive (Levenberg–Marquardt's gain-ratio rule) or fixed "
@@ -106,8 +114,8 @@ class CentralizedConfig(StopOptions):
                                                 f"{display('lm_solve')} matfree or auto)")
             out["nystrom_rank"] = (f"it sizes the Nyström preconditioner of the matrix-free lm solve "
                                    f"({display('optimizer')} lm, {display('lm_solve')} matfree or auto)")
-        elif self.precond != "nystrom":
-            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom)"
+        elif self.precond not in ("nystrom", "auto"):
+            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom or auto)"
         return out
 
     def _resolve(self):
@@ -184,7 +192,7 @@ def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
     choice = lm.form_choice(obj.n_residuals, obj.n_params)
     form = choice.form
     if form == "matfree":
-        kfac = lm.cfg.matfree.precond == "kfac"
+        kfac = lm.matfree.precond == "kfac"
 
         def operator(theta):
             op = GNOperator(obj.residual, theta)
@@ -284,7 +292,8 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
         info["average"] = cfg.average
     if info["lm_solve"] == "matfree":
         info["cg_iters"] = lm.cg_iters
-        info["nystrom_rank"] = lm.cfg.matfree.rank if lm.cfg.matfree.precond == "nystrom" else 0
+        info["nystrom_rank"] = lm.matfree.rank if lm.matfree.precond == "nystrom" else 0
+        info["precond"], info["cg_cap"] = lm.matfree.precond, lm.matfree.max_iters
     return (lm.theta if avg is None else avg), info
 
 
@@ -388,7 +397,7 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
                   matfree=MatfreeConfig(precond=config.precond,
                                         rank=capped_rank(config.nystrom_rank, theta0.numel(), "nystrom_rank"),
                                         max_iters=config.cg_iters, seed=seed),
-                  momentum=config.momentum)
+                  momentum=config.momentum, jets=has_jets(objectives))
     make = None
     if config.resample is not None:
         check_resample(problem, config.resample)

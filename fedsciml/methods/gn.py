@@ -64,7 +64,12 @@ methods' in :func:`fedsciml.core.forms.choose_form`): per client, the
 normal form costs ``p(p+1)/2 + p`` floats and the square-root form
 ``min(n_m, p)(p+1)``; the smaller is taken while it is at most
 ``MATFREE_FLOATS`` = 6.25·10⁶ floats (50 MB in float64) and the clients'
-Jacobians fit the device's memory, else the matrix-free form.
+Jacobians fit the device's memory, else the matrix-free form.  In LM's K-FAC
+regime (:func:`fedsciml.core.forms.choose_lm_solve`: a CPU, every client's
+residuals in K-FAC's forward-Laplacian channel form, p ≥ 10⁴, ``precond`` auto or
+kfac) it is the matrix-free form with ``kfac`` and CG capped at 10 exchanges per
+solve (``cg_iters`` unless named) — the same rule as centralized LM's ``lm_solve
+auto``; elsewhere ``precond`` auto is ``nystrom`` and the cap 500.
 
 Since ``Σ_m J_mᵀJ_m = JᵀJ`` and ``Σ_m J_mᵀr_m = Jᵀr`` for the pooled
 residual, the iterates equal centralized LM's to round-off.  An exact step
@@ -96,7 +101,7 @@ from fedsciml.core.objective import GNStats, gn_stats_from
 from fedsciml.options import OptionError, RoundOptions, display, option
 from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, deferred_stats, federated_form  # noqa: F401
 from fedsciml.core.lm import default_tau
-from fedsciml.core.kfac_pinn import jet_network, require_jets
+from fedsciml.core.kfac_pinn import has_jets, jet_network, require_jets
 from fedsciml.core.matfree import MatfreeConfig
 from fedsciml.methods.run import RunContext, capped_rank, strategy_runner
 
@@ -116,12 +121,15 @@ class GNConfig(RoundOptions):
                        choices=("auto", "normal", "sqrt", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free form (one sketch "
                                    "exchange of rank·p floats per accepted step)", int, lo=1)
-    precond: str = option("nystrom", "preconditioner of the matrix-free form's CG: nystrom (one sketch exchange), kfac "
-                                     "(K-FAC for PINNs: each client sends its Kronecker factors with Jᵀr, O(Σ widths²) "
-                                     "floats; forward-Laplacian PINN problems) or none", str,
-                          choices=("nystrom", "kfac", "none"))
-    cg_iters: int = option(500, "CG iterations (exchanges) per matrix-free solve, at most (a truncated solve is judged "
-                                "by LM's gain ratio)", int, lo=1)
+    precond: str = option("auto", "preconditioner of the matrix-free form's CG: nystrom (one sketch exchange), kfac "
+                                  "(K-FAC for PINNs: each client sends its Kronecker factors with Jᵀr, O(Σ widths²) "
+                                  "floats; forward-Laplacian PINN problems), none, or auto (kfac where form auto goes "
+                                  "matrix-free for it: a CPU, forward-Laplacian PINN residuals, p ≥ 1e4; else nystrom)",
+                          str, choices=("auto", "nystrom", "kfac", "none"))
+    cg_iters: int | None = option(None, "CG iterations (exchanges) per matrix-free solve, at most (a truncated solve is "
+                                        "judged by LM's gain ratio)", int, lo=1,
+                                  none="10 where form auto takes K-FAC (a CPU, forward-Laplacian PINN residuals, "
+                                       "p ≥ 1e4), else 500")
     momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
                                   "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
     exchange: str = option("one", "exchanges per LM iteration: one (the trial point down, each client's loss and "
@@ -148,8 +156,8 @@ class GNConfig(RoundOptions):
             out["precond"] = out["cg_iters"] = f"it sets the matrix-free form ({display('form')} matfree or auto)"
             out["nystrom_rank"] = f"it sizes the matrix-free form's Nyström preconditioner ({display('form')} " \
                                   f"matfree or auto)"
-        elif self.precond != "nystrom":
-            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom)"
+        elif self.precond not in ("nystrom", "auto"):
+            out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom or auto)"
         return out
 
     def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
@@ -695,25 +703,30 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
     lm_tau = default_tau(objectives) if cfg.lm_tau is None else cfg.lm_tau
     form = cfg.form
     reason = None
-    if form == "auto":  # the smaller dense message while it fits, matrix-free beyond (fedsciml.core.forms)
-        rows = [o.n_residuals for o in objectives]
-        choice = forms.choose_form(sum(rows), theta0.numel(), device=theta0.device, dtype=theta0.dtype, need="gn",
-                                   rows=rows)
+    if form == "auto":  # the smaller dense message while it fits, matrix-free beyond, K-FAC's regime on a CPU
+        rows = [o.n_residuals for o in objectives]  # (fedsciml.core.forms.choose_lm_solve, one rule with LM's)
+        choice = forms.choose_lm_solve(sum(rows), theta0.numel(), need="gn", rows=rows, precond=cfg.precond,
+                                       cg_iters=cfg.cg_iters, jets=has_jets(objectives), device=theta0.device,
+                                       dtype=theta0.dtype)
         form, reason = choice.form, choice.reason
+        precond, cg_cap = choice.precond, choice.cg_iters
+    else:
+        precond, cg_cap = forms.matfree_settings(False, cfg.precond, cfg.cg_iters)
+    assert precond is not None and cg_cap is not None
     options = {"lm_tau": lm_tau, "form": form}
     if reason is not None:
         options["form_reason"] = reason
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
-    kfac = form == "matfree" and cfg.precond == "kfac"
+    kfac = form == "matfree" and precond == "kfac"
     if kfac:  # refused by name unless every client's residual is in the forward-Laplacian channel form
         require_jets(objectives, getattr(ctx.problem, "name", str(ctx.problem)))
         options["precond"] = "kfac"
-    if form == "matfree" and cfg.cg_iters != GNConfig.specs()["cg_iters"][0]:
-        options["cg_iters"] = cfg.cg_iters
+    if form == "matfree" and cg_cap != forms.FULL_CG_ITERS:
+        options["cg_iters"] = cg_cap
     strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(
-                              precond=cfg.precond if form == "matfree" else "nystrom",
+                              precond=precond if form == "matfree" else "nystrom",
                               rank=capped_rank(cfg.nystrom_rank, theta0.numel(), "nystrom_rank"),
-                              max_iters=cfg.cg_iters, seed=seed),
+                              max_iters=cg_cap, seed=seed),
                                    momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen,
                           kfac_net=jet_network(objectives[0]) if kfac else None, exchange=cfg.exchange,

@@ -1,0 +1,134 @@
+"""LM's automatic solve takes K-FAC-preconditioned CG truncated at 10 on a CPU at p ≥ 10⁴ for residuals in K-FAC's
+forward-Laplacian channel form (fedsciml.core.forms.choose_lm_solve; record reproductions/lm_auto_kfac_exp16.md).
+
+The threshold is monkeypatched down to the tiny problems here (no 10⁴-parameter run in the suite)."""
+import pytest
+import torch
+
+from fedsciml.core import forms
+from fedsciml.core.forms import choose_lm_solve
+from fedsciml.core.kfac_pinn import has_jets
+from fedsciml.core.nn import MLP
+from fedsciml.problems import get_problem
+
+H100 = 80 * 10**9  # a fake free-memory figure for a CUDA device (the choice function only; no GPU needed)
+
+
+def test_the_regime_at_and_above_the_threshold_on_a_cpu_with_jets():
+    t = forms.KFAC_MIN_PARAMS
+    for p in (t, 3 * t):
+        c = choose_lm_solve(3_500, p, jets=True, device="cpu")
+        assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", forms.KFAC_CG_ITERS)
+        assert c.reason.startswith(f"matfree, K-FAC-preconditioned CG capped at {forms.KFAC_CG_ITERS}: a CPU")
+        assert c.settings()["precond"] == "kfac" and c.settings()["cg_cap"] == forms.KFAC_CG_ITERS
+    below = choose_lm_solve(3_500, t - 1, jets=True, device="cpu")
+    assert below.form == "kernel" and (below.precond, below.cg_iters) == ("nystrom", forms.FULL_CG_ITERS)
+    assert "precond" not in below.settings()  # a dense solve records no preconditioner
+
+
+def test_dense_without_jets_on_a_gpu_and_where_the_user_named_another_preconditioner():
+    p = forms.KFAC_MIN_PARAMS + 65
+    no_jets = choose_lm_solve(3_500, p, jets=False, device="cpu")
+    assert no_jets.form == "kernel" and no_jets.reason.endswith("residuals not in K-FAC's forward-Laplacian channel form")
+    gpu = choose_lm_solve(3_500, p, jets=True, device="cuda", free=H100)
+    assert gpu.form == "kernel" and gpu.reason.endswith("a GPU device (dense steps are fast there)")
+    # the dense choice is exactly choose_form's (same form, same costs) where the regime is not taken
+    ref = forms.choose_form(3_500, p, device="cuda", free=H100)
+    assert (gpu.form, gpu.costs) == (ref.form, ref.costs) and gpu.reason.startswith(ref.reason)
+    for named, rank in (("nystrom", 50), ("none", 0)):  # the flop model's choice, as without the regime
+        c = choose_lm_solve(3_500, p, jets=True, device="cpu", precond=named)
+        ref = forms.choose_form(3_500, p, device="cpu", rank=rank)
+        assert (c.form, c.precond) == (ref.form, named) and c.reason.endswith(f"precond {named} named")
+    assert choose_lm_solve(3_500, p, jets=True, device="cpu", precond="nystrom").form == "kernel"
+
+
+def test_user_named_precond_and_cg_iters_win():
+    p = forms.KFAC_MIN_PARAMS
+    c = choose_lm_solve(3_500, p, jets=True, cg_iters=25)
+    assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", 25) and "capped at 25 (as asked)" in c.reason
+    c = choose_lm_solve(3_500, p, jets=True, precond="kfac")
+    assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", forms.KFAC_CG_ITERS)
+    # a named form is no automatic choice: the regime is off, auto/None resolve to Nyström and a full solve
+    c = choose_lm_solve(3_500, p, jets=True, solve="matfree")
+    assert (c.form, c.precond, c.cg_iters) == ("matfree", "nystrom", forms.FULL_CG_ITERS)
+    c = choose_lm_solve(3_500, p, jets=True, solve="matfree", precond="kfac", cg_iters=7)
+    assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", 7)
+    with pytest.raises(ValueError, match="precond must be one of auto, nystrom, kfac, none, got 'kfca'"):
+        choose_lm_solve(10, p, precond="kfca")
+    with pytest.raises(ValueError, match="cg_iters must be ≥ 1 CG iterations per solve"):
+        choose_lm_solve(10, p, cg_iters=0)
+
+
+def test_federated_gn_asks_the_same_rule():
+    p = forms.KFAC_MIN_PARAMS
+    c = choose_lm_solve(3_500, p, jets=True, need="gn", rows=[875] * 4)
+    assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", forms.KFAC_CG_ITERS)
+    d = choose_lm_solve(400, p, jets=False, need="gn", rows=[100] * 4)  # a square-root message of 1e6 floats fits
+    assert d.form == "sqrt" and d.reason.startswith(forms.choose_form(400, p, need="gn", rows=[100] * 4).reason)
+
+
+def tiny_poisson(clients=1):
+    pb = get_problem("poisson", dim=2, n_interior=30, n_boundary=4)
+    pb.__dict__["_net"] = MLP([2, 8, 8, 1])
+    return pb, pb.client_objectives(clients, seed=0), pb.network().init(0)
+
+
+def test_centralized_auto_runs_the_regime_bitwise_as_the_flags_by_hand(monkeypatch):
+    """With the threshold at the tiny problem's p, ``lm_solve auto`` is the run of ``--lm-solve matfree --precond
+    kfac --cg-iters 10``: the same operations in the same order, so bitwise the same iterates; the result records
+    the resolved preconditioner, the cap and the reason."""
+    from fedsciml.methods.centralized import run_centralized
+
+    pb, objs, th0 = tiny_poisson()
+    monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", th0.numel())
+    th_a, rows_a, info_a = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=4)
+    th_m, rows_m, info_m = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=4,
+                                           lm_solve="matfree", precond="kfac", cg_iters=10)
+    assert info_a["lm_solve"] == "matfree" and info_a["lm_solve_reason"].startswith(
+        "matfree, K-FAC-preconditioned CG capped at 10: a CPU")
+    assert (info_a["precond"], info_a["cg_cap"]) == (info_m["precond"], info_m["cg_cap"]) == ("kfac", 10)
+    assert torch.equal(th_a, th_m) and [r["loss"] for r in rows_a] == [r["loss"] for r in rows_m]
+    assert all(r["cg_iters"] <= 10 for r in rows_a[1:]) and info_a["cg_iters"] > 0
+    # one below: the dense kernel form of before (n < p), nothing matrix-free recorded
+    monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", th0.numel() + 1)
+    _, _, info_d = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=1)
+    assert info_d["lm_solve"] == "kernel" and "precond" not in info_d and "cg_cap" not in info_d
+    # a named preconditioner other than kfac turns the regime off; a named cap is the cap
+    monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", 1)
+    _, _, info_n = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=1, precond="nystrom")
+    assert info_n["lm_solve"] == "kernel" and info_n["lm_solve_reason"].endswith("precond nystrom named")
+    _, rows_c, info_c = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=3, cg_iters=2)
+    assert (info_c["precond"], info_c["cg_cap"]) == ("kfac", 2) and all(r["cg_iters"] <= 2 for r in rows_c[1:])
+
+
+@pytest.mark.parametrize("name,opts", [("heat-nd", {"dim": 1}), ("poisson-lshape", {})])
+def test_heat_and_domain_pdes_stay_dense(monkeypatch, name, opts):
+    """Residuals outside K-FAC's channel form (heat, a general DomainPDE) keep the dense choice at any p."""
+    from fedsciml.methods.centralized import run_centralized
+
+    monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", 1)
+    pb = get_problem(name, **opts)
+    objs = pb.client_objectives(2, seed=0)
+    assert not has_jets(objs)
+    _, _, info = run_centralized(pb, objs, pb.init_params(0), pb.evaluate, optimizer="lm", max_iters=1)
+    assert info["lm_solve"] != "matfree" and info["lm_solve_reason"].endswith(
+        "residuals not in K-FAC's forward-Laplacian channel form")
+
+
+def test_gn_form_auto_runs_the_regime_bitwise_as_the_flags_by_hand(monkeypatch):
+    """Federated gn's ``form auto`` asks the same rule: at the threshold it is ``--form matfree --precond kfac
+    --cg-iters 10`` (the same operations: bitwise), and its options record what ran."""
+    from fedsciml.methods import METHODS
+
+    pb, objs, th0 = tiny_poisson(clients=2)
+    monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", th0.numel())
+    th_a, rows_a, info_a = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=3)
+    th_m, rows_m, info_m = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=3, form="matfree", precond="kfac",
+                                         cg_iters=10)
+    o = info_a["options"]
+    assert (o["form"], o["precond"], o["cg_iters"]) == ("matfree", "kfac", 10)
+    assert o["form_reason"].startswith("matfree, K-FAC-preconditioned CG capped at 10")
+    assert torch.equal(th_a, th_m) and [r["loss"] for r in rows_a] == [r["loss"] for r in rows_m]
+    monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", th0.numel() + 1)
+    _, _, info_d = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=1)
+    assert info_d["options"]["form"] in ("normal", "sqrt") and "precond" not in info_d["options"]
