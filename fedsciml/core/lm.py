@@ -46,7 +46,7 @@ forms (``LMConfig.solve``):
   residuals in K-FAC's forward-Laplacian channel form: ``LMConfig.jets``), where it is ``matfree`` with K-FAC for
   PINNs preconditioning CG truncated at 10 iterations unless a preconditioner or cap is named
   (:func:`fedsciml.core.forms.choose_lm_solve`; the choice also resolves ``MatfreeConfig.precond='auto'`` and
-  ``max_iters=None``: :attr:`LevenbergMarquardt.matfree`).  Why dense
+  ``max_iters=None``: :attr:`LevenbergMarquardt.resolved_matfree`).  Why dense
   first: at p ≈ 2 300 the dense step is the cheaper one while it fits —
   measured on Poisson d = 5 (n = 17 700, p = 2 337, one thread, CPU time): J
   1.8 s, JᵀJ 4.2 s, Cholesky 0.3 s, against 0.4 s per matrix-free product, so
@@ -205,11 +205,12 @@ class LevenbergMarquardt:
                                            jets=self.cfg.jets, device=device, dtype=dtype, rank=mc.rank)
             self._choices[key] = choice
             if self._matfree is None:  # the same for every size (they depend on p, the device and the names)
+                assert choice.precond is not None  # choose_lm_solve resolves both
                 self._matfree = replace(mc, precond=choice.precond, max_iters=choice.cg_iters)
         return self._choices[key]
 
     @property
-    def matfree(self) -> matfree.MatfreeConfig:
+    def resolved_matfree(self) -> matfree.MatfreeConfig:
         """The matrix-free solve's settings, resolved: the preconditioner and CG cap of :meth:`form_choice`
         (:func:`fedsciml.core.forms.choose_lm_solve`), or — where no choice was made (federated gn names its
         form) — the configured ones with ``auto`` → Nyström and no cap → :data:`fedsciml.core.forms.FULL_CG_ITERS`."""
@@ -272,7 +273,7 @@ class LevenbergMarquardt:
         iteration's ``λ_max``."""
         st = self.stats
         if self._nystrom is None or self._nystrom[0] is not st:
-            mc = self.matfree
+            mc = self.resolved_matfree
             gen = torch.Generator(device=st.g.device).manual_seed(mc.seed + self.accepted_steps)
             p = st.g.numel()
             op = self._op()
@@ -301,7 +302,7 @@ class LevenbergMarquardt:
         st = self.stats
         ny, _ = self._sketch()
         mu = max(mu, self.cfg.mu_min)
-        mc = self.matfree
+        mc = self.resolved_matfree
         assert mc.max_iters is not None  # resolved by the property
         bphi = self._momentum_term()
         rhs = None if bphi is None else -(st.g + mu * bphi)

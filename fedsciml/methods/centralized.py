@@ -192,7 +192,7 @@ def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
     choice = lm.form_choice(obj.n_residuals, obj.n_params)
     form = choice.form
     if form == "matfree":
-        kfac = lm.matfree.precond == "kfac"
+        kfac = lm.resolved_matfree.precond == "kfac"
 
         def operator(theta):
             op = GNOperator(obj.residual, theta)
@@ -292,8 +292,8 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
         info["average"] = cfg.average
     if info["lm_solve"] == "matfree":
         info["cg_iters"] = lm.cg_iters
-        info["nystrom_rank"] = lm.matfree.rank if lm.matfree.precond == "nystrom" else 0
-        info["precond"], info["cg_cap"] = lm.matfree.precond, lm.matfree.max_iters
+        info["nystrom_rank"] = lm.resolved_matfree.rank if lm.resolved_matfree.precond == "nystrom" else 0
+        info["precond"], info["cg_cap"] = lm.resolved_matfree.precond, lm.resolved_matfree.max_iters
     return (lm.theta if avg is None else avg), info
 
 
