@@ -1,7 +1,7 @@
-"""LM's automatic solve takes K-FAC-preconditioned CG truncated at 10 on a CPU at p ≥ 10⁴ for residuals in K-FAC's
+"""LM's automatic solve takes K-FAC-preconditioned CG truncated at 10 on a CPU at p ≥ 5·10³ for residuals in K-FAC's
 forward-Laplacian channel form (fedsciml.core.forms.choose_lm_solve; record reproductions/lm_auto_kfac_exp16.md).
 
-The threshold is monkeypatched down to the tiny problems here (no 10⁴-parameter run in the suite)."""
+The threshold is monkeypatched down to the tiny problems here (no run of thousands of parameters in the suite)."""
 import pytest
 import torch
 

@@ -37,9 +37,10 @@ Ties go to the first of ``normal, kernel, chunked, matfree`` (so n ≥ p: normal
 needs (:func:`fedsciml.core.kfac_pinn.jet_network`; heat and a general ``DomainPDE`` are not) and p ≥
 :data:`KFAC_MIN_PARAMS`, LM's automatic solve (and federated gn's automatic form) is matrix-free CG preconditioned
 by K-FAC and truncated at :data:`KFAC_CG_ITERS` iterations (:func:`choose_lm_solve`): many cheap, inexact steps
-judged by LM's gain ratio.  Measured on the K-FAC-for-PINNs authors' exp16 (Poisson 5-d, p = 10 065) at one thread:
-rel L2 5.5·10⁻³ in 120 CPU-s against 0.28 for the dense kernel-form steps the flop model picks
-(``reproductions/anchors_exp16_kfac_cg10.md``, ``reproductions/lm_auto_kfac_exp16.md``).  A GPU keeps the dense
+judged by LM's gain ratio.  Measured at one thread, 60 CPU-s, on the K-FAC-for-PINNs authors' exp16 points (Poisson
+5-d, 3 000 + 500 points drawn afresh every step; ``reproductions/lm_auto_kfac_exp16.md``): rel L2 8.3·10⁻³ against
+0.52 for the dense kernel-form steps at p = 10 065, 9.9·10⁻³ against 0.13 at p = 5 297 — and 2.7·10⁻² against the
+dense normal form's 2.9·10⁻³ at p = 2 337, so the threshold lies between the last two (5 000).  A GPU keeps the dense
 choice (dense steps are fast there: ``reproductions/gpu_h100.md``).  A preconditioner or CG cap the user named wins:
 a named ``nystrom`` or ``none`` turns the regime off (the evidence is for K-FAC), a named CG cap is the cap.
 
@@ -79,7 +80,7 @@ MESSAGE_FLOATS = 6_250_000
 #: the smallest block of rows the chunked form streams (below it the chunked form is said not to fit)
 MIN_CHUNK_ROWS = 64
 #: the K-FAC regime (module docstring): on a CPU, with residuals in K-FAC's channel form, from this many parameters
-KFAC_MIN_PARAMS = 10_000
+KFAC_MIN_PARAMS = 5_000
 #: CG iterations per solve in the K-FAC regime (a truncated solve: many cheap steps)
 KFAC_CG_ITERS = 10
 #: CG iterations per matrix-free solve outside it (a full solve; the cap stops a stalled CG)

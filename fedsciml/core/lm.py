@@ -42,7 +42,7 @@ forms (``LMConfig.solve``):
   :func:`fedsciml.core.forms.choose_form` — the dense forms while J and its
   Gram fit the device's memory budget (always while ``n·p ≤ 5·10⁷``: ``kernel``
   when n < p, else ``normal``), ``chunked`` when only ``JᵀJ`` fits, the
-  cheaper of ``chunked`` and ``matfree`` by a flop model beyond — except in the K-FAC regime (on a CPU, p ≥ 10⁴,
+  cheaper of ``chunked`` and ``matfree`` by a flop model beyond — except in the K-FAC regime (on a CPU, p ≥ 5·10³,
   residuals in K-FAC's forward-Laplacian channel form: ``LMConfig.jets``), where it is ``matfree`` with K-FAC for
   PINNs preconditioning CG truncated at 10 iterations unless a preconditioner or cap is named
   (:func:`fedsciml.core.forms.choose_lm_solve`; the choice also resolves ``MatfreeConfig.precond='auto'`` and

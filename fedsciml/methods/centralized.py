@@ -10,7 +10,7 @@
   ``precond`` picks the matrix-free solve's preconditioner: ``nystrom``, ``kfac`` (K-FAC for PINNs,
   :mod:`fedsciml.core.kfac_pinn`: Kronecker factors of the forward-Laplacian channels, taken with the
   operator at each accepted point), ``none`` or ``auto`` (default).  On a CPU, for residuals in K-FAC's
-  channel form at p ≥ 10⁴, ``auto`` solves matrix-free with ``kfac`` and CG capped at 10 (``cg_iters``, unless
+  channel form at p ≥ 5·10³ (:data:`fedsciml.core.forms.KFAC_MIN_PARAMS`), ``auto`` solves matrix-free with ``kfac`` and CG capped at 10 (``cg_iters``, unless
   named; :func:`fedsciml.core.forms.choose_lm_solve`); elsewhere ``auto`` is ``nystrom`` and the cap 500.  The
   resolved preconditioner and cap are recorded with a matrix-free solve (``info["precond"]``,
   ``info["cg_cap"]``).
@@ -37,6 +37,7 @@ import torch
 
 from fedsciml.options import StopOptions, display, option
 from fedsciml.core.kfac_pinn import factors_of, has_jets, require_jets
+from fedsciml.core.forms import KFAC_MIN_PARAMS
 from fedsciml.core.matfree import GNOperator, MatfreeConfig
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.core.stats import chunked_gn_stats
@@ -70,12 +71,12 @@ class CentralizedConfig(StopOptions):
     precond: str = option("auto", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
                                   "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
                                   "PINN problems), none, or auto (kfac where lm_solve auto goes matrix-free for it: a "
-                                  "CPU, forward-Laplacian PINN residuals, p ≥ 1e4; else nystrom)", str,
+                                  f"CPU, forward-Laplacian PINN residuals, p ≥ {KFAC_MIN_PARAMS:,}; else nystrom)", str,
                           choices=("auto", "nystrom", "kfac", "none"))
     cg_iters: int | None = option(None, "CG iterations per matrix-free lm solve, at most (a truncated solve is judged "
                                         "by LM's gain ratio; with precond kfac, 1–10 take many cheap steps)", int, lo=1,
                                   none="10 where lm_solve auto takes K-FAC (a CPU, forward-Laplacian PINN residuals, "
-                                       "p ≥ 1e4), else 500")
+                                       f"p ≥ {KFAC_MIN_PARAMS:,}), else 500")
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
     lm_damping: str = option("adaptive", "lm damping: adaptive (Levenberg–Marquardt's gain-ratio rule) or fixed "
