@@ -77,9 +77,9 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         callable; :class:`EarlyStopping` and :class:`BestModelCheckpoint` ship with
         fedsciml.  In-process engine only.
     method_options
-        The fields of the method's configuration (:mod:`fedsciml.options`:
-        ``CentralizedConfig``, ``GNConfig``, ``FIPAConfig``, ``FedAvgConfig``,
-        ``FedProxConfig``, ``OneShotConfig``), e.g. ``budget`` (seconds),
+        The fields of the method's configuration (declared in the method's module,
+        all importable from :mod:`fedsciml`: ``CentralizedConfig``, ``GNConfig``, ``FIPAConfig``,
+        ``FedAvgConfig``, ``FedProxConfig``, ``OneShotConfig``), e.g. ``budget`` (seconds),
         ``optimizer``, ``max_iters``, ``rounds``, ``rank``, ``local``,
         ``local_steps``, ``lr``, ``mu``, ``participation``, ``dropout``,
         ``checkpoint``, ``resume``; or ``config=`` one such object.  ``every``

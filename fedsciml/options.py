@@ -54,7 +54,7 @@ import math
 import numbers
 import os
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 
 class OptionError(ValueError):
@@ -526,3 +526,28 @@ def parse_grid(text: str, flag: str = "--cv", max_items: int | None = None) -> l
 
 
 MAX_GRID = 10_000  # σ values in a CV grid: each costs a d×d factorization at the server
+
+
+#: names this module held until the method configurations moved into their method modules (issue 32): where
+#: each is now (each is also ``fedsciml.methods.NAME``, and each configuration ``fedsciml.NAME``)
+MOVED = {"CentralizedConfig": "fedsciml.methods.centralized", "GNConfig": "fedsciml.methods.gn",
+         "FIPAConfig": "fedsciml.methods.fipa", "PAPER_PRESET": "fedsciml.methods.fipa",
+         "FedAvgConfig": "fedsciml.methods.averaging", "FedProxConfig": "fedsciml.methods.averaging",
+         "OneShotConfig": "fedsciml.methods.oneshot"}
+
+
+class MovedName(ImportError):
+    """A name that moved to another module: the one line names its new home.  An :class:`ImportError` (not an
+    ``AttributeError``, which ``from … import`` would replace by its own line without the new home)."""
+
+
+def moved(module: str, name: str, home: str, why: str) -> MovedName:
+    """The error for ``module.name``, which is now ``home.name`` (``why``: the change that moved it)."""
+    return MovedName(f"{module}.{name} moved to {home}.{name} ({why}): import it from there")
+
+
+if not TYPE_CHECKING:  # invisible to mypy, so that a misspelt import from this module stays a type error
+    def __getattr__(name: str):
+        if name in MOVED:
+            raise moved(__name__, name, MOVED[name], "each method's configuration is declared in its method's module")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

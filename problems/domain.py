@@ -304,9 +304,9 @@ class DomainPDE(PINNProblem):
             try:
                 xi = dom.sample_interior(self.n_interior, self.sampling, [seed, k, 0],
                                          where=lambda y, k=k: part.owner(y) == k, box=part.cell_box(k, dom))
-            except ProblemError:
+            except ProblemError as e:
                 dom.sample_interior(1, self.sampling, [seed, k, 0])  # an empty domain: its own error, named
-                raise self._empty_cell(k, K, part, dom) from None
+                raise self._empty_cell(k, K, part, dom, getattr(e, "found", 0), getattr(e, "tried", 0)) from None
             for name, fn, c, _i in parts:
                 if c is None:
                     per_client[k].append(ResidualPart(name, fn, xi.to(device), 1.0))
@@ -324,15 +324,24 @@ class DomainPDE(PINNProblem):
                         per_client[k].append(ResidualPart(name, fn, pk, w))
         return [self._objective(ps) for ps in per_client]
 
-    def _empty_cell(self, k: int, K: int, part: Partition, dom: Geometry) -> ProblemError:
-        """The error for a client whose cell of the split holds no interior point (the domain has some)."""
+    def _empty_cell(self, k: int, K: int, part: Partition, dom: Geometry, found: int = 0,
+                    tried: int = 0) -> ProblemError:
+        """The error for a client whose cell of the split holds no interior point (the domain has some), or too
+        little of the domain for the sampler to find ``n_interior`` points in it (``found`` of ``tried``
+        candidates fell in it: a sliver, not an empty cell)."""
         box = part.cell_box(k, dom)
         where = "" if box is None else " (" + ", ".join(
             f"{axis_name(i)} in [{float(lo):g}, {float(hi):g}]" for i, (lo, hi) in enumerate(zip(*box))
             if (lo, hi) != (dom.bbox[0][i], dom.bbox[1][i])) + ")"
         split = self.split if isinstance(self.split, str) else type(part).__name__
-        return ProblemError(f"client {k} of {K}: its cell{where} of the split {split!r} holds no interior point of "
-                            f"{dom!r}; give a split whose every cell meets the domain, or fewer clients")
+        if found:
+            holds = (f"holds too little of {dom!r} to sample {self.n_interior} interior points (only {found} of "
+                     f"{tried:,} candidates fell in it)")
+        else:
+            holds = f"holds no interior point of {dom!r}" + (f" (none of {tried:,} candidates fell in it)" if tried
+                                                              else "")
+        return ProblemError(f"client {k} of {K}: its cell{where} of the split {split!r} {holds}; give a split whose "
+                            f"every cell meets the domain, or fewer clients")
 
     def _objective(self, parts):
         from fedsciml.core.objective import PointwiseLeastSquares

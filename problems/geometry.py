@@ -422,8 +422,10 @@ def _reject(draw: Callable, accept: Callable, n: int, what: str, fraction: float
         if acc == 0 and tried >= 1_000_000:
             break
         rate = max(acc / tried, 1e-4) if acc else rate / 10
-    raise ProblemError(f"could not sample {n} points of the {what}: only {have} of {tried} candidates fell in it "
+    err = ProblemError(f"could not sample {n} points of the {what}: only {have} of {tried} candidates fell in it "
                        f"(is it empty, or of measure zero?)")
+    err.found, err.tried = have, tried  # for a caller that names the region itself (a client's cell of a split)
+    raise err
 
 
 def _coords(value, what: str, *, ndim: int = 1) -> np.ndarray:

@@ -54,3 +54,16 @@ def test_bad_arguments_are_one_line_and_exit_2(args, message):
     r = subprocess.run([sys.executable, "-m", "fedsciml", "flower", "run", *args], capture_output=True, text=True,
                        cwd=REPO_ROOT, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].endswith(message), r.stderr
+
+
+def test_a_flwr_cli_failure_is_one_line(tmp_path):
+    """flwr's own JSON error (here: a SuperLink connection its config does not have) starts with a newline and may
+    span lines: the error is still one line (it was three), exit 1."""
+    import os
+
+    r = subprocess.run([sys.executable, "-m", "fedsciml", "flower", "run", "app", "nosuchlink", "--no-stream"],
+                       capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
+                       env={**os.environ, "FLWR_HOME": str(tmp_path)})
+    err = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 1 and len(err) == 1, r.stderr
+    assert err[0].startswith("error: flwr run failed: ") and "SuperLink connection 'nosuchlink' not found" in err[0]

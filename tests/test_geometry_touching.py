@@ -55,3 +55,27 @@ def test_an_empty_domain_is_named_itself_not_a_cell():
 def test_touching_unions_and_differences_still_build():
     assert len(_pde(Box([0, 0], [1, 1]) | Box([1, 0], [2, 1]), "strips").client_objectives(2)) == 2
     assert len(_pde(Box([0, 0], [1, 1]) - Box([1, 0], [2, 1]), "grid:2x2").client_objectives(4)) == 4
+
+
+
+def test_a_cell_holding_a_sliver_of_the_domain_says_what_the_sampler_found(monkeypatch):
+    """Client 0's strip x in [0, 1] meets the domain in a sliver 1e-7 wide: the error says how many candidates the
+    sampler drew (none fell in the sliver), not that the cell is empty; where some fell in, fewer than n_interior,
+    it says that instead."""
+    geo = Box([0, 0], [2, 1]) - Box([0, 0], [1 - 1e-7, 1])
+    with pytest.raises(ProblemError, match=r"^client 0 of 2: its cell \(x in \[0, 1\]\) of the split 'strips' holds "
+                                           r"no interior point of .* \(none of [\d,]+ candidates fell in it\); give"):
+        _pde(geo, "strips").client_objectives(2)
+    real = type(geo).sample_interior
+
+    def short(self, n, *a, where=None, **kw):  # a sampler that found 3 of 10⁶ candidates in the cell
+        if where is None:
+            return real(self, n, *a, **kw)
+        err = ProblemError("could not sample")
+        err.found, err.tried = 3, 10**6
+        raise err
+    monkeypatch.setattr(type(geo), "sample_interior", short)
+    with pytest.raises(ProblemError, match=r"^client 0 of 2: its cell \(x in \[0, 1\]\) of the split 'strips' holds "
+                                           r"too little of .* to sample \d+ interior points \(only 3 of 1,000,000 "
+                                           r"candidates fell in it\); give a split"):
+        _pde(geo, "strips").client_objectives(2)

@@ -213,7 +213,7 @@ class FIPAAggregator(Aggregator):
     updates (≈ −g_m), unweighted; the merged curvature ``Σ w_m Ĥ_m`` is kept.
     With either, exact local GN steps no longer give the exact GN step.
 
-    ``consistency=True`` (set by ``run_fipa`` when the local solver is exact
+    ``consistency=True`` (set by :func:`~fedsciml.methods.fipa.fipa_strategy` when the local solver is exact
     Gauss–Newton, ``Δθ_m = −(H_m + μI)^† g_m``): a message that reports its
     loss must satisfy ``Δθ_mᵀ Ĥ_m Δθ_m ≤ 2·loss`` (with a truncated Ĥ_m the
     left side only shrinks), since ``Δᵀ H Δ ≤ gᵀH⁺g = ‖P_J r‖² ≤ ‖r‖²``.

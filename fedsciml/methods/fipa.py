@@ -83,7 +83,7 @@ from fedsciml.methods.aggregators import FIPAAggregator
 from fedsciml.methods.run import RunContext, capped_rank, local_config, strategy_runner
 
 #: The published FIPA for PDEs as the authors' code runs it (``FIPAConfig.from_options(preset="paper")``,
-#: ``run_fipa(..., preset="paper")``, ``solve --preset paper``): τ = 100 local Adam steps (lr 1e-4) on the
+#: ``fs.solve(..., method="fipa", preset="paper")``, ``solve --preset paper``): τ = 100 local Adam steps (lr 1e-4) on the
 #: per-part mean loss ``mean(r_int²) + β·mean(r_bc²)``, rank-20 curvature sketches, the merge
 #: ``γ Ĥ^† Σ Ĥ_m Δθ_m`` with a pseudo-inverse that drops eigenvalues below 1e-5·λ_max, a fixed γ = 0.3, no
 #: safeguard.  The reference code's collocation settings (400 interior points, each end point 20×, boundary

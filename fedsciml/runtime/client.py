@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 import torch
 
 from fedsciml.core import linalg
 from fedsciml.core.objective import LeastSquares, gn_stats_from
+from fedsciml.options import moved
 from fedsciml.runtime.protocol import MONITOR, Reply, Request
 
 def scalar_like(x, like: torch.Tensor) -> torch.Tensor:
@@ -120,6 +121,13 @@ class Client:
     @property
     def n(self) -> int:
         return int(self.objective.n_residuals)
+
+    if not TYPE_CHECKING:  # invisible to mypy: a misspelt attribute of a Client stays a type error
+        def __getattr__(self, name: str):
+            if name in _MOVED_METHODS:  # FIPA's and FedAvg's local training left the runtime (issue 32)
+                raise AttributeError(f"Client.{name} moved to {_MOVED_METHODS[name]} (the local-training "
+                                     f"methods' client half is fedsciml.methods.local)")
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def n_like(self, theta: torch.Tensor) -> torch.Tensor:
         """The residual count as a message's ``"n"``: a one-element tensor of θ's dtype and device."""
@@ -271,3 +279,20 @@ register_handler(Client, "loss", _answer_loss)
 register_handler(Client, "gn_loss", _answer_loss, lambda batch, req: batch.loss_messages(req.tensors["theta"]))
 register_handler(Client, "gn_stats", _answer_gn_stats,
                  lambda batch, req: batch.gn_messages(req.tensors["theta"], req.config.get("form", "normal")))
+
+
+#: the client half of FIPA / FedAvg / FedProx that this module held until it moved to
+#: ``fedsciml.methods.local`` (issue 32): its names, and the Client methods that became its functions
+_MOVED = ("LocalConfig", "Spectrum", "AdaptiveSchedule", "gram_matmat", "LOCAL_SOLVERS", "LOCAL_LOSSES", "SKETCHES")
+_MOVED_METHODS = {"update_message": "fedsciml.methods.local.local_update(client, theta, cfg, ...), which returns "
+                                    "(message, info)",
+                  "last_info": "fedsciml.methods.local.local_update(...)'s second return value (info)",
+                  "adam_delta": "fedsciml.methods.local.adam_delta(client, theta, cfg, steps, deadline)",
+                  "spectrum": "fedsciml.methods.local.spectrum(client.objective, theta)",
+                  "sketch_matfree": "fedsciml.methods.local.sketch_matfree(client.objective, theta, rank, seed)"}
+
+if not TYPE_CHECKING:  # invisible to mypy, so that a misspelt import from this module stays a type error
+    def __getattr__(name: str):
+        if name in _MOVED:
+            raise moved(__name__, name, "fedsciml.methods.local", "the local-training methods' client half")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

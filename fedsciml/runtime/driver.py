@@ -618,8 +618,8 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
     """Solve ``problem`` (a :class:`~fedsciml.problems.Problem`) with ``method``: :func:`run` of :func:`plan`.
 
     ``clients`` defaults to the problem's own default (1 for most).  The method's
-    options come as keywords (``rounds=``, ``rank=``, …; see
-    :mod:`fedsciml.options`) or as a ready ``config``; unknown options and values
+    options come as keywords (``rounds=``, ``rank=``, …: the fields of the method's configuration,
+    :attr:`MethodSpec.config`) or as a ready ``config``; unknown options and values
     out of range raise before anything runs.  ``message_hook(round, client, msg)
     -> msg`` (federated methods; tests) alters the messages clients send.
     ``engine="flower"`` runs the same method with Flower's simulation engine

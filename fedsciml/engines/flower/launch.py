@@ -59,8 +59,9 @@ def _json_of(what: str, proc: subprocess.CompletedProcess) -> dict:
     if not isinstance(payload, dict):
         raise FlowerRunFailed(f"{what} exited {proc.returncode} without its JSON answer: "
                               f"{_one_line((proc.stderr or '') + out)}")
-    if payload.get("success") is False:
-        raise FlowerRunFailed(f"{what} failed: {payload.get('error-message') or _one_line(proc.stderr or out)}")
+    if payload.get("success") is False:  # Flower's message may span lines (it starts with one): one line here
+        why = " ".join(str(payload.get("error-message") or "").split()) or _one_line(proc.stderr or out)
+        raise FlowerRunFailed(f"{what} failed: {why}")
     return payload
 
 
