@@ -1,8 +1,9 @@
 """One choice of how the Gauss–Newton statistics are formed: dense normal, kernel, chunked or matrix-free.
 
 Every method that forms residual Jacobians asks :func:`choose_form` — centralized Levenberg–Marquardt
-(``lm_solve='auto'``), federated gn clients (``form='auto'``) and FIPA clients (``sketch='auto'``) — from the
-sizes (n residual rows, p parameters), the device and the dtype.  The choice reads two things:
+(``lm_solve='auto'``) and federated gn (``form='auto'``) through :func:`choose_lm_solve`, which adds the K-FAC
+regime below and resolves the matrix-free solve's preconditioner and CG cap, and FIPA clients (``sketch='auto'``)
+directly — from the sizes (n residual rows, p parameters), the device and the dtype.  The choice reads two things:
 
 **Memory.**  The budget is a safety fraction (:data:`SAFETY`) of the device's free memory now
 (:func:`available_memory`: ``torch.cuda.mem_get_info`` on CUDA, the OS's MemAvailable on a CPU).  A form fits
