@@ -1,7 +1,9 @@
-"""LM's automatic solve takes K-FAC-preconditioned CG truncated at 10 on a CPU at p ≥ 5·10³ for residuals in K-FAC's
-forward-Laplacian channel form (fedsciml.core.forms.choose_lm_solve; record reproductions/lm_auto_kfac_exp16.md).
+"""LM's automatic solve takes K-FAC-preconditioned CG truncated at 10 on a CPU for residuals in K-FAC's
+forward-Laplacian channel form where p ≥ 5 000 and a dense step costs ≥ 2 K-FAC steps by the flop model
+(fedsciml.core.forms.choose_lm_solve; record reproductions/lm_auto_kfac_exp16.md).
 
-The threshold is monkeypatched down to the tiny problems here (no run of thousands of parameters in the suite)."""
+The choice function is asked at the measured sizes; for runs the thresholds are monkeypatched down to the tiny
+problems here (no run of thousands of parameters in the suite)."""
 import pytest
 import torch
 
@@ -12,23 +14,32 @@ from fedsciml.core.nn import MLP
 from fedsciml.problems import get_problem
 
 H100 = 80 * 10**9  # a fake free-memory figure for a CUDA device (the choice function only; no GPU needed)
+CPU_24G = 24 * 2**30
 
 
-def test_the_regime_at_and_above_the_threshold_on_a_cpu_with_jets():
-    t = forms.KFAC_MIN_PARAMS
-    for p in (t, 3 * t):
-        c = choose_lm_solve(3_500, p, jets=True, device="cpu")
-        assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", forms.KFAC_CG_ITERS)
+def test_the_regime_where_it_was_measured_to_win_and_dense_where_it_lost():
+    """The record's four sizes (exp16's 3 500 points; p = 10 065, 5 297 won by K-FAC; p = 2 337 and n = 600 won by
+    the dense form), at a free-memory figure where the dense forms fit."""
+    for p in (10_065, 5_297, forms.KFAC_MIN_PARAMS):
+        c = choose_lm_solve(3_500, p, jets=True, device="cpu", free=CPU_24G)
+        assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", forms.KFAC_CG_ITERS), p
         assert c.reason.startswith(f"matfree, K-FAC-preconditioned CG capped at {forms.KFAC_CG_ITERS}: a CPU")
         assert c.settings()["precond"] == "kfac" and c.settings()["cg_cap"] == forms.KFAC_CG_ITERS
-    below = choose_lm_solve(3_500, t - 1, jets=True, device="cpu")
+    below = choose_lm_solve(3_500, forms.KFAC_MIN_PARAMS - 1, jets=True, device="cpu", free=CPU_24G)
     assert below.form == "kernel" and (below.precond, below.cg_iters) == ("nystrom", forms.FULL_CG_ITERS)
+    assert "K-FAC" not in below.reason  # below the size threshold the reason is the flop model's alone
     assert "precond" not in below.settings()  # a dense solve records no preconditioner
+    assert choose_lm_solve(3_500, 2_337, jets=True, device="cpu", free=CPU_24G).form == "normal"
+    few = choose_lm_solve(600, 10_065, jets=True, device="cpu", free=CPU_24G)  # a cheap dense step: 0.73 K-FAC steps
+    assert few.form == "kernel" and few.reason.endswith(f"costs 0.73 K-FAC steps (1.3e+10) < {forms.KFAC_MIN_RATIO:g}")
+    # nothing dense fits (exp19's J on a 24 GiB CPU): the matrix-free form either way, with K-FAC and the cap
+    big = choose_lm_solve(3_500, 116_865, jets=True, device="cpu", free=CPU_24G)
+    assert (big.form, big.precond, big.cg_iters) == ("matfree", "kfac", 10) and "no dense form fits" in big.reason
 
 
 def test_dense_without_jets_on_a_gpu_and_where_the_user_named_another_preconditioner():
-    p = forms.KFAC_MIN_PARAMS + 65
-    no_jets = choose_lm_solve(3_500, p, jets=False, device="cpu")
+    p = 10_065
+    no_jets = choose_lm_solve(3_500, p, jets=False, device="cpu", free=CPU_24G)
     assert no_jets.form == "kernel" and no_jets.reason.endswith("residuals not in K-FAC's forward-Laplacian channel form")
     gpu = choose_lm_solve(3_500, p, jets=True, device="cuda", free=H100)
     assert gpu.form == "kernel" and gpu.reason.endswith("a GPU device (dense steps are fast there)")
@@ -36,14 +47,14 @@ def test_dense_without_jets_on_a_gpu_and_where_the_user_named_another_preconditi
     ref = forms.choose_form(3_500, p, device="cuda", free=H100)
     assert (gpu.form, gpu.costs) == (ref.form, ref.costs) and gpu.reason.startswith(ref.reason)
     for named, rank in (("nystrom", 50), ("none", 0)):  # the flop model's choice, as without the regime
-        c = choose_lm_solve(3_500, p, jets=True, device="cpu", precond=named)
-        ref = forms.choose_form(3_500, p, device="cpu", rank=rank)
+        c = choose_lm_solve(3_500, p, jets=True, device="cpu", precond=named, free=CPU_24G)
+        ref = forms.choose_form(3_500, p, device="cpu", rank=rank, free=CPU_24G)
         assert (c.form, c.precond) == (ref.form, named) and c.reason.endswith(f"precond {named} named")
-    assert choose_lm_solve(3_500, p, jets=True, device="cpu", precond="nystrom").form == "kernel"
+    assert choose_lm_solve(3_500, p, jets=True, device="cpu", precond="nystrom", free=CPU_24G).form == "kernel"
 
 
 def test_user_named_precond_and_cg_iters_win():
-    p = forms.KFAC_MIN_PARAMS
+    p = 10_065
     c = choose_lm_solve(3_500, p, jets=True, cg_iters=25)
     assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", 25) and "capped at 25 (as asked)" in c.reason
     c = choose_lm_solve(3_500, p, jets=True, precond="kfac")
@@ -60,10 +71,10 @@ def test_user_named_precond_and_cg_iters_win():
 
 
 def test_federated_gn_asks_the_same_rule():
-    p = forms.KFAC_MIN_PARAMS
+    p = 10_065
     c = choose_lm_solve(3_500, p, jets=True, need="gn", rows=[875] * 4)
     assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", forms.KFAC_CG_ITERS)
-    d = choose_lm_solve(400, p, jets=False, need="gn", rows=[100] * 4)  # a square-root message of 1e6 floats fits
+    d = choose_lm_solve(400, p, jets=True, need="gn", rows=[100] * 4)  # a cheap dense step; a 1e6-float message
     assert d.form == "sqrt" and d.reason.startswith(forms.choose_form(400, p, need="gn", rows=[100] * 4).reason)
 
 
@@ -81,6 +92,7 @@ def test_centralized_auto_runs_the_regime_bitwise_as_the_flags_by_hand(monkeypat
 
     pb, objs, th0 = tiny_poisson()
     monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", th0.numel())
+    monkeypatch.setattr(forms, "KFAC_MIN_RATIO", 0.0)
     th_a, rows_a, info_a = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=4)
     th_m, rows_m, info_m = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=4,
                                            lm_solve="matfree", precond="kfac", cg_iters=10)
@@ -93,6 +105,13 @@ def test_centralized_auto_runs_the_regime_bitwise_as_the_flags_by_hand(monkeypat
     monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", th0.numel() + 1)
     _, _, info_d = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=1)
     assert info_d["lm_solve"] == "kernel" and "precond" not in info_d and "cg_cap" not in info_d
+    # at the size threshold, a dense step cheaper than the ratio asks: dense, and the reason says so
+    monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", th0.numel())
+    monkeypatch.setattr(forms, "KFAC_MIN_RATIO", float("inf"))
+    _, _, info_r = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=1)
+    kfac_step = forms.KFAC_CG_ITERS * forms.DEVICE_COSTS["cpu"][1] * sum(o.n_residuals for o in objs) * th0.numel()
+    assert info_r["lm_solve"] == "kernel" and info_r["lm_solve_reason"].endswith(f"K-FAC steps ({kfac_step:.2g}) < inf")
+    monkeypatch.setattr(forms, "KFAC_MIN_RATIO", 0.0)
     # a named preconditioner other than kfac turns the regime off; a named cap is the cap
     monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", 1)
     _, _, info_n = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=1, precond="nystrom")
@@ -107,6 +126,7 @@ def test_heat_and_domain_pdes_stay_dense(monkeypatch, name, opts):
     from fedsciml.methods.centralized import run_centralized
 
     monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", 1)
+    monkeypatch.setattr(forms, "KFAC_MIN_RATIO", 0.0)
     pb = get_problem(name, **opts)
     objs = pb.client_objectives(2, seed=0)
     assert not has_jets(objs)
@@ -122,6 +142,7 @@ def test_gn_form_auto_runs_the_regime_bitwise_as_the_flags_by_hand(monkeypatch):
 
     pb, objs, th0 = tiny_poisson(clients=2)
     monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", th0.numel())
+    monkeypatch.setattr(forms, "KFAC_MIN_RATIO", 0.0)
     th_a, rows_a, info_a = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=3)
     th_m, rows_m, info_m = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=3, form="matfree", precond="kfac",
                                          cg_iters=10)

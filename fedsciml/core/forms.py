@@ -35,13 +35,17 @@ p ≈ 16 000), and the dense forms win whenever J fits.
 Ties go to the first of ``normal, kernel, chunked, matfree`` (so n ≥ p: normal, n < p: kernel, as before).
 
 **The K-FAC regime.**  On a CPU, where the residuals are in the forward-Laplacian channel form K-FAC for PINNs
-needs (:func:`fedsciml.core.kfac_pinn.jet_network`; heat and a general ``DomainPDE`` are not) and p ≥
-:data:`KFAC_MIN_PARAMS`, LM's automatic solve (and federated gn's automatic form) is matrix-free CG preconditioned
-by K-FAC and truncated at :data:`KFAC_CG_ITERS` iterations (:func:`choose_lm_solve`): many cheap, inexact steps
-judged by LM's gain ratio.  Measured at one thread, 60 CPU-s, on the K-FAC-for-PINNs authors' exp16 points (Poisson
-5-d, 3 000 + 500 points drawn afresh every step; ``reproductions/lm_auto_kfac_exp16.md``): rel L2 8.3·10⁻³ against
-0.52 for the dense kernel-form steps at p = 10 065, 9.9·10⁻³ against 0.13 at p = 5 297 — and 2.7·10⁻² against the
-dense normal form's 2.9·10⁻³ at p = 2 337, so the threshold lies between the last two (5 000).  A GPU keeps the dense
+needs (:func:`fedsciml.core.kfac_pinn.jet_network`; heat and a general ``DomainPDE`` are not), p ≥
+:data:`KFAC_MIN_PARAMS` and the cheapest dense step that fits costs at least :data:`KFAC_MIN_RATIO` times a K-FAC
+step by the flop model (``KFAC_CG_ITERS·c_P·n·p``), LM's automatic solve (and federated gn's automatic form) is
+matrix-free CG preconditioned by K-FAC and truncated at :data:`KFAC_CG_ITERS` iterations (:func:`choose_lm_solve`):
+many cheap, inexact steps judged by LM's gain ratio, where a dense step is dear.  Measured at one thread, 60 CPU-s,
+Poisson 5-d with the K-FAC-for-PINNs authors' exp16 points drawn afresh every step
+(``reproductions/lm_auto_kfac_exp16.md``; "ratio": the model's dense/K-FAC step cost): K-FAC won at n = 3 500,
+p = 10 065 (ratio 2.23; rel L2 8.3·10⁻³ against the kernel form's 0.52) and p = 5 297 (2.40; 9.9·10⁻³ against
+0.13); the dense form won at n = 3 500, p = 2 337 (normal form, ratio 1.75; 2.9·10⁻³ against 2.7·10⁻²) and at
+n = 600, p = 10 065 (kernel, 0.73; 1.3·10⁻³ against 4.4·10⁻³).  The thresholds lie between: a ratio ≥ 2 (between
+1.75 and 2.23) and p ≥ 5 000 (no K-FAC win measured below p = 5 297).  A GPU keeps the dense
 choice (dense steps are fast there: ``reproductions/gpu_h100.md``).  A preconditioner or CG cap the user named wins:
 a named ``nystrom`` or ``none`` turns the regime off (the evidence is for K-FAC), a named CG cap is the cap.
 
@@ -80,8 +84,10 @@ CG_ITERS_ESTIMATE = 20
 MESSAGE_FLOATS = 6_250_000
 #: the smallest block of rows the chunked form streams (below it the chunked form is said not to fit)
 MIN_CHUNK_ROWS = 64
-#: the K-FAC regime (module docstring): on a CPU, with residuals in K-FAC's channel form, from this many parameters
+#: the K-FAC regime (module docstring): on a CPU, with residuals in K-FAC's channel form, from this many parameters…
 KFAC_MIN_PARAMS = 5_000
+#: …where the cheapest dense step that fits costs at least this many K-FAC steps by the flop model
+KFAC_MIN_RATIO = 2.0
 #: CG iterations per solve in the K-FAC regime (a truncated solve: many cheap steps)
 KFAC_CG_ITERS = 10
 #: CG iterations per matrix-free solve outside it (a full solve; the cap stops a stalled CG)
@@ -238,22 +244,37 @@ def choose_form(n: int, p: int, *, device: torch.device | str | None = None, dty
     return choice
 
 
-def kfac_regime(p: int, *, device: torch.device | str | None = None, jets: bool = False,
-                precond: str = "auto") -> tuple[bool, str]:
-    """Whether an automatic choice takes K-FAC-preconditioned CG truncated at :data:`KFAC_CG_ITERS` (the module
-    docstring's regime), and why (or why not) in a few words: a CPU ``device``, residuals in K-FAC's channel form
-    (``jets``), ``p ≥`` :data:`KFAC_MIN_PARAMS`, and no preconditioner other than ``kfac`` named (``precond``)."""
+def kfac_regime(n: int, p: int, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float64,
+                jets: bool = False, precond: str = "auto", free: int | None = None) -> tuple[bool, str]:
+    """Whether an automatic choice for ``n`` rows and ``p`` parameters takes K-FAC-preconditioned CG truncated at
+    :data:`KFAC_CG_ITERS` (the module docstring's regime), and why (or why not) in a few words: a CPU ``device``,
+    residuals in K-FAC's channel form (``jets``), ``p ≥`` :data:`KFAC_MIN_PARAMS`, the cheapest dense LM step that
+    fits at least :data:`KFAC_MIN_RATIO` K-FAC steps by the flop model, and no preconditioner other than ``kfac``
+    named (``precond``); ``free``: a fake free-memory figure."""
     if precond not in PRECONDS:
         raise ValueError(f"precond must be one of {', '.join(PRECONDS)}, got {precond!r}")
     if torch.device(device if device is not None else "cpu").type == "cuda":
         return False, "a GPU device (dense steps are fast there)"
     if not jets:
         return False, "residuals not in K-FAC's forward-Laplacian channel form"
-    if int(p) < KFAC_MIN_PARAMS:
-        return False, f"p = {int(p):,} < {KFAC_MIN_PARAMS:,}"
+    n, p = int(n), int(p)
+    if p < KFAC_MIN_PARAMS:
+        return False, f"p = {p:,} < {KFAC_MIN_PARAMS:,}"
     if precond not in ("auto", "kfac"):
         return False, f"precond {precond} named"
-    return True, f"a CPU, residuals in K-FAC's channel form, p = {int(p):,} ≥ {KFAC_MIN_PARAMS:,}"
+    s = torch.empty((), dtype=dtype).element_size()
+    costs, _ = _lm_costs(n, p, s, device_budget(device, free), "cpu", 0)
+    dense = [c for c in costs if c.form != "matfree" and c.fits]
+    kfac = KFAC_CG_ITERS * DEVICE_COSTS["cpu"][1] * n * p
+    if dense:
+        best = min(dense, key=lambda c: c.flops)
+        ratio = best.flops / kfac
+        step = f"a {best.form} step (est. {best.flops:.2g} flop-eq) costs {ratio:.2f} K-FAC steps ({kfac:.2g})"
+        if ratio < KFAC_MIN_RATIO:
+            return False, f"{step} < {KFAC_MIN_RATIO:g}"
+    else:
+        step = "no dense form fits"
+    return True, f"a CPU, residuals in K-FAC's channel form, p = {p:,} ≥ {KFAC_MIN_PARAMS:,}, {step}"
 
 
 def matfree_settings(regime: bool, precond: str = "auto", cg_iters: int | None = None) -> tuple[str, int]:
@@ -276,10 +297,10 @@ def choose_lm_solve(n: int, p: int, *, solve: str = "auto", precond: str = "auto
     ``auto`` takes the K-FAC regime where :func:`kfac_regime` says so (matrix-free, ``kfac``, CG capped at
     :data:`KFAC_CG_ITERS` unless a cap is named), else :func:`choose_form`'s choice with Nyström
     (``rank``) and :data:`FULL_CG_ITERS` for a matrix-free solve.  The preconditioner and cap depend on p, the
-    device and the names only, never on n, so every size of one run (growing points) gets the same ones."""
+    device, the names and — through the regime's cost test — n."""
     if cg_iters is not None and int(cg_iters) < 1:
         raise ValueError(f"cg_iters must be ≥ 1 CG iterations per solve (or None), got {cg_iters}")
-    regime, why = kfac_regime(p, device=device, jets=jets, precond=precond)
+    regime, why = kfac_regime(n, p, device=device, dtype=dtype, jets=jets, precond=precond, free=free)
     regime = regime and solve == "auto"
     pre, cap = matfree_settings(regime, precond, cg_iters)
     if regime:

@@ -42,8 +42,9 @@ forms (``LMConfig.solve``):
   :func:`fedsciml.core.forms.choose_form` — the dense forms while J and its
   Gram fit the device's memory budget (always while ``n·p ≤ 5·10⁷``: ``kernel``
   when n < p, else ``normal``), ``chunked`` when only ``JᵀJ`` fits, the
-  cheaper of ``chunked`` and ``matfree`` by a flop model beyond — except in the K-FAC regime (on a CPU, p ≥ 5·10³,
-  residuals in K-FAC's forward-Laplacian channel form: ``LMConfig.jets``), where it is ``matfree`` with K-FAC for
+  cheaper of ``chunked`` and ``matfree`` by a flop model beyond — except in the K-FAC regime (on a CPU,
+  p ≥ 5·10³, a dense step dear by the flop model, residuals in K-FAC's forward-Laplacian channel form:
+  ``LMConfig.jets``), where it is ``matfree`` with K-FAC for
   PINNs preconditioning CG truncated at 10 iterations unless a preconditioner or cap is named
   (:func:`fedsciml.core.forms.choose_lm_solve`; the choice also resolves ``MatfreeConfig.precond='auto'`` and
   ``max_iters=None``: :attr:`LevenbergMarquardt.resolved_matfree`).  Why dense
@@ -204,15 +205,17 @@ class LevenbergMarquardt:
             choice = forms.choose_lm_solve(n, p, solve=self.cfg.solve, precond=mc.precond, cg_iters=mc.max_iters,
                                            jets=self.cfg.jets, device=device, dtype=dtype, rank=mc.rank)
             self._choices[key] = choice
-            if self._matfree is None:  # the same for every size (they depend on p, the device and the names)
-                assert choice.precond is not None  # choose_lm_solve resolves both
-                self._matfree = replace(mc, precond=choice.precond, max_iters=choice.cg_iters)
-        return self._choices[key]
+        choice = self._choices[key]
+        assert choice.precond is not None  # choose_lm_solve resolves both
+        # the matrix-free solve's settings are those of the size asked last (the points the next step runs on)
+        self._matfree = replace(self.cfg.matfree, precond=choice.precond, max_iters=choice.cg_iters)
+        return choice
 
     @property
     def resolved_matfree(self) -> matfree.MatfreeConfig:
-        """The matrix-free solve's settings, resolved: the preconditioner and CG cap of :meth:`form_choice`
-        (:func:`fedsciml.core.forms.choose_lm_solve`), or — where no choice was made (federated gn names its
+        """The matrix-free solve's settings, resolved: the preconditioner and CG cap of the last
+        :meth:`form_choice` (:func:`fedsciml.core.forms.choose_lm_solve`; it depends on the size through the K-FAC
+        regime's cost test, and a caller asks it for the points the next step runs on), or — where no choice was made (federated gn names its
         form) — the configured ones with ``auto`` → Nyström and no cap → :data:`fedsciml.core.forms.FULL_CG_ITERS`."""
         if self._matfree is None:
             mc = self.cfg.matfree

@@ -10,8 +10,10 @@
   ``precond`` picks the matrix-free solve's preconditioner: ``nystrom``, ``kfac`` (K-FAC for PINNs,
   :mod:`fedsciml.core.kfac_pinn`: Kronecker factors of the forward-Laplacian channels, taken with the
   operator at each accepted point), ``none`` or ``auto`` (default).  On a CPU, for residuals in K-FAC's
-  channel form at p ≥ 5·10³ (:data:`fedsciml.core.forms.KFAC_MIN_PARAMS`), ``auto`` solves matrix-free with ``kfac`` and CG capped at 10 (``cg_iters``, unless
-  named; :func:`fedsciml.core.forms.choose_lm_solve`); elsewhere ``auto`` is ``nystrom`` and the cap 500.  The
+  channel form at p ≥ 5·10³ where a dense step costs ≥ 2 K-FAC steps by the flop model
+  (:data:`fedsciml.core.forms.KFAC_MIN_PARAMS`, ``KFAC_MIN_RATIO``), ``auto`` solves matrix-free with ``kfac``
+  and CG capped at 10 (``cg_iters``, unless named; :func:`fedsciml.core.forms.choose_lm_solve`); elsewhere
+  ``auto`` is ``nystrom`` and the cap 500.  The
   resolved preconditioner and cap are recorded with a matrix-free solve (``info["precond"]``,
   ``info["cg_cap"]``).
 * ``adam`` — Adam on the mean loss ``½‖r‖²/N`` (lr 1e-3 by default).
@@ -71,12 +73,13 @@ class CentralizedConfig(StopOptions):
     precond: str = option("auto", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
                                   "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
                                   "PINN problems), none, or auto (kfac where lm_solve auto goes matrix-free for it: a "
-                                  f"CPU, forward-Laplacian PINN residuals, p ≥ {KFAC_MIN_PARAMS:,}; else nystrom)", str,
+                                  f"CPU, forward-Laplacian PINN residuals, p ≥ {KFAC_MIN_PARAMS:,}, a dense step "
+                                  "dear; else nystrom)", str,
                           choices=("auto", "nystrom", "kfac", "none"))
     cg_iters: int | None = option(None, "CG iterations per matrix-free lm solve, at most (a truncated solve is judged "
                                         "by LM's gain ratio; with precond kfac, 1–10 take many cheap steps)", int, lo=1,
                                   none="10 where lm_solve auto takes K-FAC (a CPU, forward-Laplacian PINN residuals, "
-                                       f"p ≥ {KFAC_MIN_PARAMS:,}), else 500")
+                                       f"p ≥ {KFAC_MIN_PARAMS:,}, a dense step dear), else 500")
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
     lm_damping: str = option("adaptive", "lm damping: adaptive (Levenberg–Marquardt's gain-ratio rule) or fixed "
@@ -193,7 +196,7 @@ def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
     choice = lm.form_choice(obj.n_residuals, obj.n_params)
     form = choice.form
     if form == "matfree":
-        kfac = lm.resolved_matfree.precond == "kfac"
+        kfac = choice.precond == "kfac"
 
         def operator(theta):
             op = GNOperator(obj.residual, theta)
@@ -293,8 +296,8 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
         info["average"] = cfg.average
     if info["lm_solve"] == "matfree":
         info["cg_iters"] = lm.cg_iters
-        info["nystrom_rank"] = lm.resolved_matfree.rank if lm.resolved_matfree.precond == "nystrom" else 0
-        info["precond"], info["cg_cap"] = lm.resolved_matfree.precond, lm.resolved_matfree.max_iters
+        info["nystrom_rank"] = lm.cfg.matfree.rank if choice.precond == "nystrom" else 0
+        info["precond"], info["cg_cap"] = choice.precond, choice.cg_iters
     return (lm.theta if avg is None else avg), info
 
 
