@@ -66,10 +66,10 @@ normal form costs ``p(p+1)/2 + p`` floats and the square-root form
 ``MATFREE_FLOATS`` = 6.25·10⁶ floats (50 MB in float64) and the clients'
 Jacobians fit the device's memory, else the matrix-free form.  In LM's K-FAC
 regime (:func:`fedsciml.core.forms.choose_lm_solve`: a CPU, every client's
-residuals in K-FAC's forward-Laplacian channel form, p ≥ 5·10³, a dense step ≥ 2 K-FAC steps by the
-flop model, ``precond`` auto or
-kfac) it is the matrix-free form with ``kfac`` and CG capped at 10 exchanges per
-solve (``cg_iters`` unless named) — the same rule as centralized LM's ``lm_solve
+residuals in K-FAC's forward-Laplacian channel form, p ≥ 5·10³, a dense LM step
+of at least 2 K-FAC steps by the flop model, ``precond`` auto or kfac) it is the
+matrix-free form with ``kfac`` and CG capped at 10 exchanges per solve
+(``cg_iters`` unless named) — the same rule as centralized LM's ``lm_solve
 auto``; elsewhere ``precond`` auto is ``nystrom`` and the cap 500.
 
 Since ``Σ_m J_mᵀJ_m = JᵀJ`` and ``Σ_m J_mᵀr_m = Jᵀr`` for the pooled
