@@ -13,6 +13,10 @@ default in-process run batches the clients' Jacobians and may differ in the last
     fs.solve("bratu", method="fipa", clients=4, engine="processes")
     python -m fedsciml solve bratu --clients 4 --engine processes
 
+The problem is built by its registered name: a user's problem registered by a module of theirs (a ``--plugin``
+file, ``FEDSCIML_PLUGINS``, an installed package) is imported by each client process too; one registered by the
+running script itself (``__main__``) cannot be, and is refused in one line.
+
 A client process that fails to build or check its data ends the connection with its one line (a
 :class:`~fedsciml.runtime.checks.SetupError`); one that dies during the run answers nothing, and the round
 loop treats it as a client that did not answer.
