@@ -184,6 +184,12 @@ class Problem:
         coefficient uncertainty from the final ``Σ_k J_kᵀJ_k``); none by default."""
         return {}
 
+    def pde_rows_per_client(self, n_clients: int) -> int | None:
+        """Of :meth:`rows_per_client`, about how many carry the PDE's derivatives (the rest read the network's
+        value only, e.g. Dirichlet conditions and data): the memory check charges those rows the residual graph's
+        derivative channels (``None``: every row)."""
+        return None
+
     def rows_per_client(self, n_clients: int) -> int | None:
         """About how many residual rows one client holds (``None``: unknown).  Read before any data is
         built, to refuse a run that cannot fit in memory (:func:`fedsciml.runtime.driver.check_memory`)."""

@@ -285,6 +285,9 @@ class DomainPDE(PINNProblem):
             self.__dict__["_part_fns"] = out
         return self.__dict__["_part_fns"]
 
+    def pde_rows_per_client(self, n_clients: int) -> int:
+        return int(self.n_interior) * max(1, len(self.outputs))
+
     def rows_per_client(self, n_clients: int) -> int:
         per_eq = self.n_interior
         rows = per_eq * max(1, len(self.outputs))

@@ -34,6 +34,9 @@ class FitProblem(FieldProblem):
     def rows_per_client(self, n_clients: int) -> int:
         return self.n_samples
 
+    def pde_rows_per_client(self, n_clients: int) -> int:
+        return 0  # a fit's residual is the network's value minus the data
+
     def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
         self.check_clients(n_clients)
         objs = []

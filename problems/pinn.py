@@ -100,6 +100,9 @@ class PINNProblem(FieldProblem):
     def boundary_points(self, client: int, n_clients: int, seed) -> torch.Tensor:
         raise NotImplementedError
 
+    def pde_rows_per_client(self, n_clients: int) -> int:
+        return int(self.n_interior)
+
     def rows_per_client(self, n_clients: int) -> int:
         d = self.input_dim()
         return self.n_interior + 2 * d * self.options.get("n_boundary", 1)

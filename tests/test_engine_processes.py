@@ -148,3 +148,40 @@ def test_the_parsers_offer_the_registrys_engines():
     finally:
         ENGINES.pop("test-images")
         ENGINE_KINDS.pop("test-images")
+
+
+_WAVE = '''
+import math, torch
+import fedsciml as fs
+
+@fs.register
+class Wave(fs.PDE):
+    """a user's problem: −u″ = π² sin πx"""
+    name = "plugin-wave-processes"
+    def exact(self, x):
+        return torch.sin(math.pi * x[..., 0])
+    def equation(self, u, x):
+        return -u.laplacian(x) - math.pi ** 2 * torch.sin(math.pi * x[..., 0])
+'''
+
+
+def test_a_plugin_problem_runs_on_the_client_processes(tmp_path):
+    """The client processes import the module that registered the job's problem (a --plugin file here); they
+    answered 'unknown problem' before. A problem registered by the running script itself cannot be imported by
+    another process: refused in one line, exit 2."""
+    import subprocess
+    import sys
+
+    plugin = tmp_path / "wave.py"
+    plugin.write_text(_WAVE)
+    r = subprocess.run([sys.executable, "-m", "fedsciml", "--plugin", str(plugin), "solve", "plugin-wave-processes",
+                        "--clients", "2", "--method", "gn", "--rounds", "1", "--n-interior", "20",
+                        "--engine", "processes", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "plugin-wave-processes: 2 client(s)" in r.stdout
+    script = _WAVE + "fs.solve('plugin-wave-processes', method='gn', clients=2, engine='processes', rounds=1)\n"
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        "ValueError: engine 'processes': problem 'plugin-wave-processes' is registered by the script being run "
+        "(__main__), which a client process cannot import; register it in a module (--plugin FILE, "
+        "FEDSCIML_PLUGINS or an installed package)")

@@ -112,3 +112,23 @@ def test_compare_one_shot_gn_fedavg_on_ridge_prints_one_table(tmp_path, capsys):
     runs = json.loads(out.read_text())["runs"]
     assert [x["method"] for x in runs] == ["one-shot", "gn", "fedavg"]
     assert [h["round"] for h in runs[0]["history"]] == [0, 1] and runs[2]["extra"]["rounds"] == 3
+
+
+def test_a_compared_run_that_fails_keeps_the_runs_that_finished(tmp_path, capsys):
+    """gn runs, then one-shot at σ = 0 on 20 rows for p > 20 parameters cannot solve (a singular Gram, found only
+    at run time): gn's table row, --json and --out are still written (they were lost), the failure ends the
+    command with its own one line and exit code, as alone."""
+    out, js = tmp_path / "run", tmp_path / "r.json"
+    tiny = ["sin1d", "--clients", "2", "--n-samples", "20", "--rounds", "1", "--quiet"]
+    r = _run(capsys, *tiny, "--method", "gn", "--compare", "one-shot", "--out", str(out), "--json", str(js))
+    alone = _run(capsys, *tiny, "--method", "one-shot")
+    assert r.returncode == alone.returncode == 2
+    assert r.stderr.splitlines()[-1] == alone.stderr.splitlines()[-1]
+    assert r.stderr.splitlines()[-1].startswith("error: G + σI is not (numerically) positive definite")
+    assert "one-shot failed: the run(s) that finished (gn) are kept" in r.stderr
+    head = r.stdout.splitlines()
+    row = next(i for i, ln in enumerate(head) if ln.startswith("method")) + 1
+    assert head[row].split()[0] == "gn"
+    for doc in (json.loads(js.read_text()), json.loads((out / "result.json").read_text())):
+        assert doc["method"] == "gn" and doc["history"]
+    assert (out / "model.safetensors").exists()

@@ -5,6 +5,7 @@ import pytest
 
 from fedsciml.core.lm import auto_form, federated_form
 from fedsciml.core.matfree import graph_floats_per_row
+from fedsciml.runtime.memory import value_graph
 from fedsciml.core.nn import MLP
 from fedsciml.methods import CentralizedConfig, FedAvgConfig, GNConfig
 from fedsciml.problems import get_problem
@@ -40,8 +41,10 @@ def test_matrix_free_auto_form_counts_the_graph_not_the_jacobian(cls, opts):
     rows, p = pb.rows_per_client(4), pb.network().n_params
     assert auto_form(4 * rows, p) == "matfree" and federated_form([rows] * 4, p) == "matfree"
     b, how = estimate_memory(pb, 4, cls.from_options(opts))
-    graph = graph_floats_per_row(5, [128, 128, 128])
-    assert b == 8.0 * 4 * rows * (6 + graph) and "matrix-free residual graph" in how and "Jacobian" not in how
+    graph, pde = graph_floats_per_row(5, [128, 128, 128]), pb.pde_rows_per_client(4)
+    # the PDE rows keep the forward Laplacian's d + 2 channels, the boundary rows the value's one (value_graph)
+    assert b == 8.0 * 4 * (rows * 6 + pde * graph + (rows - pde) * value_graph([5, 128, 128, 128, 1]))
+    assert "matrix-free residual graph" in how and "Jacobian" not in how and f"{pde:,} PDE rows" in how
     dense, _ = estimate_memory(pb, 4, cls.from_options({"lm_solve": "normal"} if cls is CentralizedConfig
                                                        else {"form": "normal"}))
     assert dense == 8.0 * 4 * rows * (6 + p) and b < dense / 2  # 4.8 GB of J against ~1.2 GB of graph
@@ -51,11 +54,27 @@ def test_first_order_methods_count_the_gradients_residual_graph():
     """A first-order step's gradient (a vjp through the residual) holds the residual's graph of every row: counted
     with the same per-row fit as the matrix-free operator (issue 31: the points alone let hidden=(10**6,) through)."""
     pb = poisson5((128, 128, 128))
-    rows = pb.rows_per_client(4)
-    graph = graph_floats_per_row(5, [128, 128, 128])
+    rows, pde = pb.rows_per_client(4), pb.pde_rows_per_client(4)
+    graph, value = graph_floats_per_row(5, [128, 128, 128]), value_graph([5, 128, 128, 128, 1])
+    assert 0 < pde < rows and value == 3000 + 5 * 384  # one channel where a PDE row has d + 2 = 7
     for cfg in (CentralizedConfig.from_options({"optimizer": "adam"}), FedAvgConfig.from_options({})):
         b, how = estimate_memory(pb, 4, cfg)
-        assert b == 8.0 * 4 * rows * (6 + graph) and "gradient's residual graph (hidden layers (128, 128, 128))" in how
+        assert b == 8.0 * 4 * (rows * 6 + pde * graph + (rows - pde) * value)
+        assert "gradient's residual graph (hidden layers (128, 128, 128))" in how
+
+
+def test_boundary_rows_are_not_charged_the_pde_channels(monkeypatch):
+    """The anchors' exp14 (d = 100, 175 PDE and 2,086 boundary rows, hidden [768, 768, 512, 512]): one Adam step
+    peaked at 1.25 GB RSS (measured in review, one thread); charging every row the PDE's 102 channels estimated
+    23.7 GB and refused it on a 16 GiB machine.  With the boundary rows on the value's channel it is planned."""
+    from fedsciml.problems.registry import preset_of
+    from fedsciml.runtime import driver
+
+    pb = get_problem("poisson", **preset_of(type(get_problem("poisson")), "exp14").problem)
+    b, how = estimate_memory(pb, 1, CentralizedConfig.from_options({"optimizer": "adam"}))
+    assert 1.25e9 < b < 3e9 and "175 PDE rows" in how and "2,086 other rows" in how
+    monkeypatch.setattr(driver, "available_memory", lambda device=None: 16 * 2**30)
+    driver.plan(pb, "centralized", optimizer="adam")  # planned, not refused (plan builds no data)
 
 
 def test_a_network_without_hidden_layers_counts_its_points_only():
@@ -74,8 +93,9 @@ def test_a_million_wide_network_is_refused_before_it_runs_naming_the_width_and_t
 
     monkeypatch.setattr(driver, "available_memory", lambda device=None: 16 * 2**30)  # the check's own reader
 
-    # 402 rows × 15,003,002 floats × 8 bytes = 48.2 GB (decimal) against the fixture's 16 GiB
-    with pytest.raises(OutOfMemory, match=r"^bratu with .*15,003,00\d floats of .* needs about 48\.2 GB of memory, "
+    # 400 PDE rows × 15,003,000 floats + 2 boundary rows × 5,003,000 + 402 × 2 data, × 8 bytes = 48.1 GB (decimal)
+    # against the fixture's 16 GiB
+    with pytest.raises(OutOfMemory, match=r"^bratu with .*15,003,000 floats of .* needs about 48\.1 GB of memory, "
                                           r"but this machine has 17\.2 GB available") as e:
         fs.solve("bratu", method, hidden=(10**6,), **opts)
     assert "\n" not in str(e.value) and "(hidden layers (1000000,))" in str(e.value)

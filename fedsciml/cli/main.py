@@ -210,7 +210,7 @@ def _solve(args, problem):
     """``solve`` once the problem is built: the methods' options, every run planned (checked) before the first
     one starts, the runs, the summary and the outputs."""
     from fedsciml.runtime.loop import RoundFailed
-    from fedsciml.runtime.results import check_output_dir, check_output_file
+    from fedsciml.runtime.results import ResultsNotWritten, check_output_dir, check_output_file
     from fedsciml.methods.centralized import Diverged
     from fedsciml.runtime.driver import check_clients, get_method, plan, run
 
@@ -251,9 +251,25 @@ def _solve(args, problem):
                   f"params={problem.network().n_params if hasattr(problem, 'network') else '?'}", file=sys.stderr)
         try:
             res = run(p)
-        except (RoundFailed, Diverged) as e:  # the run cannot go on
-            raise RunFailed(f"{m}: {e}")
+        except BaseException as e:  # a compared run that fails keeps the runs that finished: shown and written
+            if results and not isinstance(e, KeyboardInterrupt):
+                print(f"{m} failed: the run(s) that finished ({', '.join(r.method for r in results)}) are kept",
+                      file=sys.stderr)
+                try:
+                    _keep_results(problem, results, args)
+                except ResultsNotWritten as w:  # said here; the failed run's error stays the command's
+                    print(f"error: {w}", file=sys.stderr)
+            if isinstance(e, (RoundFailed, Diverged)):  # the run cannot go on
+                raise RunFailed(f"{m}: {e}") from None
+            raise
         results.append(res)
+    _keep_results(problem, results, args)
+    return 0
+
+
+def _keep_results(problem, results, args) -> None:
+    """The summary table and the outputs of the runs that finished (all of them, or those before a compared run
+    that failed)."""
     wall = time.perf_counter() - _COMMAND_START[0]
     command = command_record(args)
     for r in results:  # the whole command (parsing, set-up, every compared run) up to writing the results
@@ -261,7 +277,6 @@ def _solve(args, problem):
         r.extra["command"] = command
     _print_summary(results)
     _write_outputs(problem, results, args)
-    return 0
 
 
 #: the largest ``--points`` file ``predict`` reads (a regular file; no FIFO, no device)

@@ -13,6 +13,10 @@ default in-process run batches the clients' Jacobians and may differ in the last
     fs.solve("bratu", method="fipa", clients=4, engine="processes")
     python -m fedsciml solve bratu --clients 4 --engine processes
 
+The problem is built by its registered name: a user's problem registered by a module of theirs (a ``--plugin``
+file, ``FEDSCIML_PLUGINS``, an installed package) is imported by each client process too; one registered by the
+running script itself (``__main__``) cannot be, and is refused in one line.
+
 A client process that fails to build or check its data ends the connection with its one line (a
 :class:`~fedsciml.runtime.checks.SetupError`); one that dies during the run answers nothing, and the round
 loop treats it as a client that did not answer.
@@ -63,6 +67,7 @@ def _serve(job: dict, cid: int, inp: BinaryIO, out: BinaryIO) -> None:
 
     try:
         torch.set_num_threads(int(job.get("threads", 1)))
+        _import_problem_module(job)
         problem = get_problem(job["problem"], **job["options"])
         seed = int(job["seed"])
         torch.manual_seed(seed)  # the driver's order: seed, the split, θ₀
@@ -148,7 +153,50 @@ class ProcessTransport(Transport):
 
 def connect(job: dict, clients: int) -> ProcessTransport:
     """The engine: ``clients`` client processes for ``job``, behind one transport."""
-    return ProcessTransport(job, clients)
+    return ProcessTransport({**job, "module": _problem_module(job["problem"])}, clients)
+
+
+def _problem_module(name: str) -> list | None:
+    """``[module, file]`` of the user module that registered problem ``name`` in this process (a ``--plugin`` file,
+    ``FEDSCIML_PLUGINS``, or any module of the user's), for the client processes to import too; ``None`` for
+    fedsciml's own problems (and installed plugins', which load themselves by their entry points).  A problem
+    registered by the script being run (``__main__``) cannot be imported by another process: refused in one line."""
+    from fedsciml.problems.registry import REGISTRY
+
+    module = sys.modules.get(getattr(REGISTRY.get(name), "__module__", ""))
+    if module is None or module.__name__.startswith("fedsciml."):
+        return None
+    if module.__name__ == "__main__":
+        raise ValueError(f"engine 'processes': problem {name!r} is registered by the script being run (__main__), "
+                         f"which a client process cannot import; register it in a module (--plugin FILE, "
+                         f"FEDSCIML_PLUGINS or an installed package)")
+    path = getattr(module, "__file__", None)
+    return [module.__name__, path] if path else None
+
+
+def _import_problem_module(job: dict) -> None:
+    """In a client process: the module that registered the job's problem (:func:`_problem_module`) — by its
+    name where this process can import it, else from its file under that name (a ``--plugin`` file)."""
+    import importlib
+    import importlib.util
+
+    if not job.get("module"):
+        return
+    name, path = job["module"]
+    if name in sys.modules:
+        return
+    try:
+        importlib.import_module(name)
+        return
+    except ImportError:
+        pass
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"the module {name!r} that registers problem {job['problem']!r} cannot be imported from "
+                          f"{path!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
 
 
 if "processes" not in ENGINES:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from fedsciml.options import MethodConfig
-from fedsciml.runtime.memory import available_memory, gradient_graph, residual_graph
+from fedsciml.runtime.memory import available_memory, gradient_graph, residual_graph, value_graph
 from fedsciml.runtime.results import Result, jsonable, register_settings
 
 
@@ -323,11 +323,26 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
         extra, what = residual_graph(d_in, sizes, p)
     elif form == "data" and problem.kind != "ridge":  # a first-order step's gradient holds the residual's graph
         extra, what = gradient_graph(d_in, sizes)
-    per_row = d_in + 1 + extra
-    how = f"{clients:,} client(s) × {rows:,} rows × ({d_in + 1:,}{what}) × 8 bytes"
+    pde = _pde_rows(problem, clients, rows) if extra and form in ("graph", "data") else rows
+    if pde < rows:  # rows whose residual reads the value only keep one channel of the graph, not d_in + 2
+        other = value_graph(sizes, p)
+        per_client = rows * (d_in + 1) + pde * extra + (rows - pde) * other
+        how = (f"{clients:,} client(s) × ({rows:,} rows × {d_in + 1:,} + {pde:,} PDE rows × ({what.lstrip(' +')}) + "
+               f"{rows - pde:,} other rows × {other:,.0f} floats of the value's graph) × 8 bytes")
+    else:
+        per_client = rows * (d_in + 1 + extra)
+        how = f"{clients:,} client(s) × {rows:,} rows × ({d_in + 1:,}{what}) × 8 bytes"
     if once:
         how += what_once
-    return 8.0 * clients * rows * per_row + once, how
+    return 8.0 * clients * per_client + once, how
+
+
+def _pde_rows(problem, clients: int, rows: int) -> int:
+    """The rows of a client whose residual carries the PDE's derivative channels (``problem.pde_rows_per_client``;
+    every row where the problem does not say), at most ``rows``."""
+    fn = getattr(problem, "pde_rows_per_client", None)
+    n = fn(clients) if callable(fn) else None
+    return rows if n is None else max(0, min(int(n), int(rows)))
 
 
 def _options(problem, config: MethodConfig) -> dict:

@@ -10,7 +10,20 @@ from typing import Sequence
 from fedsciml.core.forms import available_memory
 from fedsciml.core.matfree import graph_floats_per_row
 
-__all__ = ["available_memory", "gradient_graph", "residual_graph"]
+__all__ = ["available_memory", "gradient_graph", "residual_graph", "value_graph"]
+
+
+def value_graph(sizes: Sequence[int], p: int | None = None) -> float:
+    """Floats per row the residual graph keeps for a row whose residual reads the network's value only (a
+    Dirichlet condition, a data point): the per-row fit of :func:`~fedsciml.core.matfree.graph_floats_per_row`
+    with one channel where a PDE row has ``d_in + 2`` (value, d_in derivatives, Laplacian), ``3000 + 5·Σ hidden``.
+    Charging such rows the PDE row's ``d_in + 2`` channels refused runs that fit: the anchors' exp14
+    (``poisson --preset exp14``: d = 100, 175 PDE rows and 2,086 boundary rows, hidden [768, 768, 512, 512]) was
+    estimated at 23.7 GB for one Adam step whose peak RSS was 1.25 GB (measured, one thread); with the split it is
+    about 2.2 GB.  A network without hidden layers counts its ``p`` parameters as one layer (as
+    :func:`residual_graph` does)."""
+    hidden = [int(h) for h in list(sizes)[1:-1]] or ([int(p)] if p is not None else [])
+    return 3000.0 + 5.0 * float(sum(hidden)) if hidden else 0.0
 
 
 def gradient_graph(d_in: int, sizes: Sequence[int]) -> tuple[float, str]:
