@@ -290,7 +290,7 @@ def _read_points(path: str) -> list:
     from fedsciml.runtime.files import FileRefused, regular_file_size
 
     try:
-        regular_file_size(path, MAX_POINTS_BYTES, "a CSV of points")
+        regular_file_size(path, MAX_POINTS_BYTES, "a CSV of points", too_large="split it into several files")
     except FileRefused as e:
         raise CLIError(f"--points {e}") from None
     reader = None

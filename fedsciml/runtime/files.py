@@ -20,9 +20,10 @@ class FileRefused(ValueError):
     """A path that is not a readable regular file within the caller's bound (one line naming it)."""
 
 
-def regular_file_size(path: str, limit: int, what: str) -> int:
+def regular_file_size(path: str, limit: int, what: str, too_large: str = "") -> int:
     """The size of ``path``, a regular file of at most ``limit`` bytes; else :class:`FileRefused`.  ``what``
-    names what the file should be (``"a model.json"``), for the message."""
+    names what the file should be (``"a model.json"``), for the message; ``too_large``: what to do about a file
+    over the bound (``"split it"``), appended to that message."""
     try:
         st = os.stat(path)
     except OSError as e:
@@ -30,7 +31,8 @@ def regular_file_size(path: str, limit: int, what: str) -> int:
     if not stat.S_ISREG(st.st_mode):
         raise FileRefused(f"{path!r} is not a regular file (a directory, FIFO or device); {what} is a file")
     if st.st_size > limit:
-        raise FileRefused(f"{path!r} holds {st.st_size:,} bytes, more than the {limit:,} {what} may hold")
+        raise FileRefused(f"{path!r} holds {st.st_size:,} bytes, more than the {limit:,} {what} may hold"
+                          f"{'; ' + too_large if too_large else ''}")
     return int(st.st_size)
 
 
