@@ -100,3 +100,13 @@ def test_a_million_wide_network_is_refused_before_it_runs_naming_the_width_and_t
         fs.solve("bratu", method, hidden=(10**6,), **opts)
     assert "\n" not in str(e.value) and "(hidden layers (1000000,))" in str(e.value)
     assert str(e.value).endswith("use fewer clients, fewer points per client or a smaller network (hidden=… / --hidden)")
+
+
+def test_an_unreadable_memory_figure_is_said_not_silently_skipped(monkeypatch, caplog):
+    from fedsciml.runtime import driver
+
+    monkeypatch.setattr(driver, "available_memory", lambda device=None: None)
+    with caplog.at_level("WARNING", logger="fedsciml"):
+        driver.check_memory(48.2e9, "bratu with fedavg")
+    assert any("cannot be read" in r.getMessage() and "bratu with fedavg (about 48.2 GB)" in r.getMessage()
+               for r in caplog.records)

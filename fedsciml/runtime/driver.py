@@ -27,6 +27,7 @@ A runner has the signature
 from __future__ import annotations
 
 import importlib
+import logging
 import numbers
 import time
 from dataclasses import dataclass, field, replace
@@ -276,9 +277,14 @@ def _gb(n: float) -> str:
 
 def check_memory(n_bytes: float, what: str, device=None, hint: str = "") -> None:
     """Refuse (:class:`OutOfMemory`, one line with both figures) a run whose estimated memory
-    ``n_bytes`` exceeds what the machine has available."""
+    ``n_bytes`` exceeds what the machine has available.  Where the available memory cannot be read (no
+    ``/proc/meminfo`` and no ``sysconf`` figure), the run is not checked, and a warning says so with the estimate."""
     avail = available_memory(device)
-    if avail is not None and n_bytes > avail:
+    if avail is None:
+        logging.getLogger("fedsciml").warning("the available memory cannot be read on this machine: %s (about %s) "
+                                              "is not checked against it", what, _gb(n_bytes))
+        return
+    if n_bytes > avail:
         raise OutOfMemory(f"{what} needs about {_gb(n_bytes)} of memory, but this machine has {_gb(avail)} "
                           f"available{'; ' + hint if hint else ''}")
 
