@@ -118,7 +118,7 @@ def flower_run(app: str, superlink: str | None = None, *, run_config: Sequence[s
         try:
             subprocess.run([exe, "log", str(run_id), *where, "--stream"], env=env,
                            timeout=None if end is None else max(1.0, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # the time limit: the loop below says the run is still going, and raises
             pass
     while True:
         record = run_status(run_id, superlink, env=env, flwr=exe)
