@@ -167,7 +167,11 @@ def available_methods(kind: str | None = None) -> list[str]:
 def get_method(name: str, kind: str | None = None) -> MethodSpec:
     """The entry ``name``; with ``kind``, refused (one line) unless it applies to that kind."""
     if not isinstance(name, str) or name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; available: {', '.join(available_methods())}")
+        import difflib
+
+        close = difflib.get_close_matches(str(name), available_methods(kind), 1, 0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown method {name!r}{hint}; available: {', '.join(available_methods(kind))}")
     spec = METHODS[name]
     if kind is not None and not spec.applies_to(kind):
         raise ValueError(kind_error(spec, kind))

@@ -5,6 +5,8 @@ one atomic write.
   ``/dev/zero`` (a read that never ends) and a file larger than the caller's bound are refused before anything is
   opened; :class:`FileRefused` carries one line naming the path, which each caller wraps in its own error
   (``predict``'s ``--points``, the model files of :mod:`fedsciml.runtime.modelio`).
+* :func:`read_regular_file` — that check, then the bytes, read from a descriptor opened without blocking and
+  checked again (``--config``).
 * :func:`write_atomic` — ``path + ".tmp"`` written, flushed and ``fsync``-ed, then ``os.replace``-d onto ``path``:
   a write that fails (a full disk) or a process killed mid-write leaves no half file that looks valid, and the
   temporary file is removed on failure (``predict --out``, the checkpoints of :mod:`fedsciml.runtime.checkpoint`).
@@ -54,3 +56,26 @@ def write_atomic(path: str, write: Callable[[IO[Any]], object], *, binary: bool 
         except OSError:
             pass
         raise
+
+
+def read_regular_file(path: str, limit: int, what: str, too_large: str = "") -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (:func:`regular_file_size`'s check, then
+    the same check on the opened descriptor: the file is opened without blocking, so a FIFO put there after the
+    check cannot hang the read, and at most ``limit + 1`` bytes are read whatever the file has become); else
+    :class:`FileRefused`, one line naming the path (``--config``'s TOML file)."""
+    regular_file_size(path, limit, what, too_large)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise FileRefused(f"{path!r} cannot be read ({e.strerror or e})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise FileRefused(f"{path!r} is not a regular file (a directory, FIFO or device); {what} is a file")
+        try:
+            data = f.read(limit + 1)
+        except OSError as e:
+            raise FileRefused(f"{path!r} cannot be read ({e.strerror or e})") from None
+    if len(data) > limit:
+        raise FileRefused(f"{path!r} holds more than the {limit:,} bytes {what} may hold"
+                          f"{'; ' + too_large if too_large else ''}")
+    return data
