@@ -72,7 +72,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 
 from fedsciml.core.centered import (  # noqa: F401  (the estimators' maths, re-exported under their names)
     _diag_index, _normal_blocks, _scales, check_message, combine, leave_one_out, loco_path, n_packed, site_losses,
-    site_statistics, solve_ridge)
+    site_statistics, solve_ridge, split_path)
 from fedsciml.core.centered import pack as _pack, unpack as _unpack  # noqa: F401
 
 
@@ -282,23 +282,37 @@ class FederatedRidge(_FederatedRidgeBase):
 
 
 class FederatedRidgeCV(_FederatedRidgeBase):
-    """:class:`FederatedRidge` with ``alpha_`` chosen from ``alphas`` by leave-one-site-out CV scored by the
-    server from the sites' own messages (see the module docstring); then refitted on every site.
+    """:class:`FederatedRidge` with ``alpha_`` chosen from ``alphas`` by cross-validation scored by the server from
+    the sites' own messages (see the module docstring); then refitted on every site.
 
-    With ``sites=`` (or ``groups=``) of two labels or more, or ``fit_clients`` with two tables or more, alpha is
-    chosen by leave-one-site-out CV.  Without site labels (``fit(X, y)``, as scikit-learn's generic tools call
-    it) it is a one-table ridge CV and says so: the rows are split into 5 contiguous folds (fewer for fewer
-    rows), each fold scored as a site would be, ``cv_mode_ = "folds"`` and ``cv_folds_`` the count (with sites:
-    ``"sites"`` and the site count).
+    ``cv`` (scikit-learn's parameter, as in ``RidgeCV(cv=...)``):
+
+    - ``None`` (default) with ``sites=`` (or ``groups=``) of two labels or more, or ``fit_clients`` with two tables
+      or more: **leave-one-site-out** CV, scored by the total held-out squared error over the sites
+      (``cv_mode_ = "sites"``, ``cv_folds_`` the site count);
+    - ``None`` without site labels (``fit(X, y)``, as scikit-learn's generic tools call it): ``KFold(5)``;
+    - an int k (``KFold(k)``), a splitter (its ``split(X, y, groups=sites)``) or an iterable of
+      ``(train, test)`` index arrays: those splits of the rows (``cv_mode_ = "folds"``).  Each split's model is
+      fitted from the statistics of its training rows and scored on the statistics of its test rows (a site would
+      send one message per fold; here they are computed from the table), by the mean over the folds of
+      ``1 − R²`` — the choice of scikit-learn's ``RidgeCV(alphas, cv=...)``, which maximizes the mean R² of
+      ``GridSearchCV``; ``cv_loss_`` holds that mean per alpha and ``cv_site_loss_`` the held-out squared error
+      per fold and alpha.
+
+    Decision: the folds' score follows scikit-learn (mean R²), so a one-table ``cv=`` picks the alpha its
+    ``RidgeCV`` picks; the sites' score stays the total held-out error (sites differ in size, and a site's
+    R² weighs a small site like a large one).
     """
 
     _parameter_constraints: dict = {
         **_FederatedRidgeBase._parameter_constraints,
         "alphas": ["array-like"],
+        "cv": ["cv_object", None],
     }
 
-    def __init__(self, alphas=(0.1, 1.0, 10.0), *, fit_intercept=True, standardize=False):
+    def __init__(self, alphas=(0.1, 1.0, 10.0), *, cv=None, fit_intercept=True, standardize=False):
         self.alphas = alphas
+        self.cv = cv
         self.fit_intercept = fit_intercept
         self.standardize = standardize
 
@@ -309,39 +323,67 @@ class FederatedRidgeCV(_FederatedRidgeBase):
         return alphas
 
     def _messages_from_table(self, X, y, sample_weight, sites):
-        """With site labels: one message per site (leave-one-site-out CV).  Without (``sites=None``, what
-        scikit-learn's generic tools pass): a one-table ridge CV — the rows in :attr:`ONE_TABLE_FOLDS`
-        contiguous folds (fewer for fewer rows), scored as if each fold were a site, then refitted on all
-        rows; ``cv_mode_`` says which CV ran (``"sites"`` or ``"folds"``) and ``cv_folds_`` how many."""
-        if sites is not None:
+        """With site labels and ``cv=None``: one message per site (leave-one-site-out CV).  Otherwise the rows'
+        splits (``cv``; ``KFold(5)`` by default): each fold's training and test statistics are kept for the
+        score, and the refit uses one message per site (or one for the whole table)."""
+        if sites is not None and self.cv is None:
             return super()._messages_from_table(X, y, sample_weight, sites)
-        Xv, _ = validate_data(self, X, y, dtype=np.float64, y_numeric=True, reset=True)
-        n = Xv.shape[0]
-        if n < 2:
-            raise ValueError(f"a one-table ridge CV needs at least 2 rows (2 folds), got n_samples={n}")
-        k = min(self.ONE_TABLE_FOLDS, n)
-        folds = np.repeat(np.arange(k), np.diff(np.linspace(0, n, k + 1).astype(int)))
-        msgs, labels = super()._messages_from_table(X, y, sample_weight, folds)
-        self._one_table = True
-        return msgs, labels
+        from sklearn.model_selection import check_cv
+
+        Xv, yv = validate_data(self, X, y, dtype=np.float64, y_numeric=True, reset=True)
+        sw = None if sample_weight is None else _check_sample_weight(sample_weight, Xv, dtype=np.float64,
+                                                                     ensure_non_negative=True)
+        cv = check_cv(self.ONE_TABLE_FOLDS if self.cv is None else self.cv, yv, classifier=False)
+        groups = None if sites is None else np.asarray(sites)
+        splits = list(cv.split(Xv, yv, groups))
+        if len(splits) < 2:
+            raise ValueError(f"cv={self.cv!r} gives {len(splits)} split(s): cross-validation needs at least 2")
+
+        def stats(rows):
+            rows = np.asarray(rows)
+            if rows.size == 0:
+                raise ValueError(f"cv={self.cv!r} gives a split with an empty training or test part")
+            return site_statistics(Xv[rows], yv[rows], None if sw is None else sw[rows])
+
+        self._splits = ([stats(tr) for tr, _ in splits], [stats(te) for _, te in splits])
+        return super()._messages_from_table(X, y, sample_weight, sites)
 
     ONE_TABLE_FOLDS = 5
+
+    def fit_clients(self, data):
+        """Fit from each site's own table (leave-one-site-out CV); ``cv=`` needs the rows: use ``fit``."""
+        self._refuse_cv("fit_clients")
+        return super().fit_clients(data)
+
+    def fit_messages(self, messages, sites=None):
+        """The server alone, from the sites' messages (leave-one-site-out CV); ``cv=`` needs the rows."""
+        self._refuse_cv("fit_messages")
+        return super().fit_messages(messages, sites)
+
+    def _refuse_cv(self, how):
+        if self.cv is not None:
+            raise ValueError(f"cv={self.cv!r} splits rows, which {how} does not see (it scores leave-one-site-out "
+                             "from the sites' messages): leave cv=None, or use fit(X, y, sites=...)")
 
     def _fit_from(self, msgs, labels):
         self._validate_params()
         alphas = self._alphas()
         d = self._set_messages(msgs, labels)
-        one_table = getattr(self, "_one_table", False)
-        self._one_table = False
-        if len(msgs) < 2:
-            raise ValueError(f"leave-one-site-out CV needs at least 2 sites (each is scored on a model fitted "
-                             f"without it), got {len(msgs)}; pass sites= with two labels or more, or use "
-                             f"FederatedRidge(alpha=...)")
-        self.cv_mode_ = "folds" if one_table else "sites"
-        self.cv_folds_ = len(msgs)
-        losses = loco_path(self.site_messages_, d, alphas, self.fit_intercept, self.standardize)
-        self.cv_site_loss_ = losses
-        self.cv_loss_ = losses.sum(0)
+        splits, self._splits = getattr(self, "_splits", None), None
+        if splits is not None:
+            losses, sst = split_path(*splits, d, alphas, self.fit_intercept, self.standardize)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                score = np.where(sst[:, None] > 0, losses / sst[:, None], np.where(losses > 0, np.inf, 0.0))
+            self.cv_mode_, self.cv_folds_ = "folds", len(sst)
+            self.cv_site_loss_, self.cv_loss_ = losses, score.mean(0)
+        else:
+            if len(msgs) < 2:
+                raise ValueError(f"leave-one-site-out CV needs at least 2 sites (each is scored on a model fitted "
+                                 f"without it), got {len(msgs)}; pass sites= with two labels or more, or use "
+                                 f"FederatedRidge(alpha=...)")
+            losses = loco_path(self.site_messages_, d, alphas, self.fit_intercept, self.standardize)
+            self.cv_mode_, self.cv_folds_ = "sites", len(msgs)
+            self.cv_site_loss_, self.cv_loss_ = losses, losses.sum(0)
         self.alpha_ = float(alphas[int(np.argmin(self.cv_loss_))])
         return self._refit(self.alpha_)
 
