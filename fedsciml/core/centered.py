@@ -182,7 +182,8 @@ def heldout_path(train, test, d: int, alphas, fit_intercept: bool, standardize: 
         coef = coef / sc[:, None, :]
     intercept = (muB[:, None, d] - np.einsum("kaj,kj->ka", coef, muB[:, :d])) if fit_intercept \
         else np.zeros(coef.shape[:2])
-    return site_losses(*test, coef, intercept)
+    n_t, mu_t, S_t = test
+    return site_losses(n_t, mu_t, S_t, coef, intercept)
 
 
 def loco_path(messages, d: int, alphas, fit_intercept: bool, standardize: bool):
