@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -91,6 +91,24 @@ def _as_vector(out) -> torch.Tensor:
         raise ProblemError(f"equation(u, x) must return a tensor computed from u (or a tuple of them, one per "
                            f"equation), got {type(out).__name__} {out!r:.60}")
     return out.reshape(-1)
+
+
+def pooled_l2re(P: torch.Tensor, U: torch.Tensor, up_to_constant: Sequence[int] = ()) -> float:
+    """PINNacle's L2RE: the error pooled over every test point and output component,
+    ``√(Σᵢ Σ_c (P_ic − U_ic)²) / √(Σᵢ Σ_c U_ic²)`` for predictions ``P`` and references ``U`` ``[n, C]``.
+
+    PINNacle computes it as ``√mean((y − y*)²) / √mean(y*²)`` over the array ``[n, C]``
+    (``src/utils/callbacks.py:156``, ``:170`` and ``:175`` of i207M/PINNacle, after dropping reference rows holding a
+    NaN at ``:147-149``) — the same number, since both means count the same ``n·C`` entries.  Unlike ``rel_l2``
+    (the largest per-component error) a small component weighs little here.  A component listed in
+    ``up_to_constant`` (indices) has its error's mean removed first (the best constant shift of the prediction;
+    PINNacle has no such components); the denominator is the reference as it stands."""
+    E = P - U
+    if up_to_constant:
+        idx = list(up_to_constant)
+        E = E.clone()
+        E[:, idx] = E[:, idx] - E[:, idx].mean(0, keepdim=True)
+    return float(E.norm() / U.norm())
 
 
 class DomainPDE(PINNProblem):
@@ -367,15 +385,38 @@ class DomainPDE(PINNProblem):
         return X[dom.contains(X)]
 
     def reference(self):
-        """``(X, U [n, C])``: the test points and the solution there (the exact solution by default)."""
+        """``(X, U [n, C])``: the test points and the solution there (the exact solution by default).  Override it
+        to measure against a reference from a file: return a :class:`~fedsciml.problems.reference.ReferenceData`
+        (``fs.ReferenceData.from_file(path, inputs=…, layout=…)``) or the pair ``(X, U)``."""
         X = self.test_inputs()
         U = self.exact(X)
         return X, U.reshape(X.shape[0], -1)
 
     def _test(self):
         if "_test_cache" not in self.__dict__:
-            self.__dict__["_test_cache"] = self.reference()
+            self.__dict__["_test_cache"] = self._checked_reference(self.reference())
         return self.__dict__["_test_cache"]
+
+    def _checked_reference(self, ref) -> tuple:
+        """``reference()``'s answer as ``(X [n, d], U [n, C])`` float64 tensors, its shapes checked against the
+        problem's inputs and outputs (one line naming the mismatch)."""
+        from .reference import ReferenceData
+
+        if not isinstance(ref, ReferenceData):
+            try:
+                X, U = ref
+            except (TypeError, ValueError):
+                raise ProblemError(f"problem {self.name!r}: reference() must return a ReferenceData or a pair (X, U), "
+                                   f"got {type(ref).__name__}") from None
+            ref = ReferenceData(X, U.reshape(X.shape[0], -1) if torch.is_tensor(U) else U)
+        src = f" (from {ref.source!r})" if ref.source else ""
+        if ref.X.shape[1] != self.input_dim():
+            raise ProblemError(f"problem {self.name!r}: its reference{src} has points with {ref.X.shape[1]} "
+                               f"coordinates; its inputs are {list(self.axes)}")
+        if ref.U.shape[1] != len(self.outputs):
+            raise ProblemError(f"problem {self.name!r}: its reference{src} has {ref.U.shape[1]} value column(s); "
+                               f"its outputs are {list(self.outputs)}")
+        return ref.X, ref.U
 
     @property
     def has_reference(self) -> bool:
@@ -383,8 +424,9 @@ class DomainPDE(PINNProblem):
 
     def evaluate(self, theta: torch.Tensor) -> dict:
         """``rel_l2``: the largest of the components' relative L2 errors on the test set (each component
-        ``rel_l2_NAME`` too for a system; those in ``up_to_constant`` with the means removed); the
-        unknown coefficients' values (``coef_NAME``) and, where known, their relative errors."""
+        ``rel_l2_NAME`` too for a system; those in ``up_to_constant`` with the means removed); ``l2re``: the
+        error pooled over all components (:func:`pooled_l2re`, PINNacle's L2RE); the unknown coefficients'
+        values (``coef_NAME``) and, where known, their relative errors."""
         out = {}
         if self.has_reference:
             X, U = self._test()
@@ -398,6 +440,7 @@ class DomainPDE(PINNProblem):
                     e, ref = e - e.mean(), ref - ref.mean()
                 rels[name] = float(e.norm() / ref.norm())
             out["rel_l2"] = max(rels.values())
+            out["l2re"] = pooled_l2re(P, U, [c for c, k in enumerate(self.outputs) if k in self.up_to_constant])
             if len(self.outputs) > 1:
                 out.update({f"rel_l2_{k}": v for k, v in rels.items()})
         for k, v in self.coefficients(theta).items():

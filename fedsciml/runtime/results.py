@@ -370,6 +370,7 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
         ex = last.get("exchanges_total")
         rows.append({"method": r.method, "rounds": rounds, "seconds": r.solver_seconds,
                      "loss": float("nan") if loss is None else loss, "metric": r.error,
+                     "l2re": float(r.final.get("l2re", float("nan"))),
                      "exchanges": ex, "sent": sent,
                      "per": sent / rounds if rounds else 0, "settings": " " + method_settings(r)})
     cols = [("method", "method", "<12s"), ("rounds", "rounds", "6d"), ("seconds", "seconds", "8.2f"),
@@ -378,6 +379,8 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
             ("floats/round", "per", "12.3g"), (" settings", "settings", "<s")]
     if metric == "loss":  # no test metric: the loss is the only figure, shown once
         cols = [c for c in cols if c[1] != "metric"]
+    if metric == "rel_l2" and _pooled_differs(results):  # a system: the pooled error (PINNacle's L2RE) beside
+        cols.insert(cols.index((metric, "metric", "10.3e")) + 1, ("l2re", "l2re", "10.3e"))
     lines += format_table(cols, rows).split("\n")
     for r in results:
         why = r.extra.get("loss_not_measured") if isinstance(r.extra, dict) else None
@@ -390,3 +393,9 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
                          f"{rej[0]['client']}: {rej[0]['reason']}")
     lines.append(f"final {metric} ({r0.method}): {r0.error:.3e}")
     return lines
+
+
+def _pooled_differs(results: Sequence[Result]) -> bool:
+    """Whether the runs report a pooled ``l2re`` that is not ``rel_l2`` itself: a system (per-component
+    ``rel_l2_NAME`` keys); for one output the two are the same number, shown once."""
+    return any("l2re" in r.final and any(k.startswith("rel_l2_") for k in r.final) for r in results)
