@@ -198,7 +198,21 @@ def _expected_field(meta: dict, path: str) -> dict[str, tuple]:
     ins = _strings(meta, "inputs", path) if "inputs" in meta else [f"x{i}" for i in range(sizes[0])]
     if len(ins) != sizes[0] or (meta.get("evaluation") == "pointwise" and len(outs) != sizes[-1]):
         raise ModelFileError(f"{path!r}: inputs {ins} / outputs {outs} do not match the architecture {sizes}")
-    return {"theta": (p + len(coefs) + sum(_field_sizes(meta, path, ins).values()),)}
+    one = p + len(coefs) + sum(_field_sizes(meta, path, ins).values())
+    return {"theta": (one * len(_window_edges(meta, path) or [0]),)}
+
+
+def _window_edges(meta: dict, path: str) -> list[tuple[float, float]] | None:
+    """The windows ``[(t_{k-1}, t_k)]`` of a time-marched model (``meta["time_windows"]``: increasing edges), or
+    ``None``."""
+    e = meta.get("time_windows")
+    if e is None:
+        return None
+    if (not isinstance(e, list) or not 2 <= len(e) <= 100_001
+            or not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in e)
+            or any(b <= a for a, b in zip(e[:-1], e[1:]))):
+        raise ModelFileError(f"{path!r}: time_windows must be 2 or more increasing times, got {e!r:.120}")
+    return list(zip(e[:-1], e[1:]))
 
 
 def _field_sizes(meta: dict, path: str, inputs: list) -> dict[str, int]:
@@ -354,10 +368,38 @@ def _load_field(tensors: dict, meta: dict) -> Callable:
         raise ModelFileError(f"the model of problem {meta.get('problem')!r} has a hard-constraint ansatz: load it with "
                              f"its problem, fs.load_model(DIR, problem=...)")
     net = MLP(arch["sizes"], arch["activation"])
+    if meta.get("time_windows"):
+        return _load_windows(net, tensors["theta"], meta)
     theta = tensors["theta"][: net.n_params]
     u = field_callable(net, theta, meta.get("evaluation", "batch"), len(meta.get("outputs", [""])))
     if meta.get("fields"):
         u.fields = field_functions(tensors["theta"], meta)  # type: ignore[attr-defined]
+    return u
+
+
+def _load_windows(net: Any, theta: torch.Tensor, meta: dict) -> Callable:
+    """A time-marched model (:mod:`fedsciml.problems.windows`): window k's network at the points with
+    ``t_{k-1} < t ≤ t_k`` (t ≤ t_1: the first), t the last input."""
+    edges = meta["time_windows"]
+    K = len(edges) - 1
+    parts = theta.reshape(K, -1)
+    evaluation, n_out = meta.get("evaluation", "batch"), len(meta.get("outputs", [""]))
+    fns = [field_callable(net, parts[k][: net.n_params], evaluation, n_out) for k in range(K)]
+    inner = torch.tensor(edges[1:-1], dtype=theta.dtype)
+    d = net.sizes[0]
+
+    def u(x: Any) -> torch.Tensor:
+        x = torch.as_tensor(x, dtype=theta.dtype)
+        if x.ndim != 2 or x.shape[1] != d:
+            raise ValueError(f"points must have shape [n, {d}], got {tuple(x.shape)}")
+        k = torch.bucketize(x[:, -1].contiguous(), inner)
+        outs = [fns[j](x[k == j]) for j in range(K)]
+        out = torch.zeros((x.shape[0],) + outs[0].shape[1:], dtype=theta.dtype)
+        for j in range(K):
+            out[k == j] = outs[j]
+        return out
+
+    u.inputs_dim = d  # type: ignore[attr-defined]
     return u
 
 
