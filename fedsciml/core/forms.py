@@ -59,7 +59,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -245,18 +245,18 @@ def choose_form(n: int, p: int, *, device: torch.device | str | None = None, dty
 
 
 def kfac_regime(n: int, p: int, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float64,
-                jets: bool = False, precond: str = "auto", free: int | None = None) -> tuple[bool, str]:
+                jets: bool | Callable[[], bool] = False, precond: str = "auto",
+                free: int | None = None) -> tuple[bool, str]:
     """Whether an automatic choice for ``n`` rows and ``p`` parameters takes K-FAC-preconditioned CG truncated at
     :data:`KFAC_CG_ITERS` (the module docstring's regime), and why (or why not) in a few words: a CPU ``device``,
-    residuals in K-FAC's channel form (``jets``), ``p ≥`` :data:`KFAC_MIN_PARAMS`, the cheapest dense LM step that
-    fits at least :data:`KFAC_MIN_RATIO` K-FAC steps by the flop model, and no preconditioner other than ``kfac``
-    named (``precond``); ``free``: a fake free-memory figure."""
+    ``p ≥`` :data:`KFAC_MIN_PARAMS`, no preconditioner other than ``kfac`` named (``precond``), residuals in a
+    channel form K-FAC can use (``jets``: a bool, or a callable asked only when the other tests pass — finding a
+    problem's channel form costs forward passes), and the cheapest dense LM step that fits at least
+    :data:`KFAC_MIN_RATIO` K-FAC steps by the flop model; ``free``: a fake free-memory figure."""
     if precond not in PRECONDS:
         raise ValueError(f"precond must be one of {', '.join(PRECONDS)}, got {precond!r}")
     if torch.device(device if device is not None else "cpu").type == "cuda":
         return False, "a GPU device (dense steps are fast there)"
-    if not jets:
-        return False, "residuals not in K-FAC's forward-Laplacian channel form"
     n, p = int(n), int(p)
     if p < KFAC_MIN_PARAMS:
         return False, f"p = {p:,} < {KFAC_MIN_PARAMS:,}"
@@ -274,6 +274,8 @@ def kfac_regime(n: int, p: int, *, device: torch.device | str | None = None, dty
             return False, f"{step} < {KFAC_MIN_RATIO:g}"
     else:
         step = "no dense form fits"
+    if not (jets() if callable(jets) else jets):
+        return False, "residuals not in a channel form K-FAC can use"
     return True, f"a CPU, residuals in K-FAC's channel form, p = {p:,} ≥ {KFAC_MIN_PARAMS:,}, {step}"
 
 
@@ -286,7 +288,7 @@ def matfree_settings(regime: bool, precond: str = "auto", cg_iters: int | None =
 
 
 def choose_lm_solve(n: int, p: int, *, solve: str = "auto", precond: str = "auto", cg_iters: int | None = None,
-                    jets: bool = False, device: torch.device | str | None = None,
+                    jets: bool | Callable[[], bool] = False, device: torch.device | str | None = None,
                     dtype: torch.dtype = torch.float64, free: int | None = None, rank: int = 50,
                     need: str = "lm", rows: Sequence[int] | None = None) -> FormChoice:
     """Levenberg–Marquardt's solve (``need='lm'``; federated gn's message with ``need='gn'``): the form, and for the

@@ -95,7 +95,8 @@ class LMConfig:
     #                            statistics), "matfree" (CG, needs op) or "auto"
     matfree: matfree.MatfreeConfig = field(default_factory=matfree.MatfreeConfig)
     momentum: float = 0.0      # SPRING momentum β ∈ [0, 1) (0: plain Levenberg–Marquardt)
-    jets: bool = False         # the residuals are in K-FAC's forward-Laplacian channel form: solve="auto" with
+    jets: bool | Callable[[], bool] = False  # the residuals are in a K-FAC channel form (a callable: asked when
+    #                            the other conditions of the K-FAC regime hold): solve="auto" with
     #                            matfree.precond "auto" may take K-FAC-preconditioned, truncated CG
     #                            (fedsciml.core.forms.choose_lm_solve)
 

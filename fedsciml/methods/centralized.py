@@ -401,7 +401,7 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
                   matfree=MatfreeConfig(precond=config.precond,
                                         rank=capped_rank(config.nystrom_rank, theta0.numel(), "nystrom_rank"),
                                         max_iters=config.cg_iters, seed=seed),
-                  momentum=config.momentum, jets=has_jets(objectives))
+                  momentum=config.momentum, jets=lambda: has_jets(objectives))
     make = None
     if config.resample is not None:
         check_resample(problem, config.resample)

@@ -102,7 +102,7 @@ from fedsciml.core.objective import GNStats, gn_stats_from
 from fedsciml.options import OptionError, RoundOptions, display, option
 from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, deferred_stats, federated_form  # noqa: F401
 from fedsciml.core.lm import default_tau
-from fedsciml.core.kfac_pinn import has_jets, jet_network, require_jets
+from fedsciml.core.kfac_pinn import has_jets, require_jets
 from fedsciml.core.matfree import MatfreeConfig
 from fedsciml.methods.run import RunContext, capped_rank, strategy_runner
 
@@ -288,13 +288,13 @@ class GNAggregator(Aggregator):
     def context(self, p):
         ctx = {"p": p, "h": linalg.n_upper(p)}
         if self.kfac_net is not None:
-            ctx["k"] = kfac_pinn.KroneckerFactors.size_of(self.kfac_net)
+            ctx["k"] = kfac_pinn.layout_size(self.kfac_net)
         return ctx
 
     def check(self, cid, msg, p):
         if self.form == "matfree" and self.with_curvature and self.kfac_net is not None:
             try:
-                fac = kfac_pinn.KroneckerFactors.unpack(self.kfac_net, msg["kfac"])
+                fac = kfac_pinn.unpack_factors(self.kfac_net, msg["kfac"])
             except ValueError as e:
                 raise MessageRejected(cid, f"field 'kfac': {e}") from None
             if any(bool((m.diagonal() < 0).any()) for t in kfac_pinn.KINDS for m in fac.A[t] + fac.B[t]):
@@ -335,7 +335,7 @@ class GNAggregator(Aggregator):
                 k = messages[order[0]]["kfac"].clone()
                 for c in order[1:]:
                     k += messages[c]["kfac"]
-                factors = kfac_pinn.KroneckerFactors.unpack(self.kfac_net, k)
+                factors = kfac_pinn.unpack_factors(self.kfac_net, k)
             return GNStats(H=None, g=g, loss=loss, n=n, factors=factors)
         if self.form == "sqrt":  # stack the square roots: RᵀR = ΣJ_mᵀJ_m, Rᵀs = ΣJ_mᵀr_m
             R = torch.cat([messages[c]["R"] for c in order])
@@ -638,7 +638,7 @@ class GNStrategy(Strategy):
         if "H" in d:
             self.lm.stats = GNStats(H=linalg.unpack_upper(d["H"], p), g=d["g"], loss=d["loss"], n=d["n"])
         elif "J" not in d:
-            fac = None if "kfac" not in d else kfac_pinn.KroneckerFactors.unpack(self.kfac_net, d["kfac"])
+            fac = None if "kfac" not in d else kfac_pinn.unpack_factors(self.kfac_net, d["kfac"])
             self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"], factors=fac)
         else:
             self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"], J=d["J"], r=d["r"])
@@ -708,7 +708,7 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
     if form == "auto":  # the smaller dense message while it fits, matrix-free beyond, K-FAC's regime on a CPU
         rows = [o.n_residuals for o in objectives]  # (fedsciml.core.forms.choose_lm_solve, one rule with LM's)
         choice = forms.choose_lm_solve(sum(rows), theta0.numel(), need="gn", rows=rows, precond=cfg.precond,
-                                       cg_iters=cfg.cg_iters, jets=has_jets(objectives), device=theta0.device,
+                                       cg_iters=cfg.cg_iters, jets=lambda: has_jets(objectives), device=theta0.device,
                                        dtype=theta0.dtype)
         form, reason = choice.form, choice.reason
         precond, cg_cap = choice.precond, choice.cg_iters
@@ -731,7 +731,7 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
                               max_iters=cg_cap, seed=seed),
                                    momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen,
-                          kfac_net=jet_network(objectives[0]) if kfac else None, exchange=cfg.exchange,
+                          kfac_net=kfac_pinn.factor_layout(objectives[0], theta0.numel()) if kfac else None, exchange=cfg.exchange,
                           trials=cfg.trials)
     if cfg.exchange != "one":
         options["exchange"] = cfg.exchange
