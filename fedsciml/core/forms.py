@@ -34,8 +34,9 @@ p ≈ 16 000), and the dense forms win whenever J fits.
 
 Ties go to the first of ``normal, kernel, chunked, matfree`` (so n ≥ p: normal, n < p: kernel, as before).
 
-**The K-FAC regime.**  On a CPU, where the residuals are in the forward-Laplacian channel form K-FAC for PINNs
-needs (:func:`fedsciml.core.kfac_pinn.jet_network`; heat and a general ``DomainPDE`` are not), p ≥
+**The K-FAC regime.**  On a CPU, where the residuals are in a channel form K-FAC for PINNs can use
+(:func:`fedsciml.core.kfac_pinn.jet_network`: the Poisson form, or Taylor-mode channels of heat-nd and any
+``DomainPDE`` without a part that reads u at two points — :mod:`fedsciml.core.kfac_taylor`), p ≥
 :data:`KFAC_MIN_PARAMS` and the cheapest dense step that fits costs at least :data:`KFAC_MIN_RATIO` times a K-FAC
 step by the flop model (``KFAC_CG_ITERS·c_P·n·p``), LM's automatic solve (and federated gn's automatic form) is
 matrix-free CG preconditioned by K-FAC and truncated at :data:`KFAC_CG_ITERS` iterations (:func:`choose_lm_solve`):
@@ -295,7 +296,8 @@ def choose_lm_solve(n: int, p: int, *, solve: str = "auto", precond: str = "auto
     matrix-free form its preconditioner and CG cap (:attr:`FormChoice.precond`, :attr:`FormChoice.cg_iters`).
 
     ``solve``: ``auto`` or a form named by the caller; ``precond``: ``auto`` or a named preconditioner;
-    ``cg_iters``: a named CG cap or ``None``; ``jets``: the residuals are in K-FAC's forward-Laplacian channel form.
+    ``cg_iters``: a named CG cap or ``None``; ``jets``: the residuals are in a K-FAC channel form (a bool, or a
+    callable asked only where the regime's other conditions hold).
     ``auto`` takes the K-FAC regime where :func:`kfac_regime` says so (matrix-free, ``kfac``, CG capped at
     :data:`KFAC_CG_ITERS` unless a cap is named), else :func:`choose_form`'s choice with Nyström
     (``rank``) and :data:`FULL_CG_ITERS` for a matrix-free solve.  The preconditioner and cap depend on p, the

@@ -66,7 +66,7 @@ normal form costs ``p(p+1)/2 + p`` floats and the square-root form
 ``MATFREE_FLOATS`` = 6.25·10⁶ floats (50 MB in float64) and the clients'
 Jacobians fit the device's memory, else the matrix-free form.  In LM's K-FAC
 regime (:func:`fedsciml.core.forms.choose_lm_solve`: a CPU, every client's
-residuals in K-FAC's forward-Laplacian channel form, p ≥ 5·10³, a dense LM step
+residuals in a K-FAC channel form, p ≥ 5·10³, a dense LM step
 of at least 2 K-FAC steps by the flop model, ``precond`` auto or kfac) it is the
 matrix-free form with ``kfac`` and CG capped at 10 exchanges per solve
 (``cg_iters`` unless named) — the same rule as centralized LM's ``lm_solve
@@ -124,13 +124,13 @@ class GNConfig(RoundOptions):
                                    "exchange of rank·p floats per accepted step)", int, lo=1)
     precond: str = option("auto", "preconditioner of the matrix-free form's CG: nystrom (one sketch exchange), kfac "
                                   "(K-FAC for PINNs: each client sends its Kronecker factors with Jᵀr, O(Σ widths²) "
-                                  "floats; forward-Laplacian PINN problems), none, or auto (kfac where form auto goes "
-                                  "matrix-free for it: a CPU, forward-Laplacian PINN residuals, "
+                                  "floats; PINN residuals of u and its derivatives up to order 2), none, or auto (kfac where form auto goes "
+                                  "matrix-free for it: a CPU, PINN residuals in channel form, "
                                   f"p ≥ {forms.KFAC_MIN_PARAMS:,}, a dense step dear; else nystrom)",
                           str, choices=("auto", "nystrom", "kfac", "none"))
     cg_iters: int | None = option(None, "CG iterations (exchanges) per matrix-free solve, at most (a truncated solve is "
                                         "judged by LM's gain ratio)", int, lo=1,
-                                  none="10 where form auto takes K-FAC (a CPU, forward-Laplacian PINN residuals, "
+                                  none="10 where form auto takes K-FAC (a CPU, PINN residuals in channel form, "
                                        f"p ≥ {forms.KFAC_MIN_PARAMS:,}, a dense step dear), else 500")
     momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
                                   "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
@@ -720,7 +720,7 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
         options["form_reason"] = reason
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
     kfac = form == "matfree" and precond == "kfac"
-    if kfac:  # refused by name unless every client's residual is in the forward-Laplacian channel form
+    if kfac:  # refused by name unless every client's residual is in a channel form
         require_jets(objectives, getattr(ctx.problem, "name", str(ctx.problem)))
         options["precond"] = "kfac"
     if form == "matfree" and cg_cap != forms.FULL_CG_ITERS:
