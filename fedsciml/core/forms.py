@@ -302,8 +302,9 @@ def choose_lm_solve(n: int, p: int, *, solve: str = "auto", precond: str = "auto
     :data:`KFAC_CG_ITERS` unless a cap is named), else :func:`choose_form`'s choice with Nyström
     (``rank``) and :data:`FULL_CG_ITERS` for a matrix-free solve.  The preconditioner and cap depend on p, the
     device, the names and — through the regime's cost test — n."""
-    if cg_iters is not None and int(cg_iters) < 1:
-        raise ValueError(f"cg_iters must be ≥ 1 CG iterations per solve (or None), got {cg_iters}")
+    if cg_iters is not None and int(cg_iters) < 0:
+        raise ValueError(f"cg_iters must be ≥ 0 CG iterations per solve (0: the damped K-FAC step; or None), got "
+                         f"{cg_iters}")
     regime, why = kfac_regime(n, p, device=device, dtype=dtype, jets=jets, precond=precond, free=free)
     regime = regime and solve == "auto"
     pre, cap = matfree_settings(regime, precond, cg_iters)

@@ -77,7 +77,8 @@ class CentralizedConfig(StopOptions):
                                   "dear; else nystrom)", str,
                           choices=("auto", "nystrom", "kfac", "none"))
     cg_iters: int | None = option(None, "CG iterations per matrix-free lm solve, at most (a truncated solve is judged "
-                                        "by LM's gain ratio; with precond kfac, 1–10 take many cheap steps)", int, lo=1,
+                                        "by LM's gain ratio; with precond kfac, 1–10 take many cheap steps; 0: no CG, "
+                                        "the damped K-FAC step itself)", int, lo=0,
                                   none="10 where lm_solve auto takes K-FAC (a CPU, PINN residuals in channel form, "
                                        f"p ≥ {KFAC_MIN_PARAMS:,}, a dense step dear), else 500")
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,

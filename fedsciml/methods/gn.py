@@ -129,7 +129,9 @@ class GNConfig(RoundOptions):
                                   f"p ≥ {forms.KFAC_MIN_PARAMS:,}, a dense step dear; else nystrom)",
                           str, choices=("auto", "nystrom", "kfac", "none"))
     cg_iters: int | None = option(None, "CG iterations (exchanges) per matrix-free solve, at most (a truncated solve is "
-                                        "judged by LM's gain ratio)", int, lo=1,
+                                        "judged by LM's gain ratio); 0 with precond kfac: no CG — the damped K-FAC "
+                                        "step itself, one exchange per trial (factors and Jᵀr up, the trial down)",
+                                  int, lo=0,
                                   none="10 where form auto takes K-FAC (a CPU, PINN residuals in channel form, "
                                        f"p ≥ {forms.KFAC_MIN_PARAMS:,}, a dense step dear), else 500")
     momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
@@ -720,6 +722,8 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
         options["form_reason"] = reason
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
     kfac = form == "matfree" and precond == "kfac"
+    if form == "matfree" and cg_cap == 0 and precond != "kfac":
+        raise ValueError(f"cg_iters=0 (the damped K-FAC step, no CG) needs precond kfac, got precond {precond}")
     if kfac:  # refused by name unless every client's residual is in a channel form
         require_jets(objectives, getattr(ctx.problem, "name", str(ctx.problem)))
         options["precond"] = "kfac"
