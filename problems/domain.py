@@ -48,6 +48,7 @@ shares of the boundary; the interior sample is per client, as the FIPA strips).
 """
 from __future__ import annotations
 
+import logging
 import math
 
 from collections.abc import Callable, Sequence
@@ -63,6 +64,11 @@ from .base import DTYPE, ProblemError, ResidualPart
 from .conditions import Condition, Data, Field, Initial, Periodic, component_index
 from .geometry import SAMPLINGS, Geometry, Partition, SpaceTime, axis_name, make_partition
 from .pinn import PINNProblem
+
+log = logging.getLogger(__name__)
+
+#: points and parameter vectors at which a part's channel form is detected and checked (:meth:`DomainPDE.taylor_form`)
+TAYLOR_SAMPLE = 16
 
 
 def _domain_params():
@@ -87,6 +93,39 @@ class _Residual:
         u = self.problem.field(theta)
         if self.cond is None:
             return _as_vector(self.problem.equation(u, pt))[self.i]
+        return self.cond.residual(u[self.comp], pt, self.i)
+
+
+class _TaylorHead:
+    """One residual part as a function of the network's output channels at its point (K-FAC's Taylor form,
+    :mod:`fedsciml.core.kfac_taylor`): the network is replaced by its Taylor polynomial of the part's order at the
+    point, so the problem's own ``equation`` / condition — whatever derivatives up to second order it takes, through
+    the ansatz — sees the same values and the channels' gradients."""
+
+    def __init__(self, problem: DomainPDE, cond: Condition | None, i: int, order: int, recon: torch.Tensor | None):
+        self.problem, self.cond, self.i, self.order, self.recon = problem, cond, i, order, recon
+        self.comp = problem.comp(cond) if cond is not None else None
+
+    def __call__(self, value, grad, second, pt, extra):
+        pb = self.problem
+        x = pt[0] if isinstance(pt, tuple) else pt
+        H = None
+        if self.order == 2:
+            assert self.recon is not None
+            H = torch.einsum("ck,kab->cab", second, self.recon.to(second.dtype))
+
+        def poly(y):
+            out = value
+            if self.order >= 1:
+                dy = y - x
+                out = out + grad @ dy
+                if H is not None:
+                    out = out + 0.5 * torch.einsum("cab,a,b->c", H, dy, dy)
+            return pb.ansatz(y, out)
+
+        u = Field(poly, pb.outputs, pb.axes, pb.geometry.dim, {k: extra[j] for j, k in enumerate(pb.unknowns)})
+        if self.cond is None:
+            return _as_vector(pb.equation(u, x))[self.i]
         return self.cond.residual(u[self.comp], pt, self.i)
 
 
@@ -445,6 +484,67 @@ class DomainPDE(PINNProblem):
             self.__dict__["_part_fns"] = out
         return self.__dict__["_part_fns"]
 
+    def taylor_form(self, fn, cond: Condition | None, i: int, points):
+        """The part's K-FAC channel form (:class:`fedsciml.core.kfac_taylor.Taylor`), or ``None`` where it has none
+        (the reason is logged at debug level): found once per part function, at :data:`TAYLOR_SAMPLE` of its points
+        and two parameter vectors (θ₀ and a random one, so that a coefficient that starts at 0 still shows): the
+        jet's order and the second-order functionals the residual reads (:func:`~fedsciml.core.kfac_taylor.
+        functional_basis`), then checked — the form's residual must equal the part's own there to round-off (a
+        periodic condition, which reads u at two points, or a derivative of third order fails it)."""
+        from fedsciml.core.kfac_taylor import Deferred
+
+        cache = self.__dict__.setdefault("_taylor_forms", {})
+        if id(fn) not in cache:
+            pts = (tuple(t[:TAYLOR_SAMPLE].clone() for t in points) if isinstance(points, tuple)
+                   else points[:TAYLOR_SAMPLE].clone())
+
+            def find():
+                try:
+                    spec, why = self._find_taylor_form(fn, cond, i, pts)
+                except (ProblemError, ValueError, RuntimeError, TypeError, IndexError) as e:  # any failure: no form
+                    spec, why = None, f"{type(e).__name__}: {e}"
+                if spec is None:
+                    log.debug("%s: part function %r has no K-FAC channel form: %s", self.name, fn, why)
+                return spec
+
+            cache[id(fn)] = (fn, Deferred(find))  # fn kept alive with its id
+        return cache[id(fn)][1]
+
+    def _find_taylor_form(self, fn, cond, i, points):
+        from fedsciml.core import kfac_taylor as kt
+        from fedsciml.core.nn import _SECOND_DERIVATIVES
+
+        net = self.network()
+        cls = type(self)
+        if cls._point_fn is not DomainPDE._point_fn or cls.field is not DomainPDE.field or "_point_fn" in self.__dict__:
+            return None, "the problem overrides its field"
+        pts = points
+        n = int((pts[0] if isinstance(pts, tuple) else pts).shape[0])
+        if n == 0:
+            return None, "no points to detect it at"
+        d, k = self.input_dim(), len(self.unknowns)
+        th0 = self.init_params(0)
+        gen = torch.Generator().manual_seed(20261128)
+        thetas = [th0, th0 + 0.3 * torch.randn(th0.shape, dtype=th0.dtype, generator=gen)]
+        order, G2 = 0, None  # without known activation derivatives only a value-only part has a form
+        if net.activation in _SECOND_DERIVATIVES:
+            full = kt.pair_functionals(d)
+            spec = kt.Taylor(net, _TaylorHead(self, cond, i, 2, kt.reconstruction(full)), 2, full, k)
+            dG, dS = zip(*[kt.head_sensitivity(spec, th, pts) for th in thetas])
+            G2 = torch.cat([s.reshape(-1, full.shape[0]) for s in dS])
+            order = 2 if bool((G2 != 0).any()) else (1 if any(bool((g != 0).any()) for g in dG) else 0)
+        F = kt.functional_basis(G2, d) if order == 2 and G2 is not None else None
+        spec = kt.Taylor(net, _TaylorHead(self, cond, i, order, None if F is None else kt.reconstruction(F)),
+                         order, F, k)
+        for th in thetas:
+            mine = kt.taylor_residual(spec, th, pts).reshape(n, -1)
+            ref = vmap(fn, in_dims=(None, 0))(th, pts).reshape(n, -1)
+            scale = float(ref.abs().max()) + 1.0
+            if not bool(torch.isfinite(mine).all()) or float((mine - ref).abs().max()) > 1e-8 * scale:
+                return None, (f"its residual is not a function of u's {order}-jet at its point (differs by "
+                              f"{float((mine - ref).abs().max()):.2g})")
+        return spec, ""
+
     def pde_rows_per_client(self, n_clients: int) -> int:
         return int(self.n_interior) * max(1, len(self.outputs))
 
@@ -470,21 +570,22 @@ class DomainPDE(PINNProblem):
             except ProblemError as e:
                 dom.sample_interior(1, self.sampling, [seed, k, 0])  # an empty domain: its own error, named
                 raise self._empty_cell(k, K, part, dom, getattr(e, "found", 0), getattr(e, "tried", 0)) from None
-            for name, fn, c, _i in parts:
+            for name, fn, c, i in parts:
                 if c is None:
-                    per_client[k].append(ResidualPart(name, fn, xi.to(device), 1.0))
+                    per_client[k].append(ResidualPart(name, fn, xi.to(device), 1.0, self.taylor_form(fn, None, i, xi)))
         # conditions: one sample of each part, split by ownership
         for j, c in enumerate(self.condition_list()):
             n = (c.n or self.n_boundary) * K
             x_own, pts = c.points(self, dom, n, self.sampling, [seed, 1000 + j, 1])
             owner = part.owner(x_own)
             w = float(c.weight if c.weight is not None else self.boundary_weight)
+            forms = {id(fn): self.taylor_form(fn, c, i, pts) for _n, fn, cc, i in parts if cc is c}
             for k in range(K):
                 sel = (owner == k).nonzero().squeeze(1)
                 pk = tuple(t[sel].to(device) for t in pts)
                 for name, fn, cc, _i in parts:
                     if cc is c:
-                        per_client[k].append(ResidualPart(name, fn, pk, w))
+                        per_client[k].append(ResidualPart(name, fn, pk, w, forms[id(fn)]))
         return [self._objective(ps) for ps in per_client]
 
     def _empty_cell(self, k: int, K: int, part: Partition, dom: Geometry, found: int = 0,

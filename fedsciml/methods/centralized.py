@@ -71,14 +71,15 @@ class CentralizedConfig(StopOptions):
                            choices=("auto", "normal", "kernel", "chunked", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
     precond: str = option("auto", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
-                                  "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
-                                  "PINN problems), none, or auto (kfac where lm_solve auto goes matrix-free for it: a "
-                                  f"CPU, forward-Laplacian PINN residuals, p ≥ {KFAC_MIN_PARAMS:,}, a dense step "
+                                  "(K-FAC for PINNs: Kronecker factors of the Taylor-mode channels; PINN residuals of u "
+                                  "and its derivatives up to order 2), none, or auto (kfac where lm_solve auto goes matrix-free for it: a "
+                                  f"CPU, PINN residuals in channel form, p ≥ {KFAC_MIN_PARAMS:,}, a dense step "
                                   "dear; else nystrom)", str,
                           choices=("auto", "nystrom", "kfac", "none"))
     cg_iters: int | None = option(None, "CG iterations per matrix-free lm solve, at most (a truncated solve is judged "
-                                        "by LM's gain ratio; with precond kfac, 1–10 take many cheap steps)", int, lo=1,
-                                  none="10 where lm_solve auto takes K-FAC (a CPU, forward-Laplacian PINN residuals, "
+                                        "by LM's gain ratio; with precond kfac, 1–10 take many cheap steps; 0: no CG, "
+                                        "the damped K-FAC step itself)", int, lo=0,
+                                  none="10 where lm_solve auto takes K-FAC (a CPU, PINN residuals in channel form, "
                                        f"p ≥ {KFAC_MIN_PARAMS:,}, a dense step dear), else 500")
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
@@ -401,7 +402,7 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
                   matfree=MatfreeConfig(precond=config.precond,
                                         rank=capped_rank(config.nystrom_rank, theta0.numel(), "nystrom_rank"),
                                         max_iters=config.cg_iters, seed=seed),
-                  momentum=config.momentum, jets=has_jets(objectives))
+                  momentum=config.momentum, jets=lambda: has_jets(objectives))
     make = None
     if config.resample is not None:
         check_resample(problem, config.resample)
