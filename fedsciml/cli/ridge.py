@@ -237,7 +237,8 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
     central = make_result(problem, "centralized",
                           {**problem.options, "solver": "pooled ridge (Cholesky)", "sigma_used": s_used},
                           seed=seed, device=dev, clients=int(K), theta=w_c, seconds=t_c, final={"mse": mse_c},
-                          history=[{"step": 0, "time_s": t_c, "mse": mse_c, "floats_sent": 0}], extra={"rounds": 0})
+                          history=[{"step": 0, "time_s": t_c, "mse": mse_c, "floats_sent": 0}],
+                          extra={"rounds": 0, "stop_reason": "closed form"})
     out.append(_summary(central, w_c, mse_c, "centralized", 0))
     dropout = cfg.dropout  # type: ignore[attr-defined]
     for name in names:

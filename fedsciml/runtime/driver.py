@@ -37,7 +37,7 @@ import torch
 
 from fedsciml.options import MethodConfig
 from fedsciml.runtime.memory import available_memory, gradient_graph, residual_graph, value_graph
-from fedsciml.runtime.results import Result, jsonable, register_settings
+from fedsciml.runtime.results import Result, jsonable, register_settings, stop_reason_of
 
 
 #: The kinds of :class:`fedsciml.problems.Problem` (``Problem.kind``): what ``solve`` runs.
@@ -629,7 +629,7 @@ def make_result(problem, method: str, options: dict, *, seed: int, device, clien
         problem=problem.name, method=method, options=options, seed=seed,
         device=str(device), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
         clients=int(clients), solver_seconds=seconds, final=final, history=history, extra=jsonable(extra),
-        theta=theta,
+        theta=theta, stop_reason=stop_reason_of(extra),
     )
 
 
