@@ -406,6 +406,16 @@ def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: 
     run = run_lm if cfg.optimizer == "lm" else run_torch_optimizer
     try:
         theta, info = run(obj, theta0, rec, cfg)
+    except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM: the last recorded step is kept (fedsciml.runtime.interrupt)
+        from fedsciml.runtime.interrupt import INTERRUPTED, Interrupted
+
+        stop = Interrupted.of(e)
+        if rec.last_theta is not None:
+            stop.partial = (rec.last_theta, list(rec.rows), {"stopped_by": INTERRUPTED, "stop_reason": INTERRUPTED,
+                                                             "solver_time_s": rec.elapsed()})
+        if stop is e:
+            raise
+        raise stop from None
     finally:
         rec.close()
     info["solver_time_s"] = rec.elapsed()

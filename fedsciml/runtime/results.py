@@ -42,28 +42,24 @@ class OutputPathError(ValueError):
     """An output path that cannot be written (checked before a run, so that no result is lost)."""
 
 
-def check_output_file(path: str | os.PathLike, flag: str = "--json") -> str:
+def check_output_file(path: str | os.PathLike, flag: str = "--json", stdout: bool = False) -> str:
     """Check, before a run, that ``path`` can be written as a file; returns it.
 
-    Policy: an existing *file* is overwritten (as ``-o`` does for compilers);
-    a directory, a path under a file, or a place that cannot be written is
-    refused with :class:`OutputPathError`.  Missing parent directories are
-    created.
+    Policy (:func:`fedsciml.runtime.files.write_output`): an existing regular file is replaced atomically (as
+    ``-o`` does for compilers), a link's target is written (the link stays a link), a character device such as
+    ``/dev/null`` is written through, ``-`` is standard output where ``stdout``; a directory, a FIFO, a socket,
+    an input of the same command or a place that cannot be written is refused with :class:`OutputPathError`.
+    Missing parent directories are created; nothing at ``path`` is created or changed.
     """
+    from fedsciml.runtime.files import OutputRefused, check_output
+
     path = _path(path, flag)
     if os.path.isdir(path):
         raise OutputPathError(f"{flag} {path!r} is a directory; give a file path (e.g. {os.path.join(path, 'result.json')!r})")
-    parent = os.path.dirname(os.path.abspath(path))
-    _make_dir(parent, flag, path)
-    existed = os.path.exists(path)
     try:
-        with open(path, "a"):
-            pass
-    except OSError as e:
-        raise OutputPathError(f"{flag} {path!r} cannot be written: {e.strerror or e}") from None
-    if not existed:
-        os.remove(path)
-    return path
+        return check_output(path, flag, stdout=stdout)
+    except OutputRefused as e:
+        raise OutputPathError(str(e)) from None
 
 
 def check_output_dir(path: str | os.PathLike, flag: str = "--out") -> str:
@@ -120,19 +116,9 @@ def _fallback_dirs() -> list[str]:
 
 
 def _write_text_atomic(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:  # a half-written .tmp is never a result: remove it
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
+    from fedsciml.runtime.files import write_text
+
+    write_text(path, text, what="the results", stdout=True)
 
 
 def save_text_or_fallback(text: str, path: str, what: str = "the results") -> str:
@@ -141,8 +127,9 @@ def save_text_or_fallback(text: str, path: str, what: str = "the results") -> st
     lost: ``text`` is written to a new file in the first of :func:`_fallback_dirs` that takes it and
     :class:`ResultsNotWritten` says, in one line, why ``path`` failed and where the text is."""
     try:
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
+        if path != "-":
+            parent = os.path.dirname(os.path.realpath(path))
+            os.makedirs(parent, exist_ok=True)
         _write_text_atomic(path, text)
         return path
     except OSError as e:
@@ -291,12 +278,16 @@ class Result:
     def write_history_csv(self, path: str) -> None:
         if not self.history:
             return
+        from fedsciml.runtime.files import write_output
+
         keys = list(dict.fromkeys(k for h in self.history for k in h))
-        with open(path, "w", newline="") as f:
+
+        def write(f):
             w = csv.DictWriter(f, fieldnames=keys)
             w.writeheader()
             for h in self.history:
                 w.writerow(_clean(h))
+        write_output(path, write, newline="", what="the history CSV")
 
     def plot(self, out_dir: str, problem: Any = None) -> list[str]:
         """Write the PNG plots of this run (error against time and rounds; the solution when
