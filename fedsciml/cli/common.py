@@ -191,6 +191,7 @@ def write_json_collecting(payload, path: str, failed: list, shown: str | None = 
 
     try:
         write_json(payload, path)
-        status(f"wrote {shown or path}")
+        if path != "-":
+            status(f"wrote {shown or path}")
     except ResultsNotWritten as e:
         failed.append(e)
