@@ -96,8 +96,12 @@ def _method_groups(methods: dict) -> list[tuple[str, dict]]:
                                                          0 if kv[0].__dict__.get("method") else -len(holders(kv[0]))))
     for cls, names in shared_first:  # the shared parts, most shared first; then each method's own, in order
         have = holders(cls)
-        who = ("every method" if set(have) == set(methods) else
-               "every federated method" if set(have) == federated and len(have) > 1 else ", ".join(have))
+        who = ", ".join(have)
+        for everyone, word in ((federated, "every federated method"), (set(methods), "every method")):
+            missing = [m for m in methods if m in everyone and m not in have]
+            if set(have) <= everyone and len(have) > 1 and len(missing) <= 2:  # "every method but fedavg-sgd"
+                who = word + (f" but {', '.join(missing)}" if missing else "")
+                break
         own = cls.__dict__.get("method")
         heading = (f"{own} options" + (f" (also {', '.join(h for h in have if h != own)})"
                                        if len(have) > 1 else "")) if own else f"{cls.help_group} ({who})"
