@@ -156,14 +156,16 @@ def _add_solve_parser(sub):
     generated = []
     for heading, owners in _method_groups(methods):
         group = p.add_argument_group(heading)
-        mflags.update(add_option_flags(group, owners, dest="mopt_", skip=("preset",), rename=rename))
+        mflags.update(add_option_flags(group, owners, dest="mopt_", skip=("preset",), rename=rename,
+                                       name_owners="differ"))  # the heading says whose
         generated.append(group)
     mflags["preset"] = "--preset"
     title = (f"options of problem {focus!r}" if focus is not None else
              "problem options (each applies to the problems that declare it; `list` shows the problems)")
     pgroup = p.add_argument_group(title)
     pflags = add_option_flags(pgroup, dict(sorted(problems.items())), dest="popt_", typed=False,
-                              rename={n: option_flag(n, "problem-") for n in problem_names if n in SOLVE_FLAGS})
+                              rename={n: option_flag(n, "problem-") for n in problem_names if n in SOLVE_FLAGS},
+                              name_owners="differ" if focus is not None else True)  # which problems declare it
     generated.append(pgroup)
     if short:  # `solve --help`: the generated flags are parsed as ever, listed by --help-all
         for group in generated:
