@@ -44,20 +44,25 @@ class Field:
     """``u_θ`` at one point, its derivatives in x, its components and the problem's coefficients."""
 
     def __init__(self, fn: Callable, names: Sequence[str], axes: Sequence[str], n_space: int, coef: dict,
-                 index: int | None = None, cache: dict | None = None):
-        self._fn = fn                  # x [d] → [C]
+                 index: int | None = None, cache: dict | None = None, n_main: int | None = None):
+        self._fn = fn                  # x [d] → [C] (→ [C + F] with F unknown fields after the outputs)
         self.names, self.axes, self.n_space = tuple(names), tuple(axes), n_space
         self.coef = coef
-        self._index = index if index is not None else (0 if len(self.names) == 1 else None)
+        # the first n_main names are the network's outputs; the rest are unknown coefficient fields, which the
+        # whole system (u(x), u.jet(x) without a component) leaves out
+        self._n_main = len(self.names) if n_main is None else int(n_main)
+        self._index = index if index is not None else (0 if self._n_main == 1 else None)
         self._cache = {} if cache is None else cache
 
     # --- components -------------------------------------------------------------
     def __getitem__(self, c) -> Field:
         return Field(self._fn, self.names, self.axes, self.n_space, self.coef, component_index(c, self.names),
-                     self._cache)
+                     self._cache, self._n_main)
 
     def _pick(self, v):
-        return v if self._index is None else v[self._index]
+        if self._index is None:
+            return v if self._n_main == len(self.names) else v[: self._n_main]
+        return v[self._index]
 
     # --- values and derivatives ----------------------------------------------------
     def _jet(self, x, order: int):
@@ -171,6 +176,8 @@ def _values(g: Value, x: torch.Tensor, exact: Callable | None, comp: int, what: 
             raise ProblemError(f"{what} has no value and the problem has no exact solution to take it from")
         v = exact(x)
         v = v if v.ndim == 1 else v[:, comp]
+        if v.numel() and bool(torch.isnan(v).all()):  # a column the problem cannot give (DomainPDE.exact_or_none)
+            raise ProblemError(f"{what} has no value and the problem has no exact solution to take it from")
     elif callable(g):
         raw = g(x)
         if (torch.is_tensor(raw) and raw.is_complex()) or (not torch.is_tensor(raw) and np.iscomplexobj(raw)):
