@@ -29,7 +29,7 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
           device: Union[str, torch.device] = "cpu", progress: bool = False,
           problem_options: dict[str, Any] | None = None, hidden: Sequence[int] | None = None,
           activation: str | None = None, preset: str | None = None, callbacks: Sequence[Any] | None = None,
-          **method_options: Any) -> Result:
+          time_windows: int | None = None, **method_options: Any) -> Result:
     """Solve a problem — a :class:`Problem` instance or a registered name — with one method.
 
     Parameters
@@ -73,9 +73,14 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         Called after each step (centralized) or round (federated) with a read-only
         :class:`StepView` (step, a copy of θ, the loss, the test metrics, the history
         row); a callback that returns ``True`` stops the run after that step
-        (``result.extra["stopped_by"]`` names it).  Each is a :class:`Callback` or a
+        (``result.stop_reason`` names it).  Each is a :class:`Callback` or a
         callable; :class:`EarlyStopping` and :class:`BestModelCheckpoint` ship with
         fedsciml.  In-process engine only.
+    time_windows : int, optional
+        Time-marching for a time-dependent ``DomainPDE``: K equal windows of ``[t0, T]`` trained in order, each
+        window's initial condition the previous window's trained network at its start, each window warm-started
+        from the previous θ; the method's options apply to each window.  The result's θ, metrics and saved model
+        are the piecewise model on all of ``[t0, T]`` (:mod:`fedsciml.problems.windows`).
     method_options
         The fields of the method's configuration (declared in the method's module,
         all importable from :mod:`fedsciml`: ``CentralizedConfig``, ``GNConfig``, ``FIPAConfig``,
@@ -102,7 +107,8 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
     Returns
     -------
     Result
-        ``.final``, ``.history``, ``.theta``, ``.to_json()``, ``.plot()`` —
+        ``.final``, ``.history``, ``.theta``, ``.stop_reason`` (why the run stopped:
+        :func:`fedsciml.runtime.results.stop_reason_of`), ``.to_json()``, ``.plot()`` —
         the same schema as the CLI's ``result.json``.
     """
     if problem_options is not None and not isinstance(problem_options, dict):
@@ -136,8 +142,47 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         raise ValueError(f"callbacks run in the process of the round loop: engine 'local' only, got engine="
                          f"{method_options.get('engine')!r}")
     with show_progress(bool(progress)), use_callbacks(cbs):
+        if time_windows is not None:
+            return _solve_windows(problem, time_windows, method, clients, seed, device, progress, method_options)
         return _solve(problem, method=method, clients=clients, seed=seed, device=device, progress=progress,
                       **method_options)
+
+
+def _solve_windows(problem: Problem, windows: int, method: str, clients: int | None, seed: int, device: Any,
+                   progress: bool, method_options: dict) -> Result:
+    """Time-marching (``fs.solve(..., time_windows=K)``; :mod:`fedsciml.problems.windows`).
+
+    Decision: the loop over windows lives here, at the level of ``fs.solve``, not in a problem nor in a method:
+    each window is a whole run of the one driver on the window's problem (any method, any options: the same
+    code paths, the same exact invariants — gn on a window equals centralized LM on it), and a problem states
+    its PDE once, for all of ``[t0, T]``.  In-process only: a Flower node builds its problem by name, with no
+    window's conditions."""
+    from fedsciml.problems.windows import window_edges, window_problem, windowed
+    from fedsciml.runtime.driver import make_result
+
+    if method_options.get("engine", "local") != "local":
+        raise ValueError(f"time_windows runs each window in this process: engine 'local' only, got engine="
+                         f"{method_options.get('engine')!r}")
+    edges = window_edges(problem, windows)
+    prev: tuple | None = None
+    results = []
+    for k in range(windows):
+        wp = window_problem(problem, edges[k], edges[k + 1], prev)
+        r = _solve(wp, method=method, clients=clients, seed=seed, device=device, progress=progress, **method_options)
+        results.append(r)
+        prev = (wp, r.theta)
+    theta = torch.cat([r.theta.reshape(-1) for r in results])
+    whole = windowed(problem, edges, results[0].theta.numel())
+    last = results[-1]
+    final = {"loss": sum(float(r.final.get("loss") or 0.0) for r in results), **whole.evaluate(theta)}
+    history = [{**row, "window": k + 1} for k, r in enumerate(results) for row in r.history]
+    per_window = [{"t": [edges[k], edges[k + 1]], "final": r.final, "solver_seconds": r.solver_seconds,
+                   "stopped_by": r.extra.get("stopped_by")} for k, r in enumerate(results)]
+    res = make_result(whole, last.method, {**last.options, "time_windows": windows}, seed=seed, device=last.device,
+                      clients=last.clients, theta=theta, seconds=sum(r.solver_seconds for r in results),
+                      final=final, history=history, extra={**last.extra, "windows": per_window})
+    res.wall_seconds = sum(r.wall_seconds or 0.0 for r in results)
+    return res
 
 
 def _method_presets(method: str) -> tuple:

@@ -115,6 +115,20 @@ class LMConfig:
 SOLVES = ("auto", "normal", "kernel", "chunked", "matfree")
 
 
+def damping_ceiling(mu_max: float) -> str:
+    """The stop reason of a run whose damping reached ``mu_max`` (``damping ceiling (μ = 1e+20)``): no step lowers
+    the loss at these points any more — LM raises μ after every rejected step, so it gets there at a minimum of
+    the training loss to round-off (or where no direction descends), and a larger budget changes nothing."""
+    return f"damping ceiling (μ = {mu_max:.0e})"
+
+
+def ceiling_warning(who: str, step: int, mean_loss: float, mu_max: float) -> str:
+    """The one warning line of a run stopped by :func:`damping_ceiling` (centralized lm, federated gn)."""
+    return (f"{who} stopped at step {step}: its damping reached the ceiling μ = {mu_max:.0e} — no step lowers the "
+            f"training loss ({mean_loss:.3e}) at these points, so a larger budget changes nothing; fresh points "
+            f"every K steps (resample) give it more to fit")
+
+
 def damping_after_success(mu: float, rho: float, mu_min: float) -> tuple[float, float]:
     """The damping rule after an accepted step with gain ratio ``ρ``:
     ``(μ·max(⅓, 1 − (2ρ−1)³) floored at mu_min, ν = 2)`` (Madsen–Nielsen–Tingleff §3.2)."""

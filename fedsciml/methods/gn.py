@@ -86,6 +86,7 @@ and its registry entry (``METHOD_ENTRIES``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -101,10 +102,12 @@ from fedsciml.runtime.client import Client, register_handler
 from fedsciml.core.objective import GNStats, gn_stats_from
 from fedsciml.options import OptionError, RoundOptions, display, option
 from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, deferred_stats, federated_form  # noqa: F401
-from fedsciml.core.lm import default_tau
+from fedsciml.core.lm import ceiling_warning, damping_ceiling, default_tau
 from fedsciml.core.kfac_pinn import has_jets, require_jets
 from fedsciml.core.matfree import MatfreeConfig
 from fedsciml.methods.run import RunContext, capped_rank, strategy_runner
+
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class GNConfig(RoundOptions):
@@ -511,7 +514,9 @@ class GNStrategy(Strategy):
 
     def finished(self, run):
         if self.lm.mu >= self.lm.cfg.mu_max:
-            return "damping"
+            log.warning(ceiling_warning("gn", run.round_index, self.lm.loss / max(1, run.n_total),
+                                        self.lm.cfg.mu_max))
+            return damping_ceiling(self.lm.cfg.mu_max)
         return None
 
     def round(self, run, k):
