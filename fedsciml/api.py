@@ -74,7 +74,7 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         Called after each step (centralized) or round (federated) with a read-only
         :class:`StepView` (step, a copy of θ, the loss, the test metrics, the history
         row); a callback that returns ``True`` stops the run after that step
-        (``result.extra["stopped_by"]`` names it).  Each is a :class:`Callback` or a
+        (``result.stop_reason`` names it).  Each is a :class:`Callback` or a
         callable; :class:`EarlyStopping` and :class:`BestModelCheckpoint` ship with
         fedsciml.  In-process engine only.
     time_windows : int, optional
@@ -114,7 +114,8 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
     Returns
     -------
     Result
-        ``.final``, ``.history``, ``.theta``, ``.to_json()``, ``.plot()`` —
+        ``.final``, ``.history``, ``.theta``, ``.stop_reason`` (why the run stopped:
+        :func:`fedsciml.runtime.results.stop_reason_of`), ``.to_json()``, ``.plot()`` —
         the same schema as the CLI's ``result.json``.
     """
     if problem_options is not None and not isinstance(problem_options, dict):

@@ -169,6 +169,7 @@ def write_json_collecting(payload, path: str, failed: list, shown: str | None = 
 
     try:
         write_json(payload, path)
-        print(f"wrote {shown or path}", file=sys.stderr)
+        if path != "-":
+            print(f"wrote {shown or path}", file=sys.stderr)
     except ResultsNotWritten as e:
         failed.append(e)

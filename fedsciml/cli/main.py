@@ -240,7 +240,7 @@ def _solve(args, problem):
         plans.append(plan(problem, m, clients=args.clients, seed=args.seed, device=args.device,
                           progress=not args.quiet, every=args.every, engine=engine, **per_method[m]))
     if args.json:
-        check_output_file(args.json, "--json")
+        check_output_file(args.json, "--json", stdout=True)  # --json -: the JSON on standard output
     if args.out:
         check_output_dir(args.out, "--out")
     set_threads(args.threads, quiet=args.quiet)
@@ -251,16 +251,26 @@ def _solve(args, problem):
                   f"params={problem.network().n_params if hasattr(problem, 'network') else '?'}", file=sys.stderr)
         try:
             res = run(p)
-        except BaseException as e:  # a compared run that fails keeps the runs that finished: shown and written
-            if results and not isinstance(e, KeyboardInterrupt):
+        except BaseException as e:  # the runs that finished, and the rounds this one finished, are kept
+            partial = getattr(e, "result", None)  # Ctrl-C/SIGTERM or a failed round (fedsciml.runtime.interrupt)
+            kept = results + ([partial] if partial is not None else [])
+            if results and partial is None:
                 print(f"{m} failed: the run(s) that finished ({', '.join(r.method for r in results)}) are kept",
                       file=sys.stderr)
+            written = False
+            if kept:
                 try:
-                    _keep_results(problem, results, args)
+                    _keep_results(problem, kept, args)
+                    written = bool(args.json or args.out)
                 except ResultsNotWritten as w:  # said here; the failed run's error stays the command's
                     print(f"error: {w}", file=sys.stderr)
+            where = " and ".join(x for x in (args.json, args.out) if x) if partial is not None and written else ""
+            if isinstance(e, KeyboardInterrupt) and where:
+                step = partial.history[-1].get("step") if partial.history else 0
+                e.kept = f"{m} stopped after step/round {step}; its result and model are written to {where}"  # type: ignore[attr-defined]
             if isinstance(e, (RoundFailed, Diverged)):  # the run cannot go on
-                raise RunFailed(f"{m}: {e}") from None
+                raise RunFailed(f"{m}: {e}" + (f"; the rounds before are written: {where}" if where else "")) \
+                    from None
             raise
         results.append(res)
     _keep_results(problem, results, args)
@@ -275,7 +285,7 @@ def _keep_results(problem, results, args) -> None:
     for r in results:  # the whole command (parsing, set-up, every compared run) up to writing the results
         r.wall_seconds = wall
         r.extra["command"] = command
-    _print_summary(results)
+    _print_summary(results, sys.stderr if args.json == "-" else sys.stdout)  # --json -: stdout is the JSON's
     _write_outputs(problem, results, args)
 
 
@@ -309,11 +319,12 @@ def _read_points(path: str) -> list:
 
 
 def _write_csv_atomic(path: str, header: list, rows) -> None:
-    """``path`` written atomically (:func:`fedsciml.runtime.files.write_atomic`): a failed write (a full disk)
-    leaves no half file that looks valid, and one line names the file."""
+    """``path`` written by :func:`fedsciml.runtime.files.write_output`'s rules (atomically over a regular file or
+    a link's target, through to a device, ``-``: standard output; never onto an input of the command): a failed
+    write (a full disk) leaves no half file that looks valid, and one line names the file."""
     import csv
 
-    from fedsciml.runtime.files import write_atomic
+    from fedsciml.runtime.files import write_output
 
     def write(f):
         w = csv.writer(f)
@@ -321,7 +332,7 @@ def _write_csv_atomic(path: str, header: list, rows) -> None:
         w.writerows(rows)
 
     try:
-        write_atomic(path, write, newline="")
+        write_output(path, write, newline="", what="--out", stdout=True)
     except OSError as e:
         raise CLIError(f"--out {path!r} could not be written ({e.strerror or e}); nothing was written") from None
 
@@ -329,8 +340,6 @@ def _write_csv_atomic(path: str, header: list, rows) -> None:
 def cmd_predict(args):
     """``predict DIR --points IN.csv --out OUT.csv``: the saved model at the points, written with a header of
     the input axes and the output components."""
-    import csv
-
     import numpy as np
     import torch
 
@@ -340,8 +349,7 @@ def cmd_predict(args):
     u = load_model(args.model)
     meta = getattr(u, "meta", {})
     to_stdout = args.out == "-"  # --out -: the CSV on standard output (status lines go to stderr)
-    if not to_stdout:
-        check_output_file(args.out, "--out")
+    check_output_file(args.out, "--out", stdout=True)  # never the model's own files or --points (main's inputs)
     rows = _read_points(args.points)
     header = None
     if rows and not _numeric(rows[0]):
@@ -373,14 +381,9 @@ def cmd_predict(args):
     names = list(meta.get("inputs") or [f"x{i}" for i in range(x.shape[1])]) + \
         list(meta.get("outputs") or [f"u{i}" for i in range(out.shape[1])])
     lines = ([repr(float(v)) for v in xi] + [repr(float(v)) for v in ui] for xi, ui in zip(x, out))
-    if to_stdout:
-        w = csv.writer(sys.stdout)
-        w.writerow(names)
-        w.writerows(lines)
-        sys.stdout.flush()
-        return 0
     _write_csv_atomic(args.out, names, lines)
-    print(f"wrote {args.out} ({x.shape[0]} points)", file=sys.stderr)
+    if not to_stdout:
+        print(f"wrote {args.out} ({x.shape[0]} points)", file=sys.stderr)
     return 0
 
 
@@ -413,10 +416,10 @@ def command_record(args) -> dict:
             "config": cfg.get("values") or {}, "resolved": resolved}
 
 
-def _print_summary(results):
+def _print_summary(results, file=None):
     from fedsciml.runtime.results import summary_lines
 
-    print("\n".join(summary_lines(results)))
+    print("\n".join(summary_lines(results)), file=file or sys.stdout)
 
 
 def _write_outputs(problem, results, args):
@@ -869,9 +872,11 @@ def main(argv=None) -> int:
     from fedsciml.runtime.results import ResultsNotWritten
 
     configure_logging(args)
+    from fedsciml.runtime.files import protect_inputs
+    from fedsciml.runtime.interrupt import Interrupted, exit_status, terminate_as_interrupt
 
     try:
-        with cli_names():
+        with cli_names(), protect_inputs(_command_inputs(args, argv, config_path)), terminate_as_interrupt():
             if args.command == "list":
                 return cmd_list(args)
             if args.command == "solve":
@@ -905,7 +910,33 @@ def main(argv=None) -> int:
     except (CLIError, ValueError, OptionTypeError) as e:  # ProblemError, OptionError, MessageRejected: ValueErrors
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C (130) or SIGTERM (143); a run's finished rounds are already written
+        print("interrupted" if not isinstance(e, Interrupted) or not e.kept else f"interrupted: {e.kept}",
+              file=sys.stderr)
+        return exit_status(e)
     return 0
+
+
+def _command_inputs(args, argv: list, config_path: str | None) -> list:
+    """The files the command reads, which none of its outputs may replace (:func:`fedsciml.runtime.files.
+    protect_inputs`): every regular file named on the command line (``--points``, ``--tables a,b``, ``--plugin``;
+    a comma list's items too) other than the outputs' own values, the ``--config`` file, and the model and
+    checkpoint files in a directory named there (``predict DIR``, ``--checkpoint DIR``)."""
+    out_flags = ("--json", "--out")
+    names, skip = [config_path], False
+    for tok in argv:
+        if skip:
+            skip = False
+            continue
+        if tok in out_flags:
+            skip = True
+            continue
+        if tok.split("=", 1)[0] in out_flags:
+            continue
+        value = tok.split("=", 1)[1] if tok.startswith("-") and "=" in tok else tok
+        for part in {value, *value.split(",")}:
+            if part and os.path.isdir(part):
+                names += [os.path.join(part, f) for f in ("model.json", "model.safetensors", "state.pt")]
+            elif part:
+                names.append(part)
+    return [n for n in names if n is not None and os.path.isfile(n)]

@@ -152,11 +152,12 @@ class BestModelCheckpoint(Callback):
         if math.isnan(v) or not v < self.best:
             return None
         self.best, self.best_step, self.best_theta = v, view.step, view.theta
-        if self.path is not None:
-            tmp = self.path + ".tmp"
-            torch.save({"theta": view.theta.detach().cpu(), "step": int(view.step), "value": float(v),
-                        "monitor": self.monitor}, tmp)
-            os.replace(tmp, self.path)
+        if self.path is not None:  # by fedsciml.runtime.files' rules: atomic over a file, a device written through
+            from fedsciml.runtime.files import write_output
+
+            state = {"theta": view.theta.detach().cpu(), "step": int(view.step), "value": float(v),
+                     "monitor": self.monitor}
+            write_output(self.path, lambda f: torch.save(state, f), binary=True, what="BestModelCheckpoint path")
         return None
 
 

@@ -30,14 +30,15 @@ import importlib
 import logging
 import numbers
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
 from fedsciml.options import MethodConfig
 from fedsciml.runtime.memory import available_memory, gradient_graph, residual_graph, value_graph
-from fedsciml.runtime.results import Result, jsonable, register_settings
+from fedsciml.runtime.results import Result, jsonable, register_settings, stop_reason_of
 
 
 #: The kinds of :class:`fedsciml.problems.Problem` (``Problem.kind``): what ``solve`` runs.
@@ -543,11 +544,32 @@ def _run_plan(p: Plan) -> Result:
     theta0 = problem.init_params(p.seed, device=dev)
     (problem.check_objectives if own_kind(problem) else check_objectives)(objectives, theta0)
     t0 = time.perf_counter()
-    theta, rows, info = p.spec(problem, objectives, theta0, with_loss_terms(problem.evaluate, objectives),
-                               p.config, seed=p.seed,
-                               progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
+    with keep_partial(p, clients, t0):
+        theta, rows, info = p.spec(problem, objectives, theta0, with_loss_terms(problem.evaluate, objectives),
+                                   p.config, seed=p.seed,
+                                   progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
     wall = time.perf_counter() - t0
     return run_result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
+
+
+@contextmanager
+def keep_partial(p: Plan, clients: int, t0: float) -> Iterator[None]:
+    """A run stopped by Ctrl-C/SIGTERM or a failed round whose exception carries ``partial = (θ, rows, info)``
+    (the round loop's, the centralized solvers'): ``e.result`` is set to the :class:`Result` of it (final
+    metrics at that θ, ``stop_reason`` ``"interrupted"``/``"failed"``), for the caller to write
+    (:mod:`fedsciml.runtime.interrupt`)."""
+    try:
+        yield
+    except BaseException as e:
+        partial = getattr(e, "partial", None)
+        if partial is not None and getattr(e, "result", None) is None:
+            theta, rows, info = partial
+            try:
+                e.result = run_result(p, clients, theta, rows, info, time.perf_counter() - t0, {})  # type: ignore[attr-defined]
+            except Exception as why:  # noqa: BLE001 - the partial result is a by-product: the stop itself is raised
+                logging.getLogger(__name__).warning("the partial result could not be made: %s: %s",
+                                                    type(why).__name__, why)
+        raise
 
 
 def _refuse_pooled(spec: MethodSpec, engine: str) -> None:
@@ -587,8 +609,9 @@ def run_connected(p: Plan, connect: Callable) -> Result:
             if o.n_params != theta0.numel():
                 raise ValueError(f"client {c}: its objective has {o.n_params} parameters, the model {theta0.numel()}")
         t0 = time.perf_counter()
-        theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
-                                   progress=p.progress, every=p.every, transport=transport)
+        with keep_partial(p, clients, t0):
+            theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
+                                       progress=p.progress, every=p.every, transport=transport)
         wall = time.perf_counter() - t0
         own = getattr(transport, "engine_info", None)
         info["engine"] = {"name": p.engine, **(own() if callable(own) else {})}
@@ -629,7 +652,7 @@ def make_result(problem, method: str, options: dict, *, seed: int, device, clien
         problem=problem.name, method=method, options=options, seed=seed,
         device=str(device), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
         clients=int(clients), solver_seconds=seconds, final=final, history=history, extra=jsonable(extra),
-        theta=theta,
+        theta=theta, stop_reason=stop_reason_of(extra),
     )
 
 

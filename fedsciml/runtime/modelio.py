@@ -53,26 +53,18 @@ def write_model(directory: str, tensors: dict[str, torch.Tensor], meta: dict) ->
         if v.dtype != torch.float64 or not bool(torch.isfinite(v).all()):
             raise ValueError(f"model tensor {k!r} must be finite float64, got {v.dtype} "
                              f"{'with non-finite values' if v.is_floating_point() else ''}".rstrip())
-    from safetensors.torch import save_file
+    from safetensors.torch import save
+
+    from fedsciml.runtime.files import write_outputs
 
     text = json.dumps(_clean({"format": FORMAT, "version": VERSION, **meta}), indent=2, default=str) + "\n"
     tpath, path = os.path.join(directory, TENSORS), os.path.join(directory, META)
-    tmps = [tpath + ".tmp", path + ".tmp"]
     try:  # both files to temporary names first: a full disk leaves no half model that looks valid
         os.makedirs(directory, exist_ok=True)
-        save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, tmps[0])
-        with open(tmps[1], "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmps[0], tpath)
-        os.replace(tmps[1], path)
+        data = save({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()})
+        write_outputs([(tpath, lambda f: f.write(data)), (path, lambda f: f.write(text.encode()))], binary=True,
+                      what="the model file")
     except Exception as e:  # noqa: BLE001 - OSError, safetensors' own error on a full disk: one line
-        for t in tmps:
-            try:
-                os.remove(t)
-            except OSError:
-                pass
         reason = getattr(e, "strerror", None) or (str(e).splitlines()[0] if str(e) else type(e).__name__)
         raise ModelFileError(f"the model could not be written to {directory!r} ({reason}); nothing was "
                              f"written") from None
