@@ -421,6 +421,11 @@ class StopOptions(MethodConfig):
     grow_every: int = option(50, "steps or rounds between two growths of the collocation points", int, lo=1)
     grow_cap: int | None = option(None, "largest number of interior points per client the growth reaches", int,
                                   lo=1, none="no cap")
+    validation: bool | None = option(None, "track a held-out validation residual: the mean loss at a fixed set of "
+                                           "fresh collocation points, as many as trained on, drawn once from its own "
+                                           "seed and never trained on (history val_loss; a warning when the training "
+                                           "loss falls 100× below it; fedsciml.runtime.validation)", bool,
+                                     none="on for PINN problems run in process")
 
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()

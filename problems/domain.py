@@ -112,7 +112,7 @@ class _TaylorHead:
         H = None
         if self.order == 2:
             assert self.recon is not None
-            H = torch.einsum("ck,kab->cab", second, self.recon.to(second.dtype))
+            H = torch.einsum("ck,kab->cab", second, self.recon.to(dtype=second.dtype, device=second.device))
 
         def poly(y):
             out = value
@@ -448,17 +448,28 @@ class DomainPDE(PINNProblem):
         return torch.cat(cols, 1)  # NaN outputs without exact(): _values names the missing solution
 
     def _field_errors(self, theta) -> dict:
-        """``rel_l2_NAME`` of each unknown field with an ``exact_coefficients`` function, on the test points."""
+        """``rel_l2_NAME`` of each unknown field with an ``exact_coefficients`` function, on the test points; and
+        when every field has one and the problem a reference, ``l2re_fields``: the error pooled over the outputs
+        and the fields together (:func:`pooled_l2re` of ``[u…, a…]`` — PINNacle's L2RE of its inverse cases,
+        whose reference holds u and a)."""
         known = [n for n in self.unknown_fields if n in self.exact_coefficients]
         if not known:
             return {}
-        X = self.test_inputs().to(theta.device)
+        X = (self._test()[0] if self.has_reference else self.test_inputs()).to(theta.device)
         fields = self.coefficient_fields(theta)
-        out = {}
+        out, P, U = {}, [], []
         with torch.no_grad():
             for name in known:
                 ref = torch.as_tensor(self.exact_coefficients[name](X), dtype=DTYPE).reshape(-1).to(theta.device)
-                out[f"rel_l2_{name}"] = float((fields[name](X) - ref).norm() / ref.norm())
+                pred = fields[name](X)
+                out[f"rel_l2_{name}"] = float((pred - ref).norm() / ref.norm())
+                P.append(pred[:, None])
+                U.append(ref[:, None])
+            if self.has_reference and len(known) == len(self.unknown_fields):
+                U0 = self._test()[1].to(theta.device)
+                P0 = self.u(theta, X).reshape(U0.shape)
+                out["l2re_fields"] = pooled_l2re(torch.cat([P0, *P], 1), torch.cat([U0, *U], 1),
+                                                 [c for c, k in enumerate(self.outputs) if k in self.up_to_constant])
         return out
 
     # --- clients --------------------------------------------------------------------------

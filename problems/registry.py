@@ -69,6 +69,16 @@ def get_problem(name: str, **options) -> Problem:
     return REGISTRY[name](**{k: v for k, v in options.items() if v is not None})
 
 
+def file_options(cls: type) -> list[str]:
+    """The options of problem class ``cls`` that name files: declared of type ``PATH``/``PATHS``, or listed in
+    ``cls.file_options`` (``table``'s ``tables``) — what a Flower node and a saved model may not choose."""
+    from fedsciml.options import PATH, PATHS
+
+    specs = cls.specs() if hasattr(cls, "specs") else {}
+    return sorted({k for k, (_, spec) in specs.items() if spec.type in (PATH, PATHS)}
+                  | set(getattr(cls, "file_options", ())))
+
+
 def list_problems() -> list[tuple[str, str]]:
     return [(k, REGISTRY[k].description) for k in sorted(REGISTRY)]
 

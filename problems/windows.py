@@ -64,6 +64,18 @@ def window_problem(problem, lo: float, hi: float, previous: tuple | None = None)
         conds = [_carried(c, prev, theta) if isinstance(c, Initial) else c for c in conds]
         w.__dict__["init_params"] = lambda seed=0, device="cpu": theta.to(device).clone()
     w.__dict__["_conds"] = conds
+    from .domain import DomainPDE
+
+    if type(problem).reference is not DomainPDE.reference:  # a reference of its own (a file): the window's rows
+        def reference():
+            X, U = problem._test()
+            keep = (X[:, -1] >= lo) & (X[:, -1] <= hi)
+            if not bool(keep.any()):
+                raise ProblemError(f"the reference of problem {problem.name!r} has no point in the window "
+                                   f"[{lo:g}, {hi:g}]")
+            return X[keep], U[keep]
+
+        w.__dict__["reference"] = reference
     return w
 
 

@@ -62,6 +62,8 @@ def test_docs_example_recovers_the_field_by_centralized_lm():
     # measured at one thread: rel_l2 1.3e-3, rel_l2_a 5.5e-3 (an unsolved a is off by ~1)
     assert ns["r"].final["rel_l2"] < 1e-2
     assert ns["r"].final["rel_l2_a"] < 2e-2
+    f = ns["r"].final  # PINNacle's pooled L2RE over u and a lies between the two components' errors
+    assert min(f["rel_l2"], f["rel_l2_a"]) <= f["l2re_fields"] <= max(f["rel_l2"], f["rel_l2_a"])
 
 
 def test_gn_with_two_clients_equals_centralized_lm_with_a_field():

@@ -98,3 +98,20 @@ def test_time_windows_refused_with_one_line(problem, windows, match):
 def test_time_windows_refuse_the_flower_engine():
     with pytest.raises(ValueError, match="engine 'local' only"):
         fs.solve(small(), "gn", clients=2, rounds=1, time_windows=2, engine="flower")
+
+
+def test_a_window_of_a_problem_with_its_own_reference_keeps_the_rows_in_the_window():
+    base = small()
+
+    class FromFile(type(base)):  # a reference of its own, as a file-backed problem has
+        params = type(base).params
+
+        def reference(self):
+            X = torch.tensor([[0.5, 0.1], [0.5, 0.5], [0.5, 0.7], [0.2, 1.0]], dtype=torch.float64)
+            return X, self.exact(X)[:, None]
+
+    pb = FromFile(n_interior=30, n_boundary=6, hidden=(8, 8))
+    X, U = window_problem(pb, 0.5, 1.0)._test()
+    assert X[:, 1].tolist() == [0.5, 0.7, 1.0] and torch.equal(U[:, 0], pb.exact(X))
+    with pytest.raises(ProblemError, match=r"no point in the window \[0.2, 0.3\]"):
+        window_problem(pb, 0.2, 0.3)._test()
