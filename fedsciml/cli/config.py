@@ -219,8 +219,8 @@ def apply_config(cfg: ConfigFile, top: argparse.ArgumentParser, sub: argparse.Ar
         action = keys.get(key)
         if action is None:
             known = sorted({*keys, *GLOBAL_KEYS, *(("problem",) if command == "solve" else ())})
-            raise CLIError(f"{cfg.path}: unknown key {raw!r}{did_you_mean(key, known)}; the keys are "
-                           f"{command}'s options (`{command} --help`)")
+            raise CLIError(f"{cfg.path}: unknown key {raw!r}{did_you_mean(key, known)}; the keys are the options "
+                           f"of `{command}` (`{command} --help`)")
         defaults[action.dest] = _typed(cfg, str(raw), action, value)
         if action.dest.startswith(GENERATED) and not _given(action, argv):
             cfg.names[action.dest.split("_", 1)[1]] = f"{raw!r} in {cfg.path}"
