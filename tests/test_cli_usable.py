@@ -106,7 +106,8 @@ def test_the_lower_bounds_check_runs_on_the_lowest_declared_python():
 # --- 40.3: help that fits a screen ----------------------------------------------------------------------------
 
 
-def test_solve_help_is_short_and_points_to_the_rest(capsys):
+def test_solve_help_is_short_and_points_to_the_rest(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")   # argparse wraps to the terminal's width: a standard one
     short = _help(capsys, "solve", "--help")
     assert len(short.splitlines()) <= 60 and "--help-all" in short and "solve PROBLEM --help" in short
     assert "--rank N" not in short and "--lam X" not in short and "bratu" in short   # names, not every flag
