@@ -79,7 +79,8 @@ def _method_groups(methods: dict) -> list[tuple[str, dict]]:
     from fedsciml.runtime.driver import METHODS
 
     def declaring(m, name):  # the class of method m's configuration that declares the option
-        return next(c for c in METHODS[m].config.__mro__ if name in c.__dict__.get("__annotations__", {}))
+        return next((c for c in METHODS[m].config.__mro__ if name in c.__dict__.get("__annotations__", {})),
+                    METHODS[m].config)
 
     def holders(cls):
         return [m for m in methods if issubclass(METHODS[m].config, cls)]
@@ -104,7 +105,8 @@ def _method_groups(methods: dict) -> list[tuple[str, dict]]:
                 break
         own = cls.__dict__.get("method")
         heading = (f"{own} options" + (f" (also {', '.join(h for h in have if h != own)})"
-                                       if len(have) > 1 else "")) if own else f"{cls.help_group} ({who})"
+                                       if len(have) > 1 else "")) if own else \
+            f"{cls.__dict__.get('help_group') or cls.__name__} ({who})"
         out.append((heading, {m: {n: specs[n] for n in names if n in specs} for m, specs in methods.items()}))
     return out
 
