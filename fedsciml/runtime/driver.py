@@ -559,6 +559,9 @@ def _run_plan(p: Plan) -> Result:
                      getattr(p.config, "resample", None))
     if checked is not None:
         info["validation"] = checked
+    counts = getattr(problem, "point_counts", None)
+    if callable(counts):  # the collocation points drawn, and by which rule (problems.domain.DomainPDE.point_counts)
+        info["points"] = counts(clients)
     return run_result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
 
 
