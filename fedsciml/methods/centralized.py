@@ -76,14 +76,15 @@ class CentralizedConfig(StopOptions):
                            choices=("auto", "normal", "kernel", "chunked", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
     precond: str = option("auto", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
-                                  "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
-                                  "PINN problems), none, or auto (kfac where lm_solve auto goes matrix-free for it: a "
-                                  f"CPU, forward-Laplacian PINN residuals, p ≥ {KFAC_MIN_PARAMS:,}, a dense step "
+                                  "(K-FAC for PINNs: Kronecker factors of the Taylor-mode channels; PINN residuals of u "
+                                  "and its derivatives up to order 2), none, or auto (kfac where lm_solve auto goes matrix-free for it: a "
+                                  f"CPU, PINN residuals in channel form, p ≥ {KFAC_MIN_PARAMS:,}, a dense step "
                                   "dear; else nystrom)", str,
                           choices=("auto", "nystrom", "kfac", "none"))
     cg_iters: int | None = option(None, "CG iterations per matrix-free lm solve, at most (a truncated solve is judged "
-                                        "by LM's gain ratio; with precond kfac, 1–10 take many cheap steps)", int, lo=1,
-                                  none="10 where lm_solve auto takes K-FAC (a CPU, forward-Laplacian PINN residuals, "
+                                        "by LM's gain ratio; with precond kfac, 1–10 take many cheap steps; 0: no CG, "
+                                        "the damped K-FAC step itself)", int, lo=0,
+                                  none="10 where lm_solve auto takes K-FAC (a CPU, PINN residuals in channel form, "
                                        f"p ≥ {KFAC_MIN_PARAMS:,}, a dense step dear), else 500")
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
@@ -405,6 +406,16 @@ def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: 
     run = run_lm if cfg.optimizer == "lm" else run_torch_optimizer
     try:
         theta, info = run(obj, theta0, rec, cfg)
+    except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM: the last recorded step is kept (fedsciml.runtime.interrupt)
+        from fedsciml.runtime.interrupt import INTERRUPTED, Interrupted
+
+        stop = Interrupted.of(e)
+        if rec.last_theta is not None:
+            stop.partial = (rec.last_theta, list(rec.rows), {"stopped_by": INTERRUPTED, "stop_reason": INTERRUPTED,
+                                                             "solver_time_s": rec.elapsed()})
+        if stop is e:
+            raise
+        raise stop from None
     finally:
         rec.close()
     info["solver_time_s"] = rec.elapsed()
@@ -428,7 +439,7 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
                   matfree=MatfreeConfig(precond=config.precond,
                                         rank=capped_rank(config.nystrom_rank, theta0.numel(), "nystrom_rank"),
                                         max_iters=config.cg_iters, seed=seed),
-                  momentum=config.momentum, jets=has_jets(objectives))
+                  momentum=config.momentum, jets=lambda: has_jets(objectives))
     make = None
     if config.resample is not None:
         check_resample(problem, config.resample)

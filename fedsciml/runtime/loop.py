@@ -74,7 +74,12 @@ _ROUND = defaults_of(RoundOptions)  # one default per option: the typed configur
 
 
 class RoundFailed(RuntimeError):
-    """A round cannot go on: no valid message remained."""
+    """A round cannot go on: no valid message remained.  ``partial``: ``(θ, rows, info)`` of the last finished
+    round (the loop sets it; ``info["stop_reason"] = "failed"``), ``result``: the Result the driver makes of it —
+    so that the rounds before are written, not only checkpointed (:mod:`fedsciml.runtime.interrupt`)."""
+
+    partial = None
+    result = None
 
 
 class _Converged(Exception):
@@ -472,20 +477,57 @@ class Simulation:
 
     # --- the loop -----------------------------------------------------------
     def run(self, strategy: Strategy, theta0: torch.Tensor):
-        """Run rounds until ``rounds``, the budget, ``tol`` or the strategy stops; returns ``(θ, rows, info)``."""
+        """Run rounds until ``rounds``, the budget, ``tol`` or the strategy stops; returns ``(θ, rows, info)``.
+        Interrupted (Ctrl-C, SIGTERM) or stopped by a failed round, the exception carries ``partial = (θ, rows,
+        info)`` of the last finished round — the round of the last checkpoint written (:meth:`_keep`)."""
+        from fedsciml.runtime.interrupt import FAILED, INTERRUPTED, Interrupted
+
+        self._kept: dict | None = None
+        self._resumed = False
         try:
             return self._run(strategy, theta0)
+        except KeyboardInterrupt as e:
+            stop = Interrupted.of(e)
+            stop.partial = self._partial(INTERRUPTED)
+            if stop is e:
+                raise
+            raise stop from None
+        except RoundFailed as e:
+            e.partial = self._partial(FAILED, error=str(e))
+            raise
         finally:
             self.rec.close()
 
+    def _keep(self, strategy) -> None:
+        """Remember the round just finished (θ, the rows, the counters): what an interrupted or failed run keeps."""
+        self._kept = {"theta": strategy.theta.detach().clone(), "n_rows": len(self.rec.rows),
+                      "round": self.round_index, "floats_up": self.floats_up, "floats_down": self.floats_down,
+                      "exchanges": self.exchanges, "elapsed": self.rec.elapsed(), "name": strategy.name}
+
+    def _partial(self, reason: str, **extra):
+        """``(θ, rows, info)`` of the last finished round, stopped for ``reason``; ``None`` before the first."""
+        k = self._kept
+        if k is None:
+            return None
+        up, down = k["floats_up"], k["floats_down"]
+        info = {"rounds": k["round"], "stopped_by": reason, "stop_reason": reason, "resumed": self._resumed,
+                "floats_up": up, "floats_down": down, "floats_per_round": (up + down) / max(1, k["round"]),
+                "exchanges": k["exchanges"], "rejections": self.rejections, "skipped_rounds": self.skipped_rounds,
+                **({"unanswered": self.unanswered} if self.unanswered else {}), "solver_time_s": k["elapsed"],
+                "monitor_exchanges": self.monitor_exchanges, "strategy": {"name": k["name"]}, **extra}
+        return k["theta"], list(self.rec.rows[:k["n_rows"]]), info
+
     def _run(self, strategy: Strategy, theta0: torch.Tensor):
-        resumed = self.restore(strategy, theta0)
-        if not resumed:
+        resumed = self._resumed = self.restore(strategy, theta0)
+        if resumed:
+            self._keep(strategy)
+        else:
             self.begin_round(0)
             extra = strategy.start(self, theta0) or {}
             self.end_round()
             self._record(0, strategy, round=0, **self.round_fields(), **extra)
             self.save(strategy)
+            self._keep(strategy)
         reason = None
         while True:
             if self.cfg.rounds is not None and self.round_index >= self.cfg.rounds:
@@ -519,6 +561,7 @@ class Simulation:
             self.end_round()
             self._record(k, strategy, round=k, **self.round_fields(), **extra)
             self.save(strategy)
+            self._keep(strategy)
         # e.g. a last acceptance check of an unvalidated step (its exchange counts as part of the last round)
         before, sent = strategy.theta, self.floats_up + self.floats_down
         self.begin_round(self.round_index)

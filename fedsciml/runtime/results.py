@@ -42,28 +42,24 @@ class OutputPathError(ValueError):
     """An output path that cannot be written (checked before a run, so that no result is lost)."""
 
 
-def check_output_file(path: str | os.PathLike, flag: str = "--json") -> str:
+def check_output_file(path: str | os.PathLike, flag: str = "--json", stdout: bool = False) -> str:
     """Check, before a run, that ``path`` can be written as a file; returns it.
 
-    Policy: an existing *file* is overwritten (as ``-o`` does for compilers);
-    a directory, a path under a file, or a place that cannot be written is
-    refused with :class:`OutputPathError`.  Missing parent directories are
-    created.
+    Policy (:func:`fedsciml.runtime.files.write_output`): an existing regular file is replaced atomically (as
+    ``-o`` does for compilers), a link's target is written (the link stays a link), a character device such as
+    ``/dev/null`` is written through, ``-`` is standard output where ``stdout``; a directory, a FIFO, a socket,
+    an input of the same command or a place that cannot be written is refused with :class:`OutputPathError`.
+    Missing parent directories are created; nothing at ``path`` is created or changed.
     """
+    from fedsciml.runtime.files import OutputRefused, check_output
+
     path = _path(path, flag)
     if os.path.isdir(path):
         raise OutputPathError(f"{flag} {path!r} is a directory; give a file path (e.g. {os.path.join(path, 'result.json')!r})")
-    parent = os.path.dirname(os.path.abspath(path))
-    _make_dir(parent, flag, path)
-    existed = os.path.exists(path)
     try:
-        with open(path, "a"):
-            pass
-    except OSError as e:
-        raise OutputPathError(f"{flag} {path!r} cannot be written: {e.strerror or e}") from None
-    if not existed:
-        os.remove(path)
-    return path
+        return check_output(path, flag, stdout=stdout)
+    except OutputRefused as e:
+        raise OutputPathError(str(e)) from None
 
 
 def check_output_dir(path: str | os.PathLike, flag: str = "--out") -> str:
@@ -120,19 +116,9 @@ def _fallback_dirs() -> list[str]:
 
 
 def _write_text_atomic(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:  # a half-written .tmp is never a result: remove it
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
+    from fedsciml.runtime.files import write_text
+
+    write_text(path, text, what="the results", stdout=True)
 
 
 def save_text_or_fallback(text: str, path: str, what: str = "the results") -> str:
@@ -141,8 +127,9 @@ def save_text_or_fallback(text: str, path: str, what: str = "the results") -> st
     lost: ``text`` is written to a new file in the first of :func:`_fallback_dirs` that takes it and
     :class:`ResultsNotWritten` says, in one line, why ``path`` failed and where the text is."""
     try:
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
+        if path != "-":
+            parent = os.path.dirname(os.path.realpath(path))
+            os.makedirs(parent, exist_ok=True)
         _write_text_atomic(path, text)
         return path
     except OSError as e:
@@ -291,12 +278,16 @@ class Result:
     def write_history_csv(self, path: str) -> None:
         if not self.history:
             return
+        from fedsciml.runtime.files import write_output
+
         keys = list(dict.fromkeys(k for h in self.history for k in h))
-        with open(path, "w", newline="") as f:
+
+        def write(f):
             w = csv.DictWriter(f, fieldnames=keys)
             w.writeheader()
             for h in self.history:
                 w.writerow(_clean(h))
+        write_output(path, write, newline="", what="the history CSV")
 
     def plot(self, out_dir: str, problem: Any = None) -> list[str]:
         """Write the PNG plots of this run (error against time and rounds; the solution when
@@ -404,7 +395,7 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
         rows.append({"method": r.method, "rounds": rounds, "seconds": r.solver_seconds,
                      "loss": float("nan") if loss is None else loss,
                      "val": held.get("val_loss", float("nan")) if isinstance(held, dict) else float("nan"),
-                     "metric": r.error,
+                     "metric": r.error, "l2re": float(r.final.get("l2re", float("nan"))),
                      "exchanges": ex, "sent": sent,
                      "per": sent / rounds if rounds else 0, "stopped": r.stop_reason,
                      "settings": " " + method_settings(r)})
@@ -417,6 +408,8 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
         cols.insert(4, ("val_loss", "val", "10.3e"))  # the held-out validation residual (runtime.validation)
     if metric == "loss":  # no test metric: the loss is the only figure, shown once
         cols = [c for c in cols if c[1] != "metric"]
+    if metric == "rel_l2" and _pooled_differs(results):  # a system: the pooled error (PINNacle's L2RE) beside
+        cols.insert(cols.index((metric, "metric", "10.3e")) + 1, ("l2re", "l2re", "10.3e"))
     lines += format_table(cols, rows).split("\n")
     for r in results:
         why = r.extra.get("loss_not_measured") if isinstance(r.extra, dict) else None
@@ -429,3 +422,9 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
                          f"{rej[0]['client']}: {rej[0]['reason']}")
     lines.append(f"final {metric} ({r0.method}): {r0.error:.3e}")
     return lines
+
+
+def _pooled_differs(results: Sequence[Result]) -> bool:
+    """Whether the runs report a pooled ``l2re`` that is not ``rel_l2`` itself: a system (per-component
+    ``rel_l2_NAME`` keys); for one output the two are the same number, shown once."""
+    return any("l2re" in r.final and any(k.startswith("rel_l2_") for k in r.final) for r in results)

@@ -467,10 +467,9 @@ def serve(grid, run_config):
                 log.info("%s", line)
         if j.get("out"):
             if j.get("kind", "solve") == "images":
-                tmp = str(j["out"]) + ".part"
-                with open(tmp, "w") as f:
-                    json.dump(res, f)
-                os.replace(tmp, str(j["out"]))
+                from fedsciml.runtime.files import write_text
+
+                write_text(str(j["out"]), json.dumps(res), what="the run config's out")
             else:  # the directory `solve --out` writes: result, history, model (fs.load_model reads it)
                 from fedsciml.problems import get_problem
 
