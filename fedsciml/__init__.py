@@ -43,6 +43,7 @@ _PUBLIC = {
     "ProblemError": "fedsciml.problems.base", "PINNProblem": "fedsciml.problems.pinn",
     "PDE": "fedsciml.problems.custom", "FieldAt": "fedsciml.problems.custom", "ClientData": "fedsciml.problems.custom",
     "DomainPDE": "fedsciml.problems.domain", "ReferenceData": "fedsciml.problems.reference",
+    "GridCoefficient": "fedsciml.problems.coefficients", "ScatteredCoefficient": "fedsciml.problems.coefficients",
     "register": "fedsciml.problems.registry", "get_problem": "fedsciml.problems.registry",
     "list_problems": "fedsciml.problems.registry",
     # building blocks

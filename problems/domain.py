@@ -112,7 +112,7 @@ class _TaylorHead:
         H = None
         if self.order == 2:
             assert self.recon is not None
-            H = torch.einsum("ck,kab->cab", second, self.recon.to(second.dtype))
+            H = torch.einsum("ck,kab->cab", second, self.recon.to(dtype=second.dtype, device=second.device))
 
         def poly(y):
             out = value

@@ -218,3 +218,29 @@ def test_functional_basis_reads_the_span_with_unit_pivots():
         ref = vmap(part.fn, in_dims=(None, 0))(theta, part.points).reshape(part.n_points, -1)
         got = kt.taylor_residual(spec, theta, part.points)
         assert float((got - ref).abs().max()) <= 1e-12 * (1 + float(ref.abs().max()))
+
+
+def test_the_damped_kfac_step_federated_in_one_exchange_per_trial():
+    """cg_iters=0: no CG, the step is −P⁻¹g (P the damped K-FAC matrix), judged by LM's gain ratio on the K-FAC
+    model.  Federated gn takes centralized LM's iterates (the summed factors are the pooled ones up to summation
+    order: 1e-12) in one exchange per trial, each client sending Jᵀr, its loss and its factors; without K-FAC it is
+    refused in one line."""
+    from fedsciml.methods import METHODS
+    from fedsciml.methods.centralized import run_centralized
+
+    pb = get_problem("heat", n_interior=20, n_boundary=5, hidden=[6, 5])
+    objs = pb.client_objectives(3, seed=0)
+    th0 = pb.init_params(0)
+    th_c, rows_c, info_c = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=6,
+                                           lm_solve="matfree", precond="kfac", cg_iters=0)
+    th_f, rows_f, info_f = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=6, form="matfree", precond="kfac",
+                                         cg_iters=0)
+    assert info_c["cg_iters"] == 0 and any(r.get("accepted") for r in rows_c[1:])
+    assert [r.get("accepted") for r in rows_f] == [r.get("accepted") for r in rows_c]
+    assert float((th_f - th_c).norm() / th_c.norm()) < 1e-12
+    p, k, K = th0.numel(), kt.TaylorFactors.size_of(pb.network()), 3
+    assert all(r["exchanges"] == 1 for r in rows_f[1:])  # one exchange per trial, accepted or not
+    per_round = rows_f[2]["floats_sent"] - rows_f[1]["floats_sent"]
+    assert per_round == K * (p + 2 + k) + K * p  # Jᵀr, loss, count and the factors up; the trial down
+    with pytest.raises(ValueError, match="cg_iters=0 .* needs precond kfac"):
+        METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=1, form="matfree", precond="nystrom", cg_iters=0)

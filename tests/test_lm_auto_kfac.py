@@ -65,8 +65,10 @@ def test_user_named_precond_and_cg_iters_win():
     assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", 7)
     with pytest.raises(ValueError, match="precond must be one of auto, nystrom, kfac, none, got 'kfca'"):
         choose_lm_solve(10, p, precond="kfca")
-    with pytest.raises(ValueError, match="cg_iters must be ≥ 1 CG iterations per solve"):
-        choose_lm_solve(10, p, cg_iters=0)
+    with pytest.raises(ValueError, match="cg_iters must be ≥ 0 CG iterations per solve"):
+        choose_lm_solve(10, p, cg_iters=-1)
+    c = choose_lm_solve(3_500, p, jets=True, cg_iters=0)  # 0: the damped K-FAC step itself, no CG
+    assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", 0)
 
 
 def test_federated_gn_asks_the_same_rule():

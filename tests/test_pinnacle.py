@@ -15,7 +15,7 @@ from torch.func import vmap
 from fedsciml.cli import main
 from fedsciml.problems import ProblemError, get_problem
 from fedsciml.problems.conditions import Field
-from fedsciml.problems.pinnacle import CASES, ENV, read_comsol, uniform_points
+from fedsciml.problems.pinnacle import CASES, ENV, uniform_points
 
 
 @pytest.fixture
@@ -104,33 +104,6 @@ def _comsol(path, header_cols, rows, time_cols=None):
     path.write_text("\n".join(lines) + "\n")
 
 
-def test_read_comsol_unrolls_time_as_theirs(tmp_path):
-    """Two nodes, three times, two outputs (u, v): rows (x, y, t, u, v), time-major; values copied bitwise."""
-    rows = np.arange(2 * 8, dtype=float).reshape(2, 8) / 7.0
-    cols = [f"{c} (1) @ t={t}" for t in (0, 0.5, 1) for c in ("u", "v")]
-    f = tmp_path / "two.dat"
-    _comsol(f, ["X", "Y"], rows, cols)
-    d = read_comsol(f, input_dim=3, output_dim=2, time_unrolled=True)
-    want = [[*rows[n, :2], t, rows[n, 2 + 2 * k], rows[n, 3 + 2 * k]] for k, t in enumerate((0.0, 0.5, 1.0))
-            for n in range(2)]
-    assert np.array_equal(d, np.asarray(want))
-
-
-def test_read_comsol_refuses_what_it_cannot_read(tmp_path):
-    f = tmp_path / "steady.dat"
-    _comsol(f, ["x", "y", "u"], [[0.0, 1.0, 2.0], [1.0, 0.0, 3.0]])
-    assert read_comsol(f, 2, 1, False).shape == (2, 3)
-    with pytest.raises(ProblemError, match="3 columns, expected 2 inputs \\+ 3 outputs"):
-        read_comsol(f, 2, 3, False)
-    with pytest.raises(ProblemError, match="no header line names the 1 columns' times"):
-        read_comsol(f, 3, 1, True)
-    bad = tmp_path / "bad.dat"
-    bad.write_text("% x u\n1 a\n")
-    with pytest.raises(ProblemError, match="not a table of numbers") as e:
-        read_comsol(bad, 1, 1, False)
-    assert "\n" not in str(e.value)
-
-
 def test_reference_file_is_read_from_the_checkout_and_l2re_is_pooled(tmp_path):
     """NS 2d-C against a synthetic lid_driven_a4.dat (a NaN row dropped, as theirs): l2re = √mean over points
     and components / √mean of u_ref², rel_l2 the largest component's ‖e‖/‖u‖ — both recomputed here."""
@@ -141,7 +114,7 @@ def test_reference_file_is_read_from_the_checkout_and_l2re_is_pooled(tmp_path):
     _comsol(tmp_path / "ref" / "lid_driven_a4.dat", ["x", "y", "u", "v", "p"], rows)
     p = get_problem("pinnacle", case="ns2d-c", pinnacle_dir=str(tmp_path), n_interior=5, n_boundary=2)
     X, U = p.reference()
-    keep = ~np.isnan(rows).any(1)
+    keep = ~np.isnan(rows).any(1)              # the row holding a NaN dropped, as theirs
     assert np.array_equal(X.numpy(), rows[keep, :2]) and np.array_equal(U.numpy(), rows[keep, 2:])
     theta = p.init_params(3)
     m = p.evaluate(theta)
@@ -152,14 +125,14 @@ def test_reference_file_is_read_from_the_checkout_and_l2re_is_pooled(tmp_path):
     assert m["l2re"] == pytest.approx(l2re, rel=1e-12) and m["rel_l2"] == pytest.approx(rel, rel=1e-12)
 
 
-def test_time_dependent_reference_is_unrolled(tmp_path):
+def test_time_dependent_reference_is_unrolled_as_theirs(tmp_path):
     (tmp_path / "ref").mkdir()
     rows = [[-1.0, 0.0, 0.1], [0.0, 0.5, 0.2], [1.0, 0.0, 0.3]]
     _comsol(tmp_path / "ref" / "burgers1d.dat", ["X"], rows, ["u (1) @ t=0", "u (1) @ t=1"])
     p = get_problem("pinnacle", case="burgers1d-c", pinnacle_dir=str(tmp_path))
-    X, U = p.reference()
-    assert X.tolist() == [[-1.0, 0.0], [0.0, 0.0], [1.0, 0.0], [-1.0, 1.0], [0.0, 1.0], [1.0, 1.0]]
-    assert U[:, 0].tolist() == [0.0, 0.5, 0.0, 0.1, 0.2, 0.3]
+    X, U = p.reference()                    # node-major, as their trans_time_data_to_dataset (meshgrid(t, x))
+    assert X.tolist() == [[-1.0, 0.0], [-1.0, 1.0], [0.0, 0.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]]
+    assert U[:, 0].tolist() == [0.0, 0.1, 0.5, 0.2, 0.0, 0.3]
 
 
 @pytest.mark.parametrize("where", ["none", "empty"])
@@ -181,7 +154,7 @@ def test_the_environment_variable_names_the_checkout(tmp_path, monkeypatch, capl
     monkeypatch.setenv(ENV, str(tmp_path))
     with caplog.at_level(logging.WARNING, logger="fedsciml.problems.pinnacle"):
         p = get_problem("pinnacle", case="poisson2d-c")
-    assert not caplog.records and p.has_reference and p.reference()[0].shape == (2, 2)
+    assert not caplog.records and p.has_reference and p.reference().X.shape == (2, 2)
 
 
 def test_a_file_a_case_trains_on_is_required_in_one_line(tmp_path, monkeypatch):
@@ -232,3 +205,20 @@ def test_gn_on_two_sites_takes_the_centralized_steps():
     g = fs.solve("pinnacle", "gn", clients=2, problem_options=po, rounds=3)
     assert float((c.theta - g.theta).abs().max()) <= 1e-8 * float(c.theta.abs().max())
     assert g.final["l2re"] == pytest.approx(c.final["l2re"], rel=1e-7)
+
+
+def test_ks_equation_on_a_manufactured_field():
+    """KS's residual u_t + α u u_x + β u_xx + γ u_xxxx at u = sin(x) e^{−t}: (−1 − β + γ) u + α u cos(x) e^{−t}
+    (u_xxxx = u, u_xx = −u), by hand; autodiff to round-off."""
+    p = get_problem("pinnacle", case="ks")
+    X = p.domain().sample_interior(50, "uniform", 0)
+    s = p.spec
+
+    def one(y):
+        f = Field(lambda z: (torch.sin(z[0]) * torch.exp(-z[1])).reshape(1), p.outputs, p.axes, 1, {})
+        return p.equation(f, y)
+
+    r = vmap(one)(X)
+    u = torch.sin(X[:, 0]) * torch.exp(-X[:, 1])
+    want = (-1 - s.beta + s.gamma) * u + s.alpha * u * torch.cos(X[:, 0]) * torch.exp(-X[:, 1])
+    assert torch.allclose(r, want, rtol=0, atol=1e-12)

@@ -285,7 +285,7 @@ def table_rows(results) -> list[dict]:
 def run(args) -> int:
     """``ridge``: the generated flags' values (text parsed once, here), each checked by its owner — the preset's,
     the problem's, the one-shot method's (in :func:`run_preset`, by the driver) — then the run and the table."""
-    from fedsciml.cli.common import CLIError, given_options, set_threads
+    from fedsciml.cli.common import CLIError, given_options, set_threads, status
     from fedsciml.options import check_options, cli_names, declared
     from fedsciml.problems import REGISTRY
     from fedsciml.problems.base import PROBLEM_ERRORS
@@ -336,14 +336,14 @@ def run(args) -> int:
     if args.json:
         write_json({"runs": [r.to_dict() for r in results]}, args.json)
         if args.json != "-":
-            print(f"wrote {args.json}", file=sys.stderr)
+            status(f"wrote {args.json}")
     if args.out:
         import os
 
         for path in write_model(args.out, one.theta, 0.0, model_meta(one, engine=args.engine)):
-            print(f"wrote {path}", file=sys.stderr)
+            status(f"wrote {path}")
         write_json({"runs": [r.to_dict() for r in results]}, os.path.join(args.out, "result.json"))
-        print(f"wrote {os.path.join(args.out, 'result.json')}", file=sys.stderr)
+        status(f"wrote {os.path.join(args.out, 'result.json')}")
     return 0
 
 

@@ -865,5 +865,8 @@ def settings(r) -> str:
 METHOD_ENTRIES = (
     dict(name="one-shot", config=OneShotConfig, runner=strategy_runner(OneShotConfig, one_shot_strategy),
          description="one-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear "
-                     "residuals)", settings=settings),
+                     "residuals)", settings=settings,
+         # linear residuals only: on a network's residuals one fused step from θ₀ is no solver (the Gram of
+         # an overparametrized network is singular: σ = 0 fails) — gn --rounds 1 is that step, damped
+         kinds=("ridge",)),
 )

@@ -159,6 +159,7 @@ class Recorder:
         from fedsciml.runtime import callbacks as _cb
 
         self.callbacks = _cb.active()   # fs.solve(..., callbacks=[...]): called after each row
+        _cb.start_run(self.callbacks)   # a callback reused across runs starts each one afresh
         self.stop_reason: str | None = None  # set when a callback asks the run to stop
         self._thetas: dict[int, torch.Tensor] = {}
         self.last_theta: torch.Tensor | None = None  # θ of the last row recorded  # row id → θ copy, for the callbacks (only when there are any)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -89,6 +89,18 @@ def _regular_file(path: str, what: str, limit: int) -> int:
         return regular_file_size(path, limit, f"a {what}")
     except FileRefused as e:
         raise ModelFileError(str(e)) from None
+
+
+def _inside(directory: str, path: str) -> None:
+    """``path`` (a file of the model directory) is no link out of ``directory``: a model directory names
+    nothing outside itself — a ``model.safetensors`` linked to ``/proc/self/mem`` or to another directory's file
+    is refused in one line (a link within the directory is followed)."""
+    if not os.path.islink(path):
+        return
+    real, home = os.path.realpath(path), os.path.realpath(directory)
+    if os.path.dirname(real) != home and not real.startswith(home.rstrip(os.sep) + os.sep):
+        raise ModelFileError(f"{path!r} is a link to {real!r}, outside the model directory; a model directory names "
+                             f"nothing outside itself (copy the file in)")
 
 
 def _finite_float(text: str) -> float:
@@ -250,10 +262,18 @@ def _read_tensors(path: str, expected: dict[str, tuple] | None) -> dict[str, tor
     the file exactly (nothing is read or mapped beyond the declared tensors), finite values.  Read into fresh
     memory (no mapping), so the tensors are aligned as the run's own were (bitwise predictions).  ``expected``
     ``None`` (a kind with no reader here): the header's own shapes, under the same checks."""
+
+    size = _regular_file(path, "model.safetensors", MAX_TENSOR_BYTES + MAX_HEADER_BYTES + 8)
+    try:
+        return _read_tensors_of(path, size, expected)
+    except OSError as e:  # a file that stat calls regular but that cannot be read as one (/proc, a vanished file)
+        raise ModelFileError(f"{path!r} cannot be read ({e.strerror or e})") from None
+
+
+def _read_tensors_of(path: str, size: int, expected: dict[str, tuple] | None) -> dict[str, torch.Tensor]:
     import math
     import struct
 
-    size = _regular_file(path, "model.safetensors", MAX_TENSOR_BYTES + MAX_HEADER_BYTES + 8)
     with open(path, "rb") as f:
         head = f.read(8)
         if len(head) < 8:
@@ -337,6 +357,7 @@ def read_model(directory: str) -> tuple[dict[str, torch.Tensor], dict]:
     for p in (mpath, tpath):
         if not os.path.lexists(p):
             raise ModelFileError(f"{directory!r} is not a fedsciml model directory: {os.path.basename(p)} is missing")
+        _inside(directory, p)
     meta = read_json_bounded(mpath, "model description")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("kind"), str):
         raise ModelFileError(f"{mpath!r} is not a fedsciml model description (format {FORMAT!r} with a kind)")
@@ -423,13 +444,41 @@ def field_functions(theta: torch.Tensor, meta: dict) -> dict[str, Callable]:
     return out
 
 
+#: a loaded model evaluates its points in batches whose activations — rows × (the sum of the network's layer
+#: widths) × 8 bytes — stay under this many bytes (256 MiB: 1.6 million points of a 3×50 network); ``u(x)`` on
+#: 10⁸ points then allocates the batches' activations once each and the ``[n]`` / ``[n, C]`` answer, never
+#: ``n × width`` at once.  Up to one batch, the call is the run's own operations on the whole batch (bitwise)
+EVAL_BYTES = 1 << 28
+
+
+def eval_rows(widths: Sequence[int]) -> int:
+    """The points one batch holds for a network of layer ``widths`` (:data:`EVAL_BYTES`; at least 1)."""
+    return max(1, EVAL_BYTES // (8 * max(1, sum(int(w) for w in widths))))
+
+
+def batched(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, rows: int) -> torch.Tensor:
+    """``fn(x)`` evaluated ``rows`` points at a time, into one preallocated answer (``fn`` maps ``[m, d]`` to
+    ``[m, ...]``); a single call where ``x`` fits in one batch."""
+    n = x.shape[0]
+    if n <= rows:
+        return fn(x)
+    first = fn(x[:rows])
+    out = first.new_empty((n, *first.shape[1:]))
+    out[:rows] = first
+    for i in range(rows, n, rows):
+        out[i:i + rows] = fn(x[i:i + rows])
+    return out
+
+
 def field_callable(net: Any, theta: torch.Tensor, evaluation: str, n_outputs: int) -> Callable:
-    """``x [n, d] → u [n]`` (or ``[n, C]``) with the same operations as the run (see ``evaluation``)."""
+    """``x [n, d] → u [n]`` (or ``[n, C]``) with the same operations as the run (see ``evaluation``), in batches
+    of :func:`eval_rows` points."""
     from torch.func import vmap
 
     if evaluation not in ("batch", "pointwise"):
         raise ModelFileError(f"unknown evaluation {evaluation!r}; allowed: batch, pointwise")
     d = net.sizes[0]
+    rows = eval_rows(net.sizes)
 
     def u(x: Any) -> torch.Tensor:
         x = torch.as_tensor(x, dtype=theta.dtype)
@@ -439,8 +488,8 @@ def field_callable(net: Any, theta: torch.Tensor, evaluation: str, n_outputs: in
             raise ValueError(f"points must have shape [n, {d}], got {tuple(x.shape)}")
         with torch.no_grad():
             if evaluation == "batch":
-                return net(theta, x)
-            out = vmap(lambda y: net(theta, y).reshape(n_outputs))(x)
+                return batched(lambda xb: net(theta, xb), x, rows)
+            out = batched(vmap(lambda y: net(theta, y).reshape(n_outputs)), x, rows)
             return out.squeeze(-1) if n_outputs == 1 else out
 
     u.inputs_dim = d  # type: ignore[attr-defined]  # the callable says how many inputs it takes

@@ -391,9 +391,11 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
         sent = last.get("floats_sent", 0)
         loss = r.final.get("loss")
         ex = last.get("exchanges_total")
+        held = r.extra.get("validation") if isinstance(r.extra, dict) else None
         rows.append({"method": r.method, "rounds": rounds, "seconds": r.solver_seconds,
-                     "loss": float("nan") if loss is None else loss, "metric": r.error,
-                     "l2re": float(r.final.get("l2re", float("nan"))),
+                     "loss": float("nan") if loss is None else loss,
+                     "val": held.get("val_loss", float("nan")) if isinstance(held, dict) else float("nan"),
+                     "metric": r.error, "l2re": float(r.final.get("l2re", float("nan"))),
                      "exchanges": ex, "sent": sent,
                      "per": sent / rounds if rounds else 0, "stopped": r.stop_reason,
                      "settings": " " + method_settings(r)})
@@ -402,6 +404,8 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
             ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"),
             ("exchanges", "exchanges", "9d"), ("floats sent", "sent", "12d"),
             ("floats/round", "per", "12.3g"), ("stopped", "stopped", f"<{wide}s"), (" settings", "settings", "<s")]
+    if any(isinstance(r.extra, dict) and isinstance(r.extra.get("validation"), dict) for r in results):
+        cols.insert(4, ("val_loss", "val", "10.3e"))  # the held-out validation residual (runtime.validation)
     if metric == "loss":  # no test metric: the loss is the only figure, shown once
         cols = [c for c in cols if c[1] != "metric"]
     if metric == "rel_l2" and _pooled_differs(results):  # a system: the pooled error (PINNacle's L2RE) beside

@@ -19,7 +19,7 @@ of each process, so a loaded machine slows the wall clock, not the comparison):
 
 Each child's peak resident memory and CPU come from ``os.wait4`` on it (``scripts/bench/anchors.py: run_job``).
 From its ``--json``: the final ``l2re`` (PINNacle's pooled L2RE on their reference points), the steps or rounds
-done, the stop reason where the run gives one (``extra.stopped_by``), floats sent per round and exchanges.
+done, why it stopped (``stop_reason``), floats sent per round and exchanges.
 
 The paper's figures: ``--published FILE``, a CSV ``case,method,l2re`` (a ``#`` line may give the source: version,
 table, page) transcribed from the paper; the table then shows, per case, the best published L2RE and its method.
@@ -140,7 +140,7 @@ def collect(job: Job, published: dict) -> dict:
         status = "no reference at hand (no l2re)"
     r.update(status=status, n_params=d.get("n_params"), l2re=final.get("l2re"), rel_l2=final.get("rel_l2"),
              steps=hist[-1].get("step") if hist else None, solver_s=extra.get("solver_time_s"),
-             stopped_by=extra.get("stopped_by"), clients=d.get("clients"),
+             stopped_by=d.get("stop_reason") or extra.get("stopped_by"), clients=d.get("clients"),
              floats_per_round=extra.get("floats_per_round"), exchanges=extra.get("exchanges"))
     pub = published.get(job.exp) or {}
     if pub:
