@@ -66,6 +66,7 @@ from fedsciml.core.schema import floats_in
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.transport import Failure, LocalTransport, Reply, Request, Transport
 from fedsciml.runtime.history import Recorder
+from fedsciml.runtime.interrupt import deferred
 from fedsciml.runtime.protocol import MONITOR
 
 log = logging.getLogger(__name__)
@@ -526,8 +527,9 @@ class Simulation:
             extra = strategy.start(self, theta0) or {}
             self.end_round()
             self._record(0, strategy, round=0, **self.round_fields(), **extra)
-            self.save(strategy)
-            self._keep(strategy)
+            with deferred():  # the checkpoint written and the round kept are the same round, whenever a signal comes
+                self.save(strategy)
+                self._keep(strategy)
         reason = None
         while True:
             if self.cfg.rounds is not None and self.round_index >= self.cfg.rounds:
@@ -560,8 +562,9 @@ class Simulation:
                 self._in_round = False
             self.end_round()
             self._record(k, strategy, round=k, **self.round_fields(), **extra)
-            self.save(strategy)
-            self._keep(strategy)
+            with deferred():
+                self.save(strategy)
+                self._keep(strategy)
         # e.g. a last acceptance check of an unvalidated step (its exchange counts as part of the last round)
         before, sent = strategy.theta, self.floats_up + self.floats_down
         self.begin_round(self.round_index)
