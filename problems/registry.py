@@ -61,7 +61,11 @@ def get_problem(name: str, **options) -> Problem:
     if name not in REGISTRY:
         load_entry_points()
     if name not in REGISTRY:
-        raise ProblemError(f"unknown problem {name!r}; available: {', '.join(sorted(REGISTRY))}")
+        import difflib
+
+        close = difflib.get_close_matches(str(name), sorted(REGISTRY), 1, 0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ProblemError(f"unknown problem {name!r}{hint}; available: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name](**{k: v for k, v in options.items() if v is not None})
 
 

@@ -67,6 +67,10 @@ def load_model(directory, problem: Union[Problem, None] = None):
             raise ModelFileError(f"{directory!r}: model.json's problem {meta['problem']!r} cannot be built from its "
                                  f"options ({e})") from None
     theta = tensors["theta"]
+    if meta.get("time_windows"):  # a time-marched model: the problem's piecewise model (fedsciml.problems.windows)
+        from .windows import windowed
+
+        problem = windowed(problem, meta["time_windows"])
     p = int(problem.network().n_params)
     if p != meta.get("n_network_params", p) or theta.numel() < p:
         raise ModelFileError(f"{directory!r}: the model holds {theta.numel()} parameters for a network of "

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -12,13 +11,32 @@ class CLIError(Exception):
     pass
 
 
+def did_you_mean(word: str, choices, quote: bool = True) -> str:
+    """`` (did you mean 'bratu'?)`` for the closest of ``choices`` to ``word`` (``bratuu``), else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], 1, 0.6)
+    if not close:
+        return ""
+    return f" (did you mean {close[0]!r}?)" if quote else f" (did you mean {close[0]}?)"
+
+
 THREADS_HELP = ("CPU threads for torch/BLAS (default: all cores, or 1 when the load average already exceeds the "
-                "core count — oversubscribed BLAS threads spin and run several times slower)")
+                "core count: oversubscribed threads spin)")
+
+
+def status(line: str) -> None:
+    """A command's status line on standard error — the run header, the thread notice, ``wrote PATH`` — through the
+    log (logger ``fedsciml.cli``, INFO), so that ``-q`` (errors only) silences it with everything else."""
+    import logging
+
+    logging.getLogger("fedsciml.cli").info(line)
 
 
 def set_threads(threads, quiet=False):
     """The one thread policy of every subcommand: ``threads`` if given, else all cores, or 1 when the load
-    average already exceeds the core count (and OMP_NUM_THREADS is not set)."""
+    average already exceeds the core count (and OMP_NUM_THREADS is not set): a status line says so unless
+    ``quiet``."""
     import torch
 
     if threads is not None:
@@ -33,8 +51,7 @@ def set_threads(threads, quiet=False):
     if cores > 1 and load >= cores and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
         if not quiet:
-            print(f"[fedsciml] load average {load:.1f} ≥ {cores} cores: using 1 thread (--threads N to override)",
-                  file=sys.stderr)
+            status(f"[fedsciml] load average {load:.1f} ≥ {cores} cores: using 1 thread (--threads N to override)")
 
 
 # --- flags generated from option declarations ---------------------------------------------------------------------
@@ -56,9 +73,11 @@ def option_flag(name: str, prefix: str = "") -> str:
 
 
 def flag_help(per_owner: dict, name_owners: bool = True) -> str:
-    """Help of a generated flag from ``{owner: (default, Spec)}``: what it does, its allowed values and its default,
-    per owner where they differ (``text [fipa, fedavg: an integer ≥ 1; default 100]``; one help text declared with
-    several defaults: ``text [a, b: an integer ≥ 1; default 400 · c: an integer ≥ 1; default 1500]``)."""
+    """Help of a generated flag from ``{owner: (default, Spec)}``: what it does, its allowed values and its default
+    (``text [an integer ≥ 1; default 100]``).  Owners are named only where they differ (``name_owners``), one
+    group per help text and per allowed values and default: ``text [a, b: an integer ≥ 1; default 400 · c: an
+    integer ≥ 1; default 1500]``; the largest of several groups of three or more owners is "the others" — the
+    heading of the flag's help group says whose options they are, so no flag repeats the list of methods."""
     from fedsciml.options import cli_names
 
     texts: dict[str, dict[tuple, list]] = {}
@@ -68,11 +87,14 @@ def flag_help(per_owner: dict, name_owners: bool = True) -> str:
             shown = "" if default is None or default is False or empty else f"; default {default!r}"
             allowed = "" if s.type is bool else s.allowed()
             texts.setdefault(s.help, {}).setdefault((allowed, shown), []).append(owner)
+    groups = [owners for g in texts.values() for owners in g.values()]
+    named = name_owners and len(groups) > 1
+    largest = max(groups, key=len) if named and len(max(groups, key=len)) >= 3 else None
     parts = []
-    for text, groups in texts.items():
+    for text, by_value in texts.items():
         inner = []
-        for (allowed, default), owners in groups.items():
-            who = ", ".join(owners) if name_owners else ""
+        for (allowed, default), owners in by_value.items():
+            who = ("the others" if owners is largest else ", ".join(owners)) if named else ""
             inner.append((who + (": " if who and allowed else "") + allowed + default).strip("; "))
         inner = [x for x in inner if x]
         parts.append(f"{text} [{' · '.join(inner)}]" if inner else text)
@@ -170,6 +192,6 @@ def write_json_collecting(payload, path: str, failed: list, shown: str | None = 
     try:
         write_json(payload, path)
         if path != "-":
-            print(f"wrote {shown or path}", file=sys.stderr)
+            status(f"wrote {shown or path}")
     except ResultsNotWritten as e:
         failed.append(e)

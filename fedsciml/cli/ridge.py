@@ -238,7 +238,8 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
     central = make_result(problem, "centralized",
                           {**problem.options, "solver": "pooled ridge (Cholesky)", "sigma_used": s_used},
                           seed=seed, device=dev, clients=int(K), theta=w_c, seconds=t_c, final={"mse": mse_c},
-                          history=[{"step": 0, "time_s": t_c, "mse": mse_c, "floats_sent": 0}], extra={"rounds": 0})
+                          history=[{"step": 0, "time_s": t_c, "mse": mse_c, "floats_sent": 0}],
+                          extra={"rounds": 0, "stop_reason": "closed form"})
     out.append(_summary(central, w_c, mse_c, "centralized", 0))
     dropout = cfg.dropout  # type: ignore[attr-defined]
     for name in names:
@@ -284,7 +285,7 @@ def table_rows(results) -> list[dict]:
 def run(args) -> int:
     """``ridge``: the generated flags' values (text parsed once, here), each checked by its owner — the preset's,
     the problem's, the one-shot method's (in :func:`run_preset`, by the driver) — then the run and the table."""
-    from fedsciml.cli.common import CLIError, given_options, set_threads
+    from fedsciml.cli.common import CLIError, given_options, set_threads, status
     from fedsciml.options import check_options, cli_names, declared
     from fedsciml.problems import REGISTRY
     from fedsciml.problems.base import PROBLEM_ERRORS
@@ -335,14 +336,14 @@ def run(args) -> int:
     if args.json:
         write_json({"runs": [r.to_dict() for r in results]}, args.json)
         if args.json != "-":
-            print(f"wrote {args.json}", file=sys.stderr)
+            status(f"wrote {args.json}")
     if args.out:
         import os
 
         for path in write_model(args.out, one.theta, 0.0, model_meta(one, engine=args.engine)):
-            print(f"wrote {path}", file=sys.stderr)
+            status(f"wrote {path}")
         write_json({"runs": [r.to_dict() for r in results]}, os.path.join(args.out, "result.json"))
-        print(f"wrote {os.path.join(args.out, 'result.json')}", file=sys.stderr)
+        status(f"wrote {os.path.join(args.out, 'result.json')}")
     return 0
 
 

@@ -38,7 +38,8 @@ import torch
 
 from fedsciml.options import MethodConfig
 from fedsciml.runtime.memory import available_memory, gradient_graph, residual_graph, value_graph
-from fedsciml.runtime.results import Result, jsonable, register_settings
+from fedsciml.runtime.results import Result, jsonable, register_settings, stop_reason_of
+from fedsciml.runtime.validation import held_out, report, with_validation
 
 
 #: The kinds of :class:`fedsciml.problems.Problem` (``Problem.kind``): what ``solve`` runs.
@@ -168,7 +169,11 @@ def available_methods(kind: str | None = None) -> list[str]:
 def get_method(name: str, kind: str | None = None) -> MethodSpec:
     """The entry ``name``; with ``kind``, refused (one line) unless it applies to that kind."""
     if not isinstance(name, str) or name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; available: {', '.join(available_methods())}")
+        import difflib
+
+        close = difflib.get_close_matches(str(name), available_methods(kind), 1, 0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown method {name!r}{hint}; available: {', '.join(available_methods(kind))}")
     spec = METHODS[name]
     if kind is not None and not spec.applies_to(kind):
         raise ValueError(kind_error(spec, kind))
@@ -543,12 +548,23 @@ def _run_plan(p: Plan) -> Result:
     objectives = problem.client_objectives(clients, seed=p.seed, device=dev)
     theta0 = problem.init_params(p.seed, device=dev)
     (problem.check_objectives if own_kind(problem) else check_objectives)(objectives, theta0)
+    # the held-out validation residual (PINN problems; fedsciml.runtime.validation): drawn once, never trained on
+    want = getattr(p.config, "validation", False)
+    if want and not getattr(problem, "samples_collocation", False):
+        raise ValueError(f"validation=True: problem {problem.name!r} has fixed data, not sampled collocation points; "
+                         f"the held-out validation residual applies to the PINN problems")
+    val = held_out(problem, clients, p.seed, objectives, dev) if want is not False else None
     t0 = time.perf_counter()
     with keep_partial(p, clients, t0):
-        theta, rows, info = p.spec(problem, objectives, theta0, with_loss_terms(problem.evaluate, objectives),
+        theta, rows, info = p.spec(problem, objectives, theta0,
+                                   with_validation(with_loss_terms(problem.evaluate, objectives), val),
                                    p.config, seed=p.seed,
                                    progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
     wall = time.perf_counter() - t0
+    checked = report(problem.name, rows, val, sum(int(o.n_residuals) for o in objectives), int(theta0.numel()),
+                     getattr(p.config, "resample", None))
+    if checked is not None:
+        info["validation"] = checked
     return run_result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
 
 
@@ -652,7 +668,7 @@ def make_result(problem, method: str, options: dict, *, seed: int, device, clien
         problem=problem.name, method=method, options=options, seed=seed,
         device=str(device), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
         clients=int(clients), solver_seconds=seconds, final=final, history=history, extra=jsonable(extra),
-        theta=theta,
+        theta=theta, stop_reason=stop_reason_of(extra),
     )
 
 

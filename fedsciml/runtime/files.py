@@ -5,6 +5,8 @@ one writer that never changes what a path is.
   ``/dev/zero`` (a read that never ends) and a file larger than the caller's bound are refused before anything is
   opened; :class:`FileRefused` carries one line naming the path, which each caller wraps in its own error
   (``predict``'s ``--points``, the model files of :mod:`fedsciml.runtime.modelio`).
+* :func:`read_regular_file` — that check, then the bytes, read from a descriptor opened without blocking and
+  checked again (``--config``).
 * :func:`write_output` (and :func:`write_outputs` for files that go together, a model's two) — every file the
   library or the CLI writes (``--json``, ``--out`` and everything in it, ``predict --out``, the model files, the
   checkpoints, ``BestModelCheckpoint(path=…)``, the plots) goes through it.  What happens depends on what the
@@ -71,6 +73,29 @@ def regular_file_size(path: str, limit: int, what: str, too_large: str = "") -> 
         raise FileRefused(f"{path!r} holds {st.st_size:,} bytes, more than the {limit:,} {what} may hold"
                           f"{'; ' + too_large if too_large else ''}")
     return int(st.st_size)
+
+
+def read_regular_file(path: str, limit: int, what: str, too_large: str = "") -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (:func:`regular_file_size`'s check, then
+    the same check on the opened descriptor: the file is opened without blocking, so a FIFO put there after the
+    check cannot hang the read, and at most ``limit + 1`` bytes are read whatever the file has become); else
+    :class:`FileRefused`, one line naming the path (``--config``'s TOML file)."""
+    regular_file_size(path, limit, what, too_large)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise FileRefused(f"{path!r} cannot be read ({e.strerror or e})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise FileRefused(f"{path!r} is not a regular file (a directory, FIFO or device); {what} is a file")
+        try:
+            data = f.read(limit + 1)
+        except OSError as e:
+            raise FileRefused(f"{path!r} cannot be read ({e.strerror or e})") from None
+    if len(data) > limit:
+        raise FileRefused(f"{path!r} holds more than the {limit:,} bytes {what} may hold"
+                          f"{'; ' + too_large if too_large else ''}")
+    return data
 
 
 # --- inputs of the running command ------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ Format (simple on purpose, so that any language reads it):
     :class:`~fedsciml.problems.base.FieldProblem` evaluates it; ``"pointwise"``: ``vmap`` over points, as
     :class:`~fedsciml.problems.domain.DomainPDE` does — the loader repeats the run's own operations,
     so its predictions equal the run's bitwise), ``n_network_params`` (θ beyond them holds the
-    ``coefficients`` of an inverse problem, also listed by name and value), ``ansatz`` (true when the
+    ``coefficients`` of an inverse problem, also listed by name and value, then the networks of its unknown
+    ``fields`` — ``{name: {"architecture", "inputs"}}``, in θ's order; the loaded callable's ``fields``
+    evaluates them), ``ansatz`` (true when the
     problem's hard constraint wraps the network: only the problem itself can evaluate it),
     ``problem``, ``options``, ``method``, ``final``;
   - other kinds (``"ridge"``: linear coefficients) are written by their own modules with the same
@@ -200,7 +202,44 @@ def _expected_field(meta: dict, path: str) -> dict[str, tuple]:
     ins = _strings(meta, "inputs", path) if "inputs" in meta else [f"x{i}" for i in range(sizes[0])]
     if len(ins) != sizes[0] or (meta.get("evaluation") == "pointwise" and len(outs) != sizes[-1]):
         raise ModelFileError(f"{path!r}: inputs {ins} / outputs {outs} do not match the architecture {sizes}")
-    return {"theta": (p + len(coefs),)}
+    one = p + len(coefs) + sum(_field_sizes(meta, path, ins).values())
+    return {"theta": (one * len(_window_edges(meta, path) or [0]),)}
+
+
+def _window_edges(meta: dict, path: str) -> list[tuple[float, float]] | None:
+    """The windows ``[(t_{k-1}, t_k)]`` of a time-marched model (``meta["time_windows"]``: increasing edges), or
+    ``None``."""
+    e = meta.get("time_windows")
+    if e is None:
+        return None
+    if (not isinstance(e, list) or not 2 <= len(e) <= 100_001
+            or not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in e)
+            or any(b <= a for a, b in zip(e[:-1], e[1:]))):
+        raise ModelFileError(f"{path!r}: time_windows must be 2 or more increasing times, got {e!r:.120}")
+    return list(zip(e[:-1], e[1:]))
+
+
+def _field_sizes(meta: dict, path: str, inputs: list) -> dict[str, int]:
+    """``{name: parameters}`` of a field model's unknown coefficient fields (``meta["fields"]``, checked)."""
+    from fedsciml.core.nn import _ACTIVATIONS
+
+    fields = meta.get("fields", {})
+    if not isinstance(fields, dict):
+        raise ModelFileError(f"{path!r}: fields must be an object of name: {{architecture, inputs}}, got {fields!r}")
+    out = {}
+    for name, f in fields.items():
+        arch = f.get("architecture") if isinstance(f, dict) else None
+        sizes = arch.get("sizes") if isinstance(arch, dict) else None
+        ins = f.get("inputs") if isinstance(f, dict) else None
+        if (not isinstance(arch, dict) or arch.get("type") != "mlp" or arch.get("activation") not in _ACTIVATIONS
+                or not isinstance(sizes, list) or not 2 <= len(sizes) <= 64
+                or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 2**20 for n in sizes)
+                or sizes[-1] != 1 or not isinstance(ins, list) or len(ins) != sizes[0]
+                or not all(isinstance(a, str) and a in inputs for a in ins)):
+            raise ModelFileError(f"{path!r}: field {name!r} must give an mlp architecture (sizes ending in 1, a known "
+                                 f"activation) and its inputs among {inputs}; got {f!r:.120}")
+        out[name] = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
+    return out
 
 
 def _expected_ridge(meta: dict, path: str) -> dict[str, tuple]:
@@ -342,8 +381,67 @@ def _load_field(tensors: dict, meta: dict) -> Callable:
         raise ModelFileError(f"the model of problem {meta.get('problem')!r} has a hard-constraint ansatz: load it with "
                              f"its problem, fs.load_model(DIR, problem=...)")
     net = MLP(arch["sizes"], arch["activation"])
+    if meta.get("time_windows"):
+        return _load_windows(net, tensors["theta"], meta)
     theta = tensors["theta"][: net.n_params]
-    return field_callable(net, theta, meta.get("evaluation", "batch"), len(meta.get("outputs", [""])))
+    u = field_callable(net, theta, meta.get("evaluation", "batch"), len(meta.get("outputs", [""])))
+    if meta.get("fields"):
+        u.fields = field_functions(tensors["theta"], meta)  # type: ignore[attr-defined]
+    return u
+
+
+def _load_windows(net: Any, theta: torch.Tensor, meta: dict) -> Callable:
+    """A time-marched model (:mod:`fedsciml.problems.windows`): window k's network at the points with
+    ``t_{k-1} < t ≤ t_k`` (t ≤ t_1: the first), t the last input."""
+    edges = meta["time_windows"]
+    K = len(edges) - 1
+    parts = theta.reshape(K, -1)
+    evaluation, n_out = meta.get("evaluation", "batch"), len(meta.get("outputs", [""]))
+    fns = [field_callable(net, parts[k][: net.n_params], evaluation, n_out) for k in range(K)]
+    inner = torch.tensor(edges[1:-1], dtype=theta.dtype)
+    d = net.sizes[0]
+
+    def u(x: Any) -> torch.Tensor:
+        x = torch.as_tensor(x, dtype=theta.dtype)
+        if x.ndim != 2 or x.shape[1] != d:
+            raise ValueError(f"points must have shape [n, {d}], got {tuple(x.shape)}")
+        k = torch.bucketize(x[:, -1].contiguous(), inner)
+        outs = [fns[j](x[k == j]) for j in range(K)]
+        out = torch.zeros((x.shape[0],) + outs[0].shape[1:], dtype=theta.dtype)
+        for j in range(K):
+            out[k == j] = outs[j]
+        return out
+
+    u.inputs_dim = d  # type: ignore[attr-defined]
+    return u
+
+
+def field_functions(theta: torch.Tensor, meta: dict) -> dict[str, Callable]:
+    """``{name: a}``, ``a(x [n, d]) → [n]``: a saved model's unknown coefficient fields (``meta["fields"]``; their
+    parameters follow the network's and the scalar coefficients' in θ)."""
+    from torch.func import vmap
+
+    from fedsciml.core.nn import MLP
+
+    inputs = meta.get("inputs", [])
+    p = sum((a + 1) * b for a, b in zip(meta["architecture"]["sizes"][:-1], meta["architecture"]["sizes"][1:]))
+    p += len(meta.get("coefficients", {}))
+    out = {}
+    for name, f in meta["fields"].items():
+        net = MLP(f["architecture"]["sizes"], f["architecture"]["activation"])
+        th = theta[p: p + net.n_params]
+        p += net.n_params
+        sel = torch.tensor([inputs.index(a) for a in f["inputs"]])
+
+        def a(x: Any, net=net, th=th, sel=sel) -> torch.Tensor:
+            x = torch.as_tensor(x, dtype=th.dtype)
+            if x.ndim != 2 or x.shape[1] != len(inputs):
+                raise ValueError(f"points must have shape [n, {len(inputs)}], got {tuple(x.shape)}")
+            with torch.no_grad():
+                return vmap(lambda y: net(th, y[sel]).reshape(()))(x)
+
+        out[name] = a
+    return out
 
 
 #: a loaded model evaluates its points in batches whose activations — rows × (the sum of the network's layer

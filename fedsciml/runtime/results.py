@@ -244,6 +244,9 @@ class Result:
     extra: dict = field(default_factory=dict)
     theta: Any = field(default=None, repr=False, compare=False)  # final parameters (not serialized)
     wall_seconds: float | None = None
+    #: why the run stopped (:func:`stop_reason_of`): ``iterations``, ``rounds``, ``budget``, ``tolerance``,
+    #: ``damping ceiling (μ = 1e+20)``, ``callback NAME``, ``one-shot``, ``interrupted``, …; ``None`` in an old file
+    stop_reason: str | None = None
 
     @property
     def wall_time_s(self) -> float:
@@ -307,6 +310,35 @@ class Result:
             return cls.from_dict(json.load(f))
 
 
+# --- why a run stopped ----------------------------------------------------------------------------
+
+#: the round loop's and the solvers' short names (``extra["stopped_by"]``) → the stop reason a result states
+_STOP_NAMES = {"tol": "tolerance"}
+
+
+def stop_reason_of(info: Mapping[str, Any]) -> str | None:
+    """Why a run stopped, from its runner's ``info``: ``info["stop_reason"]`` where the runner states it (the
+    centralized solvers), else the round loop's ``info["stopped_by"]`` in the same words.  The reasons:
+
+    * ``iterations`` — a centralized solver's ``max_iters``; ``rounds`` — a federated run's ``rounds``;
+    * ``budget`` — the time budget (``budget`` seconds of the ``clock``) is spent;
+    * ``tolerance`` — the mean training loss reached ``tol``;
+    * ``damping ceiling (μ = 1e+20)`` — Levenberg–Marquardt's damping reached its ceiling: no step lowers the
+      training loss at these points (a minimum of it to round-off), so a larger budget changes nothing
+      (:mod:`fedsciml.core.lm`; centralized ``lm`` and federated ``gn``);
+    * ``callback NAME`` — a callback asked the run to stop (:mod:`fedsciml.runtime.callbacks`);
+    * ``one-shot`` — a one-exchange method finished its exchange;
+    * ``interrupted`` — the run was interrupted and kept what it had;
+    * a strategy's own reason (:meth:`fedsciml.runtime.strategy.Strategy.finished`).
+
+    ``None`` where the info says nothing (a closed-form answer, an old file)."""
+    own = info.get("stop_reason")
+    if isinstance(own, str) and own:
+        return own
+    raw = info.get("stopped_by")
+    return _STOP_NAMES.get(raw, raw) if isinstance(raw, str) and raw else None
+
+
 # --- the summary table ----------------------------------------------------------------------------
 
 
@@ -359,16 +391,25 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
         sent = last.get("floats_sent", 0)
         loss = r.final.get("loss")
         ex = last.get("exchanges_total")
+        held = r.extra.get("validation") if isinstance(r.extra, dict) else None
         rows.append({"method": r.method, "rounds": rounds, "seconds": r.solver_seconds,
-                     "loss": float("nan") if loss is None else loss, "metric": r.error,
+                     "loss": float("nan") if loss is None else loss,
+                     "val": held.get("val_loss", float("nan")) if isinstance(held, dict) else float("nan"),
+                     "metric": r.error, "l2re": float(r.final.get("l2re", float("nan"))),
                      "exchanges": ex, "sent": sent,
-                     "per": sent / rounds if rounds else 0, "settings": " " + method_settings(r)})
+                     "per": sent / rounds if rounds else 0, "stopped": r.stop_reason,
+                     "settings": " " + method_settings(r)})
+    wide = max([len("stopped")] + [len(x["stopped"]) for x in rows if x["stopped"]])
     cols = [("method", "method", "<12s"), ("rounds", "rounds", "6d"), ("seconds", "seconds", "8.2f"),
             ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"),
             ("exchanges", "exchanges", "9d"), ("floats sent", "sent", "12d"),
-            ("floats/round", "per", "12.3g"), (" settings", "settings", "<s")]
+            ("floats/round", "per", "12.3g"), ("stopped", "stopped", f"<{wide}s"), (" settings", "settings", "<s")]
+    if any(isinstance(r.extra, dict) and isinstance(r.extra.get("validation"), dict) for r in results):
+        cols.insert(4, ("val_loss", "val", "10.3e"))  # the held-out validation residual (runtime.validation)
     if metric == "loss":  # no test metric: the loss is the only figure, shown once
         cols = [c for c in cols if c[1] != "metric"]
+    if metric == "rel_l2" and _pooled_differs(results):  # a system: the pooled error (PINNacle's L2RE) beside
+        cols.insert(cols.index((metric, "metric", "10.3e")) + 1, ("l2re", "l2re", "10.3e"))
     lines += format_table(cols, rows).split("\n")
     for r in results:
         why = r.extra.get("loss_not_measured") if isinstance(r.extra, dict) else None
@@ -381,3 +422,9 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
                          f"{rej[0]['client']}: {rej[0]['reason']}")
     lines.append(f"final {metric} ({r0.method}): {r0.error:.3e}")
     return lines
+
+
+def _pooled_differs(results: Sequence[Result]) -> bool:
+    """Whether the runs report a pooled ``l2re`` that is not ``rel_l2`` itself: a system (per-component
+    ``rel_l2_NAME`` keys); for one output the two are the same number, shown once."""
+    return any("l2re" in r.final and any(k.startswith("rel_l2_") for k in r.final) for r in results)
