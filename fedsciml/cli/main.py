@@ -570,10 +570,14 @@ def _write_outputs(problem, results, args):
         write_json_collecting(payload, args.json, failed)
     if args.out:
         write_json_collecting(payload, os.path.join(args.out, "result.json"), failed, f"{args.out}/result.json")
-        try:
-            for r in results:
-                suffix = "" if len(results) == 1 else f"_{r.method}"
+        for r in results:  # a history CSV that cannot be written loses nothing else (the model is written below)
+            suffix = "" if len(results) == 1 else f"_{r.method}"
+            try:
                 r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
+            except OSError as e:
+                failed.append(ResultsNotWritten(f"--out {args.out!r}: history{suffix}.csv not written "
+                                                f"({e.strerror or e}); the history is in result.json"))
+        try:
             if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
                 from fedsciml.ridge.model_io import model_meta, write_model
 
@@ -597,7 +601,7 @@ def _write_outputs(problem, results, args):
             for path in plot_runs(problem, results, args.out):
                 status(f"wrote {path}")
         except OSError as e:
-            failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
+            failed.append(ResultsNotWritten(f"--out {args.out!r}: plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))
     raise_collected(failed)
 
