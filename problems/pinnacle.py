@@ -220,8 +220,8 @@ class Heat2DVC(Case):
     """Heat 2d-VC — ``src/pde/heat.py: Heat2D_VaryingCoef`` (A = 200, m = (1, 5, 1)): ``u_t = a(x, y) Δu +
     A sin(πx) sin(5πy) sin(πt)`` on [0, 1]² × [0, 5]; u = 0 on the edges and at t = 0.  The coefficient a is their
     ``ref/heat_2d_coef_256.dat`` (rows x, y, a on a 256 × 256 grid; needed to train), read as their
-    ``griddata(…, method='nearest')`` reads it — :class:`~fedsciml.problems.coefficients.GridCoefficient` with
-    ``nearest`` on the grid of its rows (the same values; a file that is not a full grid is refused).  Reference
+    ``griddata(…, method='nearest')`` reads it — ``GridCoefficient.from_file`` with ``nearest`` on the grid of its
+    rows (the same values; a file that is not a full grid is refused).  Reference
     ``ref/heat_darcy.dat`` (COMSOL, 983 nodes × 51 times)."""
 
     key, title, source = "heat2d-vc", "Heat 2d-VC", "src/pde/heat.py: Heat2D_VaryingCoef"
@@ -234,11 +234,8 @@ class Heat2DVC(Case):
         if not hasattr(self, "_coef"):
             from .coefficients import GridCoefficient
 
-            path = self.p.data_path("heat_2d_coef_256.dat")
-            rows = np.loadtxt(path, comments="%", ndmin=2)
-            if rows.shape[1] != 3:
-                raise ProblemError(f"{path}: {rows.shape[1]} columns, expected x, y, a")
-            self._coef = GridCoefficient.from_points(rows[:, :2], rows[:, 2], method="nearest")
+            self._coef = GridCoefficient.from_file(self.p.data_path("heat_2d_coef_256.dat"), inputs=2,
+                                                   method="nearest")
         return self._coef
 
     def geometry(self):

@@ -315,10 +315,26 @@ class Simulation:
                 "rejected": len(self._round_rejected), "dropped": len(self._round_dropped)}
 
     def fail(self, what: str):
-        raise RoundFailed(
-            f"round {self.round_index}: no valid client message remained for {what}; "
-            + ("rejected: " + "; ".join(f"client {c}: {r}" for c, r in self._round_rejected.items())
-               if self._round_rejected else "every sampled client dropped out"))
+        raise RoundFailed(f"round {self.round_index}: no valid client message remained for {what}; "
+                          + self._why_failed())
+
+    def _why_failed(self) -> str:
+        """What happened to this round's clients: the rejected ones with their reasons, the ones that did not
+        answer with the last reason (a simulated dropout has none), and which clients did answer — "every sampled
+        client dropped out" only when that is what happened."""
+        parts = []
+        if self._round_rejected:
+            parts.append("rejected: " + "; ".join(f"client {c}: {r}" for c, r in self._round_rejected.items()))
+        last = {u["client"]: u["reason"] for u in self.unanswered if u["round"] == self.round_index}
+        gone = [c for c in dict.fromkeys(self._round_dropped) if c not in self._round_rejected]
+        if gone and not self._round_rejected and not self._round_accepted:
+            parts.append("every sampled client dropped out")
+        if gone:
+            parts.append("no answer from " + "; ".join(
+                f"client {c}" + (f" ({last[c]})" if c in last else " (simulated dropout)") for c in gone))
+        if self._round_accepted:
+            parts.append(f"client(s) {sorted(self._round_accepted)} answered")
+        return "; ".join(parts) or "no client was asked"
 
     def global_loss(self, theta, reported: dict | None = None, rnd: int | None = None) -> float:
         """Monitoring only: the global training loss ½‖r‖² at θ (clock paused, nothing counted as sent).
