@@ -18,7 +18,7 @@ not depend on θ), on x's device and in x's dtype (the data are moved once per d
   to the lower node as there).  Outside the grid the value of the nearest edge is used (constant extrapolation;
   scipy raises instead — under ``vmap`` a point cannot raise).  Finding the cell costs one comparison per grid
   line and axis for each point.  :meth:`GridCoefficient.from_points` builds one from ``x y value`` rows that
-  cover a grid (PINNacle's ``ref/heat_2d_coef_256.dat``).
+  cover a grid, :meth:`GridCoefficient.from_file` from a file of them (PINNacle's ``ref/heat_2d_coef_256.dat``).
 * :class:`ScatteredCoefficient` — values at scattered points: ``method="nearest"`` (the value of the closest data
   point: scipy's ``NearestNDInterpolator``, ``griddata(method="nearest")``; costs ``m`` distances per point, so
   for gridded data prefer :class:`GridCoefficient`) or ``"linear"`` (piecewise linear on the Delaunay
@@ -54,6 +54,19 @@ def _as_array(v, what: str) -> np.ndarray:
     if not np.isfinite(a).all():
         raise ProblemError(f"{what}: {int((~np.isfinite(a)).sum())} value(s) are not finite")
     return a
+
+
+def _rows_from_file(path, inputs: int, max_bytes: int | None, name: str):
+    """``(points [m, inputs], values [m])`` from ``x … value`` rows, read as a reference file is (bounded, ``%``
+    comments; a row holding a NaN is refused here: a coefficient has a value everywhere it is given)."""
+    from .reference import MAX_REFERENCE_BYTES, ReferenceData
+
+    ref = ReferenceData.from_file(path, inputs=inputs, outputs=1,
+                                  max_bytes=MAX_REFERENCE_BYTES if max_bytes is None else max_bytes)
+    if ref.dropped:
+        raise ProblemError(f"{name}.from_file({str(path)!r}): {ref.dropped} row(s) hold a NaN; a coefficient needs a "
+                           f"value at every point it lists")
+    return ref.X, ref.U[:, 0]
 
 
 class _Coefficient:
@@ -149,6 +162,14 @@ class GridCoefficient(_Coefficient):
         V[flat] = v
         return cls(axes, V.reshape(shape), method=method, dims=dims)
 
+    @classmethod
+    def from_file(cls, path, inputs: int = 2, method: str = "linear", dims: Sequence[int] | None = None,
+                  max_bytes: int | None = None) -> GridCoefficient:
+        """:meth:`from_points` of a text file of ``x … value`` rows (``inputs`` coordinates, then the value; read
+        as :meth:`ReferenceData.from_file <fedsciml.problems.reference.ReferenceData.from_file>` reads, bounded)."""
+        P, v = _rows_from_file(path, inputs, max_bytes, "GridCoefficient")
+        return cls.from_points(P, v, method=method, dims=dims)
+
     def __repr__(self) -> str:
         return f"GridCoefficient({' × '.join(str(a.numel()) for a in self.axes)}, method={self.method!r})"
 
@@ -203,6 +224,14 @@ class ScatteredCoefficient(_Coefficient):
         self._set_dims(dims, name)
         if method == "linear":
             self._locator = _DelaunayLocator(P, name)
+
+    @classmethod
+    def from_file(cls, path, inputs: int = 2, method: str = "nearest", dims: Sequence[int] | None = None,
+                  max_bytes: int | None = None) -> ScatteredCoefficient:
+        """From a text file of ``x … value`` rows (``inputs`` coordinates, then the value), read bounded as a
+        reference file is."""
+        P, v = _rows_from_file(path, inputs, max_bytes, "ScatteredCoefficient")
+        return cls(P, v, method=method, dims=dims)
 
     def __repr__(self) -> str:
         return f"ScatteredCoefficient({self.points.shape[0]} points in {self.ndim}-D, method={self.method!r})"

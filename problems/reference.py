@@ -32,6 +32,7 @@ import os
 import re
 
 from collections.abc import Sequence
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -158,9 +159,21 @@ def _split(text: str) -> tuple[list[str], list[str]]:
 
 
 def _parse(path: str, lines: list[str]) -> np.ndarray:
-    """The data lines as a float64 array ``[rows, cols]``; one line naming the file and the first bad line."""
+    """The data lines as a float64 array ``[rows, cols]`` (numpy's C parser); on bad content, one line naming the
+    file and the first bad data line (:func:`_diagnose`)."""
+    try:
+        A = np.loadtxt(lines, dtype=np.float64, ndmin=2, comments=None)
+    except ValueError:
+        _diagnose(path, lines)
+    if np.isinf(A).any():
+        i = int(np.isinf(A).any(1).nonzero()[0][0])
+        raise ProblemError(f"reference file {path!r}: data line {i + 1} holds an infinite value")
+    return A
+
+
+def _diagnose(path: str, lines: list[str]) -> NoReturn:
+    """Find the first data line numpy could not read and say why, in one line naming the file."""
     width = None
-    rows = []
     for i, s in enumerate(lines):
         parts = s.split()
         if width is None:
@@ -168,22 +181,13 @@ def _parse(path: str, lines: list[str]) -> np.ndarray:
         if len(parts) != width:
             raise ProblemError(f"reference file {path!r}: data line {i + 1} has {len(parts)} numbers, the first "
                                f"has {width}: {s[:60]!r}")
-        rows.append(parts)
-    try:
-        A = np.array(rows, dtype=np.float64)
-    except ValueError:
-        for i, parts in enumerate(rows):
-            for p in parts:
-                try:
-                    float(p)
-                except ValueError:
-                    raise ProblemError(f"reference file {path!r}: data line {i + 1} holds {p[:30]!r}, not a number "
-                                       f"(comment lines start with %)") from None
-        raise
-    if np.isinf(A).any():
-        i = int(np.isinf(A).any(1).nonzero()[0][0])
-        raise ProblemError(f"reference file {path!r}: data line {i + 1} holds an infinite value")
-    return A
+        for p in parts:
+            try:
+                float(p)
+            except ValueError:
+                raise ProblemError(f"reference file {path!r}: data line {i + 1} holds {p[:30]!r}, not a number "
+                                   f"(comment lines start with %)") from None
+    raise ProblemError(f"reference file {path!r}: its data lines could not be read as numbers")
 
 
 def _times(path: str, header: list[str], nv: int, outputs: int) -> np.ndarray:

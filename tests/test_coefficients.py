@@ -76,6 +76,27 @@ def test_from_points_builds_the_grid_from_shuffled_rows():
         fs.GridCoefficient.from_points(rows[1:, :2], rows[1:, 2])
 
 
+def test_from_file_reads_rows_bounded(tmp_path):
+    rng = np.random.default_rng(5)
+    axes = _grid(rng, (4, 6))
+    V = rng.standard_normal((4, 6))
+    X, Y = np.meshgrid(*axes, indexing="ij")
+    rows = np.column_stack([X.ravel(), Y.ravel(), V.ravel()])[rng.permutation(24)]
+    path = tmp_path / "coef.dat"
+    path.write_text("% x y a\n" + "\n".join(" ".join(repr(float(v)) for v in r) for r in rows) + "\n")
+    g = fs.GridCoefficient.from_file(path, method="nearest")
+    assert torch.equal(g.values, torch.as_tensor(V))
+    s = fs.ScatteredCoefficient.from_file(path)
+    Z = torch.as_tensor(rng.random((20, 2)))
+    assert torch.equal(s(Z), torch.as_tensor(NearestNDInterpolator(rows[:, :2], rows[:, 2])(Z.numpy())))
+    path.write_text("0 0 1\n0 1 nan\n1 0 1\n1 1 1\n")
+    with pytest.raises(fs.ProblemError, match="1 row\\(s\\) hold a NaN") as e:
+        fs.GridCoefficient.from_file(path)
+    assert "coef.dat" in str(e.value)
+    with pytest.raises(fs.ProblemError, match="more than the 5"):
+        fs.GridCoefficient.from_file(path, max_bytes=5)
+
+
 @pytest.mark.parametrize("d", [2, 3])
 def test_scattered_matches_scipy(d):
     rng = np.random.default_rng(10 + d)
