@@ -48,6 +48,7 @@ shares of the boundary; the interior sample is per client, as the FIPA strips).
 """
 from __future__ import annotations
 
+import copy
 import logging
 import math
 
@@ -138,6 +139,11 @@ def _as_vector(out) -> torch.Tensor:
     return out.reshape(-1)
 
 
+#: residual rows per parameter that :meth:`DomainPDE.point_counts` scales default point counts to when they give
+#: fewer rows than parameters
+OVERSAMPLE = 2.0
+
+
 def pooled_l2re(P: torch.Tensor, U: torch.Tensor, up_to_constant: Sequence[int] = ()) -> float:
     """PINNacle's L2RE: the error pooled over every test point and output component,
     ``√(Σᵢ Σ_c (P_ic − U_ic)²) / √(Σᵢ Σ_c U_ic²)`` for predictions ``P`` and references ``U`` ``[n, C]``.
@@ -158,6 +164,12 @@ def pooled_l2re(P: torch.Tensor, U: torch.Tensor, up_to_constant: Sequence[int] 
 
 class DomainPDE(PINNProblem):
     """A PDE on a :class:`Geometry` with conditions on named boundary parts (see the module docstring)."""
+
+    def __init__(self, **options):
+        # which point counts the caller named (a preset's too): those win over the rule of point_counts
+        self.__dict__["_given_points"] = frozenset(k for k in ("n_interior", "n_boundary")
+                                                   if options.get(k) is not None)
+        super().__init__(**options)
 
     kind: ClassVar[str] = "pinn"
     geometry: ClassVar[Geometry | None] = None
@@ -557,17 +569,99 @@ class DomainPDE(PINNProblem):
         return spec, ""
 
     def pde_rows_per_client(self, n_clients: int) -> int:
-        return int(self.n_interior) * max(1, len(self.outputs))
+        return int(self.point_counts(n_clients)["n_interior"]) * max(1, len(self.outputs))
 
     def rows_per_client(self, n_clients: int) -> int:
-        per_eq = self.n_interior
+        pc = self.point_counts(n_clients)
+        per_eq = pc["n_interior"]
         rows = per_eq * max(1, len(self.outputs))
         for c in self.condition_list():
-            rows += (c.n or self.n_boundary) * len(c.outputs) if not isinstance(c, Data) else len(c.y) * 1
+            rows += (c.n or pc["n_boundary"]) * len(c.outputs) if not isinstance(c, Data) else len(c.y) * 1
         return rows
 
+    # --- point counts that follow the network --------------------------------------------------
+    def _row_terms(self, n_clients: int) -> tuple[int, int, int]:
+        """``(A, B, F)``: the residual rows of all ``K`` clients are ``K·(A·n_interior + B·n_boundary) + F`` —
+        A PDE parts, B parts of conditions without their own ``n``, F the rest (``K·n`` per part of a
+        condition with its own ``n``, the readings of a :class:`Data` condition); one row per point and part
+        (:meth:`_parts`)."""
+        a = b = fixed = 0
+        for _name, _fn, c, _i in self._parts(self.init_params(0)):
+            if c is None:
+                a += 1
+            elif isinstance(c, Data):
+                fixed += int(len(c.y))
+            elif c.n is not None:
+                fixed += int(n_clients) * int(c.n)
+            else:
+                b += 1
+        return a, b, fixed
+
+    def point_counts(self, n_clients: int) -> dict:
+        """The collocation points a run with ``n_clients`` clients draws, and why (recorded in ``result.json``,
+        ``extra["points"]``).
+
+        The rule: **never fewer residual rows than parameters unless asked.**  All clients' rows are
+        ``R(n_I, n_B) = K·(A·n_I + B·n_B) + F`` (:meth:`_row_terms`) against ``p`` parameters (network and
+        unknowns).  When the options ``n_interior`` and ``n_boundary`` are the defaults and ``R < p``, both are
+        scaled by one factor ``s`` — so the boundary keeps its share of the rows — to the smallest counts with
+        ``R ≥`` :data:`OVERSAMPLE` ``· p``: ``n_I = ⌈s·n_I⁰⌉``, ``n_B = ⌈s·n_B⁰⌉``, ``s = (⌈2p⌉ − F)/(R⁰ − F)``.
+        Twice, not once: a square system (R = p) is still interpolated by Levenberg–Marquardt, leaving the PDE
+        unsolved between the points; at 2p half the rows constrain the fit.  The counts thus follow the network
+        (p) and the dimension (through p's input layer and the problem's own dimension-aware defaults, e.g.
+        ``heat-nd``).  Defaults that already give ``R ≥ p`` are kept as they are (the registered ``heat``,
+        ``heat-inverse``, ``kovasznay``, ``burgers``, ``heat-nd`` at their default clients: the same points,
+        the same numbers).  Counts given explicitly (``n_interior`` or ``n_boundary``, a preset's included) win;
+        with ``R < p`` one warning line says that LM can interpolate the points.
+
+        Returns ``{"n_interior", "n_boundary", "rows", "n_params", "rule"}``, ``rule`` one of ``defaults``
+        (kept), ``scaled ×s (rows ≥ 2p)`` or ``given``."""
+        K = int(n_clients)
+        n_i, n_b = int(self.options["n_interior"]), int(self.options["n_boundary"])
+        key = (K, n_i, n_b)
+        cache = self.__dict__.setdefault("_point_counts", {})
+        if key in cache:
+            return dict(cache[key])
+        a, b, fixed = self._row_terms(K)
+        p = int(self.n_params)
+        rows = K * (a * n_i + b * n_b) + fixed
+        given = self.__dict__.get("_given_points", frozenset())
+        out = {"n_interior": n_i, "n_boundary": n_b, "rows": rows, "n_params": p,
+               "rule": "given" if given else "defaults"}
+        if rows < p and given:
+            log.warning("problem %r: %s residual rows (%s client(s)) are fewer than its %s parameters: Levenberg–Marquardt "
+                        "can interpolate the points rather than solve the PDE between them — the validation residual "
+                        "will tell (leave %s out for counts that follow the network: %g× the parameters)", self.name, f"{rows:,}", K, f"{p:,}",
+                        " and ".join(sorted(given)), OVERSAMPLE)
+        elif rows < p and K * (a * n_i + b * n_b) > 0:
+            need, now = math.ceil(OVERSAMPLE * p) - fixed, K * (a * n_i + b * n_b)
+            s = need / now
+            n_i, n_b = -(-need * n_i // now), -(-need * n_b // now)  # ⌈s·n⌉ in integers: no round-off above
+            out.update(n_interior=n_i, n_boundary=n_b, rows=K * (a * n_i + b * n_b) + fixed,
+                       rule=f"scaled ×{s:.3g} (rows ≥ {OVERSAMPLE:g}p)")
+        cache[key] = out
+        return dict(out)
+
+    def _with_points(self, n_clients: int) -> "DomainPDE":
+        """This problem with :meth:`point_counts`'s counts as its options (a shallow copy; itself when unchanged)."""
+        pc = self.point_counts(n_clients)
+        if (pc["n_interior"], pc["n_boundary"]) == (self.options["n_interior"], self.options["n_boundary"]):
+            return self
+        out = copy.copy(self)
+        out.__dict__["options"] = dict(self.options, n_interior=pc["n_interior"], n_boundary=pc["n_boundary"])
+        out.__dict__["_point_counts"] = {}
+        return out
+
     def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
+        """Each client's objective: the points of :meth:`point_counts` (the module docstring says how they are
+        drawn and split)."""
         self.check_clients(n_clients)
+        own = self._with_points(n_clients)
+        if own is not self:
+            return own._client_objectives(n_clients, seed, device)
+        return self._client_objectives(n_clients, seed, device)
+
+    def _client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
         dom, K = self.domain(), n_clients
         part = self.client_partition(K)
         theta0 = self.init_params(0)

@@ -29,7 +29,7 @@ from .conditions import Initial
 from .geometry import SpaceTime
 
 #: the problem's caches that depend on its time interval or conditions (rebuilt for a window)
-_CACHES = ("_domain", "_conds", "_part_fns", "_test_cache")
+_CACHES = ("_domain", "_conds", "_part_fns", "_test_cache", "_taylor_forms")
 
 
 def window_edges(problem, windows: int) -> list[float]:

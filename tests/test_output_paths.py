@@ -185,3 +185,12 @@ def test_write_output_rules(tmp_path):
         s.close()
     with pytest.raises(files.OutputRefused, match="standard output is not a place"):
         files.write_text("-", "x")
+
+
+def test_solve_out_dir_holding_a_fifo_where_a_run_writes_is_refused_before_the_run(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "history.csv")
+    assert cli_main.main(SOLVE + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a FIFO" in err[0] and not (out / "result.json").exists()

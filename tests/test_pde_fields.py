@@ -147,3 +147,13 @@ def test_a_condition_on_a_field_without_its_exact_values_is_refused():
                                                          Dirichlet("boundary", None, component="a")])
     with pytest.raises(ProblemError, match=r"exact_coefficients\['a'\]"):
         cls().client_objectives(1)
+
+
+def test_fedavg_trains_the_field_unchanged():
+    """FedAvg's local steps move the field's parameters as any others of θ (the method knows nothing of fields)."""
+    pb = Inv1D(n_interior=20, n_boundary=1)
+    r = fs.solve(pb, "fedavg", clients=2, rounds=2, local_steps=2)
+    p = pb.network().n_params
+    assert r.theta.numel() == pb.n_params
+    assert not torch.equal(r.theta[p:], pb.init_params(0)[p:])
+    assert r.final["loss"] < r.history[0]["loss"]

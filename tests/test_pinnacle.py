@@ -28,6 +28,10 @@ def checkout(tmp_path):
     np.savetxt(ref / "heatinv_points.dat", pts)
     np.savetxt(ref / "poisson_a_coef.dat", rng.uniform(0.5, 2.0, (5, 5)))
     np.savetxt(ref / "poisson_f_coef.dat", rng.uniform(-1, 1, (25, 4)))
+    g = np.linspace(0, 1, 8)
+    gx, gy = np.meshgrid(g, g, indexing="ij")
+    rows = np.column_stack([gx.reshape(-1), gy.reshape(-1), 1 + gx.reshape(-1) + 2 * gy.reshape(-1)])
+    np.savetxt(ref / "heat_2d_coef_256.dat", rng.permutation(rows))      # their rows, in any order
     return tmp_path
 
 
@@ -222,3 +226,18 @@ def test_ks_equation_on_a_manufactured_field():
     u = torch.sin(X[:, 0]) * torch.exp(-X[:, 1])
     want = (-1 - s.beta + s.gamma) * u + s.alpha * u * torch.cos(X[:, 0]) * torch.exp(-X[:, 1])
     assert torch.allclose(r, want, rtol=0, atol=1e-12)
+
+
+def test_heat2d_vc_reads_its_coefficient_grid_and_states_the_equation(checkout):
+    """The coefficient at the grid's nodes is the file's value there (nearest), and the equation at u = x·y·t
+    (Δu = 0) is u_t − A sin(πx) sin(5πy) sin(πt) = x·y − 200 sin(πx) sin(5πy) sin(πt), by hand."""
+    p = get_problem("pinnacle", case="heat2d-vc", pinnacle_dir=str(checkout))
+    a = p.spec.coefficient()
+    rows = torch.as_tensor(np.loadtxt(checkout / "ref" / "heat_2d_coef_256.dat"))
+    t = torch.full((rows.shape[0], 1), 0.5, dtype=torch.float64)
+    assert torch.equal(a(torch.cat([rows[:, :2], t], 1)), rows[:, 2])    # the file's own numbers, bitwise
+    X = p.domain().sample_interior(40, "uniform", 0)
+    r = vmap(lambda y: p.equation(Field(lambda z: (z[0] * z[1] * z[2]).reshape(1), p.outputs, p.axes, 2, {}), y))(X)
+    want = X[:, 0] * X[:, 1] - 200 * torch.sin(math.pi * X[:, 0]) * torch.sin(5 * math.pi * X[:, 1]) \
+        * torch.sin(math.pi * X[:, 2])
+    assert torch.allclose(r, want, rtol=0, atol=1e-11)

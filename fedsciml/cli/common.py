@@ -72,12 +72,13 @@ def option_flag(name: str, prefix: str = "") -> str:
     return "--" + prefix + name.replace("_", "-")
 
 
-def flag_help(per_owner: dict, name_owners: bool = True) -> str:
-    """Help of a generated flag from ``{owner: (default, Spec)}``: what it does, its allowed values and its default
-    (``text [an integer ≥ 1; default 100]``).  Owners are named only where they differ (``name_owners``), one
-    group per help text and per allowed values and default: ``text [a, b: an integer ≥ 1; default 400 · c: an
-    integer ≥ 1; default 1500]``; the largest of several groups of three or more owners is "the others" — the
-    heading of the flag's help group says whose options they are, so no flag repeats the list of methods."""
+def flag_help(per_owner: dict, name_owners: bool | str = True) -> str:
+    """Help of a generated flag from ``{owner: (default, Spec)}``: what it does, its allowed values and its default,
+    per owner, one group per help text and per allowed values and default (``text [a, b: an integer ≥ 1; default
+    400 · c: an integer ≥ 1; default 1500]``).  ``name_owners``: ``True`` names the owners always, ``False`` never,
+    ``"differ"`` only where they differ (``text [an integer ≥ 1; default 100]`` when all agree; the largest of
+    several groups of three or more owners is "the others") — for flags under a heading that says whose options
+    they are (``solve``'s method groups), so that no flag repeats the list of methods."""
     from fedsciml.options import cli_names
 
     texts: dict[str, dict[tuple, list]] = {}
@@ -88,8 +89,9 @@ def flag_help(per_owner: dict, name_owners: bool = True) -> str:
             allowed = "" if s.type is bool else s.allowed()
             texts.setdefault(s.help, {}).setdefault((allowed, shown), []).append(owner)
     groups = [owners for g in texts.values() for owners in g.values()]
-    named = name_owners and len(groups) > 1
-    largest = max(groups, key=len) if named and len(max(groups, key=len)) >= 3 else None
+    differ = name_owners == "differ"
+    named = len(groups) > 1 if differ else bool(name_owners)
+    largest = max(groups, key=len) if differ and named and len(max(groups, key=len)) >= 3 else None
     parts = []
     for text, by_value in texts.items():
         inner = []
@@ -102,7 +104,7 @@ def flag_help(per_owner: dict, name_owners: bool = True) -> str:
 
 
 def add_option_flags(group, owners: dict, *, dest: str, typed: bool = True, rename: dict | None = None,
-                     aliases: dict | None = None, skip=(), name_owners: bool = True) -> dict[str, str]:
+                     aliases: dict | None = None, skip=(), name_owners: bool | str = True) -> dict[str, str]:
     """Add one flag per option declared by any of ``owners`` (``{owner: {option: (default, Spec)}}``, e.g.
     ``{m.name: m.config.specs()}`` or ``{cls.name: cls.specs()}``) to ``group`` (a parser or argument group).
 

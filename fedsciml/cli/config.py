@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,16 +57,17 @@ class ConfigFile:
 
 def _toml():
     """``tomllib`` (Python ≥ 3.11), else ``tomli`` (a dependency on Python 3.10): imported for ``--config`` only."""
-    if sys.version_info >= (3, 11):
-        import tomllib
+    import importlib
 
-        return tomllib
     try:
-        import tomli
+        return importlib.import_module("tomllib")
+    except ImportError:  # Python 3.10
+        pass
+    try:
+        return importlib.import_module("tomli")
     except ImportError:
         raise CLIError("--config needs the tomli package on Python 3.10 (pip install \"tomli>=2\"; fedsciml's "
                        "dependencies name it there)") from None
-    return tomli
 
 
 _SIGNIFICANT = re.compile(r"\\.|[\"'#\[\]{}\n]")
@@ -219,8 +219,8 @@ def apply_config(cfg: ConfigFile, top: argparse.ArgumentParser, sub: argparse.Ar
         action = keys.get(key)
         if action is None:
             known = sorted({*keys, *GLOBAL_KEYS, *(("problem",) if command == "solve" else ())})
-            raise CLIError(f"{cfg.path}: unknown key {raw!r}{did_you_mean(key, known)}; the keys are "
-                           f"{command}'s options (`{command} --help`)")
+            raise CLIError(f"{cfg.path}: unknown key {raw!r}{did_you_mean(key, known)}; the keys are the options "
+                           f"of `{command}` (`{command} --help`)")
         defaults[action.dest] = _typed(cfg, str(raw), action, value)
         if action.dest.startswith(GENERATED) and not _given(action, argv):
             cfg.names[action.dest.split("_", 1)[1]] = f"{raw!r} in {cfg.path}"

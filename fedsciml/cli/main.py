@@ -79,7 +79,8 @@ def _method_groups(methods: dict) -> list[tuple[str, dict]]:
     from fedsciml.runtime.driver import METHODS
 
     def declaring(m, name):  # the class of method m's configuration that declares the option
-        return next(c for c in METHODS[m].config.__mro__ if name in c.__dict__.get("__annotations__", {}))
+        return next((c for c in METHODS[m].config.__mro__ if name in c.__dict__.get("__annotations__", {})),
+                    METHODS[m].config)
 
     def holders(cls):
         return [m for m in methods if issubclass(METHODS[m].config, cls)]
@@ -96,11 +97,16 @@ def _method_groups(methods: dict) -> list[tuple[str, dict]]:
                                                          0 if kv[0].__dict__.get("method") else -len(holders(kv[0]))))
     for cls, names in shared_first:  # the shared parts, most shared first; then each method's own, in order
         have = holders(cls)
-        who = ("every method" if set(have) == set(methods) else
-               "every federated method" if set(have) == federated and len(have) > 1 else ", ".join(have))
+        who = ", ".join(have)
+        for everyone, word in ((federated, "every federated method"), (set(methods), "every method")):
+            missing = [m for m in methods if m in everyone and m not in have]
+            if set(have) <= everyone and len(have) > 1 and len(missing) <= 2:  # "every method but fedavg-sgd"
+                who = word + (f" but {', '.join(missing)}" if missing else "")
+                break
         own = cls.__dict__.get("method")
         heading = (f"{own} options" + (f" (also {', '.join(h for h in have if h != own)})"
-                                       if len(have) > 1 else "")) if own else f"{cls.help_group} ({who})"
+                                       if len(have) > 1 else "")) if own else \
+            f"{cls.__dict__.get('help_group') or cls.__name__} ({who})"
         out.append((heading, {m: {n: specs[n] for n in names if n in specs} for m, specs in methods.items()}))
     return out
 
@@ -152,14 +158,16 @@ def _add_solve_parser(sub):
     generated = []
     for heading, owners in _method_groups(methods):
         group = p.add_argument_group(heading)
-        mflags.update(add_option_flags(group, owners, dest="mopt_", skip=("preset",), rename=rename))
+        mflags.update(add_option_flags(group, owners, dest="mopt_", skip=("preset",), rename=rename,
+                                       name_owners="differ"))  # the heading says whose
         generated.append(group)
     mflags["preset"] = "--preset"
     title = (f"options of problem {focus!r}" if focus is not None else
              "problem options (each applies to the problems that declare it; `list` shows the problems)")
     pgroup = p.add_argument_group(title)
     pflags = add_option_flags(pgroup, dict(sorted(problems.items())), dest="popt_", typed=False,
-                              rename={n: option_flag(n, "problem-") for n in problem_names if n in SOLVE_FLAGS})
+                              rename={n: option_flag(n, "problem-") for n in problem_names if n in SOLVE_FLAGS},
+                              name_owners="differ" if focus is not None else True)  # which problems declare it
     generated.append(pgroup)
     if short:  # `solve --help`: the generated flags are parsed as ever, listed by --help-all
         for group in generated:
@@ -562,10 +570,14 @@ def _write_outputs(problem, results, args):
         write_json_collecting(payload, args.json, failed)
     if args.out:
         write_json_collecting(payload, os.path.join(args.out, "result.json"), failed, f"{args.out}/result.json")
-        try:
-            for r in results:
-                suffix = "" if len(results) == 1 else f"_{r.method}"
+        for r in results:  # a history CSV that cannot be written loses nothing else (the model is written below)
+            suffix = "" if len(results) == 1 else f"_{r.method}"
+            try:
                 r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
+            except OSError as e:
+                failed.append(ResultsNotWritten(f"--out {args.out!r}: history{suffix}.csv not written "
+                                                f"({e.strerror or e}); the history is in result.json"))
+        try:
             if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
                 from fedsciml.ridge.model_io import model_meta, write_model
 
@@ -589,7 +601,7 @@ def _write_outputs(problem, results, args):
             for path in plot_runs(problem, results, args.out):
                 status(f"wrote {path}")
         except OSError as e:
-            failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
+            failed.append(ResultsNotWritten(f"--out {args.out!r}: plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))
     raise_collected(failed)
 

@@ -639,7 +639,19 @@ class GNStrategy(Strategy):
             raise ckpt.CheckpointError(f"state field 'mu' = 0 after {accepted} accepted steps; μ ≥ "
                                        f"{self.lm_config.mu_min:g} then")
         ckpt.restored_number(d, "nu", lo=2.0)
-        ckpt.restored_tensor(d, "phi", like=theta, optional=True)
+        phi = ckpt.restored_tensor(d, "phi", like=theta, optional=True)
+        for name, v in (("theta", theta), ("phi", phi)):  # a step whose squares overflow (φ = 1e300): the file's
+            if v is not None and not bool(torch.isfinite((v * v).sum())):  # fault, not the clients' next answers
+                raise ckpt.CheckpointError(f"state field {name!r} holds values so large that their squares "
+                                           f"overflow float64 (max |{name}| = {float(v.abs().max()):.3g}); no run "
+                                           f"writes that")
+        banned, enrolled = d.get("banned", []), d.get("enrolled", {})
+        if not isinstance(banned, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                                                   for c in banned):
+            raise ckpt.CheckpointError(f"state field 'banned' must be a list of client ids (integers ≥ 0), got "
+                                       f"{str(banned)[:80]}")
+        if not isinstance(enrolled, dict):
+            raise ckpt.CheckpointError(f"state field 'enrolled' must be a dict, got {type(enrolled).__name__}")
         self.lm = LevenbergMarquardt(self.lm_config)
         self.lm.theta = d["theta"]
         if "H" in d:

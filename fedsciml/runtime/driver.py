@@ -565,6 +565,9 @@ def _run_plan(p: Plan) -> Result:
                      getattr(p.config, "resample", None))
     if checked is not None:
         info["validation"] = checked
+    counts = getattr(problem, "point_counts", None)
+    if callable(counts):  # the collocation points drawn, and by which rule (problems.domain.DomainPDE.point_counts)
+        info["points"] = counts(clients)
     return run_result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
 
 
@@ -609,7 +612,12 @@ def run_connected(p: Plan, connect: Callable) -> Result:
     _refuse_pooled(p.spec, p.engine)
     problem, dev = p.problem, p.device
     clients = problem.default_clients if p.clients is None else p.clients
-    job = {"problem": problem.name, "options": dict(problem.options), "clients": int(clients), "seed": p.seed,
+    opts = dict(problem.options)
+    counts = getattr(problem, "point_counts", None)
+    if callable(counts):  # the points the rule chose for these clients, named: every site draws the same ones
+        pc = counts(int(clients))
+        opts.update(n_interior=pc["n_interior"], n_boundary=pc["n_boundary"])
+    job = {"problem": problem.name, "options": opts, "clients": int(clients), "seed": p.seed,
            "device": "cpu", "threads": torch.get_num_threads()}
     transport = connect(job, clients)
     try:

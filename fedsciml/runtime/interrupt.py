@@ -52,6 +52,30 @@ def _raise(signum: int, frame: Any) -> None:
 
 
 @contextmanager
+def deferred() -> Iterator[None]:
+    """A block that a signal does not cut in two (the round loop's checkpoint write and the round it keeps): a
+    SIGINT/SIGTERM that arrives inside is raised as :class:`Interrupted` when the block ends.  Only in the main
+    thread (where Python runs signal handlers); elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    old = {}
+    for s in (signal.SIGINT, signal.SIGTERM):
+        h = signal.getsignal(s)
+        if h is _raise or h is signal.default_int_handler:  # ours, or Python's Ctrl-C: held until the block ends
+            old[s] = h
+            signal.signal(s, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if pending:
+        raise Interrupted(pending[0])
+
+
+@contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
     """Within the block (in the main thread; elsewhere a no-op), SIGTERM and SIGINT raise :class:`Interrupted`,
     so that a run stopped either way keeps its finished rounds; the handlers before are restored after."""

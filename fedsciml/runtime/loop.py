@@ -66,6 +66,7 @@ from fedsciml.core.schema import floats_in
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.transport import Failure, LocalTransport, Reply, Request, Transport
 from fedsciml.runtime.history import Recorder
+from fedsciml.runtime.interrupt import deferred
 from fedsciml.runtime.protocol import MONITOR
 
 log = logging.getLogger(__name__)
@@ -439,8 +440,17 @@ class Simulation:
         state = ckpt.load(self.cfg.checkpoint, self.fingerprint, map_location=theta0.device)
         if state is None:
             return False
+        rng = state["rng"]
+        mine = self.rng.bit_generator.state
+        try:  # the client-sampling generator's state: this run's kind of generator, its fields, in range
+            if set(rng) != set(mine) or rng.get("bit_generator") != mine["bit_generator"]:
+                raise ValueError(f"it holds {sorted(rng)} of {rng.get('bit_generator')!r}")
+            self.rng.bit_generator.state = rng
+        except (TypeError, ValueError, KeyError, OverflowError) as e:
+            raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)}: field 'rng' is not a "
+                                       f"state of this run's client-sampling generator ({mine['bit_generator']}: "
+                                       f"{', '.join(sorted(mine))}): {str(e).splitlines()[0][:120]}") from None
         try:  # a file that passed the checksum but holds the wrong structure: one line, not a traceback
-            self.rng.bit_generator.state = state["rng"]
             strategy.load_state_dict(state["strategy"])
             th = strategy.theta
             ok = isinstance(th, torch.Tensor) and th.shape == theta0.shape and th.dtype == theta0.dtype
@@ -455,6 +465,7 @@ class Simulation:
             raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)}: the stored parameters "
                                        f"are not a finite {tuple(theta0.shape)} {theta0.dtype} tensor")
         self._check_consistent(state)
+        self._check_loss_at(th, state)
         self.round_index = int(state["round"])
         self.rec.rows = list(state["rows"])
         self.floats_up, self.floats_down = int(state["floats_up"]), int(state["floats_down"])
@@ -468,6 +479,32 @@ class Simulation:
         if state.get("loss_pending") and self.rec.rows:  # the last row's loss comes with the next answers
             self._pending = (self.rec.rows[-1], strategy.theta, int(self.rec.rows[-1]["step"]))
         return True
+
+    def _check_loss_at(self, theta, state) -> None:
+        """The stored θ gives the stored history's last loss: the clients are asked their ½‖r_m‖² at θ (monitoring:
+        clock paused, nothing counted) and the mean must equal the last row's ``loss`` to round-off (relative
+        1e-9: the same clients' sums in the same order, up to another thread count's summation order).  A
+        checkpoint whose parameters were changed and its checksum recomputed (θ scaled by 10⁶) is refused in one
+        line naming both values.  Skipped where the row cannot be recomputed this way: its loss still pending or
+        not measured (DP), covering only some clients (``loss_clients``, sampled participation, dropout), points
+        redrawn each round (``resample``), or a client that does not answer now."""
+        rows = state["rows"]
+        last = rows[-1] if rows and isinstance(rows[-1], dict) else {}
+        want = last.get("loss")
+        if (state.get("loss_pending") or not isinstance(want, float) or not math.isfinite(want)
+                or "loss_clients" in last or self.cfg.participation < 1.0 or self.cfg.dropout > 0.0
+                or "resample" in ((self.fingerprint or {}).get("options") or {}) or last.get("step") != state["round"]):
+            return
+        with self.paused(), torch.no_grad():
+            got = self.transport.ask(list(self.client_ids), Request("loss", {"theta": theta}, {"vectorize": False}))
+        if any(isinstance(got.get(c), Failure) or c not in got for c in self.client_ids):
+            return
+        have = sum(float(got[c].message["loss"][0]) for c in self.client_ids) / self.n_total
+        if not abs(have - want) <= 1e-9 * max(abs(have), abs(want)) + 1e-300:
+            raise ckpt.CheckpointError(
+                f"checkpoint {ckpt.path_in(str(self.cfg.checkpoint))}: its parameters give the training loss "
+                f"{have:.6g}, its history says {want:.6g} at round {state['round']}: the file was changed after it "
+                f"was written (its checksum recomputed); not resumed")
 
     def _check_consistent(self, state) -> None:
         """What a state this run wrote must satisfy (its checksum can be recomputed by whoever edits it):
@@ -542,8 +579,9 @@ class Simulation:
             extra = strategy.start(self, theta0) or {}
             self.end_round()
             self._record(0, strategy, round=0, **self.round_fields(), **extra)
-            self.save(strategy)
-            self._keep(strategy)
+            with deferred():  # the checkpoint written and the round kept are the same round, whenever a signal comes
+                self.save(strategy)
+                self._keep(strategy)
         reason = None
         while True:
             if self.cfg.rounds is not None and self.round_index >= self.cfg.rounds:
@@ -576,8 +614,9 @@ class Simulation:
                 self._in_round = False
             self.end_round()
             self._record(k, strategy, round=k, **self.round_fields(), **extra)
-            self.save(strategy)
-            self._keep(strategy)
+            with deferred():
+                self.save(strategy)
+                self._keep(strategy)
         # e.g. a last acceptance check of an unvalidated step (its exchange counts as part of the last round)
         before, sent = strategy.theta, self.floats_up + self.floats_down
         self.begin_round(self.round_index)

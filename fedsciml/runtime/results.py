@@ -62,11 +62,16 @@ def check_output_file(path: str | os.PathLike, flag: str = "--json", stdout: boo
         raise OutputPathError(str(e)) from None
 
 
-def check_output_dir(path: str | os.PathLike, flag: str = "--out") -> str:
+#: the files a run writes in ``--out DIR`` whatever its plots: checked before the run by :func:`check_output_dir`
+OUT_NAMES = ("result.json", "history.csv", "model.safetensors", "model.json")
+
+
+def check_output_dir(path: str | os.PathLike, flag: str = "--out", names: Sequence[str] = OUT_NAMES) -> str:
     """Check, before a run, that ``path`` is (or can be made) a writable directory; creates it; returns it.
 
     Files in it with the names a run writes (``result.json``, ``history*.csv``,
-    plots) are overwritten.
+    plots) are overwritten; one of ``names`` there that would not be written (a FIFO, a directory, an input of the
+    command: :func:`fedsciml.runtime.files.resolve_output`) is refused now, before the run.
     """
     path = _path(path, flag)
     if os.path.exists(path) and not os.path.isdir(path):
@@ -78,6 +83,14 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--out") -> str:
         os.remove(probe)
     except OSError as e:
         raise OutputPathError(f"{flag} {path!r} cannot be written: {e.strerror or e}") from None
+    from fedsciml.runtime.files import OutputRefused, resolve_output
+
+    for name in names:
+        if os.path.lexists(os.path.join(path, name)):
+            try:
+                resolve_output(os.path.join(path, name), flag)
+            except OutputRefused as e:
+                raise OutputPathError(str(e)) from None
     return path
 
 
