@@ -775,7 +775,7 @@ def _positive_seconds(text: str) -> float:
 
 def _add_flower_parser(sub):
     fl = sub.add_parser("flower")
-    fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir,run}")
+    fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir,run,deploy}")
     ad = fsub.add_parser("app-dir", help="print the directory of fedsciml's Flower App, for `flwr run DIR …`")
     ad.add_argument("--secagg", action="store_true", help="the SecAgg+ App (central DP one-shot) instead")
     ad.add_argument("--all", action="store_true", help="every App, one 'name<TAB>directory' line each")
@@ -792,6 +792,9 @@ def _add_flower_parser(sub):
     fr.add_argument("--no-stream", action="store_true", help="do not show the run's log (flwr log --stream)")
     fr.add_argument("--timeout", type=_positive_seconds, default=None, metavar="SECONDS",
                     help="stop waiting after this many seconds (exit 1; the run goes on: flwr stop ends it)")
+    from fedsciml.cli import flower_deploy
+
+    flower_deploy.add_parser(fsub)
 
 
 def _add_bench_parser(sub):
@@ -1049,6 +1052,10 @@ def main(argv=None) -> int:
                     return cmd_flower_app_dir(args)
                 if getattr(args, "flower_command", None) == "run":
                     return cmd_flower_run(args)
+                if getattr(args, "flower_command", None) == "deploy":
+                    from fedsciml.cli import flower_deploy
+
+                    return flower_deploy.run(args)
                 parser.parse_args(["flower", "--help"])
             if args.command == "bench":
                 if getattr(args, "bench_command", None) == "images":
