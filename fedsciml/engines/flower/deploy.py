@@ -25,7 +25,7 @@ exit, also after an error (and, as a last resort, when the interpreter exits); t
 nothing listens beyond 127.0.0.1; runtime dependency installation is off (and
 the app declares no dependencies).
 
-    python scripts/tools/flower_deploy.py bratu --clients 2 --method gn --rounds 2
+    python -m fedsciml flower deploy bratu --clients 2 --method gn --rounds 2
 """
 from __future__ import annotations
 
