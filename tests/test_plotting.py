@@ -272,3 +272,30 @@ def test_identical_runs_are_marked_not_hidden(tmp_path):
         assert labels == ["centralized/gn", "gn (= centralized/gn: identical iterates)", "fipa"]
         styles = [ln.get_linestyle() for ln in fig.axes[0].get_lines()]
         assert styles == ["-", "--", "-"]
+
+
+def test_one_shot_ridge_draws_predictions_and_coefficients_not_loss_curves(tmp_path):
+    """A one-shot ridge run (one round: two history rows) gets ridge_fit.png — predicted A θ against the test
+    targets b, and θ by index (checked against A θ computed here) — and no per-round loss/error plots."""
+    from fedsciml.runtime import plotting
+
+    pb = get_problem("ridge-linear", n_samples=50)
+    A, b = pb.test_data()
+    theta = torch.linspace(-1, 1, A.shape[1], dtype=torch.float64)
+    r = fake_result(pb, "one-shot", theta=theta, metric="mse")
+    r.history = r.history[:2]
+    seen = {}
+    orig = plotting.save_figure
+    plotting.save_figure = lambda fig, path: (seen.__setitem__(os.path.basename(path), fig), orig(fig, path))
+    try:
+        paths = plot_runs(pb, [r], str(tmp_path))
+    finally:
+        plotting.save_figure = orig
+    assert_pngs(paths, ["ridge_fit.png"])
+    left, right = seen["ridge_fit.png"].axes
+    (pts, diag), (coef,) = left.get_lines(), right.get_lines()
+    assert diag.get_label() == "y = x"
+    assert np.array_equal(pts.get_xdata(), b.numpy())
+    assert np.array_equal(pts.get_ydata(), (A @ theta).numpy())  # the same product: bitwise
+    assert np.array_equal(coef.get_ydata(), theta.numpy())
+    assert left.get_xlabel() == "actual (test set)" and left.get_ylabel() == "predicted"

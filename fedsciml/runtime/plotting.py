@@ -465,6 +465,45 @@ def plot_error_vs_exchanges(results: Sequence[Any], out_dir: str, prefix: str = 
                                "exchanges (server ↔ clients, start included)", "against exchanges", log_x=False)
 
 
+def _one_shot(result: Any) -> bool:
+    """A run without a per-round curve: one round at most (one-shot fusion, a closed-form centralized solve)."""
+    return len(result.history or []) <= 2
+
+
+def plot_ridge_fit(problem: Any, results: Sequence[Any], out_dir: str, name: str = "ridge_fit") -> list[str]:
+    """``ridge_fit.png`` for linear models (``problem.test_data()`` → ``(A, b)``): each run's prediction ``A θ``
+    against the actual test targets ``b`` beside the line y = x, and its coefficients θ by index — what a
+    one-shot fit has to show in place of a two-point loss curve.  Nothing for runs without parameters."""
+    runs = [r for r in results if getattr(r, "theta", None) is not None]
+    if not runs or not hasattr(problem, "test_data"):
+        return []
+    A, b = problem.test_data()
+    y = b.detach().cpu().numpy().reshape(-1)
+    fig = _figure(11.0, 4.2)
+    left, right = fig.subplots(1, 2)
+    for k, r in enumerate(runs):
+        theta = r.theta.detach().cpu().to(A.dtype).reshape(-1)
+        pred = (A @ theta).numpy().reshape(-1)
+        mark = dict(marker="o", ms=3, ls="none", alpha=0.5) if k == 0 else dict(marker="x", ms=4, ls="none")
+        left.plot(y, pred, label=run_label(r), **mark)
+        right.plot(np.arange(theta.numel()), theta.numpy(), label=run_label(r), lw=1.2 if k == 0 else 0,
+                   **({"marker": "x", "ms": 4} if k else {}))
+    lo, hi = float(np.min(y)), float(np.max(y))
+    left.plot([lo, hi], [lo, hi], "k-", lw=0.8, alpha=0.6, label="y = x")
+    left.set_xlabel("actual (test set)")
+    left.set_ylabel("predicted")
+    left.set_title(f"{problem.name}: test predictions ({y.size} rows)")
+    right.set_xlabel("coefficient index")
+    right.set_ylabel("coefficient")
+    right.set_title("coefficients θ")
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    path = os.path.join(out_dir, name + ".png")
+    save_figure(fig, path)
+    return [path]
+
+
 def plot_runs(problem: Any, results: Sequence[Any], out_dir: str) -> list[str]:
     """All plots of a list of runs of one problem; returns the written paths.
 
@@ -489,6 +528,10 @@ def plot_runs(problem: Any, results: Sequence[Any], out_dir: str) -> list[str]:
         for r, label in zip(drawn, labels):
             name = "solution" if len(drawn) == 1 else f"solution_{_slug(label.replace('/', '-'))}"
             attempt(f"{name} ({label})", plot_solution, problem, r.theta, out_dir, label=label, name=name)
+    if getattr(problem, "kind", "") == "ridge":
+        attempt("ridge_fit", plot_ridge_fit, problem, results, out_dir)
+    if results and all(_one_shot(r) for r in results):  # no run has a per-round curve: no loss/error plots
+        return paths
     for r in results:
         name = "loss_terms" if len(results) == 1 else f"loss_terms_{_slug(run_label(r).replace('/', '-'))}"
         attempt(name, plot_loss_terms, r, out_dir, name)
