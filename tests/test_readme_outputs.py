@@ -1,4 +1,5 @@
-"""Every printed output block in README.md is what the command it shows prints now (issue 40.2).
+"""Every printed output block in README.md, and docs/guide/flower.md's table (the one printed output in docs/guide
+that no other test checked), is what the command it shows prints now (issue 40.2).
 
 Each test runs the README's command once, in process (``fedsciml.cli.main``), and compares its stdout with the
 README block:
@@ -145,3 +146,40 @@ def test_readme_flower_block(capsys):
     header = next(line for line in local_out if line.startswith("method"))
     col = header.split().index("rel_l2")  # the two-word "floats sent" lies right of it: indices agree
     assert float(row.split()[col]) < 1e-2
+
+
+def test_docs_flower_guide_ridge_sites_block(capsys, monkeypatch):
+    """docs/guide/flower.md's printed table (examples/flower_ridge_sites.py), run on the in-process engine, which
+    the page says prints the same numbers (Flower's engine needs a minute to start): the header with "engine
+    local" for "engine flower", the column names and the ε of each row exactly, σ, intercept, test MSE to the
+    relative REL, floats sent exactly, the non-private row's distance to sklearn at round-off, and the last column
+    of the DP rows as the page says the in-process engine prints it."""
+    import importlib.util
+    import sys
+
+    doc = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "guide" / "flower.md").read_text(encoding="utf-8")
+    block = re.search(r"```\n(diabetes:.*?)```", doc, re.S).group(1)
+    want = block.strip().splitlines()
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "flower_ridge_sites.py"
+    spec = importlib.util.spec_from_file_location("flower_ridge_sites_doc", path)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "flower_ridge_sites_doc", mod)
+    spec.loader.exec_module(mod)
+    capsys.readouterr()
+    mod.main(["--engine", "local"])
+    got = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    got = got[got.index(next(g for g in got if g.startswith("diabetes:"))):]
+    assert got[0] == want[0].replace("engine flower", "engine local")
+    assert got[1].split() == want[1].split()
+    assert len(got) == len(want)
+    for g, w in zip(got[2:-1], want[2:-1]):
+        gt, wt = g.split(), w.split()
+        assert gt[0] == wt[0]                                          # ε
+        for a, b in zip(gt[1:4], wt[1:4]):                             # σ, intercept, test MSE
+            assert float(a) == pytest.approx(float(b), rel=REL), (g, w)
+        assert gt[4] == wt[4]                                          # floats sent
+        if wt[0] == "inf":
+            assert " ".join(gt[5:-1]) == " ".join(wt[5:-1]) and float(gt[-1]) < ROUNDOFF and float(wt[-1]) < ROUNDOFF
+        else:
+            assert " ".join(gt[5:]) == "none (in process: trusts the server)"
+    assert got[-1].split()[:2] == want[-1].split()[:2] == ["(3", "fusions,"]
