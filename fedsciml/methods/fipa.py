@@ -171,6 +171,21 @@ class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
                                  device=device)
         return "graph" if form == "matfree" else "jacobian"  # a matrix-free client keeps a residual graph, never J_m
 
+    def memory_terms(self, rows: int, p: int, clients: int, form: str) -> list[tuple[float, str]]:
+        """Beyond the default parameter vectors: full-rank curvature (``rank`` 0) is every client's packed
+        ``H_m`` (p(p+1)/2) held by the server with the merge's p×p sum and pseudo-inverse; low rank r, each
+        client's r eigenvectors (r·p) and the merge's thin factors."""
+        out = super().memory_terms(rows, p, clients, form)
+        if self.rank == 0:
+            out.append((clients * p * (p + 1) / 2 + 2.0 * p * p,
+                        f"every client's H_m ({p:,}×{p:,}, packed) and the merge's two p×p matrices "
+                        f"({display('rank')} 0: full rank)"))
+        else:
+            r = min(int(self.rank), p)
+            out.append(((clients + 2.0) * r * p, f"{r:,} eigenvectors of {p:,} a client and the merge's "
+                                                 f"({display('rank')} {self.rank})"))
+        return out
+
     def _resolve(self):
         super()._resolve()
         if self.adaptive and self.rank == 0:

@@ -144,8 +144,14 @@ class Simulation:
         self.cfg = cfg if cfg.checked else cfg.validate()
         self.evaluate = evaluate
         self.n_total = sum(int(transport.sample_counts[c]) for c in self.client_ids)
+        elsewhere = None
+        if self.cfg.clock == "cpu":  # the clients' CPU counts too: a transport whose clients run elsewhere reports it
+            if transport.cpu_seconds() is None:
+                raise ValueError(f"clock='cpu' (--clock cpu) counts CPU seconds, and {type(transport).__name__}'s "
+                                 f"clients run in processes that do not report theirs; use clock='wall'")
+            elsewhere = transport.cpu_seconds
         self.rec = Recorder(evaluate, self.n_total, cfg.budget, progress, every, label, total=cfg.rounds,
-                            clock=cfg.clock)
+                            clock=cfg.clock, cpu_elsewhere=elsewhere)
         self.rec.exchanges = 0
         self.label = label
         self.progress = progress
@@ -312,7 +318,9 @@ class Simulation:
         raise RoundFailed(
             f"round {self.round_index}: no valid client message remained for {what}; "
             + ("rejected: " + "; ".join(f"client {c}: {r}" for c, r in self._round_rejected.items())
-               if self._round_rejected else "every sampled client dropped out"))
+               if self._round_rejected else (
+                   f"no answer from client(s) {sorted(set(self._round_dropped))}, the others' answers alone do not "
+                   f"make it" if self._round_dropped and self._round_accepted else "every sampled client dropped out")))
 
     def global_loss(self, theta, reported: dict | None = None, rnd: int | None = None) -> float:
         """Monitoring only: the global training loss ½‖r‖² at θ (clock paused, nothing counted as sent).
