@@ -10,6 +10,7 @@ import textwrap
 import time
 
 import pytest
+import torch
 
 import fedsciml as fs
 import fedsciml.engines  # noqa: F401  (registers the engines)
@@ -243,3 +244,57 @@ def test_the_summary_says_which_clock_its_seconds_are():
     assert "cpu s" in head and "seconds" not in head
     wall = fs.solve(get_problem("bratu", n_interior=20), method="gn", clients=2, rounds=1)
     assert "wall s" in summary_lines([wall])[2]
+
+
+# --- finding 8: the rest ---------------------------------------------------------------------------------------
+
+
+def test_a_million_clients_in_one_process_is_one_line():
+    """``ridge --clients 1000000 --dim 5`` passed the memory check (1 GB) and ran for hours (6 ms a client)."""
+    with pytest.raises(ValueError, match=r"clients=1,000,000 in one process: .* at most 100,000 clients here"):
+        plan(get_problem("ridge-linear", dim=5, n_samples=20), "one-shot", clients=10**6)
+
+
+def test_a_full_rank_matrix_free_sketch_is_refused():
+    """``--rank 100000 --sketch matfree`` was capped at p and then took p + 10 products a client a round (hung)."""
+    with pytest.raises(OptionError, match=r"rank 100000 with sketch matfree: the model has 2,209 parameters"):
+        fs.solve(get_problem("bratu", n_interior=10), method="fipa", clients=2, rounds=1, rank=100000,
+                 sketch="matfree")
+
+
+def test_flower_run_refuses_a_config_without_a_value():
+    from fedsciml.engines.flower.launch import check_config_value, flower_run
+
+    with pytest.raises(ValueError, match=r"'num-supernodes=' is not key=value with a key and a value"):
+        flower_run("app", federation_config=["num-supernodes="], flwr="/nonexistent/flwr")
+    with pytest.raises(ValueError, match="--run-config is empty"):
+        check_config_value("--run-config", "  ")
+    check_config_value("--federation-config", "num-supernodes=4 options.backend.client-resources.num-cpus=1")
+    check_config_value("--run-config", "config.toml")
+
+
+_DOMAIN_FAULTS = {
+    "exact": (lambda self, x: torch.zeros(x.shape[0], 3), r"its reference values must be \[1001, 1\]"),
+    "T": ("abc", r"T must be a finite number \(the time interval \[t0, T\]\), got 'abc'"),
+    "conditions": (None, r"dirichlet:x-: its value function failed on \d+ points: ZeroDivisionError"),
+    "equation": (lambda self, u, x: (u(x)[0], u(x)[0]), r"equation\(u, x\) failed at the point .*IndexError"),
+    "reference": (lambda self: (torch.rand(4, 1), torch.rand(7)), r"its reference values must be \[4, 1\]"),
+}
+
+
+@pytest.mark.parametrize("hook", list(_DOMAIN_FAULTS))
+def test_domain_pde_faults_are_one_line(hook):
+    """Five DomainPDE faults that gave torch's or Python's raw error (found by the battery's issue38b group)."""
+    from fedsciml.problems.base import ProblemError
+    from fedsciml.problems.conditions import Dirichlet
+    from fedsciml.problems.geometry import Interval
+
+    value, message = _DOMAIN_FAULTS[hook]
+    attrs = dict(name="issue38-domain", geometry=Interval(0.0, 1.0),
+                 conditions=[Dirichlet("x-", 0.0), Dirichlet("x+", 0.0)],
+                 equation=lambda self, u, x: -u.laplacian(x) - 1.0)
+    attrs[hook] = value if hook != "conditions" else [Dirichlet("x-", lambda x: 1 / 0)]
+    with pytest.raises(ProblemError, match=message) as e:
+        fs.solve(type("Faulty", (fs.DomainPDE,), attrs)(n_interior=10, n_boundary=4), method="gn", clients=2,
+                 rounds=1)
+    assert "\n" not in str(e.value)

@@ -119,7 +119,8 @@ class CentralizedConfig(StopOptions):
         elif form == "jacobian":
             out.append((2.0 * p * p, f"JᵀJ ({p:,}×{p:,}) and its factor ({named} → normal)"))
         elif form == "graph":
-            out.append((float(self.nystrom_rank) * p, f"the Nyström preconditioner's {self.nystrom_rank} vectors"))
+            r = min(int(self.nystrom_rank), p)  # capped at p by the run (methods.run.capped_rank)
+            out.append((float(r) * p, f"the Nyström preconditioner's {r:,} vectors"))
         return out
 
     def inapplicable(self) -> dict[str, str]:

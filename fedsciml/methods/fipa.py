@@ -399,7 +399,13 @@ def fipa_strategy(cfg: FIPAConfig, ctx: RunContext):
     without a relative cutoff diverges (the cutoff, not γ): see PAPER_PRESET and docs/methods.md "The published FIPA".
     """
     objectives, theta0, seed, rc = ctx.objectives, ctx.theta0, ctx.seed, ctx.rounds
-    rank = capped_rank(cfg.rank, theta0.numel(), "rank")
+    p = theta0.numel()
+    if cfg.sketch == "matfree" and cfg.rank >= p:  # a sketch of every direction: p + 10 products a client a round
+        raise OptionError(f"fipa {display('rank')} {cfg.rank} with {display('sketch')} matfree: the model has {p:,} "
+                          f"parameters, so the sketch would take {p + 10:,} operator products a client a round "
+                          f"(more than forming J_m's {p:,} columns); give a rank below {p:,}, or {display('sketch')} "
+                          f"dense or auto")
+    rank = capped_rank(cfg.rank, p, "rank")
     curvature = "full" if rank == 0 else "lowrank"
     lc = local_config(cfg, 0.0)
     agg = FIPAAggregator(curvature=curvature, merge=cfg.merge, beta=cfg.beta, gamma=cfg.gamma, weighting="sum",

@@ -177,7 +177,8 @@ class GNConfig(RoundOptions):
         out = super().memory_terms(rows, p, clients, form)
         named = self.form if self.form != "auto" else f"auto → {'matfree' if form == 'graph' else 'dense'}"
         if form == "graph":
-            out.append((float(self.nystrom_rank) * p, f"the Nyström preconditioner's {self.nystrom_rank} vectors"))
+            r = min(int(self.nystrom_rank), p)  # capped at p by the run (methods.run.capped_rank)
+            out.append((float(r) * p, f"the Nyström preconditioner's {r:,} vectors"))
         elif self.form == "sqrt":
             out.append((clients * min(int(rows), p) * (p + 1.0) + 2.0 * p * p,
                         f"every client's min(n_m, p)×p factor and the server's two p×p ({display('form')} sqrt)"))
