@@ -42,7 +42,8 @@ _PUBLIC = {
     "Problem": "fedsciml.problems.base", "FieldProblem": "fedsciml.problems.base",
     "ProblemError": "fedsciml.problems.base", "PINNProblem": "fedsciml.problems.pinn",
     "PDE": "fedsciml.problems.custom", "FieldAt": "fedsciml.problems.custom", "ClientData": "fedsciml.problems.custom",
-    "DomainPDE": "fedsciml.problems.domain",
+    "DomainPDE": "fedsciml.problems.domain", "ReferenceData": "fedsciml.problems.reference",
+    "GridCoefficient": "fedsciml.problems.coefficients", "ScatteredCoefficient": "fedsciml.problems.coefficients",
     "register": "fedsciml.problems.registry", "get_problem": "fedsciml.problems.registry",
     "list_problems": "fedsciml.problems.registry",
     # building blocks

@@ -340,6 +340,9 @@ class MethodConfig:
     """Base of every method configuration: validation on construction, unknown keys rejected."""
 
     method: ClassVar[str] = ""
+    #: the heading under which the command line's help lists the options this class declares (a shared part's;
+    #: a method's own options are listed under "METHOD options")
+    help_group: ClassVar[str] = ""
 
     def __post_init__(self):
         for f in fields(self):
@@ -410,6 +413,8 @@ class MethodConfig:
 
 @dataclass(frozen=True)
 class StopOptions(MethodConfig):
+    help_group: ClassVar[str] = "when to stop, and the collocation points"
+
     budget: float | None = option(None, "time budget in seconds (solver time; evaluation excluded)", float,
                                   lo=0, lo_open=True, finite=False, none="no time limit", metavar="SECONDS")
     clock: str = option("wall", "what the budget and the history's time_s count: wall (elapsed seconds) or cpu "
@@ -425,6 +430,11 @@ class StopOptions(MethodConfig):
     grow_every: int = option(50, "steps or rounds between two growths of the collocation points", int, lo=1)
     grow_cap: int | None = option(None, "largest number of interior points per client the growth reaches", int,
                                   lo=1, none="no cap")
+    validation: bool | None = option(None, "track a held-out validation residual: the mean loss at a fixed set of "
+                                           "fresh collocation points, as many as trained on, drawn once from its own "
+                                           "seed and never trained on (history val_loss; a warning when the training "
+                                           "loss falls 100× below it; fedsciml.runtime.validation)", bool,
+                                     none="on for PINN problems run in process")
 
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()
@@ -441,6 +451,7 @@ class StopOptions(MethodConfig):
 class RoundOptions(StopOptions):
     """Options of the federated round loop.  ``rounds=None``: :attr:`default_rounds`, or with a ``budget``
     as many rounds as fit in it."""
+    help_group: ClassVar[str] = "the rounds and the clients"
 
     default_rounds: ClassVar[int | None] = 30  # None: the strategy decides when it is done
 
@@ -467,6 +478,7 @@ class RoundOptions(StopOptions):
 @dataclass(frozen=True)
 class LocalOptions(MethodConfig):
     """Local training on the clients (see :class:`fedsciml.methods.local.LocalConfig`)."""
+    help_group: ClassVar[str] = "local training on the clients"
 
     local: str = option("adam", "local solver: adam (τ Adam steps) or gn (one exact damped Gauss–Newton step)",
                         str, choices=("adam", "gn"))
@@ -488,6 +500,7 @@ class LocalOptions(MethodConfig):
 @dataclass(frozen=True)
 class RobustOptions(MethodConfig):
     """How the server combines the clients' updates (see :mod:`fedsciml.runtime.robust`)."""
+    help_group: ClassVar[str] = "how the server combines the clients' updates"
 
     robust: str = option("mean", "combination of the clients' updates: mean (the plain method), median "
                                  "(coordinate-wise) or trimmed (coordinate-wise trimmed mean)", str,

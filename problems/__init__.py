@@ -19,7 +19,9 @@ from .pinn import PDE1D, PINNProblem, laplacian
 from .registry import REGISTRY, get_problem, list_problems, register
 from .custom import ClientData, FieldAt, PDE
 from .domain import DomainPDE
-from . import pde1d, poisson, fitting, ridge, table, zoo, heat_nd  # noqa: F401  (the built-in families register their problems)
+from .reference import ReferenceData
+from .coefficients import GridCoefficient, ScatteredCoefficient
+from . import pde1d, poisson, fitting, ridge, table, zoo, heat_nd, pinnacle  # noqa: F401  (the built-in families register their problems)
 
-__all__ = ["PDE", "DomainPDE", "FieldAt", "ClientData", "Problem", "FieldProblem", "PINNProblem", "PDE1D", "ProblemError", "register",
+__all__ = ["PDE", "DomainPDE", "ReferenceData", "GridCoefficient", "ScatteredCoefficient", "FieldAt", "ClientData", "Problem", "FieldProblem", "PINNProblem", "PDE1D", "ProblemError", "register",
            "get_problem", "list_problems", "REGISTRY", "laplacian", "sample_box"]

@@ -2,7 +2,8 @@
 
 :class:`Field` is the network ``u_θ`` (θ fixed) at one point ``x [d]`` — the shape ``torch.func``
 transforms see under ``vmap`` — with its derivatives in x: ``u(x)``, ``u.grad(x)``, ``u.hessian(x)``,
-``u.diff(x, "x")``, ``u.diff(x, "x", "t")``, ``u.laplacian(x)`` (spatial axes only), ``u.dn(x, n)``
+``u.diff(x, "x")``, ``u.diff(x, "x", "t")``, any order ``u.diff(x, "x", "x", "x", "x")`` (nested forward mode),
+``u.laplacian(x)`` (spatial axes only), ``u.dn(x, n)``
 (normal derivative), a component by name (``u["p"]``) and the unknown coefficients of an inverse
 problem (``u.coef["k"]``).  Derivatives come from nested ``torch.func.jacrev``/``jacfwd`` — exact, so
 the residual's Jacobian in θ is exact too.  Within one residual call the value, gradient and Hessian
@@ -34,7 +35,7 @@ from dataclasses import KW_ONLY, dataclass, field
 
 import numpy as np
 import torch
-from torch.func import jacfwd, jacrev
+from torch.func import jacfwd, jacrev, jvp
 
 from .base import DTYPE, ProblemError
 
@@ -43,20 +44,25 @@ class Field:
     """``u_θ`` at one point, its derivatives in x, its components and the problem's coefficients."""
 
     def __init__(self, fn: Callable, names: Sequence[str], axes: Sequence[str], n_space: int, coef: dict,
-                 index: int | None = None, cache: dict | None = None):
-        self._fn = fn                  # x [d] → [C]
+                 index: int | None = None, cache: dict | None = None, n_main: int | None = None):
+        self._fn = fn                  # x [d] → [C] (→ [C + F] with F unknown fields after the outputs)
         self.names, self.axes, self.n_space = tuple(names), tuple(axes), n_space
         self.coef = coef
-        self._index = index if index is not None else (0 if len(self.names) == 1 else None)
+        # the first n_main names are the network's outputs; the rest are unknown coefficient fields, which the
+        # whole system (u(x), u.jet(x) without a component) leaves out
+        self._n_main = len(self.names) if n_main is None else int(n_main)
+        self._index = index if index is not None else (0 if self._n_main == 1 else None)
         self._cache = {} if cache is None else cache
 
     # --- components -------------------------------------------------------------
     def __getitem__(self, c) -> Field:
         return Field(self._fn, self.names, self.axes, self.n_space, self.coef, component_index(c, self.names),
-                     self._cache)
+                     self._cache, self._n_main)
 
     def _pick(self, v):
-        return v if self._index is None else v[self._index]
+        if self._index is None:
+            return v if self._n_main == len(self.names) else v[: self._n_main]
+        return v[self._index]
 
     # --- values and derivatives ----------------------------------------------------
     def _jet(self, x, order: int):
@@ -109,12 +115,37 @@ class Field:
         raise ProblemError(f"unknown axis {a!r}; this problem's axes are {list(self.axes)} (or 0..{len(self.axes) - 1})")
 
     def diff(self, x, *axes):
-        """``∂u/∂a`` or ``∂²u/∂a∂b`` for axes given by name (``"x"``, ``"t"``) or index."""
+        """``∂u/∂a``, ``∂²u/∂a∂b``, … — any order — for axes given by name (``"x"``, ``"t"``) or index:
+        ``u.diff(x, "x", "x", "x", "x")`` is ∂⁴u/∂x⁴, ``u.diff(x, "x", "x", "t")`` is ∂³u/∂x²∂t.
+
+        One or two axes read the shared value/gradient/Hessian pass (:meth:`jet`); three or more are nested
+        forward-mode derivatives (:meth:`_nested`, exact, ``2^k`` primal evaluations for order k), computed once
+        per point and set of axes (the order of the axes does not matter: the field is smooth)."""
         if len(axes) == 1:
             return self.grad(x)[..., self._axis(axes[0])]
         if len(axes) == 2:
             return self.hessian(x)[..., self._axis(axes[0]), self._axis(axes[1])]
-        raise ProblemError(f"diff takes one or two axes, got {len(axes)}")
+        if not axes:
+            raise ProblemError("diff needs at least one axis (u(x) is the value itself)")
+        return self._pick(self._nested(x, tuple(sorted(self._axis(a) for a in axes))))
+
+    def _nested(self, x, axes: tuple):
+        """``∂^k u/∂x_{a_1}…∂x_{a_k}`` of every component ``[C]`` at one point: ``k`` nested
+        ``torch.func.jvp`` along the unit vectors of the axes.  Forward mode in x only, so it runs under
+        ``vmap`` over points and under ``jacrev``/``jacfwd``/``jvp`` in θ (the Gauss–Newton Jacobian), and the
+        result is exact (no finite differences)."""
+        key = (id(x), "nested", axes)
+        if key not in self._cache:
+            eye = torch.eye(x.shape[-1], dtype=x.dtype, device=x.device)
+
+            def along(g, e):
+                return lambda y: jvp(g, (y,), (e,))[1]
+
+            g = self._fn
+            for a in axes:
+                g = along(g, eye[a])
+            self._cache[key] = g(x)
+        return self._cache[key]
 
     def laplacian(self, x):
         """Δu over the spatial axes (t excluded in space-time)."""
@@ -145,6 +176,8 @@ def _values(g: Value, x: torch.Tensor, exact: Callable | None, comp: int, what: 
             raise ProblemError(f"{what} has no value and the problem has no exact solution to take it from")
         v = exact(x)
         v = v if v.ndim == 1 else v[:, comp]
+        if v.numel() and bool(torch.isnan(v).all()):  # a column the problem cannot give (DomainPDE.exact_or_none)
+            raise ProblemError(f"{what} has no value and the problem has no exact solution to take it from")
     elif callable(g):
         try:
             raw = g(x)

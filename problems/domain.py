@@ -25,6 +25,12 @@ Class attributes (each may also be a property, to depend on the options):
 * ``unknowns`` — ``{name: initial value}``: scalar coefficients trained with θ (an inverse problem).
   θ is the network's parameters followed by these scalars, so every method (gn, FIPA, FedAvg, …)
   trains them unchanged; the equation reads them as ``u.coef["name"]``;
+* ``unknown_fields`` — ``{name: dict(hidden=(20, 20), activation="tanh", inputs=("x", "y"))}``: unknown
+  coefficient *fields* a(x), each its own small network (inputs: a subset of the axes, all by default)
+  whose parameters follow the scalars in θ — so every method trains them unchanged and gn's statistics
+  stay exact; the equation reads ``u.coef["a"]`` (a field: ``u.coef["a"](x)``, ``.grad``, ``.diff``),
+  conditions and ``Data`` name ``component="a"``, and ``exact_coefficients["a"]`` (a function of the
+  batch ``x [n, d]``) gives the report ``rel_l2_a`` (see :meth:`DomainPDE.field_networks`);
 * ``hidden``, ``activation`` — the default network ``[d_in, *hidden, len(outputs)]`` (the options ``hidden`` and
   ``activation`` of every problem change it: ``solve NAME --hidden 64,64 --activation sin``);
 * ``up_to_constant`` — components compared up to an additive constant (a pressure);
@@ -42,9 +48,11 @@ shares of the boundary; the interior sample is per client, as the FIPA strips).
 """
 from __future__ import annotations
 
+import copy
+import logging
 import math
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -57,6 +65,11 @@ from .base import DTYPE, ProblemError, ResidualPart
 from .conditions import Condition, Data, Field, Initial, Periodic, component_index
 from .geometry import SAMPLINGS, Geometry, Partition, SpaceTime, axis_name, make_partition
 from .pinn import PINNProblem
+
+log = logging.getLogger(__name__)
+
+#: points and parameter vectors at which a part's channel form is detected and checked (:meth:`DomainPDE.taylor_form`)
+TAYLOR_SAMPLE = 16
 
 
 def _domain_params():
@@ -84,6 +97,39 @@ class _Residual:
         return self.cond.residual(u[self.comp], pt, self.i)
 
 
+class _TaylorHead:
+    """One residual part as a function of the network's output channels at its point (K-FAC's Taylor form,
+    :mod:`fedsciml.core.kfac_taylor`): the network is replaced by its Taylor polynomial of the part's order at the
+    point, so the problem's own ``equation`` / condition — whatever derivatives up to second order it takes, through
+    the ansatz — sees the same values and the channels' gradients."""
+
+    def __init__(self, problem: DomainPDE, cond: Condition | None, i: int, order: int, recon: torch.Tensor | None):
+        self.problem, self.cond, self.i, self.order, self.recon = problem, cond, i, order, recon
+        self.comp = problem.comp(cond) if cond is not None else None
+
+    def __call__(self, value, grad, second, pt, extra):
+        pb = self.problem
+        x = pt[0] if isinstance(pt, tuple) else pt
+        H = None
+        if self.order == 2:
+            assert self.recon is not None
+            H = torch.einsum("ck,kab->cab", second, self.recon.to(dtype=second.dtype, device=second.device))
+
+        def poly(y):
+            out = value
+            if self.order >= 1:
+                dy = y - x
+                out = out + grad @ dy
+                if H is not None:
+                    out = out + 0.5 * torch.einsum("cab,a,b->c", H, dy, dy)
+            return pb.ansatz(y, out)
+
+        u = Field(poly, pb.outputs, pb.axes, pb.geometry.dim, {k: extra[j] for j, k in enumerate(pb.unknowns)})
+        if self.cond is None:
+            return _as_vector(pb.equation(u, x))[self.i]
+        return self.cond.residual(u[self.comp], pt, self.i)
+
+
 def _as_vector(out) -> torch.Tensor:
     if isinstance(out, (tuple, list)) and out and all(torch.is_tensor(o) for o in out):
         return torch.stack([torch.as_tensor(o).reshape(()) for o in out])
@@ -93,8 +139,37 @@ def _as_vector(out) -> torch.Tensor:
     return out.reshape(-1)
 
 
+#: residual rows per parameter that :meth:`DomainPDE.point_counts` scales default point counts to when they give
+#: fewer rows than parameters
+OVERSAMPLE = 2.0
+
+
+def pooled_l2re(P: torch.Tensor, U: torch.Tensor, up_to_constant: Sequence[int] = ()) -> float:
+    """PINNacle's L2RE: the error pooled over every test point and output component,
+    ``√(Σᵢ Σ_c (P_ic − U_ic)²) / √(Σᵢ Σ_c U_ic²)`` for predictions ``P`` and references ``U`` ``[n, C]``.
+
+    PINNacle computes it as ``√mean((y − y*)²) / √mean(y*²)`` over the array ``[n, C]``
+    (``src/utils/callbacks.py:156``, ``:170`` and ``:175`` of i207M/PINNacle, after dropping reference rows holding a
+    NaN at ``:147-149``) — the same number, since both means count the same ``n·C`` entries.  Unlike ``rel_l2``
+    (the largest per-component error) a small component weighs little here.  A component listed in
+    ``up_to_constant`` (indices) has its error's mean removed first (the best constant shift of the prediction;
+    PINNacle has no such components); the denominator is the reference as it stands."""
+    E = P - U
+    if up_to_constant:
+        idx = list(up_to_constant)
+        E = E.clone()
+        E[:, idx] = E[:, idx] - E[:, idx].mean(0, keepdim=True)
+    return float(E.norm() / U.norm())
+
+
 class DomainPDE(PINNProblem):
     """A PDE on a :class:`Geometry` with conditions on named boundary parts (see the module docstring)."""
+
+    def __init__(self, **options):
+        # which point counts the caller named (a preset's too): those win over the rule of point_counts
+        self.__dict__["_given_points"] = frozenset(k for k in ("n_interior", "n_boundary")
+                                                   if options.get(k) is not None)
+        super().__init__(**options)
 
     kind: ClassVar[str] = "pinn"
     geometry: ClassVar[Geometry | None] = None
@@ -103,6 +178,7 @@ class DomainPDE(PINNProblem):
     outputs: ClassVar[tuple] = ("u",)
     conditions: ClassVar[list] = []
     unknowns: ClassVar[dict] = {}
+    unknown_fields: ClassVar[dict] = {}
     exact_coefficients: ClassVar[dict] = {}
     up_to_constant: ClassVar[tuple] = ()
     hidden: ClassVar[tuple] = (32, 32, 32)
@@ -146,9 +222,14 @@ class DomainPDE(PINNProblem):
             if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float)) \
                     or not math.isfinite(float(v)):
                 raise ProblemError(f"problem {self.name!r}: unknown {k!r} needs a finite initial value, got {v!r}")
+        self._check_fields()
         for k in self.exact_coefficients:
-            if k not in self.unknowns:
-                raise ProblemError(f"exact_coefficients names {k!r}, which is not among the unknowns {list(self.unknowns)}")
+            if k not in self.unknowns and k not in self.unknown_fields:
+                raise ProblemError(f"exact_coefficients names {k!r}, which is not among the unknowns "
+                                   f"{list(self.unknowns) + list(self.unknown_fields)}")
+            if k in self.unknown_fields and not callable(self.exact_coefficients[k]):
+                raise ProblemError(f"exact_coefficients[{k!r}] of an unknown field must be a function of the points "
+                                   f"x [n, d] (returning [n]), got {self.exact_coefficients[k]!r:.60}")
 
     def condition_list(self) -> list:
         """The conditions, read once (``conditions`` may be a property that builds new objects each time)."""
@@ -166,7 +247,7 @@ class DomainPDE(PINNProblem):
             if len(self.outputs) > 1:
                 raise ProblemError(f"{cond.label()}: this system has outputs {list(self.outputs)}; name the component")
             return 0
-        return component_index(cond.component, self.outputs)
+        return component_index(cond.component, self.components)
 
     # --- the domain and the network -------------------------------------------------------
     def domain(self) -> Geometry:
@@ -209,12 +290,14 @@ class DomainPDE(PINNProblem):
 
     @property
     def n_params(self) -> int:
-        return self.network().n_params + len(self.unknowns)
+        return self.network().n_params + len(self.unknowns) + sum(n.n_params for _, n, _ in self.field_networks())
 
     def init_params(self, seed: int = 0, device="cpu") -> torch.Tensor:
         th = self.network().init(seed, dtype=DTYPE, device=device)
         c = torch.tensor([float(v) for v in self.unknowns.values()], dtype=DTYPE, device=device)
-        return torch.cat([th, c])
+        fields = [net.init(int(seed) + 7919 * (i + 1), dtype=DTYPE, device=device)
+                  for i, (_, net, _) in enumerate(self.field_networks())]
+        return torch.cat([th, c, *fields])
 
     def coefficients(self, theta: torch.Tensor) -> dict:
         p = self.network().n_params
@@ -230,7 +313,18 @@ class DomainPDE(PINNProblem):
         return lambda x: self.ansatz(x, net(th, x).reshape(C))
 
     def field(self, theta) -> Field:
-        return Field(self._point_fn(theta), self.outputs, self.axes, self.geometry.dim, self.coefficients(theta))
+        if not self.unknown_fields:
+            return Field(self._point_fn(theta), self.outputs, self.axes, self.geometry.dim, self.coefficients(theta))
+        main, fields = self._point_fn(theta), self._field_point_fns(theta)
+
+        def fn(x):
+            return torch.cat([main(x), *(f(x) for f in fields)])
+
+        coef = self.coefficients(theta)
+        u = Field(fn, self.components, self.axes, self.geometry.dim, coef, n_main=len(self.outputs))
+        for name in self.unknown_fields:
+            coef[name] = u[name]
+        return u
 
     def u(self, theta, x):
         """All outputs at a batch ``x [n, d]``: ``[n]`` for one output, ``[n, C]`` for a system."""
@@ -243,6 +337,11 @@ class DomainPDE(PINNProblem):
         d.update(evaluation="pointwise", outputs=list(self.outputs), inputs=list(self.axes),
                  coefficients={k: float(v) for k, v in self.coefficients(theta).items()},
                  ansatz=type(self).ansatz is not DomainPDE.ansatz or type(self).u is not DomainPDE.u)
+        if self.unknown_fields:
+            d["fields"] = {name: {"architecture": {"type": "mlp", "sizes": list(net.sizes),
+                                                   "activation": net.activation},
+                                  "inputs": [self.axes[i] for i in idx]}
+                           for name, net, idx in self.field_networks()}
         return d
 
     def equation(self, u: Field, x: torch.Tensor):
@@ -257,18 +356,141 @@ class DomainPDE(PINNProblem):
         raise NotImplementedError
 
     def exact_or_none(self):
-        return self.exact if self.has_exact else None
+        """The exact solution for the conditions' values: ``exact`` (``[n]`` or ``[n, C]``), or with unknown fields
+        a function giving ``[n, C + F]`` (outputs, then each field's ``exact_coefficients`` — a value taken from a
+        field without one is refused, one line); ``None`` when there is nothing to take values from."""
+        if not self.unknown_fields:
+            return self.exact if self.has_exact else None
+        return self._exact_components
 
     def exact_normal_derivative(self, x, n, comp: int) -> torch.Tensor:
         """``∇u*·n`` of the exact solution at boundary points (for a Neumann/Robin value taken from it)."""
-        if not self.has_exact:
+        if not self.has_exact and not (self.unknown_fields and comp >= len(self.outputs)):
             raise ProblemError("a Neumann/Robin condition without a value needs the problem's exact solution")
 
+        ex = self.exact if not self.unknown_fields else self._exact_components
+
         def one(y):
-            v = self.exact(y[None])
+            v = ex(y[None])
             return v.reshape(-1)[comp] if v.ndim == 1 else v[0, comp]
 
         return (vmap(jacrev(one))(x) * n).sum(-1)
+
+    # --- unknown coefficient fields (inverse problems: a(x) recovered with u) ---------------------
+    @property
+    def components(self) -> tuple:
+        """The names a condition may name: the outputs, then the unknown fields."""
+        return tuple(self.outputs) + tuple(self.unknown_fields)
+
+    def _check_fields(self):
+        from fedsciml.core.nn import ACTIVATIONS
+
+        f = self.unknown_fields
+        if not isinstance(f, dict):
+            raise ProblemError(f"problem {self.name!r}: unknown_fields must be a dict of name: dict(hidden=..., "
+                               f"activation=..., inputs=...), got {f!r:.80}")
+        taken = set(self.outputs) | set(self.unknowns)
+        for name, spec in f.items():
+            where = f"problem {self.name!r}: unknown field {name!r}"
+            if not isinstance(name, str) or not name or name in taken:
+                raise ProblemError(f"{where}: a field needs a name of its own (not an output or a scalar unknown: "
+                                   f"{sorted(taken)})")
+            if not isinstance(spec, dict) or set(spec) - {"hidden", "activation", "inputs"}:
+                raise ProblemError(f"{where}: give a dict with keys hidden, activation, inputs; got {spec!r:.80}")
+            hidden = spec.get("hidden", (20, 20))
+            if (isinstance(hidden, (str, bytes)) or not hasattr(hidden, "__iter__")
+                    or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hidden)):
+                raise ProblemError(f"{where}: hidden must be widths ≥ 1 (e.g. (20, 20)), got {hidden!r}")
+            if spec.get("activation", "tanh") not in ACTIVATIONS:
+                raise ProblemError(f"{where}: activation {spec.get('activation')!r} is not one of {list(ACTIVATIONS)}")
+            inputs = spec.get("inputs", self.axes)
+            if isinstance(inputs, str) or not hasattr(inputs, "__iter__") or not list(inputs) \
+                    or len(set(inputs)) != len(list(inputs)):
+                raise ProblemError(f"{where}: inputs must be distinct axes among {list(self.axes)}, got {inputs!r}")
+            for a in inputs:
+                self.axis_index(a)
+
+    def field_networks(self) -> list:
+        """``[(name, MLP, input axis indices)]`` of the unknown fields, in θ's order: θ is the network's
+        parameters, the scalar ``unknowns``, then each field's network (``[len(inputs), *hidden, 1]``).
+
+        Decision: a field is a network of its own (PINNacle's PFNN), not a second output of ``u``'s network —
+        it may take fewer inputs (HInv's a(x, y) of a space-time problem), it has its own size, and ``u``'s
+        network, saved model and every problem without fields keep their exact bits."""
+        if "_field_nets" not in self.__dict__:
+            from fedsciml.core.nn import MLP
+
+            out = []
+            for name, spec in self.unknown_fields.items():
+                idx = [self.axis_index(a) for a in spec.get("inputs", self.axes)]
+                out.append((name, MLP([len(idx), *spec.get("hidden", (20, 20)), 1], spec.get("activation", "tanh")),
+                            idx))
+            self.__dict__["_field_nets"] = out
+        return self.__dict__["_field_nets"]
+
+    def _field_thetas(self, theta) -> list:
+        p = self.network().n_params + len(self.unknowns)
+        out = []
+        for name, net, idx in self.field_networks():
+            out.append((name, net, idx, theta[p: p + net.n_params]))
+            p += net.n_params
+        return out
+
+    def _field_point_fns(self, theta) -> list:
+        """Each unknown field at one point ``x [d]`` → ``[1]``."""
+        fns = []
+        for _, net, idx, th in self._field_thetas(theta):
+            sel = torch.tensor(idx) if idx != list(range(len(self.axes))) else None
+            fns.append((lambda net, th, sel: (lambda x: net(th, x if sel is None else x[sel]).reshape(1)))(
+                net, th, sel))
+        return fns
+
+    def coefficient_fields(self, theta) -> dict:
+        """``{name: a}`` with ``a(x [n, d]) → [n]``: the unknown fields at θ on a batch of points."""
+        out = {}
+        for (name, *_), f in zip(self.field_networks(), self._field_point_fns(theta)):
+            out[name] = (lambda f: (lambda x: vmap(f)(x).reshape(-1)))(f)
+        return out
+
+    def _exact_components(self, x):
+        cols = []
+        if self.has_exact:
+            v = self.exact(x)
+            cols.append(v.reshape(x.shape[0], -1))
+        else:
+            cols.append(torch.full((x.shape[0], len(self.outputs)), float("nan"), dtype=DTYPE))
+        for name in self.unknown_fields:
+            fn = self.exact_coefficients.get(name)
+            if fn is None:
+                raise ProblemError(f"a condition on the unknown field {name!r} has no value and the problem gives no "
+                                   f"exact_coefficients[{name!r}] to take it from")
+            cols.append(torch.as_tensor(fn(x), dtype=DTYPE).reshape(x.shape[0], 1))
+        return torch.cat(cols, 1)  # NaN outputs without exact(): _values names the missing solution
+
+    def _field_errors(self, theta) -> dict:
+        """``rel_l2_NAME`` of each unknown field with an ``exact_coefficients`` function, on the test points; and
+        when every field has one and the problem a reference, ``l2re_fields``: the error pooled over the outputs
+        and the fields together (:func:`pooled_l2re` of ``[u…, a…]`` — PINNacle's L2RE of its inverse cases,
+        whose reference holds u and a)."""
+        known = [n for n in self.unknown_fields if n in self.exact_coefficients]
+        if not known:
+            return {}
+        X = (self._test()[0] if self.has_reference else self.test_inputs()).to(theta.device)
+        fields = self.coefficient_fields(theta)
+        out, P, U = {}, [], []
+        with torch.no_grad():
+            for name in known:
+                ref = torch.as_tensor(self.exact_coefficients[name](X), dtype=DTYPE).reshape(-1).to(theta.device)
+                pred = fields[name](X)
+                out[f"rel_l2_{name}"] = float((pred - ref).norm() / ref.norm())
+                P.append(pred[:, None])
+                U.append(ref[:, None])
+            if self.has_reference and len(known) == len(self.unknown_fields):
+                U0 = self._test()[1].to(theta.device)
+                P0 = self.u(theta, X).reshape(U0.shape)
+                out["l2re_fields"] = pooled_l2re(torch.cat([P0, *P], 1), torch.cat([U0, *U], 1),
+                                                 [c for c, k in enumerate(self.outputs) if k in self.up_to_constant])
+        return out
 
     # --- clients --------------------------------------------------------------------------
     def client_partition(self, n_clients: int) -> Partition:
@@ -299,18 +521,161 @@ class DomainPDE(PINNProblem):
             self.__dict__["_part_fns"] = out
         return self.__dict__["_part_fns"]
 
+    def taylor_form(self, fn, cond: Condition | None, i: int, points):
+        """The part's K-FAC channel form (:class:`fedsciml.core.kfac_taylor.Taylor`), or ``None`` where it has none
+        (the reason is logged at debug level): found once per part function, at :data:`TAYLOR_SAMPLE` of its points
+        and two parameter vectors (θ₀ and a random one, so that a coefficient that starts at 0 still shows): the
+        jet's order and the second-order functionals the residual reads (:func:`~fedsciml.core.kfac_taylor.
+        functional_basis`), then checked — the form's residual must equal the part's own there to round-off (a
+        periodic condition, which reads u at two points, or a derivative of third order fails it)."""
+        from fedsciml.core.kfac_taylor import Deferred
+
+        cache = self.__dict__.setdefault("_taylor_forms", {})
+        if id(fn) not in cache:
+            pts = (tuple(t[:TAYLOR_SAMPLE].clone() for t in points) if isinstance(points, tuple)
+                   else points[:TAYLOR_SAMPLE].clone())
+
+            def find():
+                try:
+                    spec, why = self._find_taylor_form(fn, cond, i, pts)
+                except (ProblemError, ValueError, RuntimeError, TypeError, IndexError) as e:  # any failure: no form
+                    spec, why = None, f"{type(e).__name__}: {e}"
+                if spec is None:
+                    log.debug("%s: part function %r has no K-FAC channel form: %s", self.name, fn, why)
+                return spec
+
+            cache[id(fn)] = (fn, Deferred(find))  # fn kept alive with its id
+        return cache[id(fn)][1]
+
+    def _find_taylor_form(self, fn, cond, i, points):
+        from fedsciml.core import kfac_taylor as kt
+        from fedsciml.core.nn import _SECOND_DERIVATIVES
+
+        net = self.network()
+        cls = type(self)
+        if cls._point_fn is not DomainPDE._point_fn or cls.field is not DomainPDE.field or "_point_fn" in self.__dict__:
+            return None, "the problem overrides its field"
+        pts = points
+        n = int((pts[0] if isinstance(pts, tuple) else pts).shape[0])
+        if n == 0:
+            return None, "no points to detect it at"
+        d, k = self.input_dim(), len(self.unknowns)
+        th0 = self.init_params(0)
+        gen = torch.Generator().manual_seed(20261128)
+        thetas = [th0, th0 + 0.3 * torch.randn(th0.shape, dtype=th0.dtype, generator=gen)]
+        order, G2 = 0, None  # without known activation derivatives only a value-only part has a form
+        if net.activation in _SECOND_DERIVATIVES:
+            full = kt.pair_functionals(d)
+            spec = kt.Taylor(net, _TaylorHead(self, cond, i, 2, kt.reconstruction(full)), 2, full, k)
+            dG, dS = zip(*[kt.head_sensitivity(spec, th, pts) for th in thetas])
+            G2 = torch.cat([s.reshape(-1, full.shape[0]) for s in dS])
+            order = 2 if bool((G2 != 0).any()) else (1 if any(bool((g != 0).any()) for g in dG) else 0)
+        F = kt.functional_basis(G2, d) if order == 2 and G2 is not None else None
+        spec = kt.Taylor(net, _TaylorHead(self, cond, i, order, None if F is None else kt.reconstruction(F)),
+                         order, F, k)
+        for th in thetas:
+            mine = kt.taylor_residual(spec, th, pts).reshape(n, -1)
+            ref = vmap(fn, in_dims=(None, 0))(th, pts).reshape(n, -1)
+            scale = float(ref.abs().max()) + 1.0
+            if not bool(torch.isfinite(mine).all()) or float((mine - ref).abs().max()) > 1e-8 * scale:
+                return None, (f"its residual is not a function of u's {order}-jet at its point (differs by "
+                              f"{float((mine - ref).abs().max()):.2g})")
+        return spec, ""
+
     def pde_rows_per_client(self, n_clients: int) -> int:
-        return int(self.n_interior) * max(1, len(self.outputs))
+        return int(self.point_counts(n_clients)["n_interior"]) * max(1, len(self.outputs))
 
     def rows_per_client(self, n_clients: int) -> int:
-        per_eq = self.n_interior
+        pc = self.point_counts(n_clients)
+        per_eq = pc["n_interior"]
         rows = per_eq * max(1, len(self.outputs))
         for c in self.condition_list():
-            rows += (c.n or self.n_boundary) * len(c.outputs) if not isinstance(c, Data) else len(c.y) * 1
+            rows += (c.n or pc["n_boundary"]) * len(c.outputs) if not isinstance(c, Data) else len(c.y) * 1
         return rows
 
+    # --- point counts that follow the network --------------------------------------------------
+    def _row_terms(self, n_clients: int) -> tuple[int, int, int]:
+        """``(A, B, F)``: the residual rows of all ``K`` clients are ``K·(A·n_interior + B·n_boundary) + F`` —
+        A PDE parts, B parts of conditions without their own ``n``, F the rest (``K·n`` per part of a
+        condition with its own ``n``, the readings of a :class:`Data` condition); one row per point and part
+        (:meth:`_parts`)."""
+        a = b = fixed = 0
+        for _name, _fn, c, _i in self._parts(self.init_params(0)):
+            if c is None:
+                a += 1
+            elif isinstance(c, Data):
+                fixed += int(len(c.y))
+            elif c.n is not None:
+                fixed += int(n_clients) * int(c.n)
+            else:
+                b += 1
+        return a, b, fixed
+
+    def point_counts(self, n_clients: int) -> dict:
+        """The collocation points a run with ``n_clients`` clients draws, and why (recorded in ``result.json``,
+        ``extra["points"]``).
+
+        The rule: **never fewer residual rows than parameters unless asked.**  All clients' rows are
+        ``R(n_I, n_B) = K·(A·n_I + B·n_B) + F`` (:meth:`_row_terms`) against ``p`` parameters (network and
+        unknowns).  When the options ``n_interior`` and ``n_boundary`` are the defaults and ``R < p``, both are
+        scaled by one factor ``s`` — so the boundary keeps its share of the rows — to the smallest counts with
+        ``R ≥`` :data:`OVERSAMPLE` ``· p``: ``n_I = ⌈s·n_I⁰⌉``, ``n_B = ⌈s·n_B⁰⌉``, ``s = (⌈2p⌉ − F)/(R⁰ − F)``.
+        Twice, not once: a square system (R = p) is still interpolated by Levenberg–Marquardt, leaving the PDE
+        unsolved between the points; at 2p half the rows constrain the fit.  The counts thus follow the network
+        (p) and the dimension (through p's input layer and the problem's own dimension-aware defaults, e.g.
+        ``heat-nd``).  Defaults that already give ``R ≥ p`` are kept as they are (the registered ``heat``,
+        ``heat-inverse``, ``kovasznay``, ``burgers``, ``heat-nd`` at their default clients: the same points,
+        the same numbers).  Counts given explicitly (``n_interior`` or ``n_boundary``, a preset's included) win;
+        with ``R < p`` one warning line says that LM can interpolate the points.
+
+        Returns ``{"n_interior", "n_boundary", "rows", "n_params", "rule"}``, ``rule`` one of ``defaults``
+        (kept), ``scaled ×s (rows ≥ 2p)`` or ``given``."""
+        K = int(n_clients)
+        n_i, n_b = int(self.options["n_interior"]), int(self.options["n_boundary"])
+        key = (K, n_i, n_b)
+        cache = self.__dict__.setdefault("_point_counts", {})
+        if key in cache:
+            return dict(cache[key])
+        a, b, fixed = self._row_terms(K)
+        p = int(self.n_params)
+        rows = K * (a * n_i + b * n_b) + fixed
+        given = self.__dict__.get("_given_points", frozenset())
+        out = {"n_interior": n_i, "n_boundary": n_b, "rows": rows, "n_params": p,
+               "rule": "given" if given else "defaults"}
+        if rows < p and given:
+            log.warning("problem %r: %s residual rows (%s client(s)) are fewer than its %s parameters: Levenberg–Marquardt "
+                        "can interpolate the points rather than solve the PDE between them — the validation residual "
+                        "will tell (leave %s out for counts that follow the network: %g× the parameters)", self.name, f"{rows:,}", K, f"{p:,}",
+                        " and ".join(sorted(given)), OVERSAMPLE)
+        elif rows < p and K * (a * n_i + b * n_b) > 0:
+            need, now = math.ceil(OVERSAMPLE * p) - fixed, K * (a * n_i + b * n_b)
+            s = need / now
+            n_i, n_b = -(-need * n_i // now), -(-need * n_b // now)  # ⌈s·n⌉ in integers: no round-off above
+            out.update(n_interior=n_i, n_boundary=n_b, rows=K * (a * n_i + b * n_b) + fixed,
+                       rule=f"scaled ×{s:.3g} (rows ≥ {OVERSAMPLE:g}p)")
+        cache[key] = out
+        return dict(out)
+
+    def _with_points(self, n_clients: int) -> "DomainPDE":
+        """This problem with :meth:`point_counts`'s counts as its options (a shallow copy; itself when unchanged)."""
+        pc = self.point_counts(n_clients)
+        if (pc["n_interior"], pc["n_boundary"]) == (self.options["n_interior"], self.options["n_boundary"]):
+            return self
+        out = copy.copy(self)
+        out.__dict__["options"] = dict(self.options, n_interior=pc["n_interior"], n_boundary=pc["n_boundary"])
+        out.__dict__["_point_counts"] = {}
+        return out
+
     def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
+        """Each client's objective: the points of :meth:`point_counts` (the module docstring says how they are
+        drawn and split)."""
         self.check_clients(n_clients)
+        own = self._with_points(n_clients)
+        if own is not self:
+            return own._client_objectives(n_clients, seed, device)
+        return self._client_objectives(n_clients, seed, device)
+
+    def _client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
         dom, K = self.domain(), n_clients
         part = self.client_partition(K)
         theta0 = self.init_params(0)
@@ -324,21 +689,22 @@ class DomainPDE(PINNProblem):
             except ProblemError as e:
                 dom.sample_interior(1, self.sampling, [seed, k, 0])  # an empty domain: its own error, named
                 raise self._empty_cell(k, K, part, dom, getattr(e, "found", 0), getattr(e, "tried", 0)) from None
-            for name, fn, c, _i in parts:
+            for name, fn, c, i in parts:
                 if c is None:
-                    per_client[k].append(ResidualPart(name, fn, xi.to(device), 1.0))
+                    per_client[k].append(ResidualPart(name, fn, xi.to(device), 1.0, self.taylor_form(fn, None, i, xi)))
         # conditions: one sample of each part, split by ownership
         for j, c in enumerate(self.condition_list()):
             n = (c.n or self.n_boundary) * K
             x_own, pts = c.points(self, dom, n, self.sampling, [seed, 1000 + j, 1])
             owner = part.owner(x_own)
             w = float(c.weight if c.weight is not None else self.boundary_weight)
+            forms = {id(fn): self.taylor_form(fn, c, i, pts) for _n, fn, cc, i in parts if cc is c}
             for k in range(K):
                 sel = (owner == k).nonzero().squeeze(1)
                 pk = tuple(t[sel].to(device) for t in pts)
                 for name, fn, cc, _i in parts:
                     if cc is c:
-                        per_client[k].append(ResidualPart(name, fn, pk, w))
+                        per_client[k].append(ResidualPart(name, fn, pk, w, forms[id(fn)]))
         return [self._objective(ps) for ps in per_client]
 
     def _empty_cell(self, k: int, K: int, part: Partition, dom: Geometry, found: int = 0,
@@ -381,7 +747,9 @@ class DomainPDE(PINNProblem):
         return X[dom.contains(X)]
 
     def reference(self):
-        """``(X, U [n, C])``: the test points and the solution there (the exact solution by default)."""
+        """``(X, U [n, C])``: the test points and the solution there (the exact solution by default).  Override it
+        to measure against a reference from a file: return a :class:`~fedsciml.problems.reference.ReferenceData`
+        (``fs.ReferenceData.from_file(path, inputs=…, layout=…)``) or the pair ``(X, U)``."""
         X = self.test_inputs()
         U = self.exact(X)
         return X, U.reshape(X.shape[0], -1)
@@ -392,24 +760,35 @@ class DomainPDE(PINNProblem):
         message, or was evaluated silently on the wrong inputs)."""
         if "_test_cache" not in self.__dict__:
             try:
-                X, U = self.reference()
+                ref = self.reference()
             except ProblemError:
                 raise
-            except Exception as e:
+            except Exception as e:  # the user's hook: name it (it was the raw error alone)
                 raise ProblemError(f"problem {self.name!r}: its test set (reference(), test_inputs() or exact()) "
                                    f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
-            X, U = torch.as_tensor(X), torch.as_tensor(U)
-            d, C = self.input_dim(), len(self.outputs)
-            if X.ndim != 2 or X.shape[1] != d:
-                raise ProblemError(f"problem {self.name!r}: its test inputs must be [n, {d}] (the inputs "
-                                   f"{list(self.axes)}), got {tuple(X.shape)}")
-            if U.numel() != X.shape[0] * C:
-                raise ProblemError(f"problem {self.name!r}: its reference values must be [{X.shape[0]}, {C}] (one per "
-                                   f"test point and output {list(self.outputs)}), got {tuple(U.shape)}")
-            if X.is_complex() or U.is_complex():
-                raise ProblemError(f"problem {self.name!r}: its test set must be real numbers")
-            self.__dict__["_test_cache"] = (X.to(DTYPE), U.reshape(X.shape[0], C).to(DTYPE))
+            self.__dict__["_test_cache"] = self._checked_reference(ref)
         return self.__dict__["_test_cache"]
+
+    def _checked_reference(self, ref) -> tuple:
+        """``reference()``'s answer as ``(X [n, d], U [n, C])`` float64 tensors, its shapes checked against the
+        problem's inputs and outputs (one line naming the mismatch)."""
+        from .reference import ReferenceData
+
+        if not isinstance(ref, ReferenceData):
+            try:
+                X, U = ref
+            except (TypeError, ValueError):
+                raise ProblemError(f"problem {self.name!r}: reference() must return a ReferenceData or a pair (X, U), "
+                                   f"got {type(ref).__name__}") from None
+            ref = ReferenceData(X, U.reshape(X.shape[0], -1) if torch.is_tensor(U) else U)
+        src = f" (from {ref.source!r})" if ref.source else ""
+        if ref.X.shape[1] != self.input_dim():
+            raise ProblemError(f"problem {self.name!r}: its reference{src} has points with {ref.X.shape[1]} "
+                               f"coordinates; its inputs are {list(self.axes)}")
+        if ref.U.shape[1] != len(self.outputs):
+            raise ProblemError(f"problem {self.name!r}: its reference{src} has {ref.U.shape[1]} value column(s); "
+                               f"its outputs are {list(self.outputs)}")
+        return ref.X, ref.U
 
     @property
     def has_reference(self) -> bool:
@@ -417,8 +796,9 @@ class DomainPDE(PINNProblem):
 
     def evaluate(self, theta: torch.Tensor) -> dict:
         """``rel_l2``: the largest of the components' relative L2 errors on the test set (each component
-        ``rel_l2_NAME`` too for a system; those in ``up_to_constant`` with the means removed); the
-        unknown coefficients' values (``coef_NAME``) and, where known, their relative errors."""
+        ``rel_l2_NAME`` too for a system; those in ``up_to_constant`` with the means removed); ``l2re``: the
+        error pooled over all components (:func:`pooled_l2re`, PINNacle's L2RE); the unknown coefficients'
+        values (``coef_NAME``) and, where known, their relative errors."""
         out = {}
         if self.has_reference:
             X, U = self._test()
@@ -432,8 +812,10 @@ class DomainPDE(PINNProblem):
                     e, ref = e - e.mean(), ref - ref.mean()
                 rels[name] = float(e.norm() / ref.norm())
             out["rel_l2"] = max(rels.values())
+            out["l2re"] = pooled_l2re(P, U, [c for c, k in enumerate(self.outputs) if k in self.up_to_constant])
             if len(self.outputs) > 1:
                 out.update({f"rel_l2_{k}": v for k, v in rels.items()})
+        out.update(self._field_errors(theta))
         for k, v in self.coefficients(theta).items():
             out[f"coef_{k}"] = float(v)
             if k in self.exact_coefficients:

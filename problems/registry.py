@@ -61,8 +61,22 @@ def get_problem(name: str, **options) -> Problem:
     if name not in REGISTRY:
         load_entry_points()
     if name not in REGISTRY:
-        raise ProblemError(f"unknown problem {name!r}; available: {', '.join(sorted(REGISTRY))}")
+        import difflib
+
+        close = difflib.get_close_matches(str(name), sorted(REGISTRY), 1, 0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ProblemError(f"unknown problem {name!r}{hint}; available: {', '.join(sorted(REGISTRY))}")
     return REGISTRY[name](**{k: v for k, v in options.items() if v is not None})
+
+
+def file_options(cls: type) -> list[str]:
+    """The options of problem class ``cls`` that name files: declared of type ``PATH``/``PATHS``, or listed in
+    ``cls.file_options`` (``table``'s ``tables``) — what a Flower node and a saved model may not choose."""
+    from fedsciml.options import PATH, PATHS
+
+    specs = cls.specs() if hasattr(cls, "specs") else {}
+    return sorted({k for k, (_, spec) in specs.items() if spec.type in (PATH, PATHS)}
+                  | set(getattr(cls, "file_options", ())))
 
 
 def list_problems() -> list[tuple[str, str]]:

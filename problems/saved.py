@@ -54,19 +54,35 @@ def load_model(directory, problem: Union[Problem, None] = None):
         opts = meta.get("options", {})
         if not isinstance(opts, dict):
             raise ModelFileError(f"{directory!r}: model.json's options must be an object, got {opts!r}")
+        from .registry import file_options
+
+        named = [k for k in file_options(REGISTRY[meta["problem"]]) if opts.get(k) not in (None, "", [], ())]
+        if named:  # a model directory names nothing outside itself: no file is opened on model.json's word
+            raise ModelFileError(f"{directory!r}: model.json's problem {meta['problem']!r} names files (option "
+                                 f"{', '.join(named)}); a model directory names nothing outside itself: build the "
+                                 f"problem yourself and give it, fs.load_model(DIR, problem=...)")
         try:
             problem = get_problem(meta["problem"], **opts)
         except (ValueError, TypeError) as e:
             raise ModelFileError(f"{directory!r}: model.json's problem {meta['problem']!r} cannot be built from its "
                                  f"options ({e})") from None
     theta = tensors["theta"]
+    if meta.get("time_windows"):  # a time-marched model: the problem's piecewise model (fedsciml.problems.windows)
+        from .windows import windowed
+
+        problem = windowed(problem, meta["time_windows"])
     p = int(problem.network().n_params)
     if p != meta.get("n_network_params", p) or theta.numel() < p:
         raise ModelFileError(f"{directory!r}: the model holds {theta.numel()} parameters for a network of "
                              f"{meta.get('n_network_params')}; problem {problem.name!r} has {p}")
 
-    def u(x):
-        return problem.predict(theta, torch.as_tensor(x, dtype=theta.dtype))
+    from fedsciml.runtime.modelio import batched, eval_rows
+
+    rows = eval_rows(meta.get("architecture", {}).get("sizes") or [p])
+
+    def u(x):  # in batches of eval_rows points (fedsciml.runtime.modelio.EVAL_BYTES), as a plain field model
+        x = torch.as_tensor(x, dtype=theta.dtype)
+        return batched(lambda xb: problem.predict(theta, xb), x, rows) if x.ndim >= 1 else problem.predict(theta, x)
 
     u.meta = meta
     return u

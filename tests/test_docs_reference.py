@@ -16,9 +16,10 @@ def test_mkdocs_reads_numpy_docstrings_and_the_docs_extra_has_a_formatter():
     yml = open(os.path.join(ROOT, "mkdocs.yml"), encoding="utf-8").read()
     assert "docstring_style: numpy" in yml and "separate_signature: true" in yml
     assert "docs_hooks/sphinx_roles.py" in yml
-    import tomllib
+    from fedsciml.cli.config import _toml   # tomllib, or tomli on Python 3.10
 
-    extra = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]["optional-dependencies"]["docs"]
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        extra = _toml().load(f)["project"]["optional-dependencies"]["docs"]
     assert any(re.match(r"(ruff|black)\b", d) for d in extra)   # mkdocstrings-python formats signatures with it
 
 

@@ -41,7 +41,7 @@ def test_the_engine_is_one_connect_function():
 
 
 @pytest.mark.parametrize("method,kw", [("gn", {"rounds": 3}), ("fipa", {"rounds": 3}),
-                                       ("fedavg", {"rounds": 2, "local_steps": 5}), ("one-shot", {"sigma": 1e-3})])
+                                       ("fedavg", {"rounds": 2, "local_steps": 5})])
 def test_processes_are_bitwise_the_in_process_run(no_data_here, method, kw):
     got = fs.solve(no_data_here, method=method, clients=K, engine="processes", **kw)
     want = fs.solve(get_problem("bratu", **OPTS), method=method, clients=K,
@@ -49,6 +49,22 @@ def test_processes_are_bitwise_the_in_process_run(no_data_here, method, kw):
     assert torch.equal(got.theta, want.theta)
     assert [r["loss"] for r in got.history] == [r["loss"] for r in want.history]
     assert got.final == want.final and got.extra["engine"] == {"name": "processes"}
+
+
+def test_one_shot_ridge_over_processes_is_bitwise_the_in_process_run(monkeypatch):
+    """one-shot (linear residuals: kind ridge) over client processes: the clients hold their data rows only
+    (penalty=server, as the driver has them in process) and the fused step is the in-process one, bitwise."""
+    opts = {"n_samples": 40, "dim": 8}
+    problem = get_problem("ridge-linear", **opts)
+
+    def refused(*a, **k):
+        raise AssertionError("the server built client data")
+
+    monkeypatch.setattr(problem, "client_objectives", refused)
+    got = fs.solve(problem, method="one-shot", clients=K, engine="processes")
+    here = get_problem("ridge-linear", penalty="server", **opts)
+    want = fs.solve(here, method="one-shot", clients=K, transport=_unbatched(here))
+    assert torch.equal(got.theta, want.theta) and got.final == want.final
 
 
 def test_a_client_that_cannot_build_its_data_is_one_line():

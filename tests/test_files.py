@@ -40,9 +40,9 @@ def test_write_atomic_replaces_the_file_whole_or_leaves_it_untouched(tmp_path):
 
 def test_the_checkpoint_writer_and_predict_out_go_through_it(tmp_path, monkeypatch):
     calls = []
-    real = files.write_atomic
-    monkeypatch.setattr(files, "write_atomic", lambda *a, **k: (calls.append(a[0]), real(*a, **k)))
-    monkeypatch.setattr(checkpoint, "write_atomic", files.write_atomic)
+    real = files.write_outputs  # the one writer every output goes through (write_atomic, write_output included)
+    monkeypatch.setattr(files, "write_outputs", lambda items, **k: (calls.extend(p for p, _ in items),
+                                                                    real(items, **k)))
     state = {"fingerprint": {}, "round": 1, "rng": {}, "strategy": {}, "rows": [], "floats_up": 0, "floats_down": 0,
              "elapsed": 0.0, "rejections": []}
     final = checkpoint.save(str(tmp_path / "ck"), state)

@@ -215,7 +215,7 @@ def test_cli_done_when_command_writes_results_with_per_round_accounting(tmp_path
             assert h["dropped"] + h["rejected"] + h["answered"] == 4
             sent += h["floats_up"] + h["floats_down"]
             assert h["floats_sent"] == sent  # cumulative, as solve's
-        assert r.extra["rejections"] == [] and r.extra["stopped_by"] == "rounds"
+        assert r.extra["rejections"] == [] and r.extra["stopped_by"] == "rounds" and r.stop_reason == "rounds"
     assert sum(h["dropped"] for r in runs for h in r.history[1:]) > 0  # seeded: dropout 0.3 over 16 client-rounds
     assert "fipa" in capsys.readouterr().out
 

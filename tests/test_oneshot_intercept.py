@@ -89,8 +89,8 @@ def test_without_intercept_the_original_path_runs():
     prob.client_data(3, seed=0)   # the test rows of the 3-client split the run used
     A, y = prob.test_data()
     assert c.final["mse"] == pytest.approx(float(((A @ c.theta + c.extra["intercept"] - y) ** 2).mean()), rel=1e-12)
-    with pytest.raises(ValueError, match="linear ridge problems"):
-        fs.solve("bratu", "one-shot", clients=2, fit_intercept=True)
+    with pytest.raises(ValueError, match="method 'one-shot' does not apply to a problem of kind 'pinn'"):
+        fs.solve("bratu", "one-shot", clients=2, fit_intercept=True)   # linear residuals only (kind ridge)
 
 
 def test_solve_one_shot_out_writes_the_intercept(diabetes_sites, tmp_path, capsys):

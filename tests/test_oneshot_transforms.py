@@ -114,7 +114,10 @@ def test_central_dp_on_the_runtime_equals_ridge_one_shot():
     shares = [noise_like(p, info["noise_std"] / K ** 0.5, client_generator(11, k)) for k in range(K)]
     eG, eh = sum(e["G"] for e in shares), sum(e["h"] for e in shares)
     G, _ = psd_repair(A.T @ A + linalg.unpack_upper(eG, p))
-    assert _close(a, ridge_solve(G, A.T @ b + eh, 0.2), 1e-9)
+    # σ under DP is noise-aware by default: σ + √(2p)·s_total (the noise's spectral norm, public)
+    sigma = 0.2 + (2 * p) ** 0.5 * info["noise_std_total"]
+    assert info["sigma_used"] == pytest.approx(sigma, rel=1e-15)
+    assert _close(a, ridge_solve(G, A.T @ b + eh, sigma), 1e-9)
     assert info["noise_shares"] == K and info["noise_std_total"] == pytest.approx(info["noise_std"])
 
 

@@ -32,7 +32,7 @@ def _tables(tmp_path):
 def test_result_json_names_solver_and_wall_seconds_and_its_schema(tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["solve", "sin1d", "--clients", "2", "--n-samples", "20", "--method", "gn", "--rounds", "2",
-                 "--quiet", "--out", str(out)])
+                 "--no-progress", "--out", str(out)])
     cap = capsys.readouterr()
     assert code == 0, cap.err
     d = json.loads((out / "result.json").read_text())

@@ -227,26 +227,56 @@ def test_the_runtime_does_not_import_scikit_learn_until_the_estimator_is_used():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-# ------------------------------------------------------------------ issue 30 item 11
-def test_cv_without_sites_is_a_one_table_fold_cv_and_says_so(diabetes):
-    """No site labels: 5 contiguous folds scored as sites; reference: scikit-learn's Ridge refitted without
-    each fold, the held-out squared errors summed (different operations: rel 1e-8)."""
+# ------------------------------------------------------------------ one-table CV: scikit-learn's cv=
+def test_cv_without_sites_is_kfold5_scored_as_ridgecv(diabetes):
+    """No site labels: KFold(5) (scikit-learn's default splitter, 89/89/88/88/88 rows on diabetes — not np.linspace
+    cuts), scored by the mean over the folds of 1 − R², so the alpha is RidgeCV(cv=5)'s.  Reference: scikit-learn's
+    GridSearchCV mean test R² (different operations: rel 1e-8)."""
+    from sklearn.linear_model import RidgeCV
+    from sklearn.model_selection import GridSearchCV
+
     X, y, *_ = diabetes
-    alphas = [1e-3, 1e-2, 0.1, 1.0]
+    alphas = np.logspace(-5, 1, 13)
     est = FederatedRidgeCV(alphas=alphas).fit(X, y)
     assert est.cv_mode_ == "folds" and est.cv_folds_ == 5
-    folds = np.repeat(np.arange(5), np.diff(np.linspace(0, len(y), 6).astype(int)))
-    ref = []
-    for a in alphas:
-        err = 0.0
-        for k in range(5):
-            m = Ridge(alpha=a).fit(X[folds != k], y[folds != k])
-            err += float(((m.predict(X[folds == k]) - y[folds == k]) ** 2).sum())
-        ref.append(err)
-    assert _rel(est.cv_loss_, ref) < 1e-8 and est.alpha_ == alphas[int(np.argmin(ref))]
+    assert est.alpha_ == RidgeCV(alphas=alphas, cv=5).fit(X, y).alpha_ == pytest.approx(10 ** -3.5)
+    gs = GridSearchCV(Ridge(), {"alpha": alphas}, cv=5).fit(X, y)
+    assert _rel(1.0 - est.cv_loss_, gs.cv_results_["mean_test_score"]) < 1e-8
     assert _rel(est.coef_, Ridge(alpha=est.alpha_).fit(X, y).coef_) < TOL
     with_sites = FederatedRidgeCV(alphas=alphas).fit(X, y, sites=np.arange(len(y)) % 3)
     assert with_sites.cv_mode_ == "sites" and with_sites.cv_folds_ == 3
+
+
+@pytest.mark.parametrize("cv", [3, 10, "kfold-shuffled", "shufflesplit", "iterable"])
+def test_cv_accepts_what_scikit_learn_accepts(diabetes, cv):
+    """cv= as scikit-learn takes it (int, splitter, iterable of (train, test)): the same alpha as RidgeCV(cv=...)
+    and the same mean R² per alpha as GridSearchCV (rel 1e-8: different operations)."""
+    from sklearn.linear_model import RidgeCV
+    from sklearn.model_selection import GridSearchCV, KFold, ShuffleSplit
+
+    X, y, *_ = diabetes
+    alphas = np.logspace(-5, 1, 13)
+    splitter = {"kfold-shuffled": KFold(4, shuffle=True, random_state=1),
+                "shufflesplit": ShuffleSplit(6, random_state=0),
+                "iterable": list(KFold(3).split(X))}.get(cv, cv)
+    est = FederatedRidgeCV(alphas=alphas, cv=splitter).fit(X, y)
+    assert est.alpha_ == RidgeCV(alphas=alphas, cv=splitter).fit(X, y).alpha_
+    gs = GridSearchCV(Ridge(), {"alpha": alphas}, cv=splitter).fit(X, y)
+    assert _rel(1.0 - est.cv_loss_, gs.cv_results_["mean_test_score"]) < 1e-8
+    assert est.cv_mode_ == "folds"
+
+
+def test_cv_with_group_splitter_and_refusals(diabetes):
+    """A group splitter gets the site labels as groups; the messages-only paths refuse cv= in one line."""
+    from sklearn.model_selection import GroupKFold
+
+    X, y, sites, _ = diabetes
+    est = FederatedRidgeCV(alphas=[0.01, 1.0], cv=GroupKFold(3)).fit(X, y, sites=sites)
+    assert est.cv_mode_ == "folds" and est.cv_folds_ == 3 and est.n_sites_ == len(np.unique(sites))
+    with pytest.raises(ValueError, match="cv=3 splits rows"):
+        FederatedRidgeCV(cv=3).fit_clients([(X[:200], y[:200]), (X[200:], y[200:])])
+    with pytest.raises(ValueError, match="at least 2"):
+        FederatedRidgeCV(cv=[(np.arange(10), np.arange(10, 20))]).fit(X, y)
 
 
 def test_multi_output_y_is_one_model_per_column(diabetes):

@@ -47,7 +47,7 @@ def test_ridge_one_shot_equals_solve_one_shot(opts):
     dp = None
     if "dp_epsilon" in opts:
         dp = DPConfig(opts["dp_epsilon"], central=opts.get("dp_central", False),
-                      noise_aware_sigma=opts.get("dp_noise_aware", False))
+                      noise_aware_sigma=opts.get("dp_noise_aware"))
     cv = None if "cv_sigmas" not in opts else [float(x) for x in torch.logspace(-3, 2, 6, dtype=torch.float64)]
     w, info = one_shot(data, 0.3, dp=dp, project=opts.get("project"), cv_sigmas=cv, seed=3)
     assert _rel(res.theta, w) < 1e-10 and res.options["penalty"] == "server"

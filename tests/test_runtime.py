@@ -422,3 +422,18 @@ def test_a_dead_node_that_never_answers_stops_gn_and_one_that_comes_back_does_no
 
     with pytest.raises(RoundFailed, match=r"clients \[1\] never answered validly"):
         run("gn", objs, transport=DeadNode(clients(), dead=1), rounds=3, max_retries=2)
+
+
+def test_a_dead_nodes_last_line_names_it_and_the_clients_that_answered():
+    """Issue 38.9: gn stopped by one dead node said "every sampled client dropped out" although clients 0 and 2
+    had answered.  The line names the node that did not answer, its last reason, and who answered."""
+    from fedsciml.runtime.loop import RoundFailed
+
+    objs = make_clients()
+    with pytest.raises(RoundFailed) as e:
+        run("gn", objs, transport=DeadNode([Client(i, o) for i, o in enumerate(objs)], dead=1), rounds=3,
+            max_retries=1)
+    msg = str(e.value)
+    assert "every sampled client dropped out" not in msg and "\n" not in msg
+    assert "no answer from client 1 (node 9 did not answer within 1 s (client 1))" in msg
+    assert "client(s) [0, 2] answered" in msg

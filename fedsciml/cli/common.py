@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -12,13 +11,32 @@ class CLIError(Exception):
     pass
 
 
+def did_you_mean(word: str, choices, quote: bool = True) -> str:
+    """`` (did you mean 'bratu'?)`` for the closest of ``choices`` to ``word`` (``bratuu``), else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], 1, 0.6)
+    if not close:
+        return ""
+    return f" (did you mean {close[0]!r}?)" if quote else f" (did you mean {close[0]}?)"
+
+
 THREADS_HELP = ("CPU threads for torch/BLAS (default: all cores, or 1 when the load average already exceeds the "
-                "core count — oversubscribed BLAS threads spin and run several times slower)")
+                "core count: oversubscribed threads spin)")
+
+
+def status(line: str) -> None:
+    """A command's status line on standard error — the run header, the thread notice, ``wrote PATH`` — through the
+    log (logger ``fedsciml.cli``, INFO), so that ``-q`` (errors only) silences it with everything else."""
+    import logging
+
+    logging.getLogger("fedsciml.cli").info(line)
 
 
 def set_threads(threads, quiet=False):
     """The one thread policy of every subcommand: ``threads`` if given, else all cores, or 1 when the load
-    average already exceeds the core count (and OMP_NUM_THREADS is not set)."""
+    average already exceeds the core count (and OMP_NUM_THREADS is not set): a status line says so unless
+    ``quiet``."""
     import torch
 
     if threads is not None:
@@ -33,8 +51,7 @@ def set_threads(threads, quiet=False):
     if cores > 1 and load >= cores and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
         if not quiet:
-            print(f"[fedsciml] load average {load:.1f} ≥ {cores} cores: using 1 thread (--threads N to override)",
-                  file=sys.stderr)
+            status(f"[fedsciml] load average {load:.1f} ≥ {cores} cores: using 1 thread (--threads N to override)")
 
 
 # --- flags generated from option declarations ---------------------------------------------------------------------
@@ -55,10 +72,13 @@ def option_flag(name: str, prefix: str = "") -> str:
     return "--" + prefix + name.replace("_", "-")
 
 
-def flag_help(per_owner: dict, name_owners: bool = True) -> str:
+def flag_help(per_owner: dict, name_owners: bool | str = True) -> str:
     """Help of a generated flag from ``{owner: (default, Spec)}``: what it does, its allowed values and its default,
-    per owner where they differ (``text [fipa, fedavg: an integer ≥ 1; default 100]``; one help text declared with
-    several defaults: ``text [a, b: an integer ≥ 1; default 400 · c: an integer ≥ 1; default 1500]``)."""
+    per owner, one group per help text and per allowed values and default (``text [a, b: an integer ≥ 1; default
+    400 · c: an integer ≥ 1; default 1500]``).  ``name_owners``: ``True`` names the owners always, ``False`` never,
+    ``"differ"`` only where they differ (``text [an integer ≥ 1; default 100]`` when all agree; the largest of
+    several groups of three or more owners is "the others") — for flags under a heading that says whose options
+    they are (``solve``'s method groups), so that no flag repeats the list of methods."""
     from fedsciml.options import cli_names
 
     texts: dict[str, dict[tuple, list]] = {}
@@ -68,11 +88,15 @@ def flag_help(per_owner: dict, name_owners: bool = True) -> str:
             shown = "" if default is None or default is False or empty else f"; default {default!r}"
             allowed = "" if s.type is bool else s.allowed()
             texts.setdefault(s.help, {}).setdefault((allowed, shown), []).append(owner)
+    groups = [owners for g in texts.values() for owners in g.values()]
+    differ = name_owners == "differ"
+    named = len(groups) > 1 if differ else bool(name_owners)
+    largest = max(groups, key=len) if differ and named and len(max(groups, key=len)) >= 3 else None
     parts = []
-    for text, groups in texts.items():
+    for text, by_value in texts.items():
         inner = []
-        for (allowed, default), owners in groups.items():
-            who = ", ".join(owners) if name_owners else ""
+        for (allowed, default), owners in by_value.items():
+            who = ("the others" if owners is largest else ", ".join(owners)) if named else ""
             inner.append((who + (": " if who and allowed else "") + allowed + default).strip("; "))
         inner = [x for x in inner if x]
         parts.append(f"{text} [{' · '.join(inner)}]" if inner else text)
@@ -80,7 +104,7 @@ def flag_help(per_owner: dict, name_owners: bool = True) -> str:
 
 
 def add_option_flags(group, owners: dict, *, dest: str, typed: bool = True, rename: dict | None = None,
-                     aliases: dict | None = None, skip=(), name_owners: bool = True) -> dict[str, str]:
+                     aliases: dict | None = None, skip=(), name_owners: bool | str = True) -> dict[str, str]:
     """Add one flag per option declared by any of ``owners`` (``{owner: {option: (default, Spec)}}``, e.g.
     ``{m.name: m.config.specs()}`` or ``{cls.name: cls.specs()}``) to ``group`` (a parser or argument group).
 
@@ -169,6 +193,7 @@ def write_json_collecting(payload, path: str, failed: list, shown: str | None = 
 
     try:
         write_json(payload, path)
-        print(f"wrote {shown or path}", file=sys.stderr)
+        if path != "-":
+            status(f"wrote {shown or path}")
     except ResultsNotWritten as e:
         failed.append(e)

@@ -1,7 +1,6 @@
 """``python -m fedsciml bench images ...`` — image-classification aggregator benchmarks."""
 from __future__ import annotations
 
-import sys
 
 from fedsciml.images import methods as M
 
@@ -37,7 +36,8 @@ def add_parser(bench_subparsers):
     run.add_argument("--out", default=None, metavar="DIR",
                      help="directory for the PNG plot (created; a plot of the same name is overwritten; checked "
                           "before the run)")
-    run.add_argument("--quiet", action="store_true", help="no per-client / per-round progress")
+    run.add_argument("--no-progress", action="store_true",
+                     help="no per-client / per-round progress (-q/--quiet: errors only)")
     return p
 
 
@@ -62,7 +62,7 @@ def config_from_args(args) -> tuple[M.TrainConfig, dict]:
 
 
 def run(args) -> int:
-    from fedsciml.cli.common import CLIError, set_threads, write_json_collecting
+    from fedsciml.cli.common import CLIError, set_threads, status, write_json_collecting
     from fedsciml.images import bench
     from fedsciml.runtime.results import ResultsNotWritten, check_output_dir, check_output_file, raise_collected
 
@@ -73,16 +73,18 @@ def run(args) -> int:
         check_output_dir(args.out, "--out")
     if setting["checkpoint"]:
         check_output_dir(setting["checkpoint"], "--checkpoint")
-    set_threads(args.threads, quiet=args.quiet)
+    set_threads(args.threads)
     try:
         from fedsciml.runtime.driver import ENGINE_KINDS
 
         run_setting = bench.run_setting if args.engine == "local" else ENGINE_KINDS[args.engine]["images"]
-        # progress lines go to the log (stderr, as solve's); --quiet: none (nor the clients' training progress)
+        # progress lines go to the log (stderr, as solve's); --no-progress or -q: none (nor the clients' training
+        # progress)
         from fedsciml.runtime.history import loop_progress
 
-        with loop_progress(not args.quiet):
-            res = run_setting(cfg=cfg, progress=(lambda s: None) if args.quiet else bench.log_progress, **setting)
+        progress = not (args.quiet or args.no_progress)
+        with loop_progress(progress):
+            res = run_setting(cfg=cfg, progress=bench.log_progress if progress else (lambda s: None), **setting)
     except FileNotFoundError as e:  # a data file missing from --data-dir
         raise CLIError(str(e)) from None
     print()
@@ -93,7 +95,7 @@ def run(args) -> int:
         write_json_collecting(res, args.json, failed)
     if args.out:
         try:
-            print(f"wrote {bench.plot(res, args.out)}", file=sys.stderr)
+            status(f"wrote {bench.plot(res, args.out)}")
         except OSError as e:
             failed.append(ResultsNotWritten(f"--out {args.out!r}: the plot was not written ({e.strerror or e})"))
     raise_collected(failed)

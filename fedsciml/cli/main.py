@@ -14,11 +14,17 @@ import os
 import sys
 import time
 
-from fedsciml.cli.common import (_COMMAND_START, EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, add_option_flags, given_options,
-                                 option_flag, set_threads, union_specs)
+from fedsciml.cli.common import (_COMMAND_START, EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, add_option_flags,
+                                 did_you_mean, given_options, option_flag, set_threads, status, union_specs)
 
-SOLVE_FLAGS = ("method", "clients", "compare", "seed", "device", "engine", "threads", "json", "out", "quiet", "every",
-               "plugin")
+SOLVE_FLAGS = ("method", "clients", "compare", "seed", "device", "engine", "threads", "json", "out", "quiet",
+               "no_progress", "every", "plugin", "config", "verbose", "help_all")
+#: ``solve``'s usage line (the flags are too many to list there: `solve --help` points to where they are)
+SOLVE_USAGE = "%(prog)s PROBLEM [--method M | --compare M,M,…] [--clients K] [options]"
+SOLVE_DESCRIPTION = ("Solve PROBLEM. Without --clients (or with --method centralized) the pooled centralized "
+                     "Levenberg–Marquardt reference runs; with --clients K the data are split among K clients and a "
+                     "federated method runs (default: fipa). An option that applies to none of the methods run is "
+                     "refused. 0 is a value: --rank 0 is full-rank FIPA, --rounds 0 evaluates θ₀ and stops.")
 
 
 def problem_owners() -> dict:
@@ -29,86 +35,193 @@ def problem_owners() -> dict:
 
 
 def method_owners() -> dict:
-    """``{method: {option: (default, Spec)}}`` of every registered method's configuration."""
+    """``{method: {option: (default, Spec)}}`` of every registered method that applies to problems (what
+    ``solve`` runs; the image methods are ``bench images``')."""
+    from fedsciml.runtime.driver import METHODS, PROBLEM_KINDS
+
+    return {m.name: m.config.specs() for m in METHODS.values() if any(k in PROBLEM_KINDS for k in m.kinds)}
+
+
+def _help_scope(problems: dict, methods: dict) -> tuple[dict, dict, str | None]:
+    """What ``solve``'s help shows: every problem and method (``solve --help-all``), or for ``solve PROBLEM
+    --help`` that problem and the methods that apply to it by the registry (:meth:`MethodSpec.applies_to`), or
+    one of them (``--method M``).  Returns ``(problems, methods, focus)``; an unknown problem or method, or one
+    that does not apply, is one line (:class:`CLIError`)."""
+    from fedsciml.problems import REGISTRY
+    from fedsciml.runtime.driver import METHODS, get_method
+
+    focus = _HELP_FOCUS.get("problem")
+    if focus is None:
+        return problems, methods, None
+    if focus not in problems:
+        raise CLIError(f"unknown problem {focus!r}{did_you_mean(focus, problems)}; `python -m fedsciml list` "
+                       f"lists them")
+    kind = getattr(REGISTRY[focus], "kind", None)
+    shown = {m: sp for m, sp in methods.items() if METHODS[m].applies_to(kind)}
+    only = _HELP_FOCUS.get("method")
+    if only is not None:
+        if only not in methods:
+            raise CLIError(f"unknown method {only!r}{did_you_mean(only, shown)}; methods for problem {focus!r}: "
+                           f"{', '.join(sorted(shown))}")
+        try:
+            get_method(only, kind)
+        except ValueError as e:  # one line: what it applies to, and the methods that do
+            raise CLIError(str(e)) from None
+        shown = {only: shown[only]}
+    return {focus: problems[focus]}, shown, focus
+
+
+def _method_groups(methods: dict) -> list[tuple[str, dict]]:
+    """The method options in help groups: each option under the configuration class that declares it — the
+    shared parts (:attr:`~fedsciml.options.MethodConfig.help_group`: stopping, rounds, local training, robust
+    combination) first, then each method's own — as ``[(heading, {method: {option: (default, Spec)}})]``.  The
+    heading says whose options they are (every method, every federated method, or which), once."""
     from fedsciml.runtime.driver import METHODS
 
-    return {m.name: m.config.specs() for m in METHODS.values()}
+    def declaring(m, name):  # the class of method m's configuration that declares the option
+        return next((c for c in METHODS[m].config.__mro__ if name in c.__dict__.get("__annotations__", {})),
+                    METHODS[m].config)
+
+    def holders(cls):
+        return [m for m in methods if issubclass(METHODS[m].config, cls)]
+
+    where: dict = {}  # declaring class -> option names, in the order met
+    for specs in methods.values():
+        for name in specs:
+            if not any(name in names for names in where.values()):  # under the class most methods share
+                classes = dict.fromkeys(declaring(m, name) for m, sp in methods.items() if name in sp)
+                where.setdefault(max(classes, key=lambda c: len(holders(c))), []).append(name)
+    federated = {m for m in methods if METHODS[m].federated}
+    out = []
+    shared_first = sorted(where.items(), key=lambda kv: (bool(kv[0].__dict__.get("method")),
+                                                         0 if kv[0].__dict__.get("method") else -len(holders(kv[0]))))
+    for cls, names in shared_first:  # the shared parts, most shared first; then each method's own, in order
+        have = holders(cls)
+        who = ", ".join(have)
+        for everyone, word in ((federated, "every federated method"), (set(methods), "every method")):
+            missing = [m for m in methods if m in everyone and m not in have]
+            if set(have) <= everyone and len(have) > 1 and len(missing) <= 2:  # "every method but fedavg-sgd"
+                who = word + (f" but {', '.join(missing)}" if missing else "")
+                break
+        own = cls.__dict__.get("method")
+        heading = (f"{own} options" + (f" (also {', '.join(h for h in have if h != own)})"
+                                       if len(have) > 1 else "")) if own else \
+            f"{cls.__dict__.get('help_group') or cls.__name__} ({who})"
+        out.append((heading, {m: {n: specs[n] for n in names if n in specs} for m, specs in methods.items()}))
+    return out
+
+
+def _short_epilog(problems: dict, methods: dict) -> str:
+    """``solve --help``'s pointer to the rest: the problems and methods by name, and where their options are."""
+    import textwrap
+
+    from fedsciml.cli.common import option_flag
+
+    n = len({option_flag(k) for specs in (*problems.values(), *methods.values()) for k in specs})
+    lines = textwrap.wrap("problems: " + ", ".join(sorted(problems)), 79, subsequent_indent="  ",
+                          break_on_hyphens=False)
+    lines += textwrap.wrap("methods: " + ", ".join(sorted(methods)), 79, subsequent_indent="  ",
+                           break_on_hyphens=False)
+    lines += ["", "Their options (a problem's, and those of the methods that apply to it):",
+              "  python -m fedsciml solve PROBLEM --help              e.g. solve bratu --help",
+              "  python -m fedsciml solve PROBLEM --method M --help   one method's",
+              f"  python -m fedsciml solve --help-all                  all {n} of them, grouped",
+              "  python -m fedsciml list                              what each problem and method is"]
+    return "\n".join(lines)
 
 
 def _add_solve_parser(sub):
+    """``solve``: the run's flags, one flag per option of the problems and methods (generated from their
+    declarations, in groups), and the output flags.  ``solve --help`` is short (the run's and the outputs'
+    flags, and where the rest are); ``solve PROBLEM --help`` shows that problem's options and those of the
+    methods that apply to it; ``solve --help-all`` every option."""
+    import textwrap
+
     import fedsciml.engines  # noqa: F401  (registers the problem methods and the engines with the driver)
 
-    p = sub.add_parser(
-        "solve",
-        description="Solve PROBLEM. Without --clients (or with --method centralized) the pooled centralized "
-                    "Levenberg–Marquardt reference runs; with --clients K the data are split among K clients and "
-                    "a federated method runs (default: fipa). Method options apply to the methods named in "
-                    "[brackets], with the values allowed and the default; an option that applies to none of the "
-                    "methods run is refused. 0 is a value: --rank 0 is full-rank FIPA, --rounds 0 evaluates θ₀ "
-                    "and stops, --mu 0 is FedProx with μ = 0.",
-    )
-    p.add_argument("problem", help="problem name (see `python -m fedsciml list`)")
-    from fedsciml.runtime.driver import PROBLEM_KINDS, available_methods, engines_for
-
-    names = sorted({m for kind in PROBLEM_KINDS for m in available_methods(kind)})  # the registry's, for problems
-    p.add_argument("--method", default=None, help=" | ".join(names) + " (see `list`; default: fipa with --clients "
-                   "K > 1, else centralized)")
-    p.add_argument("--clients", type=int, default=None, help="number of clients K (default: the problem's, usually 1)")
-    p.add_argument("--compare", default=None, help="comma-separated methods to run side by side, e.g. fedavg,gn,fipa "
-                   "(with --method M: M first, then these)")
-    p.add_argument("--seed", type=int, default=0, help="seed for sampling, initialization and client selection "
-                   "(an integer ≥ 0; default 0)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto: cuda when available)")
-    p.add_argument("--engine", default="local", choices=engines_for(),  # the driver's engine registry
-                   help="who carries the clients' messages: this process, or Flower's simulation engine "
-                        "(pip install \"flwr[simulation]>=1.41,<1.43\"; same strategy, same numbers; default local)")
-    p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
-    problems = problem_owners()
-    problem_names = {n for specs in problems.values() for n in specs}
-    methods = method_owners()
-    all_methods = methods
-    focus = _HELP_FOCUS.get("problem")
-    if focus in problems:  # solve PROBLEM --help: that problem's options and those of the methods for it
-        from fedsciml.problems import REGISTRY
-        from fedsciml.runtime.driver import METHODS
-
-        kind = getattr(REGISTRY[focus], "kind", None)
-        only = _HELP_FOCUS.get("method")
-        shown = {m: sp for m, sp in methods.items()
-                 if kind in METHODS[m].kinds and (only is None or m == only)} or methods
-        problems, methods = {focus: problems[focus]}, shown
-        p.description += (f"\n\nShown: the options of problem {focus!r} and of the methods for it "
-                          f"({', '.join(sorted(shown))}); `solve --help` lists every problem's and method's.")
+    all_problems, all_methods = problem_owners(), method_owners()
+    problems, methods, focus = _help_scope(all_problems, all_methods)
+    short = _HELP_FOCUS.get("mode") == "short" and focus is None
+    description = SOLVE_DESCRIPTION
+    if focus is not None:
+        description += (f" Shown: the options of problem {focus!r} and of the methods for it "
+                        f"({', '.join(sorted(methods))}); `solve --help-all` lists every problem's and method's.")
+    p = sub.add_parser("solve", usage=SOLVE_USAGE, description=textwrap.fill(description, 79),
+                       epilog=_short_epilog(all_problems, all_methods) if short else None,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_run_flags(p, methods, short)
+    problem_names = {n for specs in all_problems.values() for n in specs}
     # a method option named like a problem option (one-shot's sigma beside ridge's) is --method-NAME, so that
     # --NAME keeps meaning the problem's; a problem option named like a solve flag is --problem-NAME
-    mgroup = p.add_argument_group("method options (generated from fedsciml.options)")
-    mflags = add_option_flags(mgroup, methods, dest="mopt_", skip=("preset",),
-                              rename={n: option_flag(n, "method-") for s in methods.values()
-                                      for n in s if n in problem_names})
+    rename = {n: option_flag(n, "method-") for s in all_methods.values() for n in s if n in problem_names}
+    mflags: dict = {}
+    generated = []
+    for heading, owners in _method_groups(methods):
+        group = p.add_argument_group(heading)
+        mflags.update(add_option_flags(group, owners, dest="mopt_", skip=("preset",), rename=rename,
+                                       name_owners="differ"))  # the heading says whose
+        generated.append(group)
+    mflags["preset"] = "--preset"
+    title = (f"options of problem {focus!r}" if focus is not None else
+             "problem options (each applies to the problems that declare it; `list` shows the problems)")
+    pgroup = p.add_argument_group(title)
+    pflags = add_option_flags(pgroup, dict(sorted(problems.items())), dest="popt_", typed=False,
+                              rename={n: option_flag(n, "problem-") for n in problem_names if n in SOLVE_FLAGS},
+                              name_owners="differ" if focus is not None else True)  # which problems declare it
+    generated.append(pgroup)
+    if short:  # `solve --help`: the generated flags are parsed as ever, listed by --help-all
+        for group in generated:
+            for action in group._group_actions:
+                action.help = argparse.SUPPRESS
+    p.set_defaults(_method_flags=mflags, _problem_flags=pflags, _method_specs=union_specs(all_methods))
+    _add_output_flags(p)
+    return p
+
+
+def _add_run_flags(p, methods: dict, short: bool = False) -> None:
+    """``solve``'s own flags: what runs (method, clients, compare, preset), where and how (seed, device, engine,
+    threads), and ``--help-all``."""
+    from fedsciml.runtime.driver import engines_for
+
+    p.add_argument("problem", nargs="?", default=None, help="problem name (see `python -m fedsciml list`)")
+    p.add_argument("--help-all", action="help", help="show every option of every problem and method, and exit")
+    p.add_argument("--method", default=None, metavar="M",
+                   help=(" | ".join(sorted(methods)) if not short else "a method named below")
+                   + " (default: fipa with --clients K > 1, else centralized)")
+    p.add_argument("--clients", type=int, default=None, metavar="K",
+                   help="number of clients K (default: the problem's, usually 1)")
+    p.add_argument("--compare", default=None, metavar="M,M,…",
+                   help="comma-separated methods to run side by side, e.g. fedavg,gn,fipa (with --method M: M "
+                        "first, then these)")
     # --preset names a problem's preset (its options and its run's: `list` shows them) or a method's (fipa's paper);
     # resolved once, by problems.registry.apply_preset, before the problem is built
-    mgroup.add_argument("--preset", default=None, metavar="NAME",
-                        help="a named setting: a problem's preset (`list` shows them, e.g. poisson exp10: the "
-                             "K-FAC-for-PINNs authors' experiment) or fipa's 'paper' (" +
-                             union_specs(all_methods)["preset"][1].help.removeprefix("paper: ") + ")")
-    mflags["preset"] = "--preset"
-    pflags = add_option_flags(p.add_argument_group("problem options (see `list`; each applies to the problems "
-                                                   "that declare it)"),
-                              dict(sorted(problems.items())), dest="popt_", typed=False,
-                              rename={n: option_flag(n, "problem-") for n in problem_names if n in SOLVE_FLAGS})
-    p.set_defaults(_method_flags=mflags, _problem_flags=pflags, _method_specs=union_specs(all_methods))
+    p.add_argument("--preset", default=None, metavar="NAME",
+                   help="a named setting: a problem's preset (`list` shows them, e.g. poisson exp10: the "
+                        "K-FAC-for-PINNs authors' experiment) or fipa's 'paper'")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed for sampling, initialization and client "
+                   "selection (an integer ≥ 0; default 0)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto: cuda when available)")
+    p.add_argument("--engine", default="local", choices=engines_for(),  # the driver's engine registry
+                   help="who carries the clients' messages: this process, Flower's simulation engine (the flower "
+                        "extra; Python ≥ 3.11) or a process per client (default local)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
+
+
+def _add_output_flags(p) -> None:
     out = p.add_argument_group("output")
     out.add_argument("--json", default=None, metavar="FILE",
                      help="write the result JSON to FILE (an existing file is overwritten; checked before the run)")
     out.add_argument("--out", default=None, metavar="DIR",
                      help="directory for result.json, history.csv and PNG plots (created; files of those names "
                           "are overwritten; checked before the run)")
-    out.add_argument("--quiet", action="store_true", help="no progress lines")
+    out.add_argument("--no-progress", action="store_true",
+                     help="no progress lines (the run header, warnings and `wrote` lines stay; -q/--quiet: errors "
+                          "only)")
     out.add_argument("--config", default=None, metavar="FILE.toml",
-                     help="run from a TOML file of flags (method = \"gn\", clients = 4, problem = \"bratu\"); flags "
-                          "given on the command line win; the file and the resolved options go into result.json")
-    out.add_argument("--every", type=int, default=10, help="progress line every N steps/rounds (default 10)")
-    return p
+                     help="options from a TOML file (problem = \"bratu\", clients = 4); the command line wins; "
+                          "recorded in result.json")
+    out.add_argument("--every", type=int, default=10, metavar="N",
+                     help="progress line every N steps/rounds (default 10)")
 
 
 def cmd_list(args):
@@ -178,13 +291,38 @@ def _method_presets(method_specs: dict) -> tuple:
     return tuple(spec[1].choices or ()) if spec is not None else ()
 
 
+def _methods_to_run(args) -> list:
+    """The methods ``solve`` runs, in order: ``--method`` (default fipa with ``--clients K > 1``, else
+    centralized) then ``--compare``'s, or ``--compare``'s alone."""
+    method = args.method or ("fipa" if args.clients and args.clients > 1 else "centralized")
+    compare = [m.strip() for m in args.compare.split(",") if m.strip()] if args.compare else []
+    if compare and args.method is None:  # --compare alone: exactly the methods named, in that order
+        return list(dict.fromkeys(compare))
+    return list(dict.fromkeys([method] + compare))  # --method first, then the others named
+
+
+def _check_methods_apply(args, cls) -> None:
+    """Each method to run exists and applies to the problem's kind (the registry's :meth:`MethodSpec.applies_to`):
+    refused before the problem is built, one line naming the methods that apply."""
+    from fedsciml.runtime.driver import get_method
+
+    for m in _methods_to_run(args):
+        get_method(m, getattr(cls, "kind", None) if cls is not None else None)
+
+
 def cmd_solve(args):
     from fedsciml.options import cli_names
     from fedsciml.problems import REGISTRY, get_problem
     from fedsciml.problems.registry import apply_preset
     from fedsciml.problems.base import PROBLEM_ERRORS
 
+    if args.problem is None:
+        raise CLIError("solve needs a PROBLEM: python -m fedsciml solve bratu (`python -m fedsciml list` lists them)")
     cls = REGISTRY.get(args.problem)
+    if cls is None:
+        get_problem(args.problem)  # one line: unknown problem, the closest name, the problems there are
+    _check_methods_apply(args, cls)
+    names = args._config.names if args._config is not None else {}  # options set by --config: named by key and file
     if cls is not None:  # a problem flag the problem does not have, whose method option exists: name that flag
         mine = cls.specs()
         for name, value in vars(args).items():
@@ -193,7 +331,7 @@ def cmd_solve(args):
                     and args._method_flags.get(opt, "").startswith("--method-"):
                 raise CLIError(f"problem {args.problem!r} has no option --{opt.replace('_', '-')}; the method "
                                f"option is {args._method_flags[opt]} (e.g. one-shot's σ: {args._method_flags[opt]} 1)")
-    with cli_names(args._problem_flags):  # the problem's flags' text, parsed once here, checked by the problem
+    with cli_names({**args._problem_flags, **names}):  # the problem's flags' text, parsed here, checked by the problem
         popts = given_options(args, "popt_", cls.specs() if cls is not None else {},
                               f"problem {args.problem!r}", errors=PROBLEM_ERRORS)
         if args.preset is not None and cls is not None:  # the preset's problem and method options, where not given
@@ -202,8 +340,13 @@ def cmd_solve(args):
         problem = get_problem(args.problem, **popts)
     from fedsciml.runtime.history import loop_progress
 
-    with cli_names(args._method_flags), loop_progress(not args.quiet):  # --quiet: no progress lines at all
+    with cli_names({**args._method_flags, **names}), loop_progress(_progress(args)):
         return _solve(args, problem)
+
+
+def _progress(args) -> bool:
+    """Progress lines: not with ``--no-progress``, nor with ``-q`` (errors only)."""
+    return not (args.quiet or args.no_progress)
 
 
 def _solve(args, problem):
@@ -214,17 +357,12 @@ def _solve(args, problem):
     from fedsciml.methods.centralized import Diverged
     from fedsciml.runtime.driver import check_clients, get_method, plan, run
 
-    method = args.method or ("fipa" if args.clients and args.clients > 1 else "centralized")
     check_clients(args.clients)
     if args.every < 1:
         raise CLIError(f"--every must be an integer ≥ 1, got {args.every}")
-    compare = [m.strip() for m in args.compare.split(",") if m.strip()] if args.compare else []
-    if compare and args.method is None:  # --compare alone: exactly the methods named, in that order
-        methods = list(dict.fromkeys(compare))
-    else:  # --method first, then the others named
-        methods = list(dict.fromkeys([method] + compare))
+    methods = _methods_to_run(args)
     for m in methods:
-        get_method(m)
+        get_method(m, getattr(problem, "kind", None))
     given = {**getattr(args, "_preset_method_options", {}), **given_options(args, "mopt_", args._method_specs)}
     if given.get("preset") == "paper":  # a problem's own script settings for the published method, where declared
         for k, v in (getattr(problem, "paper_method_options", None) or {}).items():
@@ -238,29 +376,38 @@ def _solve(args, problem):
             per_method[m]["checkpoint"] = os.path.join(per_method[m]["checkpoint"], m)
         engine = args.engine if m != "centralized" else "local"  # the pooled reference runs in this process
         plans.append(plan(problem, m, clients=args.clients, seed=args.seed, device=args.device,
-                          progress=not args.quiet, every=args.every, engine=engine, **per_method[m]))
+                          progress=_progress(args), every=args.every, engine=engine, **per_method[m]))
     if args.json:
-        check_output_file(args.json, "--json")
+        check_output_file(args.json, "--json", stdout=True)  # --json -: the JSON on standard output
     if args.out:
         check_output_dir(args.out, "--out")
-    set_threads(args.threads, quiet=args.quiet)
+    set_threads(args.threads)
     results = []
-    for m, p in zip(methods, plans):
-        if not args.quiet:
-            print(f"[fedsciml] {problem.name} · method={m} · clients={args.clients or problem.default_clients} · "
-                  f"params={problem.network().n_params if hasattr(problem, 'network') else '?'}", file=sys.stderr)
+    for m, p in zip(methods, plans):  # the run header: a status line (-q: none)
+        status(f"[fedsciml] {problem.name} · method={m} · clients={args.clients or problem.default_clients} · "
+               f"params={problem.network().n_params if hasattr(problem, 'network') else '?'}")
         try:
             res = run(p)
-        except BaseException as e:  # a compared run that fails keeps the runs that finished: shown and written
-            if results and not isinstance(e, KeyboardInterrupt):
+        except BaseException as e:  # the runs that finished, and the rounds this one finished, are kept
+            partial = getattr(e, "result", None)  # Ctrl-C/SIGTERM or a failed round (fedsciml.runtime.interrupt)
+            kept = results + ([partial] if partial is not None else [])
+            if results and partial is None:
                 print(f"{m} failed: the run(s) that finished ({', '.join(r.method for r in results)}) are kept",
                       file=sys.stderr)
+            written = False
+            if kept:
                 try:
-                    _keep_results(problem, results, args)
+                    _keep_results(problem, kept, args)
+                    written = bool(args.json or args.out)
                 except ResultsNotWritten as w:  # said here; the failed run's error stays the command's
                     print(f"error: {w}", file=sys.stderr)
+            where = " and ".join(x for x in (args.json, args.out) if x) if partial is not None and written else ""
+            if isinstance(e, KeyboardInterrupt) and where:
+                step = partial.history[-1].get("step") if partial.history else 0
+                e.kept = f"{m} stopped after step/round {step}; its result and model are written to {where}"  # type: ignore[attr-defined]
             if isinstance(e, (RoundFailed, Diverged)):  # the run cannot go on
-                raise RunFailed(f"{m}: {e}") from None
+                raise RunFailed(f"{m}: {e}" + (f"; the rounds before are written: {where}" if where else "")) \
+                    from None
             raise
         results.append(res)
     _keep_results(problem, results, args)
@@ -275,7 +422,7 @@ def _keep_results(problem, results, args) -> None:
     for r in results:  # the whole command (parsing, set-up, every compared run) up to writing the results
         r.wall_seconds = wall
         r.extra["command"] = command
-    _print_summary(results)
+    _print_summary(results, sys.stderr if args.json == "-" else sys.stdout)  # --json -: stdout is the JSON's
     _write_outputs(problem, results, args)
 
 
@@ -309,11 +456,12 @@ def _read_points(path: str) -> list:
 
 
 def _write_csv_atomic(path: str, header: list, rows) -> None:
-    """``path`` written atomically (:func:`fedsciml.runtime.files.write_atomic`): a failed write (a full disk)
-    leaves no half file that looks valid, and one line names the file."""
+    """``path`` written by :func:`fedsciml.runtime.files.write_output`'s rules (atomically over a regular file or
+    a link's target, through to a device, ``-``: standard output; never onto an input of the command): a failed
+    write (a full disk) leaves no half file that looks valid, and one line names the file."""
     import csv
 
-    from fedsciml.runtime.files import write_atomic
+    from fedsciml.runtime.files import write_output
 
     def write(f):
         w = csv.writer(f)
@@ -321,7 +469,7 @@ def _write_csv_atomic(path: str, header: list, rows) -> None:
         w.writerows(rows)
 
     try:
-        write_atomic(path, write, newline="")
+        write_output(path, write, newline="", what="--out", stdout=True)
     except OSError as e:
         raise CLIError(f"--out {path!r} could not be written ({e.strerror or e}); nothing was written") from None
 
@@ -329,8 +477,6 @@ def _write_csv_atomic(path: str, header: list, rows) -> None:
 def cmd_predict(args):
     """``predict DIR --points IN.csv --out OUT.csv``: the saved model at the points, written with a header of
     the input axes and the output components."""
-    import csv
-
     import numpy as np
     import torch
 
@@ -340,8 +486,7 @@ def cmd_predict(args):
     u = load_model(args.model)
     meta = getattr(u, "meta", {})
     to_stdout = args.out == "-"  # --out -: the CSV on standard output (status lines go to stderr)
-    if not to_stdout:
-        check_output_file(args.out, "--out")
+    check_output_file(args.out, "--out", stdout=True)  # never the model's own files or --points (main's inputs)
     rows = _read_points(args.points)
     header = None
     if rows and not _numeric(rows[0]):
@@ -373,14 +518,9 @@ def cmd_predict(args):
     names = list(meta.get("inputs") or [f"x{i}" for i in range(x.shape[1])]) + \
         list(meta.get("outputs") or [f"u{i}" for i in range(out.shape[1])])
     lines = ([repr(float(v)) for v in xi] + [repr(float(v)) for v in ui] for xi, ui in zip(x, out))
-    if to_stdout:
-        w = csv.writer(sys.stdout)
-        w.writerow(names)
-        w.writerows(lines)
-        sys.stdout.flush()
-        return 0
     _write_csv_atomic(args.out, names, lines)
-    print(f"wrote {args.out} ({x.shape[0]} points)", file=sys.stderr)
+    if not to_stdout:
+        status(f"wrote {args.out} ({x.shape[0]} points)")
     return 0
 
 
@@ -408,15 +548,15 @@ def command_record(args) -> dict:
         key = k.removeprefix("mopt_").removeprefix("popt_").removeprefix("ropt_")
         resolved[key] = v if isinstance(v, (int, float, str, bool)) or (
             isinstance(v, list) and all(isinstance(x, (int, float, str, bool)) for x in v)) else str(v)
-    cfg = getattr(args, "_config", None) or {}
-    return {"argv": list(getattr(args, "_argv", [])), "config_file": cfg.get("file"),
-            "config": cfg.get("values") or {}, "resolved": resolved}
+    cfg = getattr(args, "_config", None)
+    return {"argv": list(getattr(args, "_argv", [])), "config_file": cfg.path if cfg is not None else None,
+            "config": cfg.table if cfg is not None else {}, "resolved": resolved}
 
 
-def _print_summary(results):
+def _print_summary(results, file=None):
     from fedsciml.runtime.results import summary_lines
 
-    print("\n".join(summary_lines(results)))
+    print("\n".join(summary_lines(results)), file=file or sys.stdout)
 
 
 def _write_outputs(problem, results, args):
@@ -430,10 +570,14 @@ def _write_outputs(problem, results, args):
         write_json_collecting(payload, args.json, failed)
     if args.out:
         write_json_collecting(payload, os.path.join(args.out, "result.json"), failed, f"{args.out}/result.json")
-        try:
-            for r in results:
-                suffix = "" if len(results) == 1 else f"_{r.method}"
+        for r in results:  # a history CSV that cannot be written loses nothing else (the model is written below)
+            suffix = "" if len(results) == 1 else f"_{r.method}"
+            try:
                 r.write_history_csv(os.path.join(args.out, f"history{suffix}.csv"))
+            except OSError as e:
+                failed.append(ResultsNotWritten(f"--out {args.out!r}: history{suffix}.csv not written "
+                                                f"({e.strerror or e}); the history is in result.json"))
+        try:
             if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
                 from fedsciml.ridge.model_io import model_meta, write_model
 
@@ -444,20 +588,20 @@ def _write_outputs(problem, results, args):
                         d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
                         for path in write_model(d, r.theta, float(r.extra.get("intercept", 0.0)),
                                                 model_meta(r, engine=args.engine, **io_names)):
-                            print(f"wrote {path}", file=sys.stderr)
+                            status(f"wrote {path}")
             if hasattr(problem, "model_description"):  # the trained network: model.safetensors + model.json
                 from fedsciml.problems.saved import save_model
 
                 for r in results:
                     d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
                     save_model(r, problem, d)
-                    print(f"wrote {os.path.join(d, 'model.safetensors')} (+ model.json)", file=sys.stderr)
+                    status(f"wrote {os.path.join(d, 'model.safetensors')} (+ model.json)")
             # plots last: the results and the model are on disk whatever a figure does (a figure that cannot be
             # drawn is a warning from plot_runs, not a lost result)
             for path in plot_runs(problem, results, args.out):
-                print(f"wrote {path}", file=sys.stderr)
+                status(f"wrote {path}")
         except OSError as e:
-            failed.append(ResultsNotWritten(f"--out {args.out!r}: history CSV / plots / model not written "
+            failed.append(ResultsNotWritten(f"--out {args.out!r}: plots / model not written "
                                             f"({e.strerror or e}); the history is in result.json"))
     raise_collected(failed)
 
@@ -631,7 +775,7 @@ def _positive_seconds(text: str) -> float:
 
 def _add_flower_parser(sub):
     fl = sub.add_parser("flower")
-    fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir,run}")
+    fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir,run,deploy}")
     ad = fsub.add_parser("app-dir", help="print the directory of fedsciml's Flower App, for `flwr run DIR …`")
     ad.add_argument("--secagg", action="store_true", help="the SecAgg+ App (central DP one-shot) instead")
     ad.add_argument("--all", action="store_true", help="every App, one 'name<TAB>directory' line each")
@@ -648,6 +792,9 @@ def _add_flower_parser(sub):
     fr.add_argument("--no-stream", action="store_true", help="do not show the run's log (flwr log --stream)")
     fr.add_argument("--timeout", type=_positive_seconds, default=None, metavar="SECONDS",
                     help="stop waiting after this many seconds (exit 1; the run goes on: flwr stop ends it)")
+    from fedsciml.cli import flower_deploy
+
+    flower_deploy.add_parser(fsub)
 
 
 def _add_bench_parser(sub):
@@ -661,9 +808,23 @@ def _add_bench_parser(sub):
                    "RegMean, FedFisher, FedBEns)", images)])
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose refusals are one line (``--clients four``: the argument and the value, and where the
+    options are listed), not the usage of a hundred flags: a :class:`CLIError`, exit 2.  Subcommands' parsers
+    are of this class too (``add_subparsers`` makes them of the parent's class)."""
+
+    def error(self, message):
+        import re
+
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if m:  # `solve bratu --engine flowr`, `solv`: the closest choice
+            message += did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+        raise CLIError(f"{message} (`{self.prog} --help` lists the options)")
+
+
 def build_parser():
     """The parser; each subcommand's own flags are built when that subcommand is used (:class:`_BuiltOnUse`)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m fedsciml",
         description="fedsciml: federated scientific machine learning — PINNs, function fitting and ridge "
                     "regression on data split across clients, with exact Gauss–Newton, FIPA, FedAvg and "
@@ -671,12 +832,15 @@ def build_parser():
     )
     parser.add_argument("--plugin", action="append", default=[], metavar="MODULE_OR_FILE",
                         help="import a module or .py file that registers extra problems (repeatable; also "
-                             "FEDSCIML_PLUGINS and the 'fedsciml.problems' entry-point group)")
+                             "FEDSCIML_PLUGINS and the 'fedsciml.problems' entry-point group; not from a --config "
+                             "file)")
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", action="store_true",
-                           help="also show debug messages of the library (logging level DEBUG)")
-    verbosity.add_argument("-q", "--quiet-log", dest="quiet_log", action="store_true",
-                           help="show only errors (no progress, no warnings about rejected or missing clients)")
+                           help="also show debug messages of the library (logging level DEBUG); anywhere on the line")
+    verbosity.add_argument("-q", "--quiet", "--quiet-log", dest="quiet", action="store_true",
+                           help="errors only on standard error: no run header, progress, warnings or `wrote` lines "
+                                "(the results on standard output stay); anywhere on the line. --no-progress "
+                                "drops the progress lines alone")
     _lazy_commands(parser, "command", "{list,solve,predict,ridge,bench,flower}", [
         ("list", "list problems and methods", None),
         ("solve", "solve a registered problem (centralized or federated)", _add_solve_parser),
@@ -698,11 +862,13 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def configure_logging(args) -> None:
-    """The CLI decides what the user sees: the library's log records go to stderr (INFO: progress lines and
-    warnings; ``-v`` DEBUG; ``-q`` errors only), and long runs show a progress bar when stderr is a terminal."""
+    """The CLI decides what the user sees: the library's log records and the commands' status lines
+    (:func:`fedsciml.cli.common.status`: the run header, the thread notice, ``wrote …``) go to stderr — INFO:
+    progress lines, status lines and warnings; ``-v`` DEBUG; ``-q`` errors only — and long runs show a
+    progress bar when stderr is a terminal (not with ``-q``)."""
     from fedsciml.runtime.history import use_progress_bars
 
-    level = logging.DEBUG if args.verbose else logging.ERROR if args.quiet_log else logging.INFO
+    level = logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.INFO
     root = logging.getLogger("fedsciml")
     root.setLevel(level)
     if not any(isinstance(h, _StderrHandler) for h in root.handlers):
@@ -710,17 +876,21 @@ def configure_logging(args) -> None:
         handler.setFormatter(logging.Formatter("%(message)s"))
         root.addHandler(handler)
     root.propagate = False
-    use_progress_bars(not args.quiet_log)
+    use_progress_bars(not args.quiet)
 
 
-_GLOBAL_FLAGS = ("-v", "--verbose", "-q", "--quiet-log")
-#: ``solve PROBLEM --help``: the problem (and ``--method``) whose options the help shows (set by :func:`main`)
+#: the top-level flags that may stand anywhere on the line (moved before the subcommand, where the parser reads
+#: them): -q/--quiet is the one quiet (errors only), whichever side of the subcommand it stands
+_GLOBAL_FLAGS = ("-v", "--verbose", "-q", "--quiet", "--quiet-log")
+#: ``solve --help`` (``mode``: short), ``solve --help-all`` (``mode``: all) and ``solve PROBLEM --help``: the
+#: problem (and ``--method``) whose options the help shows (set by :func:`main`)
 _HELP_FOCUS: dict = {}
+_COMMANDS = ("list", "solve", "predict", "ridge", "bench", "flower")
 
 
 def _hoist_global_flags(argv: list) -> list:
-    """``-v``/``-q`` anywhere on the line (``solve bratu -v``): moved before the subcommand, where the parser
-    reads them (nothing after ``--`` is touched)."""
+    """``-v``/``-q``/``--quiet`` anywhere on the line (``solve bratu -q``): moved before the subcommand, where
+    the parser reads them (nothing after ``--`` is touched)."""
     end = argv.index("--") if "--" in argv else len(argv)
     front = [a for a in argv[:end] if a in _GLOBAL_FLAGS]
     return front + [a for a in argv[:end] if a not in _GLOBAL_FLAGS] + argv[end:]
@@ -736,63 +906,40 @@ def _command_of(argv: list) -> tuple[str | None, int]:
         if a == "--plugin":
             skip = True
             continue
-        if a in ("list", "solve", "predict", "ridge", "bench"):
+        if a in _COMMANDS:
             return a, i
     return None, -1
 
 
-def _apply_config(argv: list) -> tuple[list, str | None, dict]:
-    """``--config FILE.toml``: the file's keys (flag names: ``method = "gn"``, ``clients = 4``,
-    ``cv_sigmas = [0.1, 1.0]``, ``fit_intercept = true``; ``problem = "bratu"`` for ``solve``) become flags right
-    after the subcommand, so that flags given on the command line win.  Returns the new argv, the file and its
-    table (what ``result.json`` records as ``extra.command.config``)."""
-    import tomllib
+def _set_help_focus(argv: list, cmd: str | None, at: int) -> None:
+    """What ``solve``'s help shows (:data:`_HELP_FOCUS`): ``solve --help`` the short help, ``solve --help-all``
+    every option, ``solve PROBLEM [--method M] --help`` that problem's and the methods' for it."""
+    _HELP_FOCUS.clear()
+    if cmd != "solve":
+        return
+    rest = argv[at + 1:]
+    if "--help-all" in rest:
+        _HELP_FOCUS["mode"] = "all"
+        return
+    if "-h" not in rest and "--help" not in rest:
+        return
+    _HELP_FOCUS["mode"] = "short"
+    if rest and not rest[0].startswith("-"):
+        _HELP_FOCUS["problem"] = rest[0]
+    if "--method" in rest and rest.index("--method") + 1 < len(rest):
+        _HELP_FOCUS["method"] = rest[rest.index("--method") + 1]
 
-    if "--config" not in argv and not any(a.startswith("--config=") for a in argv):
-        return argv, None, {}
-    i = next(k for k, a in enumerate(argv) if a == "--config" or a.startswith("--config="))
-    if argv[i] == "--config":
-        if i + 1 >= len(argv):
-            raise CLIError("--config needs a TOML file: --config run.toml")
-        path, rest = argv[i + 1], argv[:i] + argv[i + 2:]
-    else:
-        path, rest = argv[i].split("=", 1)[1], argv[:i] + argv[i + 1:]
-    try:
-        with open(path, "rb") as f:
-            table = tomllib.load(f)
-    except OSError as e:
-        raise CLIError(f"--config {path!r} cannot be read: {e.strerror or e}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise CLIError(f"--config {path!r} is not valid TOML: {e}") from None
-    cmd, at = _command_of(rest)
-    if cmd is None:
-        raise CLIError("--config goes with a subcommand: solve --config run.toml (or ridge --config run.toml)")
-    tokens: list = []
-    given_problem = at + 1 < len(rest) and not rest[at + 1].startswith("-")
-    for key, value in table.items():
-        if key == "problem" and cmd == "solve":
-            if not isinstance(value, str):
-                raise CLIError(f"--config {path!r}: problem must be a string, got {value!r}")
-            if not given_problem:
-                tokens.insert(0, value)
-            continue
-        flag = "--" + str(key).replace("_", "-")
-        if isinstance(value, bool):
-            if value:
-                tokens.append(flag)
-        elif isinstance(value, (int, float, str)):
-            tokens += [flag, str(value)]
-        elif isinstance(value, list) and all(isinstance(v, (int, float, str)) for v in value):
-            tokens += [flag, ",".join(str(v) for v in value)]
-        else:
-            raise CLIError(f"--config {path!r}: {key} must be a number, string, boolean or list of those, got "
-                           f"{type(value).__name__}")
-    if given_problem and tokens[:1] and not tokens[0].startswith("-"):
-        tokens = tokens[1:]
-    pos = at + 2 if given_problem else at + 1
-    if not given_problem and tokens and not tokens[0].startswith("-"):  # the file's problem is the positional
-        return rest[:at + 1] + tokens + rest[at + 1:], path, table
-    return rest[:pos] + tokens + rest[pos:], path, table
+
+def _subparser(parser, argv: list, cmd: str, at: int) -> tuple[argparse.ArgumentParser, str]:
+    """The parser of the subcommand at ``argv[at]`` (``bench images``: the nested one) and its name."""
+    def choices(p):
+        action = next((a for a in p._actions if isinstance(a, argparse._SubParsersAction)), None)
+        return action.choices if action is not None else {}
+
+    sub = choices(parser)[cmd]
+    if cmd == "bench" and at + 1 < len(argv) and argv[at + 1] in choices(sub):
+        return choices(sub)[argv[at + 1]], f"bench {argv[at + 1]}"
+    return sub, cmd
 
 
 def _unknown_flags_error(parser, args, extras: list) -> str:
@@ -822,40 +969,53 @@ def _unknown_flags_error(parser, args, extras: list) -> str:
     return "unrecognized argument(s): " + ", ".join(parts)
 
 
-def main(argv=None) -> int:
-    _COMMAND_START[0] = time.perf_counter()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        argv, config_path, config = _apply_config(argv)
-        load_plugins(_pre_scan_plugins(argv))
-    except CLIError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+def _parse(argv: list):
+    """The command line (and its ``--config`` file) parsed: ``(parser, args, deprecation lines)``.  Every
+    refusal is a :class:`CLIError` (one line, exit 2): a bad ``--config`` file, a faulty plugin, a value argparse
+    refuses, an unknown flag (with the closest one)."""
+    from fedsciml.cli.config import take_config
+
     argv = _hoist_global_flags(argv)
+    line = list(argv)  # what result.json records: the command line as given, --config FILE included
+    argv, config = take_config(argv)  # read and parsed (bounded) before anything is imported
+    load_plugins(_pre_scan_plugins(argv))  # the command line's --plugin only: a config file loads no code
     cmd, at = _command_of(argv)
-    _HELP_FOCUS.clear()
-    if cmd == "solve" and ("-h" in argv or "--help" in argv):  # solve PROBLEM --help: what applies to it
-        rest = argv[at + 1:]
-        if rest and not rest[0].startswith("-"):
-            _HELP_FOCUS["problem"] = rest[0]
-        if "--method" in rest and rest.index("--method") + 1 < len(rest):
-            _HELP_FOCUS["method"] = rest[rest.index("--method") + 1]
+    notes = []
     if cmd == "ridge":
         from fedsciml.cli.ridge import deprecated_spellings
 
         old = deprecated_spellings()
-        for tok in argv[at + 1:]:
-            flag = tok.split("=", 1)[0]
-            if flag in old:
-                print(f"[fedsciml] ridge {flag} is deprecated: use {old[flag]} (as solve spells it)",
-                      file=sys.stderr)
-    parser = build_parser()
-    args, extras = parser.parse_known_args(argv)
+        notes = [f"ridge {flag} is deprecated: use {old[flag]} (as solve spells it)"
+                 for flag in (tok.split("=", 1)[0] for tok in argv[at + 1:]) if flag in old]
+    _set_help_focus(argv, cmd, at)
+    try:  # the focus is this command line's (a later build_parser() builds the whole parser)
+        parser = build_parser()
+        if config is not None:
+            from fedsciml.cli.config import apply_config
+
+            if cmd is None:
+                raise CLIError("--config goes with a subcommand: solve --config run.toml (or ridge --config "
+                               "run.toml)")
+            sub, name = _subparser(parser, argv, cmd, at)
+            apply_config(config, parser, sub, name, argv)
+        args, extras = parser.parse_known_args(argv)
+    finally:
+        _HELP_FOCUS.clear()
     if extras:
-        print(f"error: {_unknown_flags_error(parser, args, extras)}", file=sys.stderr)
+        raise CLIError(_unknown_flags_error(parser, args, extras))
+    args._config = config
+    args._argv = line
+    return parser, args, notes
+
+
+def main(argv=None) -> int:
+    _COMMAND_START[0] = time.perf_counter()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        parser, args, notes = _parse(argv)
+    except CLIError as e:
+        print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    args._config = {"file": config_path, "values": config} if config_path else None
-    args._argv = list(argv)
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
@@ -869,9 +1029,14 @@ def main(argv=None) -> int:
     from fedsciml.runtime.results import ResultsNotWritten
 
     configure_logging(args)
+    for line in notes:
+        logging.getLogger("fedsciml.cli").warning(f"[fedsciml] {line}")
+    from fedsciml.runtime.files import protect_inputs
+    from fedsciml.runtime.interrupt import Interrupted, exit_status, terminate_as_interrupt
 
     try:
-        with cli_names():
+        with cli_names(), protect_inputs(_command_inputs(args, args._argv, args._config)), \
+                terminate_as_interrupt():
             if args.command == "list":
                 return cmd_list(args)
             if args.command == "solve":
@@ -887,6 +1052,10 @@ def main(argv=None) -> int:
                     return cmd_flower_app_dir(args)
                 if getattr(args, "flower_command", None) == "run":
                     return cmd_flower_run(args)
+                if getattr(args, "flower_command", None) == "deploy":
+                    from fedsciml.cli import flower_deploy
+
+                    return flower_deploy.run(args)
                 parser.parse_args(["flower", "--help"])
             if args.command == "bench":
                 if getattr(args, "bench_command", None) == "images":
@@ -905,7 +1074,37 @@ def main(argv=None) -> int:
     except (CLIError, ValueError, OptionTypeError) as e:  # ProblemError, OptionError, MessageRejected: ValueErrors
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C (130) or SIGTERM (143); a run's finished rounds are already written
+        print("interrupted" if not isinstance(e, Interrupted) or not e.kept else f"interrupted: {e.kept}",
+              file=sys.stderr)
+        return exit_status(e)
     return 0
+
+
+def _command_inputs(args, argv: list, config=None) -> list:
+    """The files the command reads, which none of its outputs may replace (:func:`fedsciml.runtime.files.
+    protect_inputs`): every regular file named on the command line (``--points``, ``--tables a,b``, ``--plugin``;
+    a comma list's items too) or in the ``--config`` file (its values but ``json`` and ``out``) other than the
+    outputs' own values, the ``--config`` file, and the model and checkpoint files in a directory named there
+    (``predict DIR``, ``--checkpoint DIR``)."""
+    out_flags = ("--json", "--out")
+    names, skip = [config.path if config is not None else None], False
+    for key, value in (config.table.items() if config is not None else ()):
+        if str(key).replace("-", "_") not in ("json", "out"):
+            argv = argv + [str(v) for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
+    for tok in argv:
+        if skip:
+            skip = False
+            continue
+        if tok in out_flags:
+            skip = True
+            continue
+        if tok.split("=", 1)[0] in out_flags:
+            continue
+        value = tok.split("=", 1)[1] if tok.startswith("-") and "=" in tok else tok
+        for part in {value, *value.split(",")}:
+            if part and os.path.isdir(part):
+                names += [os.path.join(part, f) for f in ("model.json", "model.safetensors", "state.pt")]
+            elif part:
+                names.append(part)
+    return [n for n in names if n is not None and os.path.isfile(n)]

@@ -28,6 +28,7 @@ test MSE, the centralized (pooled-data) MSE, the relative model error
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import sys
@@ -237,7 +238,8 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
     central = make_result(problem, "centralized",
                           {**problem.options, "solver": "pooled ridge (Cholesky)", "sigma_used": s_used},
                           seed=seed, device=dev, clients=int(K), theta=w_c, seconds=t_c, final={"mse": mse_c},
-                          history=[{"step": 0, "time_s": t_c, "mse": mse_c, "floats_sent": 0}], extra={"rounds": 0})
+                          history=[{"step": 0, "time_s": t_c, "mse": mse_c, "floats_sent": 0}],
+                          extra={"rounds": 0, "stop_reason": "closed form"})
     out.append(_summary(central, w_c, mse_c, "centralized", 0))
     dropout = cfg.dropout  # type: ignore[attr-defined]
     for name in names:
@@ -283,12 +285,12 @@ def table_rows(results) -> list[dict]:
 def run(args) -> int:
     """``ridge``: the generated flags' values (text parsed once, here), each checked by its owner — the preset's,
     the problem's, the one-shot method's (in :func:`run_preset`, by the driver) — then the run and the table."""
-    from fedsciml.cli.common import CLIError, given_options, set_threads
+    from fedsciml.cli.common import CLIError, given_options, set_threads, status
     from fedsciml.options import check_options, cli_names, declared
     from fedsciml.problems import REGISTRY
     from fedsciml.problems.base import PROBLEM_ERRORS
     from fedsciml.runtime.driver import METHODS
-    from fedsciml.runtime.results import check_output_dir, check_output_file, format_table, write_json
+    from fedsciml.runtime.results import check_output_dir, check_output_file, write_json
 
     with cli_names(args._ridge_flags):
         preset = check_options("ridge", declared(PRESET), given_options(args, "ropt_", declared(PRESET)))
@@ -314,7 +316,7 @@ def run(args) -> int:
     if mopts.get("dp_epsilon") == math.inf:  # ε = ∞: no privacy (no clipping, no noise), as before
         del mopts["dp_epsilon"]
     if args.json:
-        check_output_file(args.json, "--json")
+        check_output_file(args.json, "--json", stdout=True)  # --json -: the JSON on standard output, the table on stderr
     if args.out:
         check_output_dir(args.out, "--out")
     set_threads(args.threads, quiet=True)
@@ -329,6 +331,25 @@ def run(args) -> int:
         r.wall_seconds = wall
     one = results[0]
     fused = one.extra.get("fused_clients", one.clients)
+    with contextlib.redirect_stdout(sys.stderr if args.json == "-" else sys.stdout):
+        _print_table(one, fused, results, args)
+    if args.json:
+        write_json({"runs": [r.to_dict() for r in results]}, args.json)
+        if args.json != "-":
+            status(f"wrote {args.json}")
+    if args.out:
+        import os
+
+        for path in write_model(args.out, one.theta, 0.0, model_meta(one, engine=args.engine)):
+            status(f"wrote {path}")
+        write_json({"runs": [r.to_dict() for r in results]}, os.path.join(args.out, "result.json"))
+        status(f"wrote {os.path.join(args.out, 'result.json')}")
+    return 0
+
+
+def _print_table(one, fused, results, args) -> None:
+    from fedsciml.runtime.results import format_table
+
     print(f"{one.problem}: K={one.clients} ({fused} answered), σ={results[1].options['sigma_used']:.4g}, "
           f"device {one.device}, engine {args.engine}, seed {one.seed}")
     print(format_table(COLUMNS, table_rows(results)))
@@ -337,14 +358,3 @@ def run(args) -> int:
         if rej:
             print(f"{r.method}: {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client "
                   f"{rej[0]['client']}: {rej[0]['reason']}")
-    if args.json:
-        write_json({"runs": [r.to_dict() for r in results]}, args.json)
-        print(f"wrote {args.json}", file=sys.stderr)
-    if args.out:
-        import os
-
-        for path in write_model(args.out, one.theta, 0.0, model_meta(one, engine=args.engine)):
-            print(f"wrote {path}", file=sys.stderr)
-        write_json({"runs": [r.to_dict() for r in results]}, os.path.join(args.out, "result.json"))
-        print(f"wrote {os.path.join(args.out, 'result.json')}", file=sys.stderr)
-    return 0

@@ -153,28 +153,52 @@ def site_losses(n_k, mu_k, S_k, coef, intercept):
     return np.maximum(quad, 0.0) + n_k[:, None] * r * r
 
 
-def loco_path(messages, d: int, alphas, fit_intercept: bool, standardize: bool):
-    """Leave-one-site-out held-out losses ``[K, A]`` for every site and alpha, from the messages alone.
+def _stack(messages, d: int):
+    """``(n [K], μ [K, p], S [K, p, p])`` of a list of messages."""
+    n = np.array([m["n"][0] for m in messages], dtype=np.float64)
+    mu = np.stack([np.asarray(m["mean"], dtype=np.float64) for m in messages])
+    S = np.stack([unpack(np.asarray(m["S"], dtype=np.float64), d + 1) for m in messages])
+    return n, mu, S
 
-    Per fold: the rest's statistics (:func:`leave_one_out`), one symmetric eigendecomposition of its
-    (standardized) Gram, every alpha from it (``β(α) = V (Λ + α)⁻¹ Vᵀ h``), scored by :func:`site_losses`."""
+
+def heldout_path(train, test, d: int, alphas, fit_intercept: bool, standardize: bool):
+    """Held-out losses ``[F, A]``: fold f's model, fitted on ``train = (n [F], μ [F, p], S [F, p, p])`` for every
+    alpha, scored on ``test`` (the same layout) by :func:`site_losses`.
+
+    Per fold one symmetric eigendecomposition of its (standardized) Gram, every alpha from it
+    (``β(α) = V (Λ + α)⁻¹ Vᵀ h``)."""
     alphas = np.asarray(alphas, dtype=np.float64)
-    N, mu, S = combine(messages)
-    n_k = np.array([m["n"][0] for m in messages])
-    mu_k = np.stack([m["mean"] for m in messages])
-    S_k = np.stack([unpack(np.asarray(m["S"], dtype=np.float64), d + 1) for m in messages])
-    nB, muB, SB = leave_one_out(N, mu, S, n_k, mu_k, S_k)
+    nB, muB, SB = train
     G, h = _normal_blocks(nB, muB, SB, d, fit_intercept)
     if standardize:
-        sc = _scales(nB, muB, SB, d)                                     # [K, d]: each fold's own scaler
+        sc = _scales(nB, muB, SB, d)                                     # [F, d]: each fold's own scaler
         G = G / (sc[:, :, None] * sc[:, None, :])
         h = h / sc
     lam, V = np.linalg.eigh(G)
     lam = np.maximum(lam, 0.0)
-    c = np.einsum("kji,kj->ki", V, h)                                   # Vᵀh  [K, d]
-    coef = np.einsum("kji,kai->kaj", V, c[:, None, :] / (lam[:, None, :] + alphas[None, :, None]))  # [K, A, d]
+    c = np.einsum("kji,kj->ki", V, h)                                   # Vᵀh  [F, d]
+    coef = np.einsum("kji,kai->kaj", V, c[:, None, :] / (lam[:, None, :] + alphas[None, :, None]))  # [F, A, d]
     if standardize:
         coef = coef / sc[:, None, :]
     intercept = (muB[:, None, d] - np.einsum("kaj,kj->ka", coef, muB[:, :d])) if fit_intercept \
         else np.zeros(coef.shape[:2])
-    return site_losses(n_k, mu_k, S_k, coef, intercept)
+    n_t, mu_t, S_t = test
+    return site_losses(n_t, mu_t, S_t, coef, intercept)
+
+
+def loco_path(messages, d: int, alphas, fit_intercept: bool, standardize: bool):
+    """Leave-one-site-out held-out losses ``[K, A]`` for every site and alpha, from the messages alone: fold k
+    is the rest's statistics (:func:`leave_one_out`), scored on site k's own message (:func:`heldout_path`)."""
+    N, mu, S = combine(messages)
+    n_k, mu_k, S_k = _stack(messages, d)
+    return heldout_path(leave_one_out(N, mu, S, n_k, mu_k, S_k), (n_k, mu_k, S_k), d, alphas, fit_intercept,
+                        standardize)
+
+
+def split_path(train_messages, test_messages, d: int, alphas, fit_intercept: bool, standardize: bool):
+    """Held-out losses ``[F, A]`` of F arbitrary train/test splits (scikit-learn's ``cv=``), each given as the
+    statistics of its training rows and of its test rows; plus each test fold's total sum of squares about its
+    own mean ``[F]`` (the R² denominator, ``S_yy`` of the test message)."""
+    test = _stack(test_messages, d)
+    return (heldout_path(_stack(train_messages, d), test, d, alphas, fit_intercept, standardize),
+            test[2][:, d, d])

@@ -30,12 +30,20 @@ the PSD cone (eigenvalues clipped at 0), the nearest PSD matrix in Frobenius
 norm; then ``G̃₊ + σI ⪰ σI`` and the Cholesky solve always succeeds for σ > 0.
 Being post-processing, the repair costs no privacy.
 
-Noise-aware σ (the paper's future-work item 2, optional): the symmetric noise
-E has spectral norm ≈ √(2m)·s (Wigner semicircle edge; m the dimension,
-``s√K`` for K local draws); ``noise_aware_sigma=True`` solves with
+Noise-aware σ (the paper's future-work item 2; **the default under DP**): the
+symmetric noise E has spectral norm ≈ √(2m)·s (Wigner semicircle edge; m the
+dimension, ``s√K`` for K local draws); ``noise_aware_sigma=True`` solves with
 ``σ + √(2m)·s_total``, which keeps ``G̃₊ + σI`` away from the noise floor.
 It depends only on public quantities (ε, δ, C_a, C_b, K, m), so it costs no
-privacy.
+privacy.  Decision: it is on by default, because σ is otherwise chosen in the
+units of the exact statistics while the noisy Gram's eigenvalues move by up to
+‖E‖: a penalty below ‖E‖ fits the noise (standardized diabetes, 4 sites,
+central DP at ε = 2: σ = 0.1 gives test MSE 1.9, worse than predicting the
+mean; the default 0.59 against 0.54 for scikit-learn's non-private Ridge).  It
+is the data-independent half of AdaSSP's rule (Wang 2018, λ ≈ noise norm −
+λ_min(G)), which would spend a share of ε on λ_min; ``noise_aware_sigma=False``
+(``--no-dp-noise-aware``) solves with σ as given.  :func:`noise_dominates`
+says when even that cannot help.
 
 Central DP (the paper's future-work item 1, "secure aggregation"): the sum
 carries the noise once, with the same s — √K times smaller than K independent
@@ -72,7 +80,9 @@ class DPConfig:
     clip: str = "scale"        # fedsciml.core.privacy.clip_rows mode
     central: bool = False      # noise once on the secure sum instead of on every client message
     calibration: str = "analytic"
-    noise_aware_sigma: bool = False  # add the noise's expected spectral norm √(2m)·s_total to σ
+    # add the noise's expected spectral norm √(2m)·s_total to σ; None: the default rule (on, unless σ is chosen by
+    # leave-one-client-out CV, whose scores already see the noisy statistics)
+    noise_aware_sigma: bool | None = None
     # a site refuses when clipping would shrink its median row by more than this factor (None: no check):
     # its statistics would then describe the clip bounds, not its data (fedsciml.core.privacy.check_clip_scale)
     max_shrink: float | None = 10.0
@@ -125,6 +135,23 @@ def privatize(msg: dict, std: float, generator: torch.Generator) -> dict:
     d = msg["h"].shape[-1]
     e = noise_like(d, std, generator, msg["h"].dtype, msg["h"].device)
     return {"G": msg["G"] + e["G"], "h": msg["h"] + e["h"]}
+
+
+def noise_norm(m: int, total_std: float) -> float:
+    """The expected spectral norm of the symmetric noise on an m×m Gram with per-entry std ``total_std``:
+    ``√(2m)·s`` (the semicircle edge for ``Var E_ii = s²``, ``Var E_ij = s²/2``)."""
+    return (2.0 * m) ** 0.5 * float(total_std)
+
+
+def noise_dominates(G: torch.Tensor, total_std: float) -> tuple[bool, float, float]:
+    """``(dominated, noise norm, mean eigenvalue)``: whether the noise's spectral norm exceeds the mean eigenvalue
+    ``tr(G̃)/m`` of the noisy (repaired) Gram — then most directions of the fit are the noise's and the penalty's,
+    not the data's, and the model is pulled towards 0 whatever σ.  Post-processing of the released sum: no privacy
+    cost."""
+    m = int(G.shape[-1])
+    nn = noise_norm(m, total_std)
+    mean_eig = float(torch.diagonal(G).sum()) / max(m, 1)
+    return nn > mean_eig, nn, mean_eig
 
 
 def psd_repair(G: torch.Tensor, floor: float = 0.0) -> tuple[torch.Tensor, int]:

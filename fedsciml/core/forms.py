@@ -34,8 +34,9 @@ p ≈ 16 000), and the dense forms win whenever J fits.
 
 Ties go to the first of ``normal, kernel, chunked, matfree`` (so n ≥ p: normal, n < p: kernel, as before).
 
-**The K-FAC regime.**  On a CPU, where the residuals are in the forward-Laplacian channel form K-FAC for PINNs
-needs (:func:`fedsciml.core.kfac_pinn.jet_network`; heat and a general ``DomainPDE`` are not), p ≥
+**The K-FAC regime.**  On a CPU, where the residuals are in a channel form K-FAC for PINNs can use
+(:func:`fedsciml.core.kfac_pinn.jet_network`: the Poisson form, or Taylor-mode channels of heat-nd and any
+``DomainPDE`` without a part that reads u at two points — :mod:`fedsciml.core.kfac_taylor`), p ≥
 :data:`KFAC_MIN_PARAMS` and the cheapest dense step that fits costs at least :data:`KFAC_MIN_RATIO` times a K-FAC
 step by the flop model (``KFAC_CG_ITERS·c_P·n·p``), LM's automatic solve (and federated gn's automatic form) is
 matrix-free CG preconditioned by K-FAC and truncated at :data:`KFAC_CG_ITERS` iterations (:func:`choose_lm_solve`):
@@ -59,7 +60,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -301,18 +302,18 @@ def choose_form(n: int, p: int, *, device: torch.device | str | None = None, dty
 
 
 def kfac_regime(n: int, p: int, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float64,
-                jets: bool = False, precond: str = "auto", free: int | None = None) -> tuple[bool, str]:
+                jets: bool | Callable[[], bool] = False, precond: str = "auto",
+                free: int | None = None) -> tuple[bool, str]:
     """Whether an automatic choice for ``n`` rows and ``p`` parameters takes K-FAC-preconditioned CG truncated at
     :data:`KFAC_CG_ITERS` (the module docstring's regime), and why (or why not) in a few words: a CPU ``device``,
-    residuals in K-FAC's channel form (``jets``), ``p ≥`` :data:`KFAC_MIN_PARAMS`, the cheapest dense LM step that
-    fits at least :data:`KFAC_MIN_RATIO` K-FAC steps by the flop model, and no preconditioner other than ``kfac``
-    named (``precond``); ``free``: a fake free-memory figure."""
+    ``p ≥`` :data:`KFAC_MIN_PARAMS`, no preconditioner other than ``kfac`` named (``precond``), residuals in a
+    channel form K-FAC can use (``jets``: a bool, or a callable asked only when the other tests pass — finding a
+    problem's channel form costs forward passes), and the cheapest dense LM step that fits at least
+    :data:`KFAC_MIN_RATIO` K-FAC steps by the flop model; ``free``: a fake free-memory figure."""
     if precond not in PRECONDS:
         raise ValueError(f"precond must be one of {', '.join(PRECONDS)}, got {precond!r}")
     if torch.device(device if device is not None else "cpu").type == "cuda":
         return False, "a GPU device (dense steps are fast there)"
-    if not jets:
-        return False, "residuals not in K-FAC's forward-Laplacian channel form"
     n, p = int(n), int(p)
     if p < KFAC_MIN_PARAMS:
         return False, f"p = {p:,} < {KFAC_MIN_PARAMS:,}"
@@ -330,6 +331,8 @@ def kfac_regime(n: int, p: int, *, device: torch.device | str | None = None, dty
             return False, f"{step} < {KFAC_MIN_RATIO:g}"
     else:
         step = "no dense form fits"
+    if not (jets() if callable(jets) else jets):
+        return False, "residuals not in a channel form K-FAC can use"
     return True, f"a CPU, residuals in K-FAC's channel form, p = {p:,} ≥ {KFAC_MIN_PARAMS:,}, {step}"
 
 
@@ -342,20 +345,22 @@ def matfree_settings(regime: bool, precond: str = "auto", cg_iters: int | None =
 
 
 def choose_lm_solve(n: int, p: int, *, solve: str = "auto", precond: str = "auto", cg_iters: int | None = None,
-                    jets: bool = False, device: torch.device | str | None = None,
+                    jets: bool | Callable[[], bool] = False, device: torch.device | str | None = None,
                     dtype: torch.dtype = torch.float64, free: int | None = None, rank: int = 50,
                     need: str = "lm", rows: Sequence[int] | None = None) -> FormChoice:
     """Levenberg–Marquardt's solve (``need='lm'``; federated gn's message with ``need='gn'``): the form, and for the
     matrix-free form its preconditioner and CG cap (:attr:`FormChoice.precond`, :attr:`FormChoice.cg_iters`).
 
     ``solve``: ``auto`` or a form named by the caller; ``precond``: ``auto`` or a named preconditioner;
-    ``cg_iters``: a named CG cap or ``None``; ``jets``: the residuals are in K-FAC's forward-Laplacian channel form.
+    ``cg_iters``: a named CG cap or ``None``; ``jets``: the residuals are in a K-FAC channel form (a bool, or a
+    callable asked only where the regime's other conditions hold).
     ``auto`` takes the K-FAC regime where :func:`kfac_regime` says so (matrix-free, ``kfac``, CG capped at
     :data:`KFAC_CG_ITERS` unless a cap is named), else :func:`choose_form`'s choice with Nyström
     (``rank``) and :data:`FULL_CG_ITERS` for a matrix-free solve.  The preconditioner and cap depend on p, the
     device, the names and — through the regime's cost test — n."""
-    if cg_iters is not None and int(cg_iters) < 1:
-        raise ValueError(f"cg_iters must be ≥ 1 CG iterations per solve (or None), got {cg_iters}")
+    if cg_iters is not None and int(cg_iters) < 0:
+        raise ValueError(f"cg_iters must be ≥ 0 CG iterations per solve (0: the damped K-FAC step; or None), got "
+                         f"{cg_iters}")
     regime, why = kfac_regime(n, p, device=device, dtype=dtype, jets=jets, precond=precond, free=free)
     regime = regime and solve == "auto"
     pre, cap = matfree_settings(regime, precond, cg_iters)

@@ -95,7 +95,8 @@ class LMConfig:
     #                            statistics), "matfree" (CG, needs op) or "auto"
     matfree: matfree.MatfreeConfig = field(default_factory=matfree.MatfreeConfig)
     momentum: float = 0.0      # SPRING momentum β ∈ [0, 1) (0: plain Levenberg–Marquardt)
-    jets: bool = False         # the residuals are in K-FAC's forward-Laplacian channel form: solve="auto" with
+    jets: bool | Callable[[], bool] = False  # the residuals are in a K-FAC channel form (a callable: asked when
+    #                            the other conditions of the K-FAC regime hold): solve="auto" with
     #                            matfree.precond "auto" may take K-FAC-preconditioned, truncated CG
     #                            (fedsciml.core.forms.choose_lm_solve)
 
@@ -112,6 +113,20 @@ class LMConfig:
 
 
 SOLVES = ("auto", "normal", "kernel", "chunked", "matfree")
+
+
+def damping_ceiling(mu_max: float) -> str:
+    """The stop reason of a run whose damping reached ``mu_max`` (``damping ceiling (μ = 1e+20)``): no step lowers
+    the loss at these points any more — LM raises μ after every rejected step, so it gets there at a minimum of
+    the training loss to round-off (or where no direction descends), and a larger budget changes nothing."""
+    return f"damping ceiling (μ = {mu_max:.0e})"
+
+
+def ceiling_warning(who: str, step: int, mean_loss: float, mu_max: float) -> str:
+    """The one warning line of a run stopped by :func:`damping_ceiling` (centralized lm, federated gn)."""
+    return (f"{who} stopped at step {step}: its damping reached the ceiling μ = {mu_max:.0e} — no step lowers the "
+            f"training loss ({mean_loss:.3e}) at these points, so a larger budget changes nothing; fresh points "
+            f"every K steps (resample) give it more to fit")
 
 
 def damping_after_success(mu: float, rho: float, mu_min: float) -> tuple[float, float]:
@@ -309,6 +324,16 @@ class LevenbergMarquardt:
         assert mc.max_iters is not None  # resolved by the property
         bphi = self._momentum_term()
         rhs = None if bphi is None else -(st.g + mu * bphi)
+        if mc.max_iters == 0:  # no CG: the damped K-FAC step δ = −P⁻¹(g + μβφ), judged by the K-FAC model
+            if ny is None or mc.precond != "kfac":
+                raise ValueError("the matrix-free solve without CG (max_iters=0) takes the damped K-FAC step: it needs "
+                                 "precond='kfac'")
+            b = -st.g if rhs is None else rhs
+            delta = ny.inverse(mu)(b)
+            # the model with P − μI ⪰ 0 (K-FAC's approximation of JᵀJ): −gᵀδ − ½δᵀ(P − μI)δ, Pδ = b
+            pred = -float(st.g @ delta) - 0.5 * float(delta @ b) + 0.5 * mu * float(delta @ delta)
+            self.last_cg_iters = 0
+            return delta, pred
         res = matfree.damped_gn_step(self._op().matvec, st.g, mu, precond=ny.inverse(mu) if ny is not None else None,
                                      rtol=mc.rtol, max_iters=mc.max_iters, rhs=rhs)
         self.last_cg_iters = res.cg_iters

@@ -225,7 +225,8 @@ class MatfreeConfig:
     precond: str = "nystrom"  # "nystrom", "kfac", "none" or "auto" (LM's choice: fedsciml.core.forms.choose_lm_solve)
     rank: int = 50            # Nyström sketch rank ℓ (capped at p)
     rtol: float = 1e-10       # CG relative residual
-    max_iters: int | None = 500  # CG iterations per solve (None: LM's choice, fedsciml.core.forms.matfree_settings)
+    max_iters: int | None = 500  # CG iterations per solve (None: LM's choice, fedsciml.core.forms.matfree_settings;
+    #                              0: no CG, the damped K-FAC step −P⁻¹g itself)
     seed: int = 0
 
     def validate(self) -> None:
@@ -236,8 +237,11 @@ class MatfreeConfig:
             raise ValueError(f"Nyström rank must be ≥ 1, got {self.rank}")
         if not self.rtol > 0:
             raise ValueError(f"CG rtol must be > 0, got {self.rtol}")
-        if self.max_iters is not None and self.max_iters < 1:
-            raise ValueError(f"CG max_iters must be ≥ 1, got {self.max_iters}")
+        if self.max_iters is not None and self.max_iters < 0:
+            raise ValueError(f"CG max_iters must be ≥ 0 (0: the preconditioner's own damped step, no CG), got "
+                             f"{self.max_iters}")
+        if self.max_iters == 0 and self.precond not in ("kfac", "auto"):
+            raise ValueError(f"CG max_iters=0 (the damped K-FAC step, no CG) needs precond kfac, got {self.precond!r}")
 
 
 @dataclass

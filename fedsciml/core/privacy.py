@@ -193,8 +193,9 @@ def check_clip_scale(A: torch.Tensor, b: torch.Tensor, c_a: float, c_b: float, m
         raise ValueError(
             f"{who}: clipping at dp_clip_a={c_a:g}, dp_clip_b={c_b:g} would shrink its median row {f:.3g}× (more "
             f"than dp_max_shrink={max_shrink:g}×), so its DP statistics would describe the clip, not the data; "
-            f"standardize features and target first (federated standardization, docs/flower-sites.md) or set the "
-            f"clip bounds to the data's scale")
+            f"scale features and target with public constants first (known ranges or units: this releases "
+            f"nothing), or set the clip bounds to the data's scale; federated standardization "
+            f"(docs/flower-sites.md) also works but releases every site's feature means and variances outside ε")
 
 
 def clip_by_norm(x: torch.Tensor, c: float) -> torch.Tensor:

@@ -340,5 +340,7 @@ def plot(res: dict, out_dir: str) -> str:
     st = res["setting"]
     alpha = "IID" if st["alpha"] is None else f"α={st['alpha']}"
     path = os.path.join(out_dir, f"images_{st['dataset']}_{st['protocol']}_{alpha}.png".replace("α=", "alpha"))
-    figure(res).savefig(path, dpi=110)
+    from fedsciml.runtime.files import save_figure
+
+    save_figure(figure(res), path, dpi=110)
     return path

@@ -44,6 +44,7 @@ from fedsciml.core.schema import floats_in
 from fedsciml.runtime.client import dispatch, register_handler
 from fedsciml.runtime.driver import METHODS, KindUse, add_kind, kind_error, solve
 from fedsciml.runtime.history import Progress
+from fedsciml.runtime.results import stop_reason_of
 from fedsciml.runtime.loop import RoundConfig, Simulation
 from fedsciml.runtime.strategy import Exchange, Strategy
 from fedsciml.runtime.transport import BytesTransport, LocalTransport, Reply, Request, Transport
@@ -649,6 +650,7 @@ def run_image_method(name: str, task: ImageTask, objectives, theta0, evaluate, c
             info["alpha"] = agg.chosen_alpha
         return theta, rows, {"floats": strategy.floats, "client_s": strategy.client_s / len(objectives),
                              "server_s": strategy.server_s, "info": info, "run": _run_info(rinfo, wall),
+                             "stop_reason": stop_reason_of(rinfo),
                              "n_params": task.model.p}
     r0, n = task.first_round, config.rounds
     strategy = ImageRoundStrategy(name, _aggregator(name, cfg), cfg, task.cohorts, r0, seed)
@@ -677,6 +679,7 @@ def run_image_method(name: str, task: ImageTask, objectives, theta0, evaluate, c
     k = len(task.cohorts[r0]) if task.cohorts else len(objectives)
     return theta, rows, {"floats": _mean(strategy.floats), "client_s": strategy.client_s / max(1, n * k),
                          "server_s": strategy.server_s / max(1, n), "info": info, "run": _run_info(rinfo, wall),
+                         "stop_reason": stop_reason_of(rinfo),
                          "n_params": task.model.p}
 
 

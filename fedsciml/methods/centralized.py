@@ -25,7 +25,10 @@ no statistics at a point accepted just before a resample (the next step takes th
 :func:`fedsciml.core.lm.deferred_stats`) — with ``resample=1`` one Jacobian per step instead of two.
 
 Every solver stops on the first of: ``tol`` on the mean loss, ``max_iters``
-iterations, or ``budget`` seconds (solver time, evaluation excluded).
+iterations, or ``budget`` seconds (solver time, evaluation excluded) — and LM when its damping reaches its
+ceiling (no step lowers the loss: one warning line says so).  ``info["stop_reason"]`` names which
+(``tolerance``, ``iterations``, ``budget``, ``damping ceiling (μ = 1e+20)``, ``callback NAME``;
+:func:`fedsciml.runtime.results.stop_reason_of`).
 """
 from __future__ import annotations
 
@@ -46,7 +49,9 @@ from fedsciml.core.stats import chunked_gn_stats
 from fedsciml.runtime.history import Recorder
 from fedsciml.methods.resample import Growth, check_resample, resampled_objectives
 from fedsciml.methods.run import capped_rank
-from fedsciml.core.lm import LevenbergMarquardt, LMConfig, auto_form, default_tau, deferred_stats
+from fedsciml.core.lm import LevenbergMarquardt, LMConfig, auto_form, ceiling_warning, damping_ceiling, default_tau, deferred_stats
+
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class CentralizedConfig(StopOptions):
@@ -71,14 +76,15 @@ class CentralizedConfig(StopOptions):
                            choices=("auto", "normal", "kernel", "chunked", "matfree"))
     nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
     precond: str = option("auto", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
-                                  "(K-FAC for PINNs: Kronecker factors with the Laplacian's terms; forward-Laplacian "
-                                  "PINN problems), none, or auto (kfac where lm_solve auto goes matrix-free for it: a "
-                                  f"CPU, forward-Laplacian PINN residuals, p ≥ {KFAC_MIN_PARAMS:,}, a dense step "
+                                  "(K-FAC for PINNs: Kronecker factors of the Taylor-mode channels; PINN residuals of u "
+                                  "and its derivatives up to order 2), none, or auto (kfac where lm_solve auto goes matrix-free for it: a "
+                                  f"CPU, PINN residuals in channel form, p ≥ {KFAC_MIN_PARAMS:,}, a dense step "
                                   "dear; else nystrom)", str,
                           choices=("auto", "nystrom", "kfac", "none"))
     cg_iters: int | None = option(None, "CG iterations per matrix-free lm solve, at most (a truncated solve is judged "
-                                        "by LM's gain ratio; with precond kfac, 1–10 take many cheap steps)", int, lo=1,
-                                  none="10 where lm_solve auto takes K-FAC (a CPU, forward-Laplacian PINN residuals, "
+                                        "by LM's gain ratio; with precond kfac, 1–10 take many cheap steps; 0: no CG, "
+                                        "the damped K-FAC step itself)", int, lo=0,
+                                  none="10 where lm_solve auto takes K-FAC (a CPU, PINN residuals in channel form, "
                                        f"p ≥ {KFAC_MIN_PARAMS:,}, a dense step dear), else 500")
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
@@ -239,6 +245,18 @@ def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
     return stats
 
 
+def _limit_reached(it: int, rec: Recorder, cfg: SolveConfig) -> str | None:
+    """Why a solver stops before iteration ``it + 1``, or ``None``: the recorder's reason (a callback asked),
+    ``iterations`` (``max_iters`` done) or ``budget`` (spent) — the loop condition's tests, named."""
+    if rec.stop_reason is not None:
+        return rec.stop_reason
+    if cfg.max_iters is not None and it >= cfg.max_iters:
+        return "iterations"
+    if rec.out_of_time():
+        return "budget"
+    return None
+
+
 def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConfig):
     """Levenberg–Marquardt; with ``cfg.damping='fixed'`` every step is taken, ``θ ← θ + η_k δ`` with
     ``(JᵀJ + μI)δ = −Jᵀr``, ``μ = cfg.mu·n`` (n the rows of the current points) and ``η_k`` of
@@ -256,7 +274,10 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
     n = obj.n_residuals
     it = 0
     held = 0  # the resample whose points obj holds
-    while (cfg.max_iters is None or it < cfg.max_iters) and not rec.out_of_time():
+    while True:
+        reason = _limit_reached(it, rec, cfg)
+        if reason:
+            break
         j = cfg.resample_index(it + 1)
         if j != held:  # fresh points: the statistics at θ on them (μ and the SPRING direction carry over)
             assert cfg.make_objective is not None and lm.theta is not None
@@ -265,7 +286,12 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
             lm.stats = stats_at(lm.theta)
             if fixed:
                 lm.mu = cfg.mu * obj.n_residuals
-        if lm.loss / obj.n_residuals <= cfg.tol or lm.mu >= lm.cfg.mu_max:
+        if lm.loss / obj.n_residuals <= cfg.tol:
+            reason = "tolerance"
+            break
+        if lm.mu >= lm.cfg.mu_max:
+            reason = damping_ceiling(lm.cfg.mu_max)
+            log.warning(ceiling_warning("centralized lm", it, lm.loss / obj.n_residuals, lm.cfg.mu_max))
             break
         trial = lm.propose()
         matfree_step = lm.stats.op is not None
@@ -307,7 +333,7 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
         rec.record(it, lm.theta if avg is None else avg, lm.loss, mu=lm.mu, accepted=accepted, **extra)
     choice = lm.form_choice(n, obj.n_params)
     info = {"accepted_steps": lm.accepted_steps, "rejected_steps": lm.rejected_steps, "final_mu": lm.mu,
-            "lm_solve": choice.form, "lm_solve_reason": choice.reason}
+            "lm_solve": choice.form, "lm_solve_reason": choice.reason, "stop_reason": reason}
     if choice.chunk_rows is not None:
         info["chunk_rows"] = choice.chunk_rows
     if cfg.resample is not None:
@@ -348,7 +374,7 @@ def run_torch_optimizer(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, c
     it = 0
     restarts = 0
     held = 0
-    while (cfg.max_iters is None or it < cfg.max_iters) and not rec.out_of_time():
+    while not (reason := _limit_reached(it, rec, cfg)):
         j = cfg.resample_index(it + 1)
         if j != held:  # fresh points; L-BFGS's curvature pairs belong to the old function: dropped
             assert cfg.make_objective is not None
@@ -371,8 +397,10 @@ def run_torch_optimizer(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, c
             raise Diverged(f"{cfg.optimizer}: the loss became {loss} at iteration {it} (lr={opt.param_groups[0]['lr']:g}); "
                            "try a smaller --lr")
         if loss / n <= cfg.tol:
+            reason = "tolerance"
             break
-    info = {"lbfgs_restarts": restarts} if cfg.optimizer == "lbfgs" else {}
+    info: dict = {"lbfgs_restarts": restarts} if cfg.optimizer == "lbfgs" else {}
+    info["stop_reason"] = reason
     if cfg.resample is not None:
         info["resamples"] = held
     return p.detach(), info
@@ -400,6 +428,16 @@ def solve_least_squares(obj: LeastSquares, theta0: torch.Tensor, evaluate, cfg: 
     run = run_lm if cfg.optimizer == "lm" else run_torch_optimizer
     try:
         theta, info = run(obj, theta0, rec, cfg)
+    except KeyboardInterrupt as e:  # Ctrl-C / SIGTERM: the last recorded step is kept (fedsciml.runtime.interrupt)
+        from fedsciml.runtime.interrupt import INTERRUPTED, Interrupted
+
+        stop = Interrupted.of(e)
+        if rec.last_theta is not None:
+            stop.partial = (rec.last_theta, list(rec.rows), {"stopped_by": INTERRUPTED, "stop_reason": INTERRUPTED,
+                                                             "solver_time_s": rec.elapsed()})
+        if stop is e:
+            raise
+        raise stop from None
     finally:
         rec.close()
     info["solver_time_s"] = rec.elapsed()
@@ -423,7 +461,7 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
                   matfree=MatfreeConfig(precond=config.precond,
                                         rank=capped_rank(config.nystrom_rank, theta0.numel(), "nystrom_rank"),
                                         max_iters=config.cg_iters, seed=seed),
-                  momentum=config.momentum, jets=has_jets(objectives))
+                  momentum=config.momentum, jets=lambda: has_jets(objectives))
     make = None
     if config.resample is not None:
         check_resample(problem, config.resample)

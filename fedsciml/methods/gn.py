@@ -66,7 +66,7 @@ normal form costs ``p(p+1)/2 + p`` floats and the square-root form
 ``MATFREE_FLOATS`` = 6.25·10⁶ floats (50 MB in float64) and the clients'
 Jacobians fit the device's memory, else the matrix-free form.  In LM's K-FAC
 regime (:func:`fedsciml.core.forms.choose_lm_solve`: a CPU, every client's
-residuals in K-FAC's forward-Laplacian channel form, p ≥ 5·10³, a dense LM step
+residuals in a K-FAC channel form, p ≥ 5·10³, a dense LM step
 of at least 2 K-FAC steps by the flop model, ``precond`` auto or kfac) it is the
 matrix-free form with ``kfac`` and CG capped at 10 exchanges per solve
 (``cg_iters`` unless named) — the same rule as centralized LM's ``lm_solve
@@ -86,6 +86,7 @@ and its registry entry (``METHOD_ENTRIES``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -101,10 +102,12 @@ from fedsciml.runtime.client import Client, register_handler
 from fedsciml.core.objective import GNStats, gn_stats_from
 from fedsciml.options import OptionError, RoundOptions, display, option
 from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, deferred_stats, federated_form  # noqa: F401
-from fedsciml.core.lm import default_tau
-from fedsciml.core.kfac_pinn import has_jets, jet_network, require_jets
+from fedsciml.core.lm import ceiling_warning, damping_ceiling, default_tau
+from fedsciml.core.kfac_pinn import has_jets, require_jets
 from fedsciml.core.matfree import MatfreeConfig
 from fedsciml.methods.run import RunContext, capped_rank, strategy_runner
+
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class GNConfig(RoundOptions):
@@ -124,13 +127,15 @@ class GNConfig(RoundOptions):
                                    "exchange of rank·p floats per accepted step)", int, lo=1)
     precond: str = option("auto", "preconditioner of the matrix-free form's CG: nystrom (one sketch exchange), kfac "
                                   "(K-FAC for PINNs: each client sends its Kronecker factors with Jᵀr, O(Σ widths²) "
-                                  "floats; forward-Laplacian PINN problems), none, or auto (kfac where form auto goes "
-                                  "matrix-free for it: a CPU, forward-Laplacian PINN residuals, "
+                                  "floats; PINN residuals of u and its derivatives up to order 2), none, or auto (kfac where form auto goes "
+                                  "matrix-free for it: a CPU, PINN residuals in channel form, "
                                   f"p ≥ {forms.KFAC_MIN_PARAMS:,}, a dense step dear; else nystrom)",
                           str, choices=("auto", "nystrom", "kfac", "none"))
     cg_iters: int | None = option(None, "CG iterations (exchanges) per matrix-free solve, at most (a truncated solve is "
-                                        "judged by LM's gain ratio)", int, lo=1,
-                                  none="10 where form auto takes K-FAC (a CPU, forward-Laplacian PINN residuals, "
+                                        "judged by LM's gain ratio); 0 with precond kfac: no CG — the damped K-FAC "
+                                        "step itself, one exchange per trial (factors and Jᵀr up, the trial down)",
+                                  int, lo=0,
+                                  none="10 where form auto takes K-FAC (a CPU, PINN residuals in channel form, "
                                        f"p ≥ {forms.KFAC_MIN_PARAMS:,}, a dense step dear), else 500")
     momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
                                   "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
@@ -307,13 +312,13 @@ class GNAggregator(Aggregator):
     def context(self, p):
         ctx = {"p": p, "h": linalg.n_upper(p)}
         if self.kfac_net is not None:
-            ctx["k"] = kfac_pinn.KroneckerFactors.size_of(self.kfac_net)
+            ctx["k"] = kfac_pinn.layout_size(self.kfac_net)
         return ctx
 
     def check(self, cid, msg, p):
         if self.form == "matfree" and self.with_curvature and self.kfac_net is not None:
             try:
-                fac = kfac_pinn.KroneckerFactors.unpack(self.kfac_net, msg["kfac"])
+                fac = kfac_pinn.unpack_factors(self.kfac_net, msg["kfac"])
             except ValueError as e:
                 raise MessageRejected(cid, f"field 'kfac': {e}") from None
             if any(bool((m.diagonal() < 0).any()) for t in kfac_pinn.KINDS for m in fac.A[t] + fac.B[t]):
@@ -354,7 +359,7 @@ class GNAggregator(Aggregator):
                 k = messages[order[0]]["kfac"].clone()
                 for c in order[1:]:
                     k += messages[c]["kfac"]
-                factors = kfac_pinn.KroneckerFactors.unpack(self.kfac_net, k)
+                factors = kfac_pinn.unpack_factors(self.kfac_net, k)
             return GNStats(H=None, g=g, loss=loss, n=n, factors=factors)
         if self.form == "sqrt":  # stack the square roots: RᵀR = ΣJ_mᵀJ_m, Rᵀs = ΣJ_mᵀr_m
             R = torch.cat([messages[c]["R"] for c in order])
@@ -528,7 +533,9 @@ class GNStrategy(Strategy):
 
     def finished(self, run):
         if self.lm.mu >= self.lm.cfg.mu_max:
-            return "damping"
+            log.warning(ceiling_warning("gn", run.round_index, self.lm.loss / max(1, run.n_total),
+                                        self.lm.cfg.mu_max))
+            return damping_ceiling(self.lm.cfg.mu_max)
         return None
 
     def round(self, run, k):
@@ -651,13 +658,25 @@ class GNStrategy(Strategy):
             raise ckpt.CheckpointError(f"state field 'mu' = 0 after {accepted} accepted steps; μ ≥ "
                                        f"{self.lm_config.mu_min:g} then")
         ckpt.restored_number(d, "nu", lo=2.0)
-        ckpt.restored_tensor(d, "phi", like=theta, optional=True)
+        phi = ckpt.restored_tensor(d, "phi", like=theta, optional=True)
+        for name, v in (("theta", theta), ("phi", phi)):  # a step whose squares overflow (φ = 1e300): the file's
+            if v is not None and not bool(torch.isfinite((v * v).sum())):  # fault, not the clients' next answers
+                raise ckpt.CheckpointError(f"state field {name!r} holds values so large that their squares "
+                                           f"overflow float64 (max |{name}| = {float(v.abs().max()):.3g}); no run "
+                                           f"writes that")
+        banned, enrolled = d.get("banned", []), d.get("enrolled", {})
+        if not isinstance(banned, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                                                   for c in banned):
+            raise ckpt.CheckpointError(f"state field 'banned' must be a list of client ids (integers ≥ 0), got "
+                                       f"{str(banned)[:80]}")
+        if not isinstance(enrolled, dict):
+            raise ckpt.CheckpointError(f"state field 'enrolled' must be a dict, got {type(enrolled).__name__}")
         self.lm = LevenbergMarquardt(self.lm_config)
         self.lm.theta = d["theta"]
         if "H" in d:
             self.lm.stats = GNStats(H=linalg.unpack_upper(d["H"], p), g=d["g"], loss=d["loss"], n=d["n"])
         elif "J" not in d:
-            fac = None if "kfac" not in d else kfac_pinn.KroneckerFactors.unpack(self.kfac_net, d["kfac"])
+            fac = None if "kfac" not in d else kfac_pinn.unpack_factors(self.kfac_net, d["kfac"])
             self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"], factors=fac)
         else:
             self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"], J=d["J"], r=d["r"])
@@ -727,7 +746,7 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
     if form == "auto":  # the smaller dense message while it fits, matrix-free beyond, K-FAC's regime on a CPU
         rows = [o.n_residuals for o in objectives]  # (fedsciml.core.forms.choose_lm_solve, one rule with LM's)
         choice = forms.choose_lm_solve(sum(rows), theta0.numel(), need="gn", rows=rows, precond=cfg.precond,
-                                       cg_iters=cfg.cg_iters, jets=has_jets(objectives), device=theta0.device,
+                                       cg_iters=cfg.cg_iters, jets=lambda: has_jets(objectives), device=theta0.device,
                                        dtype=theta0.dtype)
         form, reason = choice.form, choice.reason
         precond, cg_cap = choice.precond, choice.cg_iters
@@ -739,7 +758,9 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
         options["form_reason"] = reason
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
     kfac = form == "matfree" and precond == "kfac"
-    if kfac:  # refused by name unless every client's residual is in the forward-Laplacian channel form
+    if form == "matfree" and cg_cap == 0 and precond != "kfac":
+        raise ValueError(f"cg_iters=0 (the damped K-FAC step, no CG) needs precond kfac, got precond {precond}")
+    if kfac:  # refused by name unless every client's residual is in a channel form
         require_jets(objectives, getattr(ctx.problem, "name", str(ctx.problem)))
         options["precond"] = "kfac"
     if form == "matfree" and cg_cap != forms.FULL_CG_ITERS:
@@ -750,7 +771,7 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
                               max_iters=cg_cap, seed=seed),
                                    momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen,
-                          kfac_net=jet_network(objectives[0]) if kfac else None, exchange=cfg.exchange,
+                          kfac_net=kfac_pinn.factor_layout(objectives[0], theta0.numel()) if kfac else None, exchange=cfg.exchange,
                           trials=cfg.trials)
     if cfg.exchange != "one":
         options["exchange"] = cfg.exchange

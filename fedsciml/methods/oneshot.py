@@ -107,7 +107,9 @@ class OneShotConfig(RoundOptions):
                                          "more than this factor (standardize first, or set the clip bounds to "
                                          "the data's scale)", float, lo=1, none="no check")
     dp_central: bool = option(False, "DP noise once on the secure sum instead of on every client", bool)
-    dp_noise_aware: bool = option(False, "add the noise's spectral norm √(2m)·s_total to σ", bool)
+    dp_noise_aware: bool | None = option(None, "add the DP noise's spectral norm √(2m)·s_total to σ (a penalty below "
+                                         "it fits the noise; --no-dp-noise-aware: σ as given)", bool,
+                                         none="on under DP, unless σ is chosen by --cv-sigmas")
     dp_min_survivors: int | None = option(None, "central DP: the fewest sites whose noise shares must reach the "
                                           "sum (each site adds s/√t; fewer arriving fails the run)", int, lo=1,
                                           none="every site asked", metavar="T")
@@ -170,7 +172,9 @@ class OneShotConfig(RoundOptions):
         if self.dp_epsilon is None:
             return None
         return {"epsilon": self.dp_epsilon, "delta": self.dp_delta, "c_a": self.dp_clip_a, "c_b": self.dp_clip_b,
-                "clip": self.dp_clip, "central": self.dp_central, "noise_aware_sigma": self.dp_noise_aware,
+                "clip": self.dp_clip, "central": self.dp_central,
+                # default: on, unless σ is chosen by CV (whose scores already see the noisy statistics)
+                "noise_aware_sigma": (self.cv_sigmas is None) if self.dp_noise_aware is None else self.dp_noise_aware,
                 "calibration": self.dp_calibration, "max_shrink": self.dp_max_shrink}
 
 
@@ -709,7 +713,15 @@ class OneShotStrategy(Strategy):
             if std > 0 and self.repair:
                 G, clipped = _dp.psd_repair(G)
             if std > 0 and cfg.noise_aware_sigma:
-                sigma = float(sigma) + (2.0 * m) ** 0.5 * total
+                sigma = float(sigma) + _dp.noise_norm(m, total)
+            if std > 0:
+                dominated, nn, mean_eig = _dp.noise_dominates(G, total)
+                if dominated:
+                    logger.warning(
+                        "DP: the noise's spectral norm (%.3g) exceeds the mean eigenvalue of the noisy statistics "
+                        "(%.3g): the fit is mostly noise and penalty, and the model is pulled towards 0 (ε=%g, %d "
+                        "site(s)); more rows per site, a larger ε, clip bounds closer to the data's scale or central "
+                        "DP lower the noise", nn, mean_eig, cfg.epsilon, arrived)
         if self.fit_intercept:  # the last coordinate is the constant column's: unpenalized
             pen = torch.full((m,), float(sigma), dtype=G.dtype, device=G.device)
             pen[-1] = 0.0
@@ -853,5 +865,8 @@ def settings(r) -> str:
 METHOD_ENTRIES = (
     dict(name="one-shot", config=OneShotConfig, runner=strategy_runner(OneShotConfig, one_shot_strategy),
          description="one-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear "
-                     "residuals)", settings=settings),
+                     "residuals)", settings=settings,
+         # linear residuals only: on a network's residuals one fused step from θ₀ is no solver (the Gram of
+         # an overparametrized network is singular: σ = 0 fails) — gn --rounds 1 is that step, damped
+         kinds=("ridge",)),
 )

@@ -120,7 +120,12 @@ def simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, 
                      progress=progress, every=every,
                      fingerprint=fingerprint(problem, method, objectives, theta0, seed, options),
                      message_hook=message_hook)
-    theta, rows, info = sim.run(strategy, theta0)
+    try:
+        theta, rows, info = sim.run(strategy, theta0)
+    except BaseException as e:  # an interrupted or failed run's partial result records its options too
+        if getattr(e, "partial", None) is not None:
+            e.partial[2]["options"] = options  # type: ignore[attr-defined]
+        raise
     info.update(strategy.info())
     info["options"] = options
     return theta, rows, info

@@ -30,7 +30,8 @@ NOISE_STREAMS = ("per-client",)
 
 def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int | None = None,
              sketch: str = "gaussian", cv_sigmas=None, seed: int = 0, repair: bool = True, form: str = "auto",
-             client_ids=None, dropout: float = 0.0, transport: str = "local", noise_streams: str = "per-client"):
+             client_ids=None, dropout: float = 0.0, transport: str = "local", noise_streams: str = "per-client",
+             fit_intercept: bool = False):
     """Fit ``w`` from ``data = [(A_k, b_k)]`` in one round on the runtime.  See the module docstring.
 
     ``client_ids``: the clients' ids (default ``0 … K−1``); client ``c`` draws its local DP noise from
@@ -44,6 +45,8 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
     ``2d²``; the server forms ``ΣR_kᵀR_k`` itself), else the Gram form.
     ``noise_streams``: only ``"per-client"`` (the run-wide shared stream of earlier versions is gone: a site
     cannot draw from another site's generator).
+    ``fit_intercept``: an unpenalized intercept (the one-shot method's option of that name; under DP a constant
+    column inside the clipped rows), returned as ``info["intercept"]``.
     """
     import fedsciml.methods  # noqa: F401  (registers the one-shot method with the driver)
     from fedsciml.methods.oneshot import OneShotConfig
@@ -89,7 +92,8 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
     # built directly (not from_options): σ is given with a CV grid too, as this function always took it
     config = OneShotConfig(sigma=float(sigma), project=project, project_sketch=sketch,
                            cv_sigmas=None if cv_sigmas is None else [float(s) for s in cv_sigmas],
-                           message_form=form, repair=bool(repair), dropout=float(dropout), **dp_opts)
+                           message_form=form, repair=bool(repair), dropout=float(dropout),
+                           fit_intercept=bool(fit_intercept), **dp_opts)
     rows = _ClientRows(data, d)
     local = LocalTransport([Client(c, o) for c, o in zip(ids, rows.objectives)])
     tr = BytesTransport(local, device=A0.device) if transport == "bytes" else local
@@ -113,6 +117,8 @@ def one_shot(data, sigma=0.01, *, dp: _dp.DPConfig | None = None, project: int |
         info.update(cv_sigmas=st["cv_sigmas"], cv_loss=st["cv_loss"], cv_scored=st["cv_scored"])
     if cfg is not None:
         info.update(epsilon=cfg.epsilon, delta=cfg.delta, central=cfg.central)
+    if fit_intercept:
+        info["intercept"] = float(st.get("intercept", 0.0))
     return w, info
 
 
@@ -137,7 +143,7 @@ class _ClientRows:
     def init_params(self, seed: int = 0, device=None) -> torch.Tensor:
         return self._zero.clone()
 
-    def evaluate(self, theta: torch.Tensor) -> dict:
+    def evaluate(self, theta: torch.Tensor, intercept: float = 0.0) -> dict:
         return {}
 
     def final_metrics(self, theta: torch.Tensor, objectives) -> dict:

@@ -2,8 +2,14 @@
 
 After each history row (a centralized step, a federated round) every callback gets a read-only
 :class:`StepView` — the step, a copy of θ, the loss, the test metrics and the row's other fields — and may
-stop the run by returning ``True`` (the result then says ``stopped_by="callback <name>"``).  A callback is
-a :class:`Callback` (its :meth:`Callback.on_step`) or any callable ``view -> bool | None``.
+stop the run by returning a true value: ``True``, a numpy ``True`` or a one-element tensor that is true (the
+result then says ``stopped_by="callback <name>"``); ``None``/``False`` go on, and any other return value is a
+one-line ``TypeError``.  A callback is a :class:`Callback` (its :meth:`Callback.on_step`) or any callable
+``view -> bool | None``.
+
+At the start of each run every :class:`Callback` gets :meth:`Callback.on_run_start`: the shipped ones reset
+what they track (a reused :class:`EarlyStopping` starts its patience afresh), and on the run's first row
+check that their ``monitor`` is a field of it (a misspelt one is a ``ValueError`` naming the fields).
 
 Two ship with fedsciml: :class:`EarlyStopping` (stop when a monitored value has not improved for
 ``patience`` rows) and :class:`BestModelCheckpoint` (keep, and optionally write, the θ with the best
@@ -64,6 +70,10 @@ class Callback:
         """Called after each history row; return ``True`` to stop the run after this step."""
         return None
 
+    def on_run_start(self) -> None:
+        """Called when a run starts (before its first row): reset per-run state here."""
+        return None
+
     @property
     def name(self) -> str:
         return type(self).__name__
@@ -101,12 +111,18 @@ class EarlyStopping(Callback):
             raise ValueError(f"EarlyStopping: rel_delta must be in [0, 1), got {rel_delta!r}")
         self.monitor, self.patience = monitor, patience
         self.min_delta, self.rel_delta = float(min_delta), float(rel_delta)
+        self.on_run_start()
+
+    def on_run_start(self) -> None:
+        """A new run: nothing seen yet (``best``, ``best_step``, ``stopped_step`` and the patience reset)."""
         self.best = math.inf
         self.best_step: int | None = None
         self.stopped_step: int | None = None
         self._wait = 0
+        self._checked = False
 
     def on_step(self, view: StepView) -> bool:
+        self._checked = self._checked or check_monitor(self, self.monitor, view)
         v = view.value(self.monitor)
         if math.isnan(v):
             return False
@@ -143,21 +159,64 @@ class BestModelCheckpoint(Callback):
             raise TypeError(f"BestModelCheckpoint: path must be a file path, got {type(path).__name__}")
         self.monitor = monitor
         self.path = None if path is None else os.fspath(path)
+        self.on_run_start()
+
+    def on_run_start(self) -> None:
+        """A new run: no best yet (a checkpoint reused across runs keeps each run's own best)."""
         self.best = math.inf
         self.best_step: int | None = None
         self.best_theta: torch.Tensor | None = None
+        self._checked = False
 
     def on_step(self, view: StepView) -> None:
+        self._checked = self._checked or check_monitor(self, self.monitor, view)
         v = view.value(self.monitor)
         if math.isnan(v) or not v < self.best:
             return None
         self.best, self.best_step, self.best_theta = v, view.step, view.theta
-        if self.path is not None:
-            tmp = self.path + ".tmp"
-            torch.save({"theta": view.theta.detach().cpu(), "step": int(view.step), "value": float(v),
-                        "monitor": self.monitor}, tmp)
-            os.replace(tmp, self.path)
+        if self.path is not None:  # by fedsciml.runtime.files' rules: atomic over a file, a device written through
+            from fedsciml.runtime.files import write_output
+
+            state = {"theta": view.theta.detach().cpu(), "step": int(view.step), "value": float(v),
+                     "monitor": self.monitor}
+            write_output(self.path, lambda f: torch.save(state, f), binary=True, what="BestModelCheckpoint path")
         return None
+
+
+def check_monitor(cb: Callback, monitor: str, view: StepView) -> bool:
+    """``True`` when ``monitor`` is a numeric field of the run's row; else a one-line ``ValueError`` naming the
+    fields there are (a misspelt monitor would otherwise never fire)."""
+    v = view.row.get(monitor)
+    if monitor in view.row and (v is None or isinstance(v, (int, float)) and not isinstance(v, bool)):
+        return True
+    fields = [k for k, x in view.row.items() if k != "step" and (x is None or isinstance(x, (int, float))
+                                                                  and not isinstance(x, bool))]
+    raise ValueError(f"{cb.name}: monitor {monitor!r} is not a numeric field of this run's rows; "
+                     f"available: {', '.join(fields)}")
+
+
+def _stops(name: str, v: Any) -> bool:
+    """A callback's return value as a decision: ``None``/``False`` go on; ``True``, a numpy bool or number, or a
+    one-element tensor decide by their truth; anything else is a one-line ``TypeError``."""
+    if v is None or v is False or v is True:
+        return bool(v)
+    import numpy as np
+
+    if isinstance(v, (np.bool_, np.number)) or isinstance(v, np.ndarray) and v.size == 1:
+        return bool(v)
+    if isinstance(v, torch.Tensor) and v.numel() == 1:
+        return bool(v.item())
+    if isinstance(v, (int, float)):
+        return bool(v)
+    raise TypeError(f"callback {name} returned {type(v).__name__} {str(v)[:40]!r}; return True (a bool, numpy or "
+                    f"one-element tensor) to stop the run, or None/False to go on")
+
+
+def start_run(callbacks: Sequence) -> None:
+    """A run starts: every :class:`Callback`'s :meth:`Callback.on_run_start` (the history recorder calls it)."""
+    for cb in callbacks:
+        if isinstance(cb, Callback):
+            cb.on_run_start()
 
 
 def check_callbacks(callbacks: Any) -> tuple:
@@ -208,6 +267,6 @@ def call_all(callbacks: Sequence, row: dict, theta: torch.Tensor | None, label: 
     stop = None
     for cb in callbacks:
         fn = cb.on_step if isinstance(cb, Callback) else cb
-        if fn(view) is True and stop is None:
+        if _stops(_name(cb), fn(view)) and stop is None:
             stop = f"callback {_name(cb)}"
     return stop

@@ -179,7 +179,7 @@ def save(directory: str, state: dict) -> str:
     header = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n"
     try:
         os.makedirs(directory, exist_ok=True)
-        write_atomic(final, lambda f: (f.write(header), f.write(payload)), binary=True)
+        write_atomic(final, lambda f: (f.write(header), f.write(payload)), binary=True, own_input=True)
     except OSError as e:
         raise CheckpointError(f"cannot write checkpoint {final}: {e.strerror or e}") from None
     return final

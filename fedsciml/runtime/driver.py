@@ -31,14 +31,16 @@ import logging
 import math
 import numbers
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
 from fedsciml.options import MethodConfig
 from fedsciml.runtime.memory import available_memory, gradient_graph, grown, residual_graph, value_graph
-from fedsciml.runtime.results import Result, jsonable, register_settings
+from fedsciml.runtime.results import Result, jsonable, register_settings, stop_reason_of
+from fedsciml.runtime.validation import held_out, report, with_validation
 
 
 #: The kinds of :class:`fedsciml.problems.Problem` (``Problem.kind``): what ``solve`` runs.
@@ -168,7 +170,11 @@ def available_methods(kind: str | None = None) -> list[str]:
 def get_method(name: str, kind: str | None = None) -> MethodSpec:
     """The entry ``name``; with ``kind``, refused (one line) unless it applies to that kind."""
     if not isinstance(name, str) or name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; available: {', '.join(available_methods())}")
+        import difflib
+
+        close = difflib.get_close_matches(str(name), available_methods(kind), 1, 0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown method {name!r}{hint}; available: {', '.join(available_methods(kind))}")
     spec = METHODS[name]
     if kind is not None and not spec.applies_to(kind):
         raise ValueError(kind_error(spec, kind))
@@ -614,12 +620,47 @@ def _run_plan(p: Plan) -> Result:
     objectives = problem.client_objectives(clients, seed=p.seed, device=dev)
     theta0 = problem.init_params(p.seed, device=dev)
     (problem.check_objectives if own_kind(problem) else check_objectives)(objectives, theta0)
+    # the held-out validation residual (PINN problems; fedsciml.runtime.validation): drawn once, never trained on
+    want = getattr(p.config, "validation", False)
+    if want and not getattr(problem, "samples_collocation", False):
+        raise ValueError(f"validation=True: problem {problem.name!r} has fixed data, not sampled collocation points; "
+                         f"the held-out validation residual applies to the PINN problems")
+    val = held_out(problem, clients, p.seed, objectives, dev) if want is not False else None
     t0 = time.perf_counter()
-    theta, rows, info = p.spec(problem, objectives, theta0, with_loss_terms(problem.evaluate, objectives),
-                               p.config, seed=p.seed,
-                               progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
+    with keep_partial(p, clients, t0):
+        theta, rows, info = p.spec(problem, objectives, theta0,
+                                   with_validation(with_loss_terms(problem.evaluate, objectives), val),
+                                   p.config, seed=p.seed,
+                                   progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
     wall = time.perf_counter() - t0
+    checked = report(problem.name, rows, val, sum(int(o.n_residuals) for o in objectives), int(theta0.numel()),
+                     getattr(p.config, "resample", None))
+    if checked is not None:
+        info["validation"] = checked
+    counts = getattr(problem, "point_counts", None)
+    if callable(counts):  # the collocation points drawn, and by which rule (problems.domain.DomainPDE.point_counts)
+        info["points"] = counts(clients)
     return run_result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
+
+
+@contextmanager
+def keep_partial(p: Plan, clients: int, t0: float) -> Iterator[None]:
+    """A run stopped by Ctrl-C/SIGTERM or a failed round whose exception carries ``partial = (θ, rows, info)``
+    (the round loop's, the centralized solvers'): ``e.result`` is set to the :class:`Result` of it (final
+    metrics at that θ, ``stop_reason`` ``"interrupted"``/``"failed"``), for the caller to write
+    (:mod:`fedsciml.runtime.interrupt`)."""
+    try:
+        yield
+    except BaseException as e:
+        partial = getattr(e, "partial", None)
+        if partial is not None and getattr(e, "result", None) is None:
+            theta, rows, info = partial
+            try:
+                e.result = run_result(p, clients, theta, rows, info, time.perf_counter() - t0, {})  # type: ignore[attr-defined]
+            except Exception as why:  # noqa: BLE001 - the partial result is a by-product: the stop itself is raised
+                logging.getLogger(__name__).warning("the partial result could not be made: %s: %s",
+                                                    type(why).__name__, why)
+        raise
 
 
 def _refuse_pooled(spec: MethodSpec, engine: str) -> None:
@@ -643,7 +684,12 @@ def run_connected(p: Plan, connect: Callable) -> Result:
     _refuse_pooled(p.spec, p.engine)
     problem, dev = p.problem, p.device
     clients = problem.default_clients if p.clients is None else p.clients
-    job = {"problem": problem.name, "options": dict(problem.options), "clients": int(clients), "seed": p.seed,
+    opts = dict(problem.options)
+    counts = getattr(problem, "point_counts", None)
+    if callable(counts):  # the points the rule chose for these clients, named: every site draws the same ones
+        pc = counts(int(clients))
+        opts.update(n_interior=pc["n_interior"], n_boundary=pc["n_boundary"])
+    job = {"problem": problem.name, "options": opts, "clients": int(clients), "seed": p.seed,
            "device": "cpu", "threads": torch.get_num_threads()}
     transport = connect(job, clients)
     try:
@@ -659,8 +705,9 @@ def run_connected(p: Plan, connect: Callable) -> Result:
             if o.n_params != theta0.numel():
                 raise ValueError(f"client {c}: its objective has {o.n_params} parameters, the model {theta0.numel()}")
         t0 = time.perf_counter()
-        theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
-                                   progress=p.progress, every=p.every, transport=transport)
+        with keep_partial(p, clients, t0):
+            theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
+                                       progress=p.progress, every=p.every, transport=transport)
         wall = time.perf_counter() - t0
         own = getattr(transport, "engine_info", None)
         info["engine"] = {"name": p.engine, **(own() if callable(own) else {})}
@@ -701,7 +748,7 @@ def make_result(problem, method: str, options: dict, *, seed: int, device, clien
         problem=problem.name, method=method, options=options, seed=seed,
         device=str(device), dtype=str(theta.dtype).replace("torch.", ""), n_params=int(theta.numel()),
         clients=int(clients), solver_seconds=seconds, final=final, history=history, extra=jsonable(extra),
-        theta=theta,
+        theta=theta, stop_reason=stop_reason_of(extra),
     )
 
 

@@ -163,8 +163,10 @@ class Recorder:
         from fedsciml.runtime import callbacks as _cb
 
         self.callbacks = _cb.active()   # fs.solve(..., callbacks=[...]): called after each row
+        _cb.start_run(self.callbacks)   # a callback reused across runs starts each one afresh
         self.stop_reason: str | None = None  # set when a callback asks the run to stop
-        self._thetas: dict[int, torch.Tensor] = {}  # row id → θ copy, for the callbacks (only when there are any)
+        self._thetas: dict[int, torch.Tensor] = {}
+        self.last_theta: torch.Tensor | None = None  # θ of the last row recorded  # row id → θ copy, for the callbacks (only when there are any)
         self._bar = _bar(total, label, budget) if progress else None
         self._bar_seconds = self._bar is not None and total is None and budget is not None
 
@@ -206,6 +208,8 @@ class Recorder:
         row = {"step": int(step), "time_s": t, "loss": loss, **metrics, "floats_sent": int(self.floats_sent),
                **({} if self.exchanges is None else {"exchanges_total": int(self.exchanges)}), **extra}
         self.rows.append(row)
+        if theta is not None:  # what an interrupted run keeps (fedsciml.runtime.interrupt): p floats, not a copy per row
+            self.last_theta = theta.detach().clone()
         if self.callbacks and theta is not None:
             self._thetas[id(row)] = theta.detach().clone()
         if loss is not None:

@@ -66,6 +66,7 @@ from fedsciml.core.schema import floats_in
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.transport import Failure, LocalTransport, Reply, Request, Transport
 from fedsciml.runtime.history import Recorder
+from fedsciml.runtime.interrupt import deferred
 from fedsciml.runtime.protocol import MONITOR
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,12 @@ _ROUND = defaults_of(RoundOptions)  # one default per option: the typed configur
 
 
 class RoundFailed(RuntimeError):
-    """A round cannot go on: no valid message remained."""
+    """A round cannot go on: no valid message remained.  ``partial``: ``(θ, rows, info)`` of the last finished
+    round (the loop sets it; ``info["stop_reason"] = "failed"``), ``result``: the Result the driver makes of it —
+    so that the rounds before are written, not only checkpointed (:mod:`fedsciml.runtime.interrupt`)."""
+
+    partial = None
+    result = None
 
 
 class _Converged(Exception):
@@ -315,12 +321,26 @@ class Simulation:
                 "rejected": len(self._round_rejected), "dropped": len(self._round_dropped)}
 
     def fail(self, what: str):
-        raise RoundFailed(
-            f"round {self.round_index}: no valid client message remained for {what}; "
-            + ("rejected: " + "; ".join(f"client {c}: {r}" for c, r in self._round_rejected.items())
-               if self._round_rejected else (
-                   f"no answer from client(s) {sorted(set(self._round_dropped))}, the others' answers alone do not "
-                   f"make it" if self._round_dropped and self._round_accepted else "every sampled client dropped out")))
+        raise RoundFailed(f"round {self.round_index}: no valid client message remained for {what}; "
+                          + self._why_failed())
+
+    def _why_failed(self) -> str:
+        """What happened to this round's clients: the rejected ones with their reasons, the ones that did not
+        answer with the last reason (a simulated dropout has none), and which clients did answer — "every sampled
+        client dropped out" only when that is what happened."""
+        parts = []
+        if self._round_rejected:
+            parts.append("rejected: " + "; ".join(f"client {c}: {r}" for c, r in self._round_rejected.items()))
+        last = {u["client"]: u["reason"] for u in self.unanswered if u["round"] == self.round_index}
+        gone = [c for c in dict.fromkeys(self._round_dropped) if c not in self._round_rejected]
+        if gone and not self._round_rejected and not self._round_accepted:
+            parts.append("every sampled client dropped out")
+        if gone:
+            parts.append("no answer from " + "; ".join(
+                f"client {c}" + (f" ({last[c]})" if c in last else " (simulated dropout)") for c in gone))
+        if self._round_accepted:
+            parts.append(f"client(s) {sorted(self._round_accepted)} answered")
+        return "; ".join(parts) or "no client was asked"
 
     def global_loss(self, theta, reported: dict | None = None, rnd: int | None = None) -> float:
         """Monitoring only: the global training loss ½‖r‖² at θ (clock paused, nothing counted as sent).
@@ -426,8 +446,17 @@ class Simulation:
         state = ckpt.load(self.cfg.checkpoint, self.fingerprint, map_location=theta0.device)
         if state is None:
             return False
+        rng = state["rng"]
+        mine = self.rng.bit_generator.state
+        try:  # the client-sampling generator's state: this run's kind of generator, its fields, in range
+            if set(rng) != set(mine) or rng.get("bit_generator") != mine["bit_generator"]:
+                raise ValueError(f"it holds {sorted(rng)} of {rng.get('bit_generator')!r}")
+            self.rng.bit_generator.state = rng
+        except (TypeError, ValueError, KeyError, OverflowError) as e:
+            raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)}: field 'rng' is not a "
+                                       f"state of this run's client-sampling generator ({mine['bit_generator']}: "
+                                       f"{', '.join(sorted(mine))}): {str(e).splitlines()[0][:120]}") from None
         try:  # a file that passed the checksum but holds the wrong structure: one line, not a traceback
-            self.rng.bit_generator.state = state["rng"]
             strategy.load_state_dict(state["strategy"])
             th = strategy.theta
             ok = isinstance(th, torch.Tensor) and th.shape == theta0.shape and th.dtype == theta0.dtype
@@ -442,6 +471,7 @@ class Simulation:
             raise ckpt.CheckpointError(f"checkpoint {ckpt.path_in(self.cfg.checkpoint)}: the stored parameters "
                                        f"are not a finite {tuple(theta0.shape)} {theta0.dtype} tensor")
         self._check_consistent(state)
+        self._check_loss_at(th, state)
         self.round_index = int(state["round"])
         self.rec.rows = list(state["rows"])
         self.floats_up, self.floats_down = int(state["floats_up"]), int(state["floats_down"])
@@ -455,6 +485,32 @@ class Simulation:
         if state.get("loss_pending") and self.rec.rows:  # the last row's loss comes with the next answers
             self._pending = (self.rec.rows[-1], strategy.theta, int(self.rec.rows[-1]["step"]))
         return True
+
+    def _check_loss_at(self, theta, state) -> None:
+        """The stored θ gives the stored history's last loss: the clients are asked their ½‖r_m‖² at θ (monitoring:
+        clock paused, nothing counted) and the mean must equal the last row's ``loss`` to round-off (relative
+        1e-9: the same clients' sums in the same order, up to another thread count's summation order).  A
+        checkpoint whose parameters were changed and its checksum recomputed (θ scaled by 10⁶) is refused in one
+        line naming both values.  Skipped where the row cannot be recomputed this way: its loss still pending or
+        not measured (DP), covering only some clients (``loss_clients``, sampled participation, dropout), points
+        redrawn each round (``resample``), or a client that does not answer now."""
+        rows = state["rows"]
+        last = rows[-1] if rows and isinstance(rows[-1], dict) else {}
+        want = last.get("loss")
+        if (state.get("loss_pending") or not isinstance(want, float) or not math.isfinite(want)
+                or "loss_clients" in last or self.cfg.participation < 1.0 or self.cfg.dropout > 0.0
+                or "resample" in ((self.fingerprint or {}).get("options") or {}) or last.get("step") != state["round"]):
+            return
+        with self.paused(), torch.no_grad():
+            got = self.transport.ask(list(self.client_ids), Request("loss", {"theta": theta}, {"vectorize": False}))
+        if any(isinstance(got.get(c), Failure) or c not in got for c in self.client_ids):
+            return
+        have = sum(float(got[c].message["loss"][0]) for c in self.client_ids) / self.n_total
+        if not abs(have - want) <= 1e-9 * max(abs(have), abs(want)) + 1e-300:
+            raise ckpt.CheckpointError(
+                f"checkpoint {ckpt.path_in(str(self.cfg.checkpoint))}: its parameters give the training loss "
+                f"{have:.6g}, its history says {want:.6g} at round {state['round']}: the file was changed after it "
+                f"was written (its checksum recomputed); not resumed")
 
     def _check_consistent(self, state) -> None:
         """What a state this run wrote must satisfy (its checksum can be recomputed by whoever edits it):
@@ -480,20 +536,58 @@ class Simulation:
 
     # --- the loop -----------------------------------------------------------
     def run(self, strategy: Strategy, theta0: torch.Tensor):
-        """Run rounds until ``rounds``, the budget, ``tol`` or the strategy stops; returns ``(θ, rows, info)``."""
+        """Run rounds until ``rounds``, the budget, ``tol`` or the strategy stops; returns ``(θ, rows, info)``.
+        Interrupted (Ctrl-C, SIGTERM) or stopped by a failed round, the exception carries ``partial = (θ, rows,
+        info)`` of the last finished round — the round of the last checkpoint written (:meth:`_keep`)."""
+        from fedsciml.runtime.interrupt import FAILED, INTERRUPTED, Interrupted
+
+        self._kept: dict | None = None
+        self._resumed = False
         try:
             return self._run(strategy, theta0)
+        except KeyboardInterrupt as e:
+            stop = Interrupted.of(e)
+            stop.partial = self._partial(INTERRUPTED)
+            if stop is e:
+                raise
+            raise stop from None
+        except RoundFailed as e:
+            e.partial = self._partial(FAILED, error=str(e))
+            raise
         finally:
             self.rec.close()
 
+    def _keep(self, strategy) -> None:
+        """Remember the round just finished (θ, the rows, the counters): what an interrupted or failed run keeps."""
+        self._kept = {"theta": strategy.theta.detach().clone(), "n_rows": len(self.rec.rows),
+                      "round": self.round_index, "floats_up": self.floats_up, "floats_down": self.floats_down,
+                      "exchanges": self.exchanges, "elapsed": self.rec.elapsed(), "name": strategy.name}
+
+    def _partial(self, reason: str, **extra):
+        """``(θ, rows, info)`` of the last finished round, stopped for ``reason``; ``None`` before the first."""
+        k = self._kept
+        if k is None:
+            return None
+        up, down = k["floats_up"], k["floats_down"]
+        info = {"rounds": k["round"], "stopped_by": reason, "stop_reason": reason, "resumed": self._resumed,
+                "floats_up": up, "floats_down": down, "floats_per_round": (up + down) / max(1, k["round"]),
+                "exchanges": k["exchanges"], "rejections": self.rejections, "skipped_rounds": self.skipped_rounds,
+                **({"unanswered": self.unanswered} if self.unanswered else {}), "solver_time_s": k["elapsed"],
+                "monitor_exchanges": self.monitor_exchanges, "strategy": {"name": k["name"]}, **extra}
+        return k["theta"], list(self.rec.rows[:k["n_rows"]]), info
+
     def _run(self, strategy: Strategy, theta0: torch.Tensor):
-        resumed = self.restore(strategy, theta0)
-        if not resumed:
+        resumed = self._resumed = self.restore(strategy, theta0)
+        if resumed:
+            self._keep(strategy)
+        else:
             self.begin_round(0)
             extra = strategy.start(self, theta0) or {}
             self.end_round()
             self._record(0, strategy, round=0, **self.round_fields(), **extra)
-            self.save(strategy)
+            with deferred():  # the checkpoint written and the round kept are the same round, whenever a signal comes
+                self.save(strategy)
+                self._keep(strategy)
         reason = None
         while True:
             if self.cfg.rounds is not None and self.round_index >= self.cfg.rounds:
@@ -526,7 +620,9 @@ class Simulation:
                 self._in_round = False
             self.end_round()
             self._record(k, strategy, round=k, **self.round_fields(), **extra)
-            self.save(strategy)
+            with deferred():
+                self.save(strategy)
+                self._keep(strategy)
         # e.g. a last acceptance check of an unvalidated step (its exchange counts as part of the last round)
         before, sent = strategy.theta, self.floats_up + self.floats_down
         self.begin_round(self.round_index)

@@ -12,7 +12,9 @@ Format (simple on purpose, so that any language reads it):
     :class:`~fedsciml.problems.base.FieldProblem` evaluates it; ``"pointwise"``: ``vmap`` over points, as
     :class:`~fedsciml.problems.domain.DomainPDE` does — the loader repeats the run's own operations,
     so its predictions equal the run's bitwise), ``n_network_params`` (θ beyond them holds the
-    ``coefficients`` of an inverse problem, also listed by name and value), ``ansatz`` (true when the
+    ``coefficients`` of an inverse problem, also listed by name and value, then the networks of its unknown
+    ``fields`` — ``{name: {"architecture", "inputs"}}``, in θ's order; the loaded callable's ``fields``
+    evaluates them), ``ansatz`` (true when the
     problem's hard constraint wraps the network: only the problem itself can evaluate it),
     ``problem``, ``options``, ``method``, ``final``;
   - other kinds (``"ridge"``: linear coefficients) are written by their own modules with the same
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -51,26 +53,18 @@ def write_model(directory: str, tensors: dict[str, torch.Tensor], meta: dict) ->
         if v.dtype != torch.float64 or not bool(torch.isfinite(v).all()):
             raise ValueError(f"model tensor {k!r} must be finite float64, got {v.dtype} "
                              f"{'with non-finite values' if v.is_floating_point() else ''}".rstrip())
-    from safetensors.torch import save_file
+    from safetensors.torch import save
+
+    from fedsciml.runtime.files import write_outputs
 
     text = json.dumps(_clean({"format": FORMAT, "version": VERSION, **meta}), indent=2, default=str) + "\n"
     tpath, path = os.path.join(directory, TENSORS), os.path.join(directory, META)
-    tmps = [tpath + ".tmp", path + ".tmp"]
     try:  # both files to temporary names first: a full disk leaves no half model that looks valid
         os.makedirs(directory, exist_ok=True)
-        save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, tmps[0])
-        with open(tmps[1], "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmps[0], tpath)
-        os.replace(tmps[1], path)
+        data = save({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()})
+        write_outputs([(tpath, lambda f: f.write(data)), (path, lambda f: f.write(text.encode()))], binary=True,
+                      what="the model file")
     except Exception as e:  # noqa: BLE001 - OSError, safetensors' own error on a full disk: one line
-        for t in tmps:
-            try:
-                os.remove(t)
-            except OSError:
-                pass
         reason = getattr(e, "strerror", None) or (str(e).splitlines()[0] if str(e) else type(e).__name__)
         raise ModelFileError(f"the model could not be written to {directory!r} ({reason}); nothing was "
                              f"written") from None
@@ -95,6 +89,18 @@ def _regular_file(path: str, what: str, limit: int) -> int:
         return regular_file_size(path, limit, f"a {what}")
     except FileRefused as e:
         raise ModelFileError(str(e)) from None
+
+
+def _inside(directory: str, path: str) -> None:
+    """``path`` (a file of the model directory) is no link out of ``directory``: a model directory names
+    nothing outside itself — a ``model.safetensors`` linked to ``/proc/self/mem`` or to another directory's file
+    is refused in one line (a link within the directory is followed)."""
+    if not os.path.islink(path):
+        return
+    real, home = os.path.realpath(path), os.path.realpath(directory)
+    if os.path.dirname(real) != home and not real.startswith(home.rstrip(os.sep) + os.sep):
+        raise ModelFileError(f"{path!r} is a link to {real!r}, outside the model directory; a model directory names "
+                             f"nothing outside itself (copy the file in)")
 
 
 def _finite_float(text: str) -> float:
@@ -196,7 +202,44 @@ def _expected_field(meta: dict, path: str) -> dict[str, tuple]:
     ins = _strings(meta, "inputs", path) if "inputs" in meta else [f"x{i}" for i in range(sizes[0])]
     if len(ins) != sizes[0] or (meta.get("evaluation") == "pointwise" and len(outs) != sizes[-1]):
         raise ModelFileError(f"{path!r}: inputs {ins} / outputs {outs} do not match the architecture {sizes}")
-    return {"theta": (p + len(coefs),)}
+    one = p + len(coefs) + sum(_field_sizes(meta, path, ins).values())
+    return {"theta": (one * len(_window_edges(meta, path) or [0]),)}
+
+
+def _window_edges(meta: dict, path: str) -> list[tuple[float, float]] | None:
+    """The windows ``[(t_{k-1}, t_k)]`` of a time-marched model (``meta["time_windows"]``: increasing edges), or
+    ``None``."""
+    e = meta.get("time_windows")
+    if e is None:
+        return None
+    if (not isinstance(e, list) or not 2 <= len(e) <= 100_001
+            or not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in e)
+            or any(b <= a for a, b in zip(e[:-1], e[1:]))):
+        raise ModelFileError(f"{path!r}: time_windows must be 2 or more increasing times, got {e!r:.120}")
+    return list(zip(e[:-1], e[1:]))
+
+
+def _field_sizes(meta: dict, path: str, inputs: list) -> dict[str, int]:
+    """``{name: parameters}`` of a field model's unknown coefficient fields (``meta["fields"]``, checked)."""
+    from fedsciml.core.nn import _ACTIVATIONS
+
+    fields = meta.get("fields", {})
+    if not isinstance(fields, dict):
+        raise ModelFileError(f"{path!r}: fields must be an object of name: {{architecture, inputs}}, got {fields!r}")
+    out = {}
+    for name, f in fields.items():
+        arch = f.get("architecture") if isinstance(f, dict) else None
+        sizes = arch.get("sizes") if isinstance(arch, dict) else None
+        ins = f.get("inputs") if isinstance(f, dict) else None
+        if (not isinstance(arch, dict) or arch.get("type") != "mlp" or arch.get("activation") not in _ACTIVATIONS
+                or not isinstance(sizes, list) or not 2 <= len(sizes) <= 64
+                or not all(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= 2**20 for n in sizes)
+                or sizes[-1] != 1 or not isinstance(ins, list) or len(ins) != sizes[0]
+                or not all(isinstance(a, str) and a in inputs for a in ins)):
+            raise ModelFileError(f"{path!r}: field {name!r} must give an mlp architecture (sizes ending in 1, a known "
+                                 f"activation) and its inputs among {inputs}; got {f!r:.120}")
+        out[name] = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
+    return out
 
 
 def _expected_ridge(meta: dict, path: str) -> dict[str, tuple]:
@@ -219,10 +262,18 @@ def _read_tensors(path: str, expected: dict[str, tuple] | None) -> dict[str, tor
     the file exactly (nothing is read or mapped beyond the declared tensors), finite values.  Read into fresh
     memory (no mapping), so the tensors are aligned as the run's own were (bitwise predictions).  ``expected``
     ``None`` (a kind with no reader here): the header's own shapes, under the same checks."""
+
+    size = _regular_file(path, "model.safetensors", MAX_TENSOR_BYTES + MAX_HEADER_BYTES + 8)
+    try:
+        return _read_tensors_of(path, size, expected)
+    except OSError as e:  # a file that stat calls regular but that cannot be read as one (/proc, a vanished file)
+        raise ModelFileError(f"{path!r} cannot be read ({e.strerror or e})") from None
+
+
+def _read_tensors_of(path: str, size: int, expected: dict[str, tuple] | None) -> dict[str, torch.Tensor]:
     import math
     import struct
 
-    size = _regular_file(path, "model.safetensors", MAX_TENSOR_BYTES + MAX_HEADER_BYTES + 8)
     with open(path, "rb") as f:
         head = f.read(8)
         if len(head) < 8:
@@ -306,6 +357,7 @@ def read_model(directory: str) -> tuple[dict[str, torch.Tensor], dict]:
     for p in (mpath, tpath):
         if not os.path.lexists(p):
             raise ModelFileError(f"{directory!r} is not a fedsciml model directory: {os.path.basename(p)} is missing")
+        _inside(directory, p)
     meta = read_json_bounded(mpath, "model description")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("kind"), str):
         raise ModelFileError(f"{mpath!r} is not a fedsciml model description (format {FORMAT!r} with a kind)")
@@ -329,17 +381,104 @@ def _load_field(tensors: dict, meta: dict) -> Callable:
         raise ModelFileError(f"the model of problem {meta.get('problem')!r} has a hard-constraint ansatz: load it with "
                              f"its problem, fs.load_model(DIR, problem=...)")
     net = MLP(arch["sizes"], arch["activation"])
+    if meta.get("time_windows"):
+        return _load_windows(net, tensors["theta"], meta)
     theta = tensors["theta"][: net.n_params]
-    return field_callable(net, theta, meta.get("evaluation", "batch"), len(meta.get("outputs", [""])))
+    u = field_callable(net, theta, meta.get("evaluation", "batch"), len(meta.get("outputs", [""])))
+    if meta.get("fields"):
+        u.fields = field_functions(tensors["theta"], meta)  # type: ignore[attr-defined]
+    return u
+
+
+def _load_windows(net: Any, theta: torch.Tensor, meta: dict) -> Callable:
+    """A time-marched model (:mod:`fedsciml.problems.windows`): window k's network at the points with
+    ``t_{k-1} < t ≤ t_k`` (t ≤ t_1: the first), t the last input."""
+    edges = meta["time_windows"]
+    K = len(edges) - 1
+    parts = theta.reshape(K, -1)
+    evaluation, n_out = meta.get("evaluation", "batch"), len(meta.get("outputs", [""]))
+    fns = [field_callable(net, parts[k][: net.n_params], evaluation, n_out) for k in range(K)]
+    inner = torch.tensor(edges[1:-1], dtype=theta.dtype)
+    d = net.sizes[0]
+
+    def u(x: Any) -> torch.Tensor:
+        x = torch.as_tensor(x, dtype=theta.dtype)
+        if x.ndim != 2 or x.shape[1] != d:
+            raise ValueError(f"points must have shape [n, {d}], got {tuple(x.shape)}")
+        k = torch.bucketize(x[:, -1].contiguous(), inner)
+        outs = [fns[j](x[k == j]) for j in range(K)]
+        out = torch.zeros((x.shape[0],) + outs[0].shape[1:], dtype=theta.dtype)
+        for j in range(K):
+            out[k == j] = outs[j]
+        return out
+
+    u.inputs_dim = d  # type: ignore[attr-defined]
+    return u
+
+
+def field_functions(theta: torch.Tensor, meta: dict) -> dict[str, Callable]:
+    """``{name: a}``, ``a(x [n, d]) → [n]``: a saved model's unknown coefficient fields (``meta["fields"]``; their
+    parameters follow the network's and the scalar coefficients' in θ)."""
+    from torch.func import vmap
+
+    from fedsciml.core.nn import MLP
+
+    inputs = meta.get("inputs", [])
+    p = sum((a + 1) * b for a, b in zip(meta["architecture"]["sizes"][:-1], meta["architecture"]["sizes"][1:]))
+    p += len(meta.get("coefficients", {}))
+    out = {}
+    for name, f in meta["fields"].items():
+        net = MLP(f["architecture"]["sizes"], f["architecture"]["activation"])
+        th = theta[p: p + net.n_params]
+        p += net.n_params
+        sel = torch.tensor([inputs.index(a) for a in f["inputs"]])
+
+        def a(x: Any, net=net, th=th, sel=sel) -> torch.Tensor:
+            x = torch.as_tensor(x, dtype=th.dtype)
+            if x.ndim != 2 or x.shape[1] != len(inputs):
+                raise ValueError(f"points must have shape [n, {len(inputs)}], got {tuple(x.shape)}")
+            with torch.no_grad():
+                return vmap(lambda y: net(th, y[sel]).reshape(()))(x)
+
+        out[name] = a
+    return out
+
+
+#: a loaded model evaluates its points in batches whose activations — rows × (the sum of the network's layer
+#: widths) × 8 bytes — stay under this many bytes (256 MiB: 1.6 million points of a 3×50 network); ``u(x)`` on
+#: 10⁸ points then allocates the batches' activations once each and the ``[n]`` / ``[n, C]`` answer, never
+#: ``n × width`` at once.  Up to one batch, the call is the run's own operations on the whole batch (bitwise)
+EVAL_BYTES = 1 << 28
+
+
+def eval_rows(widths: Sequence[int]) -> int:
+    """The points one batch holds for a network of layer ``widths`` (:data:`EVAL_BYTES`; at least 1)."""
+    return max(1, EVAL_BYTES // (8 * max(1, sum(int(w) for w in widths))))
+
+
+def batched(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, rows: int) -> torch.Tensor:
+    """``fn(x)`` evaluated ``rows`` points at a time, into one preallocated answer (``fn`` maps ``[m, d]`` to
+    ``[m, ...]``); a single call where ``x`` fits in one batch."""
+    n = x.shape[0]
+    if n <= rows:
+        return fn(x)
+    first = fn(x[:rows])
+    out = first.new_empty((n, *first.shape[1:]))
+    out[:rows] = first
+    for i in range(rows, n, rows):
+        out[i:i + rows] = fn(x[i:i + rows])
+    return out
 
 
 def field_callable(net: Any, theta: torch.Tensor, evaluation: str, n_outputs: int) -> Callable:
-    """``x [n, d] → u [n]`` (or ``[n, C]``) with the same operations as the run (see ``evaluation``)."""
+    """``x [n, d] → u [n]`` (or ``[n, C]``) with the same operations as the run (see ``evaluation``), in batches
+    of :func:`eval_rows` points."""
     from torch.func import vmap
 
     if evaluation not in ("batch", "pointwise"):
         raise ModelFileError(f"unknown evaluation {evaluation!r}; allowed: batch, pointwise")
     d = net.sizes[0]
+    rows = eval_rows(net.sizes)
 
     def u(x: Any) -> torch.Tensor:
         x = torch.as_tensor(x, dtype=theta.dtype)
@@ -349,8 +488,8 @@ def field_callable(net: Any, theta: torch.Tensor, evaluation: str, n_outputs: in
             raise ValueError(f"points must have shape [n, {d}], got {tuple(x.shape)}")
         with torch.no_grad():
             if evaluation == "batch":
-                return net(theta, x)
-            out = vmap(lambda y: net(theta, y).reshape(n_outputs))(x)
+                return batched(lambda xb: net(theta, xb), x, rows)
+            out = batched(vmap(lambda y: net(theta, y).reshape(n_outputs)), x, rows)
             return out.squeeze(-1) if n_outputs == 1 else out
 
     u.inputs_dim = d  # type: ignore[attr-defined]  # the callable says how many inputs it takes

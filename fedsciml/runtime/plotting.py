@@ -18,6 +18,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from fedsciml.runtime.files import save_figure
+
 log = logging.getLogger(__name__)
 
 METRIC_LABELS = {"rel_l2": "relative L2 error", "mse": "test MSE", "loss": "training loss ½‖r‖²/N"}
@@ -90,7 +92,7 @@ def plot_convergence(results: Sequence[Any], out_dir: str, prefix: str = "") -> 
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
         path = os.path.join(out_dir, prefix + fname)
-        fig.savefig(path)
+        save_figure(fig, path)
         paths.append(path)
     return paths
 
@@ -306,7 +308,7 @@ def plot_solution(problem: Any, theta: torch.Tensor | None, out_dir: str, label:
     for out, fig in figs:
         fname = prefix + name + (f"_{_slug(out)}" if len(figs) > 1 else "") + ".png"
         path = os.path.join(out_dir, fname)
-        fig.savefig(path)
+        save_figure(fig, path)
         paths.append(path)
     return paths
 
@@ -342,7 +344,7 @@ def _plot_error_against(results: Sequence[Any], out_dir: str, fname: str, x_of, 
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     path = os.path.join(out_dir, fname)
-    fig.savefig(path)
+    save_figure(fig, path)
     return [path]
 
 
@@ -379,7 +381,7 @@ def plot_loss_terms(result: Any, out_dir: str, name: str = "loss_terms") -> list
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     path = os.path.join(out_dir, name + ".png")
-    fig.savefig(path)
+    save_figure(fig, path)
     return [path]
 
 

@@ -42,35 +42,36 @@ class OutputPathError(ValueError):
     """An output path that cannot be written (checked before a run, so that no result is lost)."""
 
 
-def check_output_file(path: str | os.PathLike, flag: str = "--json") -> str:
+def check_output_file(path: str | os.PathLike, flag: str = "--json", stdout: bool = False) -> str:
     """Check, before a run, that ``path`` can be written as a file; returns it.
 
-    Policy: an existing *file* is overwritten (as ``-o`` does for compilers);
-    a directory, a path under a file, or a place that cannot be written is
-    refused with :class:`OutputPathError`.  Missing parent directories are
-    created.
+    Policy (:func:`fedsciml.runtime.files.write_output`): an existing regular file is replaced atomically (as
+    ``-o`` does for compilers), a link's target is written (the link stays a link), a character device such as
+    ``/dev/null`` is written through, ``-`` is standard output where ``stdout``; a directory, a FIFO, a socket,
+    an input of the same command or a place that cannot be written is refused with :class:`OutputPathError`.
+    Missing parent directories are created; nothing at ``path`` is created or changed.
     """
+    from fedsciml.runtime.files import OutputRefused, check_output
+
     path = _path(path, flag)
     if os.path.isdir(path):
         raise OutputPathError(f"{flag} {path!r} is a directory; give a file path (e.g. {os.path.join(path, 'result.json')!r})")
-    parent = os.path.dirname(os.path.abspath(path))
-    _make_dir(parent, flag, path)
-    existed = os.path.exists(path)
     try:
-        with open(path, "a"):
-            pass
-    except OSError as e:
-        raise OutputPathError(f"{flag} {path!r} cannot be written: {e.strerror or e}") from None
-    if not existed:
-        os.remove(path)
-    return path
+        return check_output(path, flag, stdout=stdout)
+    except OutputRefused as e:
+        raise OutputPathError(str(e)) from None
 
 
-def check_output_dir(path: str | os.PathLike, flag: str = "--out") -> str:
+#: the files a run writes in ``--out DIR`` whatever its plots: checked before the run by :func:`check_output_dir`
+OUT_NAMES = ("result.json", "history.csv", "model.safetensors", "model.json")
+
+
+def check_output_dir(path: str | os.PathLike, flag: str = "--out", names: Sequence[str] = OUT_NAMES) -> str:
     """Check, before a run, that ``path`` is (or can be made) a writable directory; creates it; returns it.
 
     Files in it with the names a run writes (``result.json``, ``history*.csv``,
-    plots) are overwritten.
+    plots) are overwritten; one of ``names`` there that would not be written (a FIFO, a directory, an input of the
+    command: :func:`fedsciml.runtime.files.resolve_output`) is refused now, before the run.
     """
     path = _path(path, flag)
     if os.path.exists(path) and not os.path.isdir(path):
@@ -82,6 +83,14 @@ def check_output_dir(path: str | os.PathLike, flag: str = "--out") -> str:
         os.remove(probe)
     except OSError as e:
         raise OutputPathError(f"{flag} {path!r} cannot be written: {e.strerror or e}") from None
+    from fedsciml.runtime.files import OutputRefused, resolve_output
+
+    for name in names:
+        if os.path.lexists(os.path.join(path, name)):
+            try:
+                resolve_output(os.path.join(path, name), flag)
+            except OutputRefused as e:
+                raise OutputPathError(str(e)) from None
     return path
 
 
@@ -120,19 +129,9 @@ def _fallback_dirs() -> list[str]:
 
 
 def _write_text_atomic(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:  # a half-written .tmp is never a result: remove it
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
+    from fedsciml.runtime.files import write_text
+
+    write_text(path, text, what="the results", stdout=True)
 
 
 def save_text_or_fallback(text: str, path: str, what: str = "the results") -> str:
@@ -141,8 +140,9 @@ def save_text_or_fallback(text: str, path: str, what: str = "the results") -> st
     lost: ``text`` is written to a new file in the first of :func:`_fallback_dirs` that takes it and
     :class:`ResultsNotWritten` says, in one line, why ``path`` failed and where the text is."""
     try:
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
+        if path != "-":
+            parent = os.path.dirname(os.path.realpath(path))
+            os.makedirs(parent, exist_ok=True)
         _write_text_atomic(path, text)
         return path
     except OSError as e:
@@ -257,6 +257,9 @@ class Result:
     extra: dict = field(default_factory=dict)
     theta: Any = field(default=None, repr=False, compare=False)  # final parameters (not serialized)
     wall_seconds: float | None = None
+    #: why the run stopped (:func:`stop_reason_of`): ``iterations``, ``rounds``, ``budget``, ``tolerance``,
+    #: ``damping ceiling (μ = 1e+20)``, ``callback NAME``, ``one-shot``, ``interrupted``, …; ``None`` in an old file
+    stop_reason: str | None = None
 
     @property
     def wall_time_s(self) -> float:
@@ -288,12 +291,16 @@ class Result:
     def write_history_csv(self, path: str) -> None:
         if not self.history:
             return
+        from fedsciml.runtime.files import write_output
+
         keys = list(dict.fromkeys(k for h in self.history for k in h))
-        with open(path, "w", newline="") as f:
+
+        def write(f):
             w = csv.DictWriter(f, fieldnames=keys)
             w.writeheader()
             for h in self.history:
                 w.writerow(_clean(h))
+        write_output(path, write, newline="", what="the history CSV")
 
     def plot(self, out_dir: str, problem: Any = None) -> list[str]:
         """Write the PNG plots of this run (error against time and rounds; the solution when
@@ -314,6 +321,35 @@ class Result:
     def from_json(cls, path: str) -> "Result":
         with open(path) as f:
             return cls.from_dict(json.load(f))
+
+
+# --- why a run stopped ----------------------------------------------------------------------------
+
+#: the round loop's and the solvers' short names (``extra["stopped_by"]``) → the stop reason a result states
+_STOP_NAMES = {"tol": "tolerance"}
+
+
+def stop_reason_of(info: Mapping[str, Any]) -> str | None:
+    """Why a run stopped, from its runner's ``info``: ``info["stop_reason"]`` where the runner states it (the
+    centralized solvers), else the round loop's ``info["stopped_by"]`` in the same words.  The reasons:
+
+    * ``iterations`` — a centralized solver's ``max_iters``; ``rounds`` — a federated run's ``rounds``;
+    * ``budget`` — the time budget (``budget`` seconds of the ``clock``) is spent;
+    * ``tolerance`` — the mean training loss reached ``tol``;
+    * ``damping ceiling (μ = 1e+20)`` — Levenberg–Marquardt's damping reached its ceiling: no step lowers the
+      training loss at these points (a minimum of it to round-off), so a larger budget changes nothing
+      (:mod:`fedsciml.core.lm`; centralized ``lm`` and federated ``gn``);
+    * ``callback NAME`` — a callback asked the run to stop (:mod:`fedsciml.runtime.callbacks`);
+    * ``one-shot`` — a one-exchange method finished its exchange;
+    * ``interrupted`` — the run was interrupted and kept what it had;
+    * a strategy's own reason (:meth:`fedsciml.runtime.strategy.Strategy.finished`).
+
+    ``None`` where the info says nothing (a closed-form answer, an old file)."""
+    own = info.get("stop_reason")
+    if isinstance(own, str) and own:
+        return own
+    raw = info.get("stopped_by")
+    return _STOP_NAMES.get(raw, raw) if isinstance(raw, str) and raw else None
 
 
 # --- the summary table ----------------------------------------------------------------------------
@@ -370,20 +406,29 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
         sent = last.get("floats_sent", 0)
         loss = r.final.get("loss")
         ex = last.get("exchanges_total")
+        held = r.extra.get("validation") if isinstance(r.extra, dict) else None
         cpu = isinstance(r.options, dict) and r.options.get("clock") == "cpu" and last.get("time_s") is not None
         rows.append({"method": r.method, "rounds": rounds, "seconds": float(last["time_s"]) if cpu else r.solver_seconds,
-                     "loss": float("nan") if loss is None else loss, "metric": r.error,
+                     "loss": float("nan") if loss is None else loss,
+                     "val": held.get("val_loss", float("nan")) if isinstance(held, dict) else float("nan"),
+                     "metric": r.error, "l2re": float(r.final.get("l2re", float("nan"))),
                      "exchanges": ex, "sent": sent,
-                     "per": sent / rounds if rounds else 0, "settings": " " + method_settings(r)})
+                     "per": sent / rounds if rounds else 0, "stopped": r.stop_reason,
+                     "settings": " " + method_settings(r)})
+    wide = max([len("stopped")] + [len(x["stopped"]) for x in rows if x["stopped"]])
     # the seconds column follows the runs' clock (--clock): the solver's wall seconds, or its CPU seconds (the
     # history's time_s: this process's and, on an engine with client processes, theirs)
     head = {"wall": "wall s", "cpu": "cpu s"}.get(clock, "s (clock)")
     cols = [("method", "method", "<12s"), ("rounds", "rounds", "6d"), (head, "seconds", "8.2f"),
             ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"),
             ("exchanges", "exchanges", "9d"), ("floats sent", "sent", "12d"),
-            ("floats/round", "per", "12.3g"), (" settings", "settings", "<s")]
+            ("floats/round", "per", "12.3g"), ("stopped", "stopped", f"<{wide}s"), (" settings", "settings", "<s")]
+    if any(isinstance(r.extra, dict) and isinstance(r.extra.get("validation"), dict) for r in results):
+        cols.insert(4, ("val_loss", "val", "10.3e"))  # the held-out validation residual (runtime.validation)
     if metric == "loss":  # no test metric: the loss is the only figure, shown once
         cols = [c for c in cols if c[1] != "metric"]
+    if metric == "rel_l2" and _pooled_differs(results):  # a system: the pooled error (PINNacle's L2RE) beside
+        cols.insert(cols.index((metric, "metric", "10.3e")) + 1, ("l2re", "l2re", "10.3e"))
     lines += format_table(cols, rows).split("\n")
     for r in results:
         why = r.extra.get("loss_not_measured") if isinstance(r.extra, dict) else None
@@ -396,3 +441,9 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
                          f"{rej[0]['client']}: {rej[0]['reason']}")
     lines.append(f"final {metric} ({r0.method}): {r0.error:.3e}")
     return lines
+
+
+def _pooled_differs(results: Sequence[Result]) -> bool:
+    """Whether the runs report a pooled ``l2re`` that is not ``rel_l2`` itself: a system (per-component
+    ``rel_l2_NAME`` keys); for one output the two are the same number, shown once."""
+    return any("l2re" in r.final and any(k.startswith("rel_l2_") for k in r.final) for r in results)

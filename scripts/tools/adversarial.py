@@ -1415,9 +1415,245 @@ def _issue38b_cases():
     return cases
 
 
+def _chardev(path):
+    """A private character device (the same device as /dev/null, made with mknod): what a bad writer turns into
+    a regular file is then the case's own node, never the machine's /dev/null."""
+    import stat as _stat
+    os.mknod(path, _stat.S_IFCHR | 0o666, os.makedev(1, 3))
+
+
+def _still(kind, rel, then=None):
+    """Check of a case that wrote to ``{dir}/rel``: the path is still a ``kind`` (chardev | link), and ``then``."""
+    def check(outcome):
+        import stat as _stat
+        p = os.path.join(outcome["dir"], rel)
+        st = os.lstat(p)
+        ok = _stat.S_ISCHR(st.st_mode) if kind == "chardev" else _stat.S_ISLNK(st.st_mode)
+        if not ok:
+            return f"{rel} is no longer a {kind} (replaced)"
+        return then(outcome) if then else None
+    return check
+
+
+_INTERRUPT = """
+import json, os, signal, subprocess, sys
+args = ARGS
+p = subprocess.Popen([sys.executable, "-m", "fedsciml", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"})
+for ln in p.stderr:
+    if "[    3]" in ln:
+        p.send_signal(SIG)
+        break
+try:
+    out, err = p.communicate(timeout=120)
+except subprocess.TimeoutExpired:
+    p.kill(); p.wait()
+    return {"rc": "hang"}
+res = json.load(open(RESULT)) if os.path.exists(RESULT) else {}
+return {"rc": p.returncode, "stop": (res.get("extra") or {}).get("stop_reason"),
+        "steps": len(res.get("history") or []), "model": os.path.exists(MODEL), "last": err.strip().splitlines()[-1:]}
+"""
+
+_CRAFTED = """
+import json
+from fedsciml.problems.saved import save_model
+from fedsciml.runtime.results import Result
+p = fs.get_problem("sin1d"); th = p.init_params(0)
+save_model(Result(problem="sin1d", method="gn", options={}, seed=0, device="cpu", dtype="float64",
+                  n_params=int(th.numel()), clients=1, final={}, history=[], extra={}, theta=th), p, d + "/m")
+m = json.load(open(d + "/m/model.json")); m.update(ansatz=True, problem="table", options={"tables": ["/etc/passwd"]})
+json.dump(m, open(d + "/m/model.json", "w"))
+try:
+    fs.load_model(d + "/m")
+except Exception as e:
+    return {"refused": type(e).__name__, "leak": "root:" in str(e)}
+return {"refused": None}
+"""
+
+_FORGED = """
+from fedsciml.runtime import checkpoint as ckpt
+p = fs.get_problem("sin1d", n_samples=20)
+kw = dict(clients=2, seed=0, checkpoint=d + "/ck"OPTS)
+fs.solve(p, "gn", rounds=2, **kw)
+st = ckpt.read(ckpt.path_in(d + "/ck"))
+EDIT
+ckpt.save(d + "/ck", st)
+return fs.solve(p, "gn", rounds=3, resume=True, **kw).final.get("mse")
+"""
+
+_DEAD = """
+from fedsciml.runtime.loop import RoundFailed
+def hook(rnd, cid, msg):
+    return {k: v * float("nan") if isinstance(v, torch.Tensor) else v for k, v in msg.items()} if rnd >= 3 else msg
+try:
+    fs.solve("sin1d", "gn", clients=2, rounds=10, problem_options={"n_samples": 20}, message_hook=hook)
+except RoundFailed as e:
+    r = e.result
+    return {"stop": r.extra.get("stop_reason"), "rounds": r.extra.get("rounds"), "theta": r.theta is not None}
+return "not stopped"
+"""
+
+_BEST_DEV = """
+import os, stat
+_p = d + "/null"
+os.mknod(_p, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+fs.solve("sin1d", "gn", clients=2, rounds=2, problem_options={"n_samples": 10},
+         callbacks=[fs.BestModelCheckpoint(path=_p)])
+return stat.S_ISCHR(os.lstat(_p).st_mode)
+"""
+
+_REUSED = """
+es = fs.EarlyStopping(patience=3, rel_delta=0.5)
+return [len(fs.solve("sin1d", "centralized", optimizer="adam", lr=1e-3, max_iters=100,
+                     problem_options={"n_samples": 20}, callbacks=[es]).history) for _ in range(2)]
+"""
+
+_MANY = """
+r = fs.solve("sin1d", "gn", clients=2, rounds=1, problem_options={"n_samples": 20})
+fs.save_model(r, fs.get_problem("sin1d", n_samples=20), d + "/m")
+u = fs.load_model(d + "/m")
+return list(u(torch.rand(10**7, 1, dtype=torch.float64)).shape)
+"""
+
+
+def _field_model(d):
+    """A small field model directory ``d/m`` (sin1d's θ₀) and ``d/pts.csv``."""
+    from fedsciml.problems import get_problem
+    from fedsciml.problems.saved import save_model
+    from fedsciml.runtime.results import Result
+
+    p = get_problem("sin1d")
+    th = p.init_params(0)
+    save_model(Result(problem=p.name, method="gn", options={}, seed=0, device="cpu", dtype="float64",
+                      n_params=int(th.numel()), clients=1, solver_seconds=0.0, final={}, history=[], extra={},
+                      theta=th), p, os.path.join(d, "m"))
+    write(os.path.join(d, "pts.csv"), "0.5\n")
+
+
+def _issue38_cases():
+    """Issue 38 (findings 1, 3, 6, 7 and 8's checkpoint items): output paths that must stay what they are,
+    interrupts that keep the finished rounds, callbacks, model directories that name nothing outside
+    themselves, forged checkpoints."""
+    cases = []
+
+    def C(group, name, argv, expect="error", check=None, **kw):
+        cases.append(Case(name, "issue38-" + group, "cli", argv, expect=expect, check=check, **kw))
+
+    def A(group, name, src, expect="error", check=None, **kw):
+        cases.append(Case(name, "issue38-" + group, "api", source=src, expect=expect, check=check, **kw))
+
+    # 1. output paths
+    pred = ["predict", "{dir}/m", "--points", "{dir}/pts.csv", "--out"]
+
+    def with_model(extra):
+        def setup(d, m):
+            _ridge_model(d)
+            extra(d)
+        return setup
+
+    def linked(d):
+        write(os.path.join(d, "t.csv"), "old\n")
+        os.symlink(os.path.join(d, "t.csv"), os.path.join(d, "link.csv"))
+    C("outputs", "predict --out a character device (written through)", pred + ["{dir}/null"], expect="ok",
+      setup=with_model(lambda d: _chardev(os.path.join(d, "null"))), check=_still("chardev", "null"))
+    C("outputs", "predict --out a link to a file (the target written, the link kept)", pred + ["{dir}/link.csv"],
+      expect="ok", setup=with_model(linked),
+      check=_still("link", "link.csv", lambda o: None if open(os.path.join(o["dir"], "t.csv")).read().startswith(
+          "x0,") else "the link's target was not written"))
+    for name, target in (("the model's model.safetensors", "{dir}/m/model.safetensors"),
+                         ("the model's model.json", "{dir}/m/model.json"), ("its own --points file", "{dir}/pts.csv")):
+        C("outputs", f"predict --out onto {name} (an input)", pred + [target], setup=with_model(lambda d: None))
+    C("outputs", "predict --out a FIFO", pred + ["{dir}/fifo"],
+      setup=with_model(lambda d: os.mkfifo(os.path.join(d, "fifo"))), timeout=30)
+    C("outputs", "solve --json a character device", SOLVE + ["--json", "{dir}/null"], expect="ok",
+      setup=lambda d, m: _chardev(os.path.join(d, "null")), check=_still("chardev", "null"))
+    C("outputs", "solve --json - (standard output)", SOLVE + ["--json", "-"], expect="ok",
+      check=lambda o: None if o["stdout"].lstrip().startswith("{") and json.loads(o["stdout"]).get("method")
+      and not os.path.exists(os.path.join(o["dir"], "-")) else "stdout is not the JSON")
+
+    def out_link(d, m):
+        os.makedirs(os.path.join(d, "o"))
+        write(os.path.join(d, "r.json"), "{}")
+        os.symlink(os.path.join(d, "r.json"), os.path.join(d, "o", "result.json"))
+    C("outputs", "solve --out DIR whose result.json is a link", SOLVE + ["--out", "{dir}/o"], expect="ok",
+      setup=out_link, check=_still("link", "o/result.json"))
+    C("outputs", "solve --json onto its --config file",
+      ["solve", "sin1d", "--config", "{dir}/c.toml", "--quiet", "--json", "{dir}/c.toml"],
+      setup=lambda d, m: write(os.path.join(d, "c.toml"), 'clients = 2\nrounds = 1\nn_samples = 10\n'))
+    C("outputs", "ridge --json a character device", RIDGE + ["--json", "{dir}/null"], expect="ok",
+      setup=lambda d, m: _chardev(os.path.join(d, "null")), check=_still("chardev", "null"))
+
+    def fifo_history(d, m):
+        os.makedirs(os.path.join(d, "o"))
+        os.mkfifo(os.path.join(d, "o", "history.csv"))
+    C("outputs", "solve --out DIR whose history.csv is a FIFO", SOLVE + ["--out", "{dir}/o"], setup=fifo_history,
+      output_case=True, timeout=60)
+    A("outputs", "BestModelCheckpoint(path=a character device)", _BEST_DEV, expect="ok",
+      check=api_value(lambda v: None if v is True else "replaced"))
+
+    # 3. interrupts
+    gn_args = ["solve", "sin1d", "--method", "gn", "--clients", "2", "--n-samples", "20", "--rounds", "100000",
+               "--every", "1", "--out", "OUT", "--checkpoint", "CK"]
+    for sig, status in (("SIGINT", 130), ("SIGTERM", 143)):
+        src = (_INTERRUPT.replace("ARGS", repr(gn_args).replace("'OUT'", 'd + "/out"').replace("'CK'", 'd + "/ck"'))
+               .replace("(SIG)", f"(signal.{sig})").replace("RESULT", 'd + "/out/result.json"')
+               .replace("MODEL", 'd + "/out/model.safetensors"'))
+        A("interrupt", f"gn run sent {sig} after round 3 (result, model, checkpoint kept)", src, expect="ok",
+          timeout=180, check=api_value(lambda v, status=status: None if v.get("rc") == status and v.get(
+              "stop") == "interrupted" and v.get("steps", 0) >= 3 and v.get("model") else f"kept nothing: {v}"))
+    cargs = ["solve", "sin1d", "--n-samples", "20", "--optimizer", "adam", "--max-iters", "1000000", "--every", "1",
+             "--json", "J"]
+    A("interrupt", "centralized adam sent SIGINT after step 3", _INTERRUPT.replace(
+        "ARGS", repr(cargs).replace("'J'", 'd + "/r.json"')).replace("(SIG)", "(signal.SIGINT)").replace(
+        "RESULT", 'd + "/r.json"').replace("MODEL", 'd + "/r.json"'), expect="ok", timeout=180,
+      check=api_value(lambda v: None if v.get("rc") == 130 and v.get("stop") == "interrupted" else f"{v}"))
+    A("interrupt", "every site dead from round 3: the partial result is kept", _DEAD, expect="ok",
+      check=api_value(lambda v: None if v == {"stop": "failed", "rounds": 2, "theta": True} else str(v)))
+
+    # 6. callbacks
+    cb = 'fs.solve("sin1d", "centralized", max_iters=20, problem_options={"n_samples": 20}, callbacks=[CB])'
+    A("callbacks", "a callback returning np.True_ at step 2", "r = " + cb.replace(
+        "CB", "lambda v: np.True_ if v.step == 2 else None") + "\nreturn r.history[-1]['step']", expect="ok",
+      check=api_value(lambda v: None if v == 2 else f"ran to step {v}"))
+    A("callbacks", "a callback returning torch.tensor(True) at step 2", "r = " + cb.replace(
+        "CB", "lambda v: torch.tensor(v.step == 2)") + "\nreturn r.history[-1]['step']", expect="ok",
+      check=api_value(lambda v: None if v == 2 else f"ran to step {v}"))
+    A("callbacks", "an EarlyStopping reused for a second run", _REUSED, expect="ok",
+      check=api_value(lambda v: None if v[0] == v[1] else f"rows per run {v}"))
+    A("callbacks", "EarlyStopping(monitor='rel_l3') (misspelt)",
+      cb.replace("CB", "fs.EarlyStopping(monitor='rel_l3')"))
+    A("callbacks", "a loaded model's u(x) on 10^7 points within the memory cap", _MANY, expect="ok", timeout=180,
+      check=api_value(lambda v: None if v == [10 ** 7] else str(v)))
+
+    # 7. model directories
+    A("model", "model.json: ansatz problem 'table' naming /etc/passwd (nothing opened, nothing shown)", _CRAFTED,
+      expect="ok", check=api_value(lambda v: None if v.get("refused") == "ModelFileError" and not v.get("leak")
+                                   else f"read the named file: {v}"))
+    for name, dest, fname in (("/proc/self/mem", "/proc/self/mem", "model.safetensors"),
+                              ("/etc/passwd (as model.json)", "/etc/passwd", "model.json")):
+        def setup(d, m, dest=dest, fname=fname):
+            _field_model(d)
+            f = os.path.join(d, "m", fname)
+            os.remove(f)
+            os.symlink(dest, f)
+        C("model", f"a model file linked to {name}", ["predict", "{dir}/m", "--points", "{dir}/pts.csv", "--out",
+                                                      "{dir}/u.csv"], setup=setup)
+
+    # 8. forged checkpoints (re-hashed)
+    for name, edit, opts in (("rng a string", "st['rng'] = {'bit_generator': 'PCG64', 'state': 'x'}", ""),
+                             ("rng another generator", "st['rng'] = {'bit_generator': 'MT19937'}", ""),
+                             ("gn banned ['x']", "st['strategy']['banned'] = ['x']", ""),
+                             ("SPRING phi = 1e300", "st['strategy']['phi'] = st['strategy']['phi'] * 0 + 1e300",
+                              ", momentum=0.5"),
+                             ("theta x 1e6", "st['strategy']['theta'] = st['strategy']['theta'] * 1e6", "")):
+        A("checkpoint", f"checkpoint re-hashed with {name}", _FORGED.replace("EDIT", edit).replace("OPTS", opts),
+          timeout=150)
+    return cases
+
+
 def all_cases():
     return (_cli_cases() + _api_cases() + _table_cases() + _issue23_cases() + _dialect_cases()
-            + _issue31_cases() + _issue38b_cases())
+            + _issue31_cases() + _issue38_cases() + _issue38b_cases())
 
 
 # ------------------------------------------------------------------------------------- execution

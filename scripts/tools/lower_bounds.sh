@@ -10,13 +10,36 @@
 #   scripts/tools/lower_bounds.sh tests/test_ridge.py  # rebuild, then only these pytest arguments
 #   LOWER_BOUNDS_REUSE=1 scripts/tools/lower_bounds.sh tests/test_lm.py   # keep an existing venv
 #
-# Environment: LOWER_BOUNDS_VENV (default /tmp/fedsciml-lower-bounds-venv), LOWER_BOUNDS_PYTHON (default
-# python3.11), LOWER_BOUNDS_REUSE=1 (do not rebuild). The suite runs from this checkout (PYTHONPATH), one thread,
-# under nice.
+# Environment: LOWER_BOUNDS_VENV (default /tmp/fedsciml-lower-bounds-venv), LOWER_BOUNDS_PYTHON (default: the
+# lowest Python that pyproject.toml's requires-python allows, found as pythonX.Y on PATH, else by pyenv or uv),
+# LOWER_BOUNDS_REUSE=1 (do not rebuild). The suite runs from this checkout (PYTHONPATH), one thread, under nice.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv=${LOWER_BOUNDS_VENV:-/tmp/fedsciml-lower-bounds-venv}
-py=${LOWER_BOUNDS_PYTHON:-python3.11}
+# the lowest declared Python: requires-python = ">=3.10" -> 3.10 (the bottom of that range is tested too)
+lowest=$(sed -n 's/^requires-python *= *">= *\([0-9]*\.[0-9]*\)".*/\1/p' pyproject.toml)
+if [[ -z "$lowest" ]]; then
+    echo "lower_bounds.sh: no requires-python = \">=X.Y\" in pyproject.toml" >&2
+    exit 2
+fi
+find_python() {  # pythonX.Y on PATH, else pyenv's or uv's installed X.Y (nothing is downloaded here)
+    local v=$1 p
+    for p in "python$v" "$(pyenv prefix "$v" 2>/dev/null)/bin/python$v" "$(uv python find "$v" 2>/dev/null)"; do
+        if [[ -n "$p" ]] && "$p" -c "import sys; sys.exit(sys.version_info[:2] != tuple(map(int, '$v'.split('.'))))" \
+                2>/dev/null; then
+            command -v "$p"
+            return 0
+        fi
+    done
+    return 1
+}
+py=${LOWER_BOUNDS_PYTHON:-$(find_python "$lowest" || true)}
+if [[ -z "$py" ]]; then
+    echo "lower_bounds.sh: no Python $lowest found (pyproject.toml requires-python >= $lowest): install it (pyenv" \
+         "install $lowest, uv python install $lowest) or set LOWER_BOUNDS_PYTHON" >&2
+    exit 2
+fi
+echo "Python: $py ($("$py" -c 'import sys; print(sys.version.split()[0])'); the lowest requires-python allows: $lowest)"
 
 if [[ "${LOWER_BOUNDS_REUSE:-0}" != 1 || ! -x "$venv/bin/python" ]]; then
     rm -rf "$venv"
@@ -34,8 +57,12 @@ fi
 # something else.
 "$venv/bin/python" - <<'EOF'
 import sys
-import tomllib
 from importlib.metadata import version
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: tomli, a dependency there (pyproject.toml)
+    import tomli as tomllib
 
 from packaging.requirements import Requirement
 from packaging.version import Version
@@ -48,6 +75,8 @@ for extra in ("test", "flower"):
 bad = []
 for text in reqs:
     req = Requirement(text)
+    if req.marker is not None and not req.marker.evaluate():
+        continue  # for another Python (tomli: below 3.11 only)
     lows = [Version(s.version) for s in req.specifier if s.operator == ">="]
     if not lows:
         bad.append(f"{req.name}: no lower bound in {text!r}")

@@ -394,7 +394,7 @@ def _make_client_app():
 
 def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, device="cpu", progress: bool = False,
                 timeout_s: float = 300.0, connect_timeout_s: float = 300.0, job_extra: dict | None = None,
-                stop=None, **options):
+                stop=None, message_ttl_s: float | None = None, **options):
     """Run ``method`` on ``problem`` with its clients on the Flower nodes of ``grid``; returns a Result.
 
     The driver's run (:func:`fedsciml.runtime.driver.plan` and :func:`~fedsciml.runtime.driver.run_connected`:
@@ -415,7 +415,7 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
     def connect(job: dict, n_clients: int) -> FlowerTransport:
         return FlowerTransport(grid, {**job, **(job_extra or {})}, n_clients, timeout_s=timeout_s,
                                connect_timeout_s=connect_timeout_s, device=p.device,
-                               log=stderr_log if progress else None, stop=stop)
+                               log=stderr_log if progress else None, stop=stop, message_ttl_s=message_ttl_s)
 
     return run_connected(p, connect)
 
@@ -451,7 +451,8 @@ def run_job(grid, job: dict):
     problem = get_problem(job["problem"], **job.get("problem_options", {}))
     return run_on_grid(grid, problem, job.get("method", "fipa"), int(job["clients"]), seed=int(job.get("seed", 0)),
                        progress=bool(job.get("progress", True)), timeout_s=float(job.get("timeout", 300.0)),
-                       connect_timeout_s=float(job.get("connect_timeout", 300.0)), **job.get("options", {}))
+                       connect_timeout_s=float(job.get("connect_timeout", 300.0)),
+                       message_ttl_s=job.get("message_ttl"), **job.get("options", {}))
 
 
 def serve(grid, run_config):
@@ -467,10 +468,9 @@ def serve(grid, run_config):
                 log.info("%s", line)
         if j.get("out"):
             if j.get("kind", "solve") == "images":
-                tmp = str(j["out"]) + ".part"
-                with open(tmp, "w") as f:
-                    json.dump(res, f)
-                os.replace(tmp, str(j["out"]))
+                from fedsciml.runtime.files import write_text
+
+                write_text(str(j["out"]), json.dumps(res), what="the run config's out")
             else:  # the directory `solve --out` writes: result, history, model (fs.load_model reads it)
                 from fedsciml.problems import get_problem
 

@@ -25,7 +25,7 @@ exit, also after an error (and, as a last resort, when the interpreter exits); t
 nothing listens beyond 127.0.0.1; runtime dependency installation is off (and
 the app declares no dependencies).
 
-    python scripts/tools/flower_deploy.py bratu --clients 2 --method gn --rounds 2
+    python -m fedsciml flower deploy bratu --clients 2 --method gn --rounds 2
 """
 from __future__ import annotations
 
@@ -99,17 +99,71 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class PortTaken(RuntimeError):
+    """Another process (not the one just started) listens on the port this object chose."""
+
+
+def _listening_inodes(port: int) -> set | None:
+    """The socket inodes listening on TCP ``port`` (IPv4 and IPv6), from ``/proc/net/tcp*``; ``None`` where the
+    kernel does not tell (no ``/proc``)."""
+    found, readable = set(), False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            cols = line.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                found.add(cols[9])
+    return found if readable else None
+
+
+def _owns_socket(pids, inodes: set) -> bool:
+    """Whether one of ``pids`` holds one of the socket ``inodes`` open."""
+    want = {f"socket:[{i}]" for i in inodes}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in want:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def _wait_port(port: int, timeout_s: float, proc=None, what="process"):
+    """Wait until ``proc`` (or one of its descendants) listens on ``HOST:port``.  A listener there that is not
+    ``proc``'s — another run took the port between :func:`free_port`'s probe and this start — raises
+    :class:`PortTaken` (the caller starts again on a new port): connecting to any listener sent one run's job
+    to another run's SuperLink (issue 38.9).  Where ``/proc`` cannot tell who listens, a listener is accepted."""
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"{what} exited with status {proc.returncode} before listening on {HOST}:{port}")
         try:
             with socket.create_connection((HOST, port), timeout=0.5):
-                return
+                pass
         except OSError:
             time.sleep(0.1)
+            continue
+        inodes = _listening_inodes(port)
+        if proc is None or inodes is None or _owns_socket([proc.pid, *descendants(proc.pid)], inodes):
+            return
+        if inodes:  # someone else's listener (not one closing between the connect and the look-up)
+            raise PortTaken(f"{HOST}:{port} is served by another process, not by {what} (pid {proc.pid})")
+        time.sleep(0.1)
     raise TimeoutError(f"{what} did not listen on {HOST}:{port} within {timeout_s:.0f} s")
+
+
+#: starts of a process whose port another process took before it could bind it
+PORT_TRIES = 5
 
 
 def _toml_value(v) -> str:
@@ -168,6 +222,19 @@ class LocalSuperLink:
         return self.procs[name]
 
     def start_superlink(self):
+        """``flower-superlink`` on a free port; started again on another port (at most :data:`PORT_TRIES` times)
+        when another process took the probed port first (:class:`PortTaken`)."""
+        for attempt in range(PORT_TRIES):
+            try:
+                return self._start_superlink_once()
+            except PortTaken as e:
+                self.kill("superlink")
+                self.procs.pop("superlink", None)
+                if attempt == PORT_TRIES - 1:
+                    raise RuntimeError(f"flower-superlink: {e} (after {PORT_TRIES} ports)") from None
+                self.log(f"{e}; starting flower-superlink on another port")
+
+    def _start_superlink_once(self):
         (self.dir / "flwr-home").mkdir(parents=True, exist_ok=True)
         self.superlink_port = free_port()
         (self.dir / "flwr-home" / "config.toml").write_text(
@@ -341,11 +408,20 @@ class LocalDeployment(LocalSuperLink):
         """Start site ``k``: a stock ``flower-supernode`` (again, after :meth:`kill`: a new Flower node id)."""
         cfg = {"partition-id": k, "num-partitions": self.clients, **self.node_configs[k]}
         node_config = " ".join(f"{key}={_toml_value(v)}" for key, v in cfg.items())
-        proc = self._start(f"node{k}", [os.path.join(self.bin, "flower-supernode"), "--insecure",
-                                        "--superlink", f"{HOST}:{self.superlink_port}", "--node-config", node_config,
-                                        "--host", HOST, "--port", str(self.node_ports[k]), *self.node_args])
-        _wait_port(self.node_ports[k], self.start_timeout_s, proc, f"flower-supernode {k}")
-        return proc
+        for attempt in range(PORT_TRIES):  # its runtime API's port taken meanwhile by another process: a new one
+            proc = self._start(f"node{k}", [os.path.join(self.bin, "flower-supernode"), "--insecure",
+                                            "--superlink", f"{HOST}:{self.superlink_port}", "--node-config",
+                                            node_config, "--host", HOST, "--port", str(self.node_ports[k]),
+                                            *self.node_args])
+            try:
+                _wait_port(self.node_ports[k], self.start_timeout_s, proc, f"flower-supernode {k}")
+                return proc
+            except PortTaken as e:
+                self.kill(f"node{k}")
+                if attempt == PORT_TRIES - 1:
+                    raise RuntimeError(f"flower-supernode {k}: {e} (after {PORT_TRIES} ports)") from None
+                self.node_ports[k] = free_port()
+        raise AssertionError("unreachable")
 
     def start(self):
         self.start_superlink()

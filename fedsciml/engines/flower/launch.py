@@ -107,6 +107,49 @@ def check_config_value(flag: str, value: str) -> None:
             raise ValueError(f"{flag} {value!r}: {item!r} is not key=value with a key and a value")
 
 
+def _config_value(values: Sequence[str], key: str, what: str):
+    """``key``'s value in ``flwr run``'s ``--run-config`` / ``--federation-config`` strings, parsed as Flower parses
+    them (``None`` where they do not set it)."""
+    from flwr.common.config import parse_config_args
+
+    try:
+        return parse_config_args([str(v) for v in values]).get(key) if values else None
+    except (ValueError, OSError) as e:
+        raise FlowerRunFailed(f"{what} {list(values)!r} cannot be read: {e}") from None
+
+
+def check_federation_size(app: str, run_config: Sequence[str] = (), federation_config: Sequence[str] = ()):
+    """Before the run: refuse, in one line, a simulation federation whose ``num-supernodes`` (given in
+    ``federation_config``) is not the run's ``clients`` (from ``run_config``, else the App's default in its
+    ``pyproject.toml``).  fedsciml's ServerApp needs one SuperNode per client (partition ids 0 … K−1): with fewer it
+    waits ``connect-timeout`` and fails behind Flower's traceback (issue 40.10, 70 s for ``clients=3`` on 2
+    nodes); with more, the nodes' ``num-partitions`` is not the run's K.  Where ``num-supernodes`` is not given
+    (a deployment's real SuperNodes), nothing is checked here: the ServerApp's connect timeout says which
+    partitions no node serves."""
+    nodes = _config_value(federation_config, "num-supernodes", "--federation-config")
+    if nodes is None:
+        return
+    clients = _config_value(run_config, "clients", "--run-config")
+    where = "--run-config"
+    if clients is None:
+        from flwr.common.config import get_project_config
+
+        try:
+            clients = get_project_config(app).get("tool", {}).get("flwr", {}).get("app", {}).get("config", {}) \
+                .get("clients")
+        except Exception:  # noqa: BLE001 - flwr's own one-line reasons (no pyproject.toml, bad TOML)
+            clients = None
+        where = f"the App's default ({app}/pyproject.toml)"
+    if clients is None:
+        return
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise FlowerRunFailed(f"--federation-config num-supernodes={nodes!r} must be a whole number ≥ 1")
+    if nodes != clients:
+        raise FlowerRunFailed(f"the run has clients={clients} ({where}) but the federation num-supernodes={nodes} "
+                              f"(--federation-config): fedsciml needs one SuperNode per client; give "
+                              f"--federation-config num-supernodes={clients} or --run-config clients={nodes}")
+
+
 def flower_run(app: str, superlink: str | None = None, *, run_config: Sequence[str] = (),
                federation_config: Sequence[str] = (), federation: str | None = None, stream: bool = True,
                timeout_s: float | None = None, poll_s: float = 1.0, env=None, flwr: str | None = None) -> dict:
@@ -123,6 +166,7 @@ def flower_run(app: str, superlink: str | None = None, *, run_config: Sequence[s
     for flag, values in (("--run-config", run_config), ("--federation-config", federation_config)):
         for value in values:
             check_config_value(flag, str(value))
+    check_federation_size(app, run_config, federation_config)
     exe = flwr or flwr_executable()
     where = [superlink] if superlink else []
     args = [exe, "run", str(app), *where, "--format", "json"]

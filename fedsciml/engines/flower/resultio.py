@@ -57,18 +57,19 @@ def write_model_files(res, problem, out: str) -> list:
 def write_result(res, out: str, problem=None) -> str:
     """Write the run's directory ``out`` (see the module docstring); ``problem``: the run's problem, for the
     model files (without it only the Result, θ and the history).  Returns ``out``."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
+
+    from fedsciml.runtime.files import write_bytes, write_text
 
     out = str(out)
     os.makedirs(out, exist_ok=True)
     done = result_path(out)
     if os.path.exists(done):  # a directory reused: its old result must not look like this run's
         os.remove(done)
-    save_file({"theta": res.theta.detach().cpu().contiguous()}, os.path.join(out, THETA))
+    write_bytes(os.path.join(out, THETA), save({"theta": res.theta.detach().cpu().contiguous()}))
     res.write_history_csv(os.path.join(out, HISTORY))
     write_model_files(res, problem, out)
-    res.to_json(done + ".part")
-    os.replace(done + ".part", done)
+    write_text(done, res.to_json() + "\n")  # last: its presence says the directory is whole
     return out
 
 

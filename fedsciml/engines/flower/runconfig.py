@@ -13,7 +13,7 @@ import json
 import math
 
 RUN_CONFIG_KEYS = ("problem", "method", "clients", "seed", "problem-options", "method-options", "out", "timeout",
-                   "connect-timeout", "jobs")
+                   "connect-timeout", "message-ttl", "jobs")
 MAX_CLIENTS = 100_000
 MAX_JOBS = 1000
 MAX_JOBS_BYTES = 16 * 2**20
@@ -38,6 +38,25 @@ def _seconds(value, key: str) -> float:
             or not 0 < value <= MAX_SECONDS:
         raise RunConfigError(f"run config {key}={value!r} must be a number of seconds in (0, {MAX_SECONDS:g}]")
     return float(value)
+
+
+def _message_ttl(value, timeout) -> float | None:
+    """``message-ttl``: ``0`` → ``None`` (twice the timeout, :func:`message_ttl_s`), else seconds ≥ ``timeout``."""
+    if not isinstance(value, bool) and value == 0:
+        return None
+    ttl = _seconds(value, "message-ttl")
+    if ttl < float(timeout):
+        raise RunConfigError(f"run config message-ttl={value!r} is shorter than timeout={timeout!r}: every reply "
+                             f"that takes longer than message-ttl would expire while the exchange still waits for "
+                             f"it; give message-ttl ≥ timeout (or 0: twice timeout)")
+    return ttl
+
+
+def message_ttl_s(timeout_s: float, message_ttl_s: float | None = None) -> float:
+    """Flower's TTL of each request (and so of its reply, which lives as long as the request): ``message_ttl_s``
+    when given, else twice the exchange timeout — the longest an exchange waits (it asks a node that came back
+    after a restart with the full timeout again) — so a reply is never expired while the exchange waits for it."""
+    return float(message_ttl_s) if message_ttl_s is not None else 2.0 * float(timeout_s)
 
 
 def _text(value, key: str) -> str:
@@ -66,7 +85,9 @@ def job_from_run_config(rc) -> dict:
     its types and ranges checked: ``problem`` (a registered name), ``method``, ``clients`` (a whole number
     ≥ 1), ``seed`` (≥ 0), ``problem-options`` and ``method-options`` (JSON objects as strings), ``out`` (result
     path, ``""``: none), ``timeout`` (seconds a node may take for one answer), ``connect-timeout`` (seconds to
-    wait for the nodes at the start), ``jobs`` (a JSON file listing several jobs, each a dict with these keys in
+    wait for the nodes at the start), ``message-ttl`` (seconds each request message and its reply live at the
+    SuperLink, Flower's message TTL; ``0``, the default: twice ``timeout``, the longest one exchange waits, which
+    includes asking a restarted node again; otherwise at least ``timeout``), ``jobs`` (a JSON file listing several jobs, each a dict with these keys in
     snake case, run one after the other; ``""``: this one job).  :func:`check_job` checks the job as a whole."""
     unknown = sorted(set(rc) - set(RUN_CONFIG_KEYS))
     if unknown:
@@ -84,6 +105,7 @@ def job_from_run_config(rc) -> dict:
             "problem_options": _json_object(rc, "problem-options"), "options": _json_object(rc, "method-options"),
             "out": _text(rc.get("out", "") or "", "out"), "timeout": _seconds(rc.get("timeout", 300.0), "timeout"),
             "connect_timeout": _seconds(rc.get("connect-timeout", 300.0), "connect-timeout"),
+            "message_ttl": _message_ttl(rc.get("message-ttl", 0.0), rc.get("timeout", 300.0)),
             "jobs": _text(rc.get("jobs", "") or "", "jobs")}
 
 
@@ -118,6 +140,11 @@ def check_job(job: dict, where: str = "run config") -> dict:
     for k in ("timeout", "connect_timeout"):
         if k in job:
             _seconds(job[k], f"{where} {k}")
+    if job.get("message_ttl") is not None:
+        ttl = _seconds(job["message_ttl"], f"{where} message_ttl")
+        if ttl < float(job.get("timeout", 300.0)):
+            raise RunConfigError(f"{where} message_ttl={ttl:g} is shorter than timeout={job.get('timeout', 300.0)!r}; "
+                                 f"give message_ttl ≥ timeout (or none: twice timeout)")
     out = job.get("out") or ""
     if not isinstance(out, str):
         raise RunConfigError(f"{where} out={out!r} must be a path")

@@ -286,7 +286,13 @@ def run_secagg_job(grid, job: dict, context):
         lam = sigma_used
     model_bound = _dp.model_error_bound(m, step, lam, entry) if st.repair else math.inf
     if job.get("audit"):
-        np.savez(str(job["audit"]), **{str(k): v for k, v in records.items()})
+        import io
+
+        from fedsciml.runtime.files import write_bytes
+
+        buf = io.BytesIO()
+        np.savez(buf, **{str(k): v for k, v in records.items()})
+        write_bytes(str(job["audit"]), buf.getvalue(), what="the audit file")
     info = {**st.info(), "secure_sum": "SecAgg+", "arrived": arrived, "clients": K, "secagg": {
         k: pl[k] for k in ("survivors", "max_rows", "clipping_range", "quantization_range", "modulus_range",
                            "share_std")}, "secagg_entry_bound": entry, "secagg_model_bound": model_bound,

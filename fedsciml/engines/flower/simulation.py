@@ -87,7 +87,12 @@ def _job(kw: dict, out: str) -> dict:
     kw = dict(kw)
     problem = kw.pop("problem")
     _check_registered(problem)
-    job = {"kind": "solve", "problem": problem.name, "problem_options": dict(problem.options),
+    opts = dict(problem.options)
+    counts = getattr(problem, "point_counts", None)
+    if callable(counts) and kw.get("clients") is not None:  # the points the rule chose, named for the App
+        pc = counts(int(kw["clients"]))
+        opts.update(n_interior=pc["n_interior"], n_boundary=pc["n_boundary"])
+    job = {"kind": "solve", "problem": problem.name, "problem_options": opts,
            "method": kw.pop("method"), "clients": int(kw.pop("clients")), "seed": int(kw.pop("seed", 0)),
            "progress": bool(kw.pop("progress", False)), "timeout": float(kw.pop("timeout_s", 300.0)),
            "connect_timeout": float(kw.pop("connect_timeout_s", 300.0)), "out": out,

@@ -83,12 +83,17 @@ class FlowerTransport(Transport):
 
     def __init__(self, grid, job: dict, n_clients: int, *, timeout_s: float = 300.0,
                  connect_timeout_s: float = 300.0, poll_max_s: float = 0.02, device="cpu", log=None,
-                 stop=None):
+                 stop=None, message_ttl_s: float | None = None):
         self.grid = grid
         self.stop = stop  # a threading.Event set when the engine under the grid is gone (see _check_engine)
         self.job = dict(job)
         self.n_clients = int(n_clients)
         self.timeout_s = float(timeout_s)
+        from fedsciml.engines.flower.runconfig import message_ttl_s as _ttl
+
+        # Flower's lifetime of each request and its reply, separate from how long an exchange waits: equal, a reply
+        # that came back near the timeout (a loaded node) expired before it was pulled (issue 38.9, timeout=40)
+        self.message_ttl_s = _ttl(self.timeout_s, message_ttl_s)
         self.poll_max_s = float(poll_max_s)
         self.device = device
         self.log = log
@@ -214,10 +219,11 @@ class FlowerTransport(Transport):
         from flwr.app import Message
 
         keys = list(targets)
-        # the message expires when the exchange gives up on it: a node that comes back late (a restarted
-        # SuperNode, one that starts a process per message) is not handed requests nobody waits for any more
+        # the message lives message_ttl_s (default twice the timeout: the longest an exchange waits), then
+        # expires: a node that comes back much later (a restarted SuperNode) is not handed requests nobody waits
+        # for any more, and a reply near the timeout is not lost to its TTL
         msgs = [Message(codec.request_content(request, self.job), int(targets[k]), f"query.{request.query}",
-                        ttl=max(1.0, timeout_s)) for k in keys]
+                        ttl=max(1.0, self.message_ttl_s, timeout_s)) for k in keys]
         out: dict = {}
         ids = list(self.grid.push_messages(msgs)) if msgs else []
         pending = {}

@@ -1,0 +1,112 @@
+"""``python -m fedsciml flower deploy PROBLEM …``: a stock Flower deployment on this machine — one
+``flower-superlink`` and K ``flower-supernode`` s on 127.0.0.1 (:class:`fedsciml.engines.flower.deploy.LocalDeployment`)
+— one fedsciml run over it, everything stopped at the end (also after an error or Ctrl-C).
+
+Progress goes to standard error as it happens (the processes starting, the run submitted, then the ServerApp's
+own lines: each round as ``flwr run --stream`` shows it), so the minutes a deployment takes (a fresh
+``flwr-clientapp`` process per message: seconds per exchange, ``docs/guide/flower.md``) are not silent; ``-q``
+silences them.  The one summary line goes to standard output."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from fedsciml.cli.common import status
+
+
+def _json_object(text: str, flag: str) -> dict:
+    from fedsciml.cli.common import CLIError
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CLIError(f"flower deploy: {flag} must be a JSON object, e.g. '{{\"rounds\": 5}}': {e.msg}") from None
+    if not isinstance(value, dict):
+        raise CLIError(f"flower deploy: {flag} must be a JSON object, e.g. '{{\"rounds\": 5}}', got {text!r}")
+    return value
+
+
+def add_parser(flower_subparsers) -> argparse.ArgumentParser:
+    """``flower deploy``'s arguments."""
+    from fedsciml.cli.main import _positive_seconds
+
+    p = flower_subparsers.add_parser(
+        "deploy", help="a stock Flower deployment on 127.0.0.1 (one flower-superlink, K flower-supernodes), one "
+                       "fedsciml run over it, everything stopped at the end; progress on stderr",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("problem", metavar="PROBLEM", help="a registered problem (python -m fedsciml list)")
+    p.add_argument("--clients", type=int, default=2, help="K: SuperNodes, one per client (default 2)")
+    p.add_argument("--method", default="gn", help="gn | fipa | fedavg | fedprox | one-shot … (default gn)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=None, help="the method's rounds (else its default)")
+    p.add_argument("--options", default="{}", metavar="JSON", help='further method options, e.g. \'{"rank": 0}\'')
+    p.add_argument("--problem-options", default="{}", metavar="JSON", help="problem options as a JSON object")
+    p.add_argument("--timeout", type=_positive_seconds, default=300.0, metavar="SECONDS",
+                   help="seconds a node may take for one answer (default 300)")
+    p.add_argument("--wait", type=_positive_seconds, default=3600.0, metavar="SECONDS",
+                   help="stop the run when it has no result after this many seconds (default 3600)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of each node and of the ServerApp (default 1)")
+    p.add_argument("--keep", default=None, metavar="DIR",
+                   help="keep the logs, the run config and the result in DIR (default: a temporary directory)")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the Result's JSON to FILE")
+    return p
+
+
+def run(args) -> int:
+    """Start the deployment, run the job with its progress on stderr, print the summary; 0 on success.  A
+    deployment that cannot start or a run that ends without its result: one line (:class:`EngineFailed`, exit 1);
+    the logs stay in ``--keep DIR``."""
+    from fedsciml.cli.common import CLIError
+    from fedsciml.engines.flower.simulation import EngineFailed
+
+    if args.clients < 1:
+        raise CLIError(f"flower deploy: --clients must be ≥ 1, got {args.clients}")
+    if args.threads < 1:
+        raise CLIError(f"flower deploy: --threads must be ≥ 1, got {args.threads}")
+    if args.rounds is not None and args.rounds < 1:
+        raise CLIError(f"flower deploy: --rounds must be ≥ 1, got {args.rounds}")
+    options = _json_object(args.options, "--options")
+    problem_options = _json_object(args.problem_options, "--problem-options")
+    if args.rounds is not None:
+        options["rounds"] = args.rounds
+    from fedsciml.problems import get_problem
+
+    try:  # a bad problem or option: one line now, not after the processes started
+        get_problem(args.problem, **problem_options)
+    except (KeyError, ValueError, TypeError) as e:
+        raise CLIError(f"flower deploy: {str(e.args[0]) if e.args else e}") from None
+    if args.json:
+        from fedsciml.runtime.results import check_output_file
+
+        try:
+            check_output_file(args.json, "--json")
+        except ValueError as e:
+            raise CLIError(f"flower deploy: {e}") from None
+    from fedsciml.engines.flower.deploy import LocalDeployment
+
+    status(f"flower deploy: starting flower-superlink and {args.clients} flower-supernode(s) on 127.0.0.1 …")
+    from fedsciml.engines.flower.resultio import read_result
+
+    logs = f" (logs in {args.keep})" if args.keep else " (--keep DIR keeps the logs)"
+    try:
+        with LocalDeployment(args.clients, args.keep, threads=args.threads, log=status) as d:
+            proc, out = d.submit(args.problem, args.method, seed=args.seed, problem_options=problem_options,
+                                 timeout_s=args.timeout, **options)
+            status(f"flower deploy: run submitted ({args.problem}, {args.method}, {args.clients} clients); the "
+                   f"ServerApp's log follows")
+            d.wait_files(proc, [out], args.wait, echo=lambda line: status(f"  {line}") if line.strip() else None)
+            res = read_result(str(out))
+    except (RuntimeError, TimeoutError) as e:  # the run's log was echoed above: its first line here
+        raise EngineFailed(f"flower deploy: {str(e).splitlines()[0]}{logs}") from None
+    eng = res.extra.get("engine", {})
+    median = eng.get("exchange_median_s")
+    loss = res.final.get("loss")
+    print(f"{res.problem} · {res.method} · {res.clients} SuperNodes on 127.0.0.1: {res.metric_name} = {res.error:.3e}, "
+          f"loss = {loss if loss is None else format(loss, '.3e')}, {res.extra.get('rounds')} round(s), "
+          f"{res.wall_time_s:.2f} s; {eng.get('exchanges')} exchanges, median "
+          f"{median if median is None or not math.isfinite(median) else format(median, '.3f')} s each")
+    if args.json:
+        res.to_json(args.json)
+        status(f"wrote {args.json}")
+    return 0
