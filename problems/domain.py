@@ -780,6 +780,9 @@ class DomainPDE(PINNProblem):
             except (TypeError, ValueError):
                 raise ProblemError(f"problem {self.name!r}: reference() must return a ReferenceData or a pair (X, U), "
                                    f"got {type(ref).__name__}") from None
+            if torch.is_tensor(X) and torch.is_tensor(U) and X.ndim >= 1 and U.numel() % max(1, X.shape[0]):
+                raise ProblemError(f"problem {self.name!r}: reference() gave {X.shape[0]} points and "
+                                   f"{U.numel()} values, not a whole number of values per point")
             ref = ReferenceData(X, U.reshape(X.shape[0], -1) if torch.is_tensor(U) else U)
         src = f" (from {ref.source!r})" if ref.source else ""
         if ref.X.shape[1] != self.input_dim():

@@ -1372,7 +1372,7 @@ def _issue38b_cases():
       timeout=400)
     C("a stopped client (SIGSTOP) with fipa: a dropout, the run goes on",
       ["--plugin", "{dir}/stopper.py", "solve", "plugin-stopping-wave", "--clients", "2", "--method", "fipa",
-       "--rounds", "3", "--n-interior", "20", "--engine", "processes", "--quiet"], expect="ok",
+       "--rounds", "3", "--n-interior", "20", "--engine", "processes"], expect="ok",
       check=_says("no answer within 60 s"),
       setup=lambda d, m: write(os.path.join(d, "stopper.py"), _STOPPER), env={"FEDSCIML_PROCESSES_TIMEOUT": "60"},
       timeout=400)
