@@ -190,6 +190,21 @@ def _full_disk_under(monkeypatch, full_dir):
             return Full(f)
         return f
     monkeypatch.setattr(R, "open", fake_open, raising=False)
+    # the output writer (runtime/files.py) opens by descriptor: a descriptor opened for writing under full_dir
+    # gets the same full-disk file object from os.fdopen
+    real_os_open, real_fdopen, full_fds = os.open, os.fdopen, set()
+
+    def fake_os_open(path, flags, *a, **k):
+        fd = real_os_open(path, flags, *a, **k)
+        if flags & (os.O_WRONLY | os.O_RDWR) and str(path).startswith(str(full_dir)):
+            full_fds.add(fd)
+        return fd
+
+    def fake_fdopen(fd, *a, **k):
+        f = real_fdopen(fd, *a, **k)
+        return Full(f) if fd in full_fds else f
+    monkeypatch.setattr(os, "open", fake_os_open)
+    monkeypatch.setattr(os, "fdopen", fake_fdopen)
 
 
 @pytest.mark.parametrize("cmd", [SOLVE, RIDGE])

@@ -73,7 +73,9 @@ def test_gn_with_resampling_equals_centralized_lm_with_resampling():
 def test_resample_is_refused_where_there_is_nothing_to_draw():
     with pytest.raises(ValueError, match="fixed data"):
         fs.solve("sin1d", "centralized", clients=2, resample=2, max_iters=2)
-    with pytest.raises(ValueError, match="resample"):
+    with pytest.raises(ValueError, match="resample"):  # one-shot applies to ridge problems only; one step there
+        fs.solve("ridge-linear", "one-shot", clients=2, resample=2)
+    with pytest.raises(ValueError, match="does not apply to a problem of kind 'pinn'"):
         fs.solve(tiny(), "one-shot", clients=2, resample=2)
 
 

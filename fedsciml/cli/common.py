@@ -1,6 +1,7 @@
 """What every subcommand shares: exit codes, the one-line error, the thread policy."""
 from __future__ import annotations
 
+import argparse
 import os
 
 EXIT_USAGE = 2
@@ -197,3 +198,14 @@ def write_json_collecting(payload, path: str, failed: list, shown: str | None = 
             status(f"wrote {shown or path}")
     except ResultsNotWritten as e:
         failed.append(e)
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0, else one line naming the text."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
+    return value

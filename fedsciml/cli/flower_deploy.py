@@ -29,7 +29,7 @@ def _json_object(text: str, flag: str) -> dict:
 
 def add_parser(flower_subparsers) -> argparse.ArgumentParser:
     """``flower deploy``'s arguments."""
-    from fedsciml.cli.main import _positive_seconds
+    from fedsciml.cli.common import positive_seconds
 
     p = flower_subparsers.add_parser(
         "deploy", help="a stock Flower deployment on 127.0.0.1 (one flower-superlink, K flower-supernodes), one "
@@ -42,9 +42,9 @@ def add_parser(flower_subparsers) -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=None, help="the method's rounds (else its default)")
     p.add_argument("--options", default="{}", metavar="JSON", help='further method options, e.g. \'{"rank": 0}\'')
     p.add_argument("--problem-options", default="{}", metavar="JSON", help="problem options as a JSON object")
-    p.add_argument("--timeout", type=_positive_seconds, default=300.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=positive_seconds, default=300.0, metavar="SECONDS",
                    help="seconds a node may take for one answer (default 300)")
-    p.add_argument("--wait", type=_positive_seconds, default=3600.0, metavar="SECONDS",
+    p.add_argument("--wait", type=positive_seconds, default=3600.0, metavar="SECONDS",
                    help="stop the run when it has no result after this many seconds (default 3600)")
     p.add_argument("--threads", type=int, default=1, help="torch threads of each node and of the ServerApp (default 1)")
     p.add_argument("--keep", default=None, metavar="DIR",

@@ -15,7 +15,8 @@ import sys
 import time
 
 from fedsciml.cli.common import (_COMMAND_START, EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, add_option_flags,
-                                 did_you_mean, given_options, option_flag, set_threads, status, union_specs)
+                                 did_you_mean, given_options, option_flag, positive_seconds, set_threads, status,
+                                 union_specs)
 
 SOLVE_FLAGS = ("method", "clients", "compare", "seed", "device", "engine", "threads", "json", "out", "quiet",
                "no_progress", "every", "plugin", "config", "verbose", "help_all")
@@ -763,16 +764,6 @@ def _add_ridge_parser(sub):
     ridge_cli.add_parser(sub)
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
-    return value
-
-
 def _add_flower_parser(sub):
     fl = sub.add_parser("flower")
     fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir,run,deploy}")
@@ -790,7 +781,7 @@ def _add_flower_parser(sub):
                     help="flwr run's --federation-config, passed as given (repeatable)")
     fr.add_argument("--federation", default=None, help="flwr run's --federation")
     fr.add_argument("--no-stream", action="store_true", help="do not show the run's log (flwr log --stream)")
-    fr.add_argument("--timeout", type=_positive_seconds, default=None, metavar="SECONDS",
+    fr.add_argument("--timeout", type=positive_seconds, default=None, metavar="SECONDS",
                     help="stop waiting after this many seconds (exit 1; the run goes on: flwr stop ends it)")
     from fedsciml.cli import flower_deploy
 
