@@ -89,8 +89,8 @@ class Annulus(fs.DomainPDE):
 
 
 def _drawn_masks(fig):
-    """The blank (masked) cells of every map the figure draws."""
-    return [np.ma.getmaskarray(im.get_array()) for ax in fig.axes for im in ax.images]
+    """The blank (masked) cells of every map the figure draws (the fine RGBA edge overlays aside)."""
+    return [np.ma.getmaskarray(im.get_array()) for ax in fig.axes for im in ax.images if im.get_array().ndim == 2]
 
 
 @pytest.mark.parametrize("make,area", [(lambda: get_problem("poisson-lshape"), 3 / 4),
@@ -200,3 +200,102 @@ def test_per_term_loss_history_adds_up_and_is_plotted(tmp_path):
     assert "loss_terms.png" in [os.path.basename(p) for p in paths]
     ridge = fs.solve("ridge-linear", "one-shot", clients=2)          # one residual part: no terms
     assert not [k for k in ridge.history[0] if k.startswith("loss[")]
+
+
+def test_error_map_colour_scale_is_log_exactly_when_the_range_spans_more_than_three_decades():
+    from matplotlib.colors import LogNorm
+
+    from fedsciml.runtime.plotting import LOG_DECADES, error_norm
+
+    assert LOG_DECADES == 3.0
+    wide = np.array([1e-6, 1e-4, 2e-3, np.nan, 0.0])  # 3.3 decades among the finite positive values
+    narrow = np.array([1e-3, 5e-2, 0.9, np.nan, 0.0])  # 2.95 decades
+    nw, nn = error_norm(wide), error_norm(narrow)
+    assert isinstance(nw, LogNorm) and (nw.vmin, nw.vmax) == (1e-6, 2e-3)
+    assert not isinstance(nn, LogNorm) and (nn.vmin, nn.vmax) == (0.0, 0.9)
+    # in a drawn figure: an untrained network on the L-shape has |error| over many decades -> log colours
+    pb = get_problem("poisson-lshape")
+    (_, fig), = solution_figures(pb, pb.init_params(0), n=41)
+    err_im = [im for ax in fig.axes for im in ax.images if im.get_array().ndim == 2][2]
+    err = err_im.get_array().compressed()
+    pos = err[err > 0]
+    assert isinstance(err_im.norm, LogNorm) == (math.log10(pos.max() / pos.min()) > 3)
+
+
+def test_holes_are_drawn_at_four_times_the_raster_resolution():
+    """Over each map lies an RGBA overlay on a 4n × 4n raster, opaque exactly where the geometry's own inside
+    test says the fine point is outside (computed here independently)."""
+    from fedsciml.runtime.plotting import FINE
+
+    pb = Annulus()
+    n = 41
+    (_, fig), = solution_figures(pb, pb.init_params(0), n=n)
+    overlays = [im.get_array() for ax in fig.axes for im in ax.images if im.get_array().ndim == 3]
+    assert len(overlays) == 3
+    m = FINE * n
+    lo, hi = pb.geometry.bbox
+    A, B = torch.meshgrid(torch.linspace(float(lo[0]), float(hi[0]), m, dtype=torch.float64),
+                          torch.linspace(float(lo[1]), float(hi[1]), m, dtype=torch.float64), indexing="xy")
+    inside = pb.geometry.contains(torch.stack([A.reshape(-1), B.reshape(-1)], 1)).numpy().reshape(m, m)
+    for ov in overlays:
+        assert ov.shape == (m, m, 4)
+        assert np.array_equal(np.asarray(ov)[..., 3] == 1.0, ~inside)
+
+
+def test_identical_runs_are_marked_not_hidden(tmp_path):
+    """gn under --compare centralized has the same iterates: its line is drawn dashed and the legend says so."""
+    from matplotlib.figure import Figure
+
+    from fedsciml.runtime import plotting
+
+    pb = get_problem("bratu")
+    a, b = fake_result(pb, "centralized", optimizer="gn"), fake_result(pb, "gn")
+    b.options = {}
+    c = fake_result(pb, "fipa")
+    c.history = [dict(h, rel_l2=h["rel_l2"] * 2) for h in c.history]
+    seen = []
+    orig = plotting.save_figure
+
+    def keep(fig, path):
+        seen.append((os.path.basename(path), fig))
+        orig(fig, path)
+
+    plotting.save_figure = keep
+    try:
+        plotting.plot_runs(pb, [a, b, c], str(tmp_path))
+    finally:
+        plotting.save_figure = orig
+    figs = dict(seen)
+    for name in ("error_vs_step.png", "error_vs_floats.png"):
+        fig: Figure = figs[name]
+        labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        assert labels == ["centralized/gn", "gn (= centralized/gn: identical iterates)", "fipa"]
+        styles = [ln.get_linestyle() for ln in fig.axes[0].get_lines()]
+        assert styles == ["-", "--", "-"]
+
+
+def test_one_shot_ridge_draws_predictions_and_coefficients_not_loss_curves(tmp_path):
+    """A one-shot ridge run (one round: two history rows) gets ridge_fit.png — predicted A θ against the test
+    targets b, and θ by index (checked against A θ computed here) — and no per-round loss/error plots."""
+    from fedsciml.runtime import plotting
+
+    pb = get_problem("ridge-linear", n_samples=50)
+    A, b = pb.test_data()
+    theta = torch.linspace(-1, 1, A.shape[1], dtype=torch.float64)
+    r = fake_result(pb, "one-shot", theta=theta, metric="mse")
+    r.history = r.history[:2]
+    seen = {}
+    orig = plotting.save_figure
+    plotting.save_figure = lambda fig, path: (seen.__setitem__(os.path.basename(path), fig), orig(fig, path))
+    try:
+        paths = plot_runs(pb, [r], str(tmp_path))
+    finally:
+        plotting.save_figure = orig
+    assert_pngs(paths, ["ridge_fit.png"])
+    left, right = seen["ridge_fit.png"].axes
+    (pts, diag), (coef,) = left.get_lines(), right.get_lines()
+    assert diag.get_label() == "y = x"
+    assert np.array_equal(pts.get_xdata(), b.numpy())
+    assert np.array_equal(pts.get_ydata(), (A @ theta).numpy())  # the same product: bitwise
+    assert np.array_equal(coef.get_ydata(), theta.numpy())
+    assert left.get_xlabel() == "actual (test set)" and left.get_ylabel() == "predicted"

@@ -63,8 +63,27 @@ def _series(result: Any, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.asarray(s, float), np.asarray(t, float), np.asarray(v, float)
 
 
+def _same_as(curves: list[tuple[str, np.ndarray, np.ndarray]], x: np.ndarray, v: np.ndarray) -> str | None:
+    """The label of an earlier curve with exactly the same points (e.g. gn under ``--compare centralized``: the
+    same iterates, so the same errors bitwise), or None."""
+    return next((lab for lab, xs, vs in curves if np.array_equal(xs, x) and np.array_equal(vs, v)), None)
+
+
+def _plot_curve(ax: Any, curves: list, x: np.ndarray, v: np.ndarray, label: str) -> None:
+    """One run's line; a run whose points equal an earlier run's is drawn dashed with open markers on top and
+    says so in the legend ("= centralized/lm: identical iterates"), instead of vanishing under it."""
+    same = _same_as(curves, x, v)
+    if same is None:
+        ax.plot(x, v, label=label, lw=1.6, marker="o" if v.size < 30 else None, ms=3)
+    else:
+        ax.plot(x, v, label=f"{label} (= {same}: identical iterates)", lw=1.4, ls="--", marker="s", ms=6,
+                mfc="none", markevery=max(1, v.size // 12), zorder=3)
+    curves.append((label, x, v))
+
+
 def plot_convergence(results: Sequence[Any], out_dir: str, prefix: str = "") -> list[str]:
-    """``error_vs_time.png`` and ``error_vs_step.png``: one line per run, log scale."""
+    """``error_vs_time.png`` and ``error_vs_step.png``: one line per run, log scale (a run with the same points
+    as an earlier one is drawn dashed and named so in the legend)."""
     results = [r for r in results if r.history]
     if not results:
         return []
@@ -75,12 +94,16 @@ def plot_convergence(results: Sequence[Any], out_dir: str, prefix: str = "") -> 
         fig = _figure(6.4, 4.2)
         ax = fig.add_subplot()
         drawn = 0
+        curves: list = []
         for r in results:
             s, t, v = _series(r, metric)
             if v.size == 0:
                 continue
             x = t if xkey == "time" else s
-            ax.plot(x, v, label=run_label(r), lw=1.6, marker="o" if v.size < 30 else None, ms=3)
+            if xkey == "time":  # wall times differ run to run: identical iterates are judged on the steps
+                ax.plot(x, v, label=run_label(r), lw=1.6, marker="o" if v.size < 30 else None, ms=3)
+            else:
+                _plot_curve(ax, curves, x, v, run_label(r))
             drawn += 1
         if not drawn:
             continue
@@ -173,7 +196,31 @@ def _views(dom: dict, n: int) -> list[dict]:
         npts = int(v["X"].shape[0])
         v["inside"] = (geom.contains(v["X"]).cpu().numpy().astype(bool) if geom is not None
                        else np.ones(npts, dtype=np.bool_))
+        v["outside"] = _outside_overlay(geom, v, dom, FINE * n) if geom is not None and len(v["ij"]) == 2 else None
     return views
+
+
+FINE = 4  # the domain's edge (holes, curved boundaries) is drawn on a raster this many times finer than the map's
+
+
+def _outside_overlay(geom: Any, view: dict, dom: dict, m: int) -> np.ndarray | None:
+    """An ``[m, m, 4]`` RGBA image, white where the finer raster's points lie outside the geometry and clear
+    inside: drawn over a map, it gives holes and curved edges at ``FINE`` times the map's resolution (the map's
+    own cells are evaluated on the coarse raster).  None where the whole view is inside."""
+    i, j = view["ij"]
+    x0, x1, y0, y1 = view["extent"]
+    a = torch.linspace(x0, x1, m, dtype=torch.float64)
+    b = torch.linspace(y0, y1, m, dtype=torch.float64)
+    A, B = torch.meshgrid(a, b, indexing="xy")
+    base = view["X"][0]
+    X = base.expand(m * m, base.numel()).clone()
+    X[:, i], X[:, j] = A.reshape(-1), B.reshape(-1)
+    inside = geom.contains(X).cpu().numpy().astype(bool).reshape(m, m)
+    if inside.all():
+        return None
+    rgba = np.zeros((m, m, 4))
+    rgba[~inside] = (1.0, 1.0, 1.0, 1.0)
+    return rgba
 
 
 def _evaluate(problem: Any, theta: torch.Tensor, X: torch.Tensor, inside: np.ndarray, C: int,
@@ -277,13 +324,34 @@ def _map_figure(views: list, data: list, c: int, title: str, name: str, axes_nam
             ax = grid[row, col]
             img = np.ma.masked_array(vals_c.reshape(v["shape"]), mask=~v["inside"].reshape(v["shape"]))
             cm = _cmap(cmap)
-            im = ax.imshow(img, origin="lower", extent=v["extent"], vmin=lo, vmax=hi, cmap=cm, aspect=aspect)
+            if cmap == "magma":  # the error: log colours where its range is wide (error_norm)
+                im = ax.imshow(img, origin="lower", extent=v["extent"], norm=error_norm(vals_c), cmap=cm,
+                               aspect=aspect)
+            else:
+                im = ax.imshow(img, origin="lower", extent=v["extent"], vmin=lo, vmax=hi, cmap=cm, aspect=aspect)
+            if v.get("outside") is not None:  # the domain's edge at 4× the raster's resolution
+                ax.imshow(v["outside"], origin="lower", extent=v["extent"], aspect=aspect, interpolation="none")
             ax.set_title(head + (f" · {v['title']}" if v["title"] else ""), fontsize=9)
             ax.set_xlabel(axes_names[i])
             ax.set_ylabel(axes_names[j])
             fig.colorbar(im, ax=ax, shrink=0.85, format="%.1e" if cmap == "magma" else None)
     fig.suptitle(title)
     return fig
+
+
+LOG_DECADES = 3.0  # an error map whose finite positive values span more decades than this is drawn on a log scale
+
+
+def error_norm(err: np.ndarray) -> Any:
+    """The error panel's colour norm: ``LogNorm`` from the smallest to the largest finite positive |error| when
+    they span more than ``LOG_DECADES`` decades (a corner singularity would otherwise leave the rest of a linear
+    map one colour), else a linear ``Normalize`` from 0 to the largest."""
+    from matplotlib.colors import LogNorm, Normalize
+
+    pos = err[np.isfinite(err) & (err > 0)]
+    if pos.size and math.log10(float(pos.max()) / float(pos.min())) > LOG_DECADES:
+        return LogNorm(vmin=float(pos.min()), vmax=float(pos.max()))
+    return Normalize(vmin=0.0, vmax=float(pos.max()) if pos.size else 1.0)
 
 
 def _cmap(name: str) -> Any:
@@ -326,12 +394,13 @@ def _plot_error_against(results: Sequence[Any], out_dir: str, fname: str, x_of, 
     fig = _figure(6.4, 4.2)
     ax = fig.add_subplot()
     drawn = 0
+    curves: list = []
     for r, rows in runs:
         pts = [(x, float(h[metric])) for x, h in rows if isinstance(h.get(metric), (int, float))
                and math.isfinite(h[metric]) and h[metric] > 0]
         if pts:
             xs, vs = zip(*pts)
-            ax.plot(xs, vs, label=run_label(r), lw=1.6, marker="o" if len(vs) < 30 else None, ms=3)
+            _plot_curve(ax, curves, np.asarray(xs, float), np.asarray(vs, float), run_label(r))
             drawn += 1
     if not drawn:
         return []
@@ -396,6 +465,45 @@ def plot_error_vs_exchanges(results: Sequence[Any], out_dir: str, prefix: str = 
                                "exchanges (server ↔ clients, start included)", "against exchanges", log_x=False)
 
 
+def _one_shot(result: Any) -> bool:
+    """A run without a per-round curve: one round at most (one-shot fusion, a closed-form centralized solve)."""
+    return len(result.history or []) <= 2
+
+
+def plot_ridge_fit(problem: Any, results: Sequence[Any], out_dir: str, name: str = "ridge_fit") -> list[str]:
+    """``ridge_fit.png`` for linear models (``problem.test_data()`` → ``(A, b)``): each run's prediction ``A θ``
+    against the actual test targets ``b`` beside the line y = x, and its coefficients θ by index — what a
+    one-shot fit has to show in place of a two-point loss curve.  Nothing for runs without parameters."""
+    runs = [r for r in results if getattr(r, "theta", None) is not None]
+    if not runs or not hasattr(problem, "test_data"):
+        return []
+    A, b = problem.test_data()
+    y = b.detach().cpu().numpy().reshape(-1)
+    fig = _figure(11.0, 4.2)
+    left, right = fig.subplots(1, 2)
+    for k, r in enumerate(runs):
+        theta = r.theta.detach().cpu().to(A.dtype).reshape(-1)
+        pred = (A @ theta).numpy().reshape(-1)
+        mark = dict(marker="o", ms=3, ls="none", alpha=0.5) if k == 0 else dict(marker="x", ms=4, ls="none")
+        left.plot(y, pred, label=run_label(r), **mark)
+        right.plot(np.arange(theta.numel()), theta.numpy(), label=run_label(r), lw=1.2 if k == 0 else 0,
+                   **({"marker": "x", "ms": 4} if k else {}))
+    lo, hi = float(np.min(y)), float(np.max(y))
+    left.plot([lo, hi], [lo, hi], "k-", lw=0.8, alpha=0.6, label="y = x")
+    left.set_xlabel("actual (test set)")
+    left.set_ylabel("predicted")
+    left.set_title(f"{problem.name}: test predictions ({y.size} rows)")
+    right.set_xlabel("coefficient index")
+    right.set_ylabel("coefficient")
+    right.set_title("coefficients θ")
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    path = os.path.join(out_dir, name + ".png")
+    save_figure(fig, path)
+    return [path]
+
+
 def plot_runs(problem: Any, results: Sequence[Any], out_dir: str) -> list[str]:
     """All plots of a list of runs of one problem; returns the written paths.
 
@@ -420,6 +528,10 @@ def plot_runs(problem: Any, results: Sequence[Any], out_dir: str) -> list[str]:
         for r, label in zip(drawn, labels):
             name = "solution" if len(drawn) == 1 else f"solution_{_slug(label.replace('/', '-'))}"
             attempt(f"{name} ({label})", plot_solution, problem, r.theta, out_dir, label=label, name=name)
+    if getattr(problem, "kind", "") == "ridge":
+        attempt("ridge_fit", plot_ridge_fit, problem, results, out_dir)
+    if results and all(_one_shot(r) for r in results):  # no run has a per-round curve: no loss/error plots
+        return paths
     for r in results:
         name = "loss_terms" if len(results) == 1 else f"loss_terms_{_slug(run_label(r).replace('/', '-'))}"
         attempt(name, plot_loss_terms, r, out_dir, name)
