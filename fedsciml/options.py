@@ -398,6 +398,15 @@ class MethodConfig:
         ``graph`` (a matrix-free residual graph, no J) or ``data`` (the points only)."""
         return "jacobian" if self.forms_jacobians() else "data"
 
+    def memory_terms(self, rows: int, p: int, clients: int, form: str) -> list[tuple[float, str]]:
+        """What the method holds beyond its rows, for the memory estimate: ``[(floats, how)]`` counted once each
+        (``rows`` per client, ``p`` parameters, ``form`` of :meth:`memory_form`).  The default: four parameter
+        vectors on the server and on each client (θ, a gradient or step, a first-order method's two moments) —
+        at ``p = 10⁸`` (``hidden=(10**4, 10**4)``) that is 3.2 GB a holder, which the rows alone never showed.
+        A method that builds a p×p or n×n matrix adds it (:class:`fedsciml.methods.gn.GNConfig`,
+        :class:`fedsciml.methods.centralized.CentralizedConfig`, :class:`fedsciml.methods.fipa.FIPAConfig`)."""
+        return [(4.0 * p * (int(clients) + 1), f"4 parameter vectors of {p:,} on the server and each client")]
+
 
 # --- shared parts -------------------------------------------------------------------------------
 

@@ -179,7 +179,11 @@ def _values(g: Value, x: torch.Tensor, exact: Callable | None, comp: int, what: 
         if v.numel() and bool(torch.isnan(v).all()):  # a column the problem cannot give (DomainPDE.exact_or_none)
             raise ProblemError(f"{what} has no value and the problem has no exact solution to take it from")
     elif callable(g):
-        raw = g(x)
+        try:
+            raw = g(x)
+        except Exception as e:  # the user's value function: name the condition (it was the raw error alone)
+            raise ProblemError(f"{what}: its value function failed on {x.shape[0]} points: {type(e).__name__}: "
+                               f"{str(e).splitlines()[0] if str(e) else ''}") from e
         if (torch.is_tensor(raw) and raw.is_complex()) or (not torch.is_tensor(raw) and np.iscomplexobj(raw)):
             raise ProblemError(f"{what}: its value function returned complex numbers; a value is real")
         try:

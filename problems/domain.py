@@ -254,7 +254,15 @@ class DomainPDE(PINNProblem):
         """The geometry, or geometry × [t0, T] for a time-dependent problem."""
         if "_domain" not in self.__dict__:
             g = self.geometry
-            self.__dict__["_domain"] = SpaceTime(g, float(self.T), float(self.t0)) if self.T is not None else g
+            if self.T is None:
+                self.__dict__["_domain"] = g
+            else:
+                T, t0 = self.T, self.t0
+                for nm, v in (("T", T), ("t0", t0)):
+                    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                        raise ProblemError(f"problem {self.name!r}: {nm} must be a finite number (the time interval "
+                                           f"[t0, T]), got {v!r}")
+                self.__dict__["_domain"] = SpaceTime(g, float(T), float(t0))
         return self.__dict__["_domain"]
 
     @property
@@ -494,7 +502,13 @@ class DomainPDE(PINNProblem):
         if "_part_fns" not in self.__dict__:
             dom = self.domain()
             x = dom.sample_interior(1, "uniform", 0)
-            m = _as_vector(vmap(lambda y: _as_vector(self.equation(self.field(theta0), y)))(x)[0]).numel()
+            try:
+                m = _as_vector(vmap(lambda y: _as_vector(self.equation(self.field(theta0), y)))(x)[0]).numel()
+            except ProblemError:
+                raise
+            except Exception as e:  # the user's equation: name it (it was the raw error alone)
+                raise ProblemError(f"problem {self.name!r}: equation(u, x) failed at the point {x[0].tolist()}: "
+                                   f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
             out = [("pde" if m == 1 else f"pde{i}", _Residual(self, None, i), None, i) for i in range(m)]
             for c in self.condition_list():
                 for i, o in enumerate(c.outputs):
@@ -741,8 +755,18 @@ class DomainPDE(PINNProblem):
         return X, U.reshape(X.shape[0], -1)
 
     def _test(self):
+        """The test set, checked once: ``X [n, input_dim]`` and ``U [n, len(outputs)]`` of real numbers (a hook that
+        returned other shapes, or an ``exact`` of the wrong width, failed in the first evaluation with torch's
+        message, or was evaluated silently on the wrong inputs)."""
         if "_test_cache" not in self.__dict__:
-            self.__dict__["_test_cache"] = self._checked_reference(self.reference())
+            try:
+                ref = self.reference()
+            except ProblemError:
+                raise
+            except Exception as e:  # the user's hook: name it (it was the raw error alone)
+                raise ProblemError(f"problem {self.name!r}: its test set (reference(), test_inputs() or exact()) "
+                                   f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+            self.__dict__["_test_cache"] = self._checked_reference(ref)
         return self.__dict__["_test_cache"]
 
     def _checked_reference(self, ref) -> tuple:
@@ -756,6 +780,9 @@ class DomainPDE(PINNProblem):
             except (TypeError, ValueError):
                 raise ProblemError(f"problem {self.name!r}: reference() must return a ReferenceData or a pair (X, U), "
                                    f"got {type(ref).__name__}") from None
+            if torch.is_tensor(X) and torch.is_tensor(U) and X.ndim >= 1 and U.numel() % max(1, X.shape[0]):
+                raise ProblemError(f"problem {self.name!r}: reference() gave {X.shape[0]} points and "
+                                   f"{U.numel()} values, not a whole number of values per point")
             ref = ReferenceData(X, U.reshape(X.shape[0], -1) if torch.is_tensor(U) else U)
         src = f" (from {ref.source!r})" if ref.source else ""
         if ref.X.shape[1] != self.input_dim():

@@ -53,8 +53,14 @@ def read_table(path: str, target: str = "y") -> tuple[np.ndarray, np.ndarray]:
         with np.load(path, allow_pickle=False) as z:
             X, y = np.asarray(z["X"], dtype=np.float64), np.asarray(z["y"], dtype=np.float64)
     else:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = [r for r in csv.reader(f) if any(v.strip() for v in r)]
+        try:
+            with open(path, newline="", encoding="utf-8-sig") as f:
+                rows = [r for r in csv.reader(f) if any(v.strip() for v in r)]
+        except UnicodeDecodeError as e:  # a binary file: the raw decoder's line named no file
+            raise ValueError(f"{path}: not a UTF-8 text CSV table (byte {e.start}: {e.reason}); a table is a CSV "
+                             f"with a header row, or an .npz with X and y") from None
+        except csv.Error as e:  # e.g. a NUL byte
+            raise ValueError(f"{path}: not a readable CSV table ({e})") from None
         if len(rows) < 2:
             raise ValueError(f"{path}: a CSV table needs a header row and at least one data row")
         head = [h.strip() for h in rows[0]]

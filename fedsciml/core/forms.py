@@ -101,11 +101,21 @@ def available_memory(device: torch.device | str | None = None) -> int | None:
     """Bytes of memory available now: free GPU memory for a CUDA device — the driver's free memory plus what this
     process's caching allocator holds reserved but unused (it is reused before the driver is asked again; without
     it, runs in one process saw 33, then 31, then 15 GB free on an 80 GB H100: ``reproductions/gpu_h100.md``) —,
-    else the OS's MemAvailable (``None`` where it cannot be read)."""
+    else the OS's MemAvailable, lowered to what this process's address-space limit (``ulimit -v``) and its cgroup's
+    memory limit still allow (``None`` where none of them can be read)."""
     if device is not None and torch.device(device).type == "cuda":
         dev = torch.device(device)
         cached = int(torch.cuda.memory_reserved(dev)) - int(torch.cuda.memory_allocated(dev))
         return int(torch.cuda.mem_get_info(dev)[0]) + max(0, cached)
+    free = _os_available()
+    limits = [x for x in (_address_space_left(), _cgroup_left()) if x is not None]
+    if limits:
+        return min(limits) if free is None else min([free, *limits])
+    return free
+
+
+def _os_available() -> int | None:
+    """The OS's MemAvailable (``/proc/meminfo``, else ``sysconf``), ``None`` where neither can be read."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -116,6 +126,52 @@ def available_memory(device: torch.device | str | None = None) -> int | None:
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - no such sysconf names here
+        return None
+
+
+def _address_space_left() -> int | None:
+    """Bytes this process may still map under its address-space limit (``ulimit -v``, ``RLIMIT_AS``): the limit
+    less the process's current virtual size; ``None`` without a limit.  A run under ``ulimit -v 3000000`` on a
+    machine with 24 GB free was planned against the 24 GB and then failed in its first allocation (or thrashed)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):  # pragma: no cover - no resource module (not POSIX)
+        return None
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    return max(0, int(soft) - _virtual_size())
+
+
+def _virtual_size() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - no /proc: count the whole limit as left
+        pass
+    return 0
+
+
+def _cgroup_left() -> int | None:
+    """Bytes left under this process's cgroup (v2) memory limit, ``memory.max − memory.current``; ``None``
+    without a limit or a cgroup v2 mount."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next((ln.strip().split(":", 2)[2] for ln in f if ln.startswith("0::")), None)
+        if path is None:
+            return None
+        base = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+        with open(os.path.join(base, "memory.max")) as f:
+            top = f.read().strip()
+        if top == "max":
+            return None
+        with open(os.path.join(base, "memory.current")) as f:
+            used = int(f.read().strip())
+        return max(0, int(top) - used)
+    except (OSError, ValueError, IndexError):
         return None
 
 

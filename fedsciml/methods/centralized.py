@@ -105,7 +105,29 @@ class CentralizedConfig(StopOptions):
         if self.optimizer != "lm":
             return "data"
         form = auto_form(rows * clients, p, device) if self.lm_solve == "auto" else self.lm_solve  # the pooled rows
-        return {"matfree": "graph", "chunked": "chunked"}.get(form, "jacobian")
+        return {"matfree": "graph", "chunked": "chunked", "kernel": "kernel"}.get(form, "jacobian")
+
+    def memory_terms(self, rows: int, p: int, clients: int, form: str) -> list[tuple[float, str]]:
+        """The pooled solver's matrices and vectors: ``lm`` with the normal form, ``JᵀJ`` and its Cholesky factor
+        (2p²); the kernel form, ``JJᵀ`` of the N pooled rows and its factor (2N²: 10⁵ rows are 160 GB); the
+        chunked form's 2p² is counted with its rows; matrix-free, ``nystrom_rank`` vectors; plus six parameter
+        vectors (θ, the step, the gradient, SPRING's momentum, trial θ, the average).  ``adam``: θ, the gradient
+        and the two moments; ``lbfgs``: torch's 100 curvature pairs too."""
+        n = int(rows) * int(clients)
+        if self.optimizer == "adam":
+            return [(4.0 * p, f"adam's 4 parameter vectors of {p:,}")]
+        if self.optimizer == "lbfgs":
+            return [(204.0 * p, f"lbfgs's 100 curvature pairs and 4 vectors of {p:,}")]
+        out = [(6.0 * p, f"lm's 6 parameter vectors of {p:,}")]
+        named = display("lm_solve") + (f" {self.lm_solve}" if self.lm_solve != "auto" else " auto")
+        if form == "kernel":
+            out.append((2.0 * n * n, f"JJᵀ of the {n:,} pooled rows and its factor ({named} → kernel)"))
+        elif form == "jacobian":
+            out.append((2.0 * p * p, f"JᵀJ ({p:,}×{p:,}) and its factor ({named} → normal)"))
+        elif form == "graph":
+            r = min(int(self.nystrom_rank), p)  # capped at p by the run (methods.run.capped_rank)
+            out.append((float(r) * p, f"the Nyström preconditioner's {r:,} vectors"))
+        return out
 
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()
@@ -113,7 +135,7 @@ class CentralizedConfig(StopOptions):
             out["lr"] = f"Levenberg–Marquardt has no learning rate (it is for {display('optimizer')} adam or lbfgs)"
         else:
             out["momentum"] = f"SPRING momentum is an option of {display('optimizer')} lm"
-            for k in ("lm_damping", "lm_mu", "step_decay", "average"):
+            for k in ("lm_damping", "lm_mu", "step_decay", "average", "lm_solve"):
                 out[k] = f"it is an option of {display('optimizer')} lm"
         if self.lm_damping != "fixed":
             why = f"it sets the fixed damping, which is off ({display('lm_damping')} is {self.lm_damping})"

@@ -171,6 +171,21 @@ class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
                                  device=device)
         return "graph" if form == "matfree" else "jacobian"  # a matrix-free client keeps a residual graph, never J_m
 
+    def memory_terms(self, rows: int, p: int, clients: int, form: str) -> list[tuple[float, str]]:
+        """Beyond the default parameter vectors: full-rank curvature (``rank`` 0) is every client's packed
+        ``H_m`` (p(p+1)/2) held by the server with the merge's p×p sum and pseudo-inverse; low rank r, each
+        client's r eigenvectors (r·p) and the merge's thin factors."""
+        out = super().memory_terms(rows, p, clients, form)
+        if self.rank == 0:
+            out.append((clients * p * (p + 1) / 2 + 2.0 * p * p,
+                        f"every client's H_m ({p:,}×{p:,}, packed) and the merge's two p×p matrices "
+                        f"({display('rank')} 0: full rank)"))
+        else:
+            r = min(int(self.rank), p)
+            out.append(((clients + 2.0) * r * p, f"{r:,} eigenvectors of {p:,} a client and the merge's "
+                                                 f"({display('rank')} {self.rank})"))
+        return out
+
     def _resolve(self):
         super()._resolve()
         if self.adaptive and self.rank == 0:
@@ -384,7 +399,13 @@ def fipa_strategy(cfg: FIPAConfig, ctx: RunContext):
     without a relative cutoff diverges (the cutoff, not γ): see PAPER_PRESET and docs/methods.md "The published FIPA".
     """
     objectives, theta0, seed, rc = ctx.objectives, ctx.theta0, ctx.seed, ctx.rounds
-    rank = capped_rank(cfg.rank, theta0.numel(), "rank")
+    p = theta0.numel()
+    if cfg.sketch == "matfree" and cfg.rank >= p:  # a sketch of every direction: p + 10 products a client a round
+        raise OptionError(f"fipa {display('rank')} {cfg.rank} with {display('sketch')} matfree: the model has {p:,} "
+                          f"parameters, so the sketch would take {p + 10:,} operator products a client a round "
+                          f"(more than forming J_m's {p:,} columns); give a rank below {p:,}, or {display('sketch')} "
+                          f"dense or auto")
+    rank = capped_rank(cfg.rank, p, "rank")
     curvature = "full" if rank == 0 else "lowrank"
     lc = local_config(cfg, 0.0)
     agg = FIPAAggregator(curvature=curvature, merge=cfg.merge, beta=cfg.beta, gamma=cfg.gamma, weighting="sum",

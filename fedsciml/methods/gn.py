@@ -174,6 +174,25 @@ class GNConfig(RoundOptions):
                 if self.form == "auto" else self.form)
         return "graph" if form == "matfree" else "jacobian"
 
+    def memory_terms(self, rows: int, p: int, clients: int, form: str) -> list[tuple[float, str]]:
+        """Beyond the default parameter vectors, the form's statistics: ``normal``, every client's packed
+        ``J_mᵀJ_m`` (p(p+1)/2) with the server's p×p sum and its factor; ``sqrt``, every client's
+        ``min(n_m, p)×p`` triangle and the server's stacked factor's p×p; matrix-free, the Nyström
+        preconditioner's ``nystrom_rank`` vectors."""
+        out = super().memory_terms(rows, p, clients, form)
+        named = self.form if self.form != "auto" else f"auto → {'matfree' if form == 'graph' else 'dense'}"
+        if form == "graph":
+            r = min(int(self.nystrom_rank), p)  # capped at p by the run (methods.run.capped_rank)
+            out.append((float(r) * p, f"the Nyström preconditioner's {r:,} vectors"))
+        elif self.form == "sqrt":
+            out.append((clients * min(int(rows), p) * (p + 1.0) + 2.0 * p * p,
+                        f"every client's min(n_m, p)×p factor and the server's two p×p ({display('form')} sqrt)"))
+        else:
+            out.append((clients * p * (p + 1) / 2 + 2.0 * p * p,
+                        f"every client's JᵀJ ({p:,}×{p:,}, packed), the server's sum and its factor "
+                        f"({display('form')} {named})"))
+        return out
+
     def _resolve(self):
         super()._resolve()
         if self.participation < 1:

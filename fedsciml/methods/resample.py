@@ -31,7 +31,6 @@ the round loop measures a row's monitoring loss on the next round's exchange at 
 """
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -41,6 +40,7 @@ import numpy as np
 from fedsciml.runtime.strategy import Strategy
 from fedsciml.runtime.transport import BytesTransport, LocalTransport
 from fedsciml.runtime.client import Client
+from fedsciml.runtime.memory import grown  # noqa: F401  (re-exported: its home before)
 
 RESAMPLE_TAG = 0x5E5A  # keeps resample seeds apart from the run seeds themselves
 
@@ -80,33 +80,21 @@ class Growth:
         """Interior points per client of points drawn after ``step`` steps or rounds: ``min(cap, n0·F^⌊step/E⌋)``."""
         k = max(0, int(step)) // int(self.every)
         cap = self.cap if self.cap is not None else math.inf
-        if n0 >= cap:
+        if n0 >= cap or k == 0:
             return int(n0)
-        return int(min(cap, round(n0 * self.factor ** min(k, 4096))))
+        log_n = math.log(max(int(n0), 1)) + k * math.log(self.factor)  # in logs: 1e308² overflows a float
+        if log_n >= math.log(cap):
+            return int(cap)
+        if log_n > math.log(2.0**62):
+            raise ValueError(f"the growth factor {self.factor:g} reaches more than 2**62 interior points per client "
+                             f"after {step} steps or rounds; give grow_cap")
+        return int(round(math.exp(log_n)))
 
     @classmethod
     def of(cls, config: Any) -> "Growth | None":
         """The growth a method configuration asks for (``grow``, ``grow_every``, ``grow_cap``), or ``None``."""
         factor = getattr(config, "grow", None)
         return None if factor is None else cls(float(factor), int(config.grow_every), config.grow_cap)
-
-
-def grown(problem: Any, n_interior: int) -> Any:
-    """``problem`` with ``n_interior`` interior points per client (a ``n_boundary`` option scaled by the same
-    factor, at least 1); the problem itself when that is its own size.  A shallow copy: the network, the exact
-    solution and the test set are shared."""
-    opts = getattr(problem, "options", {})
-    if "n_interior" not in opts:
-        raise ValueError(f"grow: problem {getattr(problem, 'name', problem)!r} has no n_interior option to grow")
-    n0 = int(opts["n_interior"])
-    if int(n_interior) == n0:
-        return problem
-    new = dict(opts, n_interior=int(n_interior))
-    if "n_boundary" in opts and opts["n_boundary"] is not None:
-        new["n_boundary"] = max(1, round(int(opts["n_boundary"]) * int(n_interior) / n0))
-    out = copy.copy(problem)
-    out.__dict__["options"] = new
-    return out
 
 
 def resampled_objectives(problem: Any, n_clients: int, seed: int, j: int, device: Any,

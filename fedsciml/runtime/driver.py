@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import numbers
 import time
 from contextlib import contextmanager
@@ -37,7 +38,7 @@ from typing import Any, Callable, Iterator, Mapping
 import torch
 
 from fedsciml.options import MethodConfig
-from fedsciml.runtime.memory import available_memory, gradient_graph, residual_graph, value_graph
+from fedsciml.runtime.memory import available_memory, gradient_graph, grown, residual_graph, value_graph
 from fedsciml.runtime.results import Result, jsonable, register_settings, stop_reason_of
 from fedsciml.runtime.validation import held_out, report, with_validation
 
@@ -194,9 +195,13 @@ class Connect:
     that build their own data from ``job`` (``{"problem", "options", "clients", "seed", "device", "threads"}``)
     and said what the server may know of it (``transport.described``: ``{cid: {"n", "p", "linear"}}``,
     :mod:`fedsciml.runtime.remote`); :func:`run` runs the method with that transport — the run is the driver's.
-    The transport's ``close()``, where it has one, is called when the run ends."""
+    The transport's ``close()``, where it has one, is called when the run ends.  ``check``: the engine's own
+    check of a planned run, ``check(estimate, clients, device)`` with the run's memory estimate ``(bytes, how)``
+    (or ``None``), called by :func:`plan` before anything starts (``processes``: every client on this machine,
+    one process each — refused past its memory and its cap on processes)."""
 
     connect: Callable
+    check: Callable | None = None
 
 
 # Who carries the clients' messages: ``local`` (this process, the runtime's own transports) and whatever
@@ -211,10 +216,12 @@ ENGINE_KINDS: dict[str, dict[str, Callable]] = {}
 
 
 def register_engine(name: str, solve_fn: Callable | None = None, *, connect: Callable | None = None,
-                    replace: bool = False, kinds: Mapping[str, Callable] | None = None) -> None:
+                    replace: bool = False, kinds: Mapping[str, Callable] | None = None,
+                    check: Callable | None = None) -> None:
     """Add an engine (see :data:`ENGINES`): ``connect(job, clients) -> Transport`` (:class:`Connect`; a new
     engine is one file with this function), or a whole run ``solve_fn``.  ``kinds``: what it runs of kinds
-    beyond the problem kinds, ``{kind: fn}`` (:data:`ENGINE_KINDS`; the kind's own signature)."""
+    beyond the problem kinds, ``{kind: fn}`` (:data:`ENGINE_KINDS`; the kind's own signature); ``check``: a
+    ``connect`` engine's check of a planned run (:class:`Connect`)."""
     if (solve_fn is None) == (connect is None):
         raise TypeError(f"engine {name!r}: give its connect(job, clients) or its solve function, one of them")
     if name in ENGINES and not replace:
@@ -223,7 +230,9 @@ def register_engine(name: str, solve_fn: Callable | None = None, *, connect: Cal
     if bad:
         raise ValueError(f"engine {name!r}: kinds are kinds beyond the problem kinds ({', '.join(PROBLEM_KINDS)}), "
                          f"got {', '.join(bad)}")
-    ENGINES[name] = Connect(connect) if connect is not None else solve_fn
+    if check is not None and connect is None:
+        raise TypeError(f"engine {name!r}: check applies to an engine given by its connect function")
+    ENGINES[name] = Connect(connect, check) if connect is not None else solve_fn
     ENGINE_KINDS[name] = dict(kinds or {})
 
 
@@ -273,6 +282,12 @@ def check_clients(clients) -> int | None:
     return int(clients)
 
 
+#: clients one process holds at most (engine ``local``): each is Python objects of its own — ``ridge --dim 5
+#: --n-samples 20`` (one round) took about 6 ms and 7 KB a client (100 → 3,000 clients: 17 s and 20 MB more, one
+#: thread), so 10⁶ clients were a run of hours that looked hung
+MAX_LOCAL_CLIENTS = 100_000
+
+
 class OutOfMemory(ValueError):
     """A run that cannot fit in the memory available (refused before anything is allocated)."""
 
@@ -316,6 +331,7 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
     A task with its own ``estimate_memory(clients, config, method)`` (the image tasks) gives its own estimate."""
     if own_kind(problem):
         return problem.estimate_memory(clients, config, method)
+    problem, grew = _grown_for_estimate(problem, config)
     rows = problem.rows_per_client(clients)
     if rows is None:
         return None
@@ -329,7 +345,7 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
     if form == "chunked":
         once = 16.0 * p * p
         what_once = f" + JᵀJ and its factor ({2 * p * p:,} floats; J streamed in row blocks)"
-    if form == "jacobian":
+    if form in ("jacobian", "kernel"):
         extra, what = float(p), f" + {p:,} Jacobian columns"
     elif form == "graph":
         extra, what = residual_graph(d_in, sizes, p)
@@ -346,7 +362,53 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
         how = f"{clients:,} client(s) × {rows:,} rows × ({d_in + 1:,}{what}) × 8 bytes"
     if once:
         how += what_once
-    return 8.0 * clients * per_client + once, how
+    for floats, label in config.memory_terms(int(rows), p, int(clients), form):
+        if floats >= 1e6:  # a term worth naming (the parameter vectors of a small network are not)
+            once += 8.0 * floats
+            how += f" + {label}: {_gb(8.0 * floats)}"
+    return 8.0 * clients * per_client + once, grew + how
+
+
+def _grown_for_estimate(problem, config: MethodConfig):
+    """``(problem, how)``: with growing batches (``grow``, :class:`~fedsciml.methods.resample.Growth`), the
+    problem at the largest number of interior points the run draws — at its last resample before its last round or
+    iteration (``rounds``, ``max_iters``), at most ``grow_cap`` — so that the memory check sees the schedule, not
+    its first step (``--grow 1000`` without a cap reached 10⁹ points a client in three resamples and hung).  A
+    growth without a cap and without a limit on rounds or iterations (a budget only) is refused: it has no last
+    size to check."""
+    factor, every = getattr(config, "grow", None), getattr(config, "resample", None)
+    if factor is None or every is None or "n_interior" not in getattr(problem, "options", {}):
+        return problem, ""
+    from fedsciml.options import display
+
+    cap, grow_every = getattr(config, "grow_cap", None), int(getattr(config, "grow_every", 1))
+    federated = hasattr(config, "rounds")
+    steps = getattr(config, "rounds" if federated else "max_iters", None)
+    unit = "round" if federated else "iteration"
+    n0 = int(problem.options["n_interior"])
+    given = f"{display('grow')} {factor:g} every {grow_every} {unit}(s), {display('resample')} {every}"
+    if steps is None:
+        if cap is None:
+            raise OutOfMemory(f"{given} and no {display('grow_cap')}: with a time budget only, the points grow "
+                              f"without bound; give {display('grow_cap')} N (interior points per client) or a "
+                              f"number of {unit}s")
+        n = max(n0, int(cap))
+        at = "at the cap"
+    else:
+        last = max(0, (int(steps) - 1) // int(every)) * int(every)  # the last draw is after step `last`
+        k = last // grow_every
+        log_n = math.log(max(n0, 1)) + k * math.log(float(factor))
+        n = n0 if k == 0 else (int(cap) if cap is not None and log_n >= math.log(cap) else
+                               (2**62 if log_n > math.log(2**62) else round(math.exp(log_n))))
+        if cap is not None:
+            n = min(n, max(n0, int(cap)))
+        at = f"after {unit} {last:,}"
+    if n <= n0:
+        return problem, ""
+    if n >= 2**62:
+        raise OutOfMemory(f"{given}: the points grow past 2**62 interior points per client {at}; give "
+                          f"{display('grow_cap')} N")
+    return grown(problem, n), f"{given}: {n:,} interior points per client {at}; "
 
 
 def _pde_rows(problem, clients: int, rows: int) -> int:
@@ -485,7 +547,17 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
         if extra is not None:  # the caller's work around the run stays in this process
             check_memory(extra[0], f"{problem.name} with {method} ({extra[1]})", dev,
                          "use fewer clients or fewer points per client")
+        eng = ENGINES[engine]
+        if not isinstance(eng, Connect) and getattr(config, "clock", "wall") == "cpu":
+            raise ValueError(f"clock='cpu' (--clock cpu) counts CPU seconds, and engine {engine!r} runs its clients "
+                             f"in processes whose CPU it cannot read; use clock='wall'")
+        if isinstance(eng, Connect) and eng.check is not None:  # the engine knows where its clients run
+            eng.check(estimate_memory(problem, n_clients, config, method, dev), n_clients, dev)
     else:
+        if n_clients > MAX_LOCAL_CLIENTS:
+            raise ValueError(f"clients={n_clients:,} in one process: each client is Python objects of its own, "
+                             f"about 6 ms a client for a one-round ridge run (measured), so this run would take "
+                             f"{n_clients * 6e-3 / 60:,.0f} minutes or more; at most {MAX_LOCAL_CLIENTS:,} clients here")
         check_run_memory(problem, method, n_clients, config, dev, extra)
     return Plan(problem, method, spec, config, clients, seed, dev, device, engine, progress, every, message_hook,
                 runtime)

@@ -135,16 +135,20 @@ class Recorder:
     ``clock``: ``"wall"`` (elapsed seconds, ``time.perf_counter``) or ``"cpu"``
     (this process's CPU seconds, ``time.process_time``, every thread's): at one
     thread, a budget and ``time_s`` that other processes on a loaded machine
-    do not shorten.
+    do not shorten.  ``cpu_elsewhere``: with ``clock="cpu"``, a function giving the CPU seconds spent so far
+    by clients in other processes (:meth:`fedsciml.runtime.transport.Transport.cpu_seconds`), added to this
+    process's.
     """
 
     def __init__(self, evaluate, n_residuals: int, budget: float | None = None,
                  progress: bool = False, every: int = 1, label: str = "", total: int | None = None,
-                 clock: str = "wall"):
+                 clock: str = "wall", cpu_elsewhere=None):
         if clock not in CLOCKS:
             raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
         self.clock = clock
-        self._now = getattr(time, CLOCKS[clock])
+        own = getattr(time, CLOCKS[clock])
+        # clock cpu with clients in other processes: their CPU seconds so far (cpu_elsewhere()) count too
+        self._now = own if clock != "cpu" or cpu_elsewhere is None else (lambda: own() + float(cpu_elsewhere()))
         self.evaluate = evaluate
         self.n_residuals = max(1, int(n_residuals))
         self.budget = budget

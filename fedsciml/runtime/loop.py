@@ -150,8 +150,14 @@ class Simulation:
         self.cfg = cfg if cfg.checked else cfg.validate()
         self.evaluate = evaluate
         self.n_total = sum(int(transport.sample_counts[c]) for c in self.client_ids)
+        elsewhere = None
+        if self.cfg.clock == "cpu":  # the clients' CPU counts too: a transport whose clients run elsewhere reports it
+            if transport.cpu_seconds() is None:
+                raise ValueError(f"clock='cpu' (--clock cpu) counts CPU seconds, and {type(transport).__name__}'s "
+                                 f"clients run in processes that do not report theirs; use clock='wall'")
+            elsewhere = transport.cpu_seconds
         self.rec = Recorder(evaluate, self.n_total, cfg.budget, progress, every, label, total=cfg.rounds,
-                            clock=cfg.clock)
+                            clock=cfg.clock, cpu_elsewhere=elsewhere)
         self.rec.exchanges = 0
         self.label = label
         self.progress = progress

@@ -5,12 +5,13 @@ The reader lives in :mod:`fedsciml.core.forms`, whose device-aware form choice r
 layer cannot import the runtime); this module is the runtime's name for it."""
 from __future__ import annotations
 
-from typing import Sequence
+import copy
+from typing import Any, Sequence
 
 from fedsciml.core.forms import available_memory
 from fedsciml.core.matfree import graph_floats_per_row
 
-__all__ = ["available_memory", "gradient_graph", "residual_graph", "value_graph"]
+__all__ = ["available_memory", "gradient_graph", "grown", "residual_graph", "value_graph"]
 
 
 def value_graph(sizes: Sequence[int], p: int | None = None) -> float:
@@ -52,3 +53,21 @@ def residual_graph(d_in: int, sizes: Sequence[int], p: int) -> tuple[float, str]
     floats = graph_floats_per_row(int(d_in), hidden or [int(p)])
     named = f" (hidden layers {tuple(hidden)})" if hidden else ""
     return floats, f" + {floats:,.0f} floats of matrix-free residual graph{named}"
+
+
+def grown(problem: Any, n_interior: int) -> Any:
+    """``problem`` with ``n_interior`` interior points per client (a ``n_boundary`` option scaled by the same
+    factor, at least 1); the problem itself when that is its own size.  A shallow copy: the network, the exact
+    solution and the test set are shared."""
+    opts = getattr(problem, "options", {})
+    if "n_interior" not in opts:
+        raise ValueError(f"grow: problem {getattr(problem, 'name', problem)!r} has no n_interior option to grow")
+    n0 = int(opts["n_interior"])
+    if int(n_interior) == n0:
+        return problem
+    new = dict(opts, n_interior=int(n_interior))
+    if "n_boundary" in opts and opts["n_boundary"] is not None:
+        new["n_boundary"] = max(1, round(int(opts["n_boundary"]) * int(n_interior) / n0))
+    out = copy.copy(problem)
+    out.__dict__["options"] = new
+    return out

@@ -398,6 +398,8 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
     lines = ["", f"{r0.problem}: {r0.clients} client(s), {r0.n_params} parameters{net}, device {r0.device}, "
                  f"{r0.dtype}"]
     rows = []
+    clocks = {str((r.options or {}).get("clock", "wall")) if isinstance(r.options, dict) else "wall" for r in results}
+    clock = clocks.pop() if len(clocks) == 1 else "mixed"
     for r in results:
         last = r.history[-1] if r.history else {}
         rounds = r.extra.get("rounds", last.get("step", 0)) if isinstance(r.extra, dict) else last.get("step", 0)
@@ -405,7 +407,8 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
         loss = r.final.get("loss")
         ex = last.get("exchanges_total")
         held = r.extra.get("validation") if isinstance(r.extra, dict) else None
-        rows.append({"method": r.method, "rounds": rounds, "seconds": r.solver_seconds,
+        cpu = isinstance(r.options, dict) and r.options.get("clock") == "cpu" and last.get("time_s") is not None
+        rows.append({"method": r.method, "rounds": rounds, "seconds": float(last["time_s"]) if cpu else r.solver_seconds,
                      "loss": float("nan") if loss is None else loss,
                      "val": held.get("val_loss", float("nan")) if isinstance(held, dict) else float("nan"),
                      "metric": r.error, "l2re": float(r.final.get("l2re", float("nan"))),
@@ -413,7 +416,10 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
                      "per": sent / rounds if rounds else 0, "stopped": r.stop_reason,
                      "settings": " " + method_settings(r)})
     wide = max([len("stopped")] + [len(x["stopped"]) for x in rows if x["stopped"]])
-    cols = [("method", "method", "<12s"), ("rounds", "rounds", "6d"), ("seconds", "seconds", "8.2f"),
+    # the seconds column follows the runs' clock (--clock): the solver's wall seconds, or its CPU seconds (the
+    # history's time_s: this process's and, on an engine with client processes, theirs)
+    head = {"wall": "wall s", "cpu": "cpu s"}.get(clock, "s (clock)")
+    cols = [("method", "method", "<12s"), ("rounds", "rounds", "6d"), (head, "seconds", "8.2f"),
             ("loss", "loss", "10.3e"), (metric, "metric", "10.3e"),
             ("exchanges", "exchanges", "9d"), ("floats sent", "sent", "12d"),
             ("floats/round", "per", "12.3g"), ("stopped", "stopped", f"<{wide}s"), (" settings", "settings", "<s")]

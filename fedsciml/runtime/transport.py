@@ -67,6 +67,13 @@ class Transport:
     def ask(self, client_ids: Sequence[Hashable], request: Request) -> dict[Any, Answer]:  # pragma: no cover
         raise NotImplementedError
 
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds the clients have spent outside this process so far, summed (``clock='cpu'`` adds what it
+        grows by to this process's CPU): ``0.0`` for clients in this process (their CPU is this process's);
+        ``None`` where it cannot be measured, and ``clock='cpu'`` is then refused.  A transport whose clients run
+        elsewhere says so by overriding it."""
+        return 0.0
+
 
 class LocalTransport(Transport):
     """In-process clients (:class:`~fedsciml.runtime.client.Client`), vectorized across them where possible."""
@@ -188,3 +195,6 @@ class BytesTransport(Transport):
             self.bytes_up += len(b)
             out[cid] = reply_from_bytes(b, self.device)
         return out
+
+    def cpu_seconds(self) -> float | None:
+        return self.inner.cpu_seconds()

@@ -1300,6 +1300,121 @@ def _issue31_cases():
     return cases
 
 
+_STOPPER = """
+import math, os, signal, sys, torch
+import fedsciml as fs
+
+_calls = [0]
+
+@fs.register
+class StoppingWave(fs.PDE):
+    name = "plugin-stopping-wave"
+    def exact(self, x):
+        return torch.sin(math.pi * x[..., 0])
+    def equation(self, u, x):
+        _calls[0] += 1
+        if len(sys.argv) == 3 and sys.argv[0] == "-c" and sys.argv[-1] == "1" and _calls[0] == 4:
+            os.kill(os.getpid(), signal.SIGSTOP)  # client 1's process stops itself in round 1
+        return -u.laplacian(x) - math.pi ** 2 * torch.sin(math.pi * x[..., 0])
+"""
+
+
+def _says(text, where="stderr"):
+    """A check: the run's stdout/stderr holds ``text``."""
+    def check(outcome):
+        return None if text in outcome[where] else f"{where} lacks {text!r}: {outcome[where].strip()[-160:]!r}"
+    return check
+
+
+def _issue38b_cases():
+    """Issue 38, findings 4, 5, 8 (not the checkpoint fields) and 10: planned allocations checked up front (the
+    battery's 3000 MiB address-space cap is the machine here), the processes engine's limits, raw errors left,
+    ``--clock cpu`` on an engine."""
+    cases = []
+
+    def C(name, argv, expect="error", check=None, **kw):
+        cases.append(Case(name, "issue38b", "cli", argv, expect=expect, check=check, **kw))
+
+    def A(name, src, expect="error", check=None, **kw):
+        cases.append(Case(name, "issue38b", "api", source=src, expect=expect, check=check, **kw))
+
+    sin = ["solve", "sin1d", "--quiet"]
+    gn2 = ["--method", "gn", "--clients", "2", "--rounds", "1"]
+    # 4. memory
+    C("centralized --hidden 300000", sin + ["--method", "centralized", "--hidden", "300000"], check=None)
+    C("--lm-solve kernel on 100k rows", sin + ["--method", "centralized", "--lm-solve", "kernel", "--n-samples",
+                                               "100000"])
+    C("gn --hidden 1000000 --form normal", sin + gn2 + ["--hidden", "1000000", "--form", "normal"])
+    C("gn --hidden 1000000 --engine processes", sin + gn2 + ["--hidden", "1000000", "--engine", "processes"])
+    C("fedavg --hidden 10000,10000", sin + ["--method", "fedavg", "--clients", "2", "--rounds", "1", "--hidden",
+                                           "10000,10000"])
+    grow = ["solve", "bratu", "--quiet", "--clients", "2", "--rounds", "5", "--resample", "1", "--grow-every", "1"]
+    C("--grow 1000 without --grow-cap", grow + ["--method", "gn", "--grow", "1000"])
+    C("--grow 1e6 without --grow-cap (fedavg)", grow + ["--method", "fedavg", "--grow", "1e6"])
+    C("--grow 1e308", grow + ["--method", "gn", "--grow", "1e308"])
+    C("--grow 2 with only a budget", ["solve", "bratu", "--quiet", "--clients", "2", "--method", "gn", "--budget",
+                                      "5", "--resample", "1", "--grow", "2"])
+    C("--grow 1e308 --grow-cap 100 (capped: runs)", grow[:5] + ["--rounds", "2", "--resample", "1", "--grow-every",
+                                                               "1", "--method", "gn", "--grow", "1e308",
+                                                               "--grow-cap", "100", "--n-interior", "20"],
+      expect="ok", timeout=120)
+    # 5. processes engine
+    C("--clients 500 --engine processes", ["solve", "bratu", "--quiet", "--clients", "500", "--rounds", "1",
+                                           "--engine", "processes"])
+    C("a binary table on client 1 (processes)", ["solve", "table", "--tables", "{dir}/a.csv,{dir}/b.csv", "--method",
+                                                 "gn", "--rounds", "1", "--engine", "processes", "--quiet"],
+      check=None, setup=lambda d, m: (write(os.path.join(d, "a.csv"), "x,y\n1,2\n2,3\n3,5\n"),
+                                      write(os.path.join(d, "b.csv"), b"\xff\xfe\x00binary")), timeout=180)
+    C("a stopped client (SIGSTOP) with gn: bounded wait, then the run ends naming it",
+      ["-q", "--plugin", "{dir}/stopper.py", "solve", "plugin-stopping-wave", "--clients", "2", "--method", "gn",
+       "--rounds", "4", "--n-interior", "20", "--engine", "processes", "--quiet"], check=None,
+      setup=lambda d, m: write(os.path.join(d, "stopper.py"), _STOPPER), env={"FEDSCIML_PROCESSES_TIMEOUT": "60"},
+      timeout=400)
+    C("a stopped client (SIGSTOP) with fipa: a dropout, the run goes on",
+      ["--plugin", "{dir}/stopper.py", "solve", "plugin-stopping-wave", "--clients", "2", "--method", "fipa",
+       "--rounds", "3", "--n-interior", "20", "--engine", "processes"], expect="ok",
+      check=_says("no answer within 60 s"),
+      setup=lambda d, m: write(os.path.join(d, "stopper.py"), _STOPPER), env={"FEDSCIML_PROCESSES_TIMEOUT": "60"},
+      timeout=400)
+    C("FEDSCIML_PROCESSES_TIMEOUT=soon", ["solve", "bratu", "--quiet", "--clients", "2", "--rounds", "1", "--engine",
+                                          "processes"], env={"FEDSCIML_PROCESSES_TIMEOUT": "soon"}, timeout=120)
+    # 8. left from before
+    C("solve table on a binary CSV", ["solve", "table", "--tables", "{dir}/b.csv", "--quiet"],
+      setup=lambda d, m: write(os.path.join(d, "b.csv"), bytes(range(128, 256))))
+    C("ridge --clients 1000000", ["ridge", "--clients", "1000000", "--dim", "5", "--n-samples", "20"])
+    C("fipa --rank 100000 --sketch matfree (capped)", ["solve", "bratu", "--quiet", "--clients", "2", "--rounds", "1",
+                                                       "--rank", "100000", "--sketch", "matfree"])
+    C("--lm-solve kernel with --optimizer adam", sin + ["--method", "centralized", "--optimizer", "adam",
+                                                        "--lm-solve", "kernel"])
+    C("gn --form matfree --momentum 0.5 (honoured)", sin + gn2 + ["--form", "matfree", "--momentum", "0.5",
+                                                                 "--n-samples", "20", "--json", "{dir}/r.json"],
+      expect="ok", check=honored("momentum", 0.5), timeout=120)
+    C("flower run --federation-config num-supernodes=", ["flower", "run", "app", "--federation-config",
+                                                         "num-supernodes="])
+    dom = ("from fedsciml.problems.geometry import Interval\n"
+           "from fedsciml.problems.conditions import Dirichlet\n"
+           "def mk(**a):\n"
+           "    base = dict(name='adv-dom', geometry=Interval(0.0, 1.0), conditions=[Dirichlet('x-', 0.0), "
+           "Dirichlet('x+', 0.0)], equation=lambda self, u, x: -u.laplacian(x) - 1.0)\n"
+           "    base.update(a)\n"
+           "    return type('P', (fs.DomainPDE,), base)(n_interior=10, n_boundary=4)\n")
+    for name, attrs in (
+            ("DomainPDE: exact of the wrong width", "exact=lambda self, x: torch.zeros(x.shape[0], 3)"),
+            ("DomainPDE: T='abc'", "T='abc'"),
+            ("DomainPDE: a condition's value function raises", "conditions=[Dirichlet('x-', lambda x: 1 / 0)]"),
+            ("DomainPDE: equation indexes a scalar", "equation=lambda self, u, x: (u(x)[0], u(x)[0])"),
+            ("DomainPDE: reference() of the wrong shapes",
+             "reference=lambda self: (torch.rand(4, 1), torch.rand(7))")):
+        A(name, dom + f"return fs.solve(mk({attrs}), method='gn', clients=2, rounds=1).error")
+    # 10. clock cpu
+    C("--clock cpu --engine processes (the clients' CPU counts; header says cpu)",
+      ["solve", "bratu", "--clients", "2", "--method", "gn", "--rounds", "1", "--n-interior", "20", "--engine",
+       "processes", "--clock", "cpu"], expect="ok", check=_says("cpu s", "stdout"), timeout=180)
+    C("--clock cpu --engine flower", ["solve", "bratu", "--quiet", "--clients", "2", "--rounds", "1", "--engine",
+                                      "flower", "--clock", "cpu"], timeout=120)
+    return cases
+
+
 def _chardev(path):
     """A private character device (the same device as /dev/null, made with mknod): what a bad writer turns into
     a regular file is then the case's own node, never the machine's /dev/null."""
@@ -1538,7 +1653,7 @@ def _issue38_cases():
 
 def all_cases():
     return (_cli_cases() + _api_cases() + _table_cases() + _issue23_cases() + _dialect_cases()
-            + _issue31_cases() + _issue38_cases())
+            + _issue31_cases() + _issue38_cases() + _issue38b_cases())
 
 
 # ------------------------------------------------------------------------------------- execution

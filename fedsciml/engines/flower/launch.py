@@ -87,6 +87,26 @@ def run_status(run_id: str, superlink: str | None = None, *, env=None, flwr: str
     return runs[0]
 
 
+def check_config_value(flag: str, value: str) -> None:
+    """One line for a ``flwr run`` config value that is not ``key=value`` pairs with a key and a value each:
+    ``--federation-config num-supernodes=`` (no value) ran Flower's default job and exited 0.  (A config file
+    path, ``*.toml`` with no ``=``, is passed as Flower takes it.)"""
+    import shlex
+
+    try:
+        items = shlex.split(value)
+    except ValueError as e:
+        raise ValueError(f"{flag} {value!r}: {e}") from None
+    if len(items) == 1 and "=" not in items[0] and items[0].endswith(".toml"):
+        return
+    if not items:
+        raise ValueError(f"{flag} is empty; give key=value pairs (e.g. {flag} \"num-supernodes=4\")")
+    for item in items:
+        key, eq, val = item.partition("=")
+        if not eq or not key.strip() or not val.strip():
+            raise ValueError(f"{flag} {value!r}: {item!r} is not key=value with a key and a value")
+
+
 def _config_value(values: Sequence[str], key: str, what: str):
     """``key``'s value in ``flwr run``'s ``--run-config`` / ``--federation-config`` strings, parsed as Flower parses
     them (``None`` where they do not set it)."""
@@ -143,6 +163,9 @@ def flower_run(app: str, superlink: str | None = None, *, run_config: Sequence[s
         raise ValueError(f"timeout_s must be > 0 seconds (or None: no limit), got {timeout_s}")
     if not poll_s > 0:
         raise ValueError(f"poll_s must be > 0 seconds, got {poll_s}")
+    for flag, values in (("--run-config", run_config), ("--federation-config", federation_config)):
+        for value in values:
+            check_config_value(flag, str(value))
     check_federation_size(app, run_config, federation_config)
     exe = flwr or flwr_executable()
     where = [superlink] if superlink else []

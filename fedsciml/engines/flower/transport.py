@@ -76,6 +76,11 @@ class FlowerTransport(Transport):
     every message, so any worker of a node can answer any message.
     """
 
+    def cpu_seconds(self) -> float | None:
+        """``None``: the nodes' CPU is theirs (other processes, other machines) and never reported, so
+        ``clock='cpu'`` is refused on Flower rather than counting the server's CPU alone."""
+        return None
+
     def __init__(self, grid, job: dict, n_clients: int, *, timeout_s: float = 300.0,
                  connect_timeout_s: float = 300.0, poll_max_s: float = 0.02, device="cpu", log=None,
                  stop=None, message_ttl_s: float | None = None):
