@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.func import hessian, jacfwd, jacrev, vmap
 
-from fedsciml.core import kfac_pinn as kp
+from fedsciml.core import kfac_forms as kf, kfac_pinn as kp
 from fedsciml.core.matfree import GNOperator, damped_gn_step
 from fedsciml.core.nn import MLP
 from fedsciml.problems import get_problem
@@ -120,7 +120,7 @@ def test_damped_inverse_is_exact_for_the_sum_of_two_kronecker_products():
     """P⁻¹ applied by the generalized eigendecomposition against a dense solve with P = Σ_t (A_t + δ_A I) ⊗
     (B_t + δ_B I) assembled in θ's ordering (cond(P) ≤ 1e4 here: 1e-10)."""
     pb, (obj,), net, theta = tiny(hidden=(4, 3), n_interior=30, n_boundary=3)
-    f = kp.factors_of(obj, theta)
+    f = kf.factors_of(obj, theta)
     mu, p = 0.3, net.n_params
     terms = f.terms()
     assert len(terms) == 2
@@ -147,8 +147,8 @@ def test_factors_sum_over_clients_to_the_pooled_factors_and_round_trip_a_message
     pb, objs, net, theta = tiny(clients=3, n_interior=12)
     total = kp.KroneckerFactors.zeros(net)
     for o in objs:
-        total = total + kp.factors_of(o, theta)
-    pooled = kp.factors_of(pb.centralized_objective(3, seed=0), theta)
+        total = total + kf.factors_of(o, theta)
+    pooled = kf.factors_of(pb.centralized_objective(3, seed=0), theta)
     for t in kp.KINDS:
         assert total.count[t] == pooled.count[t]
         for a, b in zip(total.A[t] + total.B[t], pooled.A[t] + pooled.B[t]):
@@ -169,7 +169,7 @@ def test_the_preconditioner_changes_cg_iterations_not_the_answer():
     asserted as a reduction."""
     pb, (obj,), net, theta = tiny(dim=3, hidden=(8, 8), n_interior=80, n_boundary=4)
     op = GNOperator(obj.residual, theta)
-    f = kp.factors_of(obj, theta)
+    f = kf.factors_of(obj, theta)
     mu = 1e-3 * f.lambda_max()
     plain = damped_gn_step(op.matvec, op.g, mu, rtol=1e-12, max_iters=5000)
     pre = damped_gn_step(op.matvec, op.g, mu, precond=f.inverse(mu), rtol=1e-12, max_iters=5000)
@@ -183,7 +183,7 @@ def test_the_preconditioner_changes_cg_iterations_not_the_answer():
 
 def test_bad_inputs_are_refused_with_one_line():
     pb, (obj,), net, theta = tiny()
-    f = kp.factors_of(obj, theta)
+    f = kf.factors_of(obj, theta)
     with pytest.raises(ValueError, match="damping μ > 0"):
         f.inverse(0.0)
     with pytest.raises(ValueError, match="take .* floats"):

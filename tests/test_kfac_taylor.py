@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.func import vmap
 
-from fedsciml.core import forms, kfac_pinn as kp, kfac_taylor as kt
+from fedsciml.core import forms, kfac_forms as kf, kfac_pinn as kp, kfac_taylor as kt
 from fedsciml.core.matfree import GNOperator, damped_gn_step
 from fedsciml.core.nn import MLP
 from fedsciml.problems import DomainPDE, get_problem
@@ -112,7 +112,7 @@ def test_preconditioned_cg_converges_to_the_dense_lm_step(name):
     mu = 1e-3 * float(H.diagonal().max())
     A = H + mu * torch.eye(H.shape[0], dtype=H.dtype)
     dense = -torch.linalg.solve(A, J.T @ r)
-    f = kp.factors_of(obj, theta)
+    f = kf.factors_of(obj, theta)
     assert isinstance(f, kt.TaylorFactors)
     op = GNOperator(obj.residual, theta)
     rtol = 1e-10
@@ -126,7 +126,7 @@ def test_unknowns_get_their_exact_gauss_newton_block():
     """heat-inverse's unknown k: the factors' extra block is Σ ∂r/∂k ∂r/∂kᵀ, the Jacobian's last column's Gram
     (1e-12), sent after the layers' factors, and the damped inverse solves it exactly there."""
     pb, (obj,), theta = setup("heat-inverse")
-    f = kp.factors_of(obj, theta)
+    f = kf.factors_of(obj, theta)
     J = obj.jacobian(theta)
     p = pb.network().n_params
     E = J[:, p:].T @ J[:, p:]
@@ -156,7 +156,7 @@ def test_a_part_outside_the_channel_form_is_refused_by_name_and_auto_stays_dense
 
     pb = PeriodicX(n_interior=20, n_boundary=4)
     objs = pb.client_objectives(1, seed=0)
-    assert forms_of(objs[0])["periodic:x:value"] is None and not kp.has_jets(objs)
+    assert forms_of(objs[0])["periodic:x:value"] is None and not kf.has_jets(objs)
     th0 = pb.init_params(0)
     with pytest.raises(ValueError, match="problem 't-periodic-kfac': residual part 'periodic:x"):
         run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=1, lm_solve="matfree", precond="kfac")

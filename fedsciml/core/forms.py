@@ -35,7 +35,7 @@ p ≈ 16 000), and the dense forms win whenever J fits.
 Ties go to the first of ``normal, kernel, chunked, matfree`` (so n ≥ p: normal, n < p: kernel, as before).
 
 **The K-FAC regime.**  On a CPU, where the residuals are in a channel form K-FAC for PINNs can use
-(:func:`fedsciml.core.kfac_pinn.jet_network`: the Poisson form, or Taylor-mode channels of heat-nd and any
+(:func:`fedsciml.core.kfac_forms.jet_network`: the Poisson form, or Taylor-mode channels of heat-nd and any
 ``DomainPDE`` without a part that reads u at two points — :mod:`fedsciml.core.kfac_taylor`), p ≥
 :data:`KFAC_MIN_PARAMS` and the cheapest dense step that fits costs at least :data:`KFAC_MIN_RATIO` times a K-FAC
 step by the flop model (``KFAC_CG_ITERS·c_P·n·p``), LM's automatic solve (and federated gn's automatic form) is

@@ -41,7 +41,7 @@ from typing import Callable, ClassVar
 import torch
 
 from fedsciml.options import StopOptions, display, option
-from fedsciml.core.kfac_pinn import factors_of, has_jets, require_jets
+from fedsciml.core.kfac_forms import factors_of, has_jets, require_jets
 from fedsciml.core.forms import KFAC_MIN_PARAMS
 from fedsciml.core.matfree import GNOperator, MatfreeConfig
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives

@@ -92,7 +92,7 @@ from typing import ClassVar
 
 import torch
 
-from fedsciml.core import forms, kfac_pinn, linalg, matfree
+from fedsciml.core import forms, kfac_forms, kfac_pinn, linalg, matfree
 from fedsciml.runtime import robust as _robust
 from fedsciml.methods.aggregators import Aggregator, _consistent, consistency_rtol
 from fedsciml.core.schema import Field, MessageRejected, Schema
@@ -103,7 +103,7 @@ from fedsciml.core.objective import GNStats, gn_stats_from
 from fedsciml.options import OptionError, RoundOptions, display, option
 from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, deferred_stats, federated_form  # noqa: F401
 from fedsciml.core.lm import ceiling_warning, damping_ceiling, default_tau
-from fedsciml.core.kfac_pinn import has_jets, require_jets
+from fedsciml.core.kfac_forms import has_jets, require_jets
 from fedsciml.core.matfree import MatfreeConfig
 from fedsciml.methods.run import RunContext, capped_rank, strategy_runner
 
@@ -227,7 +227,7 @@ def _answer_gn_grad(client, request, pre, deadline):
     op = _operator(client, request.tensors["theta"])
     msg = {"g": op.g, "loss": op.loss.reshape(1), "n": client.n_like(op.theta)}
     if request.config.get("precond") == "kfac":  # the K-FAC-for-PINNs factors ride with the gradient
-        msg["kfac"] = kfac_pinn.factors_of(client.objective, op.theta).pack()
+        msg["kfac"] = kfac_forms.factors_of(client.objective, op.theta).pack()
     return Reply(msg)
 
 
@@ -312,13 +312,13 @@ class GNAggregator(Aggregator):
     def context(self, p):
         ctx = {"p": p, "h": linalg.n_upper(p)}
         if self.kfac_net is not None:
-            ctx["k"] = kfac_pinn.layout_size(self.kfac_net)
+            ctx["k"] = kfac_forms.layout_size(self.kfac_net)
         return ctx
 
     def check(self, cid, msg, p):
         if self.form == "matfree" and self.with_curvature and self.kfac_net is not None:
             try:
-                fac = kfac_pinn.unpack_factors(self.kfac_net, msg["kfac"])
+                fac = kfac_forms.unpack_factors(self.kfac_net, msg["kfac"])
             except ValueError as e:
                 raise MessageRejected(cid, f"field 'kfac': {e}") from None
             if any(bool((m.diagonal() < 0).any()) for t in kfac_pinn.KINDS for m in fac.A[t] + fac.B[t]):
@@ -359,7 +359,7 @@ class GNAggregator(Aggregator):
                 k = messages[order[0]]["kfac"].clone()
                 for c in order[1:]:
                     k += messages[c]["kfac"]
-                factors = kfac_pinn.unpack_factors(self.kfac_net, k)
+                factors = kfac_forms.unpack_factors(self.kfac_net, k)
             return GNStats(H=None, g=g, loss=loss, n=n, factors=factors)
         if self.form == "sqrt":  # stack the square roots: RᵀR = ΣJ_mᵀJ_m, Rᵀs = ΣJ_mᵀr_m
             R = torch.cat([messages[c]["R"] for c in order])
@@ -676,7 +676,7 @@ class GNStrategy(Strategy):
         if "H" in d:
             self.lm.stats = GNStats(H=linalg.unpack_upper(d["H"], p), g=d["g"], loss=d["loss"], n=d["n"])
         elif "J" not in d:
-            fac = None if "kfac" not in d else kfac_pinn.unpack_factors(self.kfac_net, d["kfac"])
+            fac = None if "kfac" not in d else kfac_forms.unpack_factors(self.kfac_net, d["kfac"])
             self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"], factors=fac)
         else:
             self.lm.stats = GNStats(H=None, g=d["g"], loss=d["loss"], n=d["n"], J=d["J"], r=d["r"])
@@ -771,7 +771,7 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
                               max_iters=cg_cap, seed=seed),
                                    momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen,
-                          kfac_net=kfac_pinn.factor_layout(objectives[0], theta0.numel()) if kfac else None, exchange=cfg.exchange,
+                          kfac_net=kfac_forms.factor_layout(objectives[0], theta0.numel()) if kfac else None, exchange=cfg.exchange,
                           trials=cfg.trials)
     if cfg.exchange != "one":
         options["exchange"] = cfg.exchange

@@ -38,7 +38,7 @@ def setup(hidden, n_interior, n_per_face, seed=0):
 def part_cg(a) -> list:
     import torch
 
-    from fedsciml.core import kfac_pinn
+    from fedsciml.core import kfac_forms
     from fedsciml.core.matfree import GNOperator, Nystrom, damped_gn_step, power_lambda_max
 
     pb, obj, theta = setup(a.hidden, a.n_interior, a.n_per_face)
@@ -49,7 +49,7 @@ def part_cg(a) -> list:
     gen = torch.Generator().manual_seed(0)
     lam = power_lambda_max(op.matvec, p, generator=gen)
     c = time.process_time()
-    fac = kfac_pinn.factors_of(obj, theta)
+    fac = kfac_forms.factors_of(obj, theta)
     t_fac = time.process_time() - c
     c = time.process_time()
     ny = Nystrom.sketch(op.matmat, p, a.rank, generator=gen)

@@ -23,7 +23,7 @@ def main() -> int:
     ap.add_argument("--hidden", default="100,100,100,100,100")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    from fedsciml.core import kfac_pinn, kfac_taylor
+    from fedsciml.core import kfac_forms, kfac_taylor
     from fedsciml.core.matfree import GNOperator
     from fedsciml.problems import get_problem
 
@@ -46,7 +46,7 @@ def main() -> int:
     v = torch.randn(theta.numel(), dtype=theta.dtype, generator=torch.Generator().manual_seed(0))
     timed("one product JᵀJv (first: builds Jv)", lambda: op.matvec(v))
     timed("one product JᵀJv", lambda: op.matvec(v))
-    fac = timed("K-FAC factors (Taylor channels)", lambda: kfac_pinn.factors_of(obj, theta))
+    fac = timed("K-FAC factors (Taylor channels)", lambda: kfac_forms.factors_of(obj, theta))
     mu = 1e-3 * fac.lambda_max()
     inv = timed("damped inverse (eigh per factor)", lambda: fac.inverse(mu))
     timed("apply the inverse once", lambda: inv(v))
