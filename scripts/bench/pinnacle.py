@@ -47,7 +47,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from anchors import ROOT, Job, git_commit, machine, run_job  # noqa: E402  (the same child runner and records)
+from anchors import ROOT, BenchError, Job, _names, git_commit, machine, run_job  # noqa: E402  (the same child runner, records, option checks)
 from fedsciml.problems.pinnacle import CASES  # noqa: E402
 from fedsciml.problems.registry import REGISTRY  # noqa: E402
 
@@ -57,10 +57,6 @@ DEFAULT_CASES = ",".join(CASES)
 CSV_FIELDS = ["case", "method", "clients", "n_params", "l2re", "rel_l2", "steps", "solver_s", "stopped_by",
               "peak_rss_mb", "child_cpu_s", "wall_s", "floats_per_round", "exchanges", "rc", "status",
               "published_best", "published_method"]
-
-
-class BenchError(Exception):
-    """A bad argument or a missing prerequisite: printed as one line, exit status 2."""
 
 
 def child_env(device: str) -> dict:
@@ -186,15 +182,6 @@ def record(rows, meta) -> str:
         "over the same of the reference), at the end of the run.  steps: LM iterations (centralized) or rounds.  "
         "Peak RSS: the child's ru_maxrss.", "",
         table(rows), ""])
-
-
-def _names(text: str, allowed, what: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in allowed]
-    if bad or not names:
-        raise BenchError(f"--{what} {text!r}: unknown {', '.join(bad) or '(none given)'}; allowed: "
-                         f"{', '.join(allowed)}")
-    return names
 
 
 def parse_args(argv=None):
