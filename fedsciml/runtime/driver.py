@@ -633,8 +633,8 @@ def _run_plan(p: Plan) -> Result:
                                    p.config, seed=p.seed,
                                    progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
     wall = time.perf_counter() - t0
-    checked = report(problem.name, rows, val, sum(int(o.n_residuals) for o in objectives), int(theta0.numel()),
-                     getattr(p.config, "resample", None))
+    checked = None if val is None else report(problem.name, rows, val, sum(int(o.n_residuals) for o in objectives),
+                                              int(theta0.numel()), getattr(p.config, "resample", None))
     if checked is not None:
         info["validation"] = checked
     counts = getattr(problem, "point_counts", None)
