@@ -78,18 +78,24 @@ def test_the_check_leaves_no_file_behind(tmp_path):
 # --- memory estimated before anything is allocated ------------------------------------------------
 
 
-@pytest.mark.parametrize("args", [["solve", "bratu", "--clients", "100000000", "--quiet"],
-                                  ["solve", "sin1d", "--n-samples", "100000000000", "--quiet"],
-                                  ["solve", "ridge-linear", "--dim", "10000000", "--quiet"],
-                                  ["ridge", "--dim", "10000000"],
-                                  ["ridge", "--clients", "100000000"]])
-def test_huge_sizes_are_refused_with_the_figures(capsys, args):
-    _refused(capsys, *args, want=["GB of memory", "GB available"])
+MEMORY = ["GB of memory", "GB available"]
+CLIENT_CAP = ["clients=100,000,000 in one process", "at most 100,000 clients here"]  # before the memory plan
+
+
+@pytest.mark.parametrize("args,want", [(["solve", "bratu", "--clients", "100000000", "--quiet"], CLIENT_CAP),
+                                       (["solve", "sin1d", "--n-samples", "100000000000", "--quiet"], MEMORY),
+                                       (["solve", "ridge-linear", "--dim", "10000000", "--quiet"], MEMORY),
+                                       (["ridge", "--dim", "10000000"], MEMORY),
+                                       (["ridge", "--clients", "100000000"], CLIENT_CAP)])
+def test_huge_sizes_are_refused_with_the_figures(capsys, args, want):
+    _refused(capsys, *args, want=want)
 
 
 def test_huge_sizes_in_the_api_raise_before_allocating():
     assert available_memory() is not None
     with pytest.raises(OutOfMemory, match="GB available"):
+        fs.solve("sin1d", "gn", clients=2, rounds=1, problem_options={"n_samples": 10**11})
+    with pytest.raises(ValueError, match="at most 100,000 clients"):
         fs.solve("sin1d", "gn", clients=10**9, rounds=1)
 
 
