@@ -203,8 +203,9 @@ def test_federated_gn_with_kfac_factors_equals_centralized_lm_with_kfac():
     """The clients' summed factors are the pooled factors up to summation order, the products sum to the
     pooled JᵀJv: the gn iterates equal centralized LM's with the same preconditioner, and each gradient
     message carries the factors (size_of(net) floats more than p + 2).  Not bitwise: ~100 CG iterations per
-    solve amplify the summation-order differences (measured 5e-12 in the loss after 3 rounds, 2e-10 after 5):
-    asserted 1e-10 relative over 3 rounds."""
+    solve amplify the summation-order differences (measured 5e-12 in the loss after 3 rounds with torch 2.13, 8e-10
+    with torch 2.4 at the lower bounds; 2e-10 after 5): each solve carries about κ·eps with κ ~ 1e6 here, times the
+    CG iterations' accumulation, so 1e-8 relative over 3 rounds."""
     from fedsciml.methods import METHODS
     from fedsciml.methods.centralized import run_centralized
 
@@ -215,8 +216,8 @@ def test_federated_gn_with_kfac_factors_equals_centralized_lm_with_kfac():
                                            lm_solve="matfree", precond="kfac")
     assert [r.get("accepted") for r in rows_f] == [r.get("accepted") for r in rows_c]
     for a, b in zip(rows_f, rows_c):
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-10)
-    assert float((th_f - th_c).norm() / th_c.norm()) < 1e-10
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-8)
+    assert float((th_f - th_c).norm() / th_c.norm()) < 1e-8
     assert info_f["cg_iters"] == info_c["cg_iters"] > 0
     K, p, k = 3, th0.numel(), kp.KroneckerFactors.size_of(net)
     assert rows_f[0]["floats_sent"] == K * (p + 2 + k) + K * p  # the gradients with factors up, θ₀ down: no sketch

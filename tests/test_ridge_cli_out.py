@@ -57,10 +57,13 @@ def test_solve_one_shot_out_writes_the_model(tmp_path):
 def test_ridge_memory_is_checked_before_anything_is_built(capsys):
     from fedsciml.cli import main
 
-    for extra in (["--dim", "100000"], ["--clients", "1000000"], ["--dim", "10000000"]):
+    for extra in (["--dim", "100000"], ["--dim", "10000000"]):
         assert main(["ridge", *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "needs about" in err[0] and "available" in err[0]
+    assert main(["ridge", "--clients", "1000000"]) == 2  # refused by the one-process client cap, before the plan
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "at most 100,000 clients" in err[0]
     assert main(["ridge", "--cv-sigmas", "1e-3:1:100000000"]) == 2
     assert "count ≤ 10000" in capsys.readouterr().err
 
