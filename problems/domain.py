@@ -582,6 +582,18 @@ class DomainPDE(PINNProblem):
                               f"{float((mine - ref).abs().max()):.2g})")
         return spec, ""
 
+    def nested_graph_floats(self, precond: str = "auto") -> float | None:
+        """Floats a PDE row keeps in the matrix-free operator (for the driver's memory estimate): the nested-autodiff
+        figure of :func:`fedsciml.runtime.memory.nested_graph`, with the K-FAC pass where ``precond`` may take it;
+        ``None`` where the residual is the one-pass forward Laplacian (e.g. heat-nd's), which the default fit
+        covers."""
+        from fedsciml.runtime.memory import nested_graph
+
+        sizes = list(getattr(self.network(), "sizes", []))
+        if len(sizes) < 3:
+            return None
+        return nested_graph(int(sizes[0]), sizes[1:-1], kfac=precond in ("auto", "kfac"))
+
     def pde_rows_per_client(self, n_clients: int) -> int:
         return int(self.point_counts(n_clients)["n_interior"]) * max(1, len(self.outputs))
 

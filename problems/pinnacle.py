@@ -647,6 +647,12 @@ class Pinnacle(DomainPDE):
 
     def _check(self):
         super()._check()
+        d = self.checkout
+        if d is not None and not d.is_dir():  # named, and no folder at all (a typo, a file): say so, not train blind
+            named = display("pinnacle_dir") if self.options.get("pinnacle_dir") else f"${ENV}"
+            what = "is not a folder" if d.exists() else "does not exist"
+            raise ProblemError(f"{named} {str(d)!r} {what}; give a PINNacle checkout (git clone "
+                               f"https://github.com/i207M/PINNacle), the folder that holds ref/")
         if self.spec.ref_file is not None and self.spec.exact is None:
             p, why = self._where(self.spec.ref_file)
             if p is None:

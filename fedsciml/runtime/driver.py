@@ -349,6 +349,10 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
         extra, what = float(p), f" + {p:,} Jacobian columns"
     elif form == "graph":
         extra, what = residual_graph(d_in, sizes, p)
+        nested = getattr(problem, "nested_graph_floats", None)  # a DomainPDE's nested-autodiff residual keeps more
+        if callable(nested) and nested(getattr(config, "precond", "auto")) is not None:
+            extra = float(nested(getattr(config, "precond", "auto")))
+            what = f" + {extra:,.0f} floats of matrix-free residual graph (nested autodiff{', K-FAC' if getattr(config, 'precond', 'auto') in ('auto', 'kfac') else ''}; hidden layers {tuple(sizes[1:-1])})"
     elif form == "data" and problem.kind != "ridge":  # a first-order step's gradient holds the residual's graph
         extra, what = gradient_graph(d_in, sizes)
     pde = _pde_rows(problem, clients, rows) if extra and form in ("graph", "data") else rows

@@ -11,7 +11,13 @@ from typing import Any, Sequence
 from fedsciml.core.forms import available_memory
 from fedsciml.core.matfree import graph_floats_per_row
 
-__all__ = ["available_memory", "gradient_graph", "grown", "residual_graph", "value_graph"]
+__all__ = ["available_memory", "gradient_graph", "grown", "nested_graph", "residual_graph", "value_graph"]
+
+#: floats per PDE row per ``(d_in + 2)·Σ hidden`` that the matrix-free operator of a nested-autodiff residual
+#: (a :class:`~fedsciml.problems.domain.DomainPDE` equation: the Field's jacrev/jacfwd per point) keeps, and that the
+#: Taylor-mode K-FAC factor pass adds while the operator lives (:func:`nested_graph`)
+NESTED_OPERATOR = 16.0
+NESTED_KFAC = 12.0
 
 
 def value_graph(sizes: Sequence[int], p: int | None = None) -> float:
@@ -43,6 +49,24 @@ def gradient_graph(d_in: int, sizes: Sequence[int]) -> tuple[float, str]:
         return 0.0, ""
     floats = graph_floats_per_row(int(d_in), hidden)
     return floats, f" + {floats:,.0f} floats of the gradient's residual graph (hidden layers {tuple(hidden)})"
+
+
+def nested_graph(d_in: int, hidden: Sequence[int], kfac: bool = True) -> float:
+    """Floats a PDE row of a :class:`~fedsciml.problems.domain.DomainPDE` keeps in the matrix-free Gauss–Newton
+    operator (the residual's vjp graph and the ``Jv`` graph): ``3000 + 16·(d_in + 2)·Σ hidden``, plus
+    ``12·(d_in + 2)·Σ hidden`` where the K-FAC preconditioner may run (``kfac``: its Taylor-channel pass holds
+    every row's activations while the operator lives).  The forward-Laplacian fit
+    (:func:`~fedsciml.core.matfree.graph_floats_per_row`, ``5·…``) was made for the zoo's Poisson residuals; a
+    DomainPDE's nested autodiff keeps more.  Measured (peak-RSS increase of building the operator and two products
+    over the built problem, one thread, ``scripts/bench/domain_graph_memory.py``): heat 3×50 9,712, heat 5×100
+    26,312, burgers 3×100 14,403, kovasznay 4×50 13,784 floats per row (the operator term gives 12,600, 35,000,
+    22,200, 15,800: 1.15–1.54× above); the K-FAC factors added 4,279 (heat 3×50), 5,447 (heat 3×64) and 13,500
+    (heat 5×100 at 8,120 rows, ``reproductions/kfac_taylor.md``) floats per row (the term gives 7,200, 9,216,
+    24,000).  Heat 5×100 with 8,120 rows is now estimated at 3.8 GB (K-FAC possible; 2.3 GB with Nyström) against
+    2.7–3.6 GB of peak RSS above the interpreter's 0.39 GB measured for whole K-FAC runs, where the
+    forward-Laplacian fit said 0.84 GB."""
+    per = (int(d_in) + 2) * float(sum(int(h) for h in hidden))
+    return 3000.0 + (NESTED_OPERATOR + (NESTED_KFAC if kfac else 0.0)) * per
 
 
 def residual_graph(d_in: int, sizes: Sequence[int], p: int) -> tuple[float, str]:
