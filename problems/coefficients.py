@@ -122,7 +122,10 @@ class GridCoefficient(_Coefficient):
             raise ProblemError(f"{name}: method must be one of {', '.join(METHODS)}, got {method!r}")
         if isinstance(axes, (np.ndarray, torch.Tensor)) and np.ndim(axes) == 1:
             axes = [axes]
-        axs = [_as_array(a, f"{name} axis {k}").reshape(-1) for k, a in enumerate(axes)]
+        axs = [_as_array(a, f"{name} axis {k}") for k, a in enumerate(axes)]
+        for k, a in enumerate(axs):  # a 2-D array is not an axis (flattened, it read as a jumble of coordinates)
+            if a.ndim != 1:
+                raise ProblemError(f"{name}: axis {k} must be a 1-D array of coordinates, got shape {a.shape}")
         if not axs:
             raise ProblemError(f"{name}: give at least one axis")
         for k, a in enumerate(axs):
@@ -214,7 +217,11 @@ class ScatteredCoefficient(_Coefficient):
         if method not in METHODS:
             raise ProblemError(f"{name}: method must be one of {', '.join(METHODS)}, got {method!r}")
         P = _as_array(points, f"{name} points")
-        v = _as_array(values, f"{name} values").reshape(-1)
+        v = _as_array(values, f"{name} values")
+        if v.ndim == 2 and v.shape[1] == 1:  # a column of values
+            v = v[:, 0]
+        if v.ndim != 1:
+            raise ProblemError(f"{name}: values must be [m] (one value per point), got shape {v.shape}")
         if P.ndim == 1:
             P = P[:, None]
         if P.ndim != 2 or P.shape[0] != v.shape[0] or P.shape[0] == 0:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 
 from fedsciml.cli.common import status
 
@@ -69,6 +70,14 @@ def run(args) -> int:
         raise CLIError(f"flower deploy: --threads must be ≥ 1, got {args.threads}")
     if args.rounds is not None and args.rounds < 1:
         raise CLIError(f"flower deploy: --rounds must be ≥ 1, got {args.rounds}")
+    from fedsciml.engines.processes import PROCESSES_PER_CORE, cores
+
+    cap = PROCESSES_PER_CORE * cores()
+    if args.clients > cap:  # each client is a flower-supernode process here: 10⁸ of them started until memory ran out
+        raise CLIError(f"flower deploy: --clients {args.clients:,} starts one flower-supernode process per client on "
+                       f"this machine's {cores()} core(s); at most {cap} ({PROCESSES_PER_CORE} per core)")
+    if args.keep is not None and os.path.exists(args.keep) and not os.path.isdir(args.keep):
+        raise CLIError(f"flower deploy: --keep {args.keep!r} is not a folder; give a folder for the logs and the result")
     options = _json_object(args.options, "--options")
     problem_options = _json_object(args.problem_options, "--problem-options")
     if args.rounds is not None:
@@ -79,6 +88,13 @@ def run(args) -> int:
         get_problem(args.problem, **problem_options)
     except (KeyError, ValueError, TypeError) as e:
         raise CLIError(f"flower deploy: {str(e.args[0]) if e.args else e}") from None
+    from fedsciml.engines.flower.runconfig import RunConfigError, check_job
+
+    try:  # the ServerApp's own checks of the job (method, seed, method options), before any process starts
+        check_job({"kind": "solve", "problem": args.problem, "problem_options": problem_options, "method": args.method,
+                   "clients": args.clients, "seed": args.seed, "options": options}, "flower deploy")
+    except RunConfigError as e:
+        raise CLIError(str(e)) from None
     if args.json:
         from fedsciml.runtime.results import check_output_file
 
