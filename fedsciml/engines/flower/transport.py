@@ -92,7 +92,7 @@ class FlowerTransport(Transport):
         from fedsciml.engines.flower.runconfig import message_ttl_s as _ttl
 
         # Flower's lifetime of each request and its reply, separate from how long an exchange waits: equal, a reply
-        # that came back near the timeout (a loaded node) expired before it was pulled (issue 38.9, timeout=40)
+        # that came back near the timeout (a loaded node) expired before it was pulled (seen at timeout=40)
         self.message_ttl_s = _ttl(self.timeout_s, message_ttl_s)
         self.poll_max_s = float(poll_max_s)
         self.device = device
