@@ -263,3 +263,21 @@ def test_the_docs_example_runs_as_it_stands(capsys):
     code = re.search(r"\*\*Input scaling\*\*.*?```py\n(.*?)```", open(doc).read(), flags=re.S).group(1)
     exec(compile(code, doc, "exec"), {"fs": fs})
     assert capsys.readouterr().out.strip().startswith("((0.5, 0.5), (2.0, 2.0))")
+
+
+def test_first_layer_scale_scales_the_initial_first_layer_only():
+    """first_layer_scale (one number or one per axis) multiplies the first layer's initial weight columns
+    (exactly: a product by the scale) and draws its biases in [−π, π]; the other layers are θ₀'s own; a wrong
+    count is one line."""
+    plain = get_problem("heat", hidden=(6, 5))
+    pb = get_problem("heat", hidden=(6, 5), first_layer_scale=[3.0, 0.5])
+    th0, th = plain.init_params(4), pb.init_params(4)
+    w, b, fi, fo = pb.network()._layout[0]
+    W0, W = th0[w:w + fi * fo].reshape(fo, fi), th[w:w + fi * fo].reshape(fo, fi)
+    assert torch.equal(W[:, 0], 3.0 * W0[:, 0]) and torch.equal(W[:, 1], 0.5 * W0[:, 1])
+    assert bool((th[b:b + fo].abs() <= math.pi).all()) and float(th[b:b + fo].abs().max()) > 0
+    assert torch.equal(th[b + fo:], th0[b + fo:])
+    assert torch.equal(get_problem("heat", hidden=(6, 5), first_layer_scale=[2.0]).init_params(4)[w:w + fi * fo],
+                       2.0 * th0[w:w + fi * fo])
+    with pytest.raises(ProblemError, match="one number or one per input axis"):
+        get_problem("heat", hidden=(6, 5), first_layer_scale=[1.0, 2.0, 3.0]).init_params(0)
