@@ -43,7 +43,7 @@ from fedsciml.options import PATH, display, option
 
 from .base import DTYPE, ProblemError
 from .conditions import Data, Dirichlet, Initial, Robin
-from .domain import DomainPDE
+from .domain import INPUT_SCALINGS, DomainPDE
 from .geometry import Box, Disk, Geometry, Interval
 from .reference import ReferenceData
 from .registry import register
@@ -574,6 +574,9 @@ class Pinnacle(DomainPDE):
                                      "holds the reference data", PATH, none=f"${ENV}, else none"),
         "n_interior": option(2000, "interior collocation points per client", int, lo=1),
         "n_boundary": option(100, "points per client of each boundary/initial condition", int, lo=1),
+        "input_scaling": option("box", "fixed affine map of the network's inputs: box (each axis of the domain's "
+                                       "bounding box, time included, to [-1, 1]; their time axes reach T = 100) or "
+                                       "none (raw coordinates)", str, choices=INPUT_SCALINGS),
         "data_seed": option(0, "seed of the noise of PInv's and HInv's readings (part of the problem)", int, lo=0),
         "pinv_source": option("consistent", "PInv's source term: consistent (with the exact u, a) or published "
                                             "(their f_src, inconsistent: see the case's docstring)", str,
