@@ -59,9 +59,9 @@ import numpy as np
 import torch
 from torch.func import jacrev, vmap
 
-from fedsciml.options import option
+from fedsciml.options import FLOATS, option
 
-from .base import DTYPE, ProblemError, ResidualPart
+from .base import DTYPE, ProblemError, ResidualPart, arch_of
 from .conditions import Condition, Data, Field, Initial, Periodic, component_index
 from .geometry import SAMPLINGS, Geometry, Partition, SpaceTime, axis_name, make_partition
 from .pinn import PINNProblem
@@ -72,12 +72,31 @@ log = logging.getLogger(__name__)
 TAYLOR_SAMPLE = 16
 
 
+#: the option ``input_scaling``'s values (:meth:`DomainPDE.input_map`)
+INPUT_SCALINGS = ("none", "box")
+
+
+def box_map(lo, hi) -> tuple[list[float], list[float]]:
+    """``(shift, scale)`` mapping the box ``[lo, hi]`` (per axis) to ``[−1, 1]``: shift the centre, scale
+    ``2 / (hi − lo)``."""
+    lo, hi = [float(v) for v in lo], [float(v) for v in hi]
+    return [(a + b) / 2 for a, b in zip(lo, hi)], [2.0 / (b - a) for a, b in zip(lo, hi)]
+
+
 def _domain_params():
     return {
         "n_interior": option(400, "interior collocation points per client", int, lo=1),
         "n_boundary": option(50, "points per client of each boundary/initial condition without its own n", int, lo=1),
         "boundary_weight": option(10.0, "weight of each condition without its own weight", float, lo=0, lo_open=True),
         "sampling": option("lhs", "collocation sampling: " + ", ".join(SAMPLINGS), str, choices=SAMPLINGS),
+        "input_scaling": option("none", "fixed affine map of the network's inputs: box (each axis of the domain's "
+                                        "bounding box, time included, to [-1, 1]) or none (raw coordinates)", str,
+                                choices=INPUT_SCALINGS),
+        "first_layer_scale": option(None, "multiply the first layer's initial weights of each input axis by this "
+                                          "(one number, or one per axis; on the command line a,b,c) and draw its "
+                                          "biases uniform in [-π, π]: with activation sin, random Fourier features "
+                                          "of scale σ (SIREN's ω₀); a frequency scale the user sets", FLOATS,
+                                    lo=0, lo_open=True, none="N(0, 1/fan_in) weights, zero biases"),
         "split": option("strips", "client partition: strips, strips:AXIS, grid, grid:AxB", str),
     }
 
@@ -288,16 +307,46 @@ class DomainPDE(PINNProblem):
         """``[d_in, *hidden, len(outputs)]`` (``hidden``, ``activation``: the options, defaults the class's)."""
         return [self.input_dim(), *self.options["hidden"], len(self.outputs)]
 
+    def input_map(self) -> tuple | None:
+        """The option ``input_scaling``: ``box`` maps each axis of :meth:`domain`'s bounding box (time: ``[t0, T]``;
+        a time window: its own) to [−1, 1] before the first layer (:func:`box_map`); ``none``: raw coordinates."""
+        if self.options.get("input_scaling", "none") == "none":
+            return None
+        lo, hi = self.domain().bbox
+        return box_map(lo, hi)
+
     @property
     def n_params(self) -> int:
         return self.network().n_params + len(self.unknowns) + sum(n.n_params for _, n, _ in self.field_networks())
 
     def init_params(self, seed: int = 0, device="cpu") -> torch.Tensor:
         th = self.network().init(seed, dtype=DTYPE, device=device)
+        if self.options.get("first_layer_scale") is not None:
+            th = self._scaled_first_layer(th, seed)
         c = torch.tensor([float(v) for v in self.unknowns.values()], dtype=DTYPE, device=device)
         fields = [net.init(int(seed) + 7919 * (i + 1), dtype=DTYPE, device=device)
                   for i, (_, net, _) in enumerate(self.field_networks())]
         return torch.cat([th, c, *fields])
+
+    def _scaled_first_layer(self, th: torch.Tensor, seed: int) -> torch.Tensor:
+        """θ₀ with the first layer's weight column of input axis i times ``first_layer_scale[i]`` and its biases
+        drawn uniform in [−π, π] (their own generator, from the seed): random Fourier features ``sin(σ w·x + b)``
+        with activation sin (Tancik et al. 2020; SIREN's ω₀, Sitzmann et al. 2020; per-axis scales as in Wang,
+        Wang & Perdikaris 2021's spatio-temporal Fourier features) — an initialization only: θ's layout, every
+        derivative path and a saved model are those of the plain network."""
+        net, sc = self.network(), [float(v) for v in self.options["first_layer_scale"]]
+        d = net.sizes[0]
+        if len(sc) not in (1, d):
+            raise ProblemError(f"first_layer_scale must give one number or one per input axis {list(self.axes)} "
+                               f"({d}), got {len(sc)}")
+        w, b, fan_in, fan_out = net._layout[0]
+        th = th.clone()
+        s = torch.tensor(sc * d if len(sc) == 1 else sc, dtype=th.dtype, device=th.device)
+        th[w: w + fan_in * fan_out] = (th[w: w + fan_in * fan_out].reshape(fan_out, fan_in) * s).reshape(-1)
+        if b is not None:
+            gen = torch.Generator().manual_seed(int(seed) + 104729)
+            th[b: b + fan_out] = ((2 * torch.rand(fan_out, generator=gen, dtype=torch.float64) - 1) * math.pi).to(th)
+        return th
 
     def coefficients(self, theta: torch.Tensor) -> dict:
         p = self.network().n_params
@@ -338,9 +387,7 @@ class DomainPDE(PINNProblem):
                  coefficients={k: float(v) for k, v in self.coefficients(theta).items()},
                  ansatz=type(self).ansatz is not DomainPDE.ansatz or type(self).u is not DomainPDE.u)
         if self.unknown_fields:
-            d["fields"] = {name: {"architecture": {"type": "mlp", "sizes": list(net.sizes),
-                                                   "activation": net.activation},
-                                  "inputs": [self.axes[i] for i in idx]}
+            d["fields"] = {name: {"architecture": arch_of(net), "inputs": [self.axes[i] for i in idx]}
                            for name, net, idx in self.field_networks()}
         return d
 
@@ -421,10 +468,12 @@ class DomainPDE(PINNProblem):
             from fedsciml.core.nn import MLP
 
             out = []
+            m = self.input_map()
             for name, spec in self.unknown_fields.items():
                 idx = [self.axis_index(a) for a in spec.get("inputs", self.axes)]
-                out.append((name, MLP([len(idx), *spec.get("hidden", (20, 20)), 1], spec.get("activation", "tanh")),
-                            idx))
+                sub = None if m is None else ([m[0][i] for i in idx], [m[1][i] for i in idx])  # its axes' maps
+                out.append((name, MLP([len(idx), *spec.get("hidden", (20, 20)), 1], spec.get("activation", "tanh"),
+                                      input_map=sub), idx))
             self.__dict__["_field_nets"] = out
         return self.__dict__["_field_nets"]
 

@@ -247,7 +247,7 @@ def _node_objective(job: dict, pid: int, node_config) -> tuple[LeastSquares, obj
     except Exception as e:  # noqa: BLE001 - a file this node was allowed to read: its content stays here
         _log.warning("partition %s: its table could not be read: %s", pid, e)
         raise NodeDataError("this node's table could not be read (the node's log has the reason)") from None
-    torch.manual_seed(int(job.get("seed", 0)))  # as runner.solve does before building the objectives
+    torch.manual_seed(int(job.get("seed", 0)))  # as the driver does before building them (runtime/driver.py)
     objs = problem.client_objectives(K, seed=int(job.get("seed", 0)), device=device)
     # the split draws every client's points at once: keep it, so that another partition this process is sent
     # (Ray hands each message to whichever worker is free) does not draw all K again

@@ -142,7 +142,7 @@ def _wait_port(port: int, timeout_s: float, proc=None, what="process"):
     """Wait until ``proc`` (or one of its descendants) listens on ``HOST:port``.  A listener there that is not
     ``proc``'s — another run took the port between :func:`free_port`'s probe and this start — raises
     :class:`PortTaken` (the caller starts again on a new port): connecting to any listener sent one run's job
-    to another run's SuperLink (issue 38.9).  Where ``/proc`` cannot tell who listens, a listener is accepted."""
+    to another run's SuperLink.  Where ``/proc`` cannot tell who listens, a listener is accepted."""
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if proc is not None and proc.poll() is not None:

@@ -194,7 +194,7 @@ def jobs_of(rc) -> list:
 
 
 def count_mismatch(clients: int, supernodes: int) -> str:
-    """The one line for a run whose client count and SuperNode count differ (issue 29, item 7)."""
+    """The one line for a run whose client count and SuperNode count differ."""
     return (f"the run has clients={clients} but the federation has {supernodes} SuperNode(s), one per client: "
             f"give --federation-config \"num-supernodes={clients}\" (or --run-config \"clients={supernodes}\"; "
             f"on a deployment, start {clients} SuperNodes with num-partitions={clients})")

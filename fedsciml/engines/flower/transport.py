@@ -110,7 +110,7 @@ class FlowerTransport(Transport):
         from fedsciml.engines.flower.runconfig import message_ttl_s as _ttl
 
         # Flower's lifetime of each request and its reply, separate from how long an exchange waits: equal, a reply
-        # that came back near the timeout (a loaded node) expired before it was pulled (issue 38.9, timeout=40)
+        # that came back near the timeout (a loaded node) expired before it was pulled (seen at timeout=40)
         self.message_ttl_s = _ttl(self.timeout_s, message_ttl_s)
         self.dead_after_s = DEAD_AFTER_S if dead_after_s is None else float(dead_after_s)
         if not self.dead_after_s > 0:
