@@ -550,7 +550,7 @@ def parse_grid(text: str, flag: str = "--cv", max_items: int | None = None) -> l
 MAX_GRID = 10_000  # σ values in a CV grid: each costs a d×d factorization at the server
 
 
-#: names this module held until the method configurations moved into their method modules (issue 32): where
+#: names this module held until the method configurations moved into their method modules: where
 #: each is now (each is also ``fedsciml.methods.NAME``, and each configuration ``fedsciml.NAME``)
 MOVED = {"CentralizedConfig": "fedsciml.methods.centralized", "GNConfig": "fedsciml.methods.gn",
          "FIPAConfig": "fedsciml.methods.fipa", "PAPER_PRESET": "fedsciml.methods.fipa",

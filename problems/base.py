@@ -60,6 +60,15 @@ def network_options(hidden, activation: str) -> dict:
                                  choices=ACTIVATIONS)}
 
 
+def arch_of(net: MLP) -> dict:
+    """``{"type": "mlp", "sizes", "activation"}`` of a network, with ``input_map: {"shift", "scale"}`` where it
+    has one (a saved model rebuilds the same network from it: :mod:`fedsciml.runtime.modelio`)."""
+    out: dict = {"type": "mlp", "sizes": list(net.sizes), "activation": net.activation}
+    if net.input_map is not None:
+        out["input_map"] = {"shift": list(net.input_map[0]), "scale": list(net.input_map[1])}
+    return out
+
+
 def check_network_size(sizes, what: str = "") -> None:
     """Refuse (:class:`ProblemOptionError`, one line) a network ``sizes`` whose parameters alone —
     :data:`FLOATS_PER_PARAMETER` float64 vectors of their number — need more memory than is available now
@@ -247,13 +256,19 @@ class FieldProblem(Problem):
         if "_net" not in self.__dict__:
             sizes = self.network_sizes()
             check_network_size(sizes, f"problem {self.name!r}:")
-            self.__dict__["_net"] = MLP(sizes, self.options["activation"])
+            self.__dict__["_net"] = MLP(sizes, self.options["activation"], input_map=self.input_map())
         return self.__dict__["_net"]
 
+    def input_map(self) -> tuple | None:
+        """The network's fixed input map ``(shift, scale)`` (:class:`~fedsciml.core.nn.MLP`), ``None`` here: the
+        raw coordinates (a :class:`~fedsciml.problems.domain.DomainPDE` maps its box with ``input_scaling``)."""
+        return None
+
     def architecture(self) -> dict:
-        """The network as a saved model and a checkpoint record it: ``{"type": "mlp", "sizes", "activation"}``."""
+        """The network as a saved model and a checkpoint record it: ``{"type": "mlp", "sizes", "activation"}``
+        (and ``input_map: {"shift", "scale"}`` where the network has one)."""
         net = self.network()
-        return {"type": "mlp", "sizes": list(net.sizes), "activation": net.activation}
+        return arch_of(net)
 
     def u(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The network at one point ``x [d]`` (0-d result) or a batch ``[n, d]``."""

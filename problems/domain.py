@@ -62,7 +62,7 @@ from torch.func import jacrev, vmap
 
 from fedsciml.options import option
 
-from .base import DTYPE, TOTAL_POINTS, ProblemError, ResidualPart
+from .base import DTYPE, TOTAL_POINTS, ProblemError, ResidualPart, arch_of
 from .conditions import Condition, Data, Field, Initial, Periodic, component_index
 from .geometry import SAMPLINGS, Geometry, Partition, SpaceTime, axis_name, make_partition
 from .pinn import PINNProblem
@@ -73,6 +73,17 @@ log = logging.getLogger(__name__)
 TAYLOR_SAMPLE = 16
 
 
+#: the option ``input_scaling``'s values (:meth:`DomainPDE.input_map`)
+INPUT_SCALINGS = ("none", "box")
+
+
+def box_map(lo, hi) -> tuple[list[float], list[float]]:
+    """``(shift, scale)`` mapping the box ``[lo, hi]`` (per axis) to ``[−1, 1]``: shift the centre, scale
+    ``2 / (hi − lo)``."""
+    lo, hi = [float(v) for v in lo], [float(v) for v in hi]
+    return [(a + b) / 2 for a, b in zip(lo, hi)], [2.0 / (b - a) for a, b in zip(lo, hi)]
+
+
 def _domain_params():
     return {
         "n_interior": option(400, f"interior collocation points {TOTAL_POINTS}", int, lo=1),
@@ -80,6 +91,9 @@ def _domain_params():
                              int, lo=1),
         "boundary_weight": option(10.0, "weight of each condition without its own weight", float, lo=0, lo_open=True),
         "sampling": option("lhs", "collocation sampling: " + ", ".join(SAMPLINGS), str, choices=SAMPLINGS),
+        "input_scaling": option("none", "fixed affine map of the network's inputs: box (each axis of the domain's "
+                                        "bounding box, time included, to [-1, 1]) or none (raw coordinates)", str,
+                                choices=INPUT_SCALINGS),
         "split": option("strips", "client partition: strips, strips:AXIS, grid, grid:AxB", str),
     }
 
@@ -290,6 +304,14 @@ class DomainPDE(PINNProblem):
         """``[d_in, *hidden, len(outputs)]`` (``hidden``, ``activation``: the options, defaults the class's)."""
         return [self.input_dim(), *self.options["hidden"], len(self.outputs)]
 
+    def input_map(self) -> tuple | None:
+        """The option ``input_scaling``: ``box`` maps each axis of :meth:`domain`'s bounding box (time: ``[t0, T]``;
+        a time window: its own) to [−1, 1] before the first layer (:func:`box_map`); ``none``: raw coordinates."""
+        if self.options.get("input_scaling", "none") == "none":
+            return None
+        lo, hi = self.domain().bbox
+        return box_map(lo, hi)
+
     @property
     def n_params(self) -> int:
         return self.network().n_params + len(self.unknowns) + sum(n.n_params for _, n, _ in self.field_networks())
@@ -340,9 +362,7 @@ class DomainPDE(PINNProblem):
                  coefficients={k: float(v) for k, v in self.coefficients(theta).items()},
                  ansatz=type(self).ansatz is not DomainPDE.ansatz or type(self).u is not DomainPDE.u)
         if self.unknown_fields:
-            d["fields"] = {name: {"architecture": {"type": "mlp", "sizes": list(net.sizes),
-                                                   "activation": net.activation},
-                                  "inputs": [self.axes[i] for i in idx]}
+            d["fields"] = {name: {"architecture": arch_of(net), "inputs": [self.axes[i] for i in idx]}
                            for name, net, idx in self.field_networks()}
         return d
 
@@ -423,10 +443,12 @@ class DomainPDE(PINNProblem):
             from fedsciml.core.nn import MLP
 
             out = []
+            m = self.input_map()
             for name, spec in self.unknown_fields.items():
                 idx = [self.axis_index(a) for a in spec.get("inputs", self.axes)]
-                out.append((name, MLP([len(idx), *spec.get("hidden", (20, 20)), 1], spec.get("activation", "tanh")),
-                            idx))
+                sub = None if m is None else ([m[0][i] for i in idx], [m[1][i] for i in idx])  # its axes' maps
+                out.append((name, MLP([len(idx), *spec.get("hidden", (20, 20)), 1], spec.get("activation", "tanh"),
+                                      input_map=sub), idx))
             self.__dict__["_field_nets"] = out
         return self.__dict__["_field_nets"]
 

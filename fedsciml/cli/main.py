@@ -579,7 +579,7 @@ def _write_outputs(problem, results, args):
                 failed.append(ResultsNotWritten(f"--out {args.out!r}: history{suffix}.csv not written "
                                                 f"({e.strerror or e}); the history is in result.json"))
         try:
-            if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
+            if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out
                 from fedsciml.ridge.model_io import model_meta, write_model
 
                 names = problem.feature_names() if hasattr(problem, "feature_names") else None

@@ -21,7 +21,7 @@ run seed and j (same seed: same points; every resample: different points; j = 0 
 Growing batches (``grow=F``, ``grow_every=E``, ``grow_cap=C``; :class:`Growth`): the points drawn at resample j
 (after step or round jK) are ``n_k = min(C, round(n_0·F^⌊jK/E⌋))`` interior points in total (the problem's
 ``n_interior`` option; a ``n_boundary`` option grows by the same factor), so the error is not floored by one
-point set and early steps stay cheap — collocation that converges (issue 28).  Without ``grow`` the code path
+point set and early steps stay cheap — collocation that converges.  Without ``grow`` the code path
 is the one before (the same bits).
 
 The history rows carry ``resample`` (the index j of the points in use) from the first resample on, and

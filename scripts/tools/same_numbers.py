@@ -17,6 +17,9 @@ import subprocess
 import sys
 import tempfile
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # run from a checkout, as the usage says: this checkout's fedsciml, not an installed one
+
 CLI = [
     ("main", ["solve", "bratu", "--clients", "4"]),
     ("ridge", ["ridge"]),
@@ -37,7 +40,7 @@ def main() -> int:
         for tag, argv in CLI:
             out = os.path.join(d, f"{tag}.json")
             p = subprocess.run([sys.executable, "-m", "fedsciml", *argv, "--json", out], capture_output=True,
-                               text=True)
+                               text=True, cwd=ROOT)
             if p.returncode != 0:
                 print(f"{tag} FAILED rc {p.returncode}: {p.stderr.strip().splitlines()[-1:]}")
                 continue
