@@ -171,7 +171,7 @@ class Poisson(PINNProblem):
 
     def rows_per_client(self, n_clients: int) -> int:
         if self.boundary_sampling == "uniform" and self.dim > 1:
-            return self.n_interior + self.n_boundary
+            return self.pde_rows_per_client(n_clients) + -(-int(self.n_boundary) // int(n_clients))
         return super().rows_per_client(n_clients)
 
     def test_inputs(self):
