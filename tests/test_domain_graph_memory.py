@@ -16,14 +16,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_the_estimate_bounds_a_measured_domain_pde_operator_and_its_kfac_pass():
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    # a clean environment: what earlier tests of the session set (threads, allocator, plotting) must not change it
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/tmp"), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": ROOT}
     runs = []
     for _ in range(3):  # peak RSS on a shared machine: a run whose pages were reclaimed reads low; the largest counts
         r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench", "domain_graph_memory.py"), "--one",
                             "heat:64,64,64:1500"], capture_output=True, text=True, env=env, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
-        if runs[-1]["floats_per_row"] * 8 * runs[-1]["rows"] > 50e6:
+        if runs[-1]["floats_per_row"] * 8 * runs[-1]["rows"] > 100e6:  # measured 0.13–0.15 GB when undisturbed
             break
     d = max(runs, key=lambda x: x["floats_per_row"])
     operator = d["floats_per_row"] * 8 * d["rows"]                       # bytes the operator and its products kept

@@ -2,7 +2,7 @@
 estimate (issue 38.4: heat with the 5×100 network and 8,120 rows measured 3–4 GB against an estimate of 0.84 GB).
 
 Each case runs in a fresh process at one thread: the problem and its one client's objective are built (the
-baseline peak RSS, ``ru_maxrss``), then the operator (``GNOperator``: r, Jᵀr and the residual's vjp graph) and two
+baseline: the resident set then), then the operator (``GNOperator``: r, Jᵀr and the residual's vjp graph) and two
 products ``JᵀJv`` (the first builds the Jv graph).  Printed per case: rows (PDE rows), Σ hidden, the peak-RSS
 increase over the baseline in floats per row (8-byte), what :func:`fedsciml.core.matfree.graph_floats_per_row`
 and the problem's own :meth:`nested_graph_floats` say for a PDE row, and the driver's whole estimate against the
@@ -21,6 +21,13 @@ import sys
 
 CASES = ["heat:50,50,50:1000", "heat:50,50,50:4000", "heat:100,100,100,100,100:2000",
          "heat-nd:32,32,32:1000", "kovasznay:50,50,50,50:1500", "burgers:100,100,100:2000"]
+
+
+def _now() -> float:
+    """The resident set now (``/proc/self/statm``): the baseline — the peak before it may hold a transient of
+    building the problem that would hide part of the operator's increase."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * float(os.sysconf("SC_PAGE_SIZE"))
 
 
 def _peak() -> float:
@@ -42,7 +49,10 @@ def one(case: str) -> dict:
     (obj,) = pb.client_objectives(1, seed=0)
     theta = pb.init_params(0)
     rows, pde = int(obj.n_residuals), int(pb.pde_rows_per_client(1))
-    base = _peak()
+    import gc
+
+    gc.collect()
+    base = _now()
     op = GNOperator(obj.residual, theta)
     v = torch.randn(theta.numel(), dtype=theta.dtype, generator=torch.Generator().manual_seed(0))
     op.matvec(v)
