@@ -375,7 +375,7 @@ class GNAggregator(Aggregator):
             g += messages[c]["g"]
         return GNStats(H=linalg.unpack_upper(Hp, p), g=g, loss=loss, n=n)
 
-    def aggregate(self, theta, messages):  # pragma: no cover - gn aggregates statistics, not parameters
+    def aggregate(self, theta, messages, server_round=None):  # pragma: no cover - gn sums statistics, not parameters
         raise NotImplementedError("federated GN sums statistics (aggregate_stats) and steps with LevenbergMarquardt")
 
 
