@@ -59,7 +59,7 @@ import numpy as np
 import torch
 from torch.func import jacrev, vmap
 
-from fedsciml.options import option
+from fedsciml.options import FLOATS, option
 
 from .base import DTYPE, ProblemError, ResidualPart, arch_of
 from .conditions import Condition, Data, Field, Initial, Periodic, component_index
@@ -92,6 +92,11 @@ def _domain_params():
         "input_scaling": option("none", "fixed affine map of the network's inputs: box (each axis of the domain's "
                                         "bounding box, time included, to [-1, 1]) or none (raw coordinates)", str,
                                 choices=INPUT_SCALINGS),
+        "first_layer_scale": option(None, "multiply the first layer's initial weights of each input axis by this "
+                                          "(one number, or one per axis; on the command line a,b,c) and draw its "
+                                          "biases uniform in [-π, π]: with activation sin, random Fourier features "
+                                          "of scale σ (SIREN's ω₀); a frequency scale the user sets", FLOATS,
+                                    lo=0, lo_open=True, none="N(0, 1/fan_in) weights, zero biases"),
         "split": option("strips", "client partition: strips, strips:AXIS, grid, grid:AxB", str),
     }
 
@@ -316,10 +321,32 @@ class DomainPDE(PINNProblem):
 
     def init_params(self, seed: int = 0, device="cpu") -> torch.Tensor:
         th = self.network().init(seed, dtype=DTYPE, device=device)
+        if self.options.get("first_layer_scale") is not None:
+            th = self._scaled_first_layer(th, seed)
         c = torch.tensor([float(v) for v in self.unknowns.values()], dtype=DTYPE, device=device)
         fields = [net.init(int(seed) + 7919 * (i + 1), dtype=DTYPE, device=device)
                   for i, (_, net, _) in enumerate(self.field_networks())]
         return torch.cat([th, c, *fields])
+
+    def _scaled_first_layer(self, th: torch.Tensor, seed: int) -> torch.Tensor:
+        """θ₀ with the first layer's weight column of input axis i times ``first_layer_scale[i]`` and its biases
+        drawn uniform in [−π, π] (their own generator, from the seed): random Fourier features ``sin(σ w·x + b)``
+        with activation sin (Tancik et al. 2020; SIREN's ω₀, Sitzmann et al. 2020; per-axis scales as in Wang,
+        Wang & Perdikaris 2021's spatio-temporal Fourier features) — an initialization only: θ's layout, every
+        derivative path and a saved model are those of the plain network."""
+        net, sc = self.network(), [float(v) for v in self.options["first_layer_scale"]]
+        d = net.sizes[0]
+        if len(sc) not in (1, d):
+            raise ProblemError(f"first_layer_scale must give one number or one per input axis {list(self.axes)} "
+                               f"({d}), got {len(sc)}")
+        w, b, fan_in, fan_out = net._layout[0]
+        th = th.clone()
+        s = torch.tensor(sc * d if len(sc) == 1 else sc, dtype=th.dtype, device=th.device)
+        th[w: w + fan_in * fan_out] = (th[w: w + fan_in * fan_out].reshape(fan_out, fan_in) * s).reshape(-1)
+        if b is not None:
+            gen = torch.Generator().manual_seed(int(seed) + 104729)
+            th[b: b + fan_out] = ((2 * torch.rand(fan_out, generator=gen, dtype=torch.float64) - 1) * math.pi).to(th)
+        return th
 
     def coefficients(self, theta: torch.Tensor) -> dict:
         p = self.network().n_params

@@ -83,3 +83,20 @@ def test_inverse_cases_pool_their_l2re_over_u_and_the_field(case, tmp_path):
         Y = X.clone()
         Y[:, 2] = 1 - Y[:, 2]
         assert torch.equal(p.coefficient_fields(theta)["a"](X), p.coefficient_fields(theta)["a"](Y))
+
+
+def test_hinv_gn_on_four_sites_takes_the_centralized_steps(tmp_path):
+    """HInv with its field network a(x, y), 4 sites owning strips along x (the readings held by the site whose
+    strip holds them): federated gn's iterates are centralized LM's on the pooled points — the same sums in another
+    grouping, equal up to round-off amplified by the damped system's conditioning (bound 1e-8 of max|θ|, as the
+    PInv test in test_pinnacle.py)."""
+    (tmp_path / "ref").mkdir()
+    rng = np.random.default_rng(5)
+    np.savetxt(tmp_path / "ref" / "heatinv_points.dat",
+               np.column_stack([rng.uniform(-1, 1, (40, 2)), rng.uniform(0, 1, 40)]))
+    po = dict(case="hinv", pinnacle_dir=str(tmp_path), n_interior=12, n_boundary=3)
+    c = fs.solve("pinnacle", "centralized", clients=4, problem_options=po, hidden=[6], max_iters=3)
+    g = fs.solve("pinnacle", "gn", clients=4, problem_options=po, hidden=[6], rounds=3)
+    assert c.n_params == g.n_params > 6 * 4 + 7  # the field network's parameters are in θ
+    assert float((c.theta - g.theta).abs().max()) <= 1e-8 * float(c.theta.abs().max())
+    assert g.final["l2re"] == pytest.approx(c.final["l2re"], rel=1e-7)
