@@ -41,10 +41,11 @@ Hooks: ``equation(u, x)`` (one residual, or a tuple of one per equation), ``exac
 ``test_inputs()`` and ``reference()`` (a test set with reference values where no closed form exists).
 
 Clients: the option ``split`` (``strips``, ``strips:AXIS``, ``grid``, ``grid:AxB``) or an overridden
-:meth:`client_partition`.  Each client samples ``n_interior`` points of its own subdomain; each
-condition samples ``n × clients`` points of its part and each point goes to the client that owns it
-(decision: one sample of each part split by ownership keeps its density uniform whatever the cells'
-shares of the boundary; the interior sample is per client, as the FIPA strips).
+:meth:`client_partition`.  Point counts are totals: one sample of ``n_interior`` points of the domain and one
+of ``n`` points of each condition's part are drawn whatever the number of clients (the seeds of a one-client
+run), and each point goes to the client whose cell holds it — one problem, one set of points, so a centralized
+run and a federated one see the same pooled points; a client's share is its cell's (about ``n/K`` with equal
+cells).
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ from torch.func import jacrev, vmap
 
 from fedsciml.options import FLOATS, option
 
-from .base import DTYPE, ProblemError, ResidualPart, arch_of
+from .base import DTYPE, TOTAL_POINTS, ProblemError, ResidualPart, arch_of
 from .conditions import Condition, Data, Field, Initial, Periodic, component_index
 from .geometry import SAMPLINGS, Geometry, Partition, SpaceTime, axis_name, make_partition
 from .pinn import PINNProblem
@@ -85,8 +86,9 @@ def box_map(lo, hi) -> tuple[list[float], list[float]]:
 
 def _domain_params():
     return {
-        "n_interior": option(400, "interior collocation points per client", int, lo=1),
-        "n_boundary": option(50, "points per client of each boundary/initial condition without its own n", int, lo=1),
+        "n_interior": option(400, f"interior collocation points {TOTAL_POINTS}", int, lo=1),
+        "n_boundary": option(50, f"points of each boundary/initial condition without its own n, {TOTAL_POINTS}",
+                             int, lo=1),
         "boundary_weight": option(10.0, "weight of each condition without its own weight", float, lo=0, lo_open=True),
         "sampling": option("lhs", "collocation sampling: " + ", ".join(SAMPLINGS), str, choices=SAMPLINGS),
         "input_scaling": option("none", "fixed affine map of the network's inputs: box (each axis of the domain's "
@@ -632,20 +634,22 @@ class DomainPDE(PINNProblem):
         return spec, ""
 
     def pde_rows_per_client(self, n_clients: int) -> int:
-        return int(self.point_counts(n_clients)["n_interior"]) * max(1, len(self.outputs))
+        K = int(n_clients)
+        return -(-int(self.point_counts(K)["n_interior"]) // K) * max(1, len(self.outputs))
 
     def rows_per_client(self, n_clients: int) -> int:
-        pc = self.point_counts(n_clients)
-        per_eq = pc["n_interior"]
-        rows = per_eq * max(1, len(self.outputs))
+        """About a client's rows: its ``1/K`` share of every count (equal cells; a total divided by ``K``)."""
+        K = int(n_clients)
+        pc = self.point_counts(K)
+        rows = self.pde_rows_per_client(K)
         for c in self.condition_list():
-            rows += (c.n or pc["n_boundary"]) * len(c.outputs) if not isinstance(c, Data) else len(c.y) * 1
+            rows += -(-(c.n or pc["n_boundary"]) // K) * len(c.outputs) if not isinstance(c, Data) else len(c.y)
         return rows
 
     # --- point counts that follow the network --------------------------------------------------
     def _row_terms(self, n_clients: int) -> tuple[int, int, int]:
-        """``(A, B, F)``: the residual rows of all ``K`` clients are ``K·(A·n_interior + B·n_boundary) + F`` —
-        A PDE parts, B parts of conditions without their own ``n``, F the rest (``K·n`` per part of a
+        """``(A, B, F)``: the residual rows of all clients together are ``A·n_interior + B·n_boundary + F`` —
+        A PDE parts, B parts of conditions without their own ``n``, F the rest (``n`` per part of a
         condition with its own ``n``, the readings of a :class:`Data` condition); one row per point and part
         (:meth:`_parts`)."""
         a = b = fixed = 0
@@ -655,7 +659,7 @@ class DomainPDE(PINNProblem):
             elif isinstance(c, Data):
                 fixed += int(len(c.y))
             elif c.n is not None:
-                fixed += int(n_clients) * int(c.n)
+                fixed += int(c.n)
             else:
                 b += 1
         return a, b, fixed
@@ -665,7 +669,7 @@ class DomainPDE(PINNProblem):
         ``extra["points"]``).
 
         The rule: **never fewer residual rows than parameters unless asked.**  All clients' rows are
-        ``R(n_I, n_B) = K·(A·n_I + B·n_B) + F`` (:meth:`_row_terms`) against ``p`` parameters (network and
+        ``R(n_I, n_B) = A·n_I + B·n_B + F`` (counts are totals: the same whatever ``K``) (:meth:`_row_terms`) against ``p`` parameters (network and
         unknowns).  When the options ``n_interior`` and ``n_boundary`` are the defaults and ``R < p``, both are
         scaled by one factor ``s`` — so the boundary keeps its share of the rows — to the smallest counts with
         ``R ≥`` :data:`OVERSAMPLE` ``· p``: ``n_I = ⌈s·n_I⁰⌉``, ``n_B = ⌈s·n_B⁰⌉``, ``s = (⌈2p⌉ − F)/(R⁰ − F)``.
@@ -687,7 +691,7 @@ class DomainPDE(PINNProblem):
             return dict(cache[key])
         a, b, fixed = self._row_terms(K)
         p = int(self.n_params)
-        rows = K * (a * n_i + b * n_b) + fixed
+        rows = a * n_i + b * n_b + fixed
         given = self.__dict__.get("_given_points", frozenset())
         out = {"n_interior": n_i, "n_boundary": n_b, "rows": rows, "n_params": p,
                "rule": "given" if given else "defaults"}
@@ -696,11 +700,11 @@ class DomainPDE(PINNProblem):
                         "can interpolate the points rather than solve the PDE between them — the validation residual "
                         "will tell (leave %s out for counts that follow the network: %g× the parameters)", self.name, f"{rows:,}", K, f"{p:,}",
                         " and ".join(sorted(given)), OVERSAMPLE)
-        elif rows < p and K * (a * n_i + b * n_b) > 0:
-            need, now = math.ceil(OVERSAMPLE * p) - fixed, K * (a * n_i + b * n_b)
+        elif rows < p and a * n_i + b * n_b > 0:
+            need, now = math.ceil(OVERSAMPLE * p) - fixed, a * n_i + b * n_b
             s = need / now
             n_i, n_b = -(-need * n_i // now), -(-need * n_b // now)  # ⌈s·n⌉ in integers: no round-off above
-            out.update(n_interior=n_i, n_boundary=n_b, rows=K * (a * n_i + b * n_b) + fixed,
+            out.update(n_interior=n_i, n_boundary=n_b, rows=a * n_i + b * n_b + fixed,
                        rule=f"scaled ×{s:.3g} (rows ≥ {OVERSAMPLE:g}p)")
         cache[key] = out
         return dict(out)
@@ -730,20 +734,21 @@ class DomainPDE(PINNProblem):
         theta0 = self.init_params(0)
         parts = self._parts(theta0)
         per_client: list[list] = [[] for _ in range(K)]
-        # interior: each client samples its own cell of the domain
+        # interior: one sample of the whole domain (a one-client run's draw, whatever K), split by ownership
+        whole = self.client_partition(1)
+        x_all = dom.sample_interior(self.n_interior, self.sampling, [seed, 0, 0],
+                                    where=lambda y: whole.owner(y) == 0, box=whole.cell_box(0, dom))
+        owner_i = part.owner(x_all)
         for k in range(K):
-            try:
-                xi = dom.sample_interior(self.n_interior, self.sampling, [seed, k, 0],
-                                         where=lambda y, k=k: part.owner(y) == k, box=part.cell_box(k, dom))
-            except ProblemError as e:
-                dom.sample_interior(1, self.sampling, [seed, k, 0])  # an empty domain: its own error, named
-                raise self._empty_cell(k, K, part, dom, getattr(e, "found", 0), getattr(e, "tried", 0)) from None
+            xi = x_all[(owner_i == k).nonzero().squeeze(1)]
+            if xi.shape[0] == 0:
+                raise self._empty_cell(k, K, part, dom, 0, int(self.n_interior))
             for name, fn, c, i in parts:
                 if c is None:
                     per_client[k].append(ResidualPart(name, fn, xi.to(device), 1.0, self.taylor_form(fn, None, i, xi)))
         # conditions: one sample of each part, split by ownership
         for j, c in enumerate(self.condition_list()):
-            n = (c.n or self.n_boundary) * K
+            n = c.n or self.n_boundary
             x_own, pts = c.points(self, dom, n, self.sampling, [seed, 1000 + j, 1])
             owner = part.owner(x_own)
             w = float(c.weight if c.weight is not None else self.boundary_weight)
@@ -773,7 +778,7 @@ class DomainPDE(PINNProblem):
             holds = f"holds no interior point of {dom!r}" + (f" (none of {tried:,} candidates fell in it)" if tried
                                                               else "")
         return ProblemError(f"client {k} of {K}: its cell{where} of the split {split!r} {holds}; give a split whose "
-                            f"every cell meets the domain, or fewer clients")
+                            f"every cell meets the domain, fewer clients, or more points (n_interior)")
 
     def _objective(self, parts):
         from fedsciml.core.objective import PointwiseLeastSquares

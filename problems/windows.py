@@ -4,7 +4,7 @@
 trains one network per window, in order: window 1 is the problem on ``[t0, t_1]``; window k > 1 is the same
 problem on ``[t_{k-1}, t_k]`` whose :class:`~fedsciml.problems.conditions.Initial` conditions take their values
 (and velocities) from window k − 1's trained network at ``t_{k-1}``.  Every other condition, the interior
-points (``n_interior`` per client *per window*), the client split and the method are the problem's own; the
+points (``n_interior`` in total *per window*), the client split and the method are the problem's own; the
 method's options apply to each window (``rounds=R``: R rounds per window), and window k starts from window
 k − 1's trained θ (a warm start: the next window's solution continues the last one's).
 

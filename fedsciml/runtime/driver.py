@@ -391,7 +391,7 @@ def _grown_for_estimate(problem, config: MethodConfig):
     if steps is None:
         if cap is None:
             raise OutOfMemory(f"{given} and no {display('grow_cap')}: with a time budget only, the points grow "
-                              f"without bound; give {display('grow_cap')} N (interior points per client) or a "
+                              f"without bound; give {display('grow_cap')} N (interior points in total) or a "
                               f"number of {unit}s")
         n = max(n0, int(cap))
         at = "at the cap"
@@ -407,9 +407,9 @@ def _grown_for_estimate(problem, config: MethodConfig):
     if n <= n0:
         return problem, ""
     if n >= 2**62:
-        raise OutOfMemory(f"{given}: the points grow past 2**62 interior points per client {at}; give "
+        raise OutOfMemory(f"{given}: the points grow past 2**62 interior points {at}; give "
                           f"{display('grow_cap')} N")
-    return grown(problem, n), f"{given}: {n:,} interior points per client {at}; "
+    return grown(problem, n), f"{given}: {n:,} interior points in total {at}; "
 
 
 def _pde_rows(problem, clients: int, rows: int) -> int:
