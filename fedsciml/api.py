@@ -69,7 +69,9 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         configured logging gets them through its own handlers.  The library itself never
         prints.
     problem_options : dict, optional
-        Options of a problem given by name (``{"lam": 2.0}``).
+        Options of a problem given by name (``{"lam": 2.0}``).  They may also be given as keywords:
+        ``fs.solve("pinnacle", case="hinv", pinnacle_dir="PINNacle")`` — a keyword that the problem declares and
+        the method does not is the problem's (one that both declare is refused: give it here).
     callbacks : list, optional
         Called after each step (centralized) or round (federated) with a read-only
         :class:`StepView` (step, a copy of θ, the loss, the test metrics, the history
@@ -125,8 +127,13 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         if k in (problem_options or {}):
             raise ValueError(f"{k} is given twice, as a keyword and in problem_options; give it once")
     if isinstance(problem, str):
-        popts = {**(problem_options or {}), **network}
         cls = REGISTRY.get(problem)
+        by_keyword = _problem_keywords(problem, cls, method, method_options)
+        for k in by_keyword:
+            if k in (problem_options or {}):
+                raise ValueError(f"{k} is given twice, as a keyword and in problem_options; give it once")
+        method_options = {k: v for k, v in method_options.items() if k not in by_keyword}
+        popts = {**(problem_options or {}), **by_keyword, **network}
         if cls is not None:  # an unknown name is refused by get_problem, naming the registered ones
             popts, method_options = apply_preset(cls, preset, popts, method_options, _method_presets(method))
         problem = get_problem(problem, **popts)
@@ -251,6 +258,28 @@ def _solve_windows(problem: Problem, windows: int, method: str, clients: int | N
                       final=final, history=history, extra={**last.extra, "windows": per_window})
     res.wall_seconds = sum(r.wall_seconds or 0.0 for r in results)
     return res
+
+
+def _problem_keywords(name: str, cls: Any, method: str, method_options: dict) -> dict:
+    """The keywords of ``fs.solve(NAME, **kw)`` that are options of the problem ``NAME`` (its ``params``, e.g.
+    ``fs.solve("pinnacle", case="hinv")``), taken out of the method's options: a keyword the problem declares and
+    the method does not.  One the problem and the method both declare is refused in one line (give it in
+    ``problem_options=`` for the problem); any other keyword stays a method option (the method refuses an unknown
+    one, naming its options).  Nothing for a name not registered (``get_problem`` refuses it)."""
+    from fedsciml.runtime.driver import METHODS
+
+    if cls is None or not hasattr(cls, "specs"):
+        return {}
+    mine = set(cls.specs()) - {"hidden", "activation"}  # the network's: the keywords hidden= and activation=
+    theirs = set(METHODS[method].config.specs()) if method in METHODS else set()
+    out = {}
+    for k, v in method_options.items():
+        if k in mine and k in theirs:
+            raise ValueError(f"{k} is an option of the problem {name!r} and of the method {method!r}: give the "
+                             f"problem's in problem_options={{{k!r}: ...}}, the method's as {k}=...")
+        if k in mine:
+            out[k] = v
+    return out
 
 
 def _method_presets(method: str) -> tuple:

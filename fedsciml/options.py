@@ -424,11 +424,11 @@ class StopOptions(MethodConfig):
     resample: int | None = option(None, "draw fresh collocation points every K steps (centralized) or rounds "
                                         "(federated), seeded from the run seed (PINN problems; "
                                         "fedsciml.methods.resample)", int, lo=1, none="fixed points", metavar="K")
-    grow: float | None = option(None, "growing batches: the collocation points per client grow by this factor every "
+    grow: float | None = option(None, "growing batches: the collocation points (totals) grow by this factor every "
                                       "grow_every steps or rounds (at the resamples; up to grow_cap)", float, lo=1,
                                 lo_open=True, none="a fixed number of points", metavar="FACTOR")
     grow_every: int = option(50, "steps or rounds between two growths of the collocation points", int, lo=1)
-    grow_cap: int | None = option(None, "largest number of interior points per client the growth reaches", int,
+    grow_cap: int | None = option(None, "largest number of interior points (in total) the growth reaches", int,
                                   lo=1, none="no cap")
     validation: bool | None = option(None, "track a held-out validation residual: the mean loss at a fixed set of "
                                            "fresh collocation points, as many as trained on, drawn once from its own "
@@ -550,7 +550,7 @@ def parse_grid(text: str, flag: str = "--cv", max_items: int | None = None) -> l
 MAX_GRID = 10_000  # σ values in a CV grid: each costs a d×d factorization at the server
 
 
-#: names this module held until the method configurations moved into their method modules (issue 32): where
+#: names this module held until the method configurations moved into their method modules: where
 #: each is now (each is also ``fedsciml.methods.NAME``, and each configuration ``fedsciml.NAME``)
 MOVED = {"CentralizedConfig": "fedsciml.methods.centralized", "GNConfig": "fedsciml.methods.gn",
          "FIPAConfig": "fedsciml.methods.fipa", "PAPER_PRESET": "fedsciml.methods.fipa",

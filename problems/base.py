@@ -60,6 +60,15 @@ def network_options(hidden, activation: str) -> dict:
                                  choices=ACTIVATIONS)}
 
 
+def arch_of(net: MLP) -> dict:
+    """``{"type": "mlp", "sizes", "activation"}`` of a network, with ``input_map: {"shift", "scale"}`` where it
+    has one (a saved model rebuilds the same network from it: :mod:`fedsciml.runtime.modelio`)."""
+    out: dict = {"type": "mlp", "sizes": list(net.sizes), "activation": net.activation}
+    if net.input_map is not None:
+        out["input_map"] = {"shift": list(net.input_map[0]), "scale": list(net.input_map[1])}
+    return out
+
+
 def check_network_size(sizes, what: str = "") -> None:
     """Refuse (:class:`ProblemOptionError`, one line) a network ``sizes`` whose parameters alone —
     :data:`FLOATS_PER_PARAMETER` float64 vectors of their number — need more memory than is available now
@@ -247,13 +256,19 @@ class FieldProblem(Problem):
         if "_net" not in self.__dict__:
             sizes = self.network_sizes()
             check_network_size(sizes, f"problem {self.name!r}:")
-            self.__dict__["_net"] = MLP(sizes, self.options["activation"])
+            self.__dict__["_net"] = MLP(sizes, self.options["activation"], input_map=self.input_map())
         return self.__dict__["_net"]
 
+    def input_map(self) -> tuple | None:
+        """The network's fixed input map ``(shift, scale)`` (:class:`~fedsciml.core.nn.MLP`), ``None`` here: the
+        raw coordinates (a :class:`~fedsciml.problems.domain.DomainPDE` maps its box with ``input_scaling``)."""
+        return None
+
     def architecture(self) -> dict:
-        """The network as a saved model and a checkpoint record it: ``{"type": "mlp", "sizes", "activation"}``."""
+        """The network as a saved model and a checkpoint record it: ``{"type": "mlp", "sizes", "activation"}``
+        (and ``input_map: {"shift", "scale"}`` where the network has one)."""
         net = self.network()
-        return {"type": "mlp", "sizes": list(net.sizes), "activation": net.activation}
+        return arch_of(net)
 
     def u(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The network at one point ``x [d]`` (0-d result) or a batch ``[n, d]``."""
@@ -313,6 +328,42 @@ def interval_edges(n_clients: int, edges=None) -> np.ndarray:
     if len(e) != n_clients + 1 or e[0] != 0.0 or e[-1] != 1.0 or np.any(np.diff(e) <= 0):
         raise ProblemError(f"client edges must be {n_clients + 1} increasing values from 0 to 1, got {list(e)}")
     return e
+
+
+#: how a problem's collocation counts are read, said in every ``n_interior`` / ``n_boundary`` help text
+TOTAL_POINTS = "in total, split among the clients (the same points whatever --clients and --method)"
+
+
+def split_counts(n: int, n_clients: int) -> list[int]:
+    """How ``n`` points split among ``n_clients`` clients: ``⌊n/K⌋`` each, one more for each of the first
+    ``n mod K`` clients (so 10 points among 4 clients: 3, 3, 2, 2)."""
+    n, K = int(n), int(n_clients)
+    return [n // K + (k < n % K) for k in range(K)]
+
+
+def split_by_rank(x1: torch.Tensor, n_clients: int) -> list[torch.Tensor]:
+    """The clients' shares of points whose first coordinates are ``x1 [n]``: the points sorted along x₁ (a
+    stable sort: ties keep their order) are cut into ``n_clients`` consecutive runs of :func:`split_counts`'s
+    sizes, so client k owns the k-th slab along x₁.  Returns one index tensor per client, each in the points'
+    own order (one client: all of them, in order — a pooled run draws exactly these points)."""
+    K, n = int(n_clients), int(x1.shape[0])
+    if n < K:
+        raise ProblemError(f"{n} interior points cannot be split among {K} clients: give n_interior ≥ {K}")
+    order = torch.sort(x1, stable=True).indices
+    owner = torch.empty(n, dtype=torch.long)
+    owner[order] = torch.repeat_interleave(torch.arange(K), torch.tensor(split_counts(n, K)))
+    return [(owner == k).nonzero().squeeze(1) for k in range(K)]
+
+
+def split_by_strip(x1: torch.Tensor, lower: float, upper: float, n_clients: int) -> list[torch.Tensor]:
+    """The clients' shares of points by the equal strips ``[e_k, e_{k+1})`` of ``[lower, upper]`` along x₁ that
+    they own (a point on an inner edge goes to the strip on its right, x₁ = upper to the last client): the
+    boundary points of :func:`box_boundary_points` and :func:`box_boundary_uniform` drawn for one client and
+    dealt out as those functions deal the faces.  One index tensor per client, in the points' own order."""
+    K = int(n_clients)
+    e = np.linspace(lower, upper, K + 1)
+    owner = torch.as_tensor(np.searchsorted(e[1:-1], x1.detach().cpu().numpy(), side="right"))
+    return [(owner == k).nonzero().squeeze(1) for k in range(K)]
 
 
 def box_boundary_points(dim: int, lower: float, upper: float, client: int, n_clients: int, n_per_face: int,

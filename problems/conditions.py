@@ -11,7 +11,7 @@ at x are computed once and shared by every derivative asked for (a cache keyed b
 
 Conditions name a boundary part of the problem's geometry (``"x-"``, ``"e3"``, ``"sphere"``, a user
 part, ``"boundary"`` for all of it) and, for systems, an output component; each has its own weight
-(``√w`` multiplies its residual rows) and number of points per client:
+(``√w`` multiplies its residual rows) and number of points (a total, split among the clients by ownership):
 
 * :class:`Dirichlet` — ``u_c(x) − g(x)``; ``g`` a number, a function of x, or the exact solution;
 * :class:`Neumann` — ``∂u_c/∂n(x) − g(x)`` with the part's outward unit normal;
@@ -222,7 +222,8 @@ def _real(v, what: str, *, lo: float | None = None, positive: bool = False) -> f
 class Condition:
     """Base: a condition on the boundary part ``on`` for output ``component`` (a name or index; the
     only output of a scalar problem by default), with its own ``weight`` (``None``: the problem's
-    ``boundary_weight``) and ``n`` points per client (``None``: the problem's ``n_boundary``)."""
+    ``boundary_weight``) and ``n`` points in total, each going to the client whose cell holds it (``None``: the
+    problem's ``n_boundary``)."""
 
     on: str = "boundary"
     _: KW_ONLY
@@ -250,7 +251,7 @@ class Condition:
             self.weight = _real(self.weight, f"{name}({self.on!r}) weight", positive=True)
         if self.n is not None and (isinstance(self.n, bool) or not isinstance(self.n, (int, np.integer))
                                    or self.n < 1):
-            raise ProblemError(f"{name}({self.on!r}): n (points per client) must be a whole number ≥ 1, got "
+            raise ProblemError(f"{name}({self.on!r}): n (points in total) must be a whole number ≥ 1, got "
                                f"{self.n!r}")
         value = getattr(self, "value", None)
         if value is not None and not callable(value):

@@ -35,7 +35,8 @@ from torch.func import jacfwd, jacrev
 
 from fedsciml.options import option
 
-from .base import SAMPLING, FieldProblem, ProblemError, ResidualPart, box_boundary_points, grid, sample_box
+from .base import (SAMPLING, TOTAL_POINTS, FieldProblem, ProblemError, ResidualPart, box_boundary_points, grid,
+                   sample_box)
 from .pinn import PINNProblem
 
 
@@ -83,8 +84,9 @@ class FieldAt:
 
 def _pde_params():
     return {
-        "n_interior": option(400, "interior collocation points per client", int, lo=1),
-        "n_boundary": option(50, "boundary points per face per client strip (d ≥ 2)", int, lo=1),
+        "n_interior": option(400, f"interior collocation points {TOTAL_POINTS}", int, lo=1),
+        "n_boundary": option(50, "boundary points per face of the box in total, each going to the client whose "
+                                 "strip holds it (d ≥ 2)", int, lo=1),
         "boundary_weight": option(10.0, "boundary penalty β", float, lo=0, lo_open=True),
         "sampling": SAMPLING,
     }
@@ -146,6 +148,9 @@ class PDE(PINNProblem):
         lo = [e[client]] + [self.lower] * (self.dim - 1)
         hi = [e[client + 1]] + [self.upper] * (self.dim - 1)
         return lo, hi
+
+    def x1_range(self) -> tuple[float, float]:
+        return float(self.lower), float(self.upper)
 
     def interior_points(self, client, n_clients, seed):
         lo, hi = self._box(client, n_clients)

@@ -41,10 +41,11 @@ Hooks: ``equation(u, x)`` (one residual, or a tuple of one per equation), ``exac
 ``test_inputs()`` and ``reference()`` (a test set with reference values where no closed form exists).
 
 Clients: the option ``split`` (``strips``, ``strips:AXIS``, ``grid``, ``grid:AxB``) or an overridden
-:meth:`client_partition`.  Each client samples ``n_interior`` points of its own subdomain; each
-condition samples ``n × clients`` points of its part and each point goes to the client that owns it
-(decision: one sample of each part split by ownership keeps its density uniform whatever the cells'
-shares of the boundary; the interior sample is per client, as the FIPA strips).
+:meth:`client_partition`.  Point counts are totals: one sample of ``n_interior`` points of the domain and one
+of ``n`` points of each condition's part are drawn whatever the number of clients (the seeds of a one-client
+run), and each point goes to the client whose cell holds it — one problem, one set of points, so a centralized
+run and a federated one see the same pooled points; a client's share is its cell's (about ``n/K`` with equal
+cells).
 """
 from __future__ import annotations
 
@@ -59,9 +60,9 @@ import numpy as np
 import torch
 from torch.func import jacrev, vmap
 
-from fedsciml.options import option
+from fedsciml.options import FLOATS, option
 
-from .base import DTYPE, ProblemError, ResidualPart
+from .base import DTYPE, TOTAL_POINTS, ProblemError, ResidualPart, arch_of
 from .conditions import Condition, Data, Field, Initial, Periodic, component_index
 from .geometry import SAMPLINGS, Geometry, Partition, SpaceTime, axis_name, make_partition
 from .pinn import PINNProblem
@@ -72,12 +73,32 @@ log = logging.getLogger(__name__)
 TAYLOR_SAMPLE = 16
 
 
+#: the option ``input_scaling``'s values (:meth:`DomainPDE.input_map`)
+INPUT_SCALINGS = ("none", "box")
+
+
+def box_map(lo, hi) -> tuple[list[float], list[float]]:
+    """``(shift, scale)`` mapping the box ``[lo, hi]`` (per axis) to ``[−1, 1]``: shift the centre, scale
+    ``2 / (hi − lo)``."""
+    lo, hi = [float(v) for v in lo], [float(v) for v in hi]
+    return [(a + b) / 2 for a, b in zip(lo, hi)], [2.0 / (b - a) for a, b in zip(lo, hi)]
+
+
 def _domain_params():
     return {
-        "n_interior": option(400, "interior collocation points per client", int, lo=1),
-        "n_boundary": option(50, "points per client of each boundary/initial condition without its own n", int, lo=1),
+        "n_interior": option(400, f"interior collocation points {TOTAL_POINTS}", int, lo=1),
+        "n_boundary": option(50, f"points of each boundary/initial condition without its own n, {TOTAL_POINTS}",
+                             int, lo=1),
         "boundary_weight": option(10.0, "weight of each condition without its own weight", float, lo=0, lo_open=True),
         "sampling": option("lhs", "collocation sampling: " + ", ".join(SAMPLINGS), str, choices=SAMPLINGS),
+        "input_scaling": option("none", "fixed affine map of the network's inputs: box (each axis of the domain's "
+                                        "bounding box, time included, to [-1, 1]) or none (raw coordinates)", str,
+                                choices=INPUT_SCALINGS),
+        "first_layer_scale": option(None, "multiply the first layer's initial weights of each input axis by this "
+                                          "(one number, or one per axis; on the command line a,b,c) and draw its "
+                                          "biases uniform in [-π, π]: with activation sin, random Fourier features "
+                                          "of scale σ (SIREN's ω₀); a frequency scale the user sets", FLOATS,
+                                    lo=0, lo_open=True, none="N(0, 1/fan_in) weights, zero biases"),
         "split": option("strips", "client partition: strips, strips:AXIS, grid, grid:AxB", str),
     }
 
@@ -288,16 +309,46 @@ class DomainPDE(PINNProblem):
         """``[d_in, *hidden, len(outputs)]`` (``hidden``, ``activation``: the options, defaults the class's)."""
         return [self.input_dim(), *self.options["hidden"], len(self.outputs)]
 
+    def input_map(self) -> tuple | None:
+        """The option ``input_scaling``: ``box`` maps each axis of :meth:`domain`'s bounding box (time: ``[t0, T]``;
+        a time window: its own) to [−1, 1] before the first layer (:func:`box_map`); ``none``: raw coordinates."""
+        if self.options.get("input_scaling", "none") == "none":
+            return None
+        lo, hi = self.domain().bbox
+        return box_map(lo, hi)
+
     @property
     def n_params(self) -> int:
         return self.network().n_params + len(self.unknowns) + sum(n.n_params for _, n, _ in self.field_networks())
 
     def init_params(self, seed: int = 0, device="cpu") -> torch.Tensor:
         th = self.network().init(seed, dtype=DTYPE, device=device)
+        if self.options.get("first_layer_scale") is not None:
+            th = self._scaled_first_layer(th, seed)
         c = torch.tensor([float(v) for v in self.unknowns.values()], dtype=DTYPE, device=device)
         fields = [net.init(int(seed) + 7919 * (i + 1), dtype=DTYPE, device=device)
                   for i, (_, net, _) in enumerate(self.field_networks())]
         return torch.cat([th, c, *fields])
+
+    def _scaled_first_layer(self, th: torch.Tensor, seed: int) -> torch.Tensor:
+        """θ₀ with the first layer's weight column of input axis i times ``first_layer_scale[i]`` and its biases
+        drawn uniform in [−π, π] (their own generator, from the seed): random Fourier features ``sin(σ w·x + b)``
+        with activation sin (Tancik et al. 2020; SIREN's ω₀, Sitzmann et al. 2020; per-axis scales as in Wang,
+        Wang & Perdikaris 2021's spatio-temporal Fourier features) — an initialization only: θ's layout, every
+        derivative path and a saved model are those of the plain network."""
+        net, sc = self.network(), [float(v) for v in self.options["first_layer_scale"]]
+        d = net.sizes[0]
+        if len(sc) not in (1, d):
+            raise ProblemError(f"first_layer_scale must give one number or one per input axis {list(self.axes)} "
+                               f"({d}), got {len(sc)}")
+        w, b, fan_in, fan_out = net._layout[0]
+        th = th.clone()
+        s = torch.tensor(sc * d if len(sc) == 1 else sc, dtype=th.dtype, device=th.device)
+        th[w: w + fan_in * fan_out] = (th[w: w + fan_in * fan_out].reshape(fan_out, fan_in) * s).reshape(-1)
+        if b is not None:
+            gen = torch.Generator().manual_seed(int(seed) + 104729)
+            th[b: b + fan_out] = ((2 * torch.rand(fan_out, generator=gen, dtype=torch.float64) - 1) * math.pi).to(th)
+        return th
 
     def coefficients(self, theta: torch.Tensor) -> dict:
         p = self.network().n_params
@@ -338,9 +389,7 @@ class DomainPDE(PINNProblem):
                  coefficients={k: float(v) for k, v in self.coefficients(theta).items()},
                  ansatz=type(self).ansatz is not DomainPDE.ansatz or type(self).u is not DomainPDE.u)
         if self.unknown_fields:
-            d["fields"] = {name: {"architecture": {"type": "mlp", "sizes": list(net.sizes),
-                                                   "activation": net.activation},
-                                  "inputs": [self.axes[i] for i in idx]}
+            d["fields"] = {name: {"architecture": arch_of(net), "inputs": [self.axes[i] for i in idx]}
                            for name, net, idx in self.field_networks()}
         return d
 
@@ -421,10 +470,12 @@ class DomainPDE(PINNProblem):
             from fedsciml.core.nn import MLP
 
             out = []
+            m = self.input_map()
             for name, spec in self.unknown_fields.items():
                 idx = [self.axis_index(a) for a in spec.get("inputs", self.axes)]
-                out.append((name, MLP([len(idx), *spec.get("hidden", (20, 20)), 1], spec.get("activation", "tanh")),
-                            idx))
+                sub = None if m is None else ([m[0][i] for i in idx], [m[1][i] for i in idx])  # its axes' maps
+                out.append((name, MLP([len(idx), *spec.get("hidden", (20, 20)), 1], spec.get("activation", "tanh"),
+                                      input_map=sub), idx))
             self.__dict__["_field_nets"] = out
         return self.__dict__["_field_nets"]
 
@@ -583,20 +634,22 @@ class DomainPDE(PINNProblem):
         return spec, ""
 
     def pde_rows_per_client(self, n_clients: int) -> int:
-        return int(self.point_counts(n_clients)["n_interior"]) * max(1, len(self.outputs))
+        K = int(n_clients)
+        return -(-int(self.point_counts(K)["n_interior"]) // K) * max(1, len(self.outputs))
 
     def rows_per_client(self, n_clients: int) -> int:
-        pc = self.point_counts(n_clients)
-        per_eq = pc["n_interior"]
-        rows = per_eq * max(1, len(self.outputs))
+        """About a client's rows: its ``1/K`` share of every count (equal cells; a total divided by ``K``)."""
+        K = int(n_clients)
+        pc = self.point_counts(K)
+        rows = self.pde_rows_per_client(K)
         for c in self.condition_list():
-            rows += (c.n or pc["n_boundary"]) * len(c.outputs) if not isinstance(c, Data) else len(c.y) * 1
+            rows += -(-(c.n or pc["n_boundary"]) // K) * len(c.outputs) if not isinstance(c, Data) else len(c.y)
         return rows
 
     # --- point counts that follow the network --------------------------------------------------
     def _row_terms(self, n_clients: int) -> tuple[int, int, int]:
-        """``(A, B, F)``: the residual rows of all ``K`` clients are ``K·(A·n_interior + B·n_boundary) + F`` —
-        A PDE parts, B parts of conditions without their own ``n``, F the rest (``K·n`` per part of a
+        """``(A, B, F)``: the residual rows of all clients together are ``A·n_interior + B·n_boundary + F`` —
+        A PDE parts, B parts of conditions without their own ``n``, F the rest (``n`` per part of a
         condition with its own ``n``, the readings of a :class:`Data` condition); one row per point and part
         (:meth:`_parts`)."""
         a = b = fixed = 0
@@ -606,7 +659,7 @@ class DomainPDE(PINNProblem):
             elif isinstance(c, Data):
                 fixed += int(len(c.y))
             elif c.n is not None:
-                fixed += int(n_clients) * int(c.n)
+                fixed += int(c.n)
             else:
                 b += 1
         return a, b, fixed
@@ -616,7 +669,7 @@ class DomainPDE(PINNProblem):
         ``extra["points"]``).
 
         The rule: **never fewer residual rows than parameters unless asked.**  All clients' rows are
-        ``R(n_I, n_B) = K·(A·n_I + B·n_B) + F`` (:meth:`_row_terms`) against ``p`` parameters (network and
+        ``R(n_I, n_B) = A·n_I + B·n_B + F`` (counts are totals: the same whatever ``K``) (:meth:`_row_terms`) against ``p`` parameters (network and
         unknowns).  When the options ``n_interior`` and ``n_boundary`` are the defaults and ``R < p``, both are
         scaled by one factor ``s`` — so the boundary keeps its share of the rows — to the smallest counts with
         ``R ≥`` :data:`OVERSAMPLE` ``· p``: ``n_I = ⌈s·n_I⁰⌉``, ``n_B = ⌈s·n_B⁰⌉``, ``s = (⌈2p⌉ − F)/(R⁰ − F)``.
@@ -638,7 +691,7 @@ class DomainPDE(PINNProblem):
             return dict(cache[key])
         a, b, fixed = self._row_terms(K)
         p = int(self.n_params)
-        rows = K * (a * n_i + b * n_b) + fixed
+        rows = a * n_i + b * n_b + fixed
         given = self.__dict__.get("_given_points", frozenset())
         out = {"n_interior": n_i, "n_boundary": n_b, "rows": rows, "n_params": p,
                "rule": "given" if given else "defaults"}
@@ -647,11 +700,11 @@ class DomainPDE(PINNProblem):
                         "can interpolate the points rather than solve the PDE between them — the validation residual "
                         "will tell (leave %s out for counts that follow the network: %g× the parameters)", self.name, f"{rows:,}", K, f"{p:,}",
                         " and ".join(sorted(given)), OVERSAMPLE)
-        elif rows < p and K * (a * n_i + b * n_b) > 0:
-            need, now = math.ceil(OVERSAMPLE * p) - fixed, K * (a * n_i + b * n_b)
+        elif rows < p and a * n_i + b * n_b > 0:
+            need, now = math.ceil(OVERSAMPLE * p) - fixed, a * n_i + b * n_b
             s = need / now
             n_i, n_b = -(-need * n_i // now), -(-need * n_b // now)  # ⌈s·n⌉ in integers: no round-off above
-            out.update(n_interior=n_i, n_boundary=n_b, rows=K * (a * n_i + b * n_b) + fixed,
+            out.update(n_interior=n_i, n_boundary=n_b, rows=a * n_i + b * n_b + fixed,
                        rule=f"scaled ×{s:.3g} (rows ≥ {OVERSAMPLE:g}p)")
         cache[key] = out
         return dict(out)
@@ -681,20 +734,21 @@ class DomainPDE(PINNProblem):
         theta0 = self.init_params(0)
         parts = self._parts(theta0)
         per_client: list[list] = [[] for _ in range(K)]
-        # interior: each client samples its own cell of the domain
+        # interior: one sample of the whole domain (a one-client run's draw, whatever K), split by ownership
+        whole = self.client_partition(1)
+        x_all = dom.sample_interior(self.n_interior, self.sampling, [seed, 0, 0],
+                                    where=lambda y: whole.owner(y) == 0, box=whole.cell_box(0, dom))
+        owner_i = part.owner(x_all)
         for k in range(K):
-            try:
-                xi = dom.sample_interior(self.n_interior, self.sampling, [seed, k, 0],
-                                         where=lambda y, k=k: part.owner(y) == k, box=part.cell_box(k, dom))
-            except ProblemError as e:
-                dom.sample_interior(1, self.sampling, [seed, k, 0])  # an empty domain: its own error, named
-                raise self._empty_cell(k, K, part, dom, getattr(e, "found", 0), getattr(e, "tried", 0)) from None
+            xi = x_all[(owner_i == k).nonzero().squeeze(1)]
+            if xi.shape[0] == 0:
+                raise self._empty_cell(k, K, part, dom, 0, int(self.n_interior))
             for name, fn, c, i in parts:
                 if c is None:
                     per_client[k].append(ResidualPart(name, fn, xi.to(device), 1.0, self.taylor_form(fn, None, i, xi)))
         # conditions: one sample of each part, split by ownership
         for j, c in enumerate(self.condition_list()):
-            n = (c.n or self.n_boundary) * K
+            n = c.n or self.n_boundary
             x_own, pts = c.points(self, dom, n, self.sampling, [seed, 1000 + j, 1])
             owner = part.owner(x_own)
             w = float(c.weight if c.weight is not None else self.boundary_weight)
@@ -724,7 +778,7 @@ class DomainPDE(PINNProblem):
             holds = f"holds no interior point of {dom!r}" + (f" (none of {tried:,} candidates fell in it)" if tried
                                                               else "")
         return ProblemError(f"client {k} of {K}: its cell{where} of the split {split!r} {holds}; give a split whose "
-                            f"every cell meets the domain, or fewer clients")
+                            f"every cell meets the domain, fewer clients, or more points (n_interior)")
 
     def _objective(self, parts):
         from fedsciml.core.objective import PointwiseLeastSquares

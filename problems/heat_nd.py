@@ -17,9 +17,10 @@ small / medium / big networks of exp27 / exp28 / exp29), with their evaluation s
 (``rms_error``).
 
 Collocation grows with the dimension, by Poisson's rule (:func:`~fedsciml.problems.poisson.default_interior_points`)
-on the space-time dimension d + 1: 400 interior points per client for d = 1, ``800·max(d+1, 5)`` beyond — 4000
-at d = 2…4 — and a tenth of that per condition (``n_boundary``: 400 lateral + 400 initial points per client at
-d = 4).  The authors used 3000 interior, 250 lateral and 250 initial points, resampled every 100 steps; fixed
+on the space-time dimension d + 1, for each of the 4 clients of the default run: 4·400 interior points in total for
+d = 1, ``4·800·max(d+1, 5)`` beyond — 16 000 at d = 2…4 — and a tenth of that per condition (``n_boundary``: 1600
+lateral + 1600 initial points at d = 4).  Counts are totals, drawn once and split among the clients by their
+strips (:class:`~fedsciml.problems.domain.DomainPDE`): the same points whatever ``--clients`` and ``--method``.  The authors used 3000 interior, 250 lateral and 250 initial points, resampled every 100 steps; fixed
 points here must outnumber the network's parameters for the collocation to generalize (the Poisson d = 5
 lesson: with fewer rows than parameters Levenberg–Marquardt interpolates them).  The network is
 [d+1, 32, 32, 32, 1] (p = 2337 at d = 4); theirs was [5, 64, 64, 48, 48, 1] (p = 10065).
@@ -40,7 +41,7 @@ import torch
 
 from fedsciml.options import option
 
-from .base import Preset, ProblemError
+from .base import TOTAL_POINTS, Preset, ProblemError
 from .conditions import Dirichlet, Initial
 from .domain import DomainPDE
 from .geometry import Box
@@ -110,8 +111,8 @@ class HeatND(DomainPDE):
 
     name = "heat-nd"
     description = ("d-dim heat ∂ₜu = κΔₓu on [0,1]^d×[0,1], d=4, κ=1/4, u = e^{−t} Σ sin 2xᵢ (K-FAC-for-PINNs' heat 4d; "
-                   "variant product: Π sin πxᵢ); per client 800·max(d+1,5) interior points (4000 at d=4; 400 at d=1), "
-                   "a tenth of that per condition")
+                   "variant product: Π sin πxᵢ); 4·800·max(d+1,5) interior points in total (16000 at d=4; 1600 at "
+                   "d=1), a tenth of that per condition")
     T = 1.0
     default_clients = 4
     params = {
@@ -120,11 +121,11 @@ class HeatND(DomainPDE):
         "k": option(0.25, "diffusivity κ", float, lo=0, lo_open=True),
         "variant": option("sum", "sum (u = e^{−4κt} Σ sin 2xᵢ) | product (u = e^{−dπ²κt} Π sin πxᵢ)", str,
                           choices=("sum", "product")),
-        "n_interior": option(None, "interior collocation points per client (default 400 for d = 1, "
-                                   "800·max(d+1, 5) for d ≥ 2: 4000 at d = 4)", int, lo=1,
-                             none="400 for d = 1, 800·max(d+1, 5) for d ≥ 2"),
-        "n_boundary": option(None, "points per client of the lateral and of the initial condition "
-                                   "(default a tenth of the interior default: 400 at d = 4)", int, lo=1,
+        "n_interior": option(None, f"interior collocation points {TOTAL_POINTS} (default 1600 for d = 1, "
+                                   "4·800·max(d+1, 5) for d ≥ 2: 16000 at d = 4)", int, lo=1,
+                             none="1600 for d = 1, 4·800·max(d+1, 5) for d ≥ 2"),
+        "n_boundary": option(None, f"points of the lateral and of the initial condition, {TOTAL_POINTS} "
+                                   "(default a tenth of the interior default: 1600 at d = 4)", int, lo=1,
                              none="a tenth of the interior default"),
         "n_eval": option(None, "evaluation points, uniform in [0,1]^d × [0,1] with a fixed seed (metrics then also "
                                "hold rms_error, the K-FAC authors' l2_error)", int, lo=1,
@@ -133,9 +134,9 @@ class HeatND(DomainPDE):
 
     def _check(self):
         if self.options["n_interior"] is None:
-            self.options["n_interior"] = default_interior_points(self.dim + 1)
+            self.options["n_interior"] = self.default_clients * default_interior_points(self.dim + 1)
         if self.options["n_boundary"] is None:
-            self.options["n_boundary"] = default_interior_points(self.dim + 1) // 10
+            self.options["n_boundary"] = self.default_clients * (default_interior_points(self.dim + 1) // 10)
         super()._check()
 
     @property
@@ -203,8 +204,9 @@ boundary_condition sin_sum, dim_Omega 4, N_Omega 3000, N_dOmega 500.
   l2_error is rms_error here;
 * resample 1: batch_frequency 1 in their Adam, SGD, ENGD, L-BFGS and Hessian-free sweeps; KFAC and KFAC* use 100
   (give --resample 100).
-What differs: inputs are (x, t) here (theirs (t, x)); the points are per client (--clients 1 is theirs);
-initialization N(0, 1/fan_in) weights and zero biases (theirs PyTorch's default nn.Linear)."""
+What differs: inputs are (x, t) here (theirs (t, x)); initialization N(0, 1/fan_in) weights and zero biases
+(theirs PyTorch's default nn.Linear).  The counts are theirs whatever --method and --clients: the points are
+drawn once and split among the clients."""
 
 
 def _heat_anchor(doc: str, hidden: list) -> Preset:

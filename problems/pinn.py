@@ -22,7 +22,8 @@ from torch.func import jacfwd
 
 from fedsciml.options import option
 
-from .base import SAMPLING, FieldProblem, Preset, ResidualPart, sample_box
+from .base import (SAMPLING, TOTAL_POINTS, FieldProblem, Preset, ResidualPart, sample_box, split_by_rank,
+                   split_by_strip)
 def laplacian(u, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``Δ_x u(θ, x)`` at one point ``x [d]`` (u returns a 0-d tensor)."""
     H = jacfwd(jacfwd(u, argnums=1), argnums=1)(theta, x)
@@ -34,7 +35,7 @@ def pinn_params(n_interior: int, boundary_weight: float) -> dict:
     20 copies, which weighs the boundary 20× more in ``J_mᵀJ_m`` (and in a sum-form loss) — not in its
     per-part mean local loss (``LocalConfig(loss='parts')``)."""
     return {
-        "n_interior": option(n_interior, "interior collocation points per client", int, lo=1),
+        "n_interior": option(n_interior, f"interior collocation points {TOTAL_POINTS}", int, lo=1),
         "n_boundary": option(1, "copies of each Dirichlet end point (1D; the FIPA reference code uses 20)", int, lo=1),
         "boundary_weight": option(boundary_weight, "boundary penalty β (weight of squared boundary residuals)", float, lo=0, lo_open=True),
         "sampling": SAMPLING,
@@ -95,25 +96,43 @@ class PINNProblem(FieldProblem):
 
     # --- the domain and its split among clients -------------------------------
     def interior_points(self, client: int, n_clients: int, seed) -> torch.Tensor:
+        """The ``n_interior`` points of client strip ``client`` of ``n_clients`` (called with ``(0, 1)``: the
+        whole domain, which :meth:`client_objectives` then splits)."""
         raise NotImplementedError
 
     def boundary_points(self, client: int, n_clients: int, seed) -> torch.Tensor:
+        """The boundary points of client strip ``client`` of ``n_clients`` (called with ``(0, 1)``, as above)."""
         raise NotImplementedError
 
+    def x1_range(self) -> tuple[float, float]:
+        """The domain's extent along x₁, which the clients' strips cut."""
+        return 0.0, 1.0
+
     def pde_rows_per_client(self, n_clients: int) -> int:
-        return int(self.n_interior)
+        return -(-int(self.n_interior) // int(n_clients))
 
     def rows_per_client(self, n_clients: int) -> int:
-        d = self.input_dim()
-        return self.n_interior + 2 * d * self.options.get("n_boundary", 1)
+        d, K = self.input_dim(), int(n_clients)
+        nb = 2 * d * self.options.get("n_boundary", 1)
+        return self.pde_rows_per_client(K) + (nb // 2 if d == 1 and K > 1 else -(-nb // K))
 
     def client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
+        """Each client's objective.  One problem, one set of points: ``n_interior`` and the boundary points are
+        drawn once for the whole domain (seeds ``[seed, 0, 0]`` and ``[seed, 0, 1]``, whatever the number of
+        clients) and dealt out — the interior by rank along x₁ (:func:`~fedsciml.problems.base.split_by_rank`:
+        ``⌊n/K⌋`` points each, one more for the first ``n mod K`` clients), the boundary by the equal strip
+        along x₁ that holds each point (:func:`~fedsciml.problems.base.split_by_strip`) — so a centralized run
+        and a federated one with any number of clients see the same pooled points."""
         self.check_clients(n_clients)
+        K = int(n_clients)
+        xi_all = self.interior_points(0, 1, [seed, 0, 0])
+        xb_all = self.boundary_points(0, 1, [seed, 0, 1])
+        lo, hi = self.x1_range()
+        ii, ib = split_by_rank(xi_all[:, 0], K), split_by_strip(xb_all[:, 0], lo, hi, K)
+        jet_i, jet_b = self.jets()
         objs = []
-        for k in range(n_clients):
-            xi = self.interior_points(k, n_clients, [seed, k, 0]).to(device)
-            xb = self.boundary_points(k, n_clients, [seed, k, 1]).to(device)
-            jet_i, jet_b = self.jets()
+        for k in range(K):
+            xi, xb = xi_all[ii[k]].to(device), xb_all[ib[k]].to(device)
             parts = [ResidualPart("interior", self.interior_residual, xi, 1.0, jet_i)]
             if xb.shape[0]:
                 parts.append(ResidualPart("boundary", self.boundary_residual, (xb, self.boundary_value(xb)),
@@ -123,8 +142,9 @@ class PINNProblem(FieldProblem):
 
 
 class PDE1D(PINNProblem):
-    """1D problems on [0, 1]; clients own equal intervals; x = 0 belongs to the
-    first client and x = 1 to the last."""
+    """1D problems on [0, 1]; the ``n_interior`` points (a total) are drawn once on [0, 1] and client k owns the
+    k-th run of them in x (:meth:`PINNProblem.client_objectives`); x = 0 belongs to the first client and x = 1
+    to the last."""
 
     space_dim = 1
     #: the FIPA reference code's collocation settings (applied by ``solve --preset paper`` unless given)

@@ -14,11 +14,14 @@ Exact solutions (``variant``; the Dirichlet data are the exact solution on the b
   33.47 whatever d, as theirs).  Their domain is [0, 1]^d for every solution (``train.create_interior_data``:
   ``rand``; ``poisson_equation.square_boundary``).
 
-Clients own equal strips along x₁.  Boundary points (``boundary_sampling``): ``faces`` (default) samples
-``n_boundary`` points on every face of the client's strip — the faces x₁ = 0 and x₁ = 1 belong to the first and
-last client, every other face is cut into the clients' strips, so a client holds about 2d·``n_boundary`` of them;
-``uniform`` draws ``n_boundary`` points in total per client, uniformly on its part of the boundary (the K-FAC
-authors' ``square_boundary``; :func:`~fedsciml.problems.base.box_boundary_uniform`), the sane choice at d = 100.
+Point counts are totals: the points are drawn once for the whole cube, whatever the number of clients, and dealt
+out (:meth:`~fedsciml.problems.pinn.PINNProblem.client_objectives`) — client k owns the k-th of K slabs of the
+interior points sorted along x₁ (⌊n/K⌋ points, one more for the first n mod K clients) and the boundary points in
+its equal strip along x₁.  Boundary points (``boundary_sampling``): ``faces`` (default) samples ``n_boundary``
+points on every face of the cube, 2d·``n_boundary`` in all — the faces x₁ = 0 and x₁ = 1 go to the first and
+last client, every other face is cut into the clients' strips; ``uniform`` draws ``n_boundary`` points in all,
+uniformly on the boundary (the K-FAC authors' ``square_boundary``;
+:func:`~fedsciml.problems.base.box_boundary_uniform`), the sane choice at d = 100.
 
 The evaluation set: a grid for d ≤ 2 and 10 000 fixed uniform points beyond, or ``n_eval`` fixed uniform points
 (the K-FAC authors': ``N_eval`` = 10·N_Ω = 30 000 uniform points of [0,1]^d).  With ``n_eval`` the metrics also
@@ -28,7 +31,7 @@ not relative — ``rel_l2`` divides it by the solution's RMS, √(d/2) ≈ 1.58 
 The anchors' experiments are presets (:data:`ANCHORS`, ``solve poisson --preset exp10``; docs/guide/scale.md).
 
 Collocation grows with the dimension (``n_interior`` not given): 400 interior
-points per client for d ≤ 2 (unchanged), ``800·max(d, 5)`` for d ≥ 3 — 4000
+points (in total, as every count) for d ≤ 2 (unchanged), ``800·max(d, 5)`` for d ≥ 3 — 4000
 for d = 3…5, the FIPA authors' own script setting for Poisson d = 3 and 5,
 and 8000 at d = 10.  Why: with 400 points at d = 5 there are fewer residual
 rows than parameters ([5,32,32,32,1], p = 2337), Levenberg–Marquardt
@@ -58,7 +61,8 @@ import torch
 
 from fedsciml.options import option
 
-from .base import SAMPLING, Preset, ProblemError, box_boundary_points, box_boundary_uniform, grid, sample_box
+from .base import (SAMPLING, TOTAL_POINTS, Preset, ProblemError, box_boundary_points, box_boundary_uniform, grid,
+                   sample_box)
 from .pinn import PINNProblem
 from .registry import register
 
@@ -72,7 +76,7 @@ WEINAN_NORM_SQ = 33.47
 
 
 def default_interior_points(dim: int) -> int:
-    """Interior points per client when ``n_interior`` is not given: 400 for d ≤ 2, ``800·max(d, 5)`` beyond."""
+    """Interior points (a total) when ``n_interior`` is not given: 400 for d ≤ 2, ``800·max(d, 5)`` beyond."""
     return 400 if dim <= 2 else 800 * max(dim, 5)
 
 
@@ -86,14 +90,15 @@ class Poisson(PINNProblem):
         "variant": option("product", "exact solution: product (Π sin πxᵢ) | sum (Σ sin πxᵢ) | cos_sum (Σ cos πxᵢ) | "
                                      "weinan ((x₁x₂ + x₃x₄ + …)/c_d, harmonic, d even) | weinan_norm (‖x‖²/33.47)",
                           str, choices=VARIANTS),
-        "n_interior": option(None, "interior collocation points per client (default 400 for d ≤ 2, "
+        "n_interior": option(None, f"interior collocation points {TOTAL_POINTS} (default 400 for d ≤ 2, "
                                        "800·max(d, 5) for d ≥ 3)", int, lo=1,
                              none="400 for d ≤ 2, 800·max(d, 5) for d ≥ 3"),
-        "n_boundary": option(50, "boundary points per face per client strip (d ≥ 2; with --boundary-sampling "
-                                 "uniform: per client in total)", int, lo=1),
-        "boundary_sampling": option("faces", "faces: n_boundary points on every face of a client's strip | "
-                                             "uniform: n_boundary points per client, uniform on its part of the "
-                                             "boundary (K-FAC for PINNs' square_boundary)", str,
+        "n_boundary": option(50, "boundary points per face of the cube in total (d ≥ 2; with --boundary-sampling "
+                                 "uniform: in total on the whole boundary); each goes to the client whose strip "
+                                 "along x₁ holds it", int, lo=1),
+        "boundary_sampling": option("faces", "faces: n_boundary points on every face of the cube | "
+                                             "uniform: n_boundary points in all, uniform on the boundary "
+                                             "(K-FAC for PINNs' square_boundary)", str,
                                     choices=("faces", "uniform")),
         "boundary_weight": option(None, "boundary penalty β (default 10 for d = 1, 100 for d ≥ 2)", float, lo=0,
                                   lo_open=True, none="10 for d = 1, 100 for d ≥ 2"),
@@ -166,7 +171,7 @@ class Poisson(PINNProblem):
 
     def rows_per_client(self, n_clients: int) -> int:
         if self.boundary_sampling == "uniform" and self.dim > 1:
-            return self.n_interior + self.n_boundary
+            return self.pde_rows_per_client(n_clients) + -(-int(self.n_boundary) // int(n_clients))
         return super().rows_per_client(n_clients)
 
     def test_inputs(self):
@@ -216,9 +221,9 @@ Shared by the anchors' presets (read in {ANCHOR_REPO}):
   it; their metric l2_error = √mean((u_θ − u)²) is rms_error here (rel_l2 is relative);
 * resample 1: fresh points every step, as batch_frequency 1 in their Adam, SGD, ENGD, L-BFGS and Hessian-free
   sweeps (sweeps/*.yaml); their KFAC and KFAC* sweeps use batch_frequency 100 (give --resample 100).
-What differs: the points are per client (with K clients the pooled set is K times theirs; --clients 1, the
-centralized method, is theirs), fedsciml's initialization is N(0, 1/fan_in) weights and zero biases (theirs PyTorch's
-default nn.Linear), and the random points are other draws of the same distributions."""
+What differs: fedsciml's initialization is N(0, 1/fan_in) weights and zero biases (theirs PyTorch's
+default nn.Linear), and the random points are other draws of the same distributions.  The counts are theirs
+whatever --method and --clients: the points are drawn once and split among the clients."""
 
 
 def _anchor(doc: str, **problem) -> Preset:

@@ -4,7 +4,7 @@
 trains one network per window, in order: window 1 is the problem on ``[t0, t_1]``; window k > 1 is the same
 problem on ``[t_{k-1}, t_k]`` whose :class:`~fedsciml.problems.conditions.Initial` conditions take their values
 (and velocities) from window k − 1's trained network at ``t_{k-1}``.  Every other condition, the interior
-points (``n_interior`` per client *per window*), the client split and the method are the problem's own; the
+points (``n_interior`` in total *per window*), the client split and the method are the problem's own; the
 method's options apply to each window (``rounds=R``: R rounds per window), and window k starts from window
 k − 1's trained θ (a warm start: the next window's solution continues the last one's).
 
@@ -57,6 +57,9 @@ def window_problem(problem, lo: float, hi: float, previous: tuple | None = None)
     for k in _CACHES:
         w.__dict__.pop(k, None)
     w.__dict__["_domain"] = SpaceTime(problem.geometry, float(hi), float(lo))
+    if problem.input_map() is not None:  # the window's own box: its networks map [lo, hi] to [-1, 1]
+        w.__dict__.pop("_net", None)
+        w.__dict__.pop("_field_nets", None)
     conds = list(problem.condition_list())
     if previous is not None:
         prev, theta = previous
@@ -111,15 +114,19 @@ def windowed(problem, edges, n_window_params: int | None = None):
             raise ProblemError(f"a model of {K} time windows holds {K} × {P} parameters, got {theta.numel()}")
         return theta.reshape(K, P)
 
+    # each window's network: the problem's own, or (with an input map) one mapping that window's box
+    mapped = problem.input_map() is not None
+    wins = [window_problem(problem, lo, hi) if mapped else problem for lo, hi in zip(edges[:-1], edges[1:])]
+
     def u(theta, x):
         thetas = split(theta)
         if x.ndim == 1:
             k = int(torch.bucketize(x[-1:].to(inner.device), inner.to(x.device))[0])
-            return problem.u(thetas[k], x)
+            return wins[k].u(thetas[k], x)
         k = torch.bucketize(x[:, -1].contiguous(), inner.to(x.device))
         outs = [None] * K
         for j in range(K):  # a loop over windows, not points
-            outs[j] = problem.u(thetas[j], x[k == j])
+            outs[j] = wins[j].u(thetas[j], x[k == j])
         out = torch.zeros((x.shape[0],) + outs[0].shape[1:], dtype=theta.dtype, device=x.device)
         for j in range(K):
             out[k == j] = outs[j]
@@ -128,6 +135,8 @@ def windowed(problem, edges, n_window_params: int | None = None):
     def model_description(theta):
         d = problem.model_description(split(theta)[-1])
         d["time_windows"] = edges
+        if mapped:
+            d["window_input_maps"] = [w.architecture()["input_map"] for w in wins]
         return d
 
     w.__dict__.update(u=u, model_description=model_description,

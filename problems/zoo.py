@@ -25,13 +25,20 @@ import torch
 
 from fedsciml.options import display, option
 
-from .base import DTYPE
+from .base import DTYPE, TOTAL_POINTS
 from .conditions import Data, Dirichlet, Initial, Neumann
 from .domain import DomainPDE
 from .geometry import Box, Interval, LShape
 from .registry import register
 
 _PI = math.pi
+
+
+#: the point counts (totals) of the problems whose default run has 4 clients: the general defaults' 400 and 50 per
+#: client of the time when counts were per client, pooled — their default runs keep their numbers of points
+FOUR_CLIENTS_POINTS = {
+    "n_interior": option(1600, f"interior collocation points {TOTAL_POINTS}", int, lo=1),
+    "n_boundary": option(200, f"points of each boundary condition without its own n, {TOTAL_POINTS}", int, lo=1)}
 
 
 @register
@@ -45,8 +52,8 @@ class Heat(DomainPDE):
     hidden = (20, 20, 20)
     default_clients = 4
     params = {"k": option(0.1, "diffusivity k", float, lo=0, lo_open=True),
-              "n_interior": option(300, "interior collocation points per client", int, lo=1),
-              "n_boundary": option(40, "points per client of each boundary/initial condition", int, lo=1)}
+              "n_interior": option(1200, f"interior collocation points {TOTAL_POINTS}", int, lo=1),
+              "n_boundary": option(160, f"points of each boundary/initial condition, {TOTAL_POINTS}", int, lo=1)}
 
     @property
     def conditions(self):
@@ -125,7 +132,8 @@ class PoissonLShape(DomainPDE):
     geometry = LShape()
     hidden = (32, 32, 32)
     default_clients = 4
-    params = {"boundary_weight": option(100.0, "weight of the Dirichlet rows", float, lo=0, lo_open=True)}
+    params = {"boundary_weight": option(100.0, "weight of the Dirichlet rows", float, lo=0, lo_open=True),
+              **FOUR_CLIENTS_POINTS}
     conditions = [Dirichlet("boundary")]
 
     def equation(self, u, x):
@@ -146,7 +154,7 @@ class Kovasznay(DomainPDE):
     up_to_constant = ("p",)
     hidden = (32, 32, 32)
     default_clients = 4
-    params = {"Re": option(20.0, "Reynolds number", float, lo=0, lo_open=True)}
+    params = {"Re": option(20.0, "Reynolds number", float, lo=0, lo_open=True), **FOUR_CLIENTS_POINTS}
     conditions = [Dirichlet("boundary", component="u"), Dirichlet("boundary", component="v"),
                   Dirichlet("x+", component="p")]
 
@@ -200,8 +208,8 @@ class Burgers(DomainPDE):
     hidden = (20, 20, 20, 20)
     default_clients = 4
     params = {"nu": option(0.01 / _PI, "viscosity ν", float, lo=0, lo_open=True),
-              "n_interior": option(1500, "interior collocation points per client", int, lo=1),
-              "n_boundary": option(50, "points per client of each boundary/initial condition", int, lo=1)}
+              "n_interior": option(6000, f"interior collocation points {TOTAL_POINTS}", int, lo=1),
+              "n_boundary": option(200, f"points of each boundary/initial condition, {TOTAL_POINTS}", int, lo=1)}
     conditions = [Dirichlet("x-", 0.0), Dirichlet("x+", 0.0), Initial(lambda x: -torch.sin(_PI * x[:, 0]))]
 
     def equation(self, u, x):

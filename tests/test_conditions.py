@@ -128,7 +128,7 @@ def test_exact_solution_has_zero_residual(cls):
                                               (HardLShape, 40, 1e-3), (System, 40, 5e-2)])
 def test_small_federated_solve_reaches_solution(cls, rounds, tol):
     # small and short (the error starts at ~1); the zoo script measures the precision targets
-    p = cls(n_interior=60, n_boundary=10)
+    p = cls(n_interior=120, n_boundary=20)                      # totals: 60 and 10 per client
     r = fs.solve(p, method="gn", clients=2, rounds=rounds)
     assert r.final["rel_l2"] < tol, r.final
     if cls is System:
@@ -143,11 +143,11 @@ def test_hard_constraint_is_exact_on_the_boundary():
 
 
 def test_parts_are_named_and_split_by_owner():
-    p = Mixed(n_interior=30, n_boundary=8)
+    p = Mixed(n_interior=120, n_boundary=32)
     objs = p.client_objectives(4, seed=1)
     names = {q.name for o in objs for q in o.parts}
     assert names == {"pde", "dirichlet:x-", "dirichlet:x+", "neumann:y-", "robin:y+"}
-    # x− belongs to the first strip, x+ to the last; y± are shared out: 8 × 4 points in all, each once
+    # x− belongs to the first strip, x+ to the last; y± are shared out: 32 points in all (a total), each once
     assert [any(q.name == "dirichlet:x-" for q in o.parts) for o in objs] == [True, False, False, False]
     ys = torch.cat([q.points[0] for o in objs for q in o.parts if q.name == "neumann:y-"])
     assert ys.shape[0] == 32 and torch.unique(ys, dim=0).shape[0] == 32

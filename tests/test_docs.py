@@ -54,3 +54,47 @@ def test_api_page_is_what_the_generator_writes():
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     assert gen.main(["--check"]) == 0, "docs/api.md is out of date: run python scripts/tools/gen_api_page.py"
+
+
+def test_architecture_page_names_every_module():
+    text = (ROOT / "docs" / "design" / "architecture.md").read_text(encoding="utf-8").split("## Every module")[1]
+    listed = set(re.findall(r"^\| `([\w/]+\.py)` \|", text, re.M))
+    modules = {str(p.relative_to(ROOT / "fedsciml")) for p in (ROOT / "fedsciml").rglob("*.py")}
+    modules |= {str(p.relative_to(ROOT)) for p in (ROOT / "problems").rglob("*.py")}
+    modules = {m for m in modules if not m.endswith(("__init__.py", "__main__.py"))}
+    assert listed == modules, (f"docs/design/architecture.md's module list lacks {sorted(modules - listed)} and "
+                               f"names {sorted(listed - modules)} that do not exist")
+
+
+def _builtin_methods() -> dict:
+    """The registry's built-in entries (a plugin another test loaded declares its configuration in its own file)."""
+    from fedsciml.runtime.driver import METHODS
+
+    return {m: s for m, s in METHODS.items() if s.config.__module__.startswith("fedsciml.")}
+
+
+def _problem_methods() -> set[str]:
+    from fedsciml.runtime.driver import PROBLEM_KINDS
+
+    return {m for m, s in _builtin_methods().items() if any(k in PROBLEM_KINDS for k in s.kinds)}
+
+
+def test_solve_docstring_names_every_method_a_problem_runs():
+    # the built-in methods `import fedsciml` registers (the ridge baselines' fedavg-sgd is the ridge preset's own)
+    import fedsciml.api
+
+    doc = fedsciml.api.solve.__doc__.split("    method : str")[1].split("\n    hidden")[0]
+    named = set(re.findall(r"``([\w-]+)``", doc))
+    assert named == _problem_methods() - {"fedavg-sgd"}, "fs.solve's docstring lists other methods than the registry"
+
+
+def test_methods_page_table_is_the_registry():
+    import fedsciml.images  # noqa: F401  (registers the image methods)
+    import fedsciml.ridge.baselines  # noqa: F401  (registers fedavg-sgd)
+    METHODS = _builtin_methods()
+    text = (ROOT / "docs" / "methods.md").read_text(encoding="utf-8").split("## What a client sends")[0]
+    # each row's first cell, less its parenthesized notes (fedavg-sgd's names its options there)
+    rows = [re.sub(r"\(.*?\)", "", line.split(" | ")[0]) for line in text.splitlines() if line.startswith("| `")]
+    named = set(re.findall(r"`([\w-]+)`", "".join(rows)))
+    assert named == set(METHODS), (f"docs/methods.md's table lacks {sorted(set(METHODS) - named)} and names "
+                                   f"{sorted(named - set(METHODS))} the registry does not hold")

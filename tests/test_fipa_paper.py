@@ -42,7 +42,7 @@ def test_parts_loss_is_the_reference_codes_per_part_mean():
     th = pb.init_params(0)
     x = th.clone().requires_grad_(True)
     ri, rb = obj.part_residuals(x)
-    assert ri.numel() == 40 and rb.numel() == 20  # end point x = 0 repeated 20 times
+    assert ri.numel() == 20 and rb.numel() == 20  # 40 points in total, 20 per client; x = 0 repeated 20 times
     assert torch.equal(torch.cat([ri, rb]).detach(), obj.residual(th))
     loss = (ri ** 2).mean() + (rb ** 2).mean()  # rb already carries √β
     (g,) = torch.autograd.grad(loss, x)

@@ -9,7 +9,7 @@ from torch.func import grad, hessian, jacrev, vmap
 
 import fedsciml as fs
 from fedsciml.problems import DomainPDE
-from fedsciml.problems.base import ProblemError
+from fedsciml.problems.base import TOTAL_POINTS, ProblemError
 from fedsciml.problems.conditions import Dirichlet, Field, Initial, Neumann
 from fedsciml.problems.domain import _Residual
 from fedsciml.problems.geometry import Interval
@@ -93,15 +93,15 @@ def test_forward_residual_equals_the_field_path(dim):
 
 
 def test_defaults_follow_the_description():
-    """Points per client grow with d as the description says (Poisson's rule on d + 1), the network is
+    """Points (totals, 4 clients' worth) grow with d as the description says (Poisson's rule on d + 1), the network is
     [d+1,32,32,32,1], the test set 20000 fixed points of the 5-d box; bad input: one line naming the value."""
     p = fs.get_problem("heat-nd")
     assert (p.dim, p.k, p.variant) == (4, 0.25, "sum")
-    assert (p.n_interior, p.n_boundary) == (4000, 400) and "4000 at d=4" in HeatND.description
+    assert (p.n_interior, p.n_boundary) == (16000, 1600) and "16000 at d=4" in HeatND.description
     assert p.network().sizes == [5, 32, 32, 32, 1] and p.network().n_params == 2337
-    assert (fs.get_problem("heat-nd", dim=1).n_interior, fs.get_problem("heat-nd", dim=1).n_boundary) == (400, 40)
-    assert fs.get_problem("heat-nd", dim=9).n_interior == 8000
-    assert fs.get_problem("heat-nd", dim=4, n_interior=123).n_boundary == 400   # given: kept, the other: default
+    assert (fs.get_problem("heat-nd", dim=1).n_interior, fs.get_problem("heat-nd", dim=1).n_boundary) == (1600, 160)
+    assert fs.get_problem("heat-nd", dim=9).n_interior == 32000
+    assert fs.get_problem("heat-nd", dim=4, n_interior=123).n_boundary == 1600   # given: kept, the other: default
     X, U = p.reference()
     assert X.shape == (20000, 5) and float(X.min()) >= 0 and float(X.max()) <= 1 and U.shape == (20000, 1)
     assert p.rows_per_client(4) == 4800
@@ -132,8 +132,8 @@ class _FrozenHeat(DomainPDE):
     hidden = (20, 20, 20)
     default_clients = 4
     params = {"k": fs.option(0.1, "diffusivity k", float, lo=0, lo_open=True),
-              "n_interior": fs.option(300, "interior collocation points per client", int, lo=1),
-              "n_boundary": fs.option(40, "points per client of each boundary/initial condition", int, lo=1)}
+              "n_interior": fs.option(1200, f"interior collocation points {TOTAL_POINTS}", int, lo=1),
+              "n_boundary": fs.option(160, f"points of each boundary/initial condition, {TOTAL_POINTS}", int, lo=1)}
 
     @property
     def conditions(self):

@@ -110,7 +110,7 @@ def test_a_growth_schedule_is_checked_to_its_last_draw(free_24gb):
     raised OverflowError; a budget-only run had no last size at all."""
     opts = dict(clients=2, rounds=5, resample=1, grow_every=1)
     with pytest.raises(OutOfMemory, match=r"grow 1000 every 1 round\(s\), resample 1: 399,999,999,999,999 "
-                                          r"interior points per client after round 4; .* GB of memory"):
+                                          r"interior points in total after round 4; .* GB of memory"):
         plan(get_problem("bratu"), "gn", grow=1000, **opts)
     with pytest.raises(OutOfMemory, match=r"grow past 2\*\*62 interior points .* give grow_cap"):
         plan(get_problem("bratu"), "fedavg", grow=1e308, **opts)

@@ -22,7 +22,7 @@ def sixteen_gib_free(monkeypatch):
 
 
 def poisson5(hidden):
-    pb = get_problem("poisson", dim=5)
+    pb = get_problem("poisson", dim=5, n_interior=16000, n_boundary=200)  # totals: 4 clients of 4000 + 2d·50
     pb.__dict__["_net"] = MLP([5, *hidden, 1], "tanh")
     return pb
 

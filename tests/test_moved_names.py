@@ -48,7 +48,7 @@ def test_fedsciml_methods_federated_is_one_line_naming_each_runners_factory():
                          capture_output=True, text=True)
     line = out.stderr.strip().splitlines()[-1]
     assert out.returncode == 1 and line.startswith("fedsciml.options.MovedName: fedsciml.methods.federated was "
-                                                   "removed (issue 32)")
+                                                   "removed: each federated method")
     for factory in ("fedsciml.methods.gn.gn_strategy", "fedsciml.methods.fipa.fipa_strategy",
                     "fedsciml.methods.averaging.fedavg_strategy", "fedsciml.methods.oneshot.one_shot_strategy"):
         assert factory in line

@@ -31,7 +31,7 @@ from fedsciml.problems.geometry import Box, Disk, LShape, Polygon, make_partitio
     (lambda: Disk((0, 0), float("nan")), r"Disk radius must be finite"),
     (lambda: Box([], []), r"Box lower must be a non-empty list of numbers"),
     (lambda: Box([0, "a"], [1, 1]), r"Box lower must be numbers"),
-    (lambda: Dirichlet("x-", n=2.5), r"n \(points per client\) must be a whole number ≥ 1, got 2.5"),
+    (lambda: Dirichlet("x-", n=2.5), r"n \(points in total\) must be a whole number ≥ 1, got 2.5"),
     (lambda: Dirichlet("x-", n=0), r"must be a whole number ≥ 1, got 0"),
     (lambda: Dirichlet("x-", 1 + 2j), r"Dirichlet\('x-'\) value must be a real number"),
     (lambda: Dirichlet("x-", float("nan")), r"Dirichlet\('x-'\) value must be finite"),

@@ -31,8 +31,9 @@ def test_windows_cover_the_interval_and_carry_the_previous_network():
     # the window's objective holds those values as its initial rows' targets
     objs = w2.client_objectives(2)
     parts = [p for o in objs for p in o.parts if p.name.startswith("initial")]
-    for p in parts:
-        assert torch.equal(p.points[1], w1.u(theta, p.points[0]))
+    for p in parts:  # evaluated on the pooled draw, read back per client: another batch size, so to round-off
+        ref = w1.u(theta, p.points[0])  # (a few eps of the network's output, whose layers sum ≤ 9 terms each)
+        assert float((p.points[1] - ref).abs().max()) <= 64 * torch.finfo(ref.dtype).eps * (1 + float(ref.abs().max()))
 
 
 def test_the_piecewise_model_takes_each_window_network_on_its_interval():

@@ -14,16 +14,16 @@ def _rows(objs) -> int:
 
 
 def test_defaults_below_the_parameters_are_scaled_to_twice_them_keeping_the_boundary_share():
-    p = fs.get_problem("poisson-lshape")                       # 400 interior + 50 boundary per client, p = 2 241
+    p = fs.get_problem("poisson-lshape")                       # 1600 interior + 200 boundary in all, p = 2 241
     pc = p.point_counts(1)
     objs = p.client_objectives(1, seed=0)
     assert _rows(objs) == pc["rows"] >= OVERSAMPLE * pc["n_params"] > pc["n_params"] == 2241
     assert pc["rule"].startswith("scaled") and (pc["n_interior"], pc["n_boundary"]) == (3984, 498)
     # the smallest such counts (s = 4 482 / 450, in integers): one point fewer of each leaves fewer than 2p rows
     assert pc["rows"] == 4482 and (pc["n_interior"] - 1) + (pc["n_boundary"] - 1) < OVERSAMPLE * 2241
-    assert abs(pc["n_boundary"] / pc["n_interior"] - 50 / 400) < 1e-3  # the boundary keeps its share
-    four = p.point_counts(4)                                   # the rows are all clients': fewer points each
-    assert four["rows"] == _rows(p.client_objectives(4, seed=0)) >= 2 * 2241 and four["n_interior"] == 996
+    assert abs(pc["n_boundary"] / pc["n_interior"] - 200 / 1600) < 1e-3  # the boundary keeps its share
+    four = p.point_counts(4)                                   # counts are totals: the same whatever the clients
+    assert four["rows"] == _rows(p.client_objectives(4, seed=0)) == pc["rows"] and four["n_interior"] == 3984
 
 
 def test_defaults_that_already_give_rows_at_least_p_draw_the_same_points_bitwise():
@@ -41,7 +41,7 @@ def test_defaults_that_already_give_rows_at_least_p_draw_the_same_points_bitwise
 
 def test_given_counts_win_with_one_warning_line(caplog):
     with caplog.at_level(logging.WARNING, logger="fedsciml.problems.domain"):
-        p = fs.get_problem("poisson-lshape", n_interior=100)
+        p = fs.get_problem("poisson-lshape", n_interior=100, n_boundary=50)
         objs = p.client_objectives(1, seed=0)
         p.rows_per_client(1)                                   # asked again: no second line
     assert _rows(objs) == 150 and p.point_counts(1)["rule"] == "given"

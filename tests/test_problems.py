@@ -250,14 +250,14 @@ def test_unknown_problem_and_bad_client_counts():
     ("reaction-diffusion", {}, [1, 32, 32, 32, 1], 800, 100.0),
     ("poisson", {"dim": 1}, [1, 32, 32, 32, 1], 400, 10.0),
     ("poisson", {"dim": 2}, [2, 32, 32, 32, 1], 400, 100.0),
-    ("poisson", {"dim": 5}, [5, 32, 32, 32, 1], 4000, 100.0),  # the authors' d = 5 script: 4000 per client
+    ("poisson", {"dim": 5}, [5, 32, 32, 32, 1], 4000, 100.0),  # the FIPA authors' d = 5 script's 4000, in total
 ])
 def test_pde_defaults_follow_the_paper(name, opts, sizes, n_int, beta):
     pb = get_problem(name, **opts)
     assert pb.network().sizes == sizes and pb.network().activation == "tanh"
     assert pb.n_interior == n_int and pb.boundary_weight == beta
     obj = pb.client_objectives(2, seed=0)[0]
-    assert obj.parts[0].n_points == n_int
+    assert obj.parts[0].n_points == n_int // 2  # a total, split among the clients
     bnd = [p for p in obj.parts if p.name == "boundary"]
     assert bnd and bnd[0].weight == beta
 
@@ -292,7 +292,7 @@ def _interior(obj):
 
 SPLITS = [
     ("bratu", {"n_interior": 30}, 3),
-    ("reaction-diffusion", {"n_interior": 30}, 4),
+    ("reaction-diffusion", {"n_interior": 30}, 4),             # 30 among 4 clients: 8, 8, 7, 7
     ("poisson", {"dim": 2, "n_interior": 30, "n_boundary": 5}, 3),
     ("poisson", {"dim": 3, "n_interior": 30, "n_boundary": 4}, 2),
     ("sin1d", {"n_samples": 30}, 5),
@@ -322,10 +322,17 @@ def test_client_points_lie_in_their_subdomain_and_union_is_the_pooled_data(name,
             assert bool(((x[:, 0] >= e[i]) & (x[:, 0] <= e[i + 1]) & (x[:, 1] >= e[j]) & (x[:, 1] <= e[j + 1])).all())
         return
     edges = np.array([0, .1, .3, .5, .6, .7, .85, .9, 1]) if opts.get("split") == "uneven" else np.linspace(0, 1, K + 1)
+    pinn = "n_interior" in opts
     for k, o in enumerate(objs):
         x = _interior(o)
-        assert x.shape[0] == opts.get("n_interior", opts.get("n_samples"))
-        assert bool(((x[:, 0] >= edges[k]) & (x[:, 0] <= edges[k + 1])).all()), (k, x[:, 0].min(), x[:, 0].max())
+        if pinn:  # a total, dealt out by rank along x₁: ⌊n/K⌋ each, one more for the first n mod K clients
+            n = opts["n_interior"]
+            assert x.shape[0] == n // K + (k < n % K)
+            if k + 1 < K:
+                assert float(x[:, 0].max()) <= float(_interior(objs[k + 1])[:, 0].min())
+        else:
+            assert x.shape[0] == opts.get("n_samples")
+            assert bool(((x[:, 0] >= edges[k]) & (x[:, 0] <= edges[k + 1])).all()), (k, x[:, 0].min(), x[:, 0].max())
         assert bool(((x >= 0) & (x <= 1)).all())
         for part in o.parts:
             if part.name == "boundary":

@@ -44,6 +44,9 @@ def add_parser(flower_subparsers) -> argparse.ArgumentParser:
     p.add_argument("--problem-options", default="{}", metavar="JSON", help="problem options as a JSON object")
     p.add_argument("--timeout", type=positive_seconds, default=300.0, metavar="SECONDS",
                    help="seconds a node may take for one answer (default 300)")
+    p.add_argument("--dead-after", type=positive_seconds, default=None, metavar="SECONDS",
+                   help="stop the run, naming the client, when a node has answered nothing for this long "
+                        "(default 600; the rounds before are kept)")
     p.add_argument("--wait", type=positive_seconds, default=3600.0, metavar="SECONDS",
                    help="stop the run when it has no result after this many seconds (default 3600)")
     p.add_argument("--threads", type=int, default=1, help="torch threads of each node and of the ServerApp (default 1)")
@@ -89,16 +92,23 @@ def run(args) -> int:
     from fedsciml.engines.flower.resultio import read_result
 
     logs = f" (logs in {args.keep})" if args.keep else " (--keep DIR keeps the logs)"
+    out = None
     try:
         with LocalDeployment(args.clients, args.keep, threads=args.threads, log=status) as d:
             proc, out = d.submit(args.problem, args.method, seed=args.seed, problem_options=problem_options,
-                                 timeout_s=args.timeout, **options)
+                                 timeout_s=args.timeout, dead_after_s=args.dead_after, **options)
             status(f"flower deploy: run submitted ({args.problem}, {args.method}, {args.clients} clients); the "
                    f"ServerApp's log follows")
             d.wait_files(proc, [out], args.wait, echo=lambda line: status(f"  {line}") if line.strip() else None)
             res = read_result(str(out))
     except (RuntimeError, TimeoutError) as e:  # the run's log was echoed above: its first line here
-        raise EngineFailed(f"flower deploy: {str(e).splitlines()[0]}{logs}") from None
+        from fedsciml.engines.flower.resultio import ready
+
+        kept = ""
+        if out is not None and ready(str(out)) and args.json:  # a dead site stopped it after some rounds: the ServerApp wrote those
+            read_result(str(out)).to_json(args.json)
+            kept = f"; the rounds before are written: {args.json}"
+        raise EngineFailed(f"flower deploy: {str(e).splitlines()[0]}{kept}{logs}") from None
     eng = res.extra.get("engine", {})
     median = eng.get("exchange_median_s")
     loss = res.final.get("loss")

@@ -579,7 +579,7 @@ def _write_outputs(problem, results, args):
                 failed.append(ResultsNotWritten(f"--out {args.out!r}: history{suffix}.csv not written "
                                                 f"({e.strerror or e}); the history is in result.json"))
         try:
-            if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out (issue 21)
+            if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out
                 from fedsciml.ridge.model_io import model_meta, write_model
 
                 names = problem.feature_names() if hasattr(problem, "feature_names") else None
@@ -741,13 +741,31 @@ class _Into:
 
 
 def _lazy_commands(parser, dest: str, metavar: str, commands) -> None:
-    """Subcommands ``(name, one-line help, builder or None)``; a builder ``fn(subparsers)`` runs on first use."""
+    """Subcommands ``(name, one-line help, builder or None, run)``; a builder ``fn(subparsers)`` runs on first
+    use; ``run(args) -> exit status`` is what :func:`main` calls for that subcommand (``args._run``)."""
     sub = parser.add_subparsers(dest=dest, metavar=metavar)
     sub.choices = sub._name_parser_map = table = _BuiltOnUse()
-    for name, help_text, build in commands:
-        sub.add_parser(name, help=help_text)
+    for name, help_text, build, run in commands:
+        sub.add_parser(name, help=help_text).set_defaults(_run=run)
         if build is not None:
             table.builders[name] = build
+
+
+def _help_of(*command: str):
+    """The ``_run`` of a command that needs a subcommand (``flower``, ``bench``): its help, as ``--help`` prints it."""
+    return lambda args: args._parser.parse_args([*command, "--help"])
+
+
+def _run_ridge(args) -> int:
+    from fedsciml.cli import ridge as ridge_cli
+
+    return ridge_cli.run(args)
+
+
+def _run_bench_images(args) -> int:
+    from fedsciml.cli import images as images_cli
+
+    return images_cli.run(args)
 
 
 def _add_predict_parser(sub):
@@ -766,12 +784,15 @@ def _add_ridge_parser(sub):
 
 def _add_flower_parser(sub):
     fl = sub.add_parser("flower")
+    fl.set_defaults(_run=_help_of("flower"))
     fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir,run,deploy}")
     ad = fsub.add_parser("app-dir", help="print the directory of fedsciml's Flower App, for `flwr run DIR …`")
+    ad.set_defaults(_run=cmd_flower_app_dir)
     ad.add_argument("--secagg", action="store_true", help="the SecAgg+ App (central DP one-shot) instead")
     ad.add_argument("--all", action="store_true", help="every App, one 'name<TAB>directory' line each")
     fr = fsub.add_parser("run", help="flwr run an App and follow it to its end: exit 1 with Flower's reason when the "
                                      "run fails (flwr run --stream exits 0 whatever happens to the run)")
+    fr.set_defaults(_run=cmd_flower_run)
     fr.add_argument("app", metavar="APP", help="the App's directory, or 'app' / 'secagg' (fedsciml's Apps)")
     fr.add_argument("superlink", metavar="SUPERLINK", nargs="?", default=None,
                     help="a SuperLink connection of $FLWR_HOME/config.toml (default: its default)")
@@ -785,7 +806,7 @@ def _add_flower_parser(sub):
                     help="stop waiting after this many seconds (exit 1; the run goes on: flwr stop ends it)")
     from fedsciml.cli import flower_deploy
 
-    flower_deploy.add_parser(fsub)
+    flower_deploy.add_parser(fsub).set_defaults(_run=flower_deploy.run)
 
 
 def _add_bench_parser(sub):
@@ -794,9 +815,11 @@ def _add_bench_parser(sub):
 
         images_cli.add_parser(bsub)
 
-    _lazy_commands(sub.add_parser("bench"), "bench_command", "{images}", [
+    bench = sub.add_parser("bench")
+    bench.set_defaults(_run=_help_of("bench"))
+    _lazy_commands(bench, "bench_command", "{images}", [
         ("images", "image-classification aggregator benchmarks (FedAvg, FedProx, FIPA, FedFish, FisherMerge, "
-                   "RegMean, FedFisher, FedBEns)", images)])
+                   "RegMean, FedFisher, FedBEns)", images, _run_bench_images)])
 
 
 class _Parser(argparse.ArgumentParser):
@@ -833,13 +856,15 @@ def build_parser():
                                 "(the results on standard output stay); anywhere on the line. --no-progress "
                                 "drops the progress lines alone")
     _lazy_commands(parser, "command", "{list,solve,predict,ridge,bench,flower}", [
-        ("list", "list problems and methods", None),
-        ("solve", "solve a registered problem (centralized or federated)", _add_solve_parser),
-        ("predict", "evaluate a saved model (solve --out DIR) at the points of a CSV file", _add_predict_parser),
-        ("ridge", "one-shot federated ridge regression (sufficient statistics, DP, projection, CV)", _add_ridge_parser),
-        ("bench", "benchmarks (bench images ...)", _add_bench_parser),
+        ("list", "list problems and methods", None, cmd_list),
+        ("solve", "solve a registered problem (centralized or federated)", _add_solve_parser, cmd_solve),
+        ("predict", "evaluate a saved model (solve --out DIR) at the points of a CSV file", _add_predict_parser,
+         cmd_predict),
+        ("ridge", "one-shot federated ridge regression (sufficient statistics, DP, projection, CV)", _add_ridge_parser,
+         _run_ridge),
+        ("bench", "benchmarks (bench images ...)", _add_bench_parser, _help_of("bench")),
         ("flower", "fedsciml's Flower Apps in this installation (flower app-dir), and flower run: flwr run that exits "
-                   "non-zero when the run fails", _add_flower_parser),
+                   "non-zero when the run fails", _add_flower_parser, _help_of("flower")),
     ])
     return parser
 
@@ -996,6 +1021,7 @@ def _parse(argv: list):
         raise CLIError(_unknown_flags_error(parser, args, extras))
     args._config = config
     args._argv = line
+    args._parser = parser
     return parser, args, notes
 
 
@@ -1028,32 +1054,7 @@ def main(argv=None) -> int:
     try:
         with cli_names(), protect_inputs(_command_inputs(args, args._argv, args._config)), \
                 terminate_as_interrupt():
-            if args.command == "list":
-                return cmd_list(args)
-            if args.command == "solve":
-                return cmd_solve(args)
-            if args.command == "predict":
-                return cmd_predict(args)
-            if args.command == "ridge":
-                from fedsciml.cli import ridge as ridge_cli
-
-                return ridge_cli.run(args)
-            if args.command == "flower":
-                if getattr(args, "flower_command", None) == "app-dir":
-                    return cmd_flower_app_dir(args)
-                if getattr(args, "flower_command", None) == "run":
-                    return cmd_flower_run(args)
-                if getattr(args, "flower_command", None) == "deploy":
-                    from fedsciml.cli import flower_deploy
-
-                    return flower_deploy.run(args)
-                parser.parse_args(["flower", "--help"])
-            if args.command == "bench":
-                if getattr(args, "bench_command", None) == "images":
-                    from fedsciml.cli import images as images_cli
-
-                    return images_cli.run(args)
-                parser.parse_args(["bench", "--help"])
+            return args._run(args)  # the subcommand's, set by its parser (set_defaults(_run=...))
     except (RunFailed, RoundFailed) as e:  # RoundFailed: a round of bench images that cannot go on
         print(f"error: {e}", file=sys.stderr)
         return EXIT_FAILED
@@ -1069,7 +1070,6 @@ def main(argv=None) -> int:
         print("interrupted" if not isinstance(e, Interrupted) or not e.kept else f"interrupted: {e.kept}",
               file=sys.stderr)
         return exit_status(e)
-    return 0
 
 
 def _command_inputs(args, argv: list, config=None) -> list:

@@ -27,8 +27,9 @@ chunked add ``n·p² + p³/3`` (Gram and Cholesky), kernel ``n²·p + n³/3``; m
 ``(CG iterations + Nyström rank)`` products per step (:data:`CG_ITERS_ESTIMATE` + the rank).  ``c_J`` and
 ``c_P`` per device kind (:data:`DEVICE_COSTS`) are measured, not guessed: on one CPU thread J took 1.8 s and a
 product 0.4 s for n·p = 4.1·10⁷ with GEMM at 23 GFLOP/s (``c_J`` ≈ 1 000, ``c_P`` ≈ 220); on one H100
-(``../shared/gpu/turn4.md``: n = 20 200, p = 2 337) a dense step took 22 ms and a matrix-free step (≈ 70 products)
-1.7 s, both launch-bound, so at ~50 TFLOP/s fp64 GEMM ``c_J`` ≈ ``c_P`` ≈ 2.4·10⁴.  The model is what makes
+(torch 2.11, ``solve poisson --dim 5 --n-interior 20000 --n-boundary 200 --budget 60`` with ``--lm-solve normal``
+and with ``matfree``: n = 20 200, p = 2 337) a dense step took 22 ms and a matrix-free step (≈ 70 products) 1.7 s,
+both launch-bound, so at ~50 TFLOP/s fp64 GEMM ``c_J`` ≈ ``c_P`` ≈ 2.4·10⁴.  The model is what makes
 ``chunked`` win over ``matfree`` while p² fits (on a GPU up to any p whose p×p matrix fits; on a CPU up to
 p ≈ 16 000), and the dense forms win whenever J fits.
 

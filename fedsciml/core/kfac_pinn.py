@@ -95,13 +95,14 @@ def _channels_forward(jet: Jet, theta: torch.Tensor, x: torch.Tensor, eps: Seque
     layers = net.unflatten(theta)
     last = len(layers) - 1
     n, d = x.shape
+    xm, s_in = net.map_input(x), net.input_scale(x)  # the fixed input map (if any): Jacobian diag(scale)
     if jet.kind == "jet":
-        eye = torch.eye(d, dtype=x.dtype, device=x.device).expand(n, d, d)
-        C = torch.cat([x.unsqueeze(1), eye, torch.zeros_like(x).unsqueeze(1)], 1)  # [n, d + 2, d]
+        eye = torch.eye(d, dtype=x.dtype, device=x.device) if s_in is None else torch.diag(s_in)
+        C = torch.cat([xm.unsqueeze(1), eye.expand(n, d, d), torch.zeros_like(x).unsqueeze(1)], 1)  # [n, d + 2, d]
         m = None if jet.n_lap is None else (torch.arange(d, device=x.device) < jet.n_lap).to(x.dtype)
         d2 = _SECOND_DERIVATIVES[net.activation]
     else:
-        C = x.unsqueeze(1)
+        C = xm.unsqueeze(1)
     inputs = []
     Z = C
     for i, (W, b) in enumerate(layers):

@@ -128,9 +128,11 @@ def _forward(spec: Taylor, layers, x: torch.Tensor, eps: Sequence[torch.Tensor] 
     """Every layer's input channels ``[n, S, w_in]`` and the last layer's output channels ``[n, S, C]``."""
     net = spec.net
     n, d = x.shape
-    chans = [x.unsqueeze(1)]
-    if spec.order >= 1:
-        chans.append(torch.eye(d, dtype=x.dtype, device=x.device).expand(n, d, d))
+    chans = [net.map_input(x).unsqueeze(1)]  # the fixed input map (if any): its Jacobian diag(scale) is the
+    if spec.order >= 1:                       # first-order channels' start, its second derivative zero
+        s_in = net.input_scale(x)
+        eye = torch.eye(d, dtype=x.dtype, device=x.device)
+        chans.append((eye if s_in is None else torch.diag(s_in)).expand(n, d, d))
     F = None
     if spec.order == 2:
         assert spec.functionals is not None

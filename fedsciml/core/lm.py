@@ -52,7 +52,8 @@ forms (``LMConfig.solve``):
   measured on Poisson d = 5 (n = 17 700, p = 2 337, one thread, CPU time): J
   1.8 s, JᵀJ 4.2 s, Cholesky 0.3 s, against 0.4 s per matrix-free product, so
   a rank-50 Nyström sketch alone (20 s) costs three dense steps; on an H100
-  the matrix-free step took 77× the dense one (``../shared/gpu/turn4.md``).
+  the matrix-free step took 77× the dense one (n = 20 200, the same network;
+  :mod:`fedsciml.core.forms` gives the runs).
 """
 from __future__ import annotations
 
@@ -181,6 +182,9 @@ class LevenbergMarquardt:
         self._choices: dict[tuple[int, int], forms.FormChoice] = {}  # (n, p) → the form chosen for that size
         self._device: tuple[torch.device | str, torch.dtype] | None = None  # where the first choice was made
         self._matfree: matfree.MatfreeConfig | None = None  # the matrix-free settings the first choice resolved
+        #: a time budget's test, asked before every CG product of a matrix-free solve: when it says so, :meth:`propose`
+        #: raises :class:`fedsciml.core.matfree.OutOfTime` and the state is as before the call (no half step)
+        self.stop: Callable[[], bool] | None = None
 
     @property
     def stats(self) -> GNStats:
@@ -307,7 +311,8 @@ class LevenbergMarquardt:
                 self._nystrom = (st, cast(matfree.Preconditioning, fac), float(fac.lambda_max()))  # type: ignore[attr-defined]
             else:
                 self._nystrom = (st, None, matfree.power_lambda_max(op.matvec, p, dtype=st.g.dtype,
-                                                                    device=st.g.device, generator=gen))
+                                                                    device=st.g.device, generator=gen,
+                                                                    stop=self.stop))
         return self._nystrom[1], self._nystrom[2]
 
     def _momentum_term(self) -> torch.Tensor | None:
@@ -335,7 +340,7 @@ class LevenbergMarquardt:
             self.last_cg_iters = 0
             return delta, pred
         res = matfree.damped_gn_step(self._op().matvec, st.g, mu, precond=ny.inverse(mu) if ny is not None else None,
-                                     rtol=mc.rtol, max_iters=mc.max_iters, rhs=rhs)
+                                     rtol=mc.rtol, max_iters=mc.max_iters, rhs=rhs, stop=self.stop)
         self.last_cg_iters = res.cg_iters
         self.cg_iters += res.cg_iters
         return res.delta, res.model_decrease

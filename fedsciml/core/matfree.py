@@ -153,6 +153,11 @@ class Nystrom:
         return apply
 
 
+class OutOfTime(Exception):
+    """A solve stopped by its time budget (the ``stop`` callable of :func:`cg` said so) before it finished: no
+    step came of it, so the caller keeps its last accepted point (``stop_reason`` ``budget``)."""
+
+
 @dataclass
 class CGResult:
     x: torch.Tensor
@@ -162,12 +167,14 @@ class CGResult:
 
 
 def cg(matvec: Vec, b: torch.Tensor, *, precond: Vec | None = None, rtol: float = 1e-10,
-       max_iters: int = 1000, x0: torch.Tensor | None = None) -> CGResult:
+       max_iters: int = 1000, x0: torch.Tensor | None = None, stop: Callable[[], bool] | None = None) -> CGResult:
     """Preconditioned conjugate gradients for an SPD ``A`` given as ``matvec``.
 
     Stops when ``‖b − A x‖ ≤ rtol·‖b‖`` or after ``max_iters`` iterations.  The
     residual is updated by the recurrence (no extra product); ``Ax`` is returned
     as ``b − residual`` so a caller can evaluate its quadratic model for free.
+    ``stop`` (a time budget's test) is asked before every product: when it says so, :class:`OutOfTime` is
+    raised — a budget overruns by at most one iteration, and no truncated solve is mistaken for a step.
     """
     if not rtol > 0:
         raise ValueError(f"CG rtol must be > 0, got {rtol}")
@@ -189,6 +196,8 @@ def cg(matvec: Vec, b: torch.Tensor, *, precond: Vec | None = None, rtol: float 
     it = 0
     rel = float(torch.linalg.norm(res)) / bnorm
     while rel > rtol and it < max_iters:
+        if stop is not None and stop():
+            raise OutOfTime(f"CG stopped by the time budget after {it} of at most {max_iters} iterations")
         Ad = matvec(d)
         dAd = float(d @ Ad)
         if not dAd > 0:
@@ -253,7 +262,8 @@ class StepResult:
 
 
 def damped_gn_step(matvec: Vec, g: torch.Tensor, mu: float, *, precond: Vec | None = None,
-                   rtol: float = 1e-10, max_iters: int = 500, rhs: torch.Tensor | None = None) -> StepResult:
+                   rtol: float = 1e-10, max_iters: int = 500, rhs: torch.Tensor | None = None,
+                   stop: Callable[[], bool] | None = None) -> StepResult:
     """``δ ≈ −(JᵀJ + μI)⁻¹ g`` by (preconditioned) CG on ``matvec = v ↦ JᵀJv``, and the model decrease.
 
     ``rhs`` replaces the right-hand side ``−g`` (SPRING momentum solves
@@ -261,7 +271,7 @@ def damped_gn_step(matvec: Vec, g: torch.Tensor, mu: float, *, precond: Vec | No
     decrease is always the Gauss–Newton model's at ``g``.
     The decrease ``−gᵀδ − ½δᵀJᵀJδ`` uses ``δᵀJᵀJδ = δᵀ(Aδ) − μ‖δ‖²`` with
     ``Aδ`` from CG's residual; for an exact solve with ``rhs = −g`` it equals
-    LM's ``½δᵀ(μδ − g)``.
+    LM's ``½δᵀ(μδ − g)``.  ``stop``: :func:`cg`'s (a time budget; :class:`OutOfTime` when it says so).
     """
     if not mu > 0:
         raise ValueError(f"the damped step needs μ > 0, got {mu}")
@@ -269,7 +279,7 @@ def damped_gn_step(matvec: Vec, g: torch.Tensor, mu: float, *, precond: Vec | No
     def A(v: torch.Tensor) -> torch.Tensor:
         return matvec(v) + mu * v
 
-    res = cg(A, -g if rhs is None else rhs, precond=precond, rtol=rtol, max_iters=max_iters)
+    res = cg(A, -g if rhs is None else rhs, precond=precond, rtol=rtol, max_iters=max_iters, stop=stop)
     d = res.x
     quad = float(d @ res.Ax) - mu * float(d @ d)
     dec = -float(g @ d) - 0.5 * quad
@@ -278,12 +288,14 @@ def damped_gn_step(matvec: Vec, g: torch.Tensor, mu: float, *, precond: Vec | No
 
 def power_lambda_max(matvec: Vec, p: int, *, iters: int = 20, dtype: torch.dtype = torch.float64,
                      device: torch.device | str = "cpu",
-                     generator: torch.Generator | None = None) -> float:
-    """An estimate (from below) of ``λ_max`` of a PSD operator by power iteration."""
+                     generator: torch.Generator | None = None, stop: Callable[[], bool] | None = None) -> float:
+    """An estimate (from below) of ``λ_max`` of a PSD operator by power iteration (``stop``: as :func:`cg`'s)."""
     v = torch.randn(p, dtype=dtype, device=device, generator=generator)
     v = v / torch.linalg.norm(v)
     lam = 0.0
-    for _ in range(iters):
+    for i in range(iters):
+        if stop is not None and stop():
+            raise OutOfTime(f"the power iteration stopped by the time budget after {i} of {iters} products")
         w = matvec(v)
         lam = float(v @ w)
         nw = float(torch.linalg.norm(w))

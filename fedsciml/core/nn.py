@@ -32,15 +32,31 @@ class MLP:
     ``model(theta, x)`` accepts ``x`` of shape ``[d_in]`` (one point, the shape
     ``torch.func`` transforms see under ``vmap``) or ``[n, d_in]``; a scalar
     output (d_out = 1) is squeezed, so a single point gives a 0-d tensor.
+
+    ``input_map = (shift, scale)`` (``d_in`` floats each, scales nonzero) puts a fixed affine map
+    ``x ↦ (x − shift) ⊙ scale`` before the first layer — no parameters, the same θ layout (a problem maps its
+    domain's bounding box to [−1, 1]; see ``input_scaling`` in docs/pde.md).  Every forward path applies it:
+    the call, :meth:`value_and_laplacian` and the K-FAC channel forwards, whose first-order input channels are
+    ``diag(scale)`` (an affine map has no second derivative).  ``None``: the raw inputs (the same operations
+    as a network without one, so the same bits).
     """
 
-    def __init__(self, sizes: Sequence[int], activation: str = "tanh", bias: bool = True):
+    def __init__(self, sizes: Sequence[int], activation: str = "tanh", bias: bool = True,
+                 input_map: tuple[Sequence[float], Sequence[float]] | None = None):
         sizes = [int(s) for s in sizes]
         if len(sizes) < 2 or any(s < 1 for s in sizes):
             raise ValueError(f"network sizes must be ≥ 2 positive integers, got {sizes}")
         if activation not in _ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; allowed: {sorted(_ACTIVATIONS)}")
         self.sizes = sizes
+        self.input_map: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+        if input_map is not None:
+            shift, scale = (tuple(float(v) for v in a) for a in input_map)
+            if len(shift) != sizes[0] or len(scale) != sizes[0] or not all(
+                    math.isfinite(v) for v in shift + scale) or any(v == 0 for v in scale):
+                raise ValueError(f"input_map must be (shift, scale) of {sizes[0]} finite floats each, scales "
+                                 f"nonzero; got {input_map!r}")
+            self.input_map = (shift, scale)
         self.activation = activation
         self.bias = bias
         self._act = _ACTIVATIONS[activation]
@@ -62,7 +78,22 @@ class MLP:
                 self._split_sizes.append(fan_out)
 
     def __repr__(self) -> str:
-        return f"MLP({self.sizes}, activation={self.activation!r}, params={self.n_params})"
+        m = "" if self.input_map is None else ", input_map=…"
+        return f"MLP({self.sizes}, activation={self.activation!r}, params={self.n_params}{m})"
+
+    def input_scale(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The map's ``scale [d_in]`` in ``x``'s dtype and device (``None`` without a map)."""
+        if self.input_map is None:
+            return None
+        return torch.tensor(self.input_map[1], dtype=x.dtype, device=x.device)
+
+    def map_input(self, x: torch.Tensor) -> torch.Tensor:
+        """``(x − shift) ⊙ scale`` (``x`` itself without a map): what the first layer reads."""
+        if self.input_map is None:
+            return x
+        shift, scale = self.input_map
+        return (x - torch.tensor(shift, dtype=x.dtype, device=x.device)) * torch.tensor(scale, dtype=x.dtype,
+                                                                                         device=x.device)
 
     def init(self, seed: int = 0, dtype: torch.dtype = torch.float64,
              device: torch.device | str = "cpu") -> torch.Tensor:
@@ -87,7 +118,7 @@ class MLP:
     def __call__(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         if theta.shape[-1] != self.n_params:
             raise ValueError(f"parameter vector has {theta.shape[-1]} entries, network needs {self.n_params}")
-        h = x
+        h = self.map_input(x)
         layers = self.unflatten(theta)
         last = len(layers) - 1
         for i, (W, b) in enumerate(layers):
@@ -129,14 +160,16 @@ class MLP:
         d2 = _SECOND_DERIVATIVES[self.activation]
         layers = self.unflatten(theta)
         last = len(layers) - 1
-        h = x
-        G = None  # ∂h/∂x; the identity at the input, applied implicitly in layer 0
-        L = None  # Δh; zero at the input
+        h = self.map_input(x)
+        s_in = self.input_scale(x)
+        G = None  # ∂h/∂x; diag(scale) (the identity without a map) at the input, applied implicitly in layer 0
+        L = None  # Δh; zero at the input (the map is affine)
         for i, (W, b) in enumerate(layers):
             z = h @ W.T
             if b is not None:
                 z = z + b
-            Gz = W.T.expand(x.shape[:-1] + W.T.shape) if G is None else G @ W.T
+            W0 = W.T if s_in is None or G is not None else s_in.unsqueeze(-1) * W.T
+            Gz = W0.expand(x.shape[:-1] + W0.shape) if G is None else G @ W.T
             Lz: torch.Tensor | None = None if L is None else L @ W.T
             if i < last:
                 h, s1, s2 = d2(z)

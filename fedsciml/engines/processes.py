@@ -167,6 +167,15 @@ def _serve(job: dict, cid: int, inp: BinaryIO, out: BinaryIO) -> None:
         _send(out, _CPU.pack(time.process_time()) + body)
 
 
+def _exit_code(proc) -> int | None:
+    """The exit code of a client process whose pipe just closed: it may not be reaped yet (``poll()`` then says
+    ``None``, and the line read "exit code None"), so wait a moment for it."""
+    try:
+        return proc.wait(2.0)
+    except subprocess.TimeoutExpired:
+        return proc.poll()
+
+
 def _exchange(procs: dict, cids: Sequence, data: bytes | None, timeout: float) -> tuple[dict, dict]:
     """Send ``data`` (a message; ``None``: nothing) to each of ``cids``' processes and read one message from each,
     all at once and without blocking on any one of them (a client that stopped reading or whose reply fills its
@@ -206,7 +215,7 @@ def _exchange(procs: dict, cids: Sequence, data: bytes | None, timeout: float) -
             except OSError:
                 chunk = b""
             if not chunk:
-                failed[c] = f"its process ended (exit code {procs[c].poll()})"
+                failed[c] = f"its process ended (exit code {_exit_code(procs[c])})"
                 del reads[fd]
                 continue
             buf = bufs[c]

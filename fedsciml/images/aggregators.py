@@ -63,7 +63,7 @@ class FIPAComplementAggregator(FIPAAggregator):
                          weighting="samples", **kw)
         self.beta_rel, self.tail = beta_rel, tail
 
-    def aggregate(self, theta, messages):
+    def aggregate(self, theta, messages, server_round: int | None = None):
         if not messages:
             raise ValueError("no client messages to aggregate")
         w = self._weights(messages)
@@ -71,7 +71,7 @@ class FIPAComplementAggregator(FIPAAggregator):
         lam_max = max(wi * float(m["lam"].max()) for wi, m in zip(w, msgs))
         if not self.tail:
             self.beta = max(self.beta_rel * lam_max, torch.finfo(theta.dtype).tiny)
-            return super().aggregate(theta, messages)
+            return super().aggregate(theta, messages, server_round)
         taus = [float(m["lam"].min()) for m in msgs]
         beta0 = sum(wi * t for wi, t in zip(w, taus)) + self.beta_rel * lam_max
         deltas = [m["delta"] for m in msgs]
@@ -179,7 +179,7 @@ class FedFishAggregator(Aggregator):
             avg = sum(w) * rule.combine(torch.stack(deltas), w)
         return torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), avg)
 
-    def aggregate(self, theta, messages):
+    def aggregate(self, theta, messages, server_round: int | None = None):
         if not messages:
             raise ValueError("no client messages to aggregate")
         delta = self.merged_delta(messages)
@@ -202,8 +202,8 @@ class FedAvgAdamAggregator(FedAvgAggregator):
         super().__init__(**kw)
         self.adam = ServerAdam(server_lr, betas, eps)
 
-    def aggregate(self, theta, messages):
-        step = super().aggregate(torch.zeros_like(theta), messages)  # 0 + 1·Δ: exactly FedAvg's mean delta
+    def aggregate(self, theta, messages, server_round: int | None = None):
+        step = super().aggregate(torch.zeros_like(theta), messages, server_round)  # 0 + 1·Δ: exactly FedAvg's mean delta
         return self.adam.step(theta, step)
 
     def state_dict(self):
@@ -227,7 +227,7 @@ class FisherMergeAggregator(Aggregator):
     def schema(self):
         return Schema({"w": Field(("p",)), **Diagonal.fields(), "n": Field((1,), positive=True)})
 
-    def aggregate(self, theta, messages):
+    def aggregate(self, theta, messages, server_round: int | None = None):
         if not messages:
             raise ValueError("no client messages to aggregate")
         w = _stack_weights(messages)
@@ -346,7 +346,7 @@ class FedFisherAggregator(Aggregator):
             return res
         return op
 
-    def aggregate(self, theta, messages):
+    def aggregate(self, theta, messages, server_round: int | None = None):
         if not messages:
             raise ValueError("no client messages to aggregate")
         w, ops = self.operators(messages)
@@ -407,7 +407,7 @@ class RegMeanAggregator(Aggregator):
             t._scatter(out, i, W)
         return out
 
-    def aggregate(self, theta, messages):
+    def aggregate(self, theta, messages, server_round: int | None = None):
         if not messages:
             raise ValueError("no client messages to aggregate")
         best, best_s, why = None, -math.inf, []
@@ -534,7 +534,7 @@ class FedBEnsAggregator(Aggregator):
             return -total
         return f
 
-    def aggregate(self, theta, messages):
+    def aggregate(self, theta, messages, server_round: int | None = None):
         if not messages:
             raise ValueError("no client messages to aggregate")
         f = self.neg_log_posterior(messages)

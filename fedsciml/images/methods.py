@@ -448,7 +448,7 @@ class OneShotImageStrategy(Strategy):
         self.floats = sum(floats_in(m) for m in ok.values()) / len(ok)
         self.client_s = sum(replies.metrics[c]["train_s"] + replies.metrics[c]["message_s"] for c in ok)
         t0 = time.perf_counter()
-        self.theta = self.agg.aggregate(self.inits[0], ok)
+        self.theta = self.agg.aggregate(self.inits[0], ok, server_round=k)
         self.server_s = time.perf_counter() - t0
         return {"answered": len(ok)}
 
@@ -748,7 +748,7 @@ class ImageRoundStrategy(Strategy):
         self.floats.append(sum(floats_in(m) for m in ok.values()) / len(ok))
         self.client_s += sum(replies.metrics[c]["seconds"] for c in ok)
         t0 = time.perf_counter()
-        self.theta = self.agg.aggregate(self.theta, ok)
+        self.theta = self.agg.aggregate(self.theta, ok, server_round=k)
         self.server_s += time.perf_counter() - t0
         return {"answered": len(ok), "rejected_clients": sorted(replies.rejected)}
 

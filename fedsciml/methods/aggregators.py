@@ -92,7 +92,11 @@ class Aggregator:
                 enrolled.setdefault(cid, float(msg["n"].reshape(-1)[0]))
         return ok, bad
 
-    def aggregate(self, theta: torch.Tensor, messages: Mapping) -> torch.Tensor:  # pragma: no cover
+    def aggregate(self, theta: torch.Tensor, messages: Mapping,
+                  server_round: int | None = None) -> torch.Tensor:  # pragma: no cover - interface
+        """The next global parameters from round ``server_round``'s accepted ``messages`` (``{client id: message}``)
+        at the broadcast ``theta``.  ``server_round`` counts the run's rounds from 1, as Flower's ``server_round``
+        (a schedule keyed on the round needs nothing else); None outside a run."""
         raise NotImplementedError
 
     def state_dict(self) -> dict:
@@ -182,7 +186,7 @@ class FedAvgAggregator(Aggregator):
     def schema(self):
         return Schema({"delta": Field(("p",)), "n": Field((1,), positive=True)})
 
-    def aggregate(self, theta, messages):
+    def aggregate(self, theta, messages, server_round: int | None = None):
         if not messages:
             raise ValueError("no client messages to aggregate")
         w = self.sample_weights(messages)
@@ -304,7 +308,7 @@ class FIPAAggregator(Aggregator):
             return sum(w) * rule.combine(C, w)
         return rhs
 
-    def aggregate(self, theta, messages):
+    def aggregate(self, theta, messages, server_round: int | None = None):
         if not messages:
             raise ValueError("no client messages to aggregate")
         w = self._weights(messages)

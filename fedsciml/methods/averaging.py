@@ -58,6 +58,9 @@ class AveragingStrategy(Strategy):
     """Sampled clients send local updates; ``aggregator`` merges them (FedAvg's weighted mean)."""
 
     name = "fedavg"
+    #: the query each sampled client is sent (its handler answers ``{"delta", "n", ...}``): a method whose clients
+    #: answer another query (their own local step) sets this and keeps :meth:`configure_round`
+    query: ClassVar[str] = "update"
 
     def __init__(self, aggregator, local: LocalConfig, seed: int = 0):
         self.agg = aggregator
@@ -82,18 +85,18 @@ class AveragingStrategy(Strategy):
             return None
         theta = self.theta
         p = theta.numel()
-        return Exchange(answering, Request("update", {"theta": theta}, self.request_config(run, k)),
+        return Exchange(answering, Request(self.query, {"theta": theta}, self.request_config(run, k)),
                         lambda m: self.agg.validate(m, p, theta.dtype), down_floats=self.down_floats(p))
 
     # --- aggregation --------------------------------------------------------------
-    def merge(self, theta, ok: dict):
-        """The next global parameters from the accepted messages."""
-        return self.agg.aggregate(theta, ok)
+    def merge(self, theta, ok: dict, k: int | None = None):
+        """The next global parameters from round ``k``'s accepted messages."""
+        return self.agg.aggregate(theta, ok, server_round=k)
 
     def aggregate_round(self, run, k, replies: Replies):
         if not replies.ok:
             run.fail("aggregation")
-        self.theta = self.merge(self.theta, replies.ok)
+        self.theta = self.merge(self.theta, replies.ok, k)
         return {"answered": len(replies.ok)}
 
     def resampled(self, run):

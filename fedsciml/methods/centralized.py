@@ -43,7 +43,7 @@ import torch
 from fedsciml.options import StopOptions, display, option
 from fedsciml.core.kfac_forms import factors_of, has_jets, require_jets
 from fedsciml.core.forms import KFAC_MIN_PARAMS
-from fedsciml.core.matfree import GNOperator, MatfreeConfig
+from fedsciml.core.matfree import GNOperator, MatfreeConfig, OutOfTime
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.core.stats import chunked_gn_stats
 from fedsciml.runtime.history import Recorder
@@ -271,6 +271,7 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
         lm.mu = cfg.mu * obj.n_residuals
     avg = lm.theta.clone() if cfg.average is not None and lm.theta is not None else None
     rec.record(0, lm.theta, lm.loss, mu=lm.mu)
+    lm.stop = rec.out_of_time  # the budget is asked inside a step too: before every CG product
     n = obj.n_residuals
     it = 0
     held = 0  # the resample whose points obj holds
@@ -293,7 +294,11 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
             reason = damping_ceiling(lm.cfg.mu_max)
             log.warning(ceiling_warning("centralized lm", it, lm.loss / obj.n_residuals, lm.cfg.mu_max))
             break
-        trial = lm.propose()
+        try:
+            trial = lm.propose()
+        except OutOfTime:  # the budget ran out inside the solve: no step came of it, θ is the last accepted
+            reason = rec.stop_reason or "budget"
+            break
         matfree_step = lm.stats.op is not None
         expires = cfg.resample_index(it + 2) != held  # the next step runs on fresh points
         extra: dict = {}
@@ -309,12 +314,14 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
             if cfg.lm.momentum > 0:
                 lm.momentum_direction = lm.theta - trial
             lm.theta = trial
-            lm.stats = deferred_stats(trial_loss, lm.stats) if expires else stats_at(trial)
+            lm.stats = deferred_stats(trial_loss, lm.stats) if expires or rec.out_of_time() else stats_at(trial)
             lm.accepted_steps += 1
             accepted = True
             extra["eta"] = eta
         else:
             trial_loss = float(obj.loss(trial))
+            if rec.out_of_time():  # a finished step, judged; no statistics at it: no step follows
+                expires = True
             if expires:
                 # the next step takes its statistics on the new points: none are formed at the trial
                 accepted = lm.observe(trial_loss, lambda: deferred_stats(trial_loss, lm.stats))

@@ -86,8 +86,8 @@ class ServerOptAggregator(FedAvgAggregator):
         self.v: torch.Tensor | None = None
         self.t = 0
 
-    def aggregate(self, theta: torch.Tensor, messages) -> torch.Tensor:
-        delta = super().aggregate(theta, messages) - theta
+    def aggregate(self, theta: torch.Tensor, messages, server_round: int | None = None) -> torch.Tensor:
+        delta = super().aggregate(theta, messages, server_round) - theta
         if self.m is None:
             self.m = torch.zeros_like(theta)
             self.v = torch.full_like(theta, self.tau ** 2)

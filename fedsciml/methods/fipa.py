@@ -262,7 +262,7 @@ class FIPAStrategy(AveragingStrategy):
                     self.theta = self.prev_theta
                 else:
                     self.agg.beta = self.beta
-                    self._propose(self.prev_theta, self.prev_msgs)
+                    self._propose(self.prev_theta, self.prev_msgs, k)
                 return extra
             if self.beta is None and ok:
                 self.beta = self.lm_tau * max(_max_diag(m) for m in ok.values())
@@ -275,7 +275,7 @@ class FIPAStrategy(AveragingStrategy):
             self.agg.beta = self.beta
         if not ok:
             run.fail("aggregation")
-        self._propose(theta, ok)
+        self._propose(theta, ok, k)
         if self.adaptive is not None:
             w = self.agg.sample_weights(ok)
             self.gnorm = sum(w[c] * float(m["gnorm"][0]) for c, m in ok.items())
@@ -295,10 +295,10 @@ class FIPAStrategy(AveragingStrategy):
         return {"cg_iters": its, "cg_rel_residual": max(float(m["cg_rel_residual"]) for m in got),
                 "gn_products": sum(int(m["products"]) for m in got), "matfree_clients": len(got)}
 
-    def _propose(self, theta, ok):
+    def _propose(self, theta, ok, k: int | None = None):
         """Merge ``ok`` (the messages at ``theta``) into the next global θ; with the safeguard, keep the
         predicted decrease ``½ δᵀ(b + βδ)``, ``b = Σ Ĥ_m Δθ_m ≈ −g``, of the merged step δ."""
-        new = self.merge(theta, ok)
+        new = self.merge(theta, ok, k)
         if self.safeguard:
             step = new - theta
             b = self.agg.rhs if self.agg.rhs is not None else _merge_rhs(ok, theta.numel())  # the merge's own b

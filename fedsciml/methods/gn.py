@@ -104,7 +104,7 @@ from fedsciml.options import OptionError, RoundOptions, display, option
 from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, deferred_stats, federated_form  # noqa: F401
 from fedsciml.core.lm import ceiling_warning, damping_ceiling, default_tau
 from fedsciml.core.kfac_forms import has_jets, require_jets
-from fedsciml.core.matfree import MatfreeConfig
+from fedsciml.core.matfree import MatfreeConfig, OutOfTime
 from fedsciml.methods.run import RunContext, capped_rank, strategy_runner
 
 log = logging.getLogger(__name__)
@@ -375,7 +375,7 @@ class GNAggregator(Aggregator):
             g += messages[c]["g"]
         return GNStats(H=linalg.unpack_upper(Hp, p), g=g, loss=loss, n=n)
 
-    def aggregate(self, theta, messages):  # pragma: no cover - gn aggregates statistics, not parameters
+    def aggregate(self, theta, messages, server_round=None):  # pragma: no cover - gn sums statistics, not parameters
         raise NotImplementedError("federated GN sums statistics (aggregate_stats) and steps with LevenbergMarquardt")
 
 
@@ -607,7 +607,10 @@ class GNStrategy(Strategy):
         if self.lm.stats.op is None:  # restored from a checkpoint: bind the operator to this run
             self.lm.stats.op = _FederatedOperator(self, self.lm.theta)
         cg0 = self.lm.cg_iters
+        self.lm.stop = run.out_of_time  # the budget is asked before every CG exchange
         trial = self.lm.propose()
+        if run.out_of_time():  # spent in the solve: the trial's exchange (every client's gradient) is not started
+            raise OutOfTime("the time budget ran out in the CG solve of a matrix-free Gauss–Newton round")
         if self.exchange == "one" and not self.points_expire:  # the trial's loss comes with its gradient
             grads = self._matfree_grads(run, trial, send=True)
             loss = GNAggregator.total_loss(grads)

@@ -19,13 +19,13 @@ run seed and j (same seed: same points; every resample: different points; j = 0 
   offer it (one clear error).
 
 Growing batches (``grow=F``, ``grow_every=E``, ``grow_cap=C``; :class:`Growth`): the points drawn at resample j
-(after step or round jK) are ``n_k = min(C, round(n_0·F^⌊jK/E⌋))`` interior points per client (the problem's
+(after step or round jK) are ``n_k = min(C, round(n_0·F^⌊jK/E⌋))`` interior points in total (the problem's
 ``n_interior`` option; a ``n_boundary`` option grows by the same factor), so the error is not floored by one
-point set and early steps stay cheap — collocation that converges (issue 28).  Without ``grow`` the code path
+point set and early steps stay cheap — collocation that converges.  Without ``grow`` the code path
 is the one before (the same bits).
 
 The history rows carry ``resample`` (the index j of the points in use) from the first resample on, and
-``points`` (interior points per client) once the points have grown.  Where
+``points`` (interior points in total) once the points have grown.  Where
 the round loop measures a row's monitoring loss on the next round's exchange at the same θ (FIPA, FedAvg:
 :mod:`fedsciml.runtime.loop`), the row just before a resample reports the loss at its θ on the new points.
 """
@@ -62,7 +62,7 @@ def check_resample(problem: Any, every: int | None) -> None:
 
 @dataclass(frozen=True)
 class Growth:
-    """Growing batches: ``factor`` > 1 every ``every`` steps or rounds, up to ``cap`` interior points per client."""
+    """Growing batches: ``factor`` > 1 every ``every`` steps or rounds, up to ``cap`` interior points in total."""
 
     factor: float
     every: int
@@ -77,7 +77,7 @@ class Growth:
             raise ValueError(f"grow_cap must be ≥ 1 interior point, got {self.cap}")
 
     def points(self, n0: int, step: int) -> int:
-        """Interior points per client of points drawn after ``step`` steps or rounds: ``min(cap, n0·F^⌊step/E⌋)``."""
+        """Interior points (in total) of points drawn after ``step`` steps or rounds: ``min(cap, n0·F^⌊step/E⌋)``."""
         k = max(0, int(step)) // int(self.every)
         cap = self.cap if self.cap is not None else math.inf
         if n0 >= cap or k == 0:
@@ -86,7 +86,7 @@ class Growth:
         if log_n >= math.log(cap):
             return int(cap)
         if log_n > math.log(2.0**62):
-            raise ValueError(f"the growth factor {self.factor:g} reaches more than 2**62 interior points per client "
+            raise ValueError(f"the growth factor {self.factor:g} reaches more than 2**62 interior points in total "
                              f"after {step} steps or rounds; give grow_cap")
         return int(round(math.exp(log_n)))
 
@@ -100,7 +100,7 @@ class Growth:
 def resampled_objectives(problem: Any, n_clients: int, seed: int, j: int, device: Any,
                          growth: Growth | None = None, every: int = 1) -> list:
     """Every client's objective on the points of resample ``j`` (drawn after ``j·every`` steps or rounds; with
-    ``growth``, ``growth.points(n_interior, j·every)`` interior points per client)."""
+    ``growth``, ``growth.points(n_interior, j·every)`` interior points in total)."""
     if growth is not None:
         problem = grown(problem, growth.points(int(problem.options["n_interior"]), j * every))
     return problem.client_objectives(n_clients, seed=resample_seed(seed, j), device=device)

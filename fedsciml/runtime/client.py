@@ -124,7 +124,7 @@ class Client:
 
     if not TYPE_CHECKING:  # invisible to mypy: a misspelt attribute of a Client stays a type error
         def __getattr__(self, name: str):
-            if name in _MOVED_METHODS:  # FIPA's and FedAvg's local training left the runtime (issue 32)
+            if name in _MOVED_METHODS:  # FIPA's and FedAvg's local training left the runtime
                 raise AttributeError(f"Client.{name} moved to {_MOVED_METHODS[name]} (the local-training "
                                      f"methods' client half is fedsciml.methods.local)")
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -282,7 +282,7 @@ register_handler(Client, "gn_stats", _answer_gn_stats,
 
 
 #: the client half of FIPA / FedAvg / FedProx that this module held until it moved to
-#: ``fedsciml.methods.local`` (issue 32): its names, and the Client methods that became its functions
+#: ``fedsciml.methods.local``: its names, and the Client methods that became its functions
 _MOVED = ("LocalConfig", "Spectrum", "AdaptiveSchedule", "gram_matmat", "LOCAL_SOLVERS", "LOCAL_LOSSES", "SKETCHES")
 _MOVED_METHODS = {"update_message": "fedsciml.methods.local.local_update(client, theta, cfg, ...), which returns "
                                     "(message, info)",

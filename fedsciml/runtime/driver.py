@@ -390,7 +390,7 @@ def _grown_for_estimate(problem, config: MethodConfig):
     if steps is None:
         if cap is None:
             raise OutOfMemory(f"{given} and no {display('grow_cap')}: with a time budget only, the points grow "
-                              f"without bound; give {display('grow_cap')} N (interior points per client) or a "
+                              f"without bound; give {display('grow_cap')} N (interior points in total) or a "
                               f"number of {unit}s")
         n = max(n0, int(cap))
         at = "at the cap"
@@ -406,9 +406,9 @@ def _grown_for_estimate(problem, config: MethodConfig):
     if n <= n0:
         return problem, ""
     if n >= 2**62:
-        raise OutOfMemory(f"{given}: the points grow past 2**62 interior points per client {at}; give "
+        raise OutOfMemory(f"{given}: the points grow past 2**62 interior points {at}; give "
                           f"{display('grow_cap')} N")
-    return grown(problem, n), f"{given}: {n:,} interior points per client {at}; "
+    return grown(problem, n), f"{given}: {n:,} interior points in total {at}; "
 
 
 def _pde_rows(problem, clients: int, rows: int) -> int:
@@ -644,11 +644,12 @@ def _run_plan(p: Plan) -> Result:
 
 
 @contextmanager
-def keep_partial(p: Plan, clients: int, t0: float) -> Iterator[None]:
+def keep_partial(p: Plan, clients: int, t0: float, engine: Callable | None = None) -> Iterator[None]:
     """A run stopped by Ctrl-C/SIGTERM or a failed round whose exception carries ``partial = (θ, rows, info)``
     (the round loop's, the centralized solvers'): ``e.result`` is set to the :class:`Result` of it (final
     metrics at that θ, ``stop_reason`` ``"interrupted"``/``"failed"``), for the caller to write
-    (:mod:`fedsciml.runtime.interrupt`)."""
+    (:mod:`fedsciml.runtime.interrupt`).  ``engine``: gives the engine's record (``info["engine"]``) of a run
+    over one, as a finished run has it."""
     try:
         yield
     except BaseException as e:
@@ -656,6 +657,8 @@ def keep_partial(p: Plan, clients: int, t0: float) -> Iterator[None]:
         if partial is not None and getattr(e, "result", None) is None:
             theta, rows, info = partial
             try:
+                if engine is not None:
+                    info = {**info, "engine": engine()}
                 e.result = run_result(p, clients, theta, rows, info, time.perf_counter() - t0, {})  # type: ignore[attr-defined]
             except Exception as why:  # noqa: BLE001 - the partial result is a by-product: the stop itself is raised
                 logging.getLogger(__name__).warning("the partial result could not be made: %s: %s",
@@ -705,12 +708,16 @@ def run_connected(p: Plan, connect: Callable) -> Result:
             if o.n_params != theta0.numel():
                 raise ValueError(f"client {c}: its objective has {o.n_params} parameters, the model {theta0.numel()}")
         t0 = time.perf_counter()
-        with keep_partial(p, clients, t0):
+        own = getattr(transport, "engine_info", None)
+
+        def engine_record() -> dict:
+            return {"name": p.engine, **(own() if callable(own) else {})}
+
+        with keep_partial(p, clients, t0, engine_record):
             theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
                                        progress=p.progress, every=p.every, transport=transport)
         wall = time.perf_counter() - t0
-        own = getattr(transport, "engine_info", None)
-        info["engine"] = {"name": p.engine, **(own() if callable(own) else {})}
+        info["engine"] = engine_record()
         final = getattr(transport, "final_metrics", None)
         metrics = final(problem, theta) if callable(final) else {}
     finally:

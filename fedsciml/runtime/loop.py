@@ -62,6 +62,7 @@ import torch
 
 from fedsciml.options import RoundOptions, defaults_of
 from fedsciml.runtime import checkpoint as ckpt
+from fedsciml.core.matfree import OutOfTime
 from fedsciml.core.schema import floats_in
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.transport import Failure, LocalTransport, Reply, Request, Transport
@@ -224,6 +225,11 @@ class Simulation:
     def time_left(self) -> float | None:
         """Seconds of the budget left (``None`` without a budget); sent to clients as a deadline."""
         return self.rec.time_left()
+
+    def out_of_time(self) -> bool:
+        """The budget is spent (or a callback asked the run to stop): a strategy asks it inside a long round and
+        raises :class:`fedsciml.core.matfree.OutOfTime` to end the run there, its round not applied."""
+        return self.rec.out_of_time()
 
     def paused(self):
         """Context manager: time inside is not solver time (monitoring, checkpoint writing)."""
@@ -615,6 +621,11 @@ class Simulation:
             except _Converged:  # the last row's loss met tol: this round is not run (nothing of it counts)
                 self.round_index, self.skipped_rounds = k - 1, skipped
                 reason = "tol"
+                break
+            except OutOfTime:  # the budget ran out inside the round (a strategy's solve asks it): no step came of
+                # it and θ is the last finished round's; what it sent stays counted (it was sent)
+                self.round_index, self.skipped_rounds = k - 1, skipped
+                reason = self.rec.stop_reason or "budget"
                 break
             finally:
                 self._in_round = False

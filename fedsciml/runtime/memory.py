@@ -56,7 +56,7 @@ def residual_graph(d_in: int, sizes: Sequence[int], p: int) -> tuple[float, str]
 
 
 def grown(problem: Any, n_interior: int) -> Any:
-    """``problem`` with ``n_interior`` interior points per client (a ``n_boundary`` option scaled by the same
+    """``problem`` with ``n_interior`` interior points (a total) (a ``n_boundary`` option scaled by the same
     factor, at least 1); the problem itself when that is its own size.  A shallow copy: the network, the exact
     solution and the test set are shared."""
     opts = getattr(problem, "options", {})

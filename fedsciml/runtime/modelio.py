@@ -7,7 +7,9 @@ Format (simple on purpose, so that any language reads it):
   to use the tensors.  ``kind`` says how:
 
   - ``"field"`` — a network ``u(x)``: tensor ``theta`` (the flat parameter vector, float64), and
-    ``architecture`` ``{"type": "mlp", "sizes": [...], "activation": ...}``, ``outputs`` (component
+    ``architecture`` ``{"type": "mlp", "sizes": [...], "activation": ..., "input_map": {"shift", "scale"}}``
+    (the map optional: the fixed affine map of the inputs; a time-marched model's ``window_input_maps``
+    give each window's own), ``outputs`` (component
     names), ``inputs`` (axis names), ``evaluation`` (``"batch"``: the network on the whole batch, as
     :class:`~fedsciml.problems.base.FieldProblem` evaluates it; ``"pointwise"``: ``vmap`` over points, as
     :class:`~fedsciml.problems.domain.DomainPDE` does — the loader repeats the run's own operations,
@@ -26,6 +28,7 @@ a callable by its kind.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -189,6 +192,7 @@ def _expected_field(meta: dict, path: str) -> dict[str, tuple]:
     if arch.get("activation") not in _ACTIVATIONS:
         raise ModelFileError(f"{path!r}: unknown activation {arch.get('activation')!r}; allowed: "
                              f"{sorted(_ACTIVATIONS)}")
+    _input_map(arch, path, sizes[0])
     p = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
     n_net = _int(meta, "n_network_params", path, 1, 2**40) if "n_network_params" in meta else p
     if n_net != p:
@@ -203,7 +207,38 @@ def _expected_field(meta: dict, path: str) -> dict[str, tuple]:
     if len(ins) != sizes[0] or (meta.get("evaluation") == "pointwise" and len(outs) != sizes[-1]):
         raise ModelFileError(f"{path!r}: inputs {ins} / outputs {outs} do not match the architecture {sizes}")
     one = p + len(coefs) + sum(_field_sizes(meta, path, ins).values())
-    return {"theta": (one * len(_window_edges(meta, path) or [0]),)}
+    windows = _window_edges(meta, path)
+    if windows is not None:
+        _window_maps(meta, path, sizes[0], len(windows))
+    elif "window_input_maps" in meta:
+        raise ModelFileError(f"{path!r}: window_input_maps without time_windows")
+    return {"theta": (one * len(windows or [0]),)}
+
+
+def _input_map(arch: dict, path: str, d: int) -> tuple | None:
+    """An architecture's fixed input map ``(shift, scale)`` (``arch["input_map"]``: d finite floats each, scales
+    nonzero; :class:`~fedsciml.core.nn.MLP`), or ``None`` where it has none."""
+    m = arch.get("input_map")
+    if m is None:
+        return None
+    ok = isinstance(m, dict) and set(m) == {"shift", "scale"} and all(
+        isinstance(m[k], list) and len(m[k]) == d and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                          and math.isfinite(v) for v in m[k]) for k in m)
+    if not ok or any(v == 0 for v in m["scale"]):
+        raise ModelFileError(f"{path!r}: input_map must be {{shift, scale}} of {d} finite numbers each (scales "
+                             f"nonzero), got {m!r:.120}")
+    return (m["shift"], m["scale"])
+
+
+def _window_maps(meta: dict, path: str, d: int, K: int) -> list | None:
+    """A time-marched model's per-window input maps (``meta["window_input_maps"]``: one architecture input map
+    per window, each window's own box), or ``None``."""
+    ms = meta.get("window_input_maps")
+    if ms is None:
+        return None
+    if not isinstance(ms, list) or len(ms) != K:
+        raise ModelFileError(f"{path!r}: window_input_maps must give one input map per window ({K}), got {ms!r:.120}")
+    return [_input_map({"input_map": m}, path, d) for m in ms]
 
 
 def _window_edges(meta: dict, path: str) -> list[tuple[float, float]] | None:
@@ -238,6 +273,7 @@ def _field_sizes(meta: dict, path: str, inputs: list) -> dict[str, int]:
                 or not all(isinstance(a, str) and a in inputs for a in ins)):
             raise ModelFileError(f"{path!r}: field {name!r} must give an mlp architecture (sizes ending in 1, a known "
                                  f"activation) and its inputs among {inputs}; got {f!r:.120}")
+        _input_map(arch, path, sizes[0])
         out[name] = sum((a + 1) * b for a, b in zip(sizes[:-1], sizes[1:]))
     return out
 
@@ -380,7 +416,7 @@ def _load_field(tensors: dict, meta: dict) -> Callable:
     if meta.get("ansatz"):
         raise ModelFileError(f"the model of problem {meta.get('problem')!r} has a hard-constraint ansatz: load it with "
                              f"its problem, fs.load_model(DIR, problem=...)")
-    net = MLP(arch["sizes"], arch["activation"])
+    net = MLP(arch["sizes"], arch["activation"], input_map=_input_map(arch, "model.json", arch["sizes"][0]))
     if meta.get("time_windows"):
         return _load_windows(net, tensors["theta"], meta)
     theta = tensors["theta"][: net.n_params]
@@ -397,7 +433,9 @@ def _load_windows(net: Any, theta: torch.Tensor, meta: dict) -> Callable:
     K = len(edges) - 1
     parts = theta.reshape(K, -1)
     evaluation, n_out = meta.get("evaluation", "batch"), len(meta.get("outputs", [""]))
-    fns = [field_callable(net, parts[k][: net.n_params], evaluation, n_out) for k in range(K)]
+    maps = _window_maps(meta, "model.json", net.sizes[0], K)  # each window's own box where the run mapped inputs
+    nets = [net] * K if maps is None else [type(net)(net.sizes, net.activation, input_map=m) for m in maps]
+    fns = [field_callable(nets[k], parts[k][: net.n_params], evaluation, n_out) for k in range(K)]
     inner = torch.tensor(edges[1:-1], dtype=theta.dtype)
     d = net.sizes[0]
 
@@ -428,7 +466,8 @@ def field_functions(theta: torch.Tensor, meta: dict) -> dict[str, Callable]:
     p += len(meta.get("coefficients", {}))
     out = {}
     for name, f in meta["fields"].items():
-        net = MLP(f["architecture"]["sizes"], f["architecture"]["activation"])
+        fa = f["architecture"]
+        net = MLP(fa["sizes"], fa["activation"], input_map=_input_map(fa, "model.json", fa["sizes"][0]))
         th = theta[p: p + net.n_params]
         p += net.n_params
         sel = torch.tensor([inputs.index(a) for a in f["inputs"]])

@@ -1,4 +1,4 @@
-"""A held-out validation residual beside the training loss (PINN problems; issue 36 item 3).
+"""A held-out validation residual beside the training loss (PINN problems).
 
 A PINN is trained on a finite set of collocation points.  When the points are fewer than the network's
 parameters, Levenberg–Marquardt (or any optimizer run long enough) interpolates them: the training loss falls to

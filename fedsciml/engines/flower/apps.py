@@ -247,7 +247,7 @@ def _node_objective(job: dict, pid: int, node_config) -> tuple[LeastSquares, obj
     except Exception as e:  # noqa: BLE001 - a file this node was allowed to read: its content stays here
         _log.warning("partition %s: its table could not be read: %s", pid, e)
         raise NodeDataError("this node's table could not be read (the node's log has the reason)") from None
-    torch.manual_seed(int(job.get("seed", 0)))  # as runner.solve does before building the objectives
+    torch.manual_seed(int(job.get("seed", 0)))  # as the driver does before building them (runtime/driver.py)
     objs = problem.client_objectives(K, seed=int(job.get("seed", 0)), device=device)
     # the split draws every client's points at once: keep it, so that another partition this process is sent
     # (Ray hands each message to whichever worker is free) does not draw all K again
@@ -394,7 +394,7 @@ def _make_client_app():
 
 def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, device="cpu", progress: bool = False,
                 timeout_s: float = 300.0, connect_timeout_s: float = 300.0, job_extra: dict | None = None,
-                stop=None, message_ttl_s: float | None = None, **options):
+                stop=None, message_ttl_s: float | None = None, dead_after_s: float | None = None, **options):
     """Run ``method`` on ``problem`` with its clients on the Flower nodes of ``grid``; returns a Result.
 
     The driver's run (:func:`fedsciml.runtime.driver.plan` and :func:`~fedsciml.runtime.driver.run_connected`:
@@ -415,7 +415,8 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
     def connect(job: dict, n_clients: int) -> FlowerTransport:
         return FlowerTransport(grid, {**job, **(job_extra or {})}, n_clients, timeout_s=timeout_s,
                                connect_timeout_s=connect_timeout_s, device=p.device,
-                               log=stderr_log if progress else None, stop=stop, message_ttl_s=message_ttl_s)
+                               log=stderr_log if progress else None, stop=stop, message_ttl_s=message_ttl_s,
+                               dead_after_s=dead_after_s)
 
     return run_connected(p, connect)
 
@@ -452,7 +453,8 @@ def run_job(grid, job: dict):
     return run_on_grid(grid, problem, job.get("method", "fipa"), int(job["clients"]), seed=int(job.get("seed", 0)),
                        progress=bool(job.get("progress", True)), timeout_s=float(job.get("timeout", 300.0)),
                        connect_timeout_s=float(job.get("connect_timeout", 300.0)),
-                       message_ttl_s=job.get("message_ttl"), **job.get("options", {}))
+                       message_ttl_s=job.get("message_ttl"), dead_after_s=job.get("dead_after"),
+                       **job.get("options", {}))
 
 
 def serve(grid, run_config):
@@ -462,7 +464,11 @@ def serve(grid, run_config):
     jobs = jobs_of(run_config)  # every job checked (types, ranges, options, out) before the first one runs
     log = logging.getLogger("fedsciml.engines.flower.app")
     for i, j in enumerate(jobs):
-        res = run_job(grid, j)
+        try:
+            res = run_job(grid, j)
+        except BaseException as e:  # a dead site (or Ctrl-C) stopped it: its finished rounds are written to out
+            keep_partial_result(e, j)
+            raise
         if j.get("kind", "solve") == "solve" and j.get("table", True):
             for line in summary_lines([res]):
                 log.info("%s", line)
@@ -475,6 +481,27 @@ def serve(grid, run_config):
                 from fedsciml.problems import get_problem
 
                 write_result(res, str(j["out"]), get_problem(j["problem"], **j.get("problem_options", {})))
+
+
+def keep_partial_result(e: BaseException, job: dict) -> None:
+    """A solve job stopped after some rounds (a :class:`RoundFailed` — a dead site, :class:`SiteDown` — or an
+    interrupt, whose ``result`` the driver made of the last finished round, ``stop_reason`` ``"failed"`` /
+    ``"interrupted"``): that result is written to the job's ``out`` as a finished run's is (result.json, the
+    history, the model), and the error's message says so.  Nothing where the job has no ``out`` or no round
+    finished; a failure to write is logged, never raised over the stop itself."""
+    res = getattr(e, "result", None)
+    if res is None or not job.get("out") or job.get("kind", "solve") != "solve":
+        return
+    from fedsciml.problems import get_problem
+
+    try:
+        write_result(res, str(job["out"]), get_problem(job["problem"], **job.get("problem_options", {})))
+    except Exception as why:  # noqa: BLE001 - the stop is the error to report; this is its by-product
+        logging.getLogger("fedsciml.engines.flower.app").warning("the rounds before were not written to %s: %s",
+                                                                 job["out"], why)
+        return
+    if e.args and isinstance(e.args[0], str):
+        e.args = (f"{e.args[0]}; the rounds before are written: {job['out']}",) + tuple(e.args[1:])
 
 
 def _app_logging():

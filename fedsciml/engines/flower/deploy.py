@@ -142,7 +142,7 @@ def _wait_port(port: int, timeout_s: float, proc=None, what="process"):
     """Wait until ``proc`` (or one of its descendants) listens on ``HOST:port``.  A listener there that is not
     ``proc``'s — another run took the port between :func:`free_port`'s probe and this start — raises
     :class:`PortTaken` (the caller starts again on a new port): connecting to any listener sent one run's job
-    to another run's SuperLink (issue 38.9).  Where ``/proc`` cannot tell who listens, a listener is accepted."""
+    to another run's SuperLink.  Where ``/proc`` cannot tell who listens, a listener is accepted."""
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         if proc is not None and proc.poll() is not None:
@@ -316,13 +316,16 @@ class LocalSuperLink:
 
     def submit(self, problem: str, method: str = "gn", *, clients: int, seed: int = 0,
                problem_options: dict | None = None, timeout_s: float = 300.0, name: str = "run",
-               federation_config: dict | None = None, app: str = APP_DIR, **method_options):
+               federation_config: dict | None = None, app: str = APP_DIR, dead_after_s: float | None = None,
+               **method_options):
         """Start one fedsciml job (returns the Popen and the run's result directory; see :meth:`wait`)."""
         out = self.dir / f"{name}-out"
         shutil.rmtree(out, ignore_errors=True)
         cfg = {"problem": problem, "method": method, "clients": int(clients), "seed": int(seed),
                "problem-options": json.dumps(problem_options or {}), "method-options": json.dumps(method_options),
                "out": str(out), "timeout": float(timeout_s), "connect-timeout": float(timeout_s)}
+        if dead_after_s is not None:
+            cfg["dead-after"] = float(dead_after_s)
         return self.submit_config(cfg, name, federation_config, app=app), out
 
     def wait_files(self, proc, outs, timeout_s: float = 600.0, echo=None):

@@ -122,7 +122,7 @@ def check_federation_size(app: str, run_config: Sequence[str] = (), federation_c
     """Before the run: refuse, in one line, a simulation federation whose ``num-supernodes`` (given in
     ``federation_config``) is not the run's ``clients`` (from ``run_config``, else the App's default in its
     ``pyproject.toml``).  fedsciml's ServerApp needs one SuperNode per client (partition ids 0 … K−1): with fewer it
-    waits ``connect-timeout`` and fails behind Flower's traceback (issue 40.10, 70 s for ``clients=3`` on 2
+    waits ``connect-timeout`` and fails behind Flower's traceback (70 s for ``clients=3`` on 2
     nodes); with more, the nodes' ``num-partitions`` is not the run's K.  Where ``num-supernodes`` is not given
     (a deployment's real SuperNodes), nothing is checked here: the ServerApp's connect timeout says which
     partitions no node serves."""

@@ -13,11 +13,14 @@ import json
 import math
 
 RUN_CONFIG_KEYS = ("problem", "method", "clients", "seed", "problem-options", "method-options", "out", "timeout",
-                   "connect-timeout", "message-ttl", "jobs")
+                   "connect-timeout", "message-ttl", "dead-after", "jobs")
 MAX_CLIENTS = 100_000
 MAX_JOBS = 1000
 MAX_JOBS_BYTES = 16 * 2**20
 MAX_SECONDS = 7 * 24 * 3600.0
+#: the default of ``dead-after``: seconds a client may answer nothing before the run stops naming it
+#: (:mod:`fedsciml.engines.flower.transport`)
+DEAD_AFTER_S = 600.0
 
 
 class RunConfigError(ValueError):
@@ -87,7 +90,9 @@ def job_from_run_config(rc) -> dict:
     path, ``""``: none), ``timeout`` (seconds a node may take for one answer), ``connect-timeout`` (seconds to
     wait for the nodes at the start), ``message-ttl`` (seconds each request message and its reply live at the
     SuperLink, Flower's message TTL; ``0``, the default: twice ``timeout``, the longest one exchange waits, which
-    includes asking a restarted node again; otherwise at least ``timeout``), ``jobs`` (a JSON file listing several jobs, each a dict with these keys in
+    includes asking a restarted node again; otherwise at least ``timeout``), ``dead-after`` (seconds a client
+    may answer nothing, over exchanges and gn's retries, before the run stops naming it; default
+    :data:`~fedsciml.engines.flower.transport.DEAD_AFTER_S` = 600), ``jobs`` (a JSON file listing several jobs, each a dict with these keys in
     snake case, run one after the other; ``""``: this one job).  :func:`check_job` checks the job as a whole."""
     unknown = sorted(set(rc) - set(RUN_CONFIG_KEYS))
     if unknown:
@@ -106,6 +111,7 @@ def job_from_run_config(rc) -> dict:
             "out": _text(rc.get("out", "") or "", "out"), "timeout": _seconds(rc.get("timeout", 300.0), "timeout"),
             "connect_timeout": _seconds(rc.get("connect-timeout", 300.0), "connect-timeout"),
             "message_ttl": _message_ttl(rc.get("message-ttl", 0.0), rc.get("timeout", 300.0)),
+            "dead_after": _seconds(rc.get("dead-after", DEAD_AFTER_S), "dead-after"),
             "jobs": _text(rc.get("jobs", "") or "", "jobs")}
 
 
@@ -137,8 +143,8 @@ def check_job(job: dict, where: str = "run config") -> dict:
     if kind not in ("solve", "images"):
         raise RunConfigError(f"{where}: job kind {kind!r}; allowed: solve, images")
     _whole(job.get("clients"), f"{where} clients", 1, MAX_CLIENTS)
-    for k in ("timeout", "connect_timeout"):
-        if k in job:
+    for k in ("timeout", "connect_timeout", "dead_after"):
+        if k in job and not (k == "dead_after" and job[k] is None):
             _seconds(job[k], f"{where} {k}")
     if job.get("message_ttl") is not None:
         ttl = _seconds(job["message_ttl"], f"{where} message_ttl")
@@ -188,7 +194,7 @@ def jobs_of(rc) -> list:
 
 
 def count_mismatch(clients: int, supernodes: int) -> str:
-    """The one line for a run whose client count and SuperNode count differ (issue 29, item 7)."""
+    """The one line for a run whose client count and SuperNode count differ."""
     return (f"the run has clients={clients} but the federation has {supernodes} SuperNode(s), one per client: "
             f"give --federation-config \"num-supernodes={clients}\" (or --run-config \"clients={supernodes}\"; "
             f"on a deployment, start {clients} SuperNodes with num-partitions={clients})")

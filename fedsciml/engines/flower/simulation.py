@@ -96,6 +96,7 @@ def _job(kw: dict, out: str) -> dict:
            "method": kw.pop("method"), "clients": int(kw.pop("clients")), "seed": int(kw.pop("seed", 0)),
            "progress": bool(kw.pop("progress", False)), "timeout": float(kw.pop("timeout_s", 300.0)),
            "connect_timeout": float(kw.pop("connect_timeout_s", 300.0)), "out": out,
+           "dead_after": kw.pop("dead_after_s", None),
            "table": False}  # the caller prints its own table (the CLI) or none (fs.solve)
     device = kw.pop("device", "cpu")
     if str(device) not in ("cpu", "auto"):
@@ -162,10 +163,12 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
                 link.wait_files(proc, outs, wait_s, echo=(lambda line: log.info("%s", line)) if show else None)
             except (RuntimeError, TimeoutError) as e:
                 log.error("%s", e)  # the run's log (tail): the root cause is in it
+                raise_stopped(jobs)  # a job that a dead site stopped after some rounds wrote those: raised with them
                 raise EngineFailed(f"the Flower simulation stopped without its result: {_root_cause(str(e))}"
                                    ) from None
         finally:
             link.stop()
+        raise_stopped(jobs)
         out = []
         for j in jobs:
             if j.get("kind", "solve") == "images":
@@ -174,6 +177,24 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
             else:
                 out.append(read_result(j["out"]))
         return out
+
+
+def raise_stopped(jobs: list) -> None:
+    """Raise :class:`EngineFailed` for the first solve job whose ``out`` holds a result that a failure stopped
+    (``stop_reason`` ``"failed"``: the ServerApp wrote the rounds before a dead site stopped it,
+    :func:`fedsciml.engines.flower.apps.keep_partial_result`), with that Result (θ included) as ``.result`` — as
+    an in-process run's failed round carries it, for the CLI to write (``--out``, ``--json``) and report."""
+    from fedsciml.engines.flower.resultio import read_result, ready
+    from fedsciml.runtime.interrupt import FAILED
+
+    for j in jobs:
+        if j.get("kind", "solve") != "solve" or not ready(j["out"]):
+            continue
+        res = read_result(j["out"])
+        if res.stop_reason == FAILED or res.extra.get("stop_reason") == FAILED:
+            e = EngineFailed(str(res.extra.get("error") or "a round failed"))
+            e.result = res  # type: ignore[attr-defined]
+            raise e from None
 
 
 def job_data_dirs(jobs: list) -> list[str]:

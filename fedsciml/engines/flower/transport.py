@@ -28,6 +28,15 @@ fedavg fuse the rest; each is logged with the client and the reason):
 A client whose node failed is looked up again before the next exchange: a
 SuperNode that was restarted (a new Flower node id, the same partition id)
 is found by a new ``describe`` and rejoins the run.
+
+**A dead site is bounded** (``dead_after_s``, the run config's ``dead-after``, default
+:data:`DEAD_AFTER_S` = 600 s).  Without a bound, a site that stays away held a run for each of gn's 21
+attempts × ``timeout`` (300 s): 105 minutes, and fipa/fedavg ``timeout`` seconds every round for as long as
+they ran.  A client that has answered nothing (no reply, no error) since an exchange that began
+``dead_after_s`` seconds ago stops the run (:class:`SiteDown`, a :class:`RoundFailed`: the rounds before are
+kept and written) in one line naming the client, its node and its last reason; an exchange that asks only
+such clients waits no longer than the bound leaves them, so a dead site holds a run at most ``dead_after_s``
+(+ ``timeout`` where live clients share the exchange).
 """
 from __future__ import annotations
 
@@ -36,6 +45,7 @@ import logging
 import time
 
 from fedsciml.engines.flower import codec
+from fedsciml.engines.flower.runconfig import DEAD_AFTER_S as _DEAD_AFTER_S
 from fedsciml.runtime.loop import RoundFailed
 from fedsciml.runtime.transport import Failure, Request, Transport
 
@@ -64,6 +74,14 @@ class FlowerConnectError(RoundFailed):
     cannot go on; the CLI reports it in one line, exit 1)."""
 
 
+class SiteDown(RoundFailed):
+    """A client answered nothing for the run's ``dead_after_s`` (see the module docstring): the run stops."""
+
+
+#: seconds a client may answer nothing (over exchanges and retries) before the run stops naming it
+DEAD_AFTER_S = _DEAD_AFTER_S
+
+
 class EngineStopped(FlowerConnectError):
     """The Flower engine under the run stopped (it failed to start, or crashed): no node will answer."""
 
@@ -83,7 +101,7 @@ class FlowerTransport(Transport):
 
     def __init__(self, grid, job: dict, n_clients: int, *, timeout_s: float = 300.0,
                  connect_timeout_s: float = 300.0, poll_max_s: float = 0.02, device="cpu", log=None,
-                 stop=None, message_ttl_s: float | None = None):
+                 stop=None, message_ttl_s: float | None = None, dead_after_s: float | None = None):
         self.grid = grid
         self.stop = stop  # a threading.Event set when the engine under the grid is gone (see _check_engine)
         self.job = dict(job)
@@ -92,8 +110,12 @@ class FlowerTransport(Transport):
         from fedsciml.engines.flower.runconfig import message_ttl_s as _ttl
 
         # Flower's lifetime of each request and its reply, separate from how long an exchange waits: equal, a reply
-        # that came back near the timeout (a loaded node) expired before it was pulled (issue 38.9, timeout=40)
+        # that came back near the timeout (a loaded node) expired before it was pulled (seen at timeout=40)
         self.message_ttl_s = _ttl(self.timeout_s, message_ttl_s)
+        self.dead_after_s = DEAD_AFTER_S if dead_after_s is None else float(dead_after_s)
+        if not self.dead_after_s > 0:
+            raise ValueError(f"dead_after_s must be a number of seconds > 0, got {dead_after_s!r}")
+        self._silent_since: dict = {}  # client id -> when the first exchange it has not answered since began
         self.poll_max_s = float(poll_max_s)
         self.device = device
         self.log = log
@@ -272,9 +294,11 @@ class FlowerTransport(Transport):
         if self._stale & set(cids):
             self._refresh()
         t0 = time.perf_counter()
-        end = time.monotonic() + self.timeout_s
+        began = time.monotonic()
+        wait_s = self._wait_for(cids, began)
+        end = began + wait_s
         gone: set = set()
-        got = self._round_trip({c: self.nodes[c] for c in cids}, request, self.timeout_s, gone)
+        got = self._round_trip({c: self.nodes[c] for c in cids}, request, wait_s, gone)
         # a client whose node is gone may come back (a restarted SuperNode: a new node id, the same
         # partition id) within this exchange's timeout: look for it, and ask it then
         while gone and time.monotonic() < end:
@@ -284,12 +308,14 @@ class FlowerTransport(Transport):
             back = [c for c in gone if c not in self._stale]
             if back:  # asked with the full timeout: the exchange takes at most twice the timeout
                 gone -= set(back)
-                got.update(self._round_trip({c: self.nodes[c] for c in back}, request, self.timeout_s, gone))
+                got.update(self._round_trip({c: self.nodes[c] for c in back}, request, wait_s, gone))
         self.exchange_times.append(time.perf_counter() - t0)
         self.exchange_queries.append(request.query)
         self.exchange_seconds += self.exchange_times[-1]
         self.exchanges += 1
         out = {}
+        now = time.monotonic()
+        dead = []
         for c in cids:
             rep = got[c]
             if isinstance(rep, Failure):
@@ -299,8 +325,28 @@ class FlowerTransport(Transport):
                     self.log(f"client {c}: {rep.reason}")
             else:
                 self._stale.discard(c)
+            if isinstance(rep, Failure) and rep.dropped:  # nothing came back: silent since its first such exchange
+                since = self._silent_since.setdefault(c, began)
+                if now - since >= self.dead_after_s:
+                    dead.append((c, now - since, rep.reason))
+            else:  # a reply, or an error the node sent: it is alive
+                self._silent_since.pop(c, None)
             out[c] = rep
+        if dead:
+            c, silent, why = dead[0]
+            others = f"; also silent: clients {[d[0] for d in dead[1:]]}" if len(dead) > 1 else ""
+            raise SiteDown(f"client {c} (node {self.nodes.get(c)}) has answered nothing for {silent:.0f} s, the "
+                           f"dead-site limit (run config dead-after={self.dead_after_s:g} s): the site is taken as "
+                           f"down; its last reason: {why}{others}")
         return out
+
+    def _wait_for(self, cids, now: float) -> float:
+        """How long this exchange waits: ``timeout_s``, or less where every client asked has been silent and the
+        dead-site bound leaves them less (at least 1 s): gn's retries of a dead site end at the bound."""
+        if not cids or any(c not in self._silent_since for c in cids):
+            return self.timeout_s
+        left = max(self.dead_after_s - (now - self._silent_since[c]) for c in cids)
+        return min(self.timeout_s, max(1.0, left))
 
 
 def stderr_log(line: str):
