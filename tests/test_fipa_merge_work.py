@@ -34,7 +34,7 @@ def test_regularized_full_merge_forms_no_pseudo_inverse(monkeypatch):
     agg = FIPAAggregator(curvature="full", merge="pinv", beta=beta)
     got = agg.aggregate(theta, msgs)
     assert torch.equal(got, want)
-    assert torch.equal(agg.rhs, _merge_rhs(msgs, p))  # the strategy's b is the merge's, bit for bit
+    assert torch.equal(agg.rhs, _merge_rhs(msgs, agg.form))  # the strategy's b is the merge's, bit for bit
 
 
 @pytest.mark.parametrize("kw", [dict(curvature="full", merge="pinv"), dict(curvature="lowrank", merge="qr", beta=0.2),
@@ -51,7 +51,7 @@ def test_the_merge_leaves_its_right_hand_side(kw):
     if kw == dict(curvature="lowrank", merge="pinv"):
         assert agg.rhs is None
     else:
-        assert torch.equal(agg.rhs, _merge_rhs(msgs, p))
+        assert torch.equal(agg.rhs, _merge_rhs(msgs, agg.form))
 
 
 def test_a_robust_or_bounded_merge_leaves_no_plain_right_hand_side():

@@ -23,7 +23,7 @@ import torch
 from torch.func import jvp, vjp, vmap
 
 from fedsciml.core import linalg
-from fedsciml.core.schema import Field
+from fedsciml.core.schema import Field, psd_tolerance
 
 
 def softmax_ce_hessian(logits: torch.Tensor) -> Callable:
@@ -89,10 +89,24 @@ class Curvature:
         """``{name: Field}``: what the message fields must satisfy (shapes bound by the schema's context)."""
         raise NotImplementedError
 
+    @classmethod
+    def message_problem(cls, msg: dict, p: int) -> str | None:
+        """What is wrong with ``msg`` as this form's message for ``p`` parameters beyond its :meth:`fields`
+        (a reason, for :class:`~fedsciml.core.schema.MessageRejected`), or None."""
+        return None
+
     @property
     def n_floats(self) -> int:
         """Floats in :meth:`to_message` (its communication cost)."""
         return int(sum(t.numel() for t in self.to_message().values()))
+
+    def diagonal(self) -> torch.Tensor:
+        """The diagonal ``[p]`` (Levenberg–Marquardt's first damping is a multiple of its largest entry)."""
+        return torch.diagonal(self.to_dense())
+
+    def quad(self, v: torch.Tensor) -> float:
+        """``vᵀ C v``."""
+        return float(v @ self.matvec(v))
 
     def solve(self, b: torch.Tensor, damping: float = 0.0) -> torch.Tensor:
         """``(C + damping·I)⁻¹ b``; pseudo-inverse when damping is 0."""
@@ -136,6 +150,16 @@ class Dense(Curvature):
     @classmethod
     def fields(cls, layout=None):
         return {"H": Field(shape=(None,), psd="packed")}
+
+    @classmethod
+    def message_problem(cls, msg, p):
+        if msg["H"].numel() != linalg.n_upper(p):
+            return (f"field 'H' has {msg['H'].numel()} entries, the packed upper triangle of a {p}×{p} matrix has "
+                    f"{linalg.n_upper(p)}")
+        return None
+
+    def diagonal(self):
+        return torch.diagonal(self.H)
 
     @property
     def n_floats(self) -> int:  # sent as the upper triangle
@@ -228,6 +252,24 @@ class LowRank(Curvature):
     @classmethod
     def fields(cls, layout=None):
         return {"U": Field(shape=("p", "r")), "lam": Field(shape=("r",), nonneg=True)}
+
+    @classmethod
+    def message_problem(cls, msg, p):
+        # eigenvectors have unit norm (U diag(λ) Uᵀ: a longer U would inflate the curvature); √eps: the round-off
+        # of a normalized vector
+        U = msg["U"]
+        sq = (U * U).sum(0)
+        if bool(((sq - 1).abs() > psd_tolerance(U.dtype)).any()):
+            return (f"field 'U' has columns of norm {float(sq.sqrt().max()):.6g} (min {float(sq.sqrt().min()):.6g}); "
+                    "eigenvectors must have unit norm")
+        return None
+
+    def diagonal(self):
+        return (self.U ** 2) @ self.lam
+
+    def quad(self, v):
+        c = self.U.T @ v
+        return float((self.lam * c * c).sum())
 
     @property
     def n_floats(self) -> int:

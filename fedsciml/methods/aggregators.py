@@ -32,10 +32,9 @@ from typing import Mapping
 
 import torch
 
-from fedsciml.core import linalg
 from fedsciml.core.curvature import COMPLEMENTS, Dense, LowRank, fipa_merge_dense, fipa_merge_lowrank
 from fedsciml.runtime import robust as _robust
-from fedsciml.core.schema import Field, MessageRejected, Schema, floats_in, psd_tolerance
+from fedsciml.core.schema import Field, MessageRejected, Schema, floats_in
 
 # Relative round-off allowed in the loss-consistency checks, in float64 (scaled by eps(dtype)/eps(float64) for
 # other dtypes): gn's statistics (products and orthogonal transformations) and FIPA's exact local GN steps
@@ -265,29 +264,21 @@ class FIPAAggregator(Aggregator):
              # optional (fedsciml.methods.fipa): ‖∇F_m‖ of the client's mean loss (adaptive FIPA) and
              # ½‖r_m‖² at the broadcast θ (the server's step acceptance)
              "gnorm": Field((1,), optional=True, nonneg=True), "loss": Field((1,), optional=True, nonneg=True)}
-        f.update(Dense.fields() if self.curvature == "full" else LowRank.fields())  # the curvature's message
+        f.update(self.form.fields())  # the curvature's message
         return Schema(f)
 
+    @property
+    def form(self) -> type[Dense] | type[LowRank]:
+        """The curvature form the clients send (:mod:`fedsciml.core.curvature`): read and checked through it."""
+        return Dense if self.curvature == "full" else LowRank
+
     def check(self, cid, msg, p):
-        if self.curvature == "full":
-            if msg["H"].numel() != linalg.n_upper(p):
-                raise MessageRejected(cid, f"field 'H' has {msg['H'].numel()} entries, the packed upper triangle of "
-                                           f"a {p}×{p} matrix has {linalg.n_upper(p)}")
-            Hd = None
-        else:  # eigenvectors have unit norm (Ĥ_m = U diag(λ) Uᵀ: a longer U would inflate the curvature)
-            U = msg["U"]
-            sq = (U * U).sum(0)
-            if bool(((sq - 1).abs() > psd_tolerance(U.dtype)).any()):  # √eps: round-off of a normalized vector
-                raise MessageRejected(cid, f"field 'U' has columns of norm {float(sq.sqrt().max()):.6g} "
-                                           f"(min {float(sq.sqrt().min()):.6g}); eigenvectors must have unit norm")
+        problem = self.form.message_problem(msg, p)
+        if problem is not None:
+            raise MessageRejected(cid, problem)
         if self.consistency and "loss" in msg:
             d = msg["delta"]
-            if self.curvature == "full":
-                Hd = linalg.unpack_upper(msg["H"], p) @ d
-                q = float(d @ Hd)
-            else:
-                c = msg["U"].T @ d
-                q = float((msg["lam"] * c * c).sum())
+            q = self.form.from_message(msg).quad(d)
             _consistent(cid, q, float(msg["loss"][0]), "Δθᵀ Ĥ Δθ",
                         "for an exact local Gauss–Newton step Δθᵀ H Δθ ≤ ‖P_J r‖² ≤ ‖r‖² = 2·loss",
                         consistency_rtol(d.dtype, FIPA_CONSISTENCY_RTOL))
@@ -321,7 +312,7 @@ class FIPAAggregator(Aggregator):
         # (methods/fipa.py) where the merge formed exactly that: sum weights, mean rule, no norm bound, no tail
         plain = (self.weighting == "sum" and rhs is None and self.rule.clip_norm is None
                  and self.complement != "tail")
-        if self.curvature == "full":  # β > 0: the regularized dense merge (a Cholesky solve, no pseudo-inverse)
+        if self.form is Dense:  # β > 0: the regularized dense merge (a Cholesky solve, no pseudo-inverse)
             Hs = [Dense.from_message(m).H for m in messages.values()]
             step = fipa_merge_dense(Hs, deltas, w, self.rtol, rhs=rhs, beta=self.beta, out=formed)
             self.rhs = formed["b"] if plain else None

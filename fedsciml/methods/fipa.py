@@ -68,7 +68,7 @@ from typing import ClassVar
 
 import torch
 
-from fedsciml.core import linalg
+from fedsciml.core.curvature import LowRank
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.methods.local import LOCAL_LOSSES, SKETCHES, AdaptiveSchedule, LocalConfig
 from fedsciml.options import LocalOptions, OptionError, RobustOptions, RoundOptions, display, option
@@ -265,7 +265,8 @@ class FIPAStrategy(AveragingStrategy):
                     self._propose(self.prev_theta, self.prev_msgs, k)
                 return extra
             if self.beta is None and ok:
-                self.beta = self.lm_tau * max(_max_diag(m) for m in ok.values())
+                self.beta = self.lm_tau * max(float(self.agg.form.from_message(m).diagonal().max())
+                                              for m in ok.values())
             elif complete and trial:  # gain ratio of the accepted step (LM rule)
                 rho = (self.prev_loss - loss) / self.pred if self.pred > 0 else 1.0
                 self.beta, self.nu = damping_after_success(self.beta, rho, BETA_MIN)
@@ -279,7 +280,7 @@ class FIPAStrategy(AveragingStrategy):
         if self.adaptive is not None:
             w = self.agg.sample_weights(ok)
             self.gnorm = sum(w[c] * float(m["gnorm"][0]) for c, m in ok.items())
-            ranks = [int(ok[c]["lam"].numel()) for c in sorted(ok)] if self.curvature == "lowrank" else []
+            ranks = [LowRank.from_message(ok[c]).rank for c in sorted(ok)] if self.curvature == "lowrank" else []
             steps = [replies.metrics[c].get("steps") for c in replies.asked if c in ok]
             extra.update(ranks=" ".join(map(str, ranks)), local_steps=" ".join(map(str, steps)))
         return extra
@@ -301,7 +302,7 @@ class FIPAStrategy(AveragingStrategy):
         new = self.merge(theta, ok, k)
         if self.safeguard:
             step = new - theta
-            b = self.agg.rhs if self.agg.rhs is not None else _merge_rhs(ok, theta.numel())  # the merge's own b
+            b = self.agg.rhs if self.agg.rhs is not None else _merge_rhs(ok, self.agg.form)  # the merge's own b
             self.pred = 0.5 * float(step @ (b + self.beta * step))
         self.theta = new
 
@@ -370,21 +371,12 @@ class FIPAStrategy(AveragingStrategy):
         return out
 
 
-def _merge_rhs(msgs, p) -> torch.Tensor:
-    """``b = Σ_m Ĥ_m Δθ_m`` (sum-form weights)."""
+def _merge_rhs(msgs, form) -> torch.Tensor:
+    """``b = Σ_m Ĥ_m Δθ_m`` (sum-form weights), each ``Ĥ_m`` read from its message as the curvature ``form``."""
     b = 0.0
     for m in msgs.values():
-        if "H" in m:
-            b = b + linalg.unpack_upper(m["H"], p) @ m["delta"]
-        else:
-            b = b + m["U"] @ (m["lam"] * (m["U"].T @ m["delta"]))
+        b = b + form.from_message(m).matvec(m["delta"])
     return b
-
-
-def _max_diag(msg) -> float:
-    if "H" in msg:  # the largest entry of a PSD matrix sits on its diagonal
-        return float(msg["H"].max())
-    return float(((msg["U"] ** 2) @ msg["lam"]).max())
 
 
 # --- the strategy factory, the settings text and the registry entry ------------------------------------

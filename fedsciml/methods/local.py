@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from fedsciml.core import linalg
-from fedsciml.core.curvature import ggn_matmat
+from fedsciml.core.curvature import Dense, LowRank, ggn_matmat
 from fedsciml.core.forms import local_client_form
 from fedsciml.core.matfree import local_gn_sketch
 from fedsciml.core.objective import LeastSquares, gn_stats_from
@@ -244,13 +244,13 @@ def local_update(client: Client, theta: torch.Tensor, cfg: LocalConfig, *, curva
     # curvature at the broadcast θ
     if curvature == "full":
         assert spec is not None and r_vec is not None
-        msg["H"] = linalg.pack_upper(gn_stats_from(spec.J, r_vec).H)  # type: ignore[arg-type]  # H is formed
+        msg.update(Dense(gn_stats_from(spec.J, r_vec).H).to_message())  # type: ignore[arg-type]  # H is formed
     elif curvature == "lowrank":
         if spec is not None:
             U, lam = spec.top(rank)
         else:
             U, lam = sketch_matfree(client.objective, theta, rank, seed)
-        msg["U"], msg["lam"] = U, lam
+        msg.update(LowRank(U, lam).to_message())
     if report_loss:
         if r_vec is None:
             with torch.no_grad():
@@ -266,7 +266,7 @@ def _matfree_gn_message(client: Client, theta: torch.Tensor, cfg: LocalConfig, r
     gen = torch.Generator(device=theta.device).manual_seed(int(seed))
     out = local_gn_sketch(client.objective.residual, theta, rank, damping=cfg.damping, rtol=cg_rtol,
                           max_iters=cg_iters, generator=gen)
-    msg = {"delta": out.delta, "U": out.U, "lam": out.lam}
+    msg = {"delta": out.delta, **LowRank(out.U, out.lam).to_message()}
     if report_loss:
         msg["loss"] = (0.5 * (out.r @ out.r)).reshape(1)
     msg["n"] = scalar_like(client.n, theta)

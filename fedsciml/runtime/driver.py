@@ -41,6 +41,7 @@ from fedsciml.options import MethodConfig
 from fedsciml.runtime.memory import available_memory, gradient_graph, grown, residual_graph, value_graph
 from fedsciml.runtime.results import Result, jsonable, register_settings, stop_reason_of
 from fedsciml.runtime.validation import held_out, report, with_validation
+from fedsciml.runtime.transport import Transport
 
 
 #: The kinds of :class:`fedsciml.problems.Problem` (``Problem.kind``): what ``solve`` runs.
@@ -676,7 +677,8 @@ def run_connected(p: Plan, connect: Callable) -> Result:
     """The run of an engine that only carries messages (a :class:`Connect` engine's, and Flower's ServerApp's):
     ``connect(job, clients)`` gives the transport to clients that build their own data from ``job``; this process
     holds their sizes (:func:`fedsciml.runtime.remote.remote_objectives`), θ and the strategy, and runs the
-    method as in process.  What is the engine's own comes from the transport, where it has it:
+    method as in process.  What is the engine's own comes from the transport (each a declared
+    :class:`~fedsciml.runtime.transport.Transport` method, with a default):
     ``engine_info() -> dict`` (recorded in ``Result.extra["engine"]`` beside the engine's name, e.g. Flower's
     exchanges and their times), ``final_metrics(problem, θ) -> dict`` (the problem's final metrics from the
     clients' shares; none without it) and ``close()`` (called when the run ends).  θ₀ is the problem's; a
@@ -695,6 +697,9 @@ def run_connected(p: Plan, connect: Callable) -> Result:
     job = {"problem": problem.name, "options": opts, "clients": int(clients), "seed": p.seed,
            "device": "cpu", "threads": torch.get_num_threads()}
     transport = connect(job, clients)
+    if not isinstance(transport, Transport):
+        raise TypeError(f"engine {p.engine!r}: its connect(job, clients) returned {type(transport).__name__}, not a "
+                        "fedsciml.runtime.transport.Transport")
     try:
         objectives = remote_objectives(transport)
         if hasattr(problem, "client_data"):  # the ridge zoo draws its test set with the split (as the clients do)
@@ -708,22 +713,17 @@ def run_connected(p: Plan, connect: Callable) -> Result:
             if o.n_params != theta0.numel():
                 raise ValueError(f"client {c}: its objective has {o.n_params} parameters, the model {theta0.numel()}")
         t0 = time.perf_counter()
-        own = getattr(transport, "engine_info", None)
-
         def engine_record() -> dict:
-            return {"name": p.engine, **(own() if callable(own) else {})}
+            return {"name": p.engine, **transport.engine_info()}
 
         with keep_partial(p, clients, t0, engine_record):
             theta, rows, info = p.spec(problem, objectives, theta0, problem.evaluate, p.config, seed=p.seed,
                                        progress=p.progress, every=p.every, transport=transport)
         wall = time.perf_counter() - t0
         info["engine"] = engine_record()
-        final = getattr(transport, "final_metrics", None)
-        metrics = final(problem, theta) if callable(final) else {}
+        metrics = transport.final_metrics(problem, theta)
     finally:
-        close = getattr(transport, "close", None)
-        if callable(close):
-            close()
+        transport.close()
     return run_result(p, clients, theta, rows, info, wall, metrics)
 
 

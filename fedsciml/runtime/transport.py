@@ -59,13 +59,36 @@ __all__ = ["Request", "Reply", "Failure", "Transport", "LocalTransport", "BytesT
 
 
 class Transport:
-    """Carries requests to clients and their replies back (see the module docstring)."""
+    """Carries requests to clients and their replies back (see the module docstring).
+
+    The whole contract an engine implements (``connect(job, clients) -> Transport``, one file: subclass this and
+    mypy checks the signatures): :meth:`ask`, and ``client_ids``/``sample_counts``; a transport whose clients
+    build their own data elsewhere also fills ``described`` (``{cid: {"n", "p", "linear"}}``, what the server may
+    know of each, :mod:`fedsciml.runtime.remote`).  :meth:`cpu_seconds`, :meth:`engine_info`,
+    :meth:`final_metrics` and :meth:`close` have defaults (in-process clients, nothing of the engine's own) that
+    an engine overrides where it has more to say; the driver calls each of them, declared here, never found
+    by name."""
 
     client_ids: list
     sample_counts: dict  # client id -> number of residuals (declared at enrollment)
+    described: dict  # client id -> what the server may know of a client elsewhere (remote transports)
 
     def ask(self, client_ids: Sequence[Hashable], request: Request) -> dict[Any, Answer]:  # pragma: no cover
         raise NotImplementedError
+
+    def engine_info(self) -> dict:
+        """What the engine records of the run (``Result.extra["engine"]`` beside its name, e.g. Flower's exchanges
+        and their times); nothing by default."""
+        return {}
+
+    def final_metrics(self, problem, theta) -> dict:
+        """The problem's final metrics from the clients' shares (a test set that lives on the sites); none by
+        default: the server's own evaluation stands."""
+        return {}
+
+    def close(self) -> None:
+        """Release what the transport holds (processes, connections), once, when the run ends; nothing by
+        default."""
 
     def cpu_seconds(self) -> float | None:
         """CPU seconds the clients have spent outside this process so far, summed (``clock='cpu'`` adds what it
