@@ -245,3 +245,27 @@ def test_heat2d_vc_reads_its_coefficient_grid_and_states_the_equation(checkout):
     want = X[:, 0] * X[:, 1] - 200 * torch.sin(math.pi * X[:, 0]) * torch.sin(5 * math.pi * X[:, 1]) \
         * torch.sin(math.pi * X[:, 2])
     assert torch.allclose(r, want, rtol=0, atol=1e-11)
+
+
+def test_the_boundary_weight_defaults_to_the_cases_and_an_explicit_one_wins():
+    """Poisson 2d-C's default condition weight is 1e4 (its 0.1-wide gaps: see the case's docstring), the other
+    cases' 10; ``boundary_weight`` given explicitly is used as given, and reaches the condition rows."""
+    assert get_problem("pinnacle", case="poisson2d-c").options["boundary_weight"] == 1e4
+    assert get_problem("pinnacle", case="ns2d-c").options["boundary_weight"] == 10.0
+    assert get_problem("pinnacle", case="burgers1d-c").options["boundary_weight"] == 10.0
+    p = get_problem("pinnacle", case="poisson2d-c", boundary_weight=3.0, n_interior=5, n_boundary=4, hidden=[4])
+    parts = p.client_objectives(1, 0)[0].parts
+    assert [q.weight for q in parts] == [1.0, 3.0, 3.0]
+
+
+@pytest.mark.parametrize("case", ["poisson2d-c", "burgers1d-c", "ns2d-c"])
+def test_gn_on_four_strips_takes_the_centralized_steps(case):
+    """Federated gn on 4 sites (strips along x) takes centralized LM's steps on the pooled points: the same sums in
+    another order, so equal up to round-off amplified by the damped system's conditioning (bound 1e-8 of max|θ|)."""
+    import fedsciml as fs
+
+    po = dict(case=case, n_interior=12, n_boundary=4, hidden=[6])
+    c = fs.solve("pinnacle", "centralized", clients=4, problem_options=po, max_iters=3)
+    g = fs.solve("pinnacle", "gn", clients=4, problem_options=po, rounds=3)
+    assert float((c.theta - g.theta).abs().max()) <= 1e-8 * float(c.theta.abs().max())
+    assert g.final["loss"] == pytest.approx(c.final["loss"], rel=1e-8)
