@@ -56,7 +56,7 @@ def _agg(edit):
 
 
 def BRATU():
-    return fs.get_problem("bratu", n_interior=20)
+    return fs.get_problem("bratu", n_interior=40)  # 20 per client of 2 (counts are totals)
 
 
 GN = ("gn", dict(rounds=2, momentum=0.5), P)
