@@ -24,7 +24,7 @@ is not at hand says so in one line (a warning on the logger ``fedsciml.problems.
 without a test error; a case that *trains* on a file (PInv's and HInv's sensor positions from their data, HInv's
 points, Poisson 2d-MS's coefficients) is refused in one line naming the file.
 
-The cases (``--case``): see :data:`CASES`.  Not stated yet: the cases issue 36 did not ask for (Burgers 2d-C,
+The cases (``--case``): see :data:`CASES`.  Not stated yet: the other cases of their benchmark (Burgers 2d-C,
 Poisson 2d-CG / 3d-CG, Heat 2d-CG, NS 2d-CG, the wave cases, Heat-Nd).  Every one splits among clients in strips along x (the option
 ``split``), so a federated run's sites own regions of space.
 """
