@@ -107,7 +107,7 @@ def test_a_node_does_not_allocate_what_a_server_asks(monkeypatch):
     big = {"problem": "poisson", "options": {"n_interior": 10**9}, "clients": 2, "seed": 0}
     rep = ask(big, {"partition-id": 0})
     assert_no_content(rep, apps.REFUSED)
-    assert "max-points=2,000,000 " in rep.reason and "2,000,000,400 points" in rep.reason
+    assert "max-points=2,000,000 " in rep.reason and "1,000,000,200 points" in rep.reason  # 10⁹ + 200 in total (counts are totals)
     wide = {"problem": "ridge-linear", "options": {"dim": 3_000_000}, "clients": 2, "seed": 0}
     rep = ask(wide, {"partition-id": 0, "max-points": 10**8})
     assert_no_content(rep, apps.REFUSED)
