@@ -68,9 +68,10 @@ def test_docs_example_recovers_the_field_by_centralized_lm():
 
 def test_gn_with_two_clients_equals_centralized_lm_with_a_field():
     """The field's parameters are part of θ: gn's summed statistics are the pooled ones, so its iterates are
-    centralized LM's to round-off (the same solves on sums taken in another order: rel 1e-9)."""
-    g = fs.solve(Inv1D(n_interior=20, n_boundary=1), "gn", clients=2, rounds=6, form="normal")
-    c = fs.solve(Inv1D(n_interior=20, n_boundary=1), "centralized", clients=2, max_iters=6, lm_solve="normal")
+    centralized LM's to round-off (the same solves on sums taken in another order: rel 1e-9);
+    40 points in total, 20 per client."""
+    g = fs.solve(Inv1D(n_interior=40, n_boundary=2), "gn", clients=2, rounds=6, form="normal")
+    c = fs.solve(Inv1D(n_interior=40, n_boundary=2), "centralized", clients=2, max_iters=6, lm_solve="normal")
     assert len(g.history) == len(c.history) == 7
     for rg, rc in zip(g.history, c.history):
         assert abs(rg["loss"] - rc["loss"]) <= 1e-9 * rc["loss"]
