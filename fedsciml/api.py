@@ -71,7 +71,7 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
     problem_options : dict, optional
         Options of a problem given by name (``{"lam": 2.0}``).  They may also be given as keywords:
         ``fs.solve("pinnacle", case="hinv", pinnacle_dir="PINNacle")`` — a keyword that the problem declares and
-        the method does not is the problem's (one that both declare is refused: give it here).
+        the method does not is the problem's (one that both declare is the method's: give the problem's here).
     callbacks : list, optional
         Called after each step (centralized) or round (federated) with a read-only
         :class:`StepView` (step, a copy of θ, the loss, the test metrics, the history
@@ -263,9 +263,10 @@ def _solve_windows(problem: Problem, windows: int, method: str, clients: int | N
 def _problem_keywords(name: str, cls: Any, method: str, method_options: dict) -> dict:
     """The keywords of ``fs.solve(NAME, **kw)`` that are options of the problem ``NAME`` (its ``params``, e.g.
     ``fs.solve("pinnacle", case="hinv")``), taken out of the method's options: a keyword the problem declares and
-    the method does not.  One the problem and the method both declare is refused in one line (give it in
-    ``problem_options=`` for the problem); any other keyword stays a method option (the method refuses an unknown
-    one, naming its options).  Nothing for a name not registered (``get_problem`` refuses it)."""
+    the method does not.  One the problem and the method both declare stays the method's, as before keywords
+    reached problems (``fs.solve("ridge-linear", "one-shot", sigma=0.5)``: the method's σ; give the problem's in
+    ``problem_options=``); any other keyword stays a method option (the method refuses an unknown one, naming its
+    options).  Nothing for a name not registered (``get_problem`` refuses it)."""
     from fedsciml.runtime.driver import METHODS
 
     if cls is None or not hasattr(cls, "specs"):
@@ -274,10 +275,7 @@ def _problem_keywords(name: str, cls: Any, method: str, method_options: dict) ->
     theirs = set(METHODS[method].config.specs()) if method in METHODS else set()
     out = {}
     for k, v in method_options.items():
-        if k in mine and k in theirs:
-            raise ValueError(f"{k} is an option of the problem {name!r} and of the method {method!r}: give the "
-                             f"problem's in problem_options={{{k!r}: ...}}, the method's as {k}=...")
-        if k in mine:
+        if k in mine and k not in theirs:
             out[k] = v
     return out
 
