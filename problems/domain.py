@@ -747,14 +747,18 @@ class DomainPDE(PINNProblem):
         parts = self._parts(theta0)
         per_client: list[list] = [[] for _ in range(K)]
         # interior: one sample of the whole domain (a one-client run's draw, whatever K), split by ownership
-        whole = self.client_partition(1)
-        x_all = dom.sample_interior(self.n_interior, self.sampling, [seed, 0, 0],
-                                    where=lambda y: whole.owner(y) == 0, box=whole.cell_box(0, dom))
+        try:
+            whole = self.client_partition(1)
+        except ProblemError:  # a split of fixed cells (grid:AxB) has no one-client run: the domain's own draw
+            x_all = dom.sample_interior(self.n_interior, self.sampling, [seed, 0, 0])
+        else:
+            x_all = dom.sample_interior(self.n_interior, self.sampling, [seed, 0, 0],
+                                        where=lambda y: whole.owner(y) == 0, box=whole.cell_box(0, dom))
         owner_i = part.owner(x_all)
         for k in range(K):
             xi = x_all[(owner_i == k).nonzero().squeeze(1)]
             if xi.shape[0] == 0:
-                raise self._empty_cell(k, K, part, dom, 0, int(self.n_interior))
+                raise self._empty_cell(k, K, part, dom, int(self.n_interior))
             for name, fn, c, i in parts:
                 if c is None:
                     per_client[k].append(ResidualPart(name, fn, xi.to(device), 1.0, self.taylor_form(fn, None, i, xi)))
@@ -773,22 +777,15 @@ class DomainPDE(PINNProblem):
                         per_client[k].append(ResidualPart(name, fn, pk, w, forms[id(fn)]))
         return [self._objective(ps) for ps in per_client]
 
-    def _empty_cell(self, k: int, K: int, part: Partition, dom: Geometry, found: int = 0,
-                    tried: int = 0) -> ProblemError:
-        """The error for a client whose cell of the split holds no interior point (the domain has some), or too
-        little of the domain for the sampler to find ``n_interior`` points in it (``found`` of ``tried``
-        candidates fell in it: a sliver, not an empty cell)."""
+    def _empty_cell(self, k: int, K: int, part: Partition, dom: Geometry, tried: int) -> ProblemError:
+        """The error for a client whose cell of the split holds none of the ``tried`` interior points drawn from the
+        whole domain (an empty cell, or a sliver that more points may reach)."""
         box = part.cell_box(k, dom)
         where = "" if box is None else " (" + ", ".join(
             f"{axis_name(i)} in [{float(lo):g}, {float(hi):g}]" for i, (lo, hi) in enumerate(zip(*box))
             if (lo, hi) != (dom.bbox[0][i], dom.bbox[1][i])) + ")"
         split = self.split if isinstance(self.split, str) else type(part).__name__
-        if found:
-            holds = (f"holds too little of {dom!r} to sample {self.n_interior} interior points (only {found} of "
-                     f"{tried:,} candidates fell in it)")
-        else:
-            holds = f"holds no interior point of {dom!r}" + (f" (none of {tried:,} candidates fell in it)" if tried
-                                                              else "")
+        holds = f"holds no interior point of {dom!r} (none of the {tried:,} drawn from the whole domain fell in it)"
         return ProblemError(f"client {k} of {K}: its cell{where} of the split {split!r} {holds}; give a split whose "
                             f"every cell meets the domain, fewer clients, or more points (n_interior)")
 
