@@ -142,18 +142,24 @@ def _address_space_left() -> int | None:
         return None
     if soft == resource.RLIM_INFINITY or soft < 0:
         return None
-    return max(0, int(soft) - _virtual_size())
+    used = _virtual_size()
+    if used is None:  # pragma: no cover - no /proc: the whole limit is counted as left, and said
+        log.warning("address-space limit %d bytes: this process's size is unknown (no /proc/self/status VmSize); "
+                    "the memory check counts the whole limit as left", soft)
+        used = 0
+    return max(0, int(soft) - used)
 
 
-def _virtual_size() -> int:
+def _virtual_size() -> int | None:
+    """This process's virtual size in bytes (``VmSize``), ``None`` where ``/proc`` does not say."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
                 if line.startswith("VmSize:"):
                     return int(line.split()[1]) * 1024
-    except OSError:  # pragma: no cover - no /proc: count the whole limit as left
-        pass
-    return 0
+    except OSError:  # pragma: no cover - no /proc
+        return None
+    return None
 
 
 def _cgroup_left() -> int | None:
@@ -172,7 +178,10 @@ def _cgroup_left() -> int | None:
         with open(os.path.join(base, "memory.current")) as f:
             used = int(f.read().strip())
         return max(0, int(top) - used)
-    except (OSError, ValueError, IndexError):
+    except OSError:  # no cgroup v2 mount or files: no cgroup limit to honour
+        return None
+    except (ValueError, IndexError) as e:  # files there but unreadable: the limit is not honoured, and said
+        log.warning("cgroup memory limit unreadable (%s: %s); the memory check ignores it", type(e).__name__, e)
         return None
 
 
