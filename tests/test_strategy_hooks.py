@@ -66,7 +66,7 @@ def test_the_aggregator_sees_each_round_number_and_fedavgs_numbers_stay(methods)
     a = fs.solve("bratu", method="hooks-rounds", **SMALL)
     assert built["agg"].rounds == [1, 2, 3]
     b = fs.solve("bratu", method="fedavg", **SMALL)
-    assert torch.equal(a.theta, b.theta)
+    assert torch.equal(a.theta, b.theta)  # bitwise: the same FedAvg operations in the same order, one process
 
 
 def test_a_strategy_sends_its_own_query_without_its_own_configure_round(methods):
