@@ -660,6 +660,9 @@ def _best_keeper(problem, config, val):
     from fedsciml.runtime.callbacks import BestModelCheckpoint
 
     keep = getattr(config, "keep_best", None)
+    if keep == "validation" and getattr(config, "validation", None) is False:
+        raise ValueError("keep_best='validation' returns the θ of the best validation residual, and validation is "
+                         "off (validation=False): turn it on, or give keep_best='none'")
     if keep == "validation" and val is None:
         raise ValueError(f"keep_best='validation': problem {problem.name!r} has no held-out validation residual "
                          f"in this run (it needs sampled collocation points, or held-out readings); give "
