@@ -435,6 +435,11 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
         loss = r.final.get("loss")
         if why and (loss is None or (isinstance(loss, float) and math.isnan(loss))):
             lines.append(f"{r.method}: loss not measured: {why}")
+        kept = r.extra.get("keep_best") if isinstance(r.extra, dict) else None
+        if isinstance(kept, dict) and kept.get("step") is not None:
+            lines.append(f"{r.method}: returned θ of step {kept['step']}, the lowest held-out validation residual "
+                         f"{kept['val_loss']:.3e} (keep_best validation; the last step {kept.get('last_step')} had "
+                         f"{float(kept.get('last_val_loss') or float('nan')):.3e})")
         rej = r.extra.get("rejections") if isinstance(r.extra, dict) else None
         if rej:
             lines.append(f"{r.method}: {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client "
