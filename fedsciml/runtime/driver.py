@@ -791,7 +791,9 @@ def run_result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metr
     """A run's :class:`Result` (the driver's runs, and the SecAgg+ App's, whose secure sum is Flower's own run):
     the last loss, the problem's evaluation of θ (with a one-shot ``fit_intercept`` model's intercept,
     ``info["intercept"]``), ``metrics``, and the record of the options (``config.to_dict()``, and the engine
-    where it is not ``local``); ``solver_seconds`` is ``wall``.  Built by :func:`make_result`."""
+    where it is not ``local``); ``solver_seconds`` is the solver's own time on the run's clock (``clock``: wall or
+    CPU seconds; the loop's ``info["solver_time_s"]``, which leaves out evaluation and monitoring), ``wall`` where
+    a runner records none.  Built by :func:`make_result`."""
     problem = p.problem
     last = rows[-1] if rows else {}
     kept = info.get("keep_best") if isinstance(info, dict) else None
@@ -805,7 +807,7 @@ def run_result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metr
     if p.engine != "local":
         options["engine"] = p.engine
     return make_result(problem, p.method, options, seed=p.seed, device=p.device, clients=clients, theta=theta,
-                       seconds=wall, final=final, history=rows, extra=info)
+                       seconds=float(info.get("solver_time_s", wall)), final=final, history=rows, extra=info)
 
 
 def make_result(problem, method: str, options: dict, *, seed: int, device, clients: int, theta, seconds: float,

@@ -240,7 +240,7 @@ class Result:
     """One run: what ``fs.solve`` returns and ``result.json`` holds (with ``schema_version``).
 
     ``solver_seconds`` is the solver's own time (the round loop or optimizer; test-metric evaluation and
-    monitoring excluded), ``wall_seconds`` the whole call — ``fs.solve`` from start to return, or for the
+    monitoring excluded) on the run's clock (``options["clock"]``: wall or CPU seconds), ``wall_seconds`` the whole call — ``fs.solve`` from start to return, or for the
     command line the whole command up to writing its results (``None`` where unknown, e.g. an old file)."""
 
     problem: str
