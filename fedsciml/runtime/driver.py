@@ -612,6 +612,10 @@ def _run_plan(p: Plan) -> Result:
     if isinstance(engine, Connect):
         return run_connected(p, engine.connect)
     if p.engine != "local":  # the same strategy and round loop; the engine's transport carries the messages
+        if getattr(p.config, "keep_best", None) == "validation":
+            raise ValueError(f"keep_best='validation' keeps the θ of the best held-out validation residual, which "
+                             f"runs in process only (engine 'local'); engine {p.engine!r} returns the last iterate: "
+                             f"give keep_best='none'")
         opts = p.config.to_dict()
         opts.pop("transport", None)
         assert engine is not None  # "local" is the only engine without a function, and it runs below
