@@ -435,6 +435,18 @@ class StopOptions(MethodConfig):
                                            "seed and never trained on (history val_loss; a warning when the training "
                                            "loss falls 100× below it; fedsciml.runtime.validation)", bool,
                                      none="on for PINN problems run in process")
+    keep_best: str | None = option(None, "what θ the run returns: validation (the θ of the history row with the "
+                                         "lowest held-out validation residual val_loss; the result says its step) "
+                                         "or none (the last iterate; fedsciml.runtime.validation)", str,
+                                   choices=("validation", "none"),
+                                   none="validation where the problem's readings carry noise (inverse problems), "
+                                        "else none")
+
+    def _resolve(self):
+        super()._resolve()
+        if self.keep_best == "validation" and self.validation is False:
+            raise OptionError(f"{display('keep_best')} validation returns the θ of the best validation residual, and "
+                              f"{display('validation')} is off: turn it on, or give keep_best none")
 
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()

@@ -95,8 +95,13 @@ def test_a_reference_path_that_is_no_regular_file_is_refused(not_folders, tmp_pa
 
 @pytest.mark.parametrize("args, message", [
     (["--keep", "FILE"], "flower deploy: --keep 'FILE' is not a folder"),
-    (["--method", "nosuch"], "flower deploy: unknown method 'nosuch'"),
-    (["--method", "centralized"], "flower deploy: method 'centralized' pools the clients' data on one machine"),
+    (["--method", "nosuch"], "flower deploy: unknown method 'nosuch'; methods that run on Flower for 'sin1d': "
+                             "fedadam, fedavg, fedavgm, fedprox, fedyogi, fipa, gn"),
+    (["--method", "centralized"], "flower deploy: method 'centralized' pools the clients' data on one machine; it "
+                                  "does not run on Flower; methods that run on Flower for 'sin1d': fedadam, fedavg, "
+                                  "fedavgm, fedprox, fedyogi, fipa, gn"),
+    (["--method", "one-shot"], "flower deploy: method 'one-shot' does not apply to problem 'sin1d'; methods that "
+                               "run on Flower for 'sin1d': fedadam,"),
     (["--seed", "-1"], "seed=-1 must be in [0, "),
     (["--clients", "100000000"], "flower deploy: --clients 100,000,000 starts one flower-supernode process per "
                                  "client"),
@@ -117,3 +122,20 @@ def test_flower_deploy_bad_arguments_are_one_line_before_any_process(args, messa
     rc = cli_main.main(["flower", "deploy", "sin1d", *args, "-q"])
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert rc == 2 and len(err) == 1 and message in err[0], err
+
+
+def test_flower_method_list_is_the_federated_methods_of_the_problems_kind():
+    """The methods `flower deploy` lists are exactly the registered federated ones that apply to the problem's
+    kind: `centralized` (no transport) never, `one-shot` only for ridge."""
+    from fedsciml.engines.flower.runconfig import RunConfigError, check_job, flower_methods
+    from fedsciml.runtime.driver import METHODS
+
+    for kind in ("pinn", "fit", "ridge"):
+        listed = flower_methods(kind)
+        assert "centralized" not in listed and listed == sorted(listed)
+        assert set(listed) == {m for m, s in METHODS.items() if s.federated and s.applies_to(kind)}
+    assert "one-shot" in flower_methods("ridge") and "one-shot" not in flower_methods("fit")
+    with pytest.raises(RunConfigError, match=r"unknown method 'fpia' \(did you mean 'fipa'\?\); methods that run on "
+                                             r"Flower for 'ridge-linear': .*one-shot$") as e:
+        check_job({"kind": "solve", "problem": "ridge-linear", "method": "fpia", "clients": 2}, "flower deploy")
+    assert "centralized" not in str(e.value) and "\n" not in str(e.value)

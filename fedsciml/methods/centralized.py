@@ -87,6 +87,10 @@ class CentralizedConfig(StopOptions):
                                         "the damped K-FAC step itself)", int, lo=0,
                                   none="10 where lm_solve auto takes K-FAC (a CPU, PINN residuals in channel form, "
                                        f"p ≥ {KFAC_MIN_PARAMS:,}, a dense step dear), else 500")
+    subspace: int = option(0, "directions of lm's subspace step (matrix-free solve, no CG): the damped model "
+                              "minimized exactly over k directions — the preconditioned gradient and the last k − 1 "
+                              "accepted steps (K-FAC's step size and momentum, Martens & Grosse 2015, for k = 2) — "
+                              "from one batched product JᵀJ V per accepted point (0: CG)", int, lo=0)
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
     lm_damping: str = option("adaptive", "lm damping: adaptive (Levenberg–Marquardt's gain-ratio rule) or fixed "
@@ -147,8 +151,14 @@ class CentralizedConfig(StopOptions):
                                                 f"{display('lm_solve')} matfree or auto)")
             out["nystrom_rank"] = (f"it sizes the Nyström preconditioner of the matrix-free lm solve "
                                    f"({display('optimizer')} lm, {display('lm_solve')} matfree or auto)")
+            out["subspace"] = (f"the subspace step is a matrix-free lm solve ({display('optimizer')} lm, "
+                               f"{display('lm_solve')} matfree or auto)")
         elif self.precond not in ("nystrom", "auto"):
             out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom or auto)"
+        if self.subspace > 0:
+            out.setdefault("cg_iters", f"the subspace step runs no CG ({display('subspace')} is {self.subspace})")
+            out.setdefault("momentum", f"the subspace step carries its own momentum (the last accepted steps are "
+                                       f"directions of it; {display('subspace')} is {self.subspace})")
         return out
 
     def _resolve(self):
@@ -354,6 +364,8 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
         info["cg_iters"] = lm.cg_iters
         info["nystrom_rank"] = lm.cfg.matfree.rank if choice.precond == "nystrom" else 0
         info["precond"], info["cg_cap"] = choice.precond, choice.cg_iters
+        if lm.cfg.matfree.subspace > 0:
+            info["subspace"] = lm.cfg.matfree.subspace
     return (lm.theta if avg is None else avg), info
 
 
@@ -468,7 +480,7 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
     lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
                   matfree=MatfreeConfig(precond=config.precond,
                                         rank=capped_rank(config.nystrom_rank, theta0.numel(), "nystrom_rank"),
-                                        max_iters=config.cg_iters, seed=seed),
+                                        max_iters=config.cg_iters, seed=seed, subspace=config.subspace),
                   momentum=config.momentum, jets=lambda: has_jets(objectives))
     make = None
     if config.resample is not None:

@@ -483,13 +483,16 @@ def _run_plan(p: Plan) -> Result:
         raise ValueError(f"validation=True: problem {problem.name!r} has fixed data, not sampled collocation points; "
                          f"the held-out validation residual applies to the PINN problems")
     val = held_out(problem, clients, p.seed, objectives, dev) if want is not False else None
+    best = _best_keeper(problem, p.config, val)
     t0 = time.perf_counter()
-    with keep_partial(p, clients, t0):
+    with keep_partial(p, clients, t0, best=best), _keeping(best):
         theta, rows, info = p.spec(problem, objectives, theta0,
                                    with_validation(with_loss_terms(problem.evaluate, objectives), val),
                                    p.config, seed=p.seed,
                                    progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
     wall = time.perf_counter() - t0
+    if best is not None:
+        theta, info["keep_best"] = kept_best(best, theta, rows)
     checked = None if val is None else report(problem.name, rows, val, sum(int(o.n_residuals) for o in objectives),
                                               int(theta0.numel()), getattr(p.config, "resample", None))
     if checked is not None:
@@ -500,13 +503,60 @@ def _run_plan(p: Plan) -> Result:
     return run_result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
 
 
+def _best_keeper(problem, config, val):
+    """The run option ``keep_best`` resolved (:mod:`fedsciml.runtime.validation`): a
+    :class:`~fedsciml.runtime.callbacks.BestModelCheckpoint` of ``val_loss`` when the run keeps its best
+    validation θ — ``keep_best="validation"``, or by default where the problem's readings carry noise
+    (``problem.noisy_data``) and a validation residual is tracked — else ``None``.  ``validation`` asked for on a
+    run without a validation residual is one clear error."""
+    from fedsciml.runtime.callbacks import BestModelCheckpoint
+
+    keep = getattr(config, "keep_best", None)
+    if keep == "validation" and val is None:
+        raise ValueError(f"keep_best='validation': problem {problem.name!r} has no held-out validation residual "
+                         f"in this run (it needs sampled collocation points, or held-out readings); give "
+                         f"keep_best='none'")
+    if keep is None:
+        keep = "validation" if val is not None and bool(getattr(problem, "noisy_data", False)) else "none"
+    return BestModelCheckpoint("val_loss") if keep == "validation" else None
+
+
 @contextmanager
-def keep_partial(p: Plan, clients: int, t0: float, engine: Callable | None = None) -> Iterator[None]:
+def _keeping(best) -> Iterator[None]:
+    """Within the block, the run's recorder also calls ``best`` (the ``keep_best`` checkpoint) after each row."""
+    if best is None:
+        yield
+        return
+    from fedsciml.runtime.callbacks import active, use_callbacks
+
+    with use_callbacks(active() + (best,)):
+        yield
+
+
+def kept_best(best, theta, rows: list) -> tuple:
+    """``(θ, record)`` of a run that keeps its best validation θ: the copy ``best`` (a
+    :class:`~fedsciml.runtime.callbacks.BestModelCheckpoint` of ``val_loss``) took of θ when the row with the
+    lowest ``val_loss`` was recorded, and ``extra["keep_best"]``: ``{"monitor", "step", "val_loss", "last_step",
+    "last_val_loss", "why"}``.  Without a finite ``val_loss`` on any row, the run's own θ (``step`` ``None``)."""
+    last = rows[-1] if rows else {}
+    rec: dict = {"monitor": "val_loss", "step": best.best_step, "val_loss": None if best.best_step is None
+                 else float(best.best), "last_step": last.get("step"), "last_val_loss": last.get("val_loss")}
+    if best.best_theta is None:
+        rec["why"] = "no history row had a finite validation residual: the last iterate is returned"
+        return theta, rec
+    rec["why"] = ("the lowest held-out validation residual (keep_best validation): the last iterate's is "
+                  + ("the same step" if best.best_step == last.get("step") else "higher"))
+    return best.best_theta.to(theta.device), rec
+
+
+@contextmanager
+def keep_partial(p: Plan, clients: int, t0: float, engine: Callable | None = None, best=None) -> Iterator[None]:
     """A run stopped by Ctrl-C/SIGTERM or a failed round whose exception carries ``partial = (θ, rows, info)``
     (the round loop's, the centralized solvers'): ``e.result`` is set to the :class:`Result` of it (final
     metrics at that θ, ``stop_reason`` ``"interrupted"``/``"failed"``), for the caller to write
     (:mod:`fedsciml.runtime.interrupt`).  ``engine``: gives the engine's record (``info["engine"]``) of a run
-    over one, as a finished run has it."""
+    over one, as a finished run has it.  ``best``: the run's ``keep_best`` checkpoint (:func:`_best_keeper`):
+    the partial result holds its θ, as a finished run's would."""
     try:
         yield
     except BaseException as e:
@@ -514,6 +564,9 @@ def keep_partial(p: Plan, clients: int, t0: float, engine: Callable | None = Non
         if partial is not None and getattr(e, "result", None) is None:
             theta, rows, info = partial
             try:
+                if best is not None:  # keep_best: the interrupted run's best validation θ, as a finished run's
+                    theta, kept = kept_best(best, theta, rows)
+                    info = {**info, "keep_best": kept}
                 if engine is not None:
                     info = {**info, "engine": engine()}
                 e.result = run_result(p, clients, theta, rows, info, time.perf_counter() - t0, {})  # type: ignore[attr-defined]
@@ -587,9 +640,14 @@ def run_result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metr
     """A run's :class:`Result` (the driver's runs, and the SecAgg+ App's, whose secure sum is Flower's own run):
     the last loss, the problem's evaluation of θ (with a one-shot ``fit_intercept`` model's intercept,
     ``info["intercept"]``), ``metrics``, and the record of the options (``config.to_dict()``, and the engine
-    where it is not ``local``); ``solver_seconds`` is ``wall``.  Built by :func:`make_result`."""
+    where it is not ``local``); ``solver_seconds`` is the solver's own time on the run's clock (``clock``: wall or
+    CPU seconds; the loop's ``info["solver_time_s"]``, which leaves out evaluation and monitoring), ``wall`` where
+    a runner records none.  Built by :func:`make_result`."""
     problem = p.problem
     last = rows[-1] if rows else {}
+    kept = info.get("keep_best") if isinstance(info, dict) else None
+    if isinstance(kept, dict) and kept.get("step") is not None:  # the returned θ's row (keep_best)
+        last = next((r for r in rows if r.get("step") == kept["step"]), last)
     final = {"loss": last.get("loss")}
     final.update(problem.evaluate(theta, intercept=info["intercept"]) if "intercept" in info
                  else problem.evaluate(theta))
@@ -598,7 +656,7 @@ def run_result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metr
     if p.engine != "local":
         options["engine"] = p.engine
     return make_result(problem, p.method, options, seed=p.seed, device=p.device, clients=clients, theta=theta,
-                       seconds=wall, final=final, history=rows, extra=info)
+                       seconds=float(info.get("solver_time_s", wall)), final=final, history=rows, extra=info)
 
 
 def make_result(problem, method: str, options: dict, *, seed: int, device, clients: int, theta, seconds: float,

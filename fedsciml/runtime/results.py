@@ -240,7 +240,7 @@ class Result:
     """One run: what ``fs.solve`` returns and ``result.json`` holds (with ``schema_version``).
 
     ``solver_seconds`` is the solver's own time (the round loop or optimizer; test-metric evaluation and
-    monitoring excluded), ``wall_seconds`` the whole call — ``fs.solve`` from start to return, or for the
+    monitoring excluded) on the run's clock (``options["clock"]``: wall or CPU seconds), ``wall_seconds`` the whole call — ``fs.solve`` from start to return, or for the
     command line the whole command up to writing its results (``None`` where unknown, e.g. an old file)."""
 
     problem: str
@@ -423,6 +423,11 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
         loss = r.final.get("loss")
         if why and (loss is None or (isinstance(loss, float) and math.isnan(loss))):
             lines.append(f"{r.method}: loss not measured: {why}")
+        kept = r.extra.get("keep_best") if isinstance(r.extra, dict) else None
+        if isinstance(kept, dict) and kept.get("step") is not None:
+            lines.append(f"{r.method}: returned θ of step {kept['step']}, the lowest held-out validation residual "
+                         f"{kept['val_loss']:.3e} (keep_best validation; the last step {kept.get('last_step')} had "
+                         f"{float(kept.get('last_val_loss') or float('nan')):.3e})")
         rej = r.extra.get("rejections") if isinstance(r.extra, dict) else None
         if rej:
             lines.append(f"{r.method}: {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client "
