@@ -20,7 +20,7 @@
 * ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
   25 function evaluations, per step; restarted from steepest descent if it stops moving).
 
-``resample=K``: fresh collocation points every K iterations (:mod:`fedsciml.methods.resample`).  LM forms
+``resample=K``: fresh collocation points every K iterations (:mod:`fedsciml.runtime.resample`).  LM forms
 no statistics at a point accepted just before a resample (the next step takes them on the new points:
 :func:`fedsciml.core.lm.deferred_stats`) — with ``resample=1`` one Jacobian per step instead of two.
 
@@ -48,8 +48,9 @@ from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_
 from fedsciml.core.stats import chunked_gn_stats, row_blocks
 from fedsciml.runtime.history import Recorder
 from fedsciml.runtime.memory import operator_graph_floats
-from fedsciml.methods.resample import Growth, check_resample, resampled_objectives
+from fedsciml.runtime.resample import Growth, check_resample, resampled_objectives
 from fedsciml.methods.run import capped_rank
+from fedsciml.runtime.driver import Method
 from fedsciml.core.lm import LevenbergMarquardt, LMConfig, auto_form, ceiling_warning, damping_ceiling, default_tau, deferred_stats
 
 log = logging.getLogger(__name__)
@@ -189,7 +190,7 @@ class SolveConfig:
     tol: float = 0.0          # stop when the mean loss ½‖r‖²/N ≤ tol
     lr: float | None = None   # adam / lbfgs learning rate
     lm: LMConfig = field(default_factory=LMConfig)
-    resample: int | None = None  # fresh collocation points every K iterations (fedsciml.methods.resample)
+    resample: int | None = None  # fresh collocation points every K iterations (fedsciml.runtime.resample)
     make_objective: Callable[[int], LeastSquares] | None = None  # the pooled objective of resample j ≥ 1
     damping: str = "adaptive"    # lm: "adaptive" (gain-ratio rule) or "fixed" (μ = mu·n, every step taken)
     mu: float = 1e-6             # lm, fixed damping: μ per residual row
@@ -515,10 +516,10 @@ def settings(r) -> str:
     return f"pooled data, {r.options.get('optimizer', 'lm')}"
 
 
-#: ``centralized``'s registry entry: :func:`~fedsciml.runtime.driver.register_method`'s arguments
+#: ``centralized``'s registry entry, its :class:`~fedsciml.runtime.driver.Method`
 #: (:mod:`fedsciml.methods` registers every built-in module's entries, in one fixed order)
 METHOD_ENTRIES = (
-    dict(name="centralized", config=CentralizedConfig, runner=run_centralized,
-         description="pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)",
-         federated=False, settings=settings),
+    Method("centralized", CentralizedConfig, run=run_centralized,
+           description="pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)",
+           federated=False, settings=settings),
 )
