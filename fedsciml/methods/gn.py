@@ -116,7 +116,8 @@ from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, defer
 from fedsciml.core.lm import ceiling_warning, damping_ceiling, default_tau
 from fedsciml.core.kfac_forms import has_jets, require_jets
 from fedsciml.core.matfree import MatfreeConfig, OutOfTime
-from fedsciml.methods.run import RunContext, capped_rank, strategy_runner
+from fedsciml.methods.run import RunContext, capped_rank
+from fedsciml.runtime.driver import Method
 
 log = logging.getLogger(__name__)
 
@@ -837,9 +838,9 @@ def settings(r) -> str:
     return base + (", loss then statistics" if o.get("exchange") == "two" else "")
 
 
-#: ``gn``'s registry entry: :func:`~fedsciml.runtime.driver.register_method`'s arguments (:mod:`fedsciml.methods`
+#: ``gn``'s registry entry, its :class:`~fedsciml.runtime.driver.Method` (:mod:`fedsciml.methods`
 #: registers every built-in module's entries, in one fixed order)
 METHOD_ENTRIES = (
-    dict(name="gn", config=GNConfig, runner=strategy_runner(GNConfig, gn_strategy),
-         description="exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)", settings=settings),
+    Method("gn", GNConfig, strategy=gn_strategy,
+           description="exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)", settings=settings),
 )
