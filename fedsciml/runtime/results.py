@@ -355,17 +355,6 @@ def stop_reason_of(info: Mapping[str, Any]) -> str | None:
 # --- the summary table ----------------------------------------------------------------------------
 
 
-#: ``{method: fn(result) -> str}``: each method's settings text for the summary table, registered by the method
-#: itself (:func:`register_settings`, or ``register_method(..., settings=fn)``); ``"module:function"`` is imported
-#: on first use.  The runtime names no method: a method without one gets :func:`local_settings`.
-SETTINGS: dict[str, Any] = {}
-
-
-def register_settings(method: str, fn) -> None:
-    """The settings text of ``method``'s runs: ``fn(result) -> str`` or ``"module:function"``."""
-    SETTINGS[method] = fn
-
-
 def local_settings(r: Result) -> list[str]:
     """The local solver of a run, from its strategy record (``extra["options"]``): ``local GN`` or ``local adam
     τ=… lr=…``; nothing for a run without one."""
@@ -378,14 +367,13 @@ def local_settings(r: Result) -> list[str]:
 
 
 def method_settings(r: Result) -> str:
-    """Short settings of a run for the table (local solver, rank, ...): its method's text (:data:`SETTINGS`)."""
-    fn = SETTINGS.get(r.method)
-    if isinstance(fn, str):
-        import importlib
+    """Short settings of a run for the table (local solver, rank, ...): its method's text
+    (:attr:`fedsciml.runtime.registry.Method.settings`), else its local solver (:func:`local_settings`)."""
+    from fedsciml.runtime.registry import METHODS
 
-        module, _, attr = fn.partition(":")
-        fn = SETTINGS[r.method] = getattr(importlib.import_module(module), attr)
-    return fn(r) if fn is not None else ", ".join(local_settings(r))
+    method = METHODS.get(r.method)
+    text = None if method is None else method.settings_text(r)
+    return text if text is not None else ", ".join(local_settings(r))
 
 
 def summary_lines(results: Sequence[Result]) -> list[str]:
