@@ -98,6 +98,7 @@ class Case:
     time_unrolled = False       # the reference file is a COMSOL export with one column per time step
     data_files: tuple = ()      # files the case trains on (refused when not at hand)
     boundary_weight = 10.0      # the default of the option boundary_weight for this case
+    input_scaling = "box"       # the default of the option input_scaling for this case
     #: unknown coefficient fields, each a network of its own (DomainPDE.unknown_fields: hidden, activation,
     #: inputs), and their closed forms (DomainPDE.exact_coefficients) for the pooled L2RE
     fields: dict = {}
@@ -415,6 +416,11 @@ class HInv(InverseCase):
     fields = {"a": dict(hidden=(20, 20), inputs=("x", "y"))}
     exact_fields = {"a": _hinv_a}
     data_files = ("heatinv_points.dat",)
+    #: Decision, by measurement (one thread, CPU-s, the default 3×32 network): with ``box`` scaling LM stalls at a
+    #: training loss of 0.48 (the readings' noise floor is about 2.3e-2) and a's error grows from step 24, L2RE
+    #: 3.31 after 273 CPU-s; with raw coordinates (the domain is already [−1, 1]² × [0, 1]) L2RE 5.82e-2 after
+    #: 303 CPU-s (reproductions/pinnacle.md, "keep_best" section).  So HInv's default is ``none``.
+    input_scaling = "none"
 
     def geometry(self):
         return Box([-1.0, -1.0], [1.0, 1.0]).with_parts(edges=_everywhere)
@@ -602,9 +608,10 @@ class Pinnacle(DomainPDE):
         "n_boundary": option(100, "points per client of each boundary/initial condition", int, lo=1),
         "boundary_weight": option(None, "weight of each condition without its own weight", float, lo=0,
                                   lo_open=True, none="the case's: 1e4 for poisson2d-c, else 10"),
-        "input_scaling": option("box", "fixed affine map of the network's inputs: box (each axis of the domain's "
-                                       "bounding box, time included, to [-1, 1]; their time axes reach T = 100) or "
-                                       "none (raw coordinates)", str, choices=INPUT_SCALINGS),
+        "input_scaling": option(None, "fixed affine map of the network's inputs: box (each axis of the domain's "
+                                      "bounding box, time included, to [-1, 1]; their time axes reach T = 100) or "
+                                      "none (raw coordinates)", str, choices=INPUT_SCALINGS,
+                                none="the case's: none for hinv, else box"),
         "data_seed": option(0, "seed of the noise of PInv's and HInv's readings (part of the problem)", int, lo=0),
         "holdout": option(0.2, "share of PInv's and HInv's readings held out of training: the run's validation "
                                "residual includes the misfit at them, and the run returns the θ of its best "
@@ -715,6 +722,8 @@ class Pinnacle(DomainPDE):
                                f"https://github.com/i207M/PINNacle), the folder that holds ref/")
         if self.options["boundary_weight"] is None:
             self.options["boundary_weight"] = float(self.spec.boundary_weight)
+        if self.options["input_scaling"] is None:
+            self.options["input_scaling"] = self.spec.input_scaling
         if self.spec.ref_file is not None and self.spec.exact is None:
             p, why = self._where(self.spec.ref_file)
             if p is None and "is not a regular file" in why:  # there, and no file: refused, not trained blind
