@@ -442,12 +442,6 @@ class StopOptions(MethodConfig):
                                    none="validation where the problem's readings carry noise (inverse problems), "
                                         "else none")
 
-    def _resolve(self):
-        super()._resolve()
-        if self.keep_best == "validation" and self.validation is False:
-            raise OptionError(f"{display('keep_best')} validation returns the θ of the best validation residual, and "
-                              f"{display('validation')} is off: turn it on, or give keep_best none")
-
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()
         if self.resample is None:

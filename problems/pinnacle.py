@@ -678,6 +678,8 @@ class Pinnacle(DomainPDE):
         if not d.is_dir():
             return None, f"{display('pinnacle_dir')} {str(d)!r} is not a folder"
         p = d / "ref" / name
+        if os.path.exists(p) and not p.is_file():
+            return None, f"{p} is not a regular file (a FIFO, a device or a link to one)"
         if not p.is_file():
             return None, f"{p} is not there (a clone without its large files?)"
         return p, ""
@@ -701,6 +703,9 @@ class Pinnacle(DomainPDE):
             self.options["boundary_weight"] = float(self.spec.boundary_weight)
         if self.spec.ref_file is not None and self.spec.exact is None:
             p, why = self._where(self.spec.ref_file)
+            if p is None and "is not a regular file" in why:  # there, and no file: refused, not trained blind
+                raise ProblemError(f"PINNacle case {self.options['case']!r}: reference ref/{self.spec.ref_file}: "
+                                   f"{why}")
             if p is None:
                 log.warning("PINNacle case %r: reference ref/%s not at hand (%s); training without a test error",
                             self.options["case"], self.spec.ref_file, why)

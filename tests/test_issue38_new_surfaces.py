@@ -95,6 +95,7 @@ def test_a_reference_path_that_is_no_regular_file_is_refused(not_folders, tmp_pa
 
 @pytest.mark.parametrize("args, message", [
     (["--keep", "FILE"], "flower deploy: --keep 'FILE' is not a folder"),
+    (["--keep", ""], "flower deploy: --keep '' names no folder; give a folder for the logs and the result"),
     (["--method", "nosuch"], "flower deploy: unknown method 'nosuch'; methods that run on Flower for 'sin1d': "
                              "fedadam, fedavg, fedavgm, fedprox, fedyogi, fipa, gn"),
     (["--method", "centralized"], "flower deploy: method 'centralized' pools the clients' data on one machine; it "
@@ -139,3 +140,19 @@ def test_flower_method_list_is_the_federated_methods_of_the_problems_kind():
                                              r"Flower for 'ridge-linear': .*one-shot$") as e:
         check_job({"kind": "solve", "problem": "ridge-linear", "method": "fpia", "clients": 2}, "flower deploy")
     assert "centralized" not in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device link", "folder"])
+def test_a_pinnacle_reference_that_is_there_but_no_regular_file_is_refused(kind, tmp_path, monkeypatch):
+    """Battery (issue 38): a checkout whose ref/burgers1d.dat is a FIFO, a link to /dev/zero or a folder was
+    taken for a clone without its large files — a warning (silent under -q) and a run without its test error.
+    It is refused in one line; a file that is simply absent still trains with the warning."""
+    monkeypatch.delenv("FEDSCIML_PINNACLE", raising=False)
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    f = ref / "burgers1d.dat"
+    {"fifo": lambda: os.mkfifo(f), "device link": lambda: os.symlink("/dev/zero", f), "folder": f.mkdir}[kind]()
+    with pytest.raises(ProblemError) as e:
+        fs.get_problem("pinnacle", case="burgers1d-c", pinnacle_dir=str(tmp_path))
+    assert str(e.value) == (f"PINNacle case 'burgers1d-c': reference ref/burgers1d.dat: {f} is not a regular file "
+                            f"(a FIFO, a device or a link to one)")

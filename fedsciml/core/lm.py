@@ -104,6 +104,8 @@ class LMConfig:
     #                            the other conditions of the K-FAC regime hold): solve="auto" with
     #                            matfree.precond "auto" may take K-FAC-preconditioned, truncated CG
     #                            (fedsciml.core.forms.choose_lm_solve)
+    graph_floats: float | None = None  # floats of residual graph a row keeps in the matrix-free operator: a graph
+    #                            past fedsciml.core.forms.MATFREE_GRAPH_BYTES is held in row blocks
 
     def validate(self) -> None:
         if not self.tau >= 0:
@@ -238,7 +240,8 @@ class LevenbergMarquardt:
         if key not in self._choices:
             mc = self.cfg.matfree  # the matrix-free step's products: CG, plus a Nyström sketch's rank
             choice = forms.choose_lm_solve(n, p, solve=self.cfg.solve, precond=mc.precond, cg_iters=mc.max_iters,
-                                           jets=self.cfg.jets, device=device, dtype=dtype, rank=mc.rank)
+                                           jets=self.cfg.jets, device=device, dtype=dtype, rank=mc.rank,
+                                           graph_floats=self.cfg.graph_floats)
             self._choices[key] = choice
         choice = self._choices[key]
         assert choice.precond is not None  # choose_lm_solve resolves both

@@ -43,10 +43,11 @@ import torch
 from fedsciml.options import StopOptions, display, option
 from fedsciml.core.kfac_forms import factors_of, has_jets, require_jets
 from fedsciml.core.forms import KFAC_MIN_PARAMS
-from fedsciml.core.matfree import GNOperator, MatfreeConfig, OutOfTime
+from fedsciml.core.matfree import BlockGNOperator, GNOperator, MatfreeConfig, OutOfTime
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
-from fedsciml.core.stats import chunked_gn_stats
+from fedsciml.core.stats import chunked_gn_stats, row_blocks
 from fedsciml.runtime.history import Recorder
+from fedsciml.runtime.memory import operator_graph_floats
 from fedsciml.runtime.resample import Growth, check_resample, resampled_objectives
 from fedsciml.methods.run import capped_rank
 from fedsciml.runtime.driver import Method
@@ -62,6 +63,9 @@ class CentralizedConfig(StopOptions):
     method: ClassVar[str] = "centralized"
     default_iters: ClassVar[dict] = {"lm": 500, "adam": 20000, "lbfgs": 5000}
     default_lr: ClassVar[dict] = {"lm": None, "adam": 1e-3, "lbfgs": 1.0}
+    #: LM's matrix-free operator holds a residual graph past fedsciml.core.forms.MATFREE_GRAPH_BYTES in row blocks
+    #: (the driver's memory estimate charges it that much)
+    blocks_graph: ClassVar[bool] = True
 
     optimizer: str = option("lm", "centralized optimizer: lm (Levenberg–Marquardt), adam or lbfgs", str,
                             choices=("lm", "adam", "lbfgs"))
@@ -230,17 +234,23 @@ def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
     solve, the same accumulated over row blocks for the chunked form
     (:func:`fedsciml.core.stats.chunked_gn_stats`), ``(J, r, Jᵀr)`` without forming ``JᵀJ`` for the kernel form
     (n < p), or a matrix-free operator (:class:`fedsciml.core.matfree.GNOperator`: ``Jᵀr`` and
-    jvp/vjp products, no J) — :meth:`LevenbergMarquardt.form_choice` (made on the run's device by
-    :func:`run_lm` before this is called)."""
+    jvp/vjp products, no J; :class:`fedsciml.core.matfree.BlockGNOperator` over row blocks, and K-FAC factors
+    summed over the same blocks, where the choice cut a graph too large to hold at once) —
+    :meth:`LevenbergMarquardt.form_choice` (made on the run's device by :func:`run_lm` before this is called)."""
     choice = lm.form_choice(obj.n_residuals, obj.n_params)
     form = choice.form
     if form == "matfree":
         kfac = choice.precond == "kfac"
+        block = choice.chunk_rows  # rows per block of a graph too large to hold at once (None: one block)
 
         def operator(theta):
-            op = GNOperator(obj.residual, theta)
+            if block is not None and block < obj.n_residuals:
+                op: GNOperator | BlockGNOperator = BlockGNOperator(
+                    [b.residual for b in row_blocks(obj, theta, block)], theta)
+            else:
+                op = GNOperator(obj.residual, theta)
             return GNStats(H=None, g=op.g, loss=op.loss, n=op.n, op=op,
-                           factors=factors_of(obj, theta) if kfac else None)
+                           factors=factors_of(obj, theta, block) if kfac else None)
 
         return operator
     if form == "chunked":
@@ -481,7 +491,8 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
                   matfree=MatfreeConfig(precond=config.precond,
                                         rank=capped_rank(config.nystrom_rank, theta0.numel(), "nystrom_rank"),
                                         max_iters=config.cg_iters, seed=seed, subspace=config.subspace),
-                  momentum=config.momentum, jets=lambda: has_jets(objectives))
+                  momentum=config.momentum, jets=lambda: has_jets(objectives),
+                  graph_floats=operator_graph_floats(problem, config.precond))
     make = None
     if config.resample is not None:
         check_resample(problem, config.resample)

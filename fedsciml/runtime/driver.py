@@ -37,6 +37,7 @@ from fedsciml.options import MethodConfig
 from fedsciml.runtime.registry import (METHODS, PROBLEM_KINDS, KindUse, Method, add_kind, available_methods,  # noqa: F401
                                        get_method, kind_error, register_method)
 from fedsciml.runtime.memory import available_memory, gradient_graph, grown, residual_graph, value_graph
+from fedsciml.core.forms import MATFREE_GRAPH_BYTES, device_budget
 from fedsciml.runtime.results import Result, jsonable, stop_reason_of
 from fedsciml.runtime.validation import held_out, report, with_validation
 from fedsciml.runtime.transport import Transport
@@ -211,12 +212,20 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
     pde = _pde_rows(problem, clients, rows) if extra and form in ("graph", "data") else rows
     if pde < rows:  # rows whose residual reads the value only keep one channel of the graph, not d_in + 2
         other = value_graph(sizes, p)
-        per_client = rows * (d_in + 1) + pde * extra + (rows - pde) * other
+        graph = pde * extra + (rows - pde) * other
         how = (f"{clients:,} client(s) × ({rows:,} rows × {d_in + 1:,} + {pde:,} PDE rows × ({what.lstrip(' +')}) + "
                f"{rows - pde:,} other rows × {other:,.0f} floats of the value's graph) × 8 bytes")
     else:
-        per_client = rows * (d_in + 1 + extra)
+        graph = rows * extra
         how = f"{clients:,} client(s) × {rows:,} rows × ({d_in + 1:,}{what}) × 8 bytes"
+    per_client = rows * (d_in + 1) + graph
+    if form == "graph" and getattr(config, "blocks_graph", False):  # LM's operator holds at most a block's graph
+        limit = min(MATFREE_GRAPH_BYTES, device_budget(device).bytes or MATFREE_GRAPH_BYTES)
+        if 8.0 * clients * graph > limit:
+            per_client = rows * (d_in + 1) + limit / (8.0 * clients)
+            how = (f"{clients:,} client(s) × {rows:,} rows × {d_in + 1:,} × 8 bytes + the matrix-free operator's "
+                   f"residual graph held in row blocks of at most {_gb(limit)} (whole: {_gb(8.0 * clients * graph)}: "
+                   f"{what.lstrip(' +')})")
     if once:
         how += what_once
     for floats, label in config.memory_terms(int(rows), p, int(clients), form):
@@ -512,6 +521,9 @@ def _best_keeper(problem, config, val):
     from fedsciml.runtime.callbacks import BestModelCheckpoint
 
     keep = getattr(config, "keep_best", None)
+    if keep == "validation" and getattr(config, "validation", None) is False:
+        raise ValueError("keep_best='validation' returns the θ of the best validation residual, and validation is "
+                         "off (validation=False): turn it on, or give keep_best='none'")
     if keep == "validation" and val is None:
         raise ValueError(f"keep_best='validation': problem {problem.name!r} has no held-out validation residual "
                          f"in this run (it needs sampled collocation points, or held-out readings); give "

@@ -95,13 +95,24 @@ def with_validation(evaluate: Callable, val) -> Callable:
     if val is None:
         return evaluate
     n = max(1, int(val.n_residuals))
+    data = [i for i, q in enumerate(val.parts) if is_readings(q.name)]
+    n_data = sum(int(val.parts[i].n_points) for i in data)
 
     def evaluate_with_validation(theta, **kw):
         with torch.no_grad():
-            v = float(val.loss(theta)) / n
-        return {**evaluate(theta, **kw), "val_loss": v}
+            if not data:
+                return {**evaluate(theta, **kw), "val_loss": float(val.loss(theta)) / n}
+            sq = [float(r @ r) for r in val.part_residuals(theta)]
+        return {**evaluate(theta, **kw), "val_loss": 0.5 * sum(sq) / n,
+                "val_readings": 0.5 * sum(sq[i] for i in data) / max(1, n_data)}
 
     return evaluate_with_validation
+
+
+def is_readings(name: str) -> bool:
+    """Whether a residual part named ``name`` is a misfit to readings (a ``Data`` condition's: ``data``,
+    ``data[c]``): in a validation objective, held-out readings."""
+    return name == "data" or name.startswith("data[")
 
 
 def report(name: str, rows: list, val, n_train: int, n_params: int, resample: int | None) -> dict | None:
