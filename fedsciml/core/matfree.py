@@ -444,8 +444,8 @@ class LocalGNSketch:
     products: int         # Gauss–Newton products applied (sketch + CG)
 
 
-def local_gn_sketch(residual: Vec, theta: torch.Tensor, rank: int, *, damping: float = 0.0,
-                    oversample: int = NYSTROM_OVERSAMPLE, rtol: float = 1e-10, max_iters: int = 100,
+def local_gn_sketch(residual: Vec, theta: torch.Tensor, rank: int, *, rtol: float, max_iters: int,
+                    damping: float = 0.0, oversample: int = NYSTROM_OVERSAMPLE,
                     generator: torch.Generator | None = None) -> LocalGNSketch:
     """A FIPA client's local Gauss–Newton step and rank-r curvature message without forming ``J`` (n×p) or ``JᵀJ``.
 
