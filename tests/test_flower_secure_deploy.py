@@ -1,7 +1,7 @@
 """Issue 38.9: the site guide's security steps (docs/flower-sites.md, "Who can run code at a site"), followed as
 written on 127.0.0.1: certificates made with openssl, a SuperLink with TLS and SuperNode authentication, a site's
 key registered with ``flwr supernode register``.  The registered site connects over TLS; a SuperNode with an
-unregistered key is refused (Flower's exit code 305), and one without TLS never connects.  Telemetry off; every
+unregistered key is refused (Flower logs its exit code 305; the process status is 1), and one without TLS never connects.  Telemetry off; every
 process is started here in its own session, bounded in time and killed at the end."""
 import json
 import os
