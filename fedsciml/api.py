@@ -16,6 +16,7 @@ from typing import Any, Sequence, Union
 import torch
 
 import fedsciml.engines  # noqa: F401  (registers the methods and the engines with the driver)
+from fedsciml.engines.marching import marching_options, solve_marched
 from fedsciml.problems import REGISTRY, get_problem
 from fedsciml.problems.registry import apply_preset, preset_of
 from fedsciml.problems.base import Problem
@@ -29,8 +30,8 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
           device: Union[str, torch.device] = "cpu", progress: bool = False,
           problem_options: dict[str, Any] | None = None, hidden: Sequence[int] | None = None,
           activation: str | None = None, preset: str | None = None, callbacks: Sequence[Any] | None = None,
-          time_windows: int | None = None, causal: float | None = None, causal_slices: int = 16,
-          causal_every: int = 5, **method_options: Any) -> Result:
+          time_windows: int | None = None, time_window_growth: float = 1.0, causal: float | None = None,
+          causal_slices: int = 16, causal_every: int = 5, **method_options: Any) -> Result:
     """Solve a problem — a :class:`Problem` instance or a registered name — with one method.
 
     Parameters
@@ -84,6 +85,9 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         window's initial condition the previous window's trained network at its start, each window warm-started
         from the previous θ; the method's options apply to each window.  The result's θ, metrics and saved model
         are the piecewise model on all of ``[t0, T]`` (:mod:`fedsciml.problems.windows`).
+    time_window_growth : float
+        With ``time_windows``: each window's length is the last one's times this ratio (default 1: equal
+        windows; 1.5: short windows near ``t0`` for a transient there, longer ones after).
     causal, causal_slices, causal_every : optional
         Causal weighting of a time-dependent ``DomainPDE`` (Wang, Sankaran & Perdikaris 2022): with ``causal=ε``
         the PDE rows of time slice i (of ``causal_slices`` equal slices) are weighted by
@@ -156,108 +160,12 @@ def solve(problem: Union[str, Problem], method: str = "centralized", clients: in
         raise ValueError(f"callbacks run in the process of the round loop: engine 'local' only, got engine="
                          f"{method_options.get('engine')!r}")
     with show_progress(bool(progress)), use_callbacks(cbs):
-        causal_opts = None if causal is None else (causal, causal_slices, causal_every)
-        if causal is None and (causal_slices != 16 or causal_every != 5):
-            raise ValueError("causal_slices and causal_every apply with causal=ε only; give causal")
-        if time_windows is not None:
-            return _solve_windows(problem, time_windows, method, clients, seed, device, progress, method_options,
-                                  causal_opts)
-        if causal_opts is not None:
-            return _solve_causal(problem, causal_opts, method, clients, seed, device, progress, method_options)
+        marching = marching_options(time_windows, time_window_growth, causal, causal_slices, causal_every)
+        if marching:
+            return solve_marched(problem, method, clients=clients, seed=seed, device=device, progress=progress,
+                                 **marching, **method_options)
         return _solve(problem, method=method, clients=clients, seed=seed, device=device, progress=progress,
                       **method_options)
-
-
-def _solve_causal(problem: Problem, causal: tuple, method: str, clients: int | None, seed: int, device: Any,
-                  progress: bool, method_options: dict) -> Result:
-    """Causal weighting in stages (:mod:`fedsciml.problems.causal`): the weights at the current θ, then
-    ``causal_every`` steps or rounds of the method on the problem so weighted, warm-started; until the run's
-    ``max_iters`` or ``rounds`` are spent.  Like time-marching, the loop lives at the level of ``fs.solve``: each
-    stage is one run of the driver (every method and exact invariant unchanged)."""
-    from fedsciml.problems.causal import causal_problem, check_causal
-    from fedsciml.runtime.driver import make_result
-
-    eps, slices, every = causal
-    check_causal(problem, eps, slices, every)
-    if method_options.get("engine", "local") != "local":
-        raise ValueError(f"causal weighting computes the weights in this process: engine 'local' only, got engine="
-                         f"{method_options.get('engine')!r}")
-    key = "max_iters" if method == "centralized" else "rounds"
-    total = method_options.get(key)
-    if isinstance(total, bool) or not isinstance(total, int) or total < 1 or "budget" in method_options:
-        raise ValueError(f"causal weighting runs {key} in stages of causal_every: give {key} (a whole number ≥ 1) "
-                         f"and no budget, got {key}={total!r}")
-    theta = problem.init_params(seed, device="cpu")
-    results, stage_w, done = [], [], 0
-    while done < total:
-        n = min(every, total - done)
-        cp = causal_problem(problem, theta, eps, slices)
-        r = _solve(cp, method=method, clients=clients, seed=seed, device=device, progress=progress,
-                   **{**method_options, key: n})
-        results.append(r)
-        stage_w.append([float(v) for v in cp.causal_weights])
-        theta, done = r.theta.detach().cpu(), done + n
-    last = results[-1]
-    history, step, t = [], 0, 0.0
-    for j, r in enumerate(results):
-        for i, row in enumerate(r.history):
-            if j and i == 0:
-                continue  # a stage's row 0 is the last stage's end θ, under the new weights
-            history.append({**row, "step": step + i, "time_s": t + float(row.get("time_s") or 0.0),
-                            "causal_stage": j + 1, "causal_min_weight": min(stage_w[j])})
-        step += len(r.history) - 1
-        t += float(r.history[-1].get("time_s") or 0.0) if r.history else 0.0
-    final = {**last.final, **problem.evaluate(last.theta), "causal_min_weight": min(stage_w[-1])}
-    res = make_result(problem, last.method, {**last.options, key: total, "causal": eps, "causal_slices": slices,
-                                             "causal_every": every},
-                      seed=seed, device=last.device, clients=last.clients, theta=last.theta,
-                      seconds=sum(r.solver_seconds for r in results), final=final, history=history,
-                      extra={**last.extra, "causal_stages": [
-                          {"weights": w, "steps": len(r.history) - 1, "solver_seconds": r.solver_seconds}
-                          for w, r in zip(stage_w, results)]})
-    res.wall_seconds = sum(r.wall_seconds or 0.0 for r in results)
-    return res
-
-
-def _solve_windows(problem: Problem, windows: int, method: str, clients: int | None, seed: int, device: Any,
-                   progress: bool, method_options: dict, causal: tuple | None = None) -> Result:
-    """Time-marching (``fs.solve(..., time_windows=K)``; :mod:`fedsciml.problems.windows`).
-
-    Decision: the loop over windows lives here, at the level of ``fs.solve``, not in a problem nor in a method:
-    each window is a whole run of the one driver on the window's problem (any method, any options: the same
-    code paths, the same exact invariants — gn on a window equals centralized LM on it), and a problem states
-    its PDE once, for all of ``[t0, T]``.  In-process only: a Flower node builds its problem by name, with no
-    window's conditions."""
-    from fedsciml.problems.windows import window_edges, window_problem, windowed
-    from fedsciml.runtime.driver import make_result
-
-    if method_options.get("engine", "local") != "local":
-        raise ValueError(f"time_windows runs each window in this process: engine 'local' only, got engine="
-                         f"{method_options.get('engine')!r}")
-    edges = window_edges(problem, windows)
-    prev: tuple | None = None
-    results = []
-    for k in range(windows):
-        wp = window_problem(problem, edges[k], edges[k + 1], prev)
-        if causal is not None:
-            r = _solve_causal(wp, causal, method, clients, seed, device, progress, method_options)
-        else:
-            r = _solve(wp, method=method, clients=clients, seed=seed, device=device, progress=progress,
-                       **method_options)
-        results.append(r)
-        prev = (wp, r.theta)
-    theta = torch.cat([r.theta.reshape(-1) for r in results])
-    whole = windowed(problem, edges, results[0].theta.numel())
-    last = results[-1]
-    final = {"loss": sum(float(r.final.get("loss") or 0.0) for r in results), **whole.evaluate(theta)}
-    history = [{**row, "window": k + 1} for k, r in enumerate(results) for row in r.history]
-    per_window = [{"t": [edges[k], edges[k + 1]], "final": r.final, "solver_seconds": r.solver_seconds,
-                   "stopped_by": r.extra.get("stopped_by")} for k, r in enumerate(results)]
-    res = make_result(whole, last.method, {**last.options, "time_windows": windows}, seed=seed, device=last.device,
-                      clients=last.clients, theta=theta, seconds=sum(r.solver_seconds for r in results),
-                      final=final, history=history, extra={**last.extra, "windows": per_window})
-    res.wall_seconds = sum(r.wall_seconds or 0.0 for r in results)
-    return res
 
 
 def _problem_keywords(name: str, cls: Any, method: str, method_options: dict) -> dict:

@@ -1,6 +1,8 @@
 """Time-marching over windows for a time-dependent :class:`~fedsciml.problems.domain.DomainPDE` (``T`` set).
 
-``fs.solve(problem, method, time_windows=K)`` splits ``[t0, T]`` into K equal windows ``[t_{k-1}, t_k]`` and
+``fs.solve(problem, method, time_windows=K)`` splits ``[t0, T]`` into K equal windows ``[t_{k-1}, t_k]`` (with
+``time_window_growth=r``, windows whose lengths grow by the ratio r: short ones where a solution starts, for a
+transient near t0, long ones after) and
 trains one network per window, in order: window 1 is the problem on ``[t0, t_1]``; window k > 1 is the same
 problem on ``[t_{k-1}, t_k]`` whose :class:`~fedsciml.problems.conditions.Initial` conditions take their values
 (and velocities) from window k − 1's trained network at ``t_{k-1}``.  Every other condition, the interior
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 
 import torch
 from torch.func import vmap
@@ -32,10 +35,15 @@ from .geometry import SpaceTime
 _CACHES = ("_domain", "_conds", "_part_fns", "_test_cache", "_taylor_forms")
 
 
-def window_edges(problem, windows: int) -> list[float]:
-    """``[t0, t_1, …, T]``: K equal windows of ``problem``'s time interval (one line when it has none)."""
+def window_edges(problem, windows: int, growth: float = 1.0) -> list[float]:
+    """``[t0, t_1, …, T]``: K windows of ``problem``'s time interval whose lengths grow geometrically,
+    ``L_k = L_1·r^{k−1}`` with ``r = growth`` (``L_1 = (T − t0)(r − 1)/(r^K − 1)``; r = 1: K equal windows),
+    the last edge exactly T.  One line when the problem has no time axis or a value is out of range."""
     if isinstance(windows, bool) or not isinstance(windows, int) or windows < 1:
         raise ProblemError(f"time_windows must be a whole number ≥ 1, got {windows!r}")
+    if isinstance(growth, bool) or not isinstance(growth, (int, float)) or not (growth > 0 and math.isfinite(growth)):
+        raise ProblemError(f"time_window_growth (the ratio of each window's length to the last's) must be a "
+                           f"finite number > 0, got {growth!r}")
     T = getattr(problem, "T", None)
     if T is None or not hasattr(problem, "condition_list"):
         raise ProblemError(f"time_windows applies to a time-dependent DomainPDE (T set); problem "
@@ -44,7 +52,12 @@ def window_edges(problem, windows: int) -> list[float]:
         raise ProblemError(f"time_windows: problem {problem.name!r} has no Initial condition to carry from one "
                            f"window to the next")
     t0, T = float(problem.t0), float(T)
-    return [t0 + (T - t0) * k / windows for k in range(windows)] + [T]
+    r = float(growth)
+    if r == 1.0:
+        return [t0 + (T - t0) * k / windows for k in range(windows)] + [T]
+    # cumulative lengths (r^k − 1)/(r^K − 1) of the whole: computed with expm1 so that r near 1 keeps its digits
+    lr = math.log(r)
+    return [t0 + (T - t0) * math.expm1(k * lr) / math.expm1(windows * lr) for k in range(windows)] + [T]
 
 
 def window_problem(problem, lo: float, hi: float, previous: tuple | None = None):

@@ -9,6 +9,7 @@ line.
 from __future__ import annotations
 
 import argparse
+import math
 import logging
 import os
 import sys
@@ -19,7 +20,8 @@ from fedsciml.cli.common import (_COMMAND_START, EXIT_FAILED, EXIT_USAGE, THREAD
                                  union_specs)
 
 SOLVE_FLAGS = ("method", "clients", "compare", "seed", "device", "engine", "threads", "json", "out", "quiet",
-               "no_progress", "every", "plugin", "config", "verbose", "help_all")
+               "no_progress", "every", "plugin", "config", "verbose", "help_all", "time_windows", "time_window_growth",
+               "causal", "causal_slices", "causal_every")
 #: ``solve``'s usage line (the flags are too many to list there: `solve --help` points to where they are)
 SOLVE_USAGE = "%(prog)s PROBLEM [--method M | --compare M,M,…] [--clients K] [options]"
 SOLVE_DESCRIPTION = ("Solve PROBLEM. Without --clients (or with --method centralized) the pooled centralized "
@@ -45,7 +47,7 @@ def method_owners() -> dict:
 
 def _help_scope(problems: dict, methods: dict) -> tuple[dict, dict, str | None]:
     """What ``solve``'s help shows: every problem and method (``solve --help-all``), or for ``solve PROBLEM
-    --help`` that problem and the methods that apply to it by the registry (:meth:`MethodSpec.applies_to`), or
+    --help`` that problem and the methods that apply to it by the registry (:meth:`Method.applies_to`), or
     one of them (``--method M``).  Returns ``(problems, methods, focus)``; an unknown problem or method, or one
     that does not apply, is one line (:class:`CLIError`)."""
     from fedsciml.problems import REGISTRY
@@ -206,6 +208,22 @@ def _add_run_flags(p, methods: dict, short: bool = False) -> None:
                    help="who carries the clients' messages: this process, Flower's simulation engine (the flower "
                         "extra; Python ≥ 3.11) or a process per client (default local)")
     p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
+    t = p.add_argument_group("time-marching and causal weighting (a time-dependent problem: one with a time axis "
+                             "and an initial condition)")
+    t.add_argument("--time-windows", type=int, default=None, metavar="K",
+                   help="train [t0, T] as K windows in order, each window's initial condition the last one's "
+                        "network at its start; the method's options (--budget, --max-iters, --rounds) apply to "
+                        "each window (fs.solve's time_windows)")
+    t.add_argument("--time-window-growth", type=float, default=None, metavar="R",
+                   help="with --time-windows: each window R times as long as the one before (default 1: equal "
+                        "windows; R > 1: short windows near t0 for a transient there)")
+    t.add_argument("--causal", type=float, default=None, metavar="EPS",
+                   help="causal weighting: the PDE rows of time slice i weighted exp(-EPS × the mean squared "
+                        "residuals of the slices before); needs --max-iters (centralized) or --rounds, no --budget")
+    t.add_argument("--causal-slices", type=int, default=None, metavar="M",
+                   help="with --causal: the number of equal time slices (default 16)")
+    t.add_argument("--causal-every", type=int, default=None, metavar="N",
+                   help="with --causal: recompute the weights every N steps or rounds (default 5)")
 
 
 def _add_output_flags(p) -> None:
@@ -303,7 +321,7 @@ def _methods_to_run(args) -> list:
 
 
 def _check_methods_apply(args, cls) -> None:
-    """Each method to run exists and applies to the problem's kind (the registry's :meth:`MethodSpec.applies_to`):
+    """Each method to run exists and applies to the problem's kind (the registry's :meth:`Method.applies_to`):
     refused before the problem is built, one line naming the methods that apply."""
     from fedsciml.runtime.driver import get_method
 
@@ -357,6 +375,7 @@ def _solve(args, problem):
     from fedsciml.runtime.results import ResultsNotWritten, check_output_dir, check_output_file
     from fedsciml.methods.centralized import Diverged
     from fedsciml.runtime.driver import check_clients, get_method, plan, run
+    from fedsciml.engines.marching import check_marching, solve_marched
 
     check_clients(args.clients)
     if args.every < 1:
@@ -371,6 +390,13 @@ def _solve(args, problem):
     per_method = method_options_for(methods, given, args._method_flags)
     if len(methods) > 1:
         per_method = drop_where_idle(methods, per_method)
+    marching = _marching(args)
+    if marching and getattr(problem, "T", None) is None:
+        flags = " and ".join(f for f, on in (("--time-windows", "time_windows" in marching),
+                                              ("--causal", "causal" in marching)) if on)
+        verb = "apply" if " and " in flags else "applies"
+        raise CLIError(f"{flags} {verb} to a time-dependent problem (a time axis T and an initial condition); "
+                       f"problem {problem.name!r} has no time axis")
     plans = []
     for m in methods:  # every run checked (options, memory) before the first one starts, and only here
         if len(methods) > 1 and "checkpoint" in per_method[m]:  # one checkpoint directory per compared method
@@ -378,6 +404,8 @@ def _solve(args, problem):
         engine = args.engine if m != "centralized" else "local"  # the pooled reference runs in this process
         plans.append(plan(problem, m, clients=args.clients, seed=args.seed, device=args.device,
                           progress=_progress(args), every=args.every, engine=engine, **per_method[m]))
+        if marching:  # windows and causal stages run through fs.solve's loop (fedsciml.engines.marching)
+            check_marching(problem, m, {**per_method[m], "engine": engine}, **marching)
     if args.json:
         check_output_file(args.json, "--json", stdout=True)  # --json -: the JSON on standard output
     if args.out:
@@ -388,7 +416,10 @@ def _solve(args, problem):
         status(f"[fedsciml] {problem.name} · method={m} · clients={args.clients or problem.default_clients} · "
                f"params={problem.network().n_params if hasattr(problem, 'network') else '?'}")
         try:
-            res = run(p)
+            res = run(p) if not marching else solve_marched(
+                problem, m, clients=args.clients, seed=args.seed, device=args.device, progress=_progress(args),
+                every=args.every, engine=args.engine if m != "centralized" else "local", **marching,
+                **per_method[m])
         except BaseException as e:  # the runs that finished, and the rounds this one finished, are kept
             partial = getattr(e, "result", None)  # Ctrl-C/SIGTERM or a failed round (fedsciml.runtime.interrupt)
             kept = results + ([partial] if partial is not None else [])
@@ -413,6 +444,36 @@ def _solve(args, problem):
         results.append(res)
     _keep_results(problem, results, args)
     return 0
+
+
+def _marching(args) -> dict:
+    """``solve``'s time-marching and causal flags as :func:`fedsciml.engines.marching.solve_marched`'s keywords
+    (``{}``: none given); one line naming the flag for a value out of range or a flag that needs another."""
+    from fedsciml.engines.marching import CAUSAL_EVERY, CAUSAL_SLICES
+
+    k, r, eps = args.time_windows, args.time_window_growth, args.causal
+    slices, every = args.causal_slices, args.causal_every
+    if k is not None and k < 1:
+        raise CLIError(f"--time-windows must be a whole number ≥ 1 (the number of windows), got {k}")
+    if r is not None and not (r > 0 and math.isfinite(r)):
+        raise CLIError(f"--time-window-growth must be a finite number > 0 (each window's length over the last's), "
+                       f"got {r}")
+    if r is not None and k is None:
+        raise CLIError("--time-window-growth applies with --time-windows K only; give --time-windows")
+    if eps is not None and not (eps >= 0 and math.isfinite(eps)):
+        raise CLIError(f"--causal must be a finite number ≥ 0 (the causality parameter ε), got {eps}")
+    for flag, v in (("--causal-slices", slices), ("--causal-every", every)):
+        if v is not None and eps is None:
+            raise CLIError(f"{flag} applies with --causal EPS only; give --causal")
+        if v is not None and v < 1:
+            raise CLIError(f"{flag} must be a whole number ≥ 1, got {v}")
+    out: dict = {}
+    if k is not None:
+        out.update(time_windows=k, time_window_growth=1.0 if r is None else r)
+    if eps is not None:
+        out.update(causal=eps, causal_slices=CAUSAL_SLICES if slices is None else slices,
+                   causal_every=CAUSAL_EVERY if every is None else every)
+    return out
 
 
 def _keep_results(problem, results, args) -> None:

@@ -294,6 +294,9 @@ class MatfreeConfig:
     max_iters: int | None = 500  # CG iterations per solve (None: LM's choice, fedsciml.core.forms.matfree_settings;
     #                              0: no CG, the damped K-FAC step −P⁻¹g itself)
     seed: int = 0
+    subspace: int = 0         # k > 0: no CG — the damped model minimized exactly over k directions (subspace_step:
+    #                           the preconditioned gradient P⁻¹g and the last k − 1 accepted steps), one batched
+    #                           product JᵀJ V per point; 0: CG (or max_iters=0's damped K-FAC step)
 
     def validate(self) -> None:
         if self.precond not in PRECONDITIONERS + ("auto",):
@@ -308,6 +311,8 @@ class MatfreeConfig:
                              f"{self.max_iters}")
         if self.max_iters == 0 and self.precond not in ("kfac", "auto"):
             raise ValueError(f"CG max_iters=0 (the damped K-FAC step, no CG) needs precond kfac, got {self.precond!r}")
+        if self.subspace < 0:
+            raise ValueError(f"the subspace step's directions must be ≥ 0 (0: off), got {self.subspace}")
 
 
 @dataclass
@@ -341,6 +346,40 @@ def damped_gn_step(matvec: Vec, g: torch.Tensor, mu: float, *, precond: Vec | No
     quad = float(d @ res.Ax) - mu * float(d @ d)
     dec = -float(g @ d) - 0.5 * quad
     return StepResult(d, dec, res.iters, res.rel_residual)
+
+
+def subspace_step(V: torch.Tensor, HV: torch.Tensor, g: torch.Tensor, mu: float) -> StepResult:
+    """The damped Gauss–Newton step restricted to ``span(V)``: ``δ = V a`` minimizing the model
+    ``gᵀδ + ½δᵀ(JᵀJ + μI)δ`` over that span, ``(VᵀJᵀJV + μVᵀV) a = −Vᵀg`` — a k×k system from ``HV = JᵀJ V``
+    (one batched product; K-FAC's own step-size-and-momentum rule, Martens & Grosse 2015 §7, is k = 2 with
+    ``V = [P⁻¹g, δ_{t−1}]``).  The model decrease ``−gᵀδ − ½δᵀJᵀJδ = −(Vᵀg)ᵀa − ½aᵀ(VᵀJᵀJV)a`` is exact
+    (no product more).
+
+    Numerics: the columns are scaled to unit norm (a zero column is dropped) and the symmetric k×k matrix is
+    solved through its eigendecomposition, eigenvalues below ``k·eps·λ_max`` left out — the least-norm
+    coefficients when columns are (nearly) dependent, which gives the same ``δ`` in ``span(V)``."""
+    if not mu >= 0:
+        raise ValueError(f"the subspace step needs damping μ ≥ 0, got {mu}")
+    if V.ndim != 2 or V.shape != HV.shape or V.shape[0] != g.numel():
+        raise ValueError(f"subspace step: V {tuple(V.shape)} and JᵀJ V {tuple(HV.shape)} must both be "
+                         f"[p = {g.numel()}, k]")
+    norms = V.norm(dim=0)
+    keep = norms > 0
+    if not bool(keep.any()):
+        z = torch.zeros_like(g)
+        return StepResult(z, 0.0, 0, 0.0)
+    Vs, HVs = V[:, keep] / norms[keep], HV[:, keep] / norms[keep]
+    G = Vs.T @ HVs
+    G = 0.5 * (G + G.T)
+    C = G + mu * (Vs.T @ Vs)
+    b = -(Vs.T @ g)
+    w, U = torch.linalg.eigh(0.5 * (C + C.T))
+    cut = w.shape[0] * torch.finfo(w.dtype).eps * float(w.abs().max())
+    on = w > cut
+    a = U[:, on] @ ((U[:, on].T @ b) / w[on])
+    delta = Vs @ a
+    dec = float(b @ a) - 0.5 * float(a @ (G @ a))
+    return StepResult(delta, dec, 0, 0.0)
 
 
 def power_lambda_max(matvec: Vec, p: int, *, iters: int = 20, dtype: torch.dtype = torch.float64,

@@ -20,7 +20,7 @@
 * ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
   25 function evaluations, per step; restarted from steepest descent if it stops moving).
 
-``resample=K``: fresh collocation points every K iterations (:mod:`fedsciml.methods.resample`).  LM forms
+``resample=K``: fresh collocation points every K iterations (:mod:`fedsciml.runtime.resample`).  LM forms
 no statistics at a point accepted just before a resample (the next step takes them on the new points:
 :func:`fedsciml.core.lm.deferred_stats`) — with ``resample=1`` one Jacobian per step instead of two.
 
@@ -48,8 +48,9 @@ from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_
 from fedsciml.core.stats import chunked_gn_stats, row_blocks
 from fedsciml.runtime.history import Recorder
 from fedsciml.runtime.memory import operator_graph_floats
-from fedsciml.methods.resample import Growth, check_resample, resampled_objectives
+from fedsciml.runtime.resample import Growth, check_resample, resampled_objectives
 from fedsciml.methods.run import capped_rank
+from fedsciml.runtime.driver import Method
 from fedsciml.core.lm import LevenbergMarquardt, LMConfig, auto_form, ceiling_warning, damping_ceiling, default_tau, deferred_stats
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,10 @@ class CentralizedConfig(StopOptions):
                                         "the damped K-FAC step itself)", int, lo=0,
                                   none="10 where lm_solve auto takes K-FAC (a CPU, PINN residuals in channel form, "
                                        f"p ≥ {KFAC_MIN_PARAMS:,}, a dense step dear), else 500")
+    subspace: int = option(0, "directions of lm's subspace step (matrix-free solve, no CG): the damped model "
+                              "minimized exactly over k directions — the preconditioned gradient and the last k − 1 "
+                              "accepted steps (K-FAC's step size and momentum, Martens & Grosse 2015, for k = 2) — "
+                              "from one batched product JᵀJ V per accepted point (0: CG)", int, lo=0)
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
     lm_damping: str = option("adaptive", "lm damping: adaptive (Levenberg–Marquardt's gain-ratio rule) or fixed "
@@ -150,8 +155,14 @@ class CentralizedConfig(StopOptions):
                                                 f"{display('lm_solve')} matfree or auto)")
             out["nystrom_rank"] = (f"it sizes the Nyström preconditioner of the matrix-free lm solve "
                                    f"({display('optimizer')} lm, {display('lm_solve')} matfree or auto)")
+            out["subspace"] = (f"the subspace step is a matrix-free lm solve ({display('optimizer')} lm, "
+                               f"{display('lm_solve')} matfree or auto)")
         elif self.precond not in ("nystrom", "auto"):
             out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom or auto)"
+        if self.subspace > 0:
+            out.setdefault("cg_iters", f"the subspace step runs no CG ({display('subspace')} is {self.subspace})")
+            out.setdefault("momentum", f"the subspace step carries its own momentum (the last accepted steps are "
+                                       f"directions of it; {display('subspace')} is {self.subspace})")
         return out
 
     def _resolve(self):
@@ -179,7 +190,7 @@ class SolveConfig:
     tol: float = 0.0          # stop when the mean loss ½‖r‖²/N ≤ tol
     lr: float | None = None   # adam / lbfgs learning rate
     lm: LMConfig = field(default_factory=LMConfig)
-    resample: int | None = None  # fresh collocation points every K iterations (fedsciml.methods.resample)
+    resample: int | None = None  # fresh collocation points every K iterations (fedsciml.runtime.resample)
     make_objective: Callable[[int], LeastSquares] | None = None  # the pooled objective of resample j ≥ 1
     damping: str = "adaptive"    # lm: "adaptive" (gain-ratio rule) or "fixed" (μ = mu·n, every step taken)
     mu: float = 1e-6             # lm, fixed damping: μ per residual row
@@ -363,6 +374,8 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
         info["cg_iters"] = lm.cg_iters
         info["nystrom_rank"] = lm.cfg.matfree.rank if choice.precond == "nystrom" else 0
         info["precond"], info["cg_cap"] = choice.precond, choice.cg_iters
+        if lm.cfg.matfree.subspace > 0:
+            info["subspace"] = lm.cfg.matfree.subspace
     return (lm.theta if avg is None else avg), info
 
 
@@ -477,7 +490,7 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
     lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
                   matfree=MatfreeConfig(precond=config.precond,
                                         rank=capped_rank(config.nystrom_rank, theta0.numel(), "nystrom_rank"),
-                                        max_iters=config.cg_iters, seed=seed),
+                                        max_iters=config.cg_iters, seed=seed, subspace=config.subspace),
                   momentum=config.momentum, jets=lambda: has_jets(objectives),
                   graph_floats=operator_graph_floats(problem, config.precond))
     make = None
@@ -503,10 +516,10 @@ def settings(r) -> str:
     return f"pooled data, {r.options.get('optimizer', 'lm')}"
 
 
-#: ``centralized``'s registry entry: :func:`~fedsciml.runtime.driver.register_method`'s arguments
+#: ``centralized``'s registry entry, its :class:`~fedsciml.runtime.driver.Method`
 #: (:mod:`fedsciml.methods` registers every built-in module's entries, in one fixed order)
 METHOD_ENTRIES = (
-    dict(name="centralized", config=CentralizedConfig, runner=run_centralized,
-         description="pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)",
-         federated=False, settings=settings),
+    Method("centralized", CentralizedConfig, run=run_centralized,
+           description="pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)",
+           federated=False, settings=settings),
 )
