@@ -343,6 +343,10 @@ class MethodConfig:
     #: the heading under which the command line's help lists the options this class declares (a shared part's;
     #: a method's own options are listed under "METHOD options")
     help_group: ClassVar[str] = ""
+    #: on a ridge problem, σ is this method's (a ``sigma`` option it adds once, at the server or in each client's
+    #: local loss), not penalty rows on every client: the driver gives it the problem's rows only
+    #: (``penalty="server"``; one-shot, the ridge SGD baselines)
+    holds_sigma: ClassVar[bool] = False
 
     def __post_init__(self):
         for f in fields(self):

@@ -11,6 +11,7 @@ import fedsciml.methods  # noqa: F401  (registers the methods)
 from fedsciml.runtime import robust
 from fedsciml.methods.aggregators import Aggregator, FedAvgAggregator, FIPAAggregator
 from fedsciml.methods.local import LocalConfig, local_update
+from fedsciml.methods.fipa import fipa_ask
 from fedsciml.runtime.client import Client
 from fedsciml.methods.gn import GNAggregator
 from fedsciml.core.schema import MAX_COUNT, psd_violation
@@ -69,10 +70,10 @@ def _msgs(kind):
         return FedAvgAggregator(), local_update(c, THETA0, LocalConfig("adam", 2))[0]
     if kind == "fipa-lowrank":
         return (FIPAAggregator("lowrank", "qr", consistency=True),
-                local_update(c, THETA0, LocalConfig("gn", damping=0.0), curvature="lowrank", rank=4, report_loss=True)[0])
+                local_update(c, THETA0, LocalConfig("gn", damping=0.0), ask=fipa_ask("lowrank", rank=4), report_loss=True)[0])
     if kind == "fipa-full":
         return (FIPAAggregator("full", "pinv", consistency=True),
-                local_update(c, THETA0, LocalConfig("gn", damping=0.0), curvature="full", report_loss=True)[0])
+                local_update(c, THETA0, LocalConfig("gn", damping=0.0), ask=fipa_ask("full"), report_loss=True)[0])
     if kind == "gn":
         return GNAggregator(True, "normal"), c.gn_message(THETA0, "normal")
     return GNAggregator(True, "sqrt"), c.gn_message(THETA0, "sqrt")
@@ -308,7 +309,7 @@ def test_default_options_leave_fedavg_and_fipa_bitwise_unchanged():
 
 def test_fipa_robust_rules_combine_the_curvature_weighted_updates():
     objs = make_clients(3)
-    msgs = {c: local_update(Client(c, o), THETA0, LocalConfig("gn", damping=0.0), curvature="full")[0]
+    msgs = {c: local_update(Client(c, o), THETA0, LocalConfig("gn", damping=0.0), ask=fipa_ask("full"))[0]
             for c, o in enumerate(objs)}
     Hs = [linalg.unpack_upper(m["H"], P) for m in msgs.values()]
     B = torch.stack([H @ m["delta"] for H, m in zip(Hs, msgs.values())])

@@ -8,6 +8,7 @@ import torch
 
 from fedsciml.core import linalg
 from fedsciml.methods.aggregators import FedAvgAggregator, FIPAAggregator
+from fedsciml.methods.fipa import fipa_ask
 from fedsciml.runtime.checkpoint import CheckpointMismatch
 from fedsciml.methods.local import (AdaptiveSchedule, LocalConfig, Spectrum, adam_delta, local_update, sketch_matfree,
                                     spectrum)
@@ -263,7 +264,7 @@ def test_dropout_fuses_only_answering_clients():
                          message_hook=_recording_hook(log))
     answered = log[1]
     assert 0 < len(answered) < 4 and rows[1]["dropped"] == 4 - len(answered)
-    msgs = {c: local_update(Client(c, objs[c]), THETA0, LocalConfig("gn", damping=0.0), curvature="full")[0]
+    msgs = {c: local_update(Client(c, objs[c]), THETA0, LocalConfig("gn", damping=0.0), ask=fipa_ask("full"))[0]
             for c in answered}
     want = FIPAAggregator(curvature="full", merge="pinv").aggregate(THETA0, msgs)
     assert torch.allclose(th, want, rtol=0, atol=1e-12)
@@ -297,7 +298,7 @@ def test_bad_messages_are_rejected_and_the_round_goes_on():
     reasons = {r["client"]: r["reason"] for r in info["rejections"]}
     assert set(reasons) == {1, 2} and "non-finite" in reasons[1] and "'U'" in reasons[2]
     assert rows[1]["rejected"] == 2
-    c0 = local_update(Client(0, objs[0]), THETA0, LocalConfig("adam", 3), curvature="lowrank", rank=4)[0]
+    c0 = local_update(Client(0, objs[0]), THETA0, LocalConfig("adam", 3), ask=fipa_ask("lowrank", rank=4))[0]
     want = FIPAAggregator(curvature="lowrank", merge="qr").aggregate(THETA0, {0: c0})
     assert torch.allclose(th, want, atol=1e-12)
 

@@ -11,7 +11,7 @@ import torch
 
 import fedsciml as fs
 from fedsciml.core.matfree import fipa_local_matfree, local_gn_sketch
-from fedsciml.methods.fipa import FIPAConfig
+from fedsciml.methods.fipa import FIPAConfig, fipa_ask
 from fedsciml.options import OptionError
 from fedsciml.problems import get_problem
 from fedsciml.runtime.client import Client
@@ -52,9 +52,9 @@ def test_one_matfree_message_equals_the_dense_message():
     from fedsciml.methods.local import LocalConfig, local_update
 
     cfg = LocalConfig(solver="gn", damping=1e-3)
-    dense = local_update(client, theta, cfg, curvature="lowrank", rank=30, sketch="dense", report_loss=True)[0]
-    free, info = local_update(client, theta, cfg, curvature="lowrank", rank=30, sketch="matfree", report_loss=True,
-                              cg_iters=300, cg_rtol=1e-12)
+    dense = local_update(client, theta, cfg, ask=fipa_ask("lowrank", rank=30, sketch="dense"), report_loss=True)[0]
+    free, info = local_update(client, theta, cfg, report_loss=True,
+                              ask=fipa_ask("lowrank", rank=30, sketch="matfree", cg_iters=300, cg_rtol=1e-12))
     k = dense["lam"].numel()
     assert free["lam"].numel() == k <= obj.n_residuals  # clipped to the numerical rank, as the dense client
     torch.testing.assert_close(free["lam"], dense["lam"], rtol=1e-9, atol=1e-12 * float(dense["lam"][0]))
@@ -86,7 +86,7 @@ def test_nystrom_message_is_the_exact_top_r_on_a_spectral_gap():
     B = Q1[:, :p] @ torch.diag(s2.sqrt()) @ Q2.T
     y = torch.randn(n, dtype=torch.float64, generator=gen)
     out = local_gn_sketch(lambda th: B @ th - y, torch.zeros(p, dtype=torch.float64), r, damping=1e-2,
-                          generator=torch.Generator().manual_seed(0))
+                          rtol=1e-10, max_iters=100, generator=torch.Generator().manual_seed(0))
     lam_ref, V = torch.linalg.eigh(B.T @ B)
     lam_ref, V = lam_ref.flip(0)[:r], V.flip(1)[:, :r]
     torch.testing.assert_close(out.lam, lam_ref, rtol=1e-9, atol=0)

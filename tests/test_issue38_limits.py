@@ -145,7 +145,7 @@ def test_a_binary_csv_is_one_line_naming_the_file(tmp_path):
 
 def _job(**options):
     return {"problem": "bratu", "options": {"n_interior": 20, **options}, "clients": 2, "seed": 0, "device": "cpu",
-            "threads": 1, "module": None}
+            "threads": 1, "modules": []}
 
 
 def test_a_stopped_client_is_ended_after_a_bounded_wait():

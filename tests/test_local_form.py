@@ -18,7 +18,7 @@ from fedsciml.core.forms import LOCAL_FORMS, local_client_form
 from fedsciml.core.matfree import fipa_local_matfree
 from fedsciml.core.nn import MLP
 from fedsciml.core.objective import PointwiseLeastSquares, ResidualPart
-from fedsciml.methods.fipa import FIPAConfig
+from fedsciml.methods.fipa import FIPAConfig, fipa_ask
 from fedsciml.methods.local import LocalConfig, local_update
 from fedsciml.runtime.client import Client, ClientBatch
 from fedsciml.runtime.transport import LocalTransport, Request
@@ -129,8 +129,8 @@ def test_beside_a_matrix_free_client_a_dense_one_forms_only_its_own(threshold, j
     vec = LocalTransport(clients).ask([0, 1], req)
     assert jacobians == [12]
     assert "cg_iters" in vec[1].metrics and "cg_iters" not in vec[0].metrics
-    want, info = local_update(clients[0], THETA0, LocalConfig("gn", damping=1e-3), curvature="lowrank", rank=4,
-                              sketch="dense", seed=7, report_loss=True)
+    want, info = local_update(clients[0], THETA0, LocalConfig("gn", damping=1e-3), ask=fipa_ask("lowrank", rank=4, sketch="dense"),
+                              seed=7, report_loss=True)
     assert info == {}
     for k, v in want.items():
         assert torch.equal(vec[0].message[k], v), k

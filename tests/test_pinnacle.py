@@ -258,6 +258,21 @@ def test_the_boundary_weight_defaults_to_the_cases_and_an_explicit_one_wins():
     assert [q.weight for q in parts] == [1.0, 3.0, 3.0]
 
 
+def test_the_input_scaling_defaults_to_the_cases_and_an_explicit_one_wins(tmp_path):
+    """HInv's default input scaling is none (measured: box stalls it, see the case's docstring), every other case's
+    box; ``input_scaling`` given explicitly is used as given.  HInv builds only with its sensor file: a stand-in
+    checkout holds three sensors."""
+    (tmp_path / "ref").mkdir()
+    np.savetxt(tmp_path / "ref" / "heatinv_points.dat", [[0.1, 0.2, 0.3], [0.4, -0.5, 0.6], [-0.7, 0.8, 0.9]])
+    hinv = get_problem("pinnacle", case="hinv", pinnacle_dir=str(tmp_path))
+    assert hinv.options["input_scaling"] == "none" and hinv.network().input_map is None
+    assert get_problem("pinnacle", case="hinv", pinnacle_dir=str(tmp_path),
+                       input_scaling="box").network().input_map is not None
+    for case in ("poisson2d-c", "burgers1d-c", "heat2d-ms"):
+        assert get_problem("pinnacle", case=case).options["input_scaling"] == "box"
+    assert get_problem("pinnacle", case="ns2d-c", input_scaling="none").network().input_map is None
+
+
 @pytest.mark.parametrize("case", ["poisson2d-c", "burgers1d-c", "ns2d-c"])
 def test_gn_on_four_strips_takes_the_centralized_steps(case):
     """Federated gn on 4 sites (strips along x) takes centralized LM's steps on the pooled points: the same sums in

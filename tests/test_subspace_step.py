@@ -119,21 +119,22 @@ def tiny(clients):
     return pb, pb.client_objectives(clients, seed=0), pb.network()
 
 
-def test_federated_gn_subspace_equals_centralized_lm_subspace_and_counts_two_exchanges():
+@pytest.mark.parametrize("damping", ["lm", "adapt"])
+def test_federated_gn_subspace_equals_centralized_lm_subspace_and_counts_two_exchanges(damping):
     """gn with 3 clients and the subspace step against centralized lm with it on the same pooled points: the
     server's algebra is the same code on sums (the gradient, the K-FAC factors and JᵀJ V summed over clients —
     sums in another order, so not bitwise; the k×k solves are well conditioned and nothing iterates: 1e-9
     relative after 6 steps).  Exchanges: a round is the trial's gradient exchange plus, after an acceptance, one
-    product exchange (V = [P⁻¹g, δ_{t−1}], 2 columns)."""
+    product exchange (V = [P⁻¹g, δ_{t−1}], 2 columns; with adapt, P_γ⁻¹g at three γ: 4 columns)."""
     from fedsciml.methods import METHODS
     from fedsciml.methods.centralized import run_centralized
 
     pb, objs, net = tiny(3)
     th0 = net.init(0)
     th_f, rows_f, info_f = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=6, form="matfree", precond="kfac",
-                                         subspace=2)
+                                         subspace=2, subspace_damping=damping)
     th_c, rows_c, info_c = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=6,
-                                           lm_solve="matfree", precond="kfac", subspace=2)
+                                           lm_solve="matfree", precond="kfac", subspace=2, subspace_damping=damping)
     assert [r.get("accepted") for r in rows_f] == [r.get("accepted") for r in rows_c]
     for a, b in zip(rows_f, rows_c):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-9)
@@ -143,3 +144,31 @@ def test_federated_gn_subspace_equals_centralized_lm_subspace_and_counts_two_exc
     for prev, row in zip(rows_f, rows_f[1:]):  # a row's exchanges are its round's own
         assert row["exchanges"] == (2 if prev.get("accepted", True) else 1), (prev, row)
     assert info_f["exchanges"] == sum(r["exchanges"] for r in rows_f)
+    assert info_c["subspace_damping"] == info_f["options"]["subspace_damping"] == damping
+
+
+def test_adapt_moves_gamma_to_the_column_that_decreases_the_model_most():
+    """subspace_damping adapt: V = [P_{γ/10}⁻¹g, P_γ⁻¹g, P_{10γ}⁻¹g, past steps]; after the products γ is the grid
+    value whose column alone gives the largest (vᵀg)²/(2vᵀ(H + μI)v) — checked against that formula on a
+    preconditioner that is diag(H) + γI, so the three columns differ."""
+    from fedsciml.core.objective import GNStats
+
+    H, g, _ = spd_case(p=6)
+    D = H.diagonal()
+
+    class Diag:
+        def inverse(self, gam):
+            return lambda v: v / (D + gam)
+
+    op = CountingOperator(H)
+    cfg = LMConfig(solve="matfree", matfree=MatfreeConfig(precond="none", subspace=2, subspace_damping="adapt"))
+    lm = LevenbergMarquardt(cfg)
+    lm.start(torch.zeros(6, dtype=torch.float64), GNStats(H=None, g=g, loss=torch.tensor(10.0, dtype=torch.float64),
+                                                          n=12, op=op))
+    lm.precond_damping = 5.0
+    lm._solve_subspace(0.1, Diag(), 2)
+    V = lm._subspace[1]
+    assert V.shape[1] == 3  # no past step yet
+    dec = [float(V[:, j] @ g) ** 2 / (2 * float(V[:, j] @ (H + 0.1 * torch.eye(6, dtype=H.dtype)) @ V[:, j]))
+           for j in range(3)]
+    assert lm.precond_damping == [0.5, 5.0, 50.0][max(range(3), key=dec.__getitem__)]

@@ -195,6 +195,8 @@ class LevenbergMarquardt:
         # (stats, V, JᵀJ V) of the subspace step: built once per statistics, so a rejected trial's next one (a larger
         # μ) is solved in the same span with no product more
         self._subspace: tuple[GNStats, torch.Tensor, torch.Tensor] | None = None
+        #: the subspace step's preconditioner damping γ (``subspace_damping="adapt"``; None: LM's μ on first use)
+        self.precond_damping: float | None = None
         self.cg_iters = 0     # CG iterations of all matrix-free solves so far
         self.last_cg_iters = 0
         self._choices: dict[tuple[int, int], forms.FormChoice] = {}  # (n, p) → the form chosen for that size
@@ -377,12 +379,26 @@ class LevenbergMarquardt:
         system at the larger μ in the same span."""
         st = self.stats
         if self._subspace is None or self._subspace[0] is not st:
-            first = -st.g if pre is None else pre.inverse(mu)(-st.g)
-            V = torch.stack([first, *self.past_steps[:k - 1]], 1)
+            adapt = pre is not None and self.cfg.matfree.subspace_damping == "adapt"
+            if pre is None:
+                first = [-st.g]
+            elif not adapt:
+                first = [pre.inverse(mu)(-st.g)]
+            else:  # γ/ω, γ, ωγ (Martens & Grosse 2015 §6.6's candidates, all three kept in the span)
+                gam = mu if self.precond_damping is None else self.precond_damping
+                w = matfree.SUBSPACE_GAMMA_STEP
+                gammas = [min(self.cfg.mu_max, max(self.cfg.mu_min, x)) for x in (gam / w, gam, gam * w)]
+                first = [pre.inverse(x)(-st.g) for x in gammas]
+            V = torch.stack([*first, *self.past_steps[:k - 1]], 1)
             if self.stop is not None and self.stop():
                 raise matfree.OutOfTime("the time budget ran out before the subspace step's products")
             HV = self._op().matmat(V)
             self._subspace = (st, V, HV)
+            if adapt:  # γ ← the one whose column alone decreases the damped model most: (vᵀg)² / (2vᵀ(JᵀJ + μI)v)
+                Vp, HVp = V[:, :3], HV[:, :3]
+                den = (Vp * HVp).sum(0) + mu * (Vp * Vp).sum(0)
+                dec = torch.where(den > 0, (Vp.T @ st.g) ** 2 / (2 * den.clamp_min(1e-300)), torch.zeros_like(den))
+                self.precond_damping = gammas[int(torch.argmax(dec))]
         _, V, HV = self._subspace
         res = matfree.subspace_step(V, HV, st.g, mu)
         self.last_cg_iters = 0

@@ -278,6 +278,12 @@ def cg(matvec: Vec, b: torch.Tensor, *, precond: Vec | None = None, rtol: float 
 PRECONDITIONERS = ("nystrom", "kfac", "none")
 
 
+#: the subspace step's preconditioner damping (``MatfreeConfig.subspace_damping``) and the factor between the
+#: three dampings of ``adapt``
+SUBSPACE_DAMPINGS = ("lm", "adapt")
+SUBSPACE_GAMMA_STEP = 10.0
+
+
 class Preconditioning(Protocol):
     """A curvature approximation that gives the inverse of its damped form, ``μ ↦ (v ↦ P_μ⁻¹ v)``."""
 
@@ -297,6 +303,9 @@ class MatfreeConfig:
     subspace: int = 0         # k > 0: no CG — the damped model minimized exactly over k directions (subspace_step:
     #                           the preconditioned gradient P⁻¹g and the last k − 1 accepted steps), one batched
     #                           product JᵀJ V per point; 0: CG (or max_iters=0's damped K-FAC step)
+    subspace_damping: str = "lm"  # the preconditioner's damping γ in the subspace step: "lm" (γ = LM's μ) or "adapt"
+    #                           (three columns P_γ⁻¹g for γ/ω, γ, ωγ, ω = SUBSPACE_GAMMA_STEP; γ then moves to the
+    #                           one whose column alone decreases the model most: Martens & Grosse 2015 §6.6)
 
     def validate(self) -> None:
         if self.precond not in PRECONDITIONERS + ("auto",):
@@ -313,6 +322,9 @@ class MatfreeConfig:
             raise ValueError(f"CG max_iters=0 (the damped K-FAC step, no CG) needs precond kfac, got {self.precond!r}")
         if self.subspace < 0:
             raise ValueError(f"the subspace step's directions must be ≥ 0 (0: off), got {self.subspace}")
+        if self.subspace_damping not in SUBSPACE_DAMPINGS:
+            raise ValueError(f"the subspace step's preconditioner damping must be one of {', '.join(SUBSPACE_DAMPINGS)}, "
+                             f"got {self.subspace_damping!r}")
 
 
 @dataclass
@@ -432,8 +444,8 @@ class LocalGNSketch:
     products: int         # Gauss–Newton products applied (sketch + CG)
 
 
-def local_gn_sketch(residual: Vec, theta: torch.Tensor, rank: int, *, damping: float = 0.0,
-                    oversample: int = NYSTROM_OVERSAMPLE, rtol: float = 1e-10, max_iters: int = 100,
+def local_gn_sketch(residual: Vec, theta: torch.Tensor, rank: int, *, rtol: float, max_iters: int,
+                    damping: float = 0.0, oversample: int = NYSTROM_OVERSAMPLE,
                     generator: torch.Generator | None = None) -> LocalGNSketch:
     """A FIPA client's local Gauss–Newton step and rank-r curvature message without forming ``J`` (n×p) or ``JᵀJ``.
 

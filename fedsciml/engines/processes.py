@@ -137,11 +137,12 @@ def _serve(job: dict, cid: int, inp: BinaryIO, out: BinaryIO) -> None:
     from fedsciml.problems import get_problem
     from fedsciml.runtime.checks import check_objectives
     from fedsciml.runtime.client import Client
+    from fedsciml.runtime.plugins import import_modules
     from fedsciml.runtime.transport import LocalTransport
 
     try:
         torch.set_num_threads(int(job.get("threads", 1)))
-        _import_problem_module(job)
+        import_modules(job.get("modules", ()))
         problem = get_problem(job["problem"], **job["options"])
         seed = int(job["seed"])
         torch.manual_seed(seed)  # the driver's order: seed, the split, θ₀
@@ -313,8 +314,14 @@ class ProcessTransport(Transport):
 
 
 def connect(job: dict, clients: int) -> ProcessTransport:
-    """The engine: ``clients`` client processes for ``job``, behind one transport."""
-    return ProcessTransport({**job, "module": _problem_module(job["problem"])}, clients)
+    """The engine: ``clients`` client processes for ``job``, behind one transport.  The job carries the user
+    modules the clients import (:mod:`fedsciml.runtime.plugins`): the one that registered its problem and those
+    that registered client handlers (a plugin method's), so that a plugin runs here as in process."""
+    from fedsciml.runtime.plugins import handler_modules
+
+    problem = _problem_module(job["problem"])
+    modules = ([problem] if problem else []) + [m for m in handler_modules() if m != problem]
+    return ProcessTransport({**job, "modules": modules}, clients)
 
 
 def _problem_module(name: str) -> list | None:
@@ -323,41 +330,9 @@ def _problem_module(name: str) -> list | None:
     fedsciml's own problems (and installed plugins', which load themselves by their entry points).  A problem
     registered by the script being run (``__main__``) cannot be imported by another process: refused in one line."""
     from fedsciml.problems.registry import REGISTRY
+    from fedsciml.runtime.plugins import user_module
 
-    module = sys.modules.get(getattr(REGISTRY.get(name), "__module__", ""))
-    if module is None or module.__name__.startswith("fedsciml."):
-        return None
-    if module.__name__ == "__main__":
-        raise ValueError(f"engine 'processes': problem {name!r} is registered by the script being run (__main__), "
-                         f"which a client process cannot import; register it in a module (--plugin FILE, "
-                         f"FEDSCIML_PLUGINS or an installed package)")
-    path = getattr(module, "__file__", None)
-    return [module.__name__, path] if path else None
-
-
-def _import_problem_module(job: dict) -> None:
-    """In a client process: the module that registered the job's problem (:func:`_problem_module`) — by its
-    name where this process can import it, else from its file under that name (a ``--plugin`` file)."""
-    import importlib
-    import importlib.util
-
-    if not job.get("module"):
-        return
-    name, path = job["module"]
-    if name in sys.modules:
-        return
-    try:
-        importlib.import_module(name)
-        return
-    except ImportError:
-        pass
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"the module {name!r} that registers problem {job['problem']!r} cannot be imported from "
-                          f"{path!r}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
+    return user_module(REGISTRY.get(name), f"engine 'processes': problem {name!r}")
 
 
 if "processes" not in ENGINES:

@@ -95,6 +95,10 @@ class CentralizedConfig(StopOptions):
                               "minimized exactly over k directions — the preconditioned gradient and the last k − 1 "
                               "accepted steps (K-FAC's step size and momentum, Martens & Grosse 2015, for k = 2) — "
                               "from one batched product JᵀJ V per accepted point (0: CG)", int, lo=0)
+    subspace_damping: str = option("lm", "the subspace step's preconditioner damping γ: lm (LM's μ) or adapt (three "
+                                         "directions P_γ⁻¹g at γ/10, γ, 10γ in the span, γ moved to the best one: "
+                                         "Martens & Grosse 2015 §6.6; two more product columns)", str,
+                                   choices=("lm", "adapt"))
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
     lm_damping: str = option("adaptive", "lm damping: adaptive (Levenberg–Marquardt's gain-ratio rule) or fixed "
@@ -159,6 +163,8 @@ class CentralizedConfig(StopOptions):
                                f"{display('lm_solve')} matfree or auto)")
         elif self.precond not in ("nystrom", "auto"):
             out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom or auto)"
+        if self.subspace == 0:
+            out["subspace_damping"] = f"it sets the subspace step, which is off ({display('subspace')} 0)"
         if self.subspace > 0:
             out.setdefault("cg_iters", f"the subspace step runs no CG ({display('subspace')} is {self.subspace})")
             out.setdefault("momentum", f"the subspace step carries its own momentum (the last accepted steps are "
@@ -375,7 +381,7 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
         info["nystrom_rank"] = lm.cfg.matfree.rank if choice.precond == "nystrom" else 0
         info["precond"], info["cg_cap"] = choice.precond, choice.cg_iters
         if lm.cfg.matfree.subspace > 0:
-            info["subspace"] = lm.cfg.matfree.subspace
+            info["subspace"], info["subspace_damping"] = lm.cfg.matfree.subspace, lm.cfg.matfree.subspace_damping
     return (lm.theta if avg is None else avg), info
 
 
@@ -490,7 +496,8 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
     lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
                   matfree=MatfreeConfig(precond=config.precond,
                                         rank=capped_rank(config.nystrom_rank, theta0.numel(), "nystrom_rank"),
-                                        max_iters=config.cg_iters, seed=seed, subspace=config.subspace),
+                                        max_iters=config.cg_iters, seed=seed, subspace=config.subspace,
+                                        subspace_damping=config.subspace_damping),
                   momentum=config.momentum, jets=lambda: has_jets(objectives),
                   graph_floats=operator_graph_floats(problem, config.precond))
     make = None

@@ -70,7 +70,7 @@ import torch
 
 from fedsciml.core.curvature import LowRank
 from fedsciml.methods.averaging import AveragingStrategy
-from fedsciml.methods.local import LOCAL_LOSSES, SKETCHES, AdaptiveSchedule, LocalConfig
+from fedsciml.methods.local import LOCAL_LOSSES, SKETCHES, AdaptiveSchedule, CurvatureAsk, LocalConfig
 from fedsciml.options import LocalOptions, OptionError, RobustOptions, RoundOptions, display, option
 from fedsciml.methods.gn import GNAggregator
 from fedsciml.runtime.results import local_settings
@@ -209,18 +209,15 @@ class FIPAStrategy(AveragingStrategy):
 
     name = "fipa"
 
-    def __init__(self, aggregator, local: LocalConfig, curvature: str, rank: int, sketch: str,
-                 adaptive: AdaptiveSchedule | None, seed: int, safeguard: bool = False, complement: bool = False,
-                 lm_tau: float = 1e-3, cg_iters: int = 100, cg_rtol: float = 1e-10):
+    def __init__(self, aggregator, local: LocalConfig, ask: CurvatureAsk, adaptive: AdaptiveSchedule | None,
+                 seed: int, safeguard: bool = False, complement: bool = False, lm_tau: float = 1e-3):
         super().__init__(aggregator, local, seed)
-        self.curvature = curvature
-        self.rank = rank
-        self.sketch = sketch
+        self.ask = ask  # what each round's update request asks beside the step (curvature, rank, sketch, CG)
+        self.curvature, self.rank, self.sketch = ask.curvature, ask.rank, ask.sketch
         self.adaptive = adaptive
         self.safeguard = safeguard
         self.complement = complement
         self.lm_tau = lm_tau
-        self.cg_iters, self.cg_rtol = int(cg_iters), float(cg_rtol)  # the matrix-free local GN step's CG
         self.cg_total = 0  # CG iterations of every matrix-free client so far
         self.beta = None
         self.nu = 2.0
@@ -233,11 +230,9 @@ class FIPAStrategy(AveragingStrategy):
         self.final_check = {}
 
     def request_config(self, run, k):
-        return {**super().request_config(run, k), "curvature": self.curvature, "rank": int(self.rank),
-                "sketch": self.sketch,
+        return {**super().request_config(run, k), **self.ask.to_config(),
                 "adaptive": dataclasses.asdict(self.adaptive) if self.adaptive is not None else None,
-                "global_grad_norm": self.gnorm, "report_loss": bool(self.safeguard), "cg_iters": self.cg_iters,
-                "cg_rtol": self.cg_rtol}
+                "global_grad_norm": self.gnorm, "report_loss": bool(self.safeguard)}
 
     def down_floats(self, p):
         # θ, plus one float each for the global gradient norm (adaptive) and the loss-report request (safeguard)
@@ -424,9 +419,18 @@ def fipa_strategy(cfg: FIPAConfig, ctx: RunContext):
     if any(fipa_local_matfree(lc.solver, curvature, cfg.sketch, cfg.adaptive, o.n_residuals, theta0.numel())
            for o in objectives):  # some client takes its local GN step matrix-free
         options.update(local_form="matfree", cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
-    strategy = FIPAStrategy(agg, lc, curvature, max(rank, 1), cfg.sketch, sched, seed, safeguard=cfg.safeguard,
-                            complement=cfg.complement, cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
+    # a full-curvature request carries rank 1, unused (the client sends the whole H_m)
+    ask = CurvatureAsk(curvature, max(rank, 1), cfg.sketch, cfg.cg_iters, cfg.cg_rtol)
+    strategy = FIPAStrategy(agg, lc, ask, sched, seed, safeguard=cfg.safeguard, complement=cfg.complement)
     return strategy, options
+
+
+def fipa_ask(curvature: str, **options) -> CurvatureAsk:
+    """What a FIPA ``update`` request asks beside the step, for ``curvature`` (``"full"``/``"lowrank"``) and FIPA's
+    options (``rank``, ``sketch``, ``cg_iters``, ``cg_rtol``; :class:`FIPAConfig`'s defaults for those not given):
+    the request of one client's message outside a run (tests, the paper's scripts)."""
+    cfg = FIPAConfig.from_options(options)
+    return CurvatureAsk(curvature, max(cfg.rank, 1), cfg.sketch, cfg.cg_iters, cfg.cg_rtol)
 
 
 def settings(r) -> str:

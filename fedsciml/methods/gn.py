@@ -154,6 +154,10 @@ class GNConfig(RoundOptions):
                               "k − 1 accepted steps (K-FAC's step size and momentum, Martens & Grosse 2015, for k = 2) "
                               "— from one exchange of k products J_mᵀJ_m V per accepted point: 2 exchanges per "
                               "accepted step, 1 per rejected trial (0: CG)", int, lo=0)
+    subspace_damping: str = option("lm", "the subspace step's preconditioner damping γ: lm (LM's μ) or adapt (three "
+                                         "directions P_γ⁻¹g at γ/10, γ, 10γ in the span, γ moved to the best one: "
+                                         "Martens & Grosse 2015 §6.6; two more product columns)", str,
+                                   choices=("lm", "adapt"))
     momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
                                   "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
     exchange: str = option("one", "exchanges per LM iteration: one (the trial point down, each client's loss and "
@@ -183,6 +187,8 @@ class GNConfig(RoundOptions):
             out["subspace"] = f"the subspace step is a matrix-free step ({display('form')} matfree or auto)"
         elif self.precond not in ("nystrom", "auto"):
             out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom or auto)"
+        if self.subspace == 0:
+            out["subspace_damping"] = f"it sets the subspace step, which is off ({display('subspace')} 0)"
         if self.subspace > 0:
             out.setdefault("cg_iters", f"the subspace step runs no CG ({display('subspace')} is {self.subspace})")
             out.setdefault("momentum", f"the subspace step carries its own momentum (the last accepted steps are "
@@ -657,7 +663,8 @@ class GNStrategy(Strategy):
                 "accepted": lm.accepted_steps, "rejected": lm.rejected_steps, "retries": self.retries,
                 "enrolled": dict(self.enrolled), "banned": list(self.banned),
                 **({"phi": lm.momentum_direction} if lm.momentum_direction is not None else {}),
-                **({"steps": torch.stack(lm.past_steps, 1)} if lm.past_steps else {})}
+                **({"steps": torch.stack(lm.past_steps, 1)} if lm.past_steps else {}),
+                **({"gamma": lm.precond_damping} if lm.precond_damping is not None else {})}
 
     def load_state_dict(self, d):
         from fedsciml.runtime import checkpoint as ckpt
@@ -718,6 +725,7 @@ class GNStrategy(Strategy):
         self.banned = [int(c) for c in d.get("banned", [])]
         self.lm.momentum_direction = d.get("phi")  # SPRING's last accepted step (absent: none, or β = 0)
         self.lm.past_steps = [] if steps is None else list(steps.unbind(1))  # the subspace step's last steps
+        self.lm.precond_damping = ckpt.restored_number(d, "gamma", lo=0.0, optional=True)  # its adapted γ
 
     def info(self):
         out = {"accepted_steps": self.lm.accepted_steps, "rejected_steps": self.lm.rejected_steps,
@@ -802,10 +810,12 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
         options["cg_iters"] = cg_cap
     if cfg.subspace > 0:
         options["subspace"] = cfg.subspace
+        options["subspace_damping"] = cfg.subspace_damping
     strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(
                               precond=precond if form == "matfree" else "nystrom",
                               rank=capped_rank(cfg.nystrom_rank, theta0.numel(), "nystrom_rank"),
-                              max_iters=cg_cap, seed=seed, subspace=cfg.subspace),
+                              max_iters=cg_cap, seed=seed, subspace=cfg.subspace,
+                              subspace_damping=cfg.subspace_damping),
                                    momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen,
                           kfac_net=kfac_forms.factor_layout(objectives[0], theta0.numel()) if kfac else None, exchange=cfg.exchange,

@@ -194,17 +194,55 @@ def adam_delta(client: Client, theta: torch.Tensor, cfg: LocalConfig, steps: int
     return (x.detach() - theta).detach()
 
 
-def local_update(client: Client, theta: torch.Tensor, cfg: LocalConfig, *, curvature: str | None = None,
-                 rank: int = 20, sketch: str = "auto", seed: int = 0, adaptive=None, rnd: int = 0,
-                 global_grad_norm=None, report_loss: bool = False, rj=None, deadline: float | None = None,
-                 cg_iters: int = 100, cg_rtol: float = 1e-10) -> tuple[dict, dict]:
-    """A FIPA (``curvature='full'|'lowrank'``) or FedAvg/FedProx (``curvature=None``) message, and what the
+@dataclass(frozen=True)
+class CurvatureAsk:
+    """What a FIPA ``update`` request asks of a client beside its local step: the curvature (``"full"``: the
+    whole ``H_m``; ``"lowrank"``: its top-``rank`` eigenpairs), how a client computes it (``sketch``: ``auto``,
+    ``dense`` or ``matfree``) and the matrix-free local Gauss–Newton step's CG limits (``cg_iters``, ``cg_rtol``).
+
+    No field has a default: FIPA's configuration (:class:`~fedsciml.methods.fipa.FIPAConfig`) is where each is
+    written, once; the request carries them as plain config values (:meth:`to_config`), read back by
+    :meth:`from_config` on the client."""
+
+    curvature: str
+    rank: int
+    sketch: str
+    cg_iters: int
+    cg_rtol: float
+
+    def to_config(self) -> dict:
+        return {"curvature": self.curvature, "rank": int(self.rank), "sketch": self.sketch,
+                "cg_iters": int(self.cg_iters), "cg_rtol": float(self.cg_rtol)}
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "CurvatureAsk | None":
+        """The ask of an ``update`` request's config, or ``None`` where it asks for no curvature (FedAvg's)."""
+        if cfg.get("curvature") is None:
+            return None
+        missing = [k for k in ("rank", "sketch", "cg_iters", "cg_rtol") if k not in cfg]
+        if missing:
+            raise ValueError(f"an update request for curvature {cfg['curvature']!r} needs {', '.join(missing)} "
+                             f"beside it; got {', '.join(sorted(cfg))}")
+        return cls(str(cfg["curvature"]), int(cfg["rank"]), str(cfg["sketch"]), int(cfg["cg_iters"]),
+                   float(cfg["cg_rtol"]))
+
+
+def _sketch(ask: CurvatureAsk | None) -> str:
+    """How the client forms what it sends: the ask's ``sketch``; ``auto`` (the form rule's choice) where no
+    curvature is asked for (a FedAvg/FedProx step)."""
+    return "auto" if ask is None else ask.sketch
+
+
+def local_update(client: Client, theta: torch.Tensor, cfg: LocalConfig, *, ask: CurvatureAsk | None = None,
+                 seed: int = 0, adaptive=None, rnd: int = 0, global_grad_norm=None, report_loss: bool = False,
+                 rj=None, deadline: float | None = None) -> tuple[dict, dict]:
+    """A FIPA (``ask``: a :class:`CurvatureAsk`) or FedAvg/FedProx (``ask=None``) message, and what the
     client reports beside it (``{"form": "matfree", "cg_iters", …}`` of a matrix-free client; ``{"rank",
     "steps", "gnorm"}`` of an adaptive one; else ``{}``).
 
     What the client forms is :func:`fedsciml.core.forms.local_client_form`'s one decision (``sketch='matfree'``,
     or ``'auto'`` where J_m does not fit the device): a ``matfree`` client with a local Gauss–Newton step takes
-    the step by CG (at most ``cg_iters`` iterations, relative residual ``cg_rtol``) and the eigenpairs from a
+    the step by CG (at most ``ask.cg_iters`` iterations, relative residual ``ask.cg_rtol``) and the eigenpairs from a
     Nyström sketch (:func:`fedsciml.core.matfree.local_gn_sketch`); with local Adam its eigenpairs come from
     subspace iteration (:func:`sketch_matfree`).
 
@@ -213,10 +251,12 @@ def local_update(client: Client, theta: torch.Tensor, cfg: LocalConfig, *, curva
     θ when a :class:`~fedsciml.runtime.client.ClientBatch` already evaluated them.
     """
     n = client.n
-    form = local_client_form(cfg.solver, curvature, sketch, adaptive is not None, n, theta.numel(),
+    curvature = None if ask is None else ask.curvature
+    form = local_client_form(cfg.solver, curvature, _sketch(ask), adaptive is not None, n, theta.numel(),
                              device=theta.device, dtype=theta.dtype)
     if form == "matfree" and cfg.solver == "gn":
-        return _matfree_gn_message(client, theta, cfg, rank, seed, report_loss, cg_iters, cg_rtol)
+        assert ask is not None  # a matrix-free client is one that sends a sketch
+        return _matfree_gn_message(client, theta, cfg, ask, seed, report_loss)
     need_dense = form == "dense"
     msg: dict = {}
     spec: Spectrum | None = None
@@ -228,7 +268,8 @@ def local_update(client: Client, theta: torch.Tensor, cfg: LocalConfig, *, curva
     # every branch below that reads the Jacobian's spectrum or r is one of the dense form's cases
     info = {}
     steps = cfg.steps
-    if adaptive is not None and curvature is not None:
+    rank = 0 if ask is None else ask.rank
+    if adaptive is not None and ask is not None:
         assert spec is not None and r_vec is not None
         g_norm = float((spec.J.T @ r_vec).norm())
         rank, steps = adaptive.choose(spec.lam / n, g_norm / n, global_grad_norm, rnd, cfg, max_rank=rank)
@@ -260,12 +301,12 @@ def local_update(client: Client, theta: torch.Tensor, cfg: LocalConfig, *, curva
     return msg, info
 
 
-def _matfree_gn_message(client: Client, theta: torch.Tensor, cfg: LocalConfig, rank: int, seed: int,
-                        report_loss: bool, cg_iters: int, cg_rtol: float) -> tuple[dict, dict]:
+def _matfree_gn_message(client: Client, theta: torch.Tensor, cfg: LocalConfig, ask: CurvatureAsk, seed: int,
+                        report_loss: bool) -> tuple[dict, dict]:
     """The matrix-free low-rank FIPA message with a local GN step (:func:`~fedsciml.core.matfree.local_gn_sketch`)."""
     gen = torch.Generator(device=theta.device).manual_seed(int(seed))
-    out = local_gn_sketch(client.objective.residual, theta, rank, damping=cfg.damping, rtol=cg_rtol,
-                          max_iters=cg_iters, generator=gen)
+    out = local_gn_sketch(client.objective.residual, theta, ask.rank, damping=cfg.damping, rtol=ask.cg_rtol,
+                          max_iters=ask.cg_iters, generator=gen)
     msg = {"delta": out.delta, **LowRank(out.U, out.lam).to_message()}
     if report_loss:
         msg["loss"] = (0.5 * (out.r @ out.r)).reshape(1)
@@ -325,11 +366,11 @@ def _answer_update(client, request, pre, deadline):
     cfg, theta = request.config, request.tensors["theta"]
     ad = cfg.get("adaptive")
     msg, info = local_update(
-        client, theta, LocalConfig(**cfg["local"]), curvature=cfg.get("curvature"), rank=int(cfg.get("rank", 20)),
-        sketch=cfg.get("sketch", "auto"), seed=(int(cfg.get("seed", 0)) + client.cid) % (2**31),
+        client, theta, LocalConfig(**cfg["local"]), ask=CurvatureAsk.from_config(cfg),
+        seed=(int(cfg.get("seed", 0)) + client.cid) % (2**31),
         adaptive=AdaptiveSchedule(**ad) if ad is not None else None, rnd=int(cfg.get("round", 0)),
         global_grad_norm=cfg.get("global_grad_norm"), report_loss=bool(cfg.get("report_loss", False)),
-        rj=pre, deadline=deadline, cg_iters=int(cfg.get("cg_iters", 100)), cg_rtol=float(cfg.get("cg_rtol", 1e-10)))
+        rj=pre, deadline=deadline)
     metrics = {}
     if info.get("form") == "matfree":
         metrics.update({k: info[k] for k in ("cg_iters", "cg_rel_residual", "products")})
@@ -346,7 +387,8 @@ def _pre_update(batch, request):
     evaluated here for a client that does not use it would be work thrown away)."""
     cfg = request.config
     theta = request.tensors["theta"]
-    if all(local_client_form(cfg["local"]["solver"], cfg.get("curvature"), cfg.get("sketch", "auto"),
+    ask = CurvatureAsk.from_config(cfg)
+    if all(local_client_form(cfg["local"]["solver"], cfg.get("curvature"), _sketch(ask),
                              cfg.get("adaptive") is not None, c.n, theta.numel(), device=theta.device,
                              dtype=theta.dtype) == "dense" for c in batch.clients):
         return batch.residuals_and_jacobians(theta)

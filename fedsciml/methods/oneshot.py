@@ -92,6 +92,7 @@ class OneShotConfig(RoundOptions):
 
     method: ClassVar[str] = "one-shot"
     default_rounds: ClassVar[int | None] = None  # one round: the strategy is done after it
+    holds_sigma: ClassVar[bool] = True  # the driver: on a ridge problem σ is added once, by the fused step
 
     sigma: float | None = option(None, "damping σ of the fused step; on a ridge problem the ridge σ, added once at "
                                  "the server (default: the problem's σ)", float, lo=0,

@@ -171,7 +171,7 @@ class RidgeAveraging(AveragingStrategy):
     """FedAvg / FedProx / DP-FedAvg on ridge clients: the averaging strategy with the ``sgd`` request."""
 
     def __init__(self, sgd: dict, seed: int = 0, name: str = "fedavg", robust: str = "mean", trim: float = 0.2,
-                 clip_norm: float | None = None):
+                 clip_norm: float | None = None, record: dict | None = None):
         unknown = sorted(set(sgd) - set(SGD_KEYS))
         if unknown:
             raise ValueError(f"unknown local SGD option(s) {unknown}; allowed: {', '.join(SGD_KEYS)}")
@@ -180,6 +180,7 @@ class RidgeAveraging(AveragingStrategy):
                          None, seed)
         self.sgd = dict(sgd)
         self.name = name
+        self.record = dict(record or {})  # the run's settings for the result (lr, epochs, μ, DP accountant)
         # DP-FedAvg: the sites' exact losses are not asked for monitoring (a release outside the accountant's ε);
         # the history's loss is NaN ("not measured")
         if self.sgd.get("dp_clip") is not None:
@@ -190,6 +191,9 @@ class RidgeAveraging(AveragingStrategy):
 
     def summary(self):
         return {k: v for k, v in self.sgd.items() if v is not None}
+
+    def info(self):
+        return dict(self.record)
 
 
 @dataclass(frozen=True)
@@ -249,25 +253,27 @@ def sgd_transport(data, ids, vectorize: bool = True, kind: str = "local"):
     return BytesTransport(local, device=data[0][0].device) if kind == "bytes" else local
 
 
-def run_sgd_averaging(problem, objectives, theta0, evaluate, config: SGDAveragingConfig, *, seed: int = 0,
-                      progress: bool = False, every: int = 10, message_hook=None, transport=None):
-    """The ``fedavg-sgd`` runner (the driver's signature): FedAvg / FedProx / DP-FedAvg with local SGD
-    (:func:`local_sgd`) on the clients' rows ``(A_k, b_k)`` (their :class:`LinearLeastSquares` objectives),
-    :class:`RidgeAveraging` on the round loop.  ``transport``: the clients' transport when the caller built it
-    (:func:`fedavg`'s client ids), else :func:`sgd_transport` over the objectives (ids ``0 … K−1``).
-    Returns ``(θ, history rows, info)``; DP-FedAvg's noise multiplier from the RDP accountant over
-    ``rounds·local_epochs`` steps."""
-    from fedsciml.ridge.protocol import check_finite
-    from fedsciml.runtime.loop import RoundConfig, Simulation
+def sgd_clients(objectives, config: SGDAveragingConfig, device):
+    """The ``fedavg-sgd`` clients in this process (its :class:`~fedsciml.runtime.registry.Method` ``clients``):
+    :func:`sgd_transport` over the objectives' rows (ids ``0 … K−1``; :func:`fedavg` gives its own ids)."""
+    return sgd_transport([(o.A, o.b) for o in objectives], range(len(objectives)), config.vectorize,
+                         config.transport)
 
-    cfg = config
-    data = [(o.A, o.b) for o in objectives]
+
+def sgd_averaging_strategy(cfg: SGDAveragingConfig, ctx):
+    """The ``fedavg-sgd`` strategy factory: FedAvg / FedProx / DP-FedAvg with local SGD (:func:`local_sgd`) on the
+    clients' rows ``(A_k, b_k)`` (their :class:`LinearLeastSquares` objectives), :class:`RidgeAveraging` on the
+    driver's round loop.  DP-FedAvg's noise multiplier from the RDP accountant over ``rounds·local_epochs``
+    steps (in the result's ``extra``, :meth:`RidgeAveraging.info`)."""
+    from fedsciml.ridge.protocol import check_finite
+
+    data = [(o.A, o.b) for o in ctx.objectives]
     if not data:
         raise ValueError("no clients: at least one client's data are needed")
     check_finite(data)
     N = sum(int(A.shape[0]) for A, _ in data)
     rounds, local_epochs = int(cfg.rounds), int(cfg.local_epochs)
-    info: dict = {"rounds": rounds, "lr": cfg.lr, "local_epochs": local_epochs, "mu": cfg.mu}
+    info: dict = {"lr": cfg.lr, "local_epochs": local_epochs, "mu": cfg.mu}
     z, clip, batch_size = 0.0, None, cfg.batch_size
     if cfg.dp_epsilon is not None:
         batch_size = None
@@ -279,16 +285,9 @@ def run_sgd_averaging(problem, objectives, theta0, evaluate, config: SGDAveragin
     sgd = {"lr": float(cfg.lr), "local_epochs": local_epochs, "mu": float(cfg.mu),
            "sigma_share": float(cfg.sigma or 0.0) / N, "batch_size": None if not batch_size else int(batch_size),
            "dp_clip": clip, "dp_z": z}
-    name = cfg.name()
-    strategy = RidgeAveraging(sgd, seed, name, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm)
-    tr = transport if transport is not None else sgd_transport(data, range(len(data)), cfg.vectorize, cfg.transport)
-    rc = RoundConfig(rounds=rounds, seed=int(seed), dropout=float(cfg.dropout), participation=float(cfg.participation),
-                     checked=True)  # the typed options checked these values, once
-    sim = Simulation(tr, evaluate, rc, label=name, progress=progress, every=every, message_hook=message_hook)
-    w, rows, run = sim.run(strategy, theta0)
-    info.update(floats_sent=run["floats_up"] + run["floats_down"], time_s=run["solver_time_s"],
-                rejections=run["rejections"])
-    return w, rows, info
+    strategy = RidgeAveraging(sgd, ctx.seed, cfg.name(), robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm,
+                              record=info)
+    return strategy, {}
 
 
 def settings(r) -> str:
@@ -303,7 +302,7 @@ def settings(r) -> str:
 
 
 if "fedavg-sgd" not in METHODS:  # importing twice (reload) registers nothing twice
-    register_method(Method("fedavg-sgd", SGDAveragingConfig, run=run_sgd_averaging,
+    register_method(Method("fedavg-sgd", SGDAveragingConfig, strategy=sgd_averaging_strategy, clients=sgd_clients,
                            description="FedAvg with local minibatch SGD on ridge clients (FedProx: mu > 0, "
                                        "DP-FedAvg: dp_epsilon); the ridge baselines", kinds=("ridge",),
                            settings=settings))
@@ -363,6 +362,7 @@ def fedavg(data, rounds: int = 100, lr: float = 0.01, local_epochs: int = 5, mu:
                    config=config, transport=tr))
     rows = res.history
     info = dict(res.extra)
+    info.update(floats_sent=info["floats_up"] + info["floats_down"], time_s=info["solver_time_s"])
     hist = [{"round": r["step"], "mse": r["mse"], "floats_sent": r["floats_sent"], "time_s": r["time_s"]}
             for r in rows[1:] if evaluate is not None and (r["step"] % every == 0 or r["step"] == rounds)]
     info["rows"] = rows

@@ -320,23 +320,25 @@ def _memory_hint(problem) -> str:
 
 
 def _ridge_sigma_once(problem, method: str, config: MethodConfig):
-    """On a ridge problem σ counts once.  ``one-shot`` runs the ridge protocol: the clients hold their data rows
-    only (problem option ``penalty="server"``) and the fused step adds ``σI`` — the method's ``sigma`` when given
-    (it then becomes the problem's σ, so that the recorded options say what ran), else the problem's ``sigma``.
-    A method whose configuration says it holds σ itself (class attribute ``holds_sigma``, e.g. the ridge SGD
-    baselines' ``fedavg-sgd``: σ a term of each client's local loss) is treated the same way.
-    Every other method needs the penalty as residual rows (``penalty="rows"``).  A ridge problem without a
-    ``penalty`` option (``table``) has no σ of its own: the one-shot method's ``sigma`` (default 0) is the only one."""
+    """On a ridge problem σ counts once.  A method whose configuration holds σ itself
+    (:attr:`~fedsciml.options.MethodConfig.holds_sigma`: one-shot's fused step adds ``σI`` at the server, the ridge
+    SGD baselines' σ is a term of each client's local loss) runs on the clients' data rows only (problem option
+    ``penalty="server"``) with the method's ``sigma`` when given (it then becomes the problem's σ, so that the
+    recorded options say what ran), else the problem's ``sigma``.  Every other method needs the penalty as residual
+    rows (``penalty="rows"``).  A ridge problem without a ``penalty`` option (``table``) has no σ of its own: the
+    method's ``sigma`` (default 0) is the only one."""
     if getattr(problem, "kind", None) != "ridge" or "penalty" not in problem.options:
-        return problem, config  # (a table problem has no penalty rows: σ is the one-shot method's alone)
-    if method != "one-shot" and not getattr(config, "holds_sigma", False):
+        return problem, config  # (a table problem has no penalty rows: σ is the method's alone)
+    if not config.holds_sigma:
         if problem.options.get("penalty") == "server":
-            raise ValueError(f"problem option penalty='server' leaves σ to the one-shot server; method {method!r} "
-                             f"needs penalty='rows' (σ as residual rows on every client)")
+            holders = ", ".join(n for n, m in METHODS.items() if m.config.holds_sigma)
+            raise ValueError(f"problem option penalty='server' leaves σ to a method that adds it itself "
+                             f"({holders}); method {method!r} needs penalty='rows' (σ as residual rows on every "
+                             f"client)")
         return problem, config
     import dataclasses
 
-    sigma = getattr(config, "sigma")  # a configuration with a sigma option (OneShotConfig, holds_sigma ones)
+    sigma = getattr(config, "sigma")  # a configuration that holds σ has a sigma option
     s = problem.options["sigma"] if sigma is None else float(sigma)
     if problem.options.get("penalty") != "server" or s != problem.options["sigma"]:
         problem = type(problem)(**{**problem.options, "sigma": s, "penalty": "server"})
@@ -473,6 +475,10 @@ def _run_plan(p: Plan) -> Result:
     if isinstance(engine, Connect):
         return run_connected(p, engine.connect)
     if p.engine != "local":  # the same strategy and round loop; the engine's transport carries the messages
+        if getattr(p.config, "keep_best", None) == "validation":
+            raise ValueError(f"keep_best='validation' keeps the θ of the best held-out validation residual, which "
+                             f"runs in process only (engine 'local'); engine {p.engine!r} returns the last iterate: "
+                             f"give keep_best='none'")
         opts = p.config.to_dict()
         opts.pop("transport", None)
         assert engine is not None  # "local" is the only engine without a function, and it runs below

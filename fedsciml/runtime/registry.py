@@ -46,6 +46,9 @@ class Method:
     * ``run``: a method with a loop of its own (``centralized``: the pooled data, no messages),
       ``fn(problem, objectives, θ₀, evaluate, config, *, seed, progress, every, message_hook) -> (θ, rows, info)``;
       ``"module:function"`` is imported on first use;
+    * ``clients``: a strategy method's own clients in this process, ``fn(objectives, config, device) ->
+      Transport`` (the ridge SGD baselines' clients answer an ``update`` of their own); default: the runtime's
+      :class:`~fedsciml.runtime.client.Client` per objective, behind the transport ``config.transport`` names;
     * ``settings``: its runs' settings text in the summary table, ``fn(result) -> str`` (default: the local
       solver, :func:`fedsciml.runtime.results.local_settings`);
     * ``kinds``: the kinds of task it applies to — problem kinds (:data:`PROBLEM_KINDS`) and other kinds with
@@ -61,6 +64,7 @@ class Method:
     run: str | Callable | None = None
     description: str = ""
     settings: str | Callable | None = None
+    clients: Callable | None = None
     kinds: tuple[str, ...] = PROBLEM_KINDS
     federated: bool = True
     uses: Mapping[str, KindUse] = field(default_factory=dict, compare=False, repr=False)
@@ -86,7 +90,8 @@ class Method:
         from fedsciml.runtime.simulate import run_strategy
 
         assert self.strategy is not None
-        return run_strategy(self.name, self.strategy, problem, objectives, theta0, evaluate, config, **kw)
+        return run_strategy(self.name, self.strategy, problem, objectives, theta0, evaluate, config,
+                            clients=self.clients, **kw)
 
     def load(self, kind: str | None = None) -> Callable:
         return _load(self.use(kind).runner)

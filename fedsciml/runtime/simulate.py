@@ -34,12 +34,15 @@ class RunContext:
     evaluate: Callable | None = None
 
 
+_LOOP_FIELDS = ("rounds", "budget", "clock", "tol", "participation", "dropout", "checkpoint", "resume")
+
+
 def round_config(cfg, seed) -> RoundConfig:
-    """The round loop's settings from a typed configuration's :class:`~fedsciml.options.RoundOptions` fields."""
-    # the typed RoundOptions already checked these values: the loop does not check them again
-    return RoundConfig(rounds=cfg.rounds, budget=cfg.budget, clock=cfg.clock, tol=cfg.tol,
-                       participation=cfg.participation, dropout=cfg.dropout, seed=seed, checkpoint=cfg.checkpoint,
-                       resume=cfg.resume, checked=True)
+    """The round loop's settings from a typed configuration's :class:`~fedsciml.options.RoundOptions` fields (a
+    configuration that declares only some of them — the ridge SGD baselines': rounds, participation, dropout —
+    runs with the loop's own setting for the others: no budget, no tolerance, no checkpoint)."""
+    # the typed options already checked these values: the loop does not check them again
+    return RoundConfig(**{f: getattr(cfg, f) for f in _LOOP_FIELDS if hasattr(cfg, f)}, seed=seed, checked=True)
 
 
 def fingerprint(problem, method, objectives, theta0, seed, options):
@@ -99,13 +102,15 @@ def simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, 
 
 
 def run_strategy(name: str, build: Callable, problem, objectives, theta0, evaluate, cfg, *, seed: int = 0,
-                 progress: bool = False, every: int = 10, message_hook=None, transport=None):
+                 progress: bool = False, every: int = 10, message_hook=None, transport=None,
+                 clients: Callable | None = None):
     """Run the strategy of method ``name`` built by ``build(cfg, ctx) -> (strategy, record)``: the round settings,
     the transport (``transport``, a :class:`Transport` such as an engine's, or the one ``cfg.transport`` names,
     vectorized across the clients unless ``cfg.batched`` is false), resampling and the round loop are this
     module's; the method says what its strategy is and what to record of its settings.  A factory whose model is
     more than θ (one-shot's ``fit_intercept``) returns ``(strategy, record, evaluate)``: the history's evaluation of
-    θ, in place of ``evaluate``."""
+    θ, in place of ``evaluate``.  ``clients(objectives, cfg, device) -> Transport``: the method's own clients in
+    this process (where no ``transport`` instance is given)."""
     rc = round_config(cfg, seed)
     built = build(cfg, RunContext(problem, objectives, theta0, seed, rc, evaluate))
     if not isinstance(built, tuple) or len(built) not in (2, 3):
@@ -114,6 +119,8 @@ def run_strategy(name: str, build: Callable, problem, objectives, theta0, evalua
     strategy, record = built[0], built[1]
     if len(built) == 3:
         evaluate = built[2]
+    if transport is None and clients is not None:
+        transport = clients(objectives, cfg, theta0.device)
     return simulate(name, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every, record,
                     message_hook, transport or cfg.transport, getattr(cfg, "batched", True),
                     resample=getattr(cfg, "resample", None), growth=Growth.of(cfg))

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirna
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # repro_common
 
 import repro_common  # noqa: E402
-from fedsciml.methods.fipa import PAPER_PRESET  # noqa: E402
+from fedsciml.methods.fipa import PAPER_PRESET, fipa_ask  # noqa: E402
 from fedsciml.runtime.loop import RoundFailed  # noqa: E402
 from fedsciml.problems import get_problem  # noqa: E402
 from fedsciml.api import solve  # noqa: E402
@@ -121,7 +121,7 @@ def first_step():
     pb = get_problem("bratu", **BRATU, **PAPER_PDE)
     objs, th = pb.client_objectives(2, seed=0), pb.init_params(0)
     cfg = LocalConfig(solver="adam", steps=P_STEPS, lr=PAPER_PRESET["lr"], loss=PAPER_PRESET["local_loss"])
-    msgs = [local_update(Client(i, o), th, cfg, curvature="lowrank", rank=PAPER_PRESET["rank"])[0]
+    msgs = [local_update(Client(i, o), th, cfg, ask=fipa_ask("lowrank", rank=PAPER_PRESET["rank"]))[0]
             for i, o in enumerate(objs)]
     Us, lams, ds = [m["U"] for m in msgs], [m["lam"] for m in msgs], [m["delta"] for m in msgs]
     lam_all = torch.cat(lams)
