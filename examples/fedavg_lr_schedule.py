@@ -17,10 +17,10 @@ from typing import ClassVar
 
 from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.averaging import AveragingStrategy
-from fedsciml.methods.run import local_config, strategy_runner
+from fedsciml.methods.run import local_config
 from fedsciml.methods.averaging import FedAvgConfig
 from fedsciml.options import option
-from fedsciml.runtime.driver import METHODS, register_method
+from fedsciml.runtime.driver import METHODS, Method, register_method
 from fedsciml.runtime.results import local_settings
 
 
@@ -71,6 +71,6 @@ def settings(result) -> str:
 
 
 if "fedavg-decay" not in METHODS:  # loading the file twice registers nothing twice
-    register_method("fedavg-decay", FedAvgDecayConfig, strategy_runner(FedAvgDecayConfig, build),
-                    "FedAvg with a step-decay server learning-rate schedule (examples/fedavg_lr_schedule.py)",
-                    settings=settings)
+    register_method(Method("fedavg-decay", FedAvgDecayConfig, strategy=build,
+                           description="FedAvg with a step-decay server learning-rate schedule "
+                                       "(examples/fedavg_lr_schedule.py)", settings=settings))

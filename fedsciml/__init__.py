@@ -27,7 +27,7 @@ _PUBLIC = {
     # running
     "solve": "fedsciml.api", "list_methods": "fedsciml.api", "Result": "fedsciml.runtime.results",
     "save_model": "fedsciml.api", "load_model": "fedsciml.api",
-    "register_method": "fedsciml.runtime.driver",
+    "register_method": "fedsciml.runtime.registry", "Method": "fedsciml.runtime.registry",
     # per-step callbacks (fs.solve(..., callbacks=[...]))
     "Callback": "fedsciml.runtime.callbacks", "StepView": "fedsciml.runtime.callbacks",
     "EarlyStopping": "fedsciml.runtime.callbacks", "BestModelCheckpoint": "fedsciml.runtime.callbacks",

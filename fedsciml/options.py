@@ -423,7 +423,7 @@ class StopOptions(MethodConfig):
     tol: float = option(0.0, "stop when the mean loss ½‖r‖²/N falls to this value", float, lo=0)
     resample: int | None = option(None, "draw fresh collocation points every K steps (centralized) or rounds "
                                         "(federated), seeded from the run seed (PINN problems; "
-                                        "fedsciml.methods.resample)", int, lo=1, none="fixed points", metavar="K")
+                                        "fedsciml.runtime.resample)", int, lo=1, none="fixed points", metavar="K")
     grow: float | None = option(None, "growing batches: the collocation points (totals) grow by this factor every "
                                       "grow_every steps or rounds (at the resamples; up to grow_cap)", float, lo=1,
                                 lo_open=True, none="a fixed number of points", metavar="FACTOR")
@@ -435,6 +435,12 @@ class StopOptions(MethodConfig):
                                            "seed and never trained on (history val_loss; a warning when the training "
                                            "loss falls 100× below it; fedsciml.runtime.validation)", bool,
                                      none="on for PINN problems run in process")
+    keep_best: str | None = option(None, "what θ the run returns: validation (the θ of the history row with the "
+                                         "lowest held-out validation residual val_loss; the result says its step) "
+                                         "or none (the last iterate; fedsciml.runtime.validation)", str,
+                                   choices=("validation", "none"),
+                                   none="validation where the problem's readings carry noise (inverse problems), "
+                                        "else none")
 
     def inapplicable(self) -> dict[str, str]:
         out = super().inapplicable()

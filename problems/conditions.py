@@ -39,6 +39,9 @@ from torch.func import jacfwd, jacrev, jvp
 
 from .base import DTYPE, ProblemError
 
+#: keeps the seed of a Data condition's held-out readings apart from every other seed
+HOLDOUT_TAG = 0x4D0D
+
 
 class Field:
     """``u_θ`` at one point, its derivatives in x, its components and the problem's coefficients."""
@@ -420,17 +423,55 @@ class Initial(Condition):
 class Data(Condition):
     """Measurements: ``u_c(x_i) = y_i`` at the given points (sensors), each owned by the client whose cell
     holds it.  ``noise`` (optional) is the readings' standard deviation, used for the coefficient
-    uncertainty of an inverse problem (otherwise estimated from the final residuals)."""
+    uncertainty of an inverse problem (otherwise estimated from the final residuals); a problem with one
+    (:attr:`~fedsciml.problems.domain.DomainPDE.noisy_data`) returns by default the θ of its best held-out
+    validation residual (the run option ``keep_best``).
+
+    ``holdout`` (a fraction in [0, 1), default 0): that share of the readings is **never trained on** and is
+    part of the run's held-out validation residual instead (:mod:`fedsciml.runtime.validation`), so the
+    validation residual measures how well u predicts readings it has not seen — what tells, without the
+    reference solution, when a network starts fitting the readings' noise.  Which readings are held out is
+    fixed by ``holdout_seed`` alone (:meth:`split`: the same readings whatever the run seed, so the training and
+    the validation objectives of a run never share one)."""
 
     on: str = field(default="data", kw_only=True)
     x: object = None
     y: object = None
     noise: float | None = None
+    holdout: float = 0.0
+    holdout_seed: int = 0
     kind = "data"
 
     def _check(self):
         if self.noise is not None:
             self.noise = _real(self.noise, "Data noise (the readings' standard deviation)", positive=True)
+        h = self.holdout
+        if isinstance(h, bool) or not isinstance(h, (int, float, np.floating, np.integer)) \
+                or not 0 <= float(h) < 1:
+            raise ProblemError(f"Data holdout (the share of the readings held out for validation) must be a number "
+                               f"in [0, 1), got {h!r}")
+        self.holdout = float(h)
+        if isinstance(self.holdout_seed, bool) or not isinstance(self.holdout_seed, (int, np.integer)) \
+                or self.holdout_seed < 0:
+            raise ProblemError(f"Data holdout_seed must be a whole number ≥ 0, got {self.holdout_seed!r}")
+
+    def split(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(trained, held)``: the indices (ascending) of the ``n`` readings trained on and of those held out —
+        ``round(holdout · n)`` of them, a permutation of ``SeedSequence([holdout_seed, 0x4D0D])``'s generator;
+        ``held`` is empty without a holdout.  A holdout that leaves no reading on either side is refused."""
+        m = int(round(self.holdout * n))
+        if m == 0:
+            return torch.arange(n), torch.zeros(0, dtype=torch.long)
+        if m >= n:
+            raise ProblemError(f"Data holdout {self.holdout:g} of {n} readings leaves none to train on")
+        perm = np.random.default_rng(np.random.SeedSequence([int(self.holdout_seed), HOLDOUT_TAG])).permutation(n)
+        held = np.sort(perm[:m])
+        trained = np.sort(perm[m:])
+        return torch.as_tensor(trained, dtype=torch.long), torch.as_tensor(held, dtype=torch.long)
+
+    def n_trained(self) -> int:
+        """How many readings are trained on (all but the held-out ones)."""
+        return int(self.split(int(torch.as_tensor(self.y).numel()))[0].numel())
 
     def label(self):
         c = "" if self.component is None else f"[{self.component}]"

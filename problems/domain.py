@@ -655,7 +655,7 @@ class DomainPDE(PINNProblem):
         pc = self.point_counts(K)
         rows = self.pde_rows_per_client(K)
         for c in self.condition_list():
-            rows += -(-(c.n or pc["n_boundary"]) // K) * len(c.outputs) if not isinstance(c, Data) else len(c.y)
+            rows += -(-(c.n or pc["n_boundary"]) // K) * len(c.outputs) if not isinstance(c, Data) else c.n_trained()
         return rows
 
     # --- point counts that follow the network --------------------------------------------------
@@ -669,7 +669,7 @@ class DomainPDE(PINNProblem):
             if c is None:
                 a += 1
             elif isinstance(c, Data):
-                fixed += int(len(c.y))
+                fixed += c.n_trained()
             elif c.n is not None:
                 fixed += int(c.n)
             else:
@@ -740,7 +740,21 @@ class DomainPDE(PINNProblem):
             return own._client_objectives(n_clients, seed, device)
         return self._client_objectives(n_clients, seed, device)
 
-    def _client_objectives(self, n_clients: int, seed: int = 0, device="cpu"):
+    def validation_objectives(self, n_clients: int, seed: int, device="cpu"):
+        """The clients' objectives of a run's held-out validation residual (:mod:`fedsciml.runtime.validation`,
+        which passes its own seed): :meth:`client_objectives`'s points drawn from ``seed``, and for a :class:`Data`
+        condition with a ``holdout`` its held-out readings in place of the trained ones.  Never the reference
+        solution or the exact one: a validation residual that read them would choose θ by the test error."""
+        self.check_clients(n_clients)
+        return self._with_points(n_clients)._client_objectives(n_clients, seed, device, held_out=True)
+
+    @property
+    def noisy_data(self) -> bool:
+        """Whether the problem trains on readings that carry noise (a :class:`Data` condition with ``noise``):
+        such a problem returns by default the θ of its best validation residual (the run option ``keep_best``)."""
+        return any(isinstance(c, Data) and c.noise is not None for c in self.condition_list())
+
+    def _client_objectives(self, n_clients: int, seed: int = 0, device="cpu", held_out: bool = False):
         dom, K = self.domain(), n_clients
         part = self.client_partition(K)
         theta0 = self.init_params(0)
@@ -766,6 +780,9 @@ class DomainPDE(PINNProblem):
         for j, c in enumerate(self.condition_list()):
             n = c.n or self.n_boundary
             x_own, pts = c.points(self, dom, n, self.sampling, [seed, 1000 + j, 1])
+            if isinstance(c, Data) and c.holdout > 0:  # the trained readings, or (validation) the held-out ones
+                sel = c.split(int(x_own.shape[0]))[1 if held_out else 0]
+                x_own, pts = x_own[sel], tuple(t[sel] for t in pts)
             owner = part.owner(x_own)
             w = float(c.weight if c.weight is not None else self.boundary_weight)
             forms = {id(fn): self.taylor_form(fn, c, i, pts) for _n, fn, cc, i in parts if cc is c}

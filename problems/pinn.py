@@ -45,7 +45,7 @@ def pinn_params(n_interior: int, boundary_weight: float) -> dict:
 class PINNProblem(FieldProblem):
     kind: ClassVar[str] = "pinn"
     metric: ClassVar[str] = "rel_l2"
-    #: collocation points are drawn from a seed, so ``resample=K`` can draw fresh ones (fedsciml.methods.resample)
+    #: collocation points are drawn from a seed, so ``resample=K`` can draw fresh ones (fedsciml.runtime.resample)
     samples_collocation: ClassVar[bool] = True
 
     # --- the equation ---------------------------------------------------------

@@ -360,7 +360,8 @@ class PInv(Case):
 
     def conditions(self):
         X, y = self.readings()
-        return [Data(x=X, y=y, component="u", noise=0.1), Dirichlet("boundary", lambda x: _pinv_a(x), component="a")]
+        return [Data(x=X, y=y, component="u", noise=0.1, holdout=self.p.options["holdout"]),
+                Dirichlet("boundary", lambda x: _pinv_a(x), component="a")]
 
     def f(self, x):
         X, Y = x[..., 0], x[..., 1]
@@ -407,7 +408,8 @@ class HInv(Case):
 
     def conditions(self):
         X, y = self.readings()
-        return [Data(x=X, y=y, component="u", noise=0.1), Dirichlet("edges", _hinv_a, component="a")]
+        return [Data(x=X, y=y, component="u", noise=0.1, holdout=self.p.options["holdout"]),
+                Dirichlet("edges", _hinv_a, component="a")]
 
     @staticmethod
     def f(x):
@@ -590,6 +592,10 @@ class Pinnacle(DomainPDE):
                                        "bounding box, time included, to [-1, 1]; their time axes reach T = 100) or "
                                        "none (raw coordinates)", str, choices=INPUT_SCALINGS),
         "data_seed": option(0, "seed of the noise of PInv's and HInv's readings (part of the problem)", int, lo=0),
+        "holdout": option(0.2, "share of PInv's and HInv's readings held out of training: the run's validation "
+                               "residual includes the misfit at them, and the run returns the θ of its best "
+                               "validation residual (keep_best; never the reference)", float, lo=0, hi=1,
+                          hi_open=True),
         "pinv_source": option("consistent", "PInv's source term: consistent (with the exact u, a) or published "
                                             "(their f_src, inconsistent: see the case's docstring)", str,
                               choices=("consistent", "published")),
@@ -600,6 +606,8 @@ class Pinnacle(DomainPDE):
         if self.options["case"] not in ("pinv", "hinv"):
             out["data_seed"] = f"it seeds the readings of the inverse cases, and {display('case')} is " \
                                f"{self.options['case']!r}"
+            out["holdout"] = f"it holds out readings of the inverse cases, and {display('case')} is " \
+                             f"{self.options['case']!r}"
         if self.options["case"] != "pinv":
             out["pinv_source"] = f"it chooses PInv's source, and {display('case')} is {self.options['case']!r}"
         return out
@@ -670,6 +678,8 @@ class Pinnacle(DomainPDE):
         if not d.is_dir():
             return None, f"{display('pinnacle_dir')} {str(d)!r} is not a folder"
         p = d / "ref" / name
+        if os.path.exists(p) and not p.is_file():
+            return None, f"{p} is not a regular file (a FIFO, a device or a link to one)"
         if not p.is_file():
             return None, f"{p} is not there (a clone without its large files?)"
         return p, ""
@@ -693,6 +703,9 @@ class Pinnacle(DomainPDE):
             self.options["boundary_weight"] = float(self.spec.boundary_weight)
         if self.spec.ref_file is not None and self.spec.exact is None:
             p, why = self._where(self.spec.ref_file)
+            if p is None and "is not a regular file" in why:  # there, and no file: refused, not trained blind
+                raise ProblemError(f"PINNacle case {self.options['case']!r}: reference ref/{self.spec.ref_file}: "
+                                   f"{why}")
             if p is None:
                 log.warning("PINNacle case %r: reference ref/%s not at hand (%s); training without a test error",
                             self.options["case"], self.spec.ref_file, why)

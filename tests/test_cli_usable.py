@@ -131,7 +131,8 @@ def test_no_flag_repeats_the_list_of_methods():
 
 
 def test_problem_help_shows_the_methods_that_apply_by_the_registry(capsys):
-    from fedsciml.methods import GNConfig
+    import dataclasses
+
     from fedsciml.runtime.driver import METHODS, register_method
 
     bratu = _help(capsys, "solve", "bratu", "--help")
@@ -139,7 +140,8 @@ def test_problem_help_shows_the_methods_that_apply_by_the_registry(capsys):
     assert "gn options:" in bratu and "--lam" in bratu
     ridge = _help(capsys, "solve", "ridge-linear", "--help")
     assert "one-shot options:" in ridge and "--dp-epsilon" in ridge
-    register_method("fit-only-test", GNConfig, METHODS["gn"].runner, "a test method for fits", kinds=("fit",))
+    register_method(dataclasses.replace(METHODS["gn"], name="fit-only-test", description="a test method for fits",
+                                        kinds=("fit",)))
     try:
         assert "fit-only-test" in _help(capsys, "solve", "sin1d", "--help")
         assert "fit-only-test" not in _help(capsys, "solve", "bratu", "--help")

@@ -7,7 +7,7 @@ import fedsciml as fs
 from fedsciml.core.nn import MLP
 from fedsciml.core.objective import LinearLeastSquares
 from fedsciml.methods.centralized import SolveConfig, solve_least_squares
-from fedsciml.methods.resample import Growth, grown, resampled_objectives
+from fedsciml.runtime.resample import Growth, grown, resampled_objectives
 from fedsciml.options import OptionError
 from fedsciml.problems import get_problem
 

@@ -186,8 +186,9 @@ def test_registry_without_import_cycle():
             "import fedsciml.methods; "
             "assert r.METHODS and all(s.kinds == (r.PROBLEM_KINDS if n != 'one-shot' else ('ridge',)) "
             "for n, s in r.METHODS.items()); "
-            "assert all(callable(s.runner) and s.runner.build for s in r.METHODS.values() if s.federated); "
-            "assert all(callable(s.runner) for s in r.METHODS.values())")
+            "assert all(callable(s.strategy) and s.run is None for s in r.METHODS.values() if s.federated); "
+            "assert [n for n, s in r.METHODS.items() if s.run is not None] == ['centralized']; "
+            "assert callable(r.METHODS['centralized'].run)")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, env={"PYTHONPATH": str(ROOT)})
 
 
@@ -195,7 +196,7 @@ def test_registering_a_method_is_one_call():
     from dataclasses import dataclass
 
     from fedsciml.options import StopOptions, option
-    from fedsciml.runtime.driver import register_method
+    from fedsciml.runtime.driver import Method, register_method
 
     @dataclass(frozen=True)
     class ZeroConfig(StopOptions):
@@ -206,7 +207,7 @@ def test_registering_a_method_is_one_call():
         theta = theta0 * config.scale
         return theta, [{"step": 0, "loss": float(sum(o.loss(theta) for o in objectives))}], {}
 
-    register_method("zero-test", ZeroConfig, run_zero, "test method", federated=False)
+    register_method(Method("zero-test", ZeroConfig, run=run_zero, description="test method", federated=False))
     try:
         res = fs.solve("sin1d", "zero-test", scale=0.0, **TINY)
         assert float(res.theta.abs().max()) == 0.0 and res.options["scale"] == 0.0

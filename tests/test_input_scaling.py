@@ -9,8 +9,7 @@ import torch
 from torch.func import jacfwd, vmap
 
 import fedsciml as fs
-from fedsciml.core import kfac_forms as kf, kfac_pinn as kp, kfac_taylor as kt
-from fedsciml.core.matfree import GNOperator, damped_gn_step
+from fedsciml.core import kfac_forms as kf, kfac_taylor as kt
 from fedsciml.core.nn import MLP
 from fedsciml.problems import DomainPDE, get_problem
 from fedsciml.problems.base import ProblemError
@@ -19,6 +18,8 @@ from fedsciml.problems.domain import box_map
 from fedsciml.problems.geometry import Box
 from fedsciml.problems.windows import window_problem, windowed
 from fedsciml.runtime.modelio import ModelFileError
+
+from _kfac_checks import assert_channels_give_each_rows_jacobian, assert_pcg_reaches_dense_lm_step
 
 SHIFT, SCALE = (0.5, 50.0), (2.0, 0.02)  # the box [0, 1] × [0, 100] (Heat 2d-LT's time axis) to [-1, 1]²
 
@@ -152,19 +153,9 @@ def test_kfac_preconditioned_cg_with_a_map_reaches_the_dense_lm_step(name):
     10·cond(JᵀJ + μI)·rtol of the dense solve (the stopping rule bounds the residual; 10 for the recurrence's
     drift; eps·cond is far below it)."""
     pb, obj, theta = setup(name)
-    r, J = obj.residual_and_jacobian(theta)
-    H = J.T @ J
-    mu = 1e-3 * float(H.diagonal().max())
-    A = H + mu * torch.eye(H.shape[0], dtype=H.dtype)
-    dense = -torch.linalg.solve(A, J.T @ r)
     f = kf.factors_of(obj, theta)
     assert isinstance(f, kt.TaylorFactors)
-    op = GNOperator(obj.residual, theta)
-    rtol = 1e-10
-    res = damped_gn_step(op.matvec, op.g, mu, precond=f.inverse(mu), rtol=rtol, max_iters=5000)
-    assert res.rel_residual <= rtol
-    cond = float(torch.linalg.cond(A))
-    assert float((res.delta - dense).norm() / dense.norm()) <= 10 * cond * rtol + 100 * cond * 2.2e-16
+    assert_pcg_reaches_dense_lm_step(obj, theta, f)
 
 
 def test_the_poisson_form_with_a_map_gives_each_rows_jacobian():
@@ -175,16 +166,7 @@ def test_the_poisson_form_with_a_map_gives_each_rows_jacobian():
     (obj,) = pb.client_objectives(1, seed=0)
     net = pb.network()
     theta = theta_of(net, 1)
-    J = obj.jacobian(theta)
-    off = 0
-    for part in obj.parts:
-        aug, g = kp.channel_quantities(part.jet, theta, part.points, part.weight)
-        rows = J[off:off + part.n_points]
-        off += part.n_points
-        for l, (w, b, fi, fo) in enumerate(net._layout):
-            got = torch.einsum("nso,nsi->noi", g[l], aug[l])
-            ref = torch.cat([rows[:, w:w + fi * fo].reshape(-1, fo, fi), rows[:, b:b + fo].unsqueeze(-1)], -1)
-            assert float((got - ref).abs().max()) <= 1e-10 * float(ref.abs().max()), (part.name, l)
+    assert_channels_give_each_rows_jacobian(obj, net, theta, obj.jacobian(theta), rtol=1e-10)
 
 
 # --- windows, fields, saved models ------------------------------------------------------------------

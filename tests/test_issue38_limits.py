@@ -16,7 +16,7 @@ import fedsciml as fs
 import fedsciml.engines  # noqa: F401  (registers the engines)
 from fedsciml.core import forms
 from fedsciml.engines import processes
-from fedsciml.methods.resample import Growth
+from fedsciml.runtime.resample import Growth
 from fedsciml.options import OptionError
 from fedsciml.problems import get_problem
 from fedsciml.runtime import driver

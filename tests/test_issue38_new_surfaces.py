@@ -95,8 +95,14 @@ def test_a_reference_path_that_is_no_regular_file_is_refused(not_folders, tmp_pa
 
 @pytest.mark.parametrize("args, message", [
     (["--keep", "FILE"], "flower deploy: --keep 'FILE' is not a folder"),
-    (["--method", "nosuch"], "flower deploy: unknown method 'nosuch'"),
-    (["--method", "centralized"], "flower deploy: method 'centralized' pools the clients' data on one machine"),
+    (["--keep", ""], "flower deploy: --keep '' names no folder; give a folder for the logs and the result"),
+    (["--method", "nosuch"], "flower deploy: unknown method 'nosuch'; methods that run on Flower for 'sin1d': "
+                             "fedadam, fedavg, fedavgm, fedprox, fedyogi, fipa, gn"),
+    (["--method", "centralized"], "flower deploy: method 'centralized' pools the clients' data on one machine; it "
+                                  "does not run on Flower; methods that run on Flower for 'sin1d': fedadam, fedavg, "
+                                  "fedavgm, fedprox, fedyogi, fipa, gn"),
+    (["--method", "one-shot"], "flower deploy: method 'one-shot' does not apply to problem 'sin1d'; methods that "
+                               "run on Flower for 'sin1d': fedadam,"),
     (["--seed", "-1"], "seed=-1 must be in [0, "),
     (["--clients", "100000000"], "flower deploy: --clients 100,000,000 starts one flower-supernode process per "
                                  "client"),
@@ -117,3 +123,36 @@ def test_flower_deploy_bad_arguments_are_one_line_before_any_process(args, messa
     rc = cli_main.main(["flower", "deploy", "sin1d", *args, "-q"])
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert rc == 2 and len(err) == 1 and message in err[0], err
+
+
+def test_flower_method_list_is_the_federated_methods_of_the_problems_kind():
+    """The methods `flower deploy` lists are exactly the registered federated ones that apply to the problem's
+    kind: `centralized` (no transport) never, `one-shot` only for ridge."""
+    from fedsciml.engines.flower.runconfig import RunConfigError, check_job, flower_methods
+    from fedsciml.runtime.driver import METHODS
+
+    for kind in ("pinn", "fit", "ridge"):
+        listed = flower_methods(kind)
+        assert "centralized" not in listed and listed == sorted(listed)
+        assert set(listed) == {m for m, s in METHODS.items() if s.federated and s.applies_to(kind)}
+    assert "one-shot" in flower_methods("ridge") and "one-shot" not in flower_methods("fit")
+    with pytest.raises(RunConfigError, match=r"unknown method 'fpia' \(did you mean 'fipa'\?\); methods that run on "
+                                             r"Flower for 'ridge-linear': .*one-shot$") as e:
+        check_job({"kind": "solve", "problem": "ridge-linear", "method": "fpia", "clients": 2}, "flower deploy")
+    assert "centralized" not in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device link", "folder"])
+def test_a_pinnacle_reference_that_is_there_but_no_regular_file_is_refused(kind, tmp_path, monkeypatch):
+    """Battery (issue 38): a checkout whose ref/burgers1d.dat is a FIFO, a link to /dev/zero or a folder was
+    taken for a clone without its large files — a warning (silent under -q) and a run without its test error.
+    It is refused in one line; a file that is simply absent still trains with the warning."""
+    monkeypatch.delenv("FEDSCIML_PINNACLE", raising=False)
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    f = ref / "burgers1d.dat"
+    {"fifo": lambda: os.mkfifo(f), "device link": lambda: os.symlink("/dev/zero", f), "folder": f.mkdir}[kind]()
+    with pytest.raises(ProblemError) as e:
+        fs.get_problem("pinnacle", case="burgers1d-c", pinnacle_dir=str(tmp_path))
+    assert str(e.value) == (f"PINNacle case 'burgers1d-c': reference ref/burgers1d.dat: {f} is not a regular file "
+                            f"(a FIFO, a device or a link to one)")

@@ -11,6 +11,8 @@ from fedsciml.core.matfree import GNOperator, damped_gn_step
 from fedsciml.core.nn import MLP
 from fedsciml.problems import get_problem
 
+from _kfac_checks import assert_channels_give_each_rows_jacobian
+
 
 def tiny(dim=2, hidden=(4, 3), n_interior=6, n_boundary=1, clients=1, seed=0):
     pb = get_problem("poisson", dim=dim, n_interior=n_interior, n_boundary=n_boundary)
@@ -47,16 +49,7 @@ def test_value_term_is_the_exact_gramian_block_for_one_point():
 def test_channel_quantities_reproduce_each_points_jacobian():
     """Σ_s g_{n,s} ã_{n,s}ᵀ = ∂r_n/∂[W | b] exactly (weight sharing over the channels), both parts, every layer."""
     pb, (obj,), net, theta = tiny(dim=3, hidden=(5, 4, 3))
-    J = obj.jacobian(theta)
-    off = 0
-    for part in obj.parts:
-        aug, grads = kp.channel_quantities(part.jet, theta, part.points, part.weight)
-        rows = J[off:off + part.n_points]
-        off += part.n_points
-        for l, (w, b, fi, fo) in enumerate(net._layout):
-            got = torch.einsum("nso,nsi->noi", grads[l], aug[l])
-            ref = torch.cat([rows[:, w:w + fi * fo].reshape(-1, fo, fi), rows[:, b:b + fo].unsqueeze(-1)], -1)
-            assert float((got - ref).abs().max()) <= 1e-12 * float(ref.abs().max())
+    assert_channels_give_each_rows_jacobian(obj, net, theta, obj.jacobian(theta), rtol=1e-12)
 
 
 def _brute_force_channels(net, theta, x, layer):

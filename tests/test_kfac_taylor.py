@@ -8,11 +8,12 @@ import torch
 from torch.func import vmap
 
 from fedsciml.core import forms, kfac_forms as kf, kfac_pinn as kp, kfac_taylor as kt
-from fedsciml.core.matfree import GNOperator, damped_gn_step
 from fedsciml.core.nn import MLP
 from fedsciml.problems import DomainPDE, get_problem
 from fedsciml.problems.conditions import Dirichlet, Periodic
 from fedsciml.problems.geometry import Box
+
+from _kfac_checks import assert_pcg_reaches_dense_lm_step
 
 PI = math.pi
 
@@ -107,19 +108,9 @@ def test_preconditioned_cg_converges_to_the_dense_lm_step(name):
     (JᵀJ + μI)δ = −Jᵀr reaches the dense solve's δ within cond(JᵀJ + μI)·rtol (the stopping rule bounds the
     true residual; asserted with a factor 10 for the recurrence's drift)."""
     pb, (obj,), theta = setup(name)
-    r, J = obj.residual_and_jacobian(theta)
-    H = J.T @ J
-    mu = 1e-3 * float(H.diagonal().max())
-    A = H + mu * torch.eye(H.shape[0], dtype=H.dtype)
-    dense = -torch.linalg.solve(A, J.T @ r)
     f = kf.factors_of(obj, theta)
     assert isinstance(f, kt.TaylorFactors)
-    op = GNOperator(obj.residual, theta)
-    rtol = 1e-10
-    res = damped_gn_step(op.matvec, op.g, mu, precond=f.inverse(mu), rtol=rtol, max_iters=5000)
-    assert res.rel_residual <= rtol
-    bound = 10 * float(torch.linalg.cond(A)) * rtol
-    assert float((res.delta - dense).norm() / dense.norm()) <= bound
+    assert_pcg_reaches_dense_lm_step(obj, theta, f)
 
 
 def test_unknowns_get_their_exact_gauss_newton_block():

@@ -7,7 +7,6 @@ import torch
 import fedsciml as fs
 from fedsciml.cli import main
 from fedsciml.runtime.driver import METHODS
-from fedsciml.runtime.results import SETTINGS
 
 from _examples import EXAMPLES, load_example
 
@@ -19,7 +18,6 @@ def decay():
     mod = load_example("fedavg_lr_schedule", "fedavg_lr_schedule_test")
     yield mod
     METHODS.pop("fedavg-decay", None)  # the registry is the process's: leave it as it was
-    SETTINGS.pop("fedavg-decay", None)
 
 
 def test_the_file_registers_the_method(decay):
@@ -60,18 +58,19 @@ def test_every_built_in_method_is_one_module():
     runner) and settings text are declared in one module of fedsciml.methods, whose METHOD_ENTRIES registers it;
     fedsciml.methods registers those entries and defines none itself."""
     import fedsciml.methods as methods
-    from fedsciml.runtime.results import SETTINGS
 
     seen = []
     for module in methods._MODULES:
         for entry in module.METHOD_ENTRIES:
-            spec = METHODS[entry["name"]]
+            spec = METHODS[entry.name]
+            assert spec == entry  # registered as declared
             home = module.__name__
-            what = getattr(spec.runner, "build", spec.runner)  # a strategy factory, or centralized's runner
-            assert spec.config.__module__ == home and what.__module__ == home, entry["name"]
-            if entry["name"] in SETTINGS:
-                assert SETTINGS[entry["name"]].__module__ == home, entry["name"]
-            seen.append(entry["name"])
+            what = spec.strategy if spec.strategy is not None else spec.run  # a strategy factory, or centralized's run
+            assert spec.config.__module__ == home and what.__module__ == home, entry.name
+            if spec.settings is not None:
+                assert spec.settings.__module__ == home, entry.name
+            seen.append(entry.name)
     # every problem method whose configuration fedsciml.methods declares is one of those entries, once
-    ours = {n for n, s in METHODS.items() if s.runner is not None and s.config.__module__.startswith("fedsciml.methods.")}
+    ours = {n for n, s in METHODS.items()
+            if (s.strategy or s.run) is not None and s.config.__module__.startswith("fedsciml.methods.")}
     assert sorted(seen) == sorted(ours) and "gn" in ours

@@ -1,10 +1,10 @@
-"""Collocation resampling (``resample=K``, fedsciml.methods.resample): reproducible fresh points, every method."""
+"""Collocation resampling (``resample=K``, fedsciml.runtime.resample): reproducible fresh points, every method."""
 import pytest
 import torch
 
 import fedsciml as fs
 from fedsciml.core.nn import MLP
-from fedsciml.methods.resample import resample_seed, resampled_objectives
+from fedsciml.runtime.resample import resample_seed, resampled_objectives
 from fedsciml.problems import get_problem
 
 

@@ -9,11 +9,10 @@ import fedsciml as fs
 from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.averaging import AveragingStrategy, FedAvgConfig
 from fedsciml.methods.local import _answer_update, _pre_update
-from fedsciml.methods.run import local_config, strategy_runner
+from fedsciml.methods.run import local_config
 from fedsciml.runtime import client as runtime_client
 from fedsciml.runtime.client import Client, register_handler
-from fedsciml.runtime.driver import METHODS, register_method
-from fedsciml.runtime.results import SETTINGS
+from fedsciml.runtime.driver import METHODS, Method, register_method
 
 SMALL = dict(clients=2, problem_options={"n_interior": 40}, local_steps=5, rounds=3)
 QUERY = "update_hooks_test"
@@ -52,11 +51,10 @@ def methods():
         return build
 
     for name, cls in (("hooks-rounds", AveragingStrategy), ("hooks-query", OwnQuery)):
-        register_method(name, FedAvgConfig, strategy_runner(FedAvgConfig, factory(cls)), "a test method")
+        register_method(Method(name, FedAvgConfig, strategy=factory(cls), description="a test method"))
     yield built, asked
     for name in ("hooks-rounds", "hooks-query"):
         METHODS.pop(name, None)
-        SETTINGS.pop(name, None)
     Client.__dict__["handlers"].pop(QUERY, None)  # the handler table is the process's: leave it as it was
     runtime_client._VOCABULARY.pop(QUERY, None)
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import fedsciml as fs
-from fedsciml.methods.resample import resample_seed
+from fedsciml.runtime.resample import resample_seed
 from fedsciml.runtime.validation import PARTING_RATIO, held_out, validation_seed
 
 SMALL = dict(problem_options={"n_interior": 10}, hidden=[8])

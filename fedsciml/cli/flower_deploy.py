@@ -76,6 +76,9 @@ def run(args) -> int:
     if args.clients > cap:  # each client is a flower-supernode process here: 10⁸ of them started until memory ran out
         raise CLIError(f"flower deploy: --clients {args.clients:,} starts one flower-supernode process per client on "
                        f"this machine's {cores()} core(s); at most {cap} ({PROCESSES_PER_CORE} per core)")
+    if args.keep is not None and not args.keep.strip():  # '' was taken for "no --keep": the logs were not kept
+        raise CLIError(f"flower deploy: --keep {args.keep!r} names no folder; give a folder for the logs and the "
+                       f"result (or leave --keep out)")
     if args.keep is not None and os.path.exists(args.keep) and not os.path.isdir(args.keep):
         raise CLIError(f"flower deploy: --keep {args.keep!r} is not a folder; give a folder for the logs and the result")
     options = _json_object(args.options, "--options")

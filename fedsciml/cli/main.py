@@ -47,7 +47,7 @@ def method_owners() -> dict:
 
 def _help_scope(problems: dict, methods: dict) -> tuple[dict, dict, str | None]:
     """What ``solve``'s help shows: every problem and method (``solve --help-all``), or for ``solve PROBLEM
-    --help`` that problem and the methods that apply to it by the registry (:meth:`MethodSpec.applies_to`), or
+    --help`` that problem and the methods that apply to it by the registry (:meth:`Method.applies_to`), or
     one of them (``--method M``).  Returns ``(problems, methods, focus)``; an unknown problem or method, or one
     that does not apply, is one line (:class:`CLIError`)."""
     from fedsciml.problems import REGISTRY
@@ -321,7 +321,7 @@ def _methods_to_run(args) -> list:
 
 
 def _check_methods_apply(args, cls) -> None:
-    """Each method to run exists and applies to the problem's kind (the registry's :meth:`MethodSpec.applies_to`):
+    """Each method to run exists and applies to the problem's kind (the registry's :meth:`Method.applies_to`):
     refused before the problem is built, one line naming the methods that apply."""
     from fedsciml.runtime.driver import get_method
 

@@ -94,6 +94,12 @@ KFAC_MIN_RATIO = 2.0
 KFAC_CG_ITERS = 10
 #: CG iterations per matrix-free solve outside it (a full solve; the cap stops a stalled CG)
 FULL_CG_ITERS = 500
+#: the most bytes of residual graph LM's matrix-free operator holds at once: a larger graph (n rows × the floats a
+#: row keeps, ``graph_floats`` of :func:`choose_lm_solve`) is held in row blocks of this size
+#: (:class:`fedsciml.core.matfree.BlockGNOperator`).  A block costs one more forward pass per product whatever its
+#: size, so larger blocks buy nothing once the rows are cut; 4 GB keeps PINNacle's 5 × 100 network on 33k–164k
+#: rows (0.6–0.8 MB of graph a row) within 8 GB of peak RSS (reproductions/pinnacle.md)
+MATFREE_GRAPH_BYTES = 4e9
 #: the matrix-free solve's preconditioners; ``auto``: K-FAC in the regime, else Nyström
 PRECONDS = ("auto", "nystrom", "kfac", "none")
 
@@ -225,8 +231,8 @@ class FormCost:
 
 @dataclass(frozen=True)
 class FormChoice:
-    """The chosen ``form``, why (``reason``, one line), the chunk size for ``chunked`` (rows), and every
-    considered form's cost."""
+    """The chosen ``form``, why (``reason``, one line), the chunk size for ``chunked`` (rows of J) or for LM's
+    ``matfree`` (rows per block of the residual graph; ``None``: one block), and every considered form's cost."""
 
     form: str
     reason: str
@@ -354,10 +360,30 @@ def matfree_settings(regime: bool, precond: str = "auto", cg_iters: int | None =
     return pre, cap
 
 
+def graph_block_rows(n: int, graph_floats: float | None, *, device: torch.device | str | None = None,
+                     dtype: torch.dtype = torch.float64, free: int | None = None) -> tuple[int | None, str]:
+    """``(rows per block, why)`` of LM's matrix-free operator over ``n`` rows that each keep ``graph_floats`` floats
+    of residual graph: ``None`` while the whole graph is within the smaller of :data:`MATFREE_GRAPH_BYTES` and the
+    device's budget (:func:`device_budget`; ``free`` fakes its free bytes), else as many rows as that holds (at
+    least :data:`MIN_CHUNK_ROWS`)."""
+    if not graph_floats:
+        return None, ""
+    s = torch.empty((), dtype=dtype).element_size()
+    budget = device_budget(device, free)
+    limit = MATFREE_GRAPH_BYTES if budget.free is None else min(MATFREE_GRAPH_BYTES, budget.bytes)
+    whole = float(n) * float(graph_floats) * s
+    if whole <= limit:
+        return None, ""
+    rows = max(MIN_CHUNK_ROWS, int(limit // (float(graph_floats) * s)))
+    return rows, (f"its residual graph ({_size(whole)}: {int(n):,} rows × {float(graph_floats):,.0f} floats) held "
+                  f"in blocks of {rows:,} rows (at most {_size(limit)} at once)")
+
+
 def choose_lm_solve(n: int, p: int, *, solve: str = "auto", precond: str = "auto", cg_iters: int | None = None,
                     jets: bool | Callable[[], bool] = False, device: torch.device | str | None = None,
                     dtype: torch.dtype = torch.float64, free: int | None = None, rank: int = 50,
-                    need: str = "lm", rows: Sequence[int] | None = None) -> FormChoice:
+                    need: str = "lm", rows: Sequence[int] | None = None,
+                    graph_floats: float | None = None) -> FormChoice:
     """Levenberg–Marquardt's solve (``need='lm'``; federated gn's message with ``need='gn'``): the form, and for the
     matrix-free form its preconditioner and CG cap (:attr:`FormChoice.precond`, :attr:`FormChoice.cg_iters`).
 
@@ -367,7 +393,10 @@ def choose_lm_solve(n: int, p: int, *, solve: str = "auto", precond: str = "auto
     ``auto`` takes the K-FAC regime where :func:`kfac_regime` says so (matrix-free, ``kfac``, CG capped at
     :data:`KFAC_CG_ITERS` unless a cap is named), else :func:`choose_form`'s choice with Nyström
     (``rank``) and :data:`FULL_CG_ITERS` for a matrix-free solve.  The preconditioner and cap depend on p, the
-    device, the names and — through the regime's cost test — n."""
+    device, the names and — through the regime's cost test — n.  ``graph_floats``: the floats of residual graph
+    a row keeps in the matrix-free operator (LM, ``need='lm'``): where n rows of it exceed
+    :data:`MATFREE_GRAPH_BYTES` or the budget, a matrix-free choice holds it in blocks
+    (:attr:`FormChoice.chunk_rows`: rows per block; :func:`graph_block_rows`)."""
     if cg_iters is not None and int(cg_iters) < 0:
         raise ValueError(f"cg_iters must be ≥ 0 CG iterations per solve (0: the damped K-FAC step; or None), got "
                          f"{cg_iters}")
@@ -380,14 +409,20 @@ def choose_lm_solve(n: int, p: int, *, solve: str = "auto", precond: str = "auto
         named = " (as asked)" if cg_iters is not None else ""
         reason = (f"matfree, K-FAC-preconditioned CG capped at {cap}{named}: {why} (many cheap truncated steps "
                   f"beat few dense ones there: reproductions/lm_auto_kfac_exp16.md)")
-        return FormChoice("matfree", reason, None, base.costs, pre, cap)
+        block, how = graph_block_rows(n, graph_floats, device=device, dtype=dtype, free=free) if need == "lm" \
+            else (None, "")
+        return FormChoice("matfree", reason + (f"; {how}" if how else ""), block, base.costs, pre, cap)
     allowed = None if solve == "auto" else (solve,)
     choice = choose_form(n, p, device=device, dtype=dtype, need=need, allowed=allowed, rows=rows, free=free,
                          rank=rank if pre == "nystrom" else 0)
     reason = choice.reason
     if solve == "auto" and int(p) >= KFAC_MIN_PARAMS:  # say why the regime was not taken where p alone allows it
         reason += f"; not K-FAC-preconditioned CG: {why}"
-    return FormChoice(choice.form, reason, choice.chunk_rows, choice.costs, pre, cap)
+    chunk = choice.chunk_rows
+    if choice.form == "matfree" and need == "lm":
+        chunk, how = graph_block_rows(n, graph_floats, device=device, dtype=dtype, free=free)
+        reason += f"; {how}" if how else ""
+    return FormChoice(choice.form, reason, chunk, choice.costs, pre, cap)
 
 
 #: what a local-training client (FIPA, FedAvg, FedProx) forms to answer ``update`` (:func:`local_client_form`)

@@ -11,6 +11,7 @@ import torch
 from fedsciml.core.kfac_pinn import Jet, KroneckerFactors, part_factors
 from fedsciml.core.kfac_taylor import Taylor, TaylorFactors, resolved, taylor_factors
 from fedsciml.core.nn import MLP
+from fedsciml.core.stats import row_blocks
 
 
 def _net_of(part) -> MLP | None:
@@ -66,17 +67,28 @@ def unpack_factors(layout, flat: torch.Tensor) -> KroneckerFactors:
     return KroneckerFactors.unpack(layout, flat)
 
 
-def factors_of(objective, theta: torch.Tensor) -> KroneckerFactors:
+def factors_of(objective, theta: torch.Tensor, rows: int | None = None) -> KroneckerFactors:
     """The raw K-FAC sums of a :class:`fedsciml.core.objective.PointwiseLeastSquares` whose parts carry channel
     forms: the Poisson form's :func:`part_factors` when every part carries a :class:`Jet`, else the Taylor-mode
-    factors of :func:`fedsciml.core.kfac_taylor.taylor_factors`."""
+    factors of :func:`fedsciml.core.kfac_taylor.taylor_factors`.  ``rows``: the sums are formed over blocks of at
+    most that many residual rows (:func:`fedsciml.core.stats.row_blocks`) and added (the factors are sums over
+    points), so that the factor pass holds one block's channels at a time; the form is decided once, for the
+    whole objective."""
     net = jet_network(objective)
     if net is None:
         raise ValueError("precond='kfac' needs residual parts in a channel form (a Jet or Taylor on every part); "
                          "this objective has none")
-    if _poisson_form(objective) and theta.numel() == net.n_params:
-        return part_factors(net, theta, objective.parts)
-    return taylor_factors(net, theta, objective.parts)
+    poisson = _poisson_form(objective) and theta.numel() == net.n_params
+    if rows is None:
+        return part_factors(net, theta, objective.parts) if poisson else taylor_factors(net, theta, objective.parts)
+    total: KroneckerFactors | None = None
+    for block in row_blocks(objective, theta, int(rows)):
+        parts = getattr(block, "parts")  # row_blocks of a pointwise objective: one part each
+        f = part_factors(net, theta, parts) if poisson else taylor_factors(net, theta, parts)
+        total = f if total is None else total + f
+    if total is None:
+        raise ValueError("K-FAC factors of an objective without residual rows")
+    return total
 
 
 def has_jets(objectives) -> bool:

@@ -33,6 +33,10 @@ forms (``LMConfig.solve``):
   ``λ_max(JᵀJ)`` instead (the Nyström sketch's top eigenvalue, or 20 power
   iterations without a preconditioner) — the two agree within a factor p, and
   τ sets the initial damping only.
+  With ``MatfreeConfig.subspace`` = k > 0 no CG runs: the damped model is minimized exactly over
+  ``V = [P⁻¹g, δ_{t−1}, …, δ_{t−k+1}]`` (the preconditioned gradient and the last accepted steps: K-FAC's step
+  size and momentum, Martens & Grosse 2015 §7, for k = 2) from one batched product ``JᵀJ V`` per statistics
+  (:func:`fedsciml.core.matfree.subspace_step`); a rejected trial re-solves the k×k system at the larger μ.
 * ``chunked`` — the normal form on statistics accumulated over blocks of rows
   (:func:`fedsciml.core.stats.chunked_gn_stats`): ``JᵀJ`` without ever holding J whole.
 * ``auto`` (default) — ``kernel`` when the statistics carry ``J`` and n < p,
@@ -100,6 +104,8 @@ class LMConfig:
     #                            the other conditions of the K-FAC regime hold): solve="auto" with
     #                            matfree.precond "auto" may take K-FAC-preconditioned, truncated CG
     #                            (fedsciml.core.forms.choose_lm_solve)
+    graph_floats: float | None = None  # floats of residual graph a row keeps in the matrix-free operator: a graph
+    #                            past fedsciml.core.forms.MATFREE_GRAPH_BYTES is held in row blocks
 
     def validate(self) -> None:
         if not self.tau >= 0:
@@ -111,6 +117,13 @@ class LMConfig:
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"SPRING momentum β must be in [0, 1), got {self.momentum}")
         self.matfree.validate()
+        if self.matfree.subspace > 0 and self.momentum > 0:
+            raise ValueError(f"the subspace step (subspace={self.matfree.subspace}) carries its own momentum (the last "
+                             f"accepted steps are directions of it); SPRING momentum β = {self.momentum} must be 0 "
+                             f"with it")
+        if self.matfree.subspace > 0 and self.solve not in ("auto", "matfree"):
+            raise ValueError(f"the subspace step (subspace={self.matfree.subspace}) is a matrix-free solve; LM solve "
+                             f"is {self.solve!r} (use matfree or auto)")
 
 
 SOLVES = ("auto", "normal", "kernel", "chunked", "matfree")
@@ -177,6 +190,13 @@ class LevenbergMarquardt:
         # (stats, preconditioner (Nyström sketch / K-FAC factors) or None, λ_max) for the matrix-free solve
         self._nystrom: tuple[GNStats, matfree.Preconditioning | None, float] | None = None
         self.momentum_direction: torch.Tensor | None = None  # φ_{k−1} of SPRING (None: none yet / dropped)
+        #: the subspace step's last accepted steps, newest first (at most ``matfree.subspace − 1``)
+        self.past_steps: list[torch.Tensor] = []
+        # (stats, V, JᵀJ V) of the subspace step: built once per statistics, so a rejected trial's next one (a larger
+        # μ) is solved in the same span with no product more
+        self._subspace: tuple[GNStats, torch.Tensor, torch.Tensor] | None = None
+        #: the subspace step's preconditioner damping γ (``subspace_damping="adapt"``; None: LM's μ on first use)
+        self.precond_damping: float | None = None
         self.cg_iters = 0     # CG iterations of all matrix-free solves so far
         self.last_cg_iters = 0
         self._choices: dict[tuple[int, int], forms.FormChoice] = {}  # (n, p) → the form chosen for that size
@@ -222,10 +242,15 @@ class LevenbergMarquardt:
         if key not in self._choices:
             mc = self.cfg.matfree  # the matrix-free step's products: CG, plus a Nyström sketch's rank
             choice = forms.choose_lm_solve(n, p, solve=self.cfg.solve, precond=mc.precond, cg_iters=mc.max_iters,
-                                           jets=self.cfg.jets, device=device, dtype=dtype, rank=mc.rank)
+                                           jets=self.cfg.jets, device=device, dtype=dtype, rank=mc.rank,
+                                           graph_floats=self.cfg.graph_floats)
             self._choices[key] = choice
         choice = self._choices[key]
         assert choice.precond is not None  # choose_lm_solve resolves both
+        if choice.form != "matfree" and self.cfg.matfree.subspace > 0:
+            raise ValueError(f"the subspace step (subspace={self.cfg.matfree.subspace}) is a matrix-free solve, but "
+                             f"this problem's LM solve resolved to {choice.form!r} ({choice.reason}); name the "
+                             f"matrix-free solve (lm_solve matfree) or leave subspace at 0")
         # the matrix-free solve's settings are those of the size asked last (the points the next step runs on)
         self._matfree = replace(self.cfg.matfree, precond=choice.precond, max_iters=choice.cg_iters)
         return choice
@@ -329,6 +354,8 @@ class LevenbergMarquardt:
         assert mc.max_iters is not None  # resolved by the property
         bphi = self._momentum_term()
         rhs = None if bphi is None else -(st.g + mu * bphi)
+        if mc.subspace > 0:  # no CG: the model minimized over [P⁻¹g, the last accepted steps]
+            return self._solve_subspace(mu, ny, mc.subspace)
         if mc.max_iters == 0:  # no CG: the damped K-FAC step δ = −P⁻¹(g + μβφ), judged by the K-FAC model
             if ny is None or mc.precond != "kfac":
                 raise ValueError("the matrix-free solve without CG (max_iters=0) takes the damped K-FAC step: it needs "
@@ -343,6 +370,38 @@ class LevenbergMarquardt:
                                      rtol=mc.rtol, max_iters=mc.max_iters, rhs=rhs, stop=self.stop)
         self.last_cg_iters = res.cg_iters
         self.cg_iters += res.cg_iters
+        return res.delta, res.model_decrease
+
+    def _solve_subspace(self, mu: float, pre: matfree.Preconditioning | None, k: int) -> tuple[torch.Tensor, float]:
+        """The damped step over ``V = [P_μ⁻¹g, δ_{t−1}, …, δ_{t−k+1}]`` (the accepted steps there are;
+        :func:`fedsciml.core.matfree.subspace_step`).  ``V`` and its product ``JᵀJ V`` (one ``matmat``: one
+        exchange when federated) are taken once per statistics; the next trial after a rejection re-solves the k×k
+        system at the larger μ in the same span."""
+        st = self.stats
+        if self._subspace is None or self._subspace[0] is not st:
+            adapt = pre is not None and self.cfg.matfree.subspace_damping == "adapt"
+            if pre is None:
+                first = [-st.g]
+            elif not adapt:
+                first = [pre.inverse(mu)(-st.g)]
+            else:  # γ/ω, γ, ωγ (Martens & Grosse 2015 §6.6's candidates, all three kept in the span)
+                gam = mu if self.precond_damping is None else self.precond_damping
+                w = matfree.SUBSPACE_GAMMA_STEP
+                gammas = [min(self.cfg.mu_max, max(self.cfg.mu_min, x)) for x in (gam / w, gam, gam * w)]
+                first = [pre.inverse(x)(-st.g) for x in gammas]
+            V = torch.stack([*first, *self.past_steps[:k - 1]], 1)
+            if self.stop is not None and self.stop():
+                raise matfree.OutOfTime("the time budget ran out before the subspace step's products")
+            HV = self._op().matmat(V)
+            self._subspace = (st, V, HV)
+            if adapt:  # γ ← the one whose column alone decreases the damped model most: (vᵀg)² / (2vᵀ(JᵀJ + μI)v)
+                Vp, HVp = V[:, :3], HV[:, :3]
+                den = (Vp * HVp).sum(0) + mu * (Vp * Vp).sum(0)
+                dec = torch.where(den > 0, (Vp.T @ st.g) ** 2 / (2 * den.clamp_min(1e-300)), torch.zeros_like(den))
+                self.precond_damping = gammas[int(torch.argmax(dec))]
+        _, V, HV = self._subspace
+        res = matfree.subspace_step(V, HV, st.g, mu)
+        self.last_cg_iters = 0
         return res.delta, res.model_decrease
 
     def _kernel_gram(self, st: GNStats, J: torch.Tensor) -> torch.Tensor:
@@ -411,6 +470,8 @@ class LevenbergMarquardt:
             self.accepted_steps += 1
             if self.cfg.momentum > 0:
                 self.momentum_direction = -self._delta
+            if self.cfg.matfree.subspace > 1:
+                self.past_steps = [self._delta, *self.past_steps][: self.cfg.matfree.subspace - 1]
         else:
             self.mu, self.nu = damping_after_failure(self.mu, self.nu, self.cfg.mu_max,
                                                      1e-12 * self._curvature_scale())

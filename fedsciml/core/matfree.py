@@ -89,6 +89,63 @@ class GNOperator:
         return torch.stack([self.matvec(V[:, j]) for j in range(V.shape[1])], 1)
 
 
+class BlockGNOperator:
+    """``v ↦ J(θ)ᵀJ(θ) v`` of a residual cut into row blocks ``r = [r_1; …; r_B]``, holding one block's graph at a
+    time: ``JᵀJv = Σ_b J_bᵀ(J_b v)``, each block's graph built, used and dropped within the product.
+
+    What :class:`GNOperator` keeps for every row at once (the saved residual graph and the ``Jv`` graph: for a
+    nested-autodiff PDE residual of a 5 × 100 network, 0.6–0.8 MB a row) is here kept for one block, so the
+    operator's memory is set by the block size, not by n.  The price is a forward pass of each block per product
+    (:class:`GNOperator` reuses its one pass): the same sums of the same per-row products, added block by block —
+    equal to :class:`GNOperator`'s products to round-off (another order of summation over the rows), not bitwise.
+    ``g = Jᵀr`` and ``loss = ½‖r‖²`` come from one pass over the blocks at construction.
+
+    ``blocks``: the blocks' residual maps ``θ ↦ r_b`` (:func:`fedsciml.core.stats.row_blocks`' objectives'
+    ``residual``), in ``r``'s row order."""
+
+    def __init__(self, blocks: Sequence[Vec], theta: torch.Tensor):
+        if not blocks:
+            raise ValueError("a block Gauss–Newton operator needs at least one block of residual rows")
+        self.blocks = list(blocks)
+        self.theta = theta.detach()
+        g = torch.zeros_like(self.theta)
+        rs = []
+        for res in self.blocks:
+            out = vjp(res, self.theta)  # (r_b, pullback): no auxiliary output
+            r_b, pull = out[0].detach(), out[1]
+            g += pull(r_b)[0].detach()
+            rs.append(r_b)
+        self.r: torch.Tensor = torch.cat(rs)
+        self.n = int(self.r.numel())
+        self.p = int(self.theta.numel())
+        self.g: torch.Tensor = g
+        self.loss: torch.Tensor = 0.5 * (self.r @ self.r)
+        self.products = 0
+
+    def _block(self, res: Vec, v: torch.Tensor) -> tuple[torch.Tensor, Callable[..., tuple[torch.Tensor, ...]]]:
+        """One block's ``(J_b v, pullback u ↦ J_bᵀu)``: its residual's vjp and that pullback's own pullback (the
+        double-vjp trick of :class:`GNOperator`)."""
+        out = vjp(res, self.theta)  # (r_b, pullback): no auxiliary output
+        pull: Callable[..., tuple[torch.Tensor, ...]] = out[1]
+        jv = vjp(lambda u: pull(u)[0], torch.zeros_like(out[0]))[1](v)[0]
+        return jv.detach(), pull
+
+    def jv(self, v: torch.Tensor) -> torch.Tensor:
+        """``J v``, block by block."""
+        return torch.cat([self._block(res, v)[0] for res in self.blocks])
+
+    def matvec(self, v: torch.Tensor) -> torch.Tensor:
+        self.products += 1
+        out = torch.zeros_like(self.theta)
+        for res in self.blocks:  # one block's graph at a time (a loop over blocks of rows, not over points)
+            jv, pull = self._block(res, v)
+            out += pull(jv)[0].detach()
+        return out
+
+    def matmat(self, V: torch.Tensor) -> torch.Tensor:
+        return torch.stack([self.matvec(V[:, j]) for j in range(V.shape[1])], 1)
+
+
 def graph_floats_per_row(d_in: int, hidden: Sequence[int]) -> float:
     """Floats a :class:`GNOperator` keeps per residual row (its saved residual graph and the ``Jv`` graph) for
     a tanh MLP with forward-Laplacian residuals: ``3000 + 5·(d_in + 2)·Σ hidden``.  A fit to the peak RSS
@@ -221,6 +278,12 @@ def cg(matvec: Vec, b: torch.Tensor, *, precond: Vec | None = None, rtol: float 
 PRECONDITIONERS = ("nystrom", "kfac", "none")
 
 
+#: the subspace step's preconditioner damping (``MatfreeConfig.subspace_damping``) and the factor between the
+#: three dampings of ``adapt``
+SUBSPACE_DAMPINGS = ("lm", "adapt")
+SUBSPACE_GAMMA_STEP = 10.0
+
+
 class Preconditioning(Protocol):
     """A curvature approximation that gives the inverse of its damped form, ``μ ↦ (v ↦ P_μ⁻¹ v)``."""
 
@@ -237,6 +300,12 @@ class MatfreeConfig:
     max_iters: int | None = 500  # CG iterations per solve (None: LM's choice, fedsciml.core.forms.matfree_settings;
     #                              0: no CG, the damped K-FAC step −P⁻¹g itself)
     seed: int = 0
+    subspace: int = 0         # k > 0: no CG — the damped model minimized exactly over k directions (subspace_step:
+    #                           the preconditioned gradient P⁻¹g and the last k − 1 accepted steps), one batched
+    #                           product JᵀJ V per point; 0: CG (or max_iters=0's damped K-FAC step)
+    subspace_damping: str = "lm"  # the preconditioner's damping γ in the subspace step: "lm" (γ = LM's μ) or "adapt"
+    #                           (three columns P_γ⁻¹g for γ/ω, γ, ωγ, ω = SUBSPACE_GAMMA_STEP; γ then moves to the
+    #                           one whose column alone decreases the model most: Martens & Grosse 2015 §6.6)
 
     def validate(self) -> None:
         if self.precond not in PRECONDITIONERS + ("auto",):
@@ -251,6 +320,11 @@ class MatfreeConfig:
                              f"{self.max_iters}")
         if self.max_iters == 0 and self.precond not in ("kfac", "auto"):
             raise ValueError(f"CG max_iters=0 (the damped K-FAC step, no CG) needs precond kfac, got {self.precond!r}")
+        if self.subspace < 0:
+            raise ValueError(f"the subspace step's directions must be ≥ 0 (0: off), got {self.subspace}")
+        if self.subspace_damping not in SUBSPACE_DAMPINGS:
+            raise ValueError(f"the subspace step's preconditioner damping must be one of {', '.join(SUBSPACE_DAMPINGS)}, "
+                             f"got {self.subspace_damping!r}")
 
 
 @dataclass
@@ -284,6 +358,40 @@ def damped_gn_step(matvec: Vec, g: torch.Tensor, mu: float, *, precond: Vec | No
     quad = float(d @ res.Ax) - mu * float(d @ d)
     dec = -float(g @ d) - 0.5 * quad
     return StepResult(d, dec, res.iters, res.rel_residual)
+
+
+def subspace_step(V: torch.Tensor, HV: torch.Tensor, g: torch.Tensor, mu: float) -> StepResult:
+    """The damped Gauss–Newton step restricted to ``span(V)``: ``δ = V a`` minimizing the model
+    ``gᵀδ + ½δᵀ(JᵀJ + μI)δ`` over that span, ``(VᵀJᵀJV + μVᵀV) a = −Vᵀg`` — a k×k system from ``HV = JᵀJ V``
+    (one batched product; K-FAC's own step-size-and-momentum rule, Martens & Grosse 2015 §7, is k = 2 with
+    ``V = [P⁻¹g, δ_{t−1}]``).  The model decrease ``−gᵀδ − ½δᵀJᵀJδ = −(Vᵀg)ᵀa − ½aᵀ(VᵀJᵀJV)a`` is exact
+    (no product more).
+
+    Numerics: the columns are scaled to unit norm (a zero column is dropped) and the symmetric k×k matrix is
+    solved through its eigendecomposition, eigenvalues below ``k·eps·λ_max`` left out — the least-norm
+    coefficients when columns are (nearly) dependent, which gives the same ``δ`` in ``span(V)``."""
+    if not mu >= 0:
+        raise ValueError(f"the subspace step needs damping μ ≥ 0, got {mu}")
+    if V.ndim != 2 or V.shape != HV.shape or V.shape[0] != g.numel():
+        raise ValueError(f"subspace step: V {tuple(V.shape)} and JᵀJ V {tuple(HV.shape)} must both be "
+                         f"[p = {g.numel()}, k]")
+    norms = V.norm(dim=0)
+    keep = norms > 0
+    if not bool(keep.any()):
+        z = torch.zeros_like(g)
+        return StepResult(z, 0.0, 0, 0.0)
+    Vs, HVs = V[:, keep] / norms[keep], HV[:, keep] / norms[keep]
+    G = Vs.T @ HVs
+    G = 0.5 * (G + G.T)
+    C = G + mu * (Vs.T @ Vs)
+    b = -(Vs.T @ g)
+    w, U = torch.linalg.eigh(0.5 * (C + C.T))
+    cut = w.shape[0] * torch.finfo(w.dtype).eps * float(w.abs().max())
+    on = w > cut
+    a = U[:, on] @ ((U[:, on].T @ b) / w[on])
+    delta = Vs @ a
+    dec = float(b @ a) - 0.5 * float(a @ (G @ a))
+    return StepResult(delta, dec, 0, 0.0)
 
 
 def power_lambda_max(matvec: Vec, p: int, *, iters: int = 20, dtype: torch.dtype = torch.float64,

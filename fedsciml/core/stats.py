@@ -54,7 +54,7 @@ from torch.func import vmap
 from fedsciml.core import linalg
 from fedsciml.core.schema import (MAX_COUNT, Field, MessageRejected, Schema, floats_in, max_magnitude,
                                    packed_diagonal_index, psd_violation)
-from fedsciml.core.objective import GNStats, LeastSquares, LinearLeastSquares, PointwiseLeastSquares, ResidualPart
+from fedsciml.core.objective import GNStats, LeastSquares, LinearLeastSquares, PointwiseLeastSquares
 
 DTYPE = torch.float64
 FORMS = ("gram", "sqrt")
@@ -525,7 +525,8 @@ def row_blocks(obj: LeastSquares, theta: torch.Tensor, rows: int) -> Iterator[Le
 
     A :class:`~fedsciml.core.objective.PointwiseLeastSquares` is cut inside each residual part (a block never
     spans two parts; a point with C outputs counts C rows, C read from the part's first point at θ), a linear
-    one by rows of ``A``; any other objective is one block."""
+    one by rows of ``A``; any other objective is one block.  A block's part keeps the part's other fields (its
+    K-FAC channel form ``jet`` included)."""
     if rows < 1:
         raise ValueError(f"a row chunk must hold at least 1 row, got {rows}")
     if isinstance(obj, PointwiseLeastSquares):
@@ -537,7 +538,7 @@ def row_blocks(obj: LeastSquares, theta: torch.Tensor, rows: int) -> Iterator[Le
             for a in range(0, part.n_points, step):
                 pts = (tuple(t[a:a + step] for t in part.points) if isinstance(part.points, tuple)
                        else part.points[a:a + step])
-                yield PointwiseLeastSquares([ResidualPart(part.name, part.fn, pts, part.weight)], obj.n_params)
+                yield PointwiseLeastSquares([dataclasses.replace(part, points=pts)], obj.n_params)
     elif isinstance(obj, LinearLeastSquares):
         for a in range(0, obj.n_residuals, int(rows)):
             yield LinearLeastSquares(obj.A[a:a + rows], obj.b[a:a + rows])

@@ -57,7 +57,7 @@ from fedsciml.images.data import FederatedImages
 from fedsciml.images.models import FlatModel, build, head_names
 
 SERVER_OPTS = ("default", "avg", "adam")  # TrainConfig.server_opt
-IMAGES = "images"  # the kind of task the image methods apply to (fedsciml.runtime.driver.MethodSpec.kinds)
+IMAGES = "images"  # the kind of task the image methods apply to (fedsciml.runtime.driver.Method.kinds)
 
 
 @dataclass

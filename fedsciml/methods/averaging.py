@@ -22,7 +22,8 @@ from typing import ClassVar
 
 from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.local import LocalConfig
-from fedsciml.methods.run import RunContext, local_config, strategy_runner
+from fedsciml.methods.run import RunContext, local_config
+from fedsciml.runtime.driver import Method
 from fedsciml.options import LocalOptions, RobustOptions, RoundOptions, option
 from fedsciml.runtime.results import local_settings
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
@@ -157,11 +158,11 @@ def fedprox_settings(r) -> str:
     return ", ".join([*local_settings(r), f"μ={o.get('mu')}"])
 
 
-#: ``fedavg``'s and ``fedprox``'s registry entries: :func:`~fedsciml.runtime.driver.register_method`'s arguments
+#: ``fedavg``'s and ``fedprox``'s registry entries, their :class:`~fedsciml.runtime.driver.Method` s
 #: (:mod:`fedsciml.methods` registers every built-in module's entries, in one fixed order)
 METHOD_ENTRIES = (
-    dict(name="fedavg", config=FedAvgConfig, runner=strategy_runner(FedAvgConfig, fedavg_strategy),
-         description="FedAvg, data-size weighted average of local updates"),
-    dict(name="fedprox", config=FedProxConfig, runner=strategy_runner(FedProxConfig, fedprox_strategy),
-         description="FedProx, FedAvg with a proximal term μ", settings=fedprox_settings),
+    Method("fedavg", FedAvgConfig, strategy=fedavg_strategy,
+           description="FedAvg, data-size weighted average of local updates"),
+    Method("fedprox", FedProxConfig, strategy=fedprox_strategy,
+           description="FedProx, FedAvg with a proximal term μ", settings=fedprox_settings),
 )

@@ -20,7 +20,7 @@
 * ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
   25 function evaluations, per step; restarted from steepest descent if it stops moving).
 
-``resample=K``: fresh collocation points every K iterations (:mod:`fedsciml.methods.resample`).  LM forms
+``resample=K``: fresh collocation points every K iterations (:mod:`fedsciml.runtime.resample`).  LM forms
 no statistics at a point accepted just before a resample (the next step takes them on the new points:
 :func:`fedsciml.core.lm.deferred_stats`) — with ``resample=1`` one Jacobian per step instead of two.
 
@@ -43,12 +43,14 @@ import torch
 from fedsciml.options import StopOptions, display, option
 from fedsciml.core.kfac_forms import factors_of, has_jets, require_jets
 from fedsciml.core.forms import KFAC_MIN_PARAMS
-from fedsciml.core.matfree import GNOperator, MatfreeConfig, OutOfTime
+from fedsciml.core.matfree import BlockGNOperator, GNOperator, MatfreeConfig, OutOfTime
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
-from fedsciml.core.stats import chunked_gn_stats
+from fedsciml.core.stats import chunked_gn_stats, row_blocks
 from fedsciml.runtime.history import Recorder
-from fedsciml.methods.resample import Growth, check_resample, resampled_objectives
+from fedsciml.runtime.memory import operator_graph_floats
+from fedsciml.runtime.resample import Growth, check_resample, resampled_objectives
 from fedsciml.methods.run import capped_rank
+from fedsciml.runtime.driver import Method
 from fedsciml.core.lm import LevenbergMarquardt, LMConfig, auto_form, ceiling_warning, damping_ceiling, default_tau, deferred_stats
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,9 @@ class CentralizedConfig(StopOptions):
     method: ClassVar[str] = "centralized"
     default_iters: ClassVar[dict] = {"lm": 500, "adam": 20000, "lbfgs": 5000}
     default_lr: ClassVar[dict] = {"lm": None, "adam": 1e-3, "lbfgs": 1.0}
+    #: LM's matrix-free operator holds a residual graph past fedsciml.core.forms.MATFREE_GRAPH_BYTES in row blocks
+    #: (the driver's memory estimate charges it that much)
+    blocks_graph: ClassVar[bool] = True
 
     optimizer: str = option("lm", "centralized optimizer: lm (Levenberg–Marquardt), adam or lbfgs", str,
                             choices=("lm", "adam", "lbfgs"))
@@ -86,6 +91,14 @@ class CentralizedConfig(StopOptions):
                                         "the damped K-FAC step itself)", int, lo=0,
                                   none="10 where lm_solve auto takes K-FAC (a CPU, PINN residuals in channel form, "
                                        f"p ≥ {KFAC_MIN_PARAMS:,}, a dense step dear), else 500")
+    subspace: int = option(0, "directions of lm's subspace step (matrix-free solve, no CG): the damped model "
+                              "minimized exactly over k directions — the preconditioned gradient and the last k − 1 "
+                              "accepted steps (K-FAC's step size and momentum, Martens & Grosse 2015, for k = 2) — "
+                              "from one batched product JᵀJ V per accepted point (0: CG)", int, lo=0)
+    subspace_damping: str = option("lm", "the subspace step's preconditioner damping γ: lm (LM's μ) or adapt (three "
+                                         "directions P_γ⁻¹g at γ/10, γ, 10γ in the span, γ moved to the best one: "
+                                         "Martens & Grosse 2015 §6.6; two more product columns)", str,
+                                   choices=("lm", "adapt"))
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
     lm_damping: str = option("adaptive", "lm damping: adaptive (Levenberg–Marquardt's gain-ratio rule) or fixed "
@@ -146,8 +159,16 @@ class CentralizedConfig(StopOptions):
                                                 f"{display('lm_solve')} matfree or auto)")
             out["nystrom_rank"] = (f"it sizes the Nyström preconditioner of the matrix-free lm solve "
                                    f"({display('optimizer')} lm, {display('lm_solve')} matfree or auto)")
+            out["subspace"] = (f"the subspace step is a matrix-free lm solve ({display('optimizer')} lm, "
+                               f"{display('lm_solve')} matfree or auto)")
         elif self.precond not in ("nystrom", "auto"):
             out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom or auto)"
+        if self.subspace == 0:
+            out["subspace_damping"] = f"it sets the subspace step, which is off ({display('subspace')} 0)"
+        if self.subspace > 0:
+            out.setdefault("cg_iters", f"the subspace step runs no CG ({display('subspace')} is {self.subspace})")
+            out.setdefault("momentum", f"the subspace step carries its own momentum (the last accepted steps are "
+                                       f"directions of it; {display('subspace')} is {self.subspace})")
         return out
 
     def _resolve(self):
@@ -175,7 +196,7 @@ class SolveConfig:
     tol: float = 0.0          # stop when the mean loss ½‖r‖²/N ≤ tol
     lr: float | None = None   # adam / lbfgs learning rate
     lm: LMConfig = field(default_factory=LMConfig)
-    resample: int | None = None  # fresh collocation points every K iterations (fedsciml.methods.resample)
+    resample: int | None = None  # fresh collocation points every K iterations (fedsciml.runtime.resample)
     make_objective: Callable[[int], LeastSquares] | None = None  # the pooled objective of resample j ≥ 1
     damping: str = "adaptive"    # lm: "adaptive" (gain-ratio rule) or "fixed" (μ = mu·n, every step taken)
     mu: float = 1e-6             # lm, fixed damping: μ per residual row
@@ -219,17 +240,23 @@ def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
     solve, the same accumulated over row blocks for the chunked form
     (:func:`fedsciml.core.stats.chunked_gn_stats`), ``(J, r, Jᵀr)`` without forming ``JᵀJ`` for the kernel form
     (n < p), or a matrix-free operator (:class:`fedsciml.core.matfree.GNOperator`: ``Jᵀr`` and
-    jvp/vjp products, no J) — :meth:`LevenbergMarquardt.form_choice` (made on the run's device by
-    :func:`run_lm` before this is called)."""
+    jvp/vjp products, no J; :class:`fedsciml.core.matfree.BlockGNOperator` over row blocks, and K-FAC factors
+    summed over the same blocks, where the choice cut a graph too large to hold at once) —
+    :meth:`LevenbergMarquardt.form_choice` (made on the run's device by :func:`run_lm` before this is called)."""
     choice = lm.form_choice(obj.n_residuals, obj.n_params)
     form = choice.form
     if form == "matfree":
         kfac = choice.precond == "kfac"
+        block = choice.chunk_rows  # rows per block of a graph too large to hold at once (None: one block)
 
         def operator(theta):
-            op = GNOperator(obj.residual, theta)
+            if block is not None and block < obj.n_residuals:
+                op: GNOperator | BlockGNOperator = BlockGNOperator(
+                    [b.residual for b in row_blocks(obj, theta, block)], theta)
+            else:
+                op = GNOperator(obj.residual, theta)
             return GNStats(H=None, g=op.g, loss=op.loss, n=op.n, op=op,
-                           factors=factors_of(obj, theta) if kfac else None)
+                           factors=factors_of(obj, theta, block) if kfac else None)
 
         return operator
     if form == "chunked":
@@ -353,6 +380,8 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
         info["cg_iters"] = lm.cg_iters
         info["nystrom_rank"] = lm.cfg.matfree.rank if choice.precond == "nystrom" else 0
         info["precond"], info["cg_cap"] = choice.precond, choice.cg_iters
+        if lm.cfg.matfree.subspace > 0:
+            info["subspace"], info["subspace_damping"] = lm.cfg.matfree.subspace, lm.cfg.matfree.subspace_damping
     return (lm.theta if avg is None else avg), info
 
 
@@ -467,8 +496,10 @@ def run_centralized(problem, objectives, theta0, evaluate, config: CentralizedCo
     lm = LMConfig(tau=default_tau(objectives), solve=config.lm_solve,
                   matfree=MatfreeConfig(precond=config.precond,
                                         rank=capped_rank(config.nystrom_rank, theta0.numel(), "nystrom_rank"),
-                                        max_iters=config.cg_iters, seed=seed),
-                  momentum=config.momentum, jets=lambda: has_jets(objectives))
+                                        max_iters=config.cg_iters, seed=seed, subspace=config.subspace,
+                                        subspace_damping=config.subspace_damping),
+                  momentum=config.momentum, jets=lambda: has_jets(objectives),
+                  graph_floats=operator_graph_floats(problem, config.precond))
     make = None
     if config.resample is not None:
         check_resample(problem, config.resample)
@@ -492,10 +523,10 @@ def settings(r) -> str:
     return f"pooled data, {r.options.get('optimizer', 'lm')}"
 
 
-#: ``centralized``'s registry entry: :func:`~fedsciml.runtime.driver.register_method`'s arguments
+#: ``centralized``'s registry entry, its :class:`~fedsciml.runtime.driver.Method`
 #: (:mod:`fedsciml.methods` registers every built-in module's entries, in one fixed order)
 METHOD_ENTRIES = (
-    dict(name="centralized", config=CentralizedConfig, runner=run_centralized,
-         description="pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)",
-         federated=False, settings=settings),
+    Method("centralized", CentralizedConfig, run=run_centralized,
+           description="pooled data, Levenberg–Marquardt / Adam / L-BFGS (the reference, not federated)",
+           federated=False, settings=settings),
 )

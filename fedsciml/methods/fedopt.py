@@ -30,7 +30,8 @@ import torch
 
 from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.averaging import AveragingStrategy
-from fedsciml.methods.run import local_config, strategy_runner
+from fedsciml.methods.run import local_config
+from fedsciml.runtime.driver import Method
 from fedsciml.methods.averaging import FedAvgConfig
 from fedsciml.options import option
 
@@ -159,7 +160,7 @@ class ServerOptStrategy(AveragingStrategy):
 
 
 def _factory(kind: str):
-    """The strategy factory of server optimizer ``kind`` (:func:`fedsciml.methods.run.strategy_runner`)."""
+    """The strategy factory of server optimizer ``kind`` (run by :func:`fedsciml.runtime.simulate.run_strategy`)."""
 
     def build(cfg, ctx):
         extra = ({"momentum": cfg.server_momentum} if kind == "avgm"
@@ -174,18 +175,13 @@ def _factory(kind: str):
     return build
 
 
-#: FedAvgM: FedAvg with server momentum; FedAdam and FedYogi (Reddi et al. 2021, Algorithm 2)
-run_fedavgm = strategy_runner(FedAvgMConfig, _factory("avgm"))
-run_fedadam = strategy_runner(FedAdamConfig, _factory("adam"))
-run_fedyogi = strategy_runner(FedYogiConfig, _factory("yogi"))
-
-
-#: the registry entries: :func:`~fedsciml.runtime.driver.register_method`'s arguments (:mod:`fedsciml.methods`
-#: registers every built-in module's entries, in one fixed order)
+#: the registry entries, FedAvgM (FedAvg with server momentum), FedAdam and FedYogi (Reddi et al. 2021,
+#: Algorithm 2): their :class:`~fedsciml.runtime.driver.Method` s (:mod:`fedsciml.methods` registers every
+#: built-in module's entries, in one fixed order)
 METHOD_ENTRIES = (
-    dict(name="fedavgm", config=FedAvgMConfig, runner=run_fedavgm, description="FedAvg with server momentum (FedAvgM)"),
-    dict(name="fedadam", config=FedAdamConfig, runner=run_fedadam,
-         description="FedAvg with Adam on the server (FedAdam, Reddi et al. 2021)"),
-    dict(name="fedyogi", config=FedYogiConfig, runner=run_fedyogi,
-         description="FedAvg with Yogi on the server (FedYogi, Reddi et al. 2021)"),
+    Method("fedavgm", FedAvgMConfig, strategy=_factory("avgm"), description="FedAvg with server momentum (FedAvgM)"),
+    Method("fedadam", FedAdamConfig, strategy=_factory("adam"),
+           description="FedAvg with Adam on the server (FedAdam, Reddi et al. 2021)"),
+    Method("fedyogi", FedYogiConfig, strategy=_factory("yogi"),
+           description="FedAvg with Yogi on the server (FedYogi, Reddi et al. 2021)"),
 )

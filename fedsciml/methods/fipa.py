@@ -80,7 +80,8 @@ from fedsciml.core.lm import damping_after_failure, damping_after_success
 from fedsciml.core.forms import local_client_form
 from fedsciml.core.matfree import fipa_local_matfree
 from fedsciml.methods.aggregators import FIPAAggregator
-from fedsciml.methods.run import RunContext, capped_rank, local_config, strategy_runner
+from fedsciml.methods.run import RunContext, capped_rank, local_config
+from fedsciml.runtime.driver import Method
 
 #: The published FIPA for PDEs as the authors' code runs it (``FIPAConfig.from_options(preset="paper")``,
 #: ``fs.solve(..., method="fipa", preset="paper")``, ``solve --preset paper``): τ = 100 local Adam steps (lr 1e-4) on the
@@ -435,10 +436,10 @@ def settings(r) -> str:
     return ", ".join([rank, f"merge {o.get('merge')}", *local_settings(r)])
 
 
-#: ``fipa``'s registry entry: :func:`~fedsciml.runtime.driver.register_method`'s arguments (:mod:`fedsciml.methods`
+#: ``fipa``'s registry entry, its :class:`~fedsciml.runtime.driver.Method` (:mod:`fedsciml.methods`
 #: registers every built-in module's entries, in one fixed order)
 METHOD_ENTRIES = (
-    dict(name="fipa", config=FIPAConfig, runner=strategy_runner(FIPAConfig, fipa_strategy),
-         description="Fisher-informed parameterwise aggregation (full, --rank r, --adaptive, --merge qr)",
-         settings=settings),
+    Method("fipa", FIPAConfig, strategy=fipa_strategy,
+           description="Fisher-informed parameterwise aggregation (full, --rank r, --adaptive, --merge qr)",
+           settings=settings),
 )

@@ -59,6 +59,17 @@ layer and term and two point counts), the server adds them — the factors of th
 iterates equal centralized LM's with the same preconditioner up to round-off — and preconditions every
 CG solve at that point with them.
 
+The subspace step (``subspace`` = k > 0, matrix-free form, K-FAC's own step size and momentum after Martens &
+Grosse 2015 §7 for k = 2): no CG.  Per accepted point the server builds ``V = [P⁻¹g, δ_{t−1}, …, δ_{t−k+1}]``
+(the preconditioned gradient and the last accepted steps) and asks one exchange of products (``gn_gvp``: ``V``
+down, ``J_mᵀJ_m V`` up, k·p floats each way); it then minimizes the damped model over span(V) exactly, a k×k
+system (:func:`fedsciml.core.matfree.subspace_step`), with the Gauss–Newton model's own decrease in the gain
+ratio.  A rejected trial re-solves that k×k system at the larger μ with no exchange, so an accepted step costs 2
+exchanges (the trial's gradient, loss and factors; the products at the new point) and a rejected trial 1 —
+with fresh points every round (``resample 1``) one more per round, the statistics on the new points.  The
+centralized LM runs the same code on the pooled products (``LMConfig.matfree.subspace``): the iterates agree
+to round-off.
+
 Choice (``GNConfig.form="auto"``, :func:`choose_form`, one rule with the other
 methods' in :func:`fedsciml.core.forms.choose_form`): per client, the
 normal form costs ``p(p+1)/2 + p`` floats and the square-root form
@@ -105,7 +116,8 @@ from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, defer
 from fedsciml.core.lm import ceiling_warning, damping_ceiling, default_tau
 from fedsciml.core.kfac_forms import has_jets, require_jets
 from fedsciml.core.matfree import MatfreeConfig, OutOfTime
-from fedsciml.methods.run import RunContext, capped_rank, strategy_runner
+from fedsciml.methods.run import RunContext, capped_rank
+from fedsciml.runtime.driver import Method
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +149,15 @@ class GNConfig(RoundOptions):
                                   int, lo=0,
                                   none="10 where form auto takes K-FAC (a CPU, PINN residuals in channel form, "
                                        f"p ≥ {forms.KFAC_MIN_PARAMS:,}, a dense step dear), else 500")
+    subspace: int = option(0, "directions of the subspace step (matrix-free form, no CG): the server minimizes the "
+                              "damped model exactly over k directions — the preconditioned gradient and the last "
+                              "k − 1 accepted steps (K-FAC's step size and momentum, Martens & Grosse 2015, for k = 2) "
+                              "— from one exchange of k products J_mᵀJ_m V per accepted point: 2 exchanges per "
+                              "accepted step, 1 per rejected trial (0: CG)", int, lo=0)
+    subspace_damping: str = option("lm", "the subspace step's preconditioner damping γ: lm (LM's μ) or adapt (three "
+                                         "directions P_γ⁻¹g at γ/10, γ, 10γ in the span, γ moved to the best one: "
+                                         "Martens & Grosse 2015 §6.6; two more product columns)", str,
+                                   choices=("lm", "adapt"))
     momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
                                   "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
     exchange: str = option("one", "exchanges per LM iteration: one (the trial point down, each client's loss and "
@@ -163,8 +184,15 @@ class GNConfig(RoundOptions):
             out["precond"] = out["cg_iters"] = f"it sets the matrix-free form ({display('form')} matfree or auto)"
             out["nystrom_rank"] = f"it sizes the matrix-free form's Nyström preconditioner ({display('form')} " \
                                   f"matfree or auto)"
+            out["subspace"] = f"the subspace step is a matrix-free step ({display('form')} matfree or auto)"
         elif self.precond not in ("nystrom", "auto"):
             out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom or auto)"
+        if self.subspace == 0:
+            out["subspace_damping"] = f"it sets the subspace step, which is off ({display('subspace')} 0)"
+        if self.subspace > 0:
+            out.setdefault("cg_iters", f"the subspace step runs no CG ({display('subspace')} is {self.subspace})")
+            out.setdefault("momentum", f"the subspace step carries its own momentum (the last accepted steps are "
+                                       f"directions of it; {display('subspace')} is {self.subspace})")
         return out
 
     def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:
@@ -634,7 +662,9 @@ class GNStrategy(Strategy):
         return {"theta": lm.theta, **curv, "g": st.g, "loss": st.loss, "n": st.n, "mu": lm.mu, "nu": lm.nu,
                 "accepted": lm.accepted_steps, "rejected": lm.rejected_steps, "retries": self.retries,
                 "enrolled": dict(self.enrolled), "banned": list(self.banned),
-                **({"phi": lm.momentum_direction} if lm.momentum_direction is not None else {})}
+                **({"phi": lm.momentum_direction} if lm.momentum_direction is not None else {}),
+                **({"steps": torch.stack(lm.past_steps, 1)} if lm.past_steps else {}),
+                **({"gamma": lm.precond_damping} if lm.precond_damping is not None else {})}
 
     def load_state_dict(self, d):
         from fedsciml.runtime import checkpoint as ckpt
@@ -662,6 +692,11 @@ class GNStrategy(Strategy):
                                        f"{self.lm_config.mu_min:g} then")
         ckpt.restored_number(d, "nu", lo=2.0)
         phi = ckpt.restored_tensor(d, "phi", like=theta, optional=True)
+        steps = ckpt.restored_tensor(d, "steps", optional=True)
+        k = self.lm_config.matfree.subspace
+        if steps is not None and (steps.ndim != 2 or steps.shape[0] != p or not 1 <= steps.shape[1] <= max(k - 1, 0)):
+            raise ckpt.CheckpointError(f"state field 'steps' has shape {tuple(steps.shape)}, not [{p}, j] with "
+                                       f"1 ≤ j ≤ subspace − 1 = {k - 1}")
         for name, v in (("theta", theta), ("phi", phi)):  # a step whose squares overflow (φ = 1e300): the file's
             if v is not None and not bool(torch.isfinite((v * v).sum())):  # fault, not the clients' next answers
                 raise ckpt.CheckpointError(f"state field {name!r} holds values so large that their squares "
@@ -689,6 +724,8 @@ class GNStrategy(Strategy):
         self.enrolled = dict(d.get("enrolled", {}))
         self.banned = [int(c) for c in d.get("banned", [])]
         self.lm.momentum_direction = d.get("phi")  # SPRING's last accepted step (absent: none, or β = 0)
+        self.lm.past_steps = [] if steps is None else list(steps.unbind(1))  # the subspace step's last steps
+        self.lm.precond_damping = ckpt.restored_number(d, "gamma", lo=0.0, optional=True)  # its adapted γ
 
     def info(self):
         out = {"accepted_steps": self.lm.accepted_steps, "rejected_steps": self.lm.rejected_steps,
@@ -756,6 +793,9 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
     else:
         precond, cg_cap = forms.matfree_settings(False, cfg.precond, cfg.cg_iters)
     assert precond is not None and cg_cap is not None
+    if cfg.subspace > 0 and form != "matfree":
+        raise ValueError(f"gn subspace={cfg.subspace} is a step of the matrix-free form; form resolved to {form!r}"
+                         + (f" ({reason})" if reason else "") + ": name form matfree, or leave subspace at 0")
     options = {"lm_tau": lm_tau, "form": form}
     if reason is not None:
         options["form_reason"] = reason
@@ -766,12 +806,16 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
     if kfac:  # refused by name unless every client's residual is in a channel form
         require_jets(objectives, getattr(ctx.problem, "name", str(ctx.problem)))
         options["precond"] = "kfac"
-    if form == "matfree" and cg_cap != forms.FULL_CG_ITERS:
+    if form == "matfree" and cg_cap != forms.FULL_CG_ITERS and cfg.subspace == 0:
         options["cg_iters"] = cg_cap
+    if cfg.subspace > 0:
+        options["subspace"] = cfg.subspace
+        options["subspace_damping"] = cfg.subspace_damping
     strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(
                               precond=precond if form == "matfree" else "nystrom",
                               rank=capped_rank(cfg.nystrom_rank, theta0.numel(), "nystrom_rank"),
-                              max_iters=cg_cap, seed=seed),
+                              max_iters=cg_cap, seed=seed, subspace=cfg.subspace,
+                              subspace_damping=cfg.subspace_damping),
                                    momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen,
                           kfac_net=kfac_forms.factor_layout(objectives[0], theta0.numel()) if kfac else None, exchange=cfg.exchange,
@@ -794,9 +838,9 @@ def settings(r) -> str:
     return base + (", loss then statistics" if o.get("exchange") == "two" else "")
 
 
-#: ``gn``'s registry entry: :func:`~fedsciml.runtime.driver.register_method`'s arguments (:mod:`fedsciml.methods`
+#: ``gn``'s registry entry, its :class:`~fedsciml.runtime.driver.Method` (:mod:`fedsciml.methods`
 #: registers every built-in module's entries, in one fixed order)
 METHOD_ENTRIES = (
-    dict(name="gn", config=GNConfig, runner=strategy_runner(GNConfig, gn_strategy),
-         description="exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)", settings=settings),
+    Method("gn", GNConfig, strategy=gn_strategy,
+           description="exact federated Gauss–Newton / Levenberg–Marquardt (clients send JᵀJ, Jᵀr)", settings=settings),
 )

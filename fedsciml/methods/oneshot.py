@@ -83,7 +83,8 @@ from fedsciml.options import FLOATS, OptionError, RoundOptions, display, option
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.client import Client, register_handler
 from fedsciml.runtime.transport import Reply, Request
-from fedsciml.methods.run import RunContext, strategy_runner
+from fedsciml.methods.run import RunContext
+from fedsciml.runtime.driver import Method
 
 @dataclass(frozen=True)
 class OneShotConfig(RoundOptions):
@@ -860,13 +861,13 @@ def settings(r) -> str:
     return text
 
 
-#: ``one-shot``'s registry entry: :func:`~fedsciml.runtime.driver.register_method`'s arguments
+#: ``one-shot``'s registry entry: its :class:`~fedsciml.runtime.driver.Method`
 #: (:mod:`fedsciml.methods` registers every built-in module's entries, in one fixed order)
 METHOD_ENTRIES = (
-    dict(name="one-shot", config=OneShotConfig, runner=strategy_runner(OneShotConfig, one_shot_strategy),
-         description="one-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear "
-                     "residuals)", settings=settings,
-         # linear residuals only: on a network's residuals one fused step from θ₀ is no solver (the Gram of
-         # an overparametrized network is singular: σ = 0 fails) — gn --rounds 1 is that step, damped
-         kinds=("ridge",)),
+    Method("one-shot", OneShotConfig, strategy=one_shot_strategy,
+           description="one-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear "
+                       "residuals)", settings=settings,
+           # linear residuals only: on a network's residuals one fused step from θ₀ is no solver (the Gram of
+           # an overparametrized network is singular: σ = 0 fails) — gn --rounds 1 is that step, damped
+           kinds=("ridge",)),
 )

@@ -50,7 +50,7 @@ from fedsciml.options import OptionError, RobustOptions, display, option
 from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.runtime.client import Client, register_handler
-from fedsciml.runtime.driver import METHODS, register_method
+from fedsciml.runtime.driver import METHODS, Method, register_method
 from fedsciml.runtime.transport import BytesTransport, LocalTransport, Reply, Request
 from fedsciml.core.objective import LinearLeastSquares
 
@@ -303,9 +303,10 @@ def settings(r) -> str:
 
 
 if "fedavg-sgd" not in METHODS:  # importing twice (reload) registers nothing twice
-    register_method("fedavg-sgd", SGDAveragingConfig, run_sgd_averaging,
-                    "FedAvg with local minibatch SGD on ridge clients (FedProx: mu > 0, DP-FedAvg: dp_epsilon); "
-                    "the ridge baselines", kinds=("ridge",), settings=settings)
+    register_method(Method("fedavg-sgd", SGDAveragingConfig, run=run_sgd_averaging,
+                           description="FedAvg with local minibatch SGD on ridge clients (FedProx: mu > 0, "
+                                       "DP-FedAvg: dp_epsilon); the ridge baselines", kinds=("ridge",),
+                           settings=settings))
 
 
 def _data_rows(data, evaluate=None):

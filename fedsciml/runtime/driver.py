@@ -1,193 +1,46 @@
 """Run a method on a problem: the one entry point the CLI and the Python API share.
 
-:data:`METHODS` is the one registry of solve methods: name → :class:`MethodSpec`
-(its typed configuration class, its runner and a one-line description).  ``centralized`` pools the clients'
-data and is labelled as the reference it is.  The runtime knows no method by itself: :mod:`fedsciml.methods`
-registers the built-in ones when it is imported (as :mod:`fedsciml.api`, the CLI and the engines do) — a federated
-one as its strategy factory run by :func:`fedsciml.methods.run.strategy_runner`, which owns the typed
-configuration, the round settings, the transport, resampling, the round loop and the record — and a new method is
-one call,
+:data:`METHODS` (:mod:`fedsciml.runtime.registry`) is the one registry of solve methods: name → :class:`Method` (its typed configuration class,
+its strategy factory — or, for ``centralized``, which pools the clients' data and is labelled as the reference it
+is, its own ``run`` — its settings text and a one-line description).  The runtime knows no method by itself:
+:mod:`fedsciml.methods` registers the built-in ones when it is imported (as :mod:`fedsciml.api`, the CLI and the
+engines do); a federated method is its strategy factory, run by the one round loop
+(:func:`fedsciml.runtime.simulate.run_strategy`: the typed configuration, the round settings, the transport,
+resampling, the loop and the record), and a new method is one call,
 
-    register_method("my-method", MyConfig, strategy_runner(MyConfig, build), "what it does")
+    register_method(Method("my-method", MyConfig, strategy=build, description="what it does"))
 
-(a plugin that must stay light until its method is chosen may give the runner as ``"module:function"``, imported
-on first use; no built-in method does).
-
-Every entry says which kinds of task it applies to (:attr:`MethodSpec.kinds`): the problem kinds
+Every entry says which kinds of task it applies to (:attr:`Method.kinds`): the problem kinds
 :data:`PROBLEM_KINDS` (``pinn``, ``fit``, ``ridge``: what ``solve`` runs) and whatever a package adds with
 :func:`add_kind` — :mod:`fedsciml.images` adds ``images`` (``bench images``) to ``fedavg``, ``fedprox`` and
 ``fipa`` and registers its own methods (``regmean``, ``fedbens``, …) for that kind alone.  A kind other than the
 problem kinds brings its own runner and typed configuration (:class:`KindUse`); :func:`plan` refuses a method
 on a task of a kind it does not apply to, in one line.
 
-A runner has the signature
+A runner (a method's ``run``, a :class:`KindUse`'s) has the signature
 ``fn(problem, objectives, theta0, evaluate, config, *, seed, progress, every, message_hook)
 -> (θ, history rows, info)``.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import numbers
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
 from fedsciml.options import MethodConfig
+from fedsciml.runtime.registry import (METHODS, PROBLEM_KINDS, KindUse, Method, add_kind, available_methods,  # noqa: F401
+                                       get_method, kind_error, register_method)
 from fedsciml.runtime.memory import available_memory, gradient_graph, grown, residual_graph, value_graph
-from fedsciml.runtime.results import Result, jsonable, register_settings, stop_reason_of
+from fedsciml.core.forms import MATFREE_GRAPH_BYTES, device_budget
+from fedsciml.runtime.results import Result, jsonable, stop_reason_of
 from fedsciml.runtime.validation import held_out, report, with_validation
 from fedsciml.runtime.transport import Transport
-
-
-#: The kinds of :class:`fedsciml.problems.Problem` (``Problem.kind``): what ``solve`` runs.
-PROBLEM_KINDS: tuple[str, ...] = ("pinn", "fit", "ridge")
-
-
-def _load(runner: str | Callable) -> Callable:
-    if callable(runner):
-        return runner
-    module, _, attr = runner.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-@dataclass(frozen=True)
-class KindUse:
-    """How a method runs on one kind of task beyond the problem kinds (e.g. ``images``): its runner (the
-    signature of a solve runner), its typed configuration and what else that kind needs (``detail``; images:
-    the protocols the method runs in)."""
-
-    runner: str | Callable
-    config: type[MethodConfig]
-    detail: Any = None
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """One registered method.  Calling it validates the options and runs the method.
-
-    ``kinds``: the kinds of task it applies to — problem kinds (:data:`PROBLEM_KINDS`; ``config`` and
-    ``runner`` are for those) and other kinds with their :class:`KindUse` in ``uses``."""
-
-    name: str
-    config: type[MethodConfig]
-    runner: str | Callable | None  # "module:function" (imported on first use) or the function itself
-    description: str = ""
-    federated: bool = True
-    kinds: tuple[str, ...] = PROBLEM_KINDS
-    uses: Mapping[str, KindUse] = field(default_factory=dict, compare=False, repr=False)
-
-    def applies_to(self, kind: str) -> bool:
-        """Whether the method runs on a task of ``kind`` (a problem of no known kind — a user's own
-        :class:`~fedsciml.problems.Problem` subclass — counts as a problem)."""
-        known = set(PROBLEM_KINDS).union(*(m.kinds for m in METHODS.values()))
-        if kind not in known:
-            return any(k in PROBLEM_KINDS for k in self.kinds)
-        return kind in self.kinds
-
-    def use(self, kind: str | None = None) -> KindUse:
-        """The runner and typed configuration for ``kind`` (the problem kinds' when ``kind`` is one or None)."""
-        if kind is not None and kind in self.uses:
-            return self.uses[kind]
-        if self.runner is None:
-            raise ValueError(kind_error(self, kind or "problem"))
-        return KindUse(self.runner, self.config, None, self.description)
-
-    def load(self, kind: str | None = None) -> Callable:
-        return _load(self.use(kind).runner)
-
-    def make_config(self, options: dict, kind: str | None = None) -> MethodConfig:
-        return self.use(kind).config.from_options(options)
-
-    def __call__(self, problem, objectives, theta0, evaluate, config: MethodConfig | None = None, *, seed: int = 0,
-                 progress: bool = False, every: int = 10, message_hook=None, **options):
-        runtime = {}
-        if "transport" in options and not isinstance(options["transport"], str):  # a Transport object (Flower's)
-            runtime["transport"] = options.pop("transport")
-        kind = getattr(problem, "kind", None)
-        if config is None:
-            config = self.make_config(options, kind)
-        elif options:
-            raise TypeError(f"give the {self.name} options either as config or as keywords, not both")
-        return self.load(kind)(problem, objectives, theta0, evaluate, config, seed=seed, progress=progress,
-                               every=every, message_hook=message_hook, **runtime)
-
-
-METHODS: dict[str, MethodSpec] = {}
-
-
-def _check_config_class(name: str, config) -> None:
-    if not (isinstance(config, type) and issubclass(config, MethodConfig)):
-        raise TypeError(f"method {name!r}: config must be a MethodConfig subclass, got {config!r}")
-
-
-def register_method(name: str, config: type[MethodConfig], runner: str | Callable, description: str = "", *,
-                    federated: bool = True, replace: bool = False,
-                    kinds: tuple[str, ...] = PROBLEM_KINDS, settings: str | Callable | None = None) -> MethodSpec:
-    """Add a solve method: its typed configuration class, its runner and a one-line description.  It applies
-    to every problem kind, or to ``kinds`` (problem kinds; e.g. the ridge SGD baselines: ``("ridge",)``).
-    ``settings``: its runs' settings text in the summary table, ``fn(result) -> str`` or ``"module:function"``
-    (:func:`fedsciml.runtime.results.register_settings`; default: the local solver, where the run has one)."""
-    _check_config_class(name, config)
-    if name in METHODS and not replace:
-        raise ValueError(f"a method named {name!r} is already registered; pass replace=True")
-    if not kinds or any(k not in PROBLEM_KINDS for k in kinds):
-        raise ValueError(f"method {name!r}: kinds must be problem kinds ({', '.join(PROBLEM_KINDS)}), got {kinds!r}; "
-                         f"other kinds are added with add_kind")
-    spec = MethodSpec(name, config, runner, description, federated, tuple(kinds))
-    METHODS[name] = spec
-    if settings is not None:
-        register_settings(name, settings)
-    return spec
-
-
-def add_kind(name: str, kind: str, use: KindUse, *, federated: bool = True) -> MethodSpec:
-    """Let method ``name`` run on tasks of ``kind`` (not a problem kind) with ``use``'s runner and configuration:
-    an existing entry gains the kind; a new name becomes an entry for that kind alone (``use.description`` is
-    its description).  Adding a kind twice replaces its use."""
-    if kind in PROBLEM_KINDS:
-        raise ValueError(f"kind {kind!r} is a problem kind; problem methods are added with register_method")
-    _check_config_class(name, use.config)
-    if name in METHODS:
-        old = METHODS[name]
-        kinds = old.kinds if kind in old.kinds else old.kinds + (kind,)
-        spec = replace(old, kinds=kinds, uses={**old.uses, kind: use})
-    else:
-        spec = MethodSpec(name, MethodConfig, None, use.description, federated, (kind,), {kind: use})
-    METHODS[name] = spec
-    return spec
-
-
-def available_methods(kind: str | None = None) -> list[str]:
-    """Every registered method's name, or those that apply to ``kind``."""
-    return sorted(m for m, s in METHODS.items() if kind is None or s.applies_to(kind))
-
-
-def get_method(name: str, kind: str | None = None) -> MethodSpec:
-    """The entry ``name``; with ``kind``, refused (one line) unless it applies to that kind."""
-    if not isinstance(name, str) or name not in METHODS:
-        import difflib
-
-        close = difflib.get_close_matches(str(name), available_methods(kind), 1, 0.6)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown method {name!r}{hint}; available: {', '.join(available_methods(kind))}")
-    spec = METHODS[name]
-    if kind is not None and not spec.applies_to(kind):
-        raise ValueError(kind_error(spec, kind))
-    return spec
-
-
-def kind_error(spec: MethodSpec, kind: str) -> str:
-    """The one line refusing ``spec`` on a task of ``kind``: what it applies to, and what does apply."""
-    where = ("image classification (python -m fedsciml bench images)" if kind == "images"
-             else f"a problem of kind {kind!r}" if kind else "a problem")
-    return (f"method {spec.name!r} does not apply to {where}; it applies to: {', '.join(spec.kinds)}; "
-            f"methods that do: {', '.join(available_methods(kind)) or 'none'}")
 
 
 @dataclass(frozen=True)
@@ -359,12 +212,20 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
     pde = _pde_rows(problem, clients, rows) if extra and form in ("graph", "data") else rows
     if pde < rows:  # rows whose residual reads the value only keep one channel of the graph, not d_in + 2
         other = value_graph(sizes, p)
-        per_client = rows * (d_in + 1) + pde * extra + (rows - pde) * other
+        graph = pde * extra + (rows - pde) * other
         how = (f"{clients:,} client(s) × ({rows:,} rows × {d_in + 1:,} + {pde:,} PDE rows × ({what.lstrip(' +')}) + "
                f"{rows - pde:,} other rows × {other:,.0f} floats of the value's graph) × 8 bytes")
     else:
-        per_client = rows * (d_in + 1 + extra)
+        graph = rows * extra
         how = f"{clients:,} client(s) × {rows:,} rows × ({d_in + 1:,}{what}) × 8 bytes"
+    per_client = rows * (d_in + 1) + graph
+    if form == "graph" and getattr(config, "blocks_graph", False):  # LM's operator holds at most a block's graph
+        limit = min(MATFREE_GRAPH_BYTES, device_budget(device).bytes or MATFREE_GRAPH_BYTES)
+        if 8.0 * clients * graph > limit:
+            per_client = rows * (d_in + 1) + limit / (8.0 * clients)
+            how = (f"{clients:,} client(s) × {rows:,} rows × {d_in + 1:,} × 8 bytes + the matrix-free operator's "
+                   f"residual graph held in row blocks of at most {_gb(limit)} (whole: {_gb(8.0 * clients * graph)}: "
+                   f"{what.lstrip(' +')})")
     if once:
         how += what_once
     for floats, label in config.memory_terms(int(rows), p, int(clients), form):
@@ -375,7 +236,7 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
 
 
 def _grown_for_estimate(problem, config: MethodConfig):
-    """``(problem, how)``: with growing batches (``grow``, :class:`~fedsciml.methods.resample.Growth`), the
+    """``(problem, how)``: with growing batches (``grow``, :class:`~fedsciml.runtime.resample.Growth`), the
     problem at the largest number of interior points the run draws — at its last resample before its last round or
     iteration (``rounds``, ``max_iters``), at most ``grow_cap`` — so that the memory check sees the schedule, not
     its first step (``--grow 1000`` without a cap reached 10⁹ points a client in three resamples and hung).  A
@@ -491,7 +352,7 @@ class Plan:
 
     problem: Any
     method: str
-    spec: MethodSpec
+    spec: Method
     config: MethodConfig
     clients: int | None
     seed: int
@@ -631,13 +492,16 @@ def _run_plan(p: Plan) -> Result:
         raise ValueError(f"validation=True: problem {problem.name!r} has fixed data, not sampled collocation points; "
                          f"the held-out validation residual applies to the PINN problems")
     val = held_out(problem, clients, p.seed, objectives, dev) if want is not False else None
+    best = _best_keeper(problem, p.config, val)
     t0 = time.perf_counter()
-    with keep_partial(p, clients, t0):
+    with keep_partial(p, clients, t0, best=best), _keeping(best):
         theta, rows, info = p.spec(problem, objectives, theta0,
                                    with_validation(with_loss_terms(problem.evaluate, objectives), val),
                                    p.config, seed=p.seed,
                                    progress=p.progress, every=p.every, message_hook=p.message_hook, **p.runtime)
     wall = time.perf_counter() - t0
+    if best is not None:
+        theta, info["keep_best"] = kept_best(best, theta, rows)
     checked = None if val is None else report(problem.name, rows, val, sum(int(o.n_residuals) for o in objectives),
                                               int(theta0.numel()), getattr(p.config, "resample", None))
     if checked is not None:
@@ -648,13 +512,63 @@ def _run_plan(p: Plan) -> Result:
     return run_result(p, clients, theta, rows, info, wall, problem.final_metrics(theta, objectives))
 
 
+def _best_keeper(problem, config, val):
+    """The run option ``keep_best`` resolved (:mod:`fedsciml.runtime.validation`): a
+    :class:`~fedsciml.runtime.callbacks.BestModelCheckpoint` of ``val_loss`` when the run keeps its best
+    validation θ — ``keep_best="validation"``, or by default where the problem's readings carry noise
+    (``problem.noisy_data``) and a validation residual is tracked — else ``None``.  ``validation`` asked for on a
+    run without a validation residual is one clear error."""
+    from fedsciml.runtime.callbacks import BestModelCheckpoint
+
+    keep = getattr(config, "keep_best", None)
+    if keep == "validation" and getattr(config, "validation", None) is False:
+        raise ValueError("keep_best='validation' returns the θ of the best validation residual, and validation is "
+                         "off (validation=False): turn it on, or give keep_best='none'")
+    if keep == "validation" and val is None:
+        raise ValueError(f"keep_best='validation': problem {problem.name!r} has no held-out validation residual "
+                         f"in this run (it needs sampled collocation points, or held-out readings); give "
+                         f"keep_best='none'")
+    if keep is None:
+        keep = "validation" if val is not None and bool(getattr(problem, "noisy_data", False)) else "none"
+    return BestModelCheckpoint("val_loss") if keep == "validation" else None
+
+
 @contextmanager
-def keep_partial(p: Plan, clients: int, t0: float, engine: Callable | None = None) -> Iterator[None]:
+def _keeping(best) -> Iterator[None]:
+    """Within the block, the run's recorder also calls ``best`` (the ``keep_best`` checkpoint) after each row."""
+    if best is None:
+        yield
+        return
+    from fedsciml.runtime.callbacks import active, use_callbacks
+
+    with use_callbacks(active() + (best,)):
+        yield
+
+
+def kept_best(best, theta, rows: list) -> tuple:
+    """``(θ, record)`` of a run that keeps its best validation θ: the copy ``best`` (a
+    :class:`~fedsciml.runtime.callbacks.BestModelCheckpoint` of ``val_loss``) took of θ when the row with the
+    lowest ``val_loss`` was recorded, and ``extra["keep_best"]``: ``{"monitor", "step", "val_loss", "last_step",
+    "last_val_loss", "why"}``.  Without a finite ``val_loss`` on any row, the run's own θ (``step`` ``None``)."""
+    last = rows[-1] if rows else {}
+    rec: dict = {"monitor": "val_loss", "step": best.best_step, "val_loss": None if best.best_step is None
+                 else float(best.best), "last_step": last.get("step"), "last_val_loss": last.get("val_loss")}
+    if best.best_theta is None:
+        rec["why"] = "no history row had a finite validation residual: the last iterate is returned"
+        return theta, rec
+    rec["why"] = ("the lowest held-out validation residual (keep_best validation): the last iterate's is "
+                  + ("the same step" if best.best_step == last.get("step") else "higher"))
+    return best.best_theta.to(theta.device), rec
+
+
+@contextmanager
+def keep_partial(p: Plan, clients: int, t0: float, engine: Callable | None = None, best=None) -> Iterator[None]:
     """A run stopped by Ctrl-C/SIGTERM or a failed round whose exception carries ``partial = (θ, rows, info)``
     (the round loop's, the centralized solvers'): ``e.result`` is set to the :class:`Result` of it (final
     metrics at that θ, ``stop_reason`` ``"interrupted"``/``"failed"``), for the caller to write
     (:mod:`fedsciml.runtime.interrupt`).  ``engine``: gives the engine's record (``info["engine"]``) of a run
-    over one, as a finished run has it."""
+    over one, as a finished run has it.  ``best``: the run's ``keep_best`` checkpoint (:func:`_best_keeper`):
+    the partial result holds its θ, as a finished run's would."""
     try:
         yield
     except BaseException as e:
@@ -662,6 +576,9 @@ def keep_partial(p: Plan, clients: int, t0: float, engine: Callable | None = Non
         if partial is not None and getattr(e, "result", None) is None:
             theta, rows, info = partial
             try:
+                if best is not None:  # keep_best: the interrupted run's best validation θ, as a finished run's
+                    theta, kept = kept_best(best, theta, rows)
+                    info = {**info, "keep_best": kept}
                 if engine is not None:
                     info = {**info, "engine": engine()}
                 e.result = run_result(p, clients, theta, rows, info, time.perf_counter() - t0, {})  # type: ignore[attr-defined]
@@ -671,7 +588,7 @@ def keep_partial(p: Plan, clients: int, t0: float, engine: Callable | None = Non
         raise
 
 
-def _refuse_pooled(spec: MethodSpec, engine: str) -> None:
+def _refuse_pooled(spec: Method, engine: str) -> None:
     if not spec.federated:
         raise ValueError(f"method {spec.name!r} pools the clients' data in this process; engine {engine!r} carries "
                          f"federated methods' messages only")
@@ -735,9 +652,14 @@ def run_result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metr
     """A run's :class:`Result` (the driver's runs, and the SecAgg+ App's, whose secure sum is Flower's own run):
     the last loss, the problem's evaluation of θ (with a one-shot ``fit_intercept`` model's intercept,
     ``info["intercept"]``), ``metrics``, and the record of the options (``config.to_dict()``, and the engine
-    where it is not ``local``); ``solver_seconds`` is ``wall``.  Built by :func:`make_result`."""
+    where it is not ``local``); ``solver_seconds`` is the solver's own time on the run's clock (``clock``: wall or
+    CPU seconds; the loop's ``info["solver_time_s"]``, which leaves out evaluation and monitoring), ``wall`` where
+    a runner records none.  Built by :func:`make_result`."""
     problem = p.problem
     last = rows[-1] if rows else {}
+    kept = info.get("keep_best") if isinstance(info, dict) else None
+    if isinstance(kept, dict) and kept.get("step") is not None:  # the returned θ's row (keep_best)
+        last = next((r for r in rows if r.get("step") == kept["step"]), last)
     final = {"loss": last.get("loss")}
     final.update(problem.evaluate(theta, intercept=info["intercept"]) if "intercept" in info
                  else problem.evaluate(theta))
@@ -746,7 +668,7 @@ def run_result(p: Plan, clients: int, theta, rows, info: dict, wall: float, metr
     if p.engine != "local":
         options["engine"] = p.engine
     return make_result(problem, p.method, options, seed=p.seed, device=p.device, clients=clients, theta=theta,
-                       seconds=wall, final=final, history=rows, extra=info)
+                       seconds=float(info.get("solver_time_s", wall)), final=final, history=rows, extra=info)
 
 
 def make_result(problem, method: str, options: dict, *, seed: int, device, clients: int, theta, seconds: float,
@@ -770,7 +692,7 @@ def solve(problem, method: str = "centralized", clients: int | None = None, seed
 
     ``clients`` defaults to the problem's own default (1 for most).  The method's
     options come as keywords (``rounds=``, ``rank=``, …: the fields of the method's configuration,
-    :attr:`MethodSpec.config`) or as a ready ``config``; unknown options and values
+    :attr:`Method.config`) or as a ready ``config``; unknown options and values
     out of range raise before anything runs.  ``message_hook(round, client, msg)
     -> msg`` (federated methods; tests) alters the messages clients send.
     ``engine="flower"`` runs the same method with Flower's simulation engine

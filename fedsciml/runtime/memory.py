@@ -11,7 +11,8 @@ from typing import Any, Sequence
 from fedsciml.core.forms import available_memory
 from fedsciml.core.matfree import graph_floats_per_row
 
-__all__ = ["available_memory", "gradient_graph", "grown", "nested_graph", "residual_graph", "value_graph"]
+__all__ = ["available_memory", "gradient_graph", "grown", "nested_graph", "operator_graph_floats", "residual_graph",
+           "value_graph"]
 
 #: floats per PDE row per ``(d_in + 2)·Σ hidden`` that the matrix-free operator of a nested-autodiff residual
 #: (a :class:`~fedsciml.problems.domain.DomainPDE` equation: the Field's jacrev/jacfwd per point) keeps, and that the
@@ -77,6 +78,27 @@ def residual_graph(d_in: int, sizes: Sequence[int], p: int) -> tuple[float, str]
     floats = graph_floats_per_row(int(d_in), hidden or [int(p)])
     named = f" (hidden layers {tuple(hidden)})" if hidden else ""
     return floats, f" + {floats:,.0f} floats of matrix-free residual graph{named}"
+
+
+def operator_graph_floats(problem: Any, precond: str = "auto") -> float | None:
+    """Floats a PDE row of ``problem`` keeps in LM's matrix-free operator — what the memory estimate charges it
+    (:func:`fedsciml.runtime.driver.estimate_memory`) and what decides whether the operator holds its graph in row
+    blocks (:func:`fedsciml.core.forms.graph_block_rows`): a DomainPDE's nested-autodiff figure
+    (``problem.nested_graph_floats``, :func:`nested_graph`), else :func:`residual_graph`'s; ``None`` for a problem
+    without a network of hidden layers."""
+    nested = getattr(problem, "nested_graph_floats", None)
+    if callable(nested):
+        v = nested(precond)
+        if v is not None:
+            return float(v)
+    net_fn = getattr(problem, "network", None)
+    if not callable(net_fn):
+        return None
+    net = net_fn()
+    sizes = list(getattr(net, "sizes", []))
+    if len(sizes) < 3:
+        return None
+    return residual_graph(int(sizes[0]), sizes, int(net.n_params))[0]
 
 
 def grown(problem: Any, n_interior: int) -> Any:

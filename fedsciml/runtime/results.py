@@ -240,7 +240,7 @@ class Result:
     """One run: what ``fs.solve`` returns and ``result.json`` holds (with ``schema_version``).
 
     ``solver_seconds`` is the solver's own time (the round loop or optimizer; test-metric evaluation and
-    monitoring excluded), ``wall_seconds`` the whole call — ``fs.solve`` from start to return, or for the
+    monitoring excluded) on the run's clock (``options["clock"]``: wall or CPU seconds), ``wall_seconds`` the whole call — ``fs.solve`` from start to return, or for the
     command line the whole command up to writing its results (``None`` where unknown, e.g. an old file)."""
 
     problem: str
@@ -355,17 +355,6 @@ def stop_reason_of(info: Mapping[str, Any]) -> str | None:
 # --- the summary table ----------------------------------------------------------------------------
 
 
-#: ``{method: fn(result) -> str}``: each method's settings text for the summary table, registered by the method
-#: itself (:func:`register_settings`, or ``register_method(..., settings=fn)``); ``"module:function"`` is imported
-#: on first use.  The runtime names no method: a method without one gets :func:`local_settings`.
-SETTINGS: dict[str, Any] = {}
-
-
-def register_settings(method: str, fn) -> None:
-    """The settings text of ``method``'s runs: ``fn(result) -> str`` or ``"module:function"``."""
-    SETTINGS[method] = fn
-
-
 def local_settings(r: Result) -> list[str]:
     """The local solver of a run, from its strategy record (``extra["options"]``): ``local GN`` or ``local adam
     τ=… lr=…``; nothing for a run without one."""
@@ -378,14 +367,13 @@ def local_settings(r: Result) -> list[str]:
 
 
 def method_settings(r: Result) -> str:
-    """Short settings of a run for the table (local solver, rank, ...): its method's text (:data:`SETTINGS`)."""
-    fn = SETTINGS.get(r.method)
-    if isinstance(fn, str):
-        import importlib
+    """Short settings of a run for the table (local solver, rank, ...): its method's text
+    (:attr:`fedsciml.runtime.registry.Method.settings`), else its local solver (:func:`local_settings`)."""
+    from fedsciml.runtime.registry import METHODS
 
-        module, _, attr = fn.partition(":")
-        fn = SETTINGS[r.method] = getattr(importlib.import_module(module), attr)
-    return fn(r) if fn is not None else ", ".join(local_settings(r))
+    method = METHODS.get(r.method)
+    text = None if method is None else method.settings_text(r)
+    return text if text is not None else ", ".join(local_settings(r))
 
 
 def summary_lines(results: Sequence[Result]) -> list[str]:
@@ -435,6 +423,11 @@ def summary_lines(results: Sequence[Result]) -> list[str]:
         loss = r.final.get("loss")
         if why and (loss is None or (isinstance(loss, float) and math.isnan(loss))):
             lines.append(f"{r.method}: loss not measured: {why}")
+        kept = r.extra.get("keep_best") if isinstance(r.extra, dict) else None
+        if isinstance(kept, dict) and kept.get("step") is not None:
+            lines.append(f"{r.method}: returned θ of step {kept['step']}, the lowest held-out validation residual "
+                         f"{kept['val_loss']:.3e} (keep_best validation; the last step {kept.get('last_step')} had "
+                         f"{float(kept.get('last_val_loss') or float('nan')):.3e})")
         rej = r.extra.get("rejections") if isinstance(r.extra, dict) else None
         if rej:
             lines.append(f"{r.method}: {len(rej)} message(s) rejected, e.g. round {rej[0]['round']} client "

@@ -74,7 +74,7 @@ class Strategy(ABC):
     name = "strategy"
     theta: torch.Tensor | None = None
     loss_sum: float | None = None
-    #: set by :class:`~fedsciml.methods.resample.ResamplingStrategy` before each round: the clients' points change
+    #: set by :class:`~fedsciml.runtime.resample.ResamplingStrategy` before each round: the clients' points change
     #: after this round, so state only the next round would use need not be measured (gn skips the statistics of
     #: an accepted trial); strategies that measure nothing ahead ignore it
     points_expire: bool = False

@@ -109,7 +109,7 @@ class LocalTransport(Transport):
         self._batches: dict[tuple, ClientBatch] = {}
 
     def replace_clients(self, clients: Iterable[Any]) -> None:
-        """New in-process clients with the same ids (collocation resampling, :mod:`fedsciml.methods.resample`);
+        """New in-process clients with the same ids (collocation resampling, :mod:`fedsciml.runtime.resample`);
         the cached client batches go with the old ones."""
         clients = list(clients)
         if [c.cid for c in clients] != self.client_ids:

@@ -7,7 +7,17 @@ every run of a problem that samples its collocation points (``samples_collocatio
 **fixed set of fresh points**: the problem's own clients' points drawn once more from :func:`validation_seed`
 ``(seed)`` (a seed no run or resample uses; same run seed, same points), as many as trained on, and never trained
 on.  Parts whose points come out the same as the training ones (a 1-D problem's Dirichlet end points, observed
-data) are not held out and are left out, so the validation residual is measured on unseen points only.
+data) are not held out and are left out, so the validation residual is measured on unseen points only.  Readings
+can be held out too: a ``Data`` condition with ``holdout`` keeps that share of its readings out of training, and
+its validation part is the misfit at them (the problem's ``validation_objectives``) — the measure of an inverse
+problem's fit to noisy readings that does not read the reference solution (which it must never do: a θ chosen by
+it would be chosen by the test error).
+
+**Keeping the best** (the run option ``keep_best``: ``validation`` or ``none``): with ``validation`` the run
+returns the θ of the history row with the lowest ``val_loss`` — the same tensor, copied when that row was
+recorded — and its ``extra["keep_best"]`` (and the summary) say which step that was, its validation residual,
+and the last step's.  Its default is ``validation`` for a problem whose readings carry noise (``noisy_data``: an
+inverse problem, whose network otherwise goes on to fit the noise) and ``none`` otherwise.
 
 Each history row gets ``val_loss``: the mean ``½‖r‖²`` per row at those points (the training ``loss``'s
 normalization), a value-only evaluation — one forward pass with the PDE's derivatives over the points, no
@@ -52,15 +62,18 @@ def validation_seed(seed: int) -> int:
 
 def held_out(problem: Any, clients: int, seed: int, objectives, device=None):
     """The pooled validation objective of a run — ``problem``'s clients' objectives drawn from
-    :func:`validation_seed` ``(seed)``, without the parts whose points equal the training ones (``objectives``) —
+    :func:`validation_seed` ``(seed)`` (its ``validation_objectives`` where it has one: a
+    :class:`~fedsciml.problems.domain.DomainPDE`'s held-out readings), without the parts whose points equal the
+    training ones (``objectives``) —
     or ``None`` for a problem that does not sample its points, or when nothing is held out.  Draws no number
     from torch's global generator (the run's stream stays as it was)."""
     from fedsciml.core.objective import PointwiseLeastSquares, stack_objectives
 
     if not getattr(problem, "samples_collocation", False) or not objectives:
         return None
+    draw = getattr(problem, "validation_objectives", None) or problem.client_objectives
     with torch.random.fork_rng(devices=[]):
-        fresh = problem.client_objectives(clients, seed=validation_seed(seed), device=device)
+        fresh = draw(clients, seed=validation_seed(seed), device=device)
     val, train = stack_objectives(fresh), stack_objectives(objectives)
     if not (isinstance(val, PointwiseLeastSquares) and isinstance(train, PointwiseLeastSquares)):
         return None
@@ -82,13 +95,24 @@ def with_validation(evaluate: Callable, val) -> Callable:
     if val is None:
         return evaluate
     n = max(1, int(val.n_residuals))
+    data = [i for i, q in enumerate(val.parts) if is_readings(q.name)]
+    n_data = sum(int(val.parts[i].n_points) for i in data)
 
     def evaluate_with_validation(theta, **kw):
         with torch.no_grad():
-            v = float(val.loss(theta)) / n
-        return {**evaluate(theta, **kw), "val_loss": v}
+            if not data:
+                return {**evaluate(theta, **kw), "val_loss": float(val.loss(theta)) / n}
+            sq = [float(r @ r) for r in val.part_residuals(theta)]
+        return {**evaluate(theta, **kw), "val_loss": 0.5 * sum(sq) / n,
+                "val_readings": 0.5 * sum(sq[i] for i in data) / max(1, n_data)}
 
     return evaluate_with_validation
+
+
+def is_readings(name: str) -> bool:
+    """Whether a residual part named ``name`` is a misfit to readings (a ``Data`` condition's: ``data``,
+    ``data[c]``): in a validation objective, held-out readings."""
+    return name == "data" or name.startswith("data[")
 
 
 def report(name: str, rows: list, val, n_train: int, n_params: int, resample: int | None) -> dict | None:

@@ -6,7 +6,13 @@ Runs (each a ``python -m fedsciml solve`` subprocess with ``--json``):
 
 * ``centralized``: ``--method centralized`` (1 client, the preset's 3 000 + 500 points);
 * ``gn``: ``--method gn --clients 4`` (the same pooled points since point counts are totals), gn's defaults;
-* ``gn-kfac0``: ``--method gn --clients 4 --cg-iters 0 --precond kfac`` (the damped K-FAC step, no CG).
+* ``gn-kfac0``: ``--method gn --clients 4 --cg-iters 0 --precond kfac`` (the damped K-FAC step, no CG);
+* ``gn-sub2``, ``gn-sub3``: ``--method gn --clients 4 --precond kfac --subspace 2`` (3): the damped model minimized
+  over ``[P⁻¹g, δ_{t−1}]`` (and ``δ_{t−2}``) from one exchange of products ``J_mᵀJ_m V`` per point (K-FAC's own step
+  size and momentum, Martens & Grosse 2015 §7);
+* ``centralized-sub2``: ``--method centralized --precond kfac --subspace 2`` (the same step on one machine).
+* ``gn-sub2-adapt``, ``centralized-sub2-adapt``: the same with ``--subspace-damping adapt`` (the preconditioner's
+  damping γ decoupled from LM's μ: P_γ⁻¹g at γ/10, γ, 10γ in the span, γ moved to the best; 4 product columns).
 
 For each: rel L2 (on the preset's 30 000 uniform points) of the last row at or before each CPU-second mark, the
 steps accepted and rejected, the exchanges in all and per accepted step, and the stop reason and solver seconds
@@ -30,6 +36,13 @@ RUNS = {
     "centralized": ["--method", "centralized"],
     "gn": ["--method", "gn", "--clients", "4"],
     "gn-kfac0": ["--method", "gn", "--clients", "4", "--cg-iters", "0", "--precond", "kfac"],
+    "gn-sub2": ["--method", "gn", "--clients", "4", "--precond", "kfac", "--subspace", "2"],
+    "gn-sub3": ["--method", "gn", "--clients", "4", "--precond", "kfac", "--subspace", "3"],
+    "centralized-sub2": ["--method", "centralized", "--precond", "kfac", "--subspace", "2"],
+    "gn-sub2-adapt": ["--method", "gn", "--clients", "4", "--precond", "kfac", "--subspace", "2",
+                      "--subspace-damping", "adapt"],
+    "centralized-sub2-adapt": ["--method", "centralized", "--precond", "kfac", "--subspace", "2",
+                               "--subspace-damping", "adapt"],
 }
 
 

@@ -48,9 +48,9 @@ SOLVER_CPU = []  # process CPU seconds of each solver call (the driver's method 
 
 def _count_solver_cpu():
     """Wrap the driver's method call to read the process CPU time around it (this script only)."""
-    from fedsciml.runtime.driver import MethodSpec
+    from fedsciml.runtime.driver import Method
 
-    call = MethodSpec.__call__
+    call = Method.__call__
 
     def timed(self, *a, **k):
         c0 = time.process_time()
@@ -59,7 +59,7 @@ def _count_solver_cpu():
         finally:
             SOLVER_CPU.append(time.process_time() - c0)
 
-    MethodSpec.__call__ = timed
+    Method.__call__ = timed
 
 
 def kernels(data, grid, sigma0):

@@ -1651,9 +1651,242 @@ def _issue38_cases():
     return cases
 
 
+# ------------------------------------------------------------------ issue 38 done-when: every input surface
+
+def _parser_of(*path):
+    """The argparse parser of ``python -m fedsciml PATH…`` (subcommands built as on first use)."""
+    import argparse
+    import importlib
+
+    p = importlib.import_module("fedsciml.cli.main").build_parser()
+    for name in path:
+        p = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+    return p
+
+
+#: options declared ``finite=False`` (∞ documented: no time limit, no DP noise, no outlier screen)
+INF_ALLOWED = ("--budget", "--dp-epsilon", "--outlier-ratio")
+PATHLIKE = ("FILE", "DIR", "PATH", "TABLE", "CSV", ".csv", "KEEP", "CHECKPOINT", "CONFIG", "PINNACLE_DIR", "OUT",
+            "JSON", "POINTS")
+
+
+def _value_options(path):
+    """``(flag, pathlike)`` of every option of a subcommand that takes a value (help and flags without one skipped)."""
+    import argparse
+
+    out = []
+    for a in _parser_of(*path)._actions:
+        if not a.option_strings or a.nargs == 0 or isinstance(a, argparse._HelpAction):
+            continue
+        flag = max(a.option_strings, key=len)
+        label = f"{a.metavar or ''} {a.dest.upper()}"
+        out.append((flag, any(w in label for w in PATHLIKE)))
+    return out
+
+
+_FULL_DISK = """
+import os, resource, subprocess, sys
+def limit():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_CAP, FSIZE_CAP))
+for f, content in OLD.items():
+    os.makedirs(os.path.dirname(d + "/" + f), exist_ok=True)
+    open(d + "/" + f, "w").write(content)
+if SETUP:
+    subprocess.run([sys.executable, "-m", "fedsciml", *SETUP], cwd=d, capture_output=True, timeout=120, check=True)
+p = subprocess.run([sys.executable, "-m", "fedsciml", *ARGS], cwd=d, capture_output=True, text=True, timeout=120,
+                   preexec_fn=limit)
+lines = [ln for ln in p.stderr.splitlines() if ln.strip() and "Warning" not in ln and not ln.startswith("  warn")]
+kept = {f: os.path.exists(d + "/" + f) and open(d + "/" + f).read() == c for f, c in OLD.items()}
+return {"rc": p.returncode, "lines": lines[-3:], "n": len(lines), "traceback": "Traceback" in p.stderr,
+        "kept": kept}
+"""
+
+
+def _full_disk_ok(v):
+    """A write that hit the file-size limit (RLIMIT_FSIZE: EFBIG): exit non-zero, one ``error:`` line naming the
+    path, and every file that was there before left as it was (no truncated or replaced output)."""
+    if v.get("traceback"):
+        return f"traceback: {v['lines']}"
+    if v.get("rc") == 0:
+        return f"exit 0 although the write failed: {v['lines']}"
+    if v.get("n") != 1 or not v["lines"][-1].startswith("error:"):
+        return f"{v.get('n')} stderr lines: {v['lines']}"
+    lost = [f for f, ok in v["kept"].items() if not ok]
+    return f"replaced or truncated: {lost}" if lost else None
+
+
+_SIGNAL_RUN = """
+import json, os, signal, subprocess, sys
+p = subprocess.Popen([sys.executable, "-m", "fedsciml", *ARGS], cwd=d, stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True)
+for ln in p.stderr:
+    if AFTER in ln:
+        p.send_signal(signal.SIG)
+        break
+try:
+    out, err = p.communicate(timeout=120)
+except subprocess.TimeoutExpired:
+    p.kill(); p.wait()
+    return {"rc": "hang"}
+res = json.load(open(d + "/out/result.json")) if os.path.exists(d + "/out/result.json") else {}
+return {"rc": p.returncode, "stop": (res.get("extra") or {}).get("stop_reason"),
+        "model": os.path.exists(d + "/out/model.safetensors"), "ckpt": os.path.isdir(d + "/ck") and bool(os.listdir(d + "/ck")),
+        "traceback": "Traceback" in err, "last": err.strip().splitlines()[-1:]}
+"""
+
+
+def _battery_cases():
+    """Issue 38's done-when battery: every value-taking option of every subcommand (solve, solve table,
+    solve pinnacle, ridge, predict, flower deploy, flower run) given values it must refuse, keyword arguments of
+    ``fs.solve``/``fs.load_model``/``fs.ReferenceData``, hostile files (pinnacle dir, tables, config), signals on
+    more methods, and a full disk (``RLIMIT_FSIZE``: a write past the limit fails with EFBIG) on every writer."""
+    cases = []
+
+    def C(group, name, argv, expect="error", check=None, **kw):
+        cases.append(Case(name, "battery-" + group, "cli", argv, expect=expect, check=check, **kw))
+
+    def A(group, name, src, expect="error", check=None, **kw):
+        cases.append(Case(name, "battery-" + group, "api", source=src, expect=expect, check=check, **kw))
+
+    def bad_paths(d, m):
+        os.makedirs(os.path.join(d, "adir"), exist_ok=True)
+        write(os.path.join(d, "afile"), "x\n")
+        if not os.path.exists(os.path.join(d, "fifo")):
+            os.mkfifo(os.path.join(d, "fifo"))
+
+    # 1. every option of every subcommand: values that are not values, and paths that are not what is asked
+    words = ("abc", "nan", "1e400")
+    paths = ("", "/dev/zero", "{dir}/fifo", "{dir}/missing/x")
+    bases = {
+        ("solve",): (["solve", "sin1d", "--clients", "2", "--rounds", "1", "--n-samples", "20", "--quiet"], ()),
+        ("solve", "table"): (["solve", "table", "--tables", "{dir}/a.csv,{dir}/b.csv", "--rounds", "1", "--quiet"],
+                             ("--tables", "--target", "--test-table")),
+        ("solve", "pinnacle"): (["solve", "pinnacle", "--case", "burgers1d-c", "--pinnacle-dir", "/work/pinnacle",
+                                 "--clients", "2", "--rounds", "1", "--n-interior", "20", "--quiet"],
+                                ("--case", "--pinnacle-dir", "--pinv-source", "--n-eval")),
+        ("ridge",): (["ridge", "--clients", "3", "--dim", "5", "--n-samples", "20"], ()),
+        ("predict",): (["predict", "{dir}/m", "--points", "{dir}/pts.csv", "--out", "{dir}/u.csv"], ()),
+        ("flower", "deploy"): (["flower", "deploy", "sin1d", "--clients", "2", "--rounds", "1", "-q"], ()),
+        ("flower", "run"): (["flower", "run", "app"], ()),
+    }
+
+    def tables(d, m):
+        bad_paths(d, m)
+        write(os.path.join(d, "a.csv"), "x,y\n1,2\n2,3\n3,5\n4,4\n")
+        write(os.path.join(d, "b.csv"), "x,y\n1,1\n2,2\n3,4\n5,6\n")
+        _field_model(d)
+
+    for path, (base, only) in bases.items():
+        opts = _value_options(("solve",) if path[0] == "solve" else path)
+        if only:
+            opts = [(f, p) for f, p in opts if f in only]
+        label = " ".join(path)
+        file_out = ("--json", "--out") if path == ("predict",) else ("--json",)
+        dir_out = () if path == ("predict",) else ("--out", "--checkpoint", "--keep")
+        for flag, pathlike in opts:
+            for v in (paths if pathlike else words):
+                argv = list(base)
+                if flag in argv:  # replace the base's own value
+                    i = argv.index(flag)
+                    argv = argv[:i] + argv[i + 2:]
+                expect, check = "error", None
+                if v == "1e400" and flag in INF_ALLOWED:
+                    expect = "any"  # declared finite=False: ∞ is a documented value (no limit / no noise / no screen)
+                created = v == "{dir}/missing/x" and flag in file_out + dir_out
+                if (created or v == "/dev/zero" and flag in file_out) and path[0] == "flower":
+                    continue  # a valid output path starts a deployment: the end-to-end Flower tests run those
+                if created:  # a new path: made with its parents, like mkdir -p
+                    expect, check = "ok", lambda o: None if os.path.exists(os.path.join(o["dir"], "missing", "x")) \
+                        else "nothing written at missing/x"
+                elif v == "/dev/zero" and flag in file_out:  # a character device: written through, stays a device
+                    expect = "ok"
+                C("cli-options", f"{label} {flag} {v!r}", argv + [flag, v], setup=tables, expect=expect, check=check,
+                  timeout=90 if path[0] == "flower" else 60)
+        if path[0] != "flower":
+            C("cli-options", f"{label} --no-such-flag", base + ["--no-such-flag"], setup=tables)
+            C("cli-options", f"{label} flag without its value", base + [opts[-1][0]] if opts else base + ["--x"],
+              setup=tables)
+
+    # 2. fs.* keyword arguments: a wrong type or a value out of range, one line
+    for call in ('fs.solve("sin1d", "gn", clients="2", rounds=1)', 'fs.solve("sin1d", "gn", clients=2, rounds=-1)',
+                 'fs.solve("sin1d", "gn", clients=2, rounds=1, seed="x")',
+                 'fs.solve("sin1d", "gn", clients=2, rounds=1, engine="nope")',
+                 'fs.solve("sin1d", "gn", clients=2, rounds=1, device="tpu")',
+                 'fs.solve("sin1d", "gn", clients=2, rounds=1, problem_options=[1])',
+                 'fs.solve("sin1d", "gn", clients=2, rounds=1, callbacks=3)',
+                 'fs.solve("sin1d", "gn", clients=2, rounds=1, checkpoint=3)',
+                 'fs.solve("sin1d", "gn", clients=2, rounds=1, budget=float("nan"))',
+                 'fs.solve("sin1d", "gn", clients=2, rounds=1, message_hook=5)',
+                 'fs.solve("sin1d", "gn", clients=2, rounds=1, no_such_keyword=1)',
+                 'fs.solve(None, "gn")', 'fs.solve("sin1d", None)', 'fs.solve("sin1d", "gn", clients=10**12)',
+                 'fs.load_model(3)', 'fs.load_model("/dev/zero")', 'fs.load_model(d)',
+                 'fs.ReferenceData.from_file("/dev/zero", inputs=1, outputs=1)',
+                 'fs.ReferenceData.from_file(d, inputs=1, outputs=1)',
+                 'fs.get_problem("sin1d", n_samples=-5)', 'fs.get_problem("sin1d", hidden="x")',
+                 'fs.get_problem("nosuch")', 'fs.EarlyStopping(patience=-1)',
+                 'fs.BestModelCheckpoint(path=3)'):
+        A("fs-kwargs", call, "return repr(" + call + ")")
+
+    # 3. files: a PINNacle dir that is not one, hostile tables
+    for name, setup in (("an empty folder", lambda d, m: os.makedirs(os.path.join(d, "p", "ref"))),
+                        ("a file", lambda d, m: write(os.path.join(d, "p"), "x")),
+                        ("reference data of binary bytes", lambda d, m: (
+                            os.makedirs(os.path.join(d, "p", "ref")),
+                            write(os.path.join(d, "p", "ref", "burgers1d.dat"), bytes(range(256)) * 10))),
+                        ("reference data of the wrong width", lambda d, m: (
+                            os.makedirs(os.path.join(d, "p", "ref")),
+                            write(os.path.join(d, "p", "ref", "burgers1d.dat"), "1 2\n3 4\n"))),
+                        ("reference data that is a FIFO", lambda d, m: (
+                            os.makedirs(os.path.join(d, "p", "ref")),
+                            os.mkfifo(os.path.join(d, "p", "ref", "burgers1d.dat")))),
+                        ("reference data linked to /dev/zero", lambda d, m: (
+                            os.makedirs(os.path.join(d, "p", "ref")),
+                            os.symlink("/dev/zero", os.path.join(d, "p", "ref", "burgers1d.dat"))))):
+        missing = name == "an empty folder"  # a clone without its large files: trained with a warning (documented)
+        C("files", f"--pinnacle-dir {name}", ["solve", "pinnacle", "--case", "burgers1d-c", "--pinnacle-dir",
+                                              "{dir}/p", "--clients", "2", "--rounds", "1", "--n-interior", "20",
+                                              *([] if missing else ["--quiet"])], setup=setup, timeout=60,
+          expect="ok" if missing else "error", check=_says("training without a test error") if missing else None)
+    for name, content in (("header only", "x,y\n"), ("a NaN target", "x,y\n1,nan\n2,3\n3,4\n"),
+                          ("ragged rows", "x,y\n1,2,3\n2\n"), ("no target column", "x,z\n1,2\n2,3\n"),
+                          ("1e400 in a cell", "x,y\n1,1e400\n2,3\n3,4\n"), ("binary", b"\x00\xff" * 100),
+                          ("a 5000-deep quoted field", 'x,y\n"' + "[" * 5000 + '",1\n')):
+        C("files", f"solve table: a table with {name}", ["solve", "table", "--tables", "{dir}/a.csv,{dir}/t.csv",
+                                                         "--rounds", "1", "--quiet"],
+          setup=lambda d, m, content=content: (tables(d, m), write(os.path.join(d, "t.csv"), content)))
+
+    # 4. signals: more methods (gn and centralized are group issue38-interrupt's)
+    for method, extra in (("fipa", []), ("fedavg", ["--local-steps", "2"])):
+        for sig, status in (("SIGINT", 130), ("SIGTERM", 143)):
+            args = ["solve", "sin1d", "--method", method, "--clients", "2", "--n-samples", "20", "--rounds",
+                    "100000", "--every", "1", "--out", "out", "--checkpoint", "ck", *extra]
+            src = (_SIGNAL_RUN.replace("ARGS", repr(args)).replace("AFTER", repr("[    3]"))
+                   .replace("signal.SIG", f"signal.{sig}"))
+            A("signals", f"{method} sent {sig} after round 3 (result marked interrupted, model, checkpoint)", src,
+              expect="ok", timeout=180, check=api_value(lambda v, status=status: None if v.get("rc") == status and v.get(
+                  "stop") == "interrupted" and v.get("model") and v.get("ckpt") and not v.get("traceback")
+                  else f"kept nothing or wrong exit: {v}"))
+
+    # 5. a full disk: RLIMIT_FSIZE (a write past the limit fails with EFBIG; no root needed for a tmpfs)
+    solve = ["solve", "sin1d", "--clients", "2", "--rounds", "1", "--n-samples", "20", "--quiet", "--method", "gn"]
+    disk = (("solve --json over an existing file", solve + ["--json", "r.json"], {"r.json": "OLD" * 10}, None, 40),
+            ("solve --out DIR with an old result", solve + ["--out", "o"], {"o/result.json": "{}" * 5}, None, 40),
+            ("solve --checkpoint", solve + ["--checkpoint", "ck"], {}, None, 200),
+            ("ridge --json over an existing file", ["ridge", "--clients", "3", "--dim", "5", "--n-samples", "20",
+                                                    "--json", "r.json"], {"r.json": "OLD" * 10}, None, 40),
+            ("predict --out over an existing file", ["predict", "m", "--points", "pts.csv", "--out", "u.csv"],
+             {"u.csv": "OLD\n" * 10, "pts.csv": "0.5\n" * 2000}, solve + ["--out", "m"], 4000))
+    for name, args, old, setup, limit in disk:
+        src = (_FULL_DISK.replace("FSIZE_CAP", str(limit)).replace("OLD", repr(old)).replace("SETUP", repr(setup))
+               .replace("ARGS", repr(args)))
+        A("full-disk", f"{name} (RLIMIT_FSIZE {limit} bytes)", src, expect="ok", timeout=180,
+          check=api_value(_full_disk_ok))
+    return cases
+
+
 def all_cases():
     return (_cli_cases() + _api_cases() + _table_cases() + _issue23_cases() + _dialect_cases()
-            + _issue31_cases() + _issue38_cases() + _issue38b_cases())
+            + _issue31_cases() + _issue38_cases() + _issue38b_cases() + _battery_cases())
 
 
 # ------------------------------------------------------------------------------------- execution

@@ -21,7 +21,7 @@ PAGE = os.path.join(ROOT, "docs", "api.md")
 
 # (title, module prefix) in the order of the layers; the first matching prefix wins.
 GROUPS = (
-    ("Running", ("fedsciml.api", "fedsciml.runtime.driver", "fedsciml.runtime.results")),
+    ("Running", ("fedsciml.api", "fedsciml.runtime.driver", "fedsciml.runtime.registry", "fedsciml.runtime.results")),
     ("Callbacks", ("fedsciml.runtime.callbacks",)),
     ("Method configurations", ("fedsciml.options", "fedsciml.methods.averaging", "fedsciml.methods.centralized",
                                "fedsciml.methods.fipa", "fedsciml.methods.gn", "fedsciml.methods.oneshot")),

@@ -30,6 +30,7 @@ the app declares no dependencies).
 from __future__ import annotations
 
 import atexit
+import ctypes
 import json
 import logging
 import os
@@ -59,6 +60,32 @@ def _stop_all():
     that failed before its ``with`` block could end): no SuperLink, SuperNode or ClientApp outlives us."""
     for link in list(_LIVE):
         link.stop()
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when the thread that started it ends
+
+
+def die_with_parent(parent: int):
+    """A ``preexec_fn`` for a child that must not outlive this process (Linux; elsewhere ``None``): the child asks
+    the kernel for SIGTERM when its parent dies, and exits at once if the parent is already gone.  The atexit
+    stop (:func:`_stop_all`) cannot run when this process is killed with SIGKILL (a timeout's kill, the OOM
+    killer); without this a SuperLink and its SuperNodes ran on, orphaned, for as long as the machine did.
+    Decision: SIGTERM, not SIGKILL, so that a SuperLink or SuperNode stops its own children (SuperExec,
+    ClientApps) as it does on a stop.  prctl's signal is tied to the *thread* that started the child, so every
+    process here is started from the thread that holds the :class:`LocalSuperLink` for its life (the main
+    thread in fedsciml's commands)."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def preexec():
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):  # no libc prctl: the atexit stop remains
+            return
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+    return preexec
 
 
 def descendants(pid: int) -> list:
@@ -216,7 +243,8 @@ class LocalSuperLink:
     def _start(self, name: str, argv: list):
         log = open(self.dir / f"{name}.log", "w")
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env(),
-                                            cwd=str(self.dir), start_new_session=True)
+                                            cwd=str(self.dir), start_new_session=True,
+                                            preexec_fn=die_with_parent(os.getpid()))
         log.close()
         _LIVE.add(self)
         return self.procs[name]

@@ -136,7 +136,7 @@ def check_job(job: dict, where: str = "run config") -> dict:
     registered name, options in range) and its method's configuration made; ``clients``, ``seed``, the timeouts
     and ``out`` checked (``out`` writable, before the result exists).  Returns the job."""
     from fedsciml.problems import get_problem
-    from fedsciml.runtime.driver import get_method
+    from fedsciml.runtime.driver import METHODS, get_method
     from fedsciml.runtime.results import check_output_file
 
     kind = job.get("kind", "solve")
@@ -169,18 +169,38 @@ def check_job(job: dict, where: str = "run config") -> dict:
             raise RunConfigError(f"{where} {k} must be an object, got {job.get(k)!r}")
     name = _text(job.get("problem"), f"{where} problem")
     method = _text(job.get("method", "fipa"), f"{where} method")
-    if method == "centralized":
-        raise RunConfigError(f"{where}: method 'centralized' pools the clients' data on one machine; it does not "
-                             f"run on Flower")
     try:
         problem = get_problem(name, **job.get("problem_options", {}))
         kind = getattr(problem, "kind", None)
+        on_flower = flower_methods(kind)
+        if method not in on_flower:
+            spec = METHODS.get(method)
+            if spec is not None and not spec.federated:
+                why = f"method {method!r} pools the clients' data on one machine; it does not run on Flower"
+            elif spec is not None:
+                why = f"method {method!r} does not apply to problem {name!r}"
+            else:
+                import difflib
+
+                close = difflib.get_close_matches(method, on_flower, 1, 0.6)
+                why = f"unknown method {method!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+            raise RunConfigError(f"{where}: {why}; methods that run on Flower for {name!r}: {', '.join(on_flower)}")
         opts = {k: v for k, v in job.get("options", {}).items() if k != "transport"}
         get_method(method, kind).make_config(opts, kind)
         problem.check_clients(int(job["clients"]))
+    except RunConfigError:
+        raise
     except (ValueError, TypeError) as e:
         raise RunConfigError(f"{where}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     return job
+
+
+def flower_methods(kind: str | None) -> list[str]:
+    """The registered methods that run over Flower on a problem of ``kind``: the federated ones (``centralized``
+    pools the data on one machine and has no transport)."""
+    from fedsciml.runtime.driver import METHODS, available_methods
+
+    return [m for m in available_methods(kind) if METHODS[m].federated]
 
 
 def jobs_of(rc) -> list:

@@ -122,12 +122,12 @@ class ResamplingStrategy(Strategy):
         self._held = 0  # the resample whose points the clients in this process hold (0 after a resume too)
         self.name = inner.name
 
-    @property  # type: ignore[override]
-    def theta(self):
+    @property
+    def theta(self):  # type: ignore[override]  # the inner strategy's (Strategy declares a plain attribute)
         return self.inner.theta
 
-    @property  # type: ignore[override]
-    def loss_sum(self):
+    @property
+    def loss_sum(self):  # type: ignore[override]
         return self.inner.loss_sum
 
     def start(self, run, theta0):
