@@ -2,9 +2,8 @@
 """One PINNacle case through ``fs.solve`` with the options the command line does not carry (time windows, causal
 weighting), at one thread with a CPU-seconds budget, and one JSON line of what the record needs.
 
-The CLI path (``python -m fedsciml solve pinnacle --case …``) takes every problem and method option; time-marching
-(``time_windows``) and causal weighting (``causal``) are ``fs.solve`` arguments only, so the heat cases' runs go
-through this script.  ``--budget`` is per window (``fs.solve``'s rule: the method's options apply to each window),
+The CLI path (``python -m fedsciml solve pinnacle --case … --time-windows K --time-window-growth R --causal EPS``)
+runs the same loop; this script adds the record's fields (per-window L2RE, load, peak RSS).  ``--budget`` is per window (``fs.solve``'s rule: the method's options apply to each window),
 so a run of K windows spends at most K × budget solver CPU seconds.  Example (Heat 2d-LT)::
 
     OMP_NUM_THREADS=1 python scripts/bench/pinnacle_heat.py --case heat2d-lt --pinnacle-dir ../PINNacle \\
@@ -42,9 +41,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", required=True)
     ap.add_argument("--pinnacle-dir", default=os.environ.get("FEDSCIML_PINNACLE"))
-    ap.add_argument("--budget", type=float, required=True, help="solver CPU seconds (per window with --time-windows)")
+    ap.add_argument("--budget", type=float, required=True, help="solver CPU seconds (per window with --time-windows; 0: none, "
+                    "for --causal with max_iters)")
     ap.add_argument("--time-windows", type=int, default=None)
-    ap.add_argument("--causal", type=float, default=None, help="causal ε (needs --option max_iters via --method-option)")
+    ap.add_argument("--time-window-growth", type=float, default=None, help="each window this many times the last")
+    ap.add_argument("--causal", type=float, default=None, help="causal ε (needs --method-option max_iters=N, "
+                    "and --budget 0: no budget)")
+    ap.add_argument("--causal-slices", type=int, default=None)
+    ap.add_argument("--causal-every", type=int, default=None)
     ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", help="a problem option")
     ap.add_argument("--method-option", action="append", default=[], metavar="KEY=VALUE", help="a method option")
     ap.add_argument("--seed", type=int, default=0)
@@ -72,10 +76,13 @@ def main(argv=None) -> int:
     extra = {}
     if a.time_windows is not None:
         extra["time_windows"] = a.time_windows
-    if a.causal is not None:
-        extra["causal"] = a.causal
-    r = fs.solve(pb, "centralized", clients=1, seed=a.seed, device="cpu", budget=a.budget, clock="cpu",
-                 **extra, **mopts)
+    if a.time_window_growth is not None:
+        extra["time_window_growth"] = a.time_window_growth
+    for k in ("causal", "causal_slices", "causal_every"):
+        if getattr(a, k) is not None:
+            extra[k] = getattr(a, k)
+    budget = {"budget": a.budget} if a.budget > 0 else {}
+    r = fs.solve(pb, "centralized", clients=1, seed=a.seed, device="cpu", clock="cpu", **budget, **extra, **mopts)
     last: dict = {}  # each window's last history time_s: the budget's clock (cpu), evaluation excluded
     for row in r.history:
         last[row.get("window")] = float(row.get("time_s", 0.0))
