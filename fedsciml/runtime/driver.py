@@ -228,6 +228,10 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
                    f"{what.lstrip(' +')})")
     if once:
         how += what_once
+    kfac = kfac_factor_floats(problem, config, form, net)
+    if kfac >= 1e6:
+        once += 8.0 * kfac
+        how += f" + the K-FAC preconditioner's factors and their inverses: {_gb(8.0 * kfac)}"
     for floats, label in config.memory_terms(int(rows), p, int(clients), form):
         if floats >= 1e6:  # a term worth naming (the parameter vectors of a small network are not)
             once += 8.0 * floats
@@ -238,6 +242,22 @@ def estimate_memory(problem, clients: int, config: MethodConfig, method: str = "
         return 8.0 * sampler, grew + f"the {problem.sampling} draw of {int(rows) * int(clients):,} points in " \
                                      f"{d_in} dimension(s): {_gb(8.0 * sampler)} at its peak (the run: {how})"
     return total, grew + how
+
+
+def kfac_factor_floats(problem, config: MethodConfig, form: str, net) -> float:
+    """Floats of the K-FAC preconditioner a matrix-free LM or gn solve may build for a PINN (``precond`` kfac, or
+    auto, which takes it in its K-FAC regime): per Taylor term and layer the Kronecker factors A ((w_in+1)²) and
+    B (w_out²), each with its damped inverse — 0 where no K-FAC can be built.  Decision: ``auto`` is charged as if
+    it took K-FAC (the choice reads the clients' residuals, which the estimate has not built): the factors are
+    O(Σ width²), far below the rest for any network a K-FAC run can afford, and for a million-wide layer they
+    are terabytes, which the check must see (without them a [1, 10⁶, 1] network passed and asked for 8 TB)."""
+    if form != "graph" or problem.kind != "pinn" or getattr(config, "precond", None) not in ("auto", "kfac"):
+        return 0.0
+    layout = getattr(net, "_layout", None)
+    if not layout:
+        return 0.0
+    per_term = sum(float(fi + (b is not None)) ** 2 + float(fo) ** 2 for (_w, b, fi, fo) in layout)
+    return 2.0 * 2.0 * per_term  # two Taylor terms (value, jet), each factor and its inverse
 
 
 def sampler_floats(sampling, n: int, d: int) -> float:
