@@ -224,6 +224,9 @@ def _add_run_flags(p, methods: dict, short: bool = False) -> None:
                    help="with --causal: the number of equal time slices (default 16)")
     t.add_argument("--causal-every", type=int, default=None, metavar="N",
                    help="with --causal: recompute the weights every N steps or rounds (default 5)")
+    if short:  # `solve --help`: parsed as ever, listed by `solve PROBLEM --help` and --help-all
+        for action in t._group_actions:
+            action.help = argparse.SUPPRESS
 
 
 def _add_output_flags(p) -> None:
