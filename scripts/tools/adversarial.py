@@ -577,7 +577,8 @@ return fs.solve(P(n_interior=20), max_iters=2).final''', expect="any",
     M = "api-messages"
     corrupt = {
         "NaN in every float field": 'if cid == 1:\n    msg = {k: v * float("nan") for k, v in msg.items()}\nreturn msg',
-        "inf in one entry": 'if cid == 1:\n    k = sorted(msg)[0]\n    v = msg[k].clone()\n    v.reshape(-1)[0] = float("inf")\n'
+        # an index, not reshape(-1)[0]: gn's R is a transposed view, whose reshape is a copy (the inf never landed)
+        "inf in one entry": 'if cid == 1:\n    k = sorted(msg)[0]\n    v = msg[k].clone()\n    v[(0,) * v.dim()] = float("inf")\n'
                             '    msg = {**msg, k: v}\nreturn msg',
         "int64 tensors": 'if cid == 1:\n    msg = {k: v.to(torch.int64) for k, v in msg.items()}\nreturn msg',
         "bool tensors": 'if cid == 1:\n    msg = {k: v != 0 for k, v in msg.items()}\nreturn msg',
