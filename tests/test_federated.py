@@ -340,6 +340,8 @@ def test_gn_stops_with_clear_error_when_a_client_never_sends_valid_statistics():
 @pytest.mark.parametrize("method,opts", [
     ("gn", {}),
     ("gn", {"exchange": "two"}),
+    ("gn", {"form": "matfree", "precond": "none", "subspace": 2}),  # the subspace step's past steps and γ resume
+    ("gn", {"form": "matfree", "precond": "none", "subspace": 3, "subspace_damping": "adapt"}),
     ("fipa", {"rank": 4, "local": "gn", "dropout": 0.3, "participation": 0.67}),
     ("fipa", {"rank": 4}),  # the safeguard: a rejected step after the resume re-merges the checkpointed messages
     ("fedavg", {"local_steps": 3, "participation": 0.67}),
@@ -354,6 +356,11 @@ def test_resume_after_interruption_ends_with_the_same_numbers(tmp_path, method, 
     # bitwise: the resumed run performs the same operations, on the same client batches, in the same order
     assert torch.equal(th, full)
     assert [r["loss"] for r in rows] == [r["loss"] for r in rows_full]
+    if opts.get("form") == "matfree":
+        # the matrix-free form's set-up at the resume point (μ₀'s power iteration, or the Nyström sketch) is not in
+        # the checkpoint: the resumed run gathers it again, the same numbers at a cost in exchanges
+        assert all(a["exchanges_total"] >= b["exchanges_total"] for a, b in zip(rows, rows_full))
+        return
     assert [r["floats_sent"] for r in rows] == [r["floats_sent"] for r in rows_full]
     assert [r["exchanges_total"] for r in rows] == [r["exchanges_total"] for r in rows_full]
 
