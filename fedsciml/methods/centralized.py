@@ -49,7 +49,7 @@ from fedsciml.core.stats import chunked_gn_stats, row_blocks
 from fedsciml.runtime.history import Recorder
 from fedsciml.runtime.memory import operator_graph_floats
 from fedsciml.runtime.resample import Growth, check_resample, resampled_objectives
-from fedsciml.methods.run import capped_rank
+from fedsciml.methods.run import capped_rank, subspace_damping_option
 from fedsciml.runtime.driver import Method
 from fedsciml.core.lm import LevenbergMarquardt, LMConfig, auto_form, ceiling_warning, damping_ceiling, default_tau, deferred_stats
 
@@ -95,10 +95,7 @@ class CentralizedConfig(StopOptions):
                               "minimized exactly over k directions — the preconditioned gradient and the last k − 1 "
                               "accepted steps (K-FAC's step size and momentum, Martens & Grosse 2015, for k = 2) — "
                               "from one batched product JᵀJ V per accepted point (0: CG)", int, lo=0)
-    subspace_damping: str = option("lm", "the subspace step's preconditioner damping γ: lm (LM's μ) or adapt (three "
-                                         "directions P_γ⁻¹g at γ/10, γ, 10γ in the span, γ moved to the best one: "
-                                         "Martens & Grosse 2015 §6.6; two more product columns)", str,
-                                   choices=("lm", "adapt"))
+    subspace_damping: str = subspace_damping_option()
     momentum: float = option(0.0, "SPRING momentum β of lm (0: plain Levenberg–Marquardt; fedsciml.core.lm)", float,
                              lo=0, hi=1, hi_open=True)
     lm_damping: str = option("adaptive", "lm damping: adaptive (Levenberg–Marquardt's gain-ratio rule) or fixed "

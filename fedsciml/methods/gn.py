@@ -116,7 +116,7 @@ from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, defer
 from fedsciml.core.lm import ceiling_warning, damping_ceiling, default_tau
 from fedsciml.core.kfac_forms import has_jets, require_jets
 from fedsciml.core.matfree import MatfreeConfig, OutOfTime
-from fedsciml.methods.run import RunContext, capped_rank
+from fedsciml.methods.run import RunContext, capped_rank, subspace_damping_option
 from fedsciml.runtime.driver import Method
 
 log = logging.getLogger(__name__)
@@ -154,10 +154,7 @@ class GNConfig(RoundOptions):
                               "k − 1 accepted steps (K-FAC's step size and momentum, Martens & Grosse 2015, for k = 2) "
                               "— from one exchange of k products J_mᵀJ_m V per accepted point: 2 exchanges per "
                               "accepted step, 1 per rejected trial (0: CG)", int, lo=0)
-    subspace_damping: str = option("lm", "the subspace step's preconditioner damping γ: lm (LM's μ) or adapt (three "
-                                         "directions P_γ⁻¹g at γ/10, γ, 10γ in the span, γ moved to the best one: "
-                                         "Martens & Grosse 2015 §6.6; two more product columns)", str,
-                                   choices=("lm", "adapt"))
+    subspace_damping: str = subspace_damping_option()
     momentum: float = option(0.0, "SPRING momentum β of the server's LM step (0: plain Levenberg–Marquardt; "
                                   "fedsciml.core.lm; no extra floats)", float, lo=0, hi=1, hi_open=True)
     exchange: str = option("one", "exchanges per LM iteration: one (the trial point down, each client's loss and "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from fedsciml.methods.local import LocalConfig
+from fedsciml.options import option
 from fedsciml.runtime.simulate import RunContext
 
 __all__ = ["RunContext", "capped_rank", "local_config"]
@@ -19,6 +20,14 @@ def local_config(cfg, prox: float = 0.0) -> LocalConfig:
     # built from the typed LocalOptions, which checked these values (a hand-built LocalConfig calls .validate())
     return LocalConfig(solver=cfg.local, steps=cfg.local_steps, lr=cfg.lr, damping=cfg.local_damping,
                        prox=prox, loss=getattr(cfg, "local_loss", "mean"))
+
+
+def subspace_damping_option():
+    """The option ``subspace_damping`` of LM's subspace step, the same for centralized ``lm`` and ``gn`` (one
+    text, one set of choices: :func:`fedsciml.core.lm.LevenbergMarquardt` reads it for both)."""
+    return option("lm", "the subspace step's preconditioner damping γ: lm (LM's μ) or adapt (three directions P_γ⁻¹g "
+                        "at γ/10, γ, 10γ in the span, γ moved to the best one: Martens & Grosse 2015 §6.6; two more "
+                        "product columns)", str, choices=("lm", "adapt"))
 
 
 def capped_rank(rank: int, p: int, name: str) -> int:
