@@ -51,10 +51,12 @@ def import_modules(modules: Iterable) -> None:
         if name in sys.modules:
             continue
         try:
+            here = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent package this process does not have: load from the file
+            here = False
+        if here:  # importable by its name: imported so (an error inside it is the module's own, raised)
             importlib.import_module(name)
             continue
-        except ImportError:
-            pass
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise ImportError(f"the module {name!r} of the job cannot be imported from {path!r}")

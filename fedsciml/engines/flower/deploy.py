@@ -76,13 +76,15 @@ def die_with_parent(parent: int):
     thread in fedsciml's commands)."""
     if not sys.platform.startswith("linux"):
         return None
+    try:  # resolved here, in the parent, so that a libc without prctl is said once, not hidden in the child
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError) as e:
+        logging.getLogger(__name__).warning("no prctl in this libc (%s): a Flower process this run starts may "
+                                            "outlive it if it is killed with SIGKILL", e)
+        return None
 
     def preexec():
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        except (OSError, AttributeError):  # no libc prctl: the atexit stop remains
-            return
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
     return preexec
