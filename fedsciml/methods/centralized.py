@@ -49,7 +49,7 @@ from fedsciml.core.stats import chunked_gn_stats, row_blocks
 from fedsciml.runtime.history import Recorder
 from fedsciml.runtime.memory import operator_graph_floats
 from fedsciml.runtime.resample import Growth, check_resample, resampled_objectives
-from fedsciml.methods.run import capped_rank, subspace_damping_option
+from fedsciml.methods.run import capped_rank, subspace_damping_option, subspace_inapplicable
 from fedsciml.runtime.driver import Method
 from fedsciml.core.lm import LevenbergMarquardt, LMConfig, auto_form, ceiling_warning, damping_ceiling, default_tau, deferred_stats
 
@@ -160,12 +160,7 @@ class CentralizedConfig(StopOptions):
                                f"{display('lm_solve')} matfree or auto)")
         elif self.precond not in ("nystrom", "auto"):
             out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom or auto)"
-        if self.subspace == 0:
-            out["subspace_damping"] = f"it sets the subspace step, which is off ({display('subspace')} 0)"
-        if self.subspace > 0:
-            out.setdefault("cg_iters", f"the subspace step runs no CG ({display('subspace')} is {self.subspace})")
-            out.setdefault("momentum", f"the subspace step carries its own momentum (the last accepted steps are "
-                                       f"directions of it; {display('subspace')} is {self.subspace})")
+        subspace_inapplicable(self.subspace, out)
         return out
 
     def _resolve(self):

@@ -116,7 +116,7 @@ from fedsciml.core.lm import MATFREE_FLOATS, LevenbergMarquardt, LMConfig, defer
 from fedsciml.core.lm import ceiling_warning, damping_ceiling, default_tau
 from fedsciml.core.kfac_forms import has_jets, require_jets
 from fedsciml.core.matfree import MatfreeConfig, OutOfTime
-from fedsciml.methods.run import RunContext, capped_rank, subspace_damping_option
+from fedsciml.methods.run import RunContext, capped_rank, subspace_damping_option, subspace_inapplicable
 from fedsciml.runtime.driver import Method
 
 log = logging.getLogger(__name__)
@@ -184,12 +184,7 @@ class GNConfig(RoundOptions):
             out["subspace"] = f"the subspace step is a matrix-free step ({display('form')} matfree or auto)"
         elif self.precond not in ("nystrom", "auto"):
             out["nystrom_rank"] = f"it sizes the Nyström preconditioner ({display('precond')} nystrom or auto)"
-        if self.subspace == 0:
-            out["subspace_damping"] = f"it sets the subspace step, which is off ({display('subspace')} 0)"
-        if self.subspace > 0:
-            out.setdefault("cg_iters", f"the subspace step runs no CG ({display('subspace')} is {self.subspace})")
-            out.setdefault("momentum", f"the subspace step carries its own momentum (the last accepted steps are "
-                                       f"directions of it; {display('subspace')} is {self.subspace})")
+        subspace_inapplicable(self.subspace, out)
         return out
 
     def memory_form(self, rows: int, p: int, clients: int, device=None) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from fedsciml.methods.local import LocalConfig
-from fedsciml.options import option
+from fedsciml.options import display, option
 from fedsciml.runtime.simulate import RunContext
 
 __all__ = ["RunContext", "capped_rank", "local_config"]
@@ -28,6 +28,18 @@ def subspace_damping_option():
     return option("lm", "the subspace step's preconditioner damping γ: lm (LM's μ) or adapt (three directions P_γ⁻¹g "
                         "at γ/10, γ, 10γ in the span, γ moved to the best one: Martens & Grosse 2015 §6.6; two more "
                         "product columns)", str, choices=("lm", "adapt"))
+
+
+def subspace_inapplicable(subspace: int, out: dict) -> None:
+    """The options the subspace step's setting leaves idle, added to ``out`` (``inapplicable``'s ``{option: why}``),
+    the same for centralized ``lm`` and ``gn``: ``subspace_damping`` without the step; ``cg_iters`` and
+    ``momentum`` with it (unless ``out`` already says why)."""
+    if subspace == 0:
+        out["subspace_damping"] = f"it sets the subspace step, which is off ({display('subspace')} 0)"
+    else:
+        out.setdefault("cg_iters", f"the subspace step runs no CG ({display('subspace')} is {subspace})")
+        out.setdefault("momentum", f"the subspace step carries its own momentum (the last accepted steps are "
+                                   f"directions of it; {display('subspace')} is {subspace})")
 
 
 def capped_rank(rank: int, p: int, name: str) -> int:
