@@ -834,19 +834,18 @@ def one_shot_strategy(cfg: OneShotConfig, ctx: RunContext):
     Client-side transforms (:class:`OneShotConfig`): ``dp_*`` (Gaussian mechanism), ``project``/``project_sketch``,
     seeded by the run's seed; ``cv_sigmas``: σ by leave-one-client-out CV (see :mod:`fedsciml.methods.oneshot`).
     With ``fit_intercept`` the model is (θ, intercept): the run's evaluation takes the fused intercept."""
-    problem, rc = ctx.problem, ctx.rounds
+    problem = ctx.problem
     strategy = OneShotStrategy(cfg.sigma or 0.0, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch,
                                seed=ctx.seed, cv_sigmas=cfg.cv_sigmas, screen=cfg.screen,
                                min_survivors=cfg.dp_min_survivors, form=cfg.message_form, repair=cfg.repair,
                                fit_intercept=cfg.fit_intercept, max_rows=cfg.dp_max_rows)
-    options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
     if not cfg.fit_intercept:
-        return strategy, options
+        return strategy
     if getattr(problem, "kind", None) != "ridge":
         raise ValueError(f"fit_intercept applies to linear ridge problems (kind 'ridge'); {problem.name!r} is "
                          f"not one")
     plain = ctx.evaluate
-    return strategy, options, lambda th: plain(th, intercept=strategy.intercept)
+    return strategy, lambda th: plain(th, intercept=strategy.intercept)
 
 
 def settings(r) -> str:

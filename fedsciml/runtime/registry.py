@@ -40,8 +40,8 @@ class Method:
     """One method, declared in its own file and registered with :func:`register_method`: its name, its typed
     configuration class, what it runs and how its runs read in the summary table.
 
-    * ``strategy``: a federated method's strategy factory ``build(config, ctx) -> (strategy, record)`` (or
-      ``(strategy, record, evaluate)``), run by the driver's one round loop
+    * ``strategy``: a federated method's strategy factory ``build(config, ctx) -> strategy`` (or
+      ``(strategy, evaluate)``), run by the driver's one round loop
       (:func:`fedsciml.runtime.simulate.run_strategy`, ``ctx`` a :class:`~fedsciml.runtime.simulate.RunContext`);
     * ``run``: a method with a loop of its own (``centralized``: the pooled data, no messages),
       ``fn(problem, objectives, θ₀, evaluate, config, *, seed, progress, every, message_hook) -> (θ, rows, info)``;
