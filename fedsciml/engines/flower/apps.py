@@ -407,10 +407,9 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
     options = dict(options)
     options.pop("transport", None)  # the configured in-process transport name: Flower's replaces it
     p = plan(problem, method, clients, seed, device, progress, engine="flower", **options)
-    if p.method == "one-shot":
-        from fedsciml.methods.oneshot import refuse_central_dp_without_secure_sum
-
-        refuse_central_dp_without_secure_sum(p.config)
+    need = p.spec.needs_secure_sum(p.config)  # e.g. one-shot's central DP: the SecAgg+ App's, not this one's
+    if need is not None:
+        raise ValueError(need)
 
     def connect(job: dict, n_clients: int) -> FlowerTransport:
         return FlowerTransport(grid, {**job, **(job_extra or {})}, n_clients, timeout_s=timeout_s,
