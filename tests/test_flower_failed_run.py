@@ -1,10 +1,12 @@
-"""A failed ServerApp reaches the user: Flower 1.42's ``flwr run --stream`` neither ends nor exits non-zero when the
-ServerApp raises (measured: still running 120 s after the ServerApp's ``Exit Code: 201``), so ``flower deploy``
-(default ``--wait`` 3600 s) and ``solve --engine flower`` waited for a result that never came.  The ServerApp now
-records the job's one-line reason in its ``out`` (``failed.json``, :func:`resultio.write_failure`), and the waiting
-side reads that record — no Flower internals, no log parsing — and stops at once with that line.
+"""A failed ServerApp reaches the user in one line with exit 1.  ``flwr run --stream`` exits 0 whatever happens to
+the run, so before: a ServerApp that failed before any result left ``flower deploy`` with "the Flower run ended
+without its result (flwr run status 0)" (the cause only in the echoed log; ``solve --engine flower`` fished it out
+of the log text), and one that a dead site stopped after some rounds wrote its partial result, which made
+``flower deploy`` print the summary and exit 0.  Now the ServerApp records the job's one-line reason in its
+``out`` (``failed.json``, :func:`resultio.write_failure`; a partial result also in ``extra.error``) and the
+waiting side reads that record — no Flower internals, no log parsing — and stops at once with that line.
 
-The first three tests use no Flower process; the last starts a stock deployment on 127.0.0.1 (marked ``slow``)."""
+The first four tests start no Flower process; the last starts a stock deployment on 127.0.0.1 (marked ``slow``)."""
 from __future__ import annotations
 
 import json
@@ -52,7 +54,7 @@ def test_the_server_app_records_why_a_job_failed_in_its_out(tmp_path, monkeypatc
 def test_waiting_on_a_run_stops_at_the_failure_record_and_ends_flwr_run(tmp_path):
     link = deploy.LocalSuperLink(str(tmp_path))
     flwr_run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
-    link.procs["flwr-run-run"] = flwr_run  # stands for `flwr run --stream`, which stays up after the failure
+    link.procs["flwr-run-run"] = flwr_run  # stands for `flwr run --stream`, still streaming the run's log
     (tmp_path / "flwr-run-run.log").write_text("")
     out = tmp_path / "run-out"
     resultio.write_failure(str(out), "client 0 refused the job: this node's max-params=1")
@@ -68,7 +70,7 @@ def test_waiting_on_a_run_stops_at_the_failure_record_and_ends_flwr_run(tmp_path
 def test_a_stock_deployment_whose_server_app_fails_ends_with_its_reason(tmp_path):
     """A SuperNode whose own limit refuses the job (``max-params=1``): the ServerApp fails; the wait ends at its
     record with the ServerApp's line, long before the wait bound (wall time is mostly Flower's start on a loaded
-    machine: 158 s at load 18 on 2 cores, timeout 20 s)."""
+    machine: 167 s at load 18 on 2 cores)."""
     with deploy.LocalDeployment(1, str(tmp_path / "d"), node_configs=[{"max-params": 1}]) as d:
         proc, out = d.submit("sin1d", "gn", timeout_s=5.0, rounds=2)
         with pytest.raises(deploy.ServerAppFailed) as e:
@@ -77,3 +79,46 @@ def test_a_stock_deployment_whose_server_app_fails_ends_with_its_reason(tmp_path
     assert "\n" not in line and line == resultio.read_failure(str(out))
     assert "partition" in line or "max-params" in line, line
     assert not os.path.exists(resultio.result_path(str(out)))
+
+
+def test_flower_deploy_exits_1_with_the_reason_when_a_dead_site_stopped_the_run_after_some_rounds(tmp_path,
+                                                                                                  monkeypatch, capsys):
+    """Before: the partial result (``stop_reason`` failed) made ``wait_files`` return, and ``flower deploy``
+    printed the summary and exited 0.  Now: exit 1 with the reason, and ``--json`` keeps the rounds."""
+    import fedsciml as fs
+    from fedsciml.cli.main import main as cli_main
+    from fedsciml.runtime.driver import plan, run
+
+    res = run(plan(fs.get_problem("sin1d", n_samples=20), "gn", clients=1, rounds=2))
+    res.stop_reason = "failed"
+    res.extra.update(stop_reason="failed", error="round 3: client 0 (node 7) has answered nothing for 60 s")
+    out = tmp_path / "run-out"
+    resultio.write_result(res, str(out))
+    flwr_run = subprocess.Popen([sys.executable, "-c", "pass"])
+    flwr_run.wait()
+
+    class Deployment:  # the stock deployment, its run already ended as a dead site leaves it
+        def __init__(self, clients, keep, **kw):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, *a, **kw):
+            return flwr_run, out
+
+        def wait_files(self, proc, outs, timeout_s, echo=None):
+            return None
+
+    monkeypatch.setattr(deploy, "LocalDeployment", Deployment)
+    kept = tmp_path / "r.json"
+    rc = cli_main(["flower", "deploy", "sin1d", "--method", "gn", "--clients", "1", "--rounds", "2", "--problem-options",
+                   '{"n_samples": 20}', "--json", str(kept)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1, err
+    assert err[-1].startswith("error: flower deploy: the run failed: round 3: client 0 (node 7) has answered "
+                              "nothing for 60 s; the rounds before are written: "), err[-1]
+    assert json.loads(kept.read_text())["stop_reason"] == "failed"

@@ -497,7 +497,7 @@ def keep_partial_result(e: BaseException, job: dict) -> None:
         return
     from fedsciml.problems import get_problem
 
-    res.extra["error"] = failure_line(e)  # why it stopped, with the rounds (the failure record follows)
+    res.extra.setdefault("error", failure_line(e))  # why it stopped, with the rounds (the failure record follows)
     try:
         write_result(res, str(job["out"]), get_problem(job["problem"], **job.get("problem_options", {})))
     except Exception as why:  # noqa: BLE001 - the stop is the error to report; this is its by-product
