@@ -2158,6 +2158,8 @@ def main(argv=None):
     ap.add_argument("--subprocess", action="store_true", help="a fresh interpreter per case (slower)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args(argv)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started as a background job (`cmd &`): SIGINT ignored,
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # inherited by every run, so the SIGINT cases hung
     if args.jobs < 1 or not args.timeout > 0:
         ap.error("--jobs must be ≥ 1 and --timeout > 0")
     sys.path.insert(0, ROOT)
