@@ -300,3 +300,23 @@ def test_gn_on_four_strips_takes_the_centralized_steps(case, checkout):
     lc, lg = [h["loss"] for h in c.history], [h["loss"] for h in g.history]
     assert len(lc) == len(lg) and lg == pytest.approx(lc, rel=1e-8)
     assert g.final["loss"] == pytest.approx(c.final["loss"], rel=1e-8)
+
+
+def test_heat2d_ms_defaults_to_its_frequency_scaled_sine_network_and_an_explicit_option_wins():
+    """Heat 2d-MS's defaults are the measured setting (sin, first-layer scale 30,1,1, 3000 / 1000 points; see the
+    case's docstring), the other cases keep tanh, no scale and 2000 / 100 (Burgers 1d-C 4000 interior); options given explicitly are used as
+    given; the network built is the one the options name (θ₀ bitwise the explicit options': same draws)."""
+    ms = get_problem("pinnacle", case="heat2d-ms")
+    assert (ms.options["activation"], ms.options["first_layer_scale"]) == ("sin", [30.0, 1.0, 1.0])
+    assert (ms.options["n_interior"], ms.options["n_boundary"]) == (3000, 1000)
+    explicit = get_problem("pinnacle", case="heat2d-ms", activation="sin", first_layer_scale=[30.0, 1.0, 1.0],
+                           n_interior=3000, n_boundary=1000)
+    assert torch.equal(ms.init_params(seed=0), explicit.init_params(seed=0))
+    assert get_problem("pinnacle", case="burgers1d-c").options["n_interior"] == 4000  # see its docstring
+    for case in ("poisson2d-c", "ns2d-c", "poissonnd"):
+        o = get_problem("pinnacle", case=case).options
+        assert (o["activation"], o["first_layer_scale"], o["n_interior"], o["n_boundary"]) == ("tanh", None, 2000,
+                                                                                                100)
+    mine = get_problem("pinnacle", case="heat2d-ms", activation="tanh", first_layer_scale=[2.0], n_interior=7)
+    assert (mine.options["activation"], mine.options["first_layer_scale"], mine.options["n_interior"]) == \
+        ("tanh", [2.0], 7)
