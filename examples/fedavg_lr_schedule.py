@@ -54,19 +54,15 @@ class DecayStrategy(AveragingStrategy):
 
 
 def build(cfg: FedAvgDecayConfig, ctx):
-    """The strategy of one run and the record of what it runs with."""
+    """The strategy of one run (its options are recorded from ``cfg``, its settings from ``summary()``)."""
     agg = FedAvgAggregator(server_lr=cfg.server_lr, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm,
                            outlier_ratio=cfg.outlier_ratio)
-    strategy = DecayStrategy(agg, local_config(cfg), ctx.seed, cfg.server_lr, cfg.lr_decay, cfg.decay_every)
-    record = {"local": cfg.local, "local_steps": cfg.local_steps, "lr": cfg.lr, "server_lr": cfg.server_lr,
-              "lr_decay": cfg.lr_decay, "decay_every": cfg.decay_every,
-              "participation": ctx.rounds.participation, "dropout": ctx.rounds.dropout}
-    return strategy, record
+    return DecayStrategy(agg, local_config(cfg), ctx.seed, cfg.server_lr, cfg.lr_decay, cfg.decay_every)
 
 
 def settings(result) -> str:
     """The summary table's settings text."""
-    o = result.extra["options"]
+    o = result.options
     return ", ".join([*local_settings(result), f"η={o['server_lr']}·{o['lr_decay']}^⌊(k−1)/{o['decay_every']}⌋"])
 
 

@@ -139,6 +139,14 @@ class Problem:
     #: :class:`Preset`, applied by :func:`~fedsciml.problems.registry.apply_preset`)
     presets: ClassVar[dict[str, "Preset"]] = {}
 
+    @property
+    def run_defaults(self) -> dict:
+        """Run (method) options this problem, with its options, sets where the caller gives none — e.g. a PINNacle
+        case's ``resample`` — applied by :func:`fedsciml.runtime.driver.plan` to the methods that declare the option
+        and run with their clients in this process; an option given explicitly (``None`` included) wins.  None by
+        default."""
+        return {}
+
     def __init__(self, **options):
         """Validate ``options`` against :meth:`specs` (unknown names, types, ranges: one line naming the value and
         what is allowed, a :class:`ProblemOptionError` / :class:`ProblemOptionTypeError`); ``None``: the default."""

@@ -293,7 +293,7 @@ def test_one_client_times_1e6_is_contained_by_median_trimmed_mean_and_norm_bound
         mse = run("fedavg", objs, message_hook=attack, outlier_ratio=float("inf"), **opts, **rule)[1][-1]["mse"]
         assert mse < 3 * honest, (rule, mse, honest)
     th, _, info = run("fedprox", objs, message_hook=attack, robust="median", rounds=1, local_steps=2)
-    assert info["options"]["robust"] == "median" and evaluate(th)["mse"] < 10  # the ×1e6 update is not applied
+    assert info["strategy"]["robust"] == "median" and evaluate(th)["mse"] < 10  # the ×1e6 update is not applied
 
 
 def test_default_options_leave_fedavg_and_fipa_bitwise_unchanged():

@@ -38,7 +38,7 @@ def test_growth_schedule_and_grown_problem():
                                                                                         "local_steps": 2})])
 def test_every_resampling_method_grows_its_points(method, opts):
     r = fs.solve(tiny(), method, clients=2, resample=1, grow=2.0, grow_every=3, grow_cap=60, **opts)
-    rec = r.extra if method == "centralized" else r.extra["options"]
+    rec = r.extra if method == "centralized" else r.options
     if method != "centralized":
         assert rec["grow"] == 2.0 and rec["grow_every"] == 3 and rec["grow_cap"] == 60
     assert all(torch.isfinite(torch.as_tensor(r.theta)))

@@ -117,8 +117,8 @@ def test_rank_0_runs_full_rank_fipa_and_records_it(tmp_path, capsys):
     code, _, err = _cli(capsys, "solve", *SMALL, "--method", "fipa", "--rank", "0", "--rounds", "2", "--json", str(out))
     assert code == 0, err
     d = json.loads(out.read_text())
-    assert d["options"]["rank"] == 0 and d["extra"]["options"]["curvature"] == "full"
-    assert d["extra"]["options"]["merge"] == "pinv" and [h["round"] for h in d["history"]] == [0, 1, 2]
+    assert d["options"]["rank"] == 0 and d["extra"]["strategy"]["curvature"] == "full"
+    assert d["extra"]["strategy"]["merge"] == "pinv" and [h["round"] for h in d["history"]] == [0, 1, 2]
 
 
 def test_rounds_0_evaluates_theta0_and_stops(tmp_path, capsys):
@@ -135,7 +135,7 @@ def test_mu_0_is_fedprox_with_mu_0(tmp_path, capsys):
                         "--local-steps", "2", "--json", str(out))
     assert code == 0, err
     d = json.loads(out.read_text())
-    assert d["extra"]["options"]["mu"] == 0.0
+    assert d["options"]["mu"] == 0.0
     ref = fs.solve("sin1d", "fedavg", clients=2, rounds=1, local_steps=2, **TINY)
     assert d["final"]["mse"] == ref.final["mse"]  # μ = 0: FedAvg's local loss, the same operations (bitwise)
 

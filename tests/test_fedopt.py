@@ -72,7 +72,7 @@ def test_on_a_pde_a_fit_and_ridge(method, problem):
     losses = [r["loss"] for r in res.history]
     assert len(losses) == 9 and all(np.isfinite(losses))
     assert losses[-1] < 0.7 * losses[0], losses
-    assert res.extra["options"]["server_opt"] == method[3:]
+    assert res.extra["strategy"]["server_opt"] == method[3:]
 
 
 def test_resume_continues_the_server_state_bitwise(tmp_path):

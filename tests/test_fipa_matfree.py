@@ -114,7 +114,7 @@ def test_auto_is_dense_below_the_limit_bitwise_and_matfree_beyond(monkeypatch):
     (same seeds, same operations)."""
     auto, dense = fs.solve(small_bratu(), method="fipa", clients=2, rounds=2, rank=30), fipa("dense", rounds=2)
     assert torch.equal(auto.theta, dense.theta)
-    assert "local_form" not in auto.extra["options"]  # the recorded options of a dense run are as before
+    assert "local_form" not in auto.extra["strategy"]  # the recorded options of a dense run are as before
     from fedsciml.core import forms
 
     monkeypatch.setattr(forms, "DENSE_FLOOR_ENTRIES", 1000)
@@ -122,7 +122,7 @@ def test_auto_is_dense_below_the_limit_bitwise_and_matfree_beyond(monkeypatch):
     auto2 = fs.solve(small_bratu(), method="fipa", clients=2, rounds=2, rank=30, cg_iters=300, cg_rtol=1e-14)
     free = fipa("matfree", rounds=2)
     assert torch.equal(auto2.theta, free.theta)
-    assert auto2.history[1]["matfree_clients"] == 2 and auto2.extra["options"]["local_form"] == "matfree"
+    assert auto2.history[1]["matfree_clients"] == 2 and auto2.extra["strategy"]["local_form"] == "matfree"
 
 
 def test_the_rule_and_the_memory_form(monkeypatch):

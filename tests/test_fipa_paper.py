@@ -15,7 +15,7 @@ SMALL = {"variant": "manufactured", "n_interior": 40, "n_boundary": 20}
 def test_paper_preset_settings_are_applied_and_the_error_falls():
     pb = get_problem("bratu", **SMALL)
     r = solve(pb, method="fipa", clients=2, seed=0, rounds=4, preset="paper")
-    o = r.extra["options"]
+    o = r.options  # the configuration as it ran, the preset filled in
     for k in ("local", "lr", "local_steps", "local_loss", "rank", "merge", "beta", "gamma", "pinv_rtol", "safeguard"):
         assert o[k] == PAPER_PRESET[k], k
     assert o["preset"] == "paper" and "rejected_steps" not in r.extra  # no safeguard ran
@@ -27,7 +27,7 @@ def test_paper_preset_settings_are_applied_and_the_error_falls():
 def test_explicit_options_override_the_preset_and_bad_presets_are_refused():
     pb = get_problem("bratu", **SMALL)
     r = solve(pb, method="fipa", clients=2, seed=0, rounds=1, preset="paper", gamma=0.5, local_steps=3)
-    o = r.extra["options"]
+    o = r.options  # the configuration as it ran, the preset filled in
     assert o["gamma"] == 0.5 and o["local_steps"] == 3 and o["pinv_rtol"] == 1e-5
     with pytest.raises(ValueError, match="preset"):
         solve(pb, method="fipa", clients=2, rounds=1, preset="papr")
@@ -61,4 +61,4 @@ def test_cli_preset_paper_uses_the_reference_collocation_settings(tmp_path, caps
 
     d = json.loads(out.read_text())
     assert d["options"]["n_boundary"] == 20 and d["options"]["n_interior"] == 30  # preset fills, explicit wins
-    assert d["options"]["boundary_weight"] == 10.0 and d["extra"]["options"]["preset"] == "paper"
+    assert d["options"]["boundary_weight"] == 10.0 and d["options"]["preset"] == "paper"

@@ -113,5 +113,5 @@ def test_the_choice_is_logged_and_recorded(caplog):
     assert res.extra["lm_solve"] == "kernel" and res.extra["lm_solve_reason"].startswith("kernel: J (")
     assert any("form choice (lm" in r.getMessage() for r in caplog.records)
     gn = fs.solve("bratu", "gn", clients=2, rounds=1)
-    assert gn.extra["options"]["form"] == "sqrt" and gn.extra["options"]["form_reason"].startswith("sqrt: ")
+    assert gn.extra["strategy"]["form"] == "sqrt" and gn.extra["strategy"]["form_reason"].startswith("sqrt: ")
     assert torch.is_tensor(torch.as_tensor(gn.theta))

@@ -36,7 +36,7 @@ def test_a_rank_above_p_is_capped_with_a_line(caplog):
     with caplog.at_level(logging.WARNING, logger="fedsciml"):
         r = fs.solve(P(), "fipa", clients=2, rounds=1, rank=100_000)
     assert f"rank=100000 is above the model's {p} parameters; capped at {p}" in caplog.text
-    assert r.extra["options"]["rank"] == p
+    assert r.extra["strategy"]["rank"] == p
 
 
 def test_momentum_acts_in_the_matrix_free_round():

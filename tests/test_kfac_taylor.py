@@ -183,7 +183,7 @@ def test_heat_and_domain_pdes_take_the_kfac_regime_where_a_dense_step_is_dear(mo
     assert (info["lm_solve"], info["precond"], info["cg_cap"]) == ("matfree", "kfac", forms.KFAC_CG_ITERS)
     assert "K-FAC's channel form" in info["lm_solve_reason"]
     th_f, rows_f, info_f = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=3)
-    assert info_f["options"]["precond"] == "kfac"
+    assert info_f["strategy"]["precond"] == "kfac"
     assert [r.get("accepted") for r in rows_f] == [r.get("accepted") for r in rows_c]
     assert float((th_f - th_c).norm() / th_c.norm()) < 1e-9
 

@@ -132,10 +132,10 @@ def test_gn_form_auto_runs_the_regime_bitwise_as_the_flags_by_hand(monkeypatch):
     th_a, rows_a, info_a = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=3)
     th_m, rows_m, info_m = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=3, form="matfree", precond="kfac",
                                          cg_iters=10)
-    o = info_a["options"]
+    o = info_a["strategy"]
     assert (o["form"], o["precond"], o["cg_iters"]) == ("matfree", "kfac", 10)
     assert o["form_reason"].startswith("matfree, K-FAC-preconditioned CG capped at 10")
     assert torch.equal(th_a, th_m) and [r["loss"] for r in rows_a] == [r["loss"] for r in rows_m]
     monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", th0.numel() + 1)
     _, _, info_d = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=1)
-    assert info_d["options"]["form"] in ("normal", "sqrt") and "precond" not in info_d["options"]
+    assert info_d["strategy"]["form"] in ("normal", "sqrt") and "precond" not in info_d["strategy"]

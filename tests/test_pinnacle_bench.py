@@ -23,14 +23,17 @@ def test_plan_runs_the_cli_at_one_thread_on_the_same_points(tmp_path):
     jobs = bench.plan(a, tmp_path)
     assert [(j.exp, j.run) for j in jobs] == [(c, m) for c in ("poissonnd", "pinv") for m in ("centralized", "gn",
                                                                                                "fipa")]
-    n_in, n_bd = bench.problem_points()
     for j in jobs:
         c = j.cmd
         assert c[1:5] == ["-m", "fedsciml", "solve", "pinnacle"] and c[c.index("--method") + 1] == j.run
         for flag, value in (("--clients", "4"), ("--threads", "1"), ("--clock", "cpu"), ("--budget", "20"),
-                            ("--device", "cpu"), ("--hidden", "100,100,100,100,100"),
-                            ("--n-interior", str(round(n_in / 4))), ("--n-boundary", str(round(n_bd / 4)))):
+                            ("--device", "cpu"), ("--hidden", "100,100,100,100,100")):
             assert c[c.index(flag) + 1] == value, flag
+        # point counts are totals split among the sites (issue 37): unset, the problem's own (never divided by K)
+        assert "--n-interior" not in c and "--n-boundary" not in c
+    given = bench.plan(bench.parse_args(["--cases", "pinv", "--n-interior", "800", "--n-boundary", "40"]), tmp_path)
+    for j in given:
+        assert j.cmd[j.cmd.index("--n-interior") + 1] == "800" and j.cmd[j.cmd.index("--n-boundary") + 1] == "40"
         assert j.env["OMP_NUM_THREADS"] == "1" and j.env["CUDA_VISIBLE_DEVICES"] == ""
     cuda = bench.plan(bench.parse_args(["--cases", "poissonnd", "--methods", "gn", "--device", "cuda"]), tmp_path)
     assert "CUDA_VISIBLE_DEVICES" not in cuda[0].env or cuda[0].env["CUDA_VISIBLE_DEVICES"] != ""

@@ -32,7 +32,7 @@ def answer(client, request, pre, deadline):  # this file's handler: FedAvg's loc
 
 
 def build(cfg, ctx):
-    return OwnQuery(FedAvgAggregator(server_lr=cfg.server_lr), local_config(cfg), ctx.seed), {{}}
+    return OwnQuery(FedAvgAggregator(server_lr=cfg.server_lr), local_config(cfg), ctx.seed)
 
 
 register_handler(Client, "{QUERY}", answer)

@@ -18,6 +18,6 @@ def test_cli_preset_paper_takes_the_authors_poisson_settings(tmp_path):
                  "--rounds", "1", "--local-steps", "2", "--n-interior", "40", "--n-boundary", "2", "--quiet",
                  "--json", str(out)])
     assert code == 0
-    o = json.loads(out.read_text())["extra"]["options"]
+    o = json.loads(out.read_text())["options"]
     assert o["rank"] == 200 and o["gamma"] == 0.5 and o["local_steps"] == 2  # preset fills, explicit wins
     assert get_problem("poisson", dim=2).paper_method_options == {}  # only d = 3 and 5 have the authors' scripts

@@ -286,7 +286,7 @@ def test_fipa_complement_runs_through_the_merge_option():
     objs = make_clients()
     a, _, info = run("fipa", objs, rounds=2, rank=3, local="adam", local_steps=3, complement=True)
     b, _, _ = run("fipa", objs, rounds=2, rank=3, local="adam", local_steps=3)
-    assert info["options"]["complement"] is True and not torch.allclose(a, b)
+    assert info["strategy"]["complement"] is True and not torch.allclose(a, b)
     with pytest.raises(ValueError, match="option of the thin-QR merge"):
         run("fipa", objs, rounds=1, rank=3, merge="pinv", complement=True)
 

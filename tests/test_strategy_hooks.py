@@ -47,7 +47,7 @@ def methods():
         def build(cfg, ctx):
             agg = RoundsSeen(server_lr=cfg.server_lr, outlier_ratio=cfg.outlier_ratio)
             built["agg"] = agg
-            return strategy_cls(agg, local_config(cfg), ctx.seed), {}
+            return strategy_cls(agg, local_config(cfg), ctx.seed)
         return build
 
     for name, cls in (("hooks-rounds", AveragingStrategy), ("hooks-query", OwnQuery)):

@@ -140,11 +140,11 @@ def test_federated_gn_subspace_equals_centralized_lm_subspace_and_counts_two_exc
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-9)
     assert float((th_f - th_c).norm() / th_c.norm()) < 1e-9
     assert rows_c[-1]["loss"] < 0.5 * rows_c[0]["loss"]
-    assert info_c["subspace"] == 2 and info_f["options"]["subspace"] == 2
+    assert info_c["subspace"] == 2 and info_f["strategy"]["subspace"] == 2
     for prev, row in zip(rows_f, rows_f[1:]):  # a row's exchanges are its round's own
         assert row["exchanges"] == (2 if prev.get("accepted", True) else 1), (prev, row)
     assert info_f["exchanges"] == sum(r["exchanges"] for r in rows_f)
-    assert info_c["subspace_damping"] == info_f["options"]["subspace_damping"] == damping
+    assert info_c["subspace_damping"] == info_f["strategy"]["subspace_damping"] == damping
 
 
 def test_adapt_moves_gamma_to_the_column_that_decreases_the_model_most():

@@ -644,12 +644,12 @@ def _write_outputs(problem, results, args):
                                                 f"({e.strerror or e}); the history is in result.json"))
         try:
             if getattr(problem, "kind", None) == "ridge":  # a linear model: its coefficients out
-                from fedsciml.ridge.model_io import model_meta, write_model
+                from fedsciml.ridge.model_io import model_meta, write_model, writes_model
 
                 names = problem.feature_names() if hasattr(problem, "feature_names") else None
                 io_names = {} if names is None else {"inputs": names, "outputs": [str(problem.target)]}
                 for r in results:
-                    if r.method == "one-shot":
+                    if writes_model(r):
                         d = args.out if len(results) == 1 else os.path.join(args.out, f"model_{r.method}")
                         for path in write_model(d, r.theta, float(r.extra.get("intercept", 0.0)),
                                                 model_meta(r, engine=args.engine, **io_names)):

@@ -40,6 +40,8 @@ import fedsciml.engines  # noqa: F401  (registers the methods and the engines wi
 from fedsciml.options import option
 from fedsciml.ridge.model_io import model_meta, write_model  # noqa: F401  (model_meta: public here before)
 
+#: the preset's method, looked up in the registry (``ridge`` is ``solve … --method one-shot`` with a summary table)
+METHOD = "one-shot"
 #: ``--features`` → the zoo problem whose options the subcommand takes
 PROBLEMS = {"linear": "ridge-linear", "rff": "ridge-rff"}
 #: the subcommand's own options, declared in the one dialect (checked by :func:`fedsciml.options.check_options`)
@@ -117,14 +119,14 @@ def add_parser(subparsers):
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default auto)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     problems = {name: REGISTRY[name].specs() for name in PROBLEMS.values()}
-    method = METHODS["one-shot"].config.specs()
+    method = METHODS[METHOD].config.specs()
     problem_names = {n for specs in problems.values() for n in specs}
     flags = add_option_flags(p.add_argument_group("subcommand options"), {"ridge": declared(PRESET)}, dest="ropt_")
     pflags = add_option_flags(p.add_argument_group("problem options (generated from the ridge problems)"),
                               problems, dest="popt_", typed=False, skip=SKIP_PROBLEM,
                               aliases={k: [v] for k, v in SPELLINGS.items() if k in problem_names})
     mflags = add_option_flags(p.add_argument_group("one-shot options (generated from fedsciml.options)"),
-                              {"one-shot": method}, dest="mopt_", skip=SKIP_METHOD,
+                              {METHOD: method}, dest="mopt_", skip=SKIP_METHOD,
                               rename={k: option_flag(k, "method-" if k in problem_names else "") for k in method},
                               aliases={k: [SPELLINGS[k]] for k in SPELLINGS if k in method})
     p.set_defaults(_ridge_flags=flags, _problem_flags=pflags, _method_flags=mflags)
@@ -213,7 +215,7 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
     with cli_names(flags[1]) if flags[1] else _same():
         if "dp-fedavg" in names and not use_dp:
             raise ValueError(f"dp-fedavg needs {display('dp_epsilon')}")
-        p = plan(problem, "one-shot", clients=clients, seed=seed, device=device, engine=engine, progress=progress,
+        p = plan(problem, METHOD, clients=clients, seed=seed, device=device, engine=engine, progress=progress,
                  memory=terms, **method_options)  # every option of the run checked here, once
     cfg, problem, K = p.config, p.problem, problem.default_clients if p.clients is None else p.clients
     one = run(p)
@@ -230,7 +232,7 @@ def run_preset(features: str, problem_options: dict, method_options: dict, *, cl
     mse_c = ev(w_c)
     d = int(w_c.numel())
     project = cfg.project  # type: ignore[attr-defined]
-    label = "one-shot" + ("" if not use_dp else f" DP ε={eps}{' central' if cfg.dp_central else ''}") \
+    label = METHOD + ("" if not use_dp else f" DP ε={eps}{' central' if cfg.dp_central else ''}") \
         + ("" if not project or project == d else f" m={project}")  # type: ignore[attr-defined]
     # the test rows of this split (a Flower ServerApp evaluates on its own problem copy, which has not split)
     one.final["mse"] = ev(one.theta)
@@ -309,7 +311,7 @@ def run(args) -> int:
     with cli_names(args._problem_flags):
         popts = given_options(args, "popt_", REGISTRY[name].specs(), f"problem {name!r}", errors=PROBLEM_ERRORS)
     with cli_names(args._method_flags):
-        mopts = given_options(args, "mopt_", METHODS["one-shot"].config.specs(), "one-shot")
+        mopts = given_options(args, "mopt_", METHODS[METHOD].config.specs(), METHOD)
     if "sigma" in popts and "cv_sigmas" in mopts:
         raise CLIError(f"{args._method_flags['cv_sigmas']} chooses σ by cross-validation; give "
                        f"{args._problem_flags['sigma']} or {args._method_flags['cv_sigmas']}, not both")

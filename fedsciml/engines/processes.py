@@ -136,7 +136,7 @@ def _serve(job: dict, cid: int, inp: BinaryIO, out: BinaryIO) -> None:
     from fedsciml.core.objective import LinearLeastSquares
     from fedsciml.problems import get_problem
     from fedsciml.runtime.checks import check_objectives
-    from fedsciml.runtime.client import Client
+    from fedsciml.runtime.client import job_client
     from fedsciml.runtime.plugins import import_modules
     from fedsciml.runtime.transport import LocalTransport
 
@@ -145,17 +145,14 @@ def _serve(job: dict, cid: int, inp: BinaryIO, out: BinaryIO) -> None:
         import_modules(job.get("modules", ()))
         problem = get_problem(job["problem"], **job["options"])
         seed = int(job["seed"])
-        torch.manual_seed(seed)  # the driver's order: seed, the split, θ₀
-        own = getattr(problem, "client_objective", None)
-        if callable(own):  # e.g. 'table': this client's own file only, so that a bad file is blamed on its client
-            objective = own(cid, int(job["clients"]), device=job["device"])
-        else:
-            objective = problem.client_objectives(int(job["clients"]), seed=seed, device=job["device"])[cid]
+        # the driver's order: seed, the split (or a 'table' client's own file only, blamed on its client), θ₀
+        client = job_client(problem, cid, int(job["clients"]), seed, job["device"])
+        objective = client.objective
         check_objectives([objective], problem.init_params(seed, device=job["device"]))
     except Exception as e:  # the client's one line, for the server to raise
         _send(out, json.dumps({"error": f"client {cid}: {type(e).__name__}: {e}"}).encode())
         return
-    transport = LocalTransport([Client(cid, objective)], vectorize=False)  # one client: nothing to batch
+    transport = LocalTransport([client], vectorize=False)  # one client: nothing to batch
     _send(out, json.dumps({"n": int(objective.n_residuals), "p": int(objective.n_params),
                            "linear": isinstance(objective, LinearLeastSquares),
                            "cpu_s": time.process_time()}).encode())

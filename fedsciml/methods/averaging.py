@@ -119,6 +119,9 @@ class AveragingStrategy(Strategy):
             out["mu"] = self.local.prox
         if self.local.solver == "gn":
             out["local_damping"] = self.local.damping
+        rule = getattr(self.agg, "rule", None)  # the byzantine defence as resolved (fedsciml.runtime.robust)
+        if rule is not None and not rule.plain:
+            out.update(robust=rule.rule, trim=rule.trim, clip_norm=rule.clip_norm)
         return out
 
 
@@ -126,20 +129,11 @@ class AveragingStrategy(Strategy):
 
 
 def _averaging(cfg, ctx: RunContext, mu: float | None = None):
-    """FedAvg's strategy and record; FedProx's with its ``mu`` (recorded, 0 included)."""
+    """FedAvg's strategy; FedProx's with its ``mu``."""
     lc = local_config(cfg, 0.0 if mu is None else mu)
     agg = FedAvgAggregator(server_lr=cfg.server_lr, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm,
                            outlier_ratio=cfg.outlier_ratio)
-    rc = ctx.rounds
-    options = {"local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "server_lr": agg.server_lr,
-               "participation": rc.participation, "dropout": rc.dropout}
-    if not agg.rule.plain:
-        options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
-    if mu is not None:
-        options["mu"] = mu
-    if lc.solver == "gn":
-        options["local_damping"] = lc.damping
-    return AveragingStrategy(agg, lc, ctx.seed), options
+    return AveragingStrategy(agg, lc, ctx.seed)
 
 
 def fedavg_strategy(cfg: FedAvgConfig, ctx: RunContext):
@@ -154,8 +148,7 @@ def fedprox_strategy(cfg: FedProxConfig, ctx: RunContext):
 
 def fedprox_settings(r) -> str:
     """The summary table's settings text of a fedprox run: the local solver and μ."""
-    o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
-    return ", ".join([*local_settings(r), f"μ={o.get('mu')}"])
+    return ", ".join([*local_settings(r), f"μ={r.options.get('mu')}"])
 
 
 #: ``fedavg``'s and ``fedprox``'s registry entries, their :class:`~fedsciml.runtime.driver.Method` s

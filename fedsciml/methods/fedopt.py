@@ -167,11 +167,7 @@ def _factory(kind: str):
                  else {"beta1": cfg.beta1, "beta2": cfg.beta2, "tau": cfg.tau})
         agg = ServerOptAggregator(kind, cfg.server_lr, robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm,
                                   outlier_ratio=cfg.outlier_ratio, **extra)
-        strategy = ServerOptStrategy(agg, local_config(cfg), ctx.seed)
-        summary = {**strategy.summary(), "participation": ctx.rounds.participation, "dropout": ctx.rounds.dropout}
-        if not agg.rule.plain:
-            summary.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
-        return strategy, summary
+        return ServerOptStrategy(agg, local_config(cfg), ctx.seed)
     return build
 
 

@@ -210,8 +210,10 @@ class FIPAStrategy(AveragingStrategy):
     name = "fipa"
 
     def __init__(self, aggregator, local: LocalConfig, ask: CurvatureAsk, adaptive: AdaptiveSchedule | None,
-                 seed: int, safeguard: bool = False, complement: bool = False, lm_tau: float = 1e-3):
+                 seed: int, safeguard: bool = False, complement: bool = False, lm_tau: float = 1e-3,
+                 local_form: str | None = None):
         super().__init__(aggregator, local, seed)
+        self.local_form = local_form  # "matfree": some client takes its local GN step matrix-free (recorded)
         self.ask = ask  # what each round's update request asks beside the step (curvature, rank, sketch, CG)
         self.curvature, self.rank, self.sketch = ask.curvature, ask.rank, ask.sketch
         self.adaptive = adaptive
@@ -353,10 +355,16 @@ class FIPAStrategy(AveragingStrategy):
         self.cg_total = int(d.get("cg_total", 0))
 
     def summary(self):
-        out = {**super().summary(), "rank": self.rank, "curvature": self.curvature, "merge": self.agg.merge,
+        # the rank of a low-rank curvature; 0 for the full H_m (whose request carries an unused rank 1)
+        rank = self.rank if self.curvature == "lowrank" else 0
+        out = {**super().summary(), "rank": rank, "curvature": self.curvature, "merge": self.agg.merge,
                "beta": self.agg.beta, "gamma": self.agg.gamma, "sketch": self.sketch,
                "adaptive": self.adaptive is not None, "safeguard": self.safeguard, "complement": self.complement}
         out.pop("server_lr", None)
+        if self.local.loss != "mean":
+            out["local_loss"] = self.local.loss
+        if self.local_form is not None:
+            out["local_form"] = self.local_form
         return out
 
     def info(self):
@@ -386,7 +394,7 @@ def fipa_strategy(cfg: FIPAConfig, ctx: RunContext):
     ``pinv_rtol·λ_max`` are dropped by the pseudo-inverse (default ``p·eps``).  Why the published β = 0, γ = 1
     without a relative cutoff diverges (the cutoff, not γ): see PAPER_PRESET and docs/methods.md "The published FIPA".
     """
-    objectives, theta0, seed, rc = ctx.objectives, ctx.theta0, ctx.seed, ctx.rounds
+    objectives, theta0, seed = ctx.objectives, ctx.theta0, ctx.seed
     p = theta0.numel()
     if cfg.sketch == "matfree" and cfg.rank >= p:  # a sketch of every direction: p + 10 products a client a round
         raise OptionError(f"fipa {display('rank')} {cfg.rank} with {display('sketch')} matfree: the model has {p:,} "
@@ -401,28 +409,13 @@ def fipa_strategy(cfg: FIPAConfig, ctx: RunContext):
                          robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm, consistency=lc.solver == "gn",
                          rtol=cfg.pinv_rtol)
     sched = AdaptiveSchedule(C=cfg.adapt_c, C_tau=cfg.adapt_ctau) if cfg.adaptive else None
-    options = {"rank": rank, "curvature": curvature, "merge": cfg.merge, "beta": agg.beta, "gamma": agg.gamma,
-               "local": lc.solver, "local_steps": lc.steps, "lr": lc.lr, "local_damping": lc.damping,
-               "adaptive": cfg.adaptive, "sketch": cfg.sketch, "participation": rc.participation,
-               "dropout": rc.dropout}
-    if cfg.adaptive:
-        options.update(adapt_c=sched.C, adapt_ctau=sched.C_tau)
-    if cfg.pinv_rtol is not None:
-        options["pinv_rtol"] = cfg.pinv_rtol
-    if lc.loss != "mean":
-        options["local_loss"] = lc.loss
-    if cfg.preset is not None:
-        options["preset"] = cfg.preset
-    options.update(safeguard=cfg.safeguard, complement=cfg.complement)
-    if not agg.rule.plain:
-        options.update(robust=agg.rule.rule, trim=agg.rule.trim, clip_norm=agg.rule.clip_norm)
-    if any(fipa_local_matfree(lc.solver, curvature, cfg.sketch, cfg.adaptive, o.n_residuals, theta0.numel())
-           for o in objectives):  # some client takes its local GN step matrix-free
-        options.update(local_form="matfree", cg_iters=cfg.cg_iters, cg_rtol=cfg.cg_rtol)
+    # some client takes its local GN step matrix-free (recorded in the strategy's settings)
+    matfree = any(fipa_local_matfree(lc.solver, curvature, cfg.sketch, cfg.adaptive, o.n_residuals, theta0.numel())
+                  for o in objectives)
     # a full-curvature request carries rank 1, unused (the client sends the whole H_m)
     ask = CurvatureAsk(curvature, max(rank, 1), cfg.sketch, cfg.cg_iters, cfg.cg_rtol)
-    strategy = FIPAStrategy(agg, lc, ask, sched, seed, safeguard=cfg.safeguard, complement=cfg.complement)
-    return strategy, options
+    return FIPAStrategy(agg, lc, ask, sched, seed, safeguard=cfg.safeguard, complement=cfg.complement,
+                        local_form="matfree" if matfree else None)
 
 
 def fipa_ask(curvature: str, **options) -> CurvatureAsk:
@@ -435,8 +428,9 @@ def fipa_ask(curvature: str, **options) -> CurvatureAsk:
 
 def settings(r) -> str:
     """The summary table's settings text of a fipa run: rank, merge, local solver."""
-    o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
-    rank = "full H_m" if o.get("rank") == 0 else f"rank {o.get('rank')}" + (" adaptive" if o.get("adaptive") else "")
+    o = r.extra.get("strategy", {}) if isinstance(r.extra, dict) else {}
+    rank = ("full H_m" if o.get("curvature") == "full" or o.get("rank") == 0
+            else f"rank {o.get('rank')}" + (" adaptive" if o.get("adaptive") else ""))
     return ", ".join([rank, f"merge {o.get('merge')}", *local_settings(r)])
 
 

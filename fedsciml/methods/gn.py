@@ -412,7 +412,8 @@ class GNStrategy(Strategy):
     name = "gn"
 
     def __init__(self, lm_config: LMConfig | None = None, max_retries: int = 20, form: str = "normal",
-                 screen: float | None = None, kfac_net=None, exchange: str = "one", trials: int = 1):
+                 screen: float | None = None, kfac_net=None, exchange: str = "one", trials: int = 1,
+                 form_reason: str | None = None):
         if form not in FORMS:
             raise ValueError(f"gn statistics form must be one of {', '.join(FORMS)}, got {form!r}")
         if exchange not in EXCHANGES:
@@ -436,6 +437,7 @@ class GNStrategy(Strategy):
         self.kfac_net = kfac_net if form == "matfree" else None
         self.banned: list = []  # clients the screen left out of the run (at θ₀)
         self.form = form
+        self.form_reason = form_reason  # why form auto chose this form (recorded; None: the form was named)
         self.max_retries = int(max_retries)
         self.lm: LevenbergMarquardt | None = None
         self.retries = 0
@@ -453,8 +455,19 @@ class GNStrategy(Strategy):
         return self.lm.loss
 
     def summary(self) -> dict:
-        return {"lm_tau": self.lm_config.tau, "form": self.form, "max_retries": self.max_retries,
-                "exchange": self.exchange, **({"trials": self.trials} if self.trials > 1 else {})}
+        out = {"lm_tau": self.lm_config.tau, "form": self.form, "max_retries": self.max_retries,
+               "exchange": self.exchange, **({"trials": self.trials} if self.trials > 1 else {})}
+        if self.form_reason is not None:
+            out["form_reason"] = self.form_reason
+        mf = self.lm_config.matfree
+        if self.form == "matfree":  # the matrix-free solve as resolved (form auto picks the preconditioner and cap)
+            if mf.precond == "kfac":
+                out["precond"] = "kfac"
+            if mf.subspace > 0:
+                out.update(subspace=mf.subspace, subspace_damping=mf.subspace_damping)
+            elif mf.max_iters != forms.FULL_CG_ITERS:
+                out["cg_iters"] = mf.max_iters
+        return out
 
     def _ask(self, run, request, validate, down: int, clients: list | None = None, what: str | None = None) -> dict:
         """Every client's (of ``clients``, default all) valid answer to ``request``, asking again whoever did not
@@ -788,22 +801,13 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
     if cfg.subspace > 0 and form != "matfree":
         raise ValueError(f"gn subspace={cfg.subspace} is a step of the matrix-free form; form resolved to {form!r}"
                          + (f" ({reason})" if reason else "") + ": name form matfree, or leave subspace at 0")
-    options = {"lm_tau": lm_tau, "form": form}
-    if reason is not None:
-        options["form_reason"] = reason
     solve = {"sqrt": "auto", "normal": "normal", "matfree": "matfree"}[form]
     kfac = form == "matfree" and precond == "kfac"
     if form == "matfree" and cg_cap == 0 and precond != "kfac":
         raise ValueError(f"cg_iters=0 (the damped K-FAC step, no CG) needs precond kfac, got precond {precond}")
     if kfac:  # refused by name unless every client's residual is in a channel form
         require_jets(objectives, getattr(ctx.problem, "name", str(ctx.problem)))
-        options["precond"] = "kfac"
-    if form == "matfree" and cg_cap != forms.FULL_CG_ITERS and cfg.subspace == 0:
-        options["cg_iters"] = cg_cap
-    if cfg.subspace > 0:
-        options["subspace"] = cfg.subspace
-        options["subspace_damping"] = cfg.subspace_damping
-    strategy = GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(
+    return GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(
                               precond=precond if form == "matfree" else "nystrom",
                               rank=capped_rank(cfg.nystrom_rank, theta0.numel(), "nystrom_rank"),
                               max_iters=cg_cap, seed=seed, subspace=cfg.subspace,
@@ -811,21 +815,12 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
                                    momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen,
                           kfac_net=kfac_forms.factor_layout(objectives[0], theta0.numel()) if kfac else None, exchange=cfg.exchange,
-                          trials=cfg.trials)
-    if cfg.exchange != "one":
-        options["exchange"] = cfg.exchange
-    if cfg.trials > 1:
-        options["trials"] = cfg.trials
-    if cfg.screen is not None:
-        options["screen"] = cfg.screen
-    if cfg.momentum:
-        options["momentum"] = cfg.momentum
-    return strategy, options
+                          trials=cfg.trials, form_reason=reason)
 
 
 def settings(r) -> str:
     """The summary table's settings text of a gn run: the form its statistics took."""
-    o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
+    o = r.extra.get("strategy", {}) if isinstance(r.extra, dict) else {}
     base = "matrix-free LM (CG on Σ J_mᵀJ_m v)" if o.get("form") == "matfree" else "LM on ΣH_m, Σg_m"
     return base + (", loss then statistics" if o.get("exchange") == "two" else "")
 

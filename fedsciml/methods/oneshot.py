@@ -188,12 +188,13 @@ CENTRAL_DP_REFUSED = ("dp_central needs a secure sum: fedsciml's generic Flower 
                       "in-process engine")
 
 
-def refuse_central_dp_without_secure_sum(options) -> None:
-    """Central DP needs a secure sum; an engine without one (Flower here) refuses it in one line."""
-    get = options.get if isinstance(options, dict) else lambda k, d=None: getattr(options, k, d)
-    eps = get("dp_epsilon", None)
-    if get("dp_central", False) and eps is not None and eps != math.inf:
-        raise ValueError(CENTRAL_DP_REFUSED)
+def secure_sum_needed(cfg: OneShotConfig) -> str | None:
+    """Central DP at a finite ε needs a secure sum (:attr:`fedsciml.runtime.registry.Method.secure_sum`): the line
+    an engine without one (Flower's generic App) refuses it with; ``None`` otherwise."""
+    eps = cfg.dp_epsilon
+    return CENTRAL_DP_REFUSED if cfg.dp_central and eps is not None and eps != math.inf else None
+
+
 CENTRAL_DP_TRUST = ("central DP without secure aggregation: each site adds only its share s/√t of the noise, and "
                     "the server sees every site's message (noised below the calibrated s) — this trusts the server; "
                     "on Flower, central DP runs through SecAgg+ (fedsciml.engines.flower.secagg)")
@@ -834,19 +835,18 @@ def one_shot_strategy(cfg: OneShotConfig, ctx: RunContext):
     Client-side transforms (:class:`OneShotConfig`): ``dp_*`` (Gaussian mechanism), ``project``/``project_sketch``,
     seeded by the run's seed; ``cv_sigmas``: σ by leave-one-client-out CV (see :mod:`fedsciml.methods.oneshot`).
     With ``fit_intercept`` the model is (θ, intercept): the run's evaluation takes the fused intercept."""
-    problem, rc = ctx.problem, ctx.rounds
+    problem = ctx.problem
     strategy = OneShotStrategy(cfg.sigma or 0.0, dp=cfg.dp(), project=cfg.project, sketch=cfg.project_sketch,
                                seed=ctx.seed, cv_sigmas=cfg.cv_sigmas, screen=cfg.screen,
                                min_survivors=cfg.dp_min_survivors, form=cfg.message_form, repair=cfg.repair,
                                fit_intercept=cfg.fit_intercept, max_rows=cfg.dp_max_rows)
-    options = {**strategy.summary(), "participation": rc.participation, "dropout": rc.dropout}
     if not cfg.fit_intercept:
-        return strategy, options
+        return strategy
     if getattr(problem, "kind", None) != "ridge":
         raise ValueError(f"fit_intercept applies to linear ridge problems (kind 'ridge'); {problem.name!r} is "
                          f"not one")
     plain = ctx.evaluate
-    return strategy, options, lambda th: plain(th, intercept=strategy.intercept)
+    return strategy, lambda th: plain(th, intercept=strategy.intercept)
 
 
 def settings(r) -> str:
@@ -862,12 +862,29 @@ def settings(r) -> str:
     return text
 
 
+def model_meta(res) -> dict:
+    """What ``model.json`` says about a one-shot Result's linear model
+    (:attr:`fedsciml.runtime.registry.Method.linear_model`): σ used, clients fused, DP, projection, seed, problem."""
+    o = res.options
+    meta = {"method": res.method, "problem": res.problem, "fit_intercept": "intercept" in res.extra,
+            "sigma": float(res.extra.get("sigma_used", o.get("sigma", 0.0))), "clients": res.clients,
+            "clients_fused": res.extra.get("fused_clients", res.clients), "seed": res.seed}
+    dp = o.get("dp")
+    if o.get("dp_epsilon") is not None or dp:
+        eps = o.get("dp_epsilon", (dp or {}).get("epsilon"))
+        meta["dp"] = {"epsilon": eps, "delta": o.get("dp_delta", (dp or {}).get("delta")),
+                      "central": bool(o.get("dp_central", (dp or {}).get("central", False)))}
+    if o.get("project"):
+        meta["project"] = {"m": o["project"], "sketch": o.get("project_sketch", o.get("sketch"))}
+    return meta
+
+
 #: ``one-shot``'s registry entry: its :class:`~fedsciml.runtime.driver.Method`
 #: (:mod:`fedsciml.methods` registers every built-in module's entries, in one fixed order)
 METHOD_ENTRIES = (
     Method("one-shot", OneShotConfig, strategy=one_shot_strategy,
            description="one-shot fusion of the clients' Gauss–Newton statistics (one-shot ridge for linear "
-                       "residuals)", settings=settings,
+                       "residuals)", settings=settings, secure_sum=secure_sum_needed, linear_model=model_meta,
            # linear residuals only: on a network's residuals one fused step from θ₀ is no solver (the Gram of
            # an overparametrized network is singular: σ = 0 fails) — gn --rounds 1 is that step, damped
            kinds=("ridge",)),

@@ -287,11 +287,11 @@ def sgd_averaging_strategy(cfg: SGDAveragingConfig, ctx):
            "dp_clip": clip, "dp_z": z}
     strategy = RidgeAveraging(sgd, ctx.seed, cfg.name(), robust=cfg.robust, trim=cfg.trim, clip_norm=cfg.clip_norm,
                               record=info)
-    return strategy, {}
+    return strategy
 
 
 def settings(r) -> str:
-    """The summary table's settings text of a fedavg-sgd run (options are the run's own: no strategy record)."""
+    """The summary table's settings text of a fedavg-sgd run (from its options)."""
     ro = r.options
     parts = [f"local SGD {ro.get('local_epochs')} epochs, batch {ro.get('batch_size')}, lr={ro.get('lr')}"]
     if ro.get("mu"):

@@ -32,19 +32,27 @@ def write_model(out_dir: str, coef, intercept: float = 0.0, meta: dict | None = 
     return [os.path.join(out_dir, modelio.TENSORS), js]
 
 
+def _method(res):
+    from fedsciml.methods import METHODS  # every built-in method registered
+
+    return METHODS.get(res.method)
+
+
+def writes_model(res) -> bool:
+    """Whether ``res`` (a run on a ridge problem) fitted a linear model its method describes
+    (:attr:`fedsciml.runtime.registry.Method.linear_model`): what ``solve --out`` and the Flower App write out."""
+    spec = _method(res)
+    return spec is not None and spec.linear_model is not None
+
+
 def model_meta(res, **extra) -> dict:
-    """What ``model.json`` says about a one-shot Result: σ used, clients fused, DP, projection, seed, problem."""
-    o = res.options
-    meta = {"method": res.method, "problem": res.problem, "fit_intercept": "intercept" in res.extra,
-            "sigma": float(res.extra.get("sigma_used", o.get("sigma", 0.0))), "clients": res.clients,
-            "clients_fused": res.extra.get("fused_clients", res.clients), "seed": res.seed}
-    dp = o.get("dp")
-    if o.get("dp_epsilon") is not None or dp:
-        eps = o.get("dp_epsilon", (dp or {}).get("epsilon"))
-        meta["dp"] = {"epsilon": eps, "delta": o.get("dp_delta", (dp or {}).get("delta")),
-                      "central": bool(o.get("dp_central", (dp or {}).get("central", False)))}
-    if o.get("project"):
-        meta["project"] = {"m": o["project"], "sketch": o.get("project_sketch", o.get("sketch"))}
+    """What ``model.json`` says about ``res``'s linear model: its method's description (one-shot's: σ used, clients
+    fused, DP, projection, seed, problem) and ``extra``."""
+    spec = _method(res)
+    meta = None if spec is None else spec.linear_model_meta(res)
+    if meta is None:
+        raise ValueError(f"method {res.method!r} fits no linear model to write (its registry entry declares no "
+                         f"linear_model)")
     return {**meta, **extra}
 
 

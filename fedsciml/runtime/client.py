@@ -164,6 +164,29 @@ class Client:
         return dispatch(self, request, pre, deadline)
 
 
+def job_client(problem, cid: int, clients: int, seed: int, device="cpu", split: Callable | None = None) -> Client:
+    """Client ``cid`` of a job's split, built where it runs (an engine's client process, a Flower node) from the
+    job's problem, client count and seed: the driver's order — ``torch.manual_seed(seed)``, then the problem's own
+    one-client builder where it has one (``client_objective(cid, clients, device=)``, e.g. ``table``: this client's
+    file only), else the seeded split ``client_objectives(clients, seed=, device=)`` — so the objective is the one
+    the driver builds in process and the numbers do not depend on the engine.  ``split(build) -> objectives``: the
+    caller's keeper of the whole split (``build()`` seeds and draws it; a Flower process keeps it for the next
+    partition it is sent, and hands that back without drawing again).  The client holds ``problem`` (its end-of-run statistics read the conditions that built it)."""
+    own = getattr(problem, "client_objective", None)
+    if callable(own):
+        torch.manual_seed(int(seed))
+        objective = own(int(cid), int(clients), device=device)
+    else:
+        def build() -> list:
+            torch.manual_seed(int(seed))
+            return problem.client_objectives(int(clients), seed=int(seed), device=device)
+
+        objective = (build() if split is None else split(build))[int(cid)]
+    client = Client(int(cid), objective)
+    client.problem = problem  # type: ignore[attr-defined]
+    return client
+
+
 def sqrt_gn_fields(J: torch.Tensor, r: torch.Tensor) -> dict:
     """Square-root Gauss–Newton statistics: ``J_m = Q_m R_m`` (thin QR), ``s_m = Q_mᵀ r_m``.
 

@@ -42,6 +42,8 @@ from fedsciml.runtime.results import Result, jsonable, stop_reason_of
 from fedsciml.runtime.validation import held_out, report, with_validation
 from fedsciml.runtime.transport import Transport
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Connect:
@@ -404,6 +406,31 @@ class Plan:
     runtime: dict
 
 
+#: run options that need the clients' data in this process (a problem's default of them applies only there)
+LOCAL_ONLY = ("resample",)
+
+
+def run_defaults(problem, config_cls: type[MethodConfig], engine: str, given: Mapping) -> dict:
+    """The options of ``problem.run_defaults`` (:attr:`fedsciml.problems.base.Problem.run_defaults`) that the
+    method's configuration declares and the caller did not give — ``resample`` (:data:`LOCAL_ONLY`) only where
+    the clients run in this process (engine ``local``, transport local or bytes).  One info line names what is
+    applied, and one what is not and why."""
+    wanted = dict(getattr(problem, "run_defaults", None) or {})
+    declared = config_cls.specs()
+    out = {k: v for k, v in wanted.items() if k in declared and k not in given}
+    remote = engine != "local" or given.get("transport", "local") not in ("local", "bytes")
+    held = [k for k in out if k in LOCAL_ONLY and remote]
+    name = getattr(problem, "name", "the problem")
+    if held:
+        log.info("%s: its default %s not applied: the clients draw their own points on engine %r", name,
+                 ", ".join(f"{k}={out[k]!r}" for k in held), engine)
+    out = {k: v for k, v in out.items() if k not in held}
+    if out:
+        log.info("%s: its default %s (give the option to change it)", name,
+                 ", ".join(f"{k}={v!r}" for k, v in out.items()))
+    return out
+
+
 def plan(problem, method: str = "centralized", clients: int | None = None, seed: int = 0, device="cpu",
          progress: bool = False, every: int = 10, message_hook=None, config: MethodConfig | None = None,
          engine: str = "local", memory: MemoryTerms | None = None, **options: Any) -> Plan:
@@ -425,7 +452,7 @@ def plan(problem, method: str = "centralized", clients: int | None = None, seed:
     if engines is not None and engine not in engines:
         raise ValueError(f"method {method!r} runs on engine {', '.join(engines)} only, got engine {engine!r}")
     if config is None:
-        config = use.config.from_options(options)
+        config = use.config.from_options({**run_defaults(problem, use.config, engine, options), **options})
     elif options:
         raise TypeError(f"give the {method} options either as config or as keywords, not both")
     elif not isinstance(config, use.config):

@@ -505,7 +505,7 @@ class Simulation:
         want = last.get("loss")
         if (state.get("loss_pending") or not isinstance(want, float) or not math.isfinite(want)
                 or "loss_clients" in last or self.cfg.participation < 1.0 or self.cfg.dropout > 0.0
-                or "resample" in ((self.fingerprint or {}).get("options") or {}) or last.get("step") != state["round"]):
+                or ((self.fingerprint or {}).get("options") or {}).get("resample") is not None or last.get("step") != state["round"]):
             return
         with self.paused(), torch.no_grad():
             got = self.transport.ask(list(self.client_ids), Request("loss", {"theta": theta}, {"vectorize": False}))

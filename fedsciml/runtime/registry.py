@@ -40,8 +40,8 @@ class Method:
     """One method, declared in its own file and registered with :func:`register_method`: its name, its typed
     configuration class, what it runs and how its runs read in the summary table.
 
-    * ``strategy``: a federated method's strategy factory ``build(config, ctx) -> (strategy, record)`` (or
-      ``(strategy, record, evaluate)``), run by the driver's one round loop
+    * ``strategy``: a federated method's strategy factory ``build(config, ctx) -> strategy`` (or
+      ``(strategy, evaluate)``), run by the driver's one round loop
       (:func:`fedsciml.runtime.simulate.run_strategy`, ``ctx`` a :class:`~fedsciml.runtime.simulate.RunContext`);
     * ``run``: a method with a loop of its own (``centralized``: the pooled data, no messages),
       ``fn(problem, objectives, θ₀, evaluate, config, *, seed, progress, every, message_hook) -> (θ, rows, info)``;
@@ -54,7 +54,13 @@ class Method:
     * ``kinds``: the kinds of task it applies to — problem kinds (:data:`PROBLEM_KINDS`) and other kinds with
       their :class:`KindUse` in ``uses`` (:func:`add_kind`);
     * ``federated``: whether it exchanges messages (an engine carries them); a method with a ``run`` says so
-      itself (``centralized`` does not).
+      itself (``centralized`` does not);
+    * ``secure_sum``: ``fn(config) -> str | None``: why a run with this configuration needs a secure sum (one
+      line; one-shot's central DP), or ``None``; an engine without one (Flower's generic App) refuses such a run
+      with that line;
+    * ``linear_model``: on a ridge problem its θ (with ``extra["intercept"]``) is a fitted linear model:
+      ``fn(result) -> dict``, what ``model.json`` says of it (``solve --out`` and the Flower App write
+      ``model.safetensors`` beside it, :mod:`fedsciml.ridge.model_io`); ``None``: its runs write no model file.
 
     Calling it validates the options and runs the method."""
 
@@ -67,6 +73,8 @@ class Method:
     clients: Callable | None = None
     kinds: tuple[str, ...] = PROBLEM_KINDS
     federated: bool = True
+    secure_sum: str | Callable | None = None
+    linear_model: str | Callable | None = None
     uses: Mapping[str, KindUse] = field(default_factory=dict, compare=False, repr=False)
 
     def applies_to(self, kind: str) -> bool:
@@ -98,6 +106,14 @@ class Method:
 
     def make_config(self, options: dict, kind: str | None = None) -> MethodConfig:
         return self.use(kind).config.from_options(options)
+
+    def needs_secure_sum(self, config: MethodConfig) -> str | None:
+        """Why a run of this method with ``config`` needs a secure sum (one line), or ``None``."""
+        return None if self.secure_sum is None else _load(self.secure_sum)(config)
+
+    def linear_model_meta(self, result) -> dict | None:
+        """What ``model.json`` says of the linear model ``result`` fitted (a ridge run), or ``None`` (no model)."""
+        return None if self.linear_model is None else _load(self.linear_model)(result)
 
     def settings_text(self, result) -> str | None:
         """The summary table's settings text of ``result`` (a run of this method), or ``None`` (the default)."""

@@ -356,9 +356,9 @@ def stop_reason_of(info: Mapping[str, Any]) -> str | None:
 
 
 def local_settings(r: Result) -> list[str]:
-    """The local solver of a run, from its strategy record (``extra["options"]``): ``local GN`` or ``local adam
+    """The local solver of a run, from its strategy's settings (``extra["strategy"]``): ``local GN`` or ``local adam
     τ=… lr=…``; nothing for a run without one."""
-    o = r.extra.get("options", {}) if isinstance(r.extra, dict) else {}
+    o = r.extra.get("strategy", {}) if isinstance(r.extra, dict) else {}
     if o.get("local") == "gn":
         return ["local GN"]
     if o.get("local"):

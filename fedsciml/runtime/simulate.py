@@ -1,9 +1,12 @@
 """The one round loop of every method that has a strategy: typed configuration → round settings → transport →
 resampling → :class:`~fedsciml.runtime.loop.Simulation` → ``(θ, history rows, info)``.
 
-A method declares its strategy factory ``build(config, ctx) -> (strategy, record)`` on its
+A method declares its strategy factory ``build(config, ctx) -> strategy`` on its
 :class:`~fedsciml.runtime.driver.Method`; :func:`run_strategy` is what runs it (the driver calls it for every
-federated method, in process and over any engine's transport).  ``ctx`` is a :class:`RunContext`.
+federated method, in process and over any engine's transport).  ``ctx`` is a :class:`RunContext`.  What ran is
+recorded once: the configuration (``Result.options``, the driver's) and the strategy's resolved settings
+(:meth:`~fedsciml.runtime.strategy.Strategy.summary`, ``Result.extra["strategy"]``) with its counters
+(:meth:`~fedsciml.runtime.strategy.Strategy.info`).
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import torch
 from fedsciml.runtime.client import Client
 from fedsciml.runtime.loop import RoundConfig, Simulation
 from fedsciml.runtime.resample import Growth, ResamplingStrategy, check_resample, resampled_objectives
+from fedsciml.runtime.strategy import Strategy
 from fedsciml.runtime.transport import BytesTransport, LocalTransport, Transport
 
 TRANSPORTS = ("local", "bytes")
@@ -36,6 +40,10 @@ class RunContext:
 
 _LOOP_FIELDS = ("rounds", "budget", "clock", "tol", "participation", "dropout", "checkpoint", "resume")
 
+#: the configuration's fields a resumed run may change (how long it runs, where it checkpoints, how messages are
+#: carried): every other field is part of the checkpoint's fingerprint
+RESUMABLE = ("rounds", "budget", "clock", "tol", "checkpoint", "resume", "transport", "batched")
+
 
 def round_config(cfg, seed) -> RoundConfig:
     """The round loop's settings from a typed configuration's :class:`~fedsciml.options.RoundOptions` fields (a
@@ -45,8 +53,14 @@ def round_config(cfg, seed) -> RoundConfig:
     return RoundConfig(**{f: getattr(cfg, f) for f in _LOOP_FIELDS if hasattr(cfg, f)}, seed=seed, checked=True)
 
 
+def fingerprint_options(cfg) -> dict:
+    """The options a checkpoint must match: ``cfg.to_dict()`` less the fields a resumed run may change
+    (:data:`RESUMABLE`)."""
+    return {k: v for k, v in cfg.to_dict().items() if k not in RESUMABLE}
+
+
 def fingerprint(problem, method, objectives, theta0, seed, options):
-    """What a checkpoint must match to be resumed."""
+    """What a checkpoint must match to be resumed (``options``: :func:`fingerprint_options`)."""
     # the network first ("architecture" sorts first, and a checkpoint names the first difference): resuming
     # with another network is refused naming both
     arch = problem.architecture() if callable(getattr(problem, "architecture", None)) else None
@@ -69,11 +83,13 @@ def make_transport(objectives, transport="local", vectorize: bool = True, device
     return BytesTransport(local, device=device) if transport == "bytes" else local
 
 
-def simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every, options, message_hook,
+def simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every, config, message_hook,
              transport="local", vectorize=True, resample=None, growth=None):
     """Run ``strategy`` from ``theta0`` with the clients of ``objectives``: ``(θ, history rows, info)``, ``info``
-    holding the loop's counters, the strategy's :meth:`~fedsciml.runtime.strategy.Strategy.info` and ``options``
-    (the record of what ran)."""
+    holding the loop's counters, the strategy's settings (``info["strategy"]``:
+    :meth:`~fedsciml.runtime.strategy.Strategy.summary`) and counters (its
+    :meth:`~fedsciml.runtime.strategy.Strategy.info`); ``config`` (the typed configuration) is the checkpoint's
+    fingerprint, and the driver's record of the options."""
     if resample is not None:  # fresh collocation points every `resample` rounds (fedsciml.runtime.resample)
         check_resample(problem, resample)
         if isinstance(transport, Transport) and not isinstance(transport, (LocalTransport, BytesTransport)):
@@ -83,44 +99,39 @@ def simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, 
         strategy = ResamplingStrategy(strategy, resample,
                                       lambda j: resampled_objectives(problem, n_clients, seed, j, device, growth,
                                                                      resample))
-        options = {**options, "resample": resample}
-        if growth is not None:  # a Growth (fedsciml.runtime.resample): the points grow as the run goes
-            options.update(grow=growth.factor, grow_every=growth.every, grow_cap=growth.cap)
     sim = Simulation(make_transport(objectives, transport, vectorize, theta0.device), evaluate, rc, label=method,
                      progress=progress, every=every,
-                     fingerprint=fingerprint(problem, method, objectives, theta0, seed, options),
+                     fingerprint=fingerprint(problem, method, objectives, theta0, seed, fingerprint_options(config)),
                      message_hook=message_hook)
-    try:
-        theta, rows, info = sim.run(strategy, theta0)
-    except BaseException as e:  # an interrupted or failed run's partial result records its options too
-        if getattr(e, "partial", None) is not None:
-            e.partial[2]["options"] = options  # type: ignore[attr-defined]
-        raise
+    theta, rows, info = sim.run(strategy, theta0)
     info.update(strategy.info())
-    info["options"] = options
     return theta, rows, info
 
 
 def run_strategy(name: str, build: Callable, problem, objectives, theta0, evaluate, cfg, *, seed: int = 0,
                  progress: bool = False, every: int = 10, message_hook=None, transport=None,
                  clients: Callable | None = None):
-    """Run the strategy of method ``name`` built by ``build(cfg, ctx) -> (strategy, record)``: the round settings,
-    the transport (``transport``, a :class:`Transport` such as an engine's, or the one ``cfg.transport`` names,
+    """Run the strategy of method ``name`` built by ``build(cfg, ctx) -> strategy``: the round settings, the
+    transport (``transport``, a :class:`Transport` such as an engine's, or the one ``cfg.transport`` names,
     vectorized across the clients unless ``cfg.batched`` is false), resampling and the round loop are this
-    module's; the method says what its strategy is and what to record of its settings.  A factory whose model is
-    more than θ (one-shot's ``fit_intercept``) returns ``(strategy, record, evaluate)``: the history's evaluation of
-    θ, in place of ``evaluate``.  ``clients(objectives, cfg, device) -> Transport``: the method's own clients in
+    module's; the method says what its strategy is (its settings are recorded from the strategy's ``summary()``,
+    the options from ``cfg``).  A factory whose model is more than θ (one-shot's ``fit_intercept``) returns
+    ``(strategy, evaluate)``: the history's evaluation of θ, in place of ``evaluate``.  ``clients(objectives, cfg, device) -> Transport``: the method's own clients in
     this process (where no ``transport`` instance is given)."""
     rc = round_config(cfg, seed)
     built = build(cfg, RunContext(problem, objectives, theta0, seed, rc, evaluate))
-    if not isinstance(built, tuple) or len(built) not in (2, 3):
-        raise TypeError(f"{name}: a strategy factory returns (strategy, record) or (strategy, record, evaluate), "
-                        f"got {type(built).__name__}")
-    strategy, record = built[0], built[1]
-    if len(built) == 3:
-        evaluate = built[2]
+    strategy = built
+    if isinstance(built, tuple):
+        if len(built) != 2 or not callable(built[1]):
+            raise TypeError(f"{name}: a strategy factory returns its strategy, or (strategy, evaluate); got a tuple "
+                            f"of {len(built)} whose second is {type(built[1]).__name__ if len(built) > 1 else 'absent'}"
+                            f" (a record of settings is no longer returned: the strategy's summary() is recorded)")
+        strategy, evaluate = built
+    if not isinstance(strategy, Strategy):
+        raise TypeError(f"{name}: a strategy factory returns a fedsciml.runtime.strategy.Strategy, got "
+                        f"{type(strategy).__name__}")
     if transport is None and clients is not None:
         transport = clients(objectives, cfg, theta0.device)
-    return simulate(name, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every, record,
+    return simulate(name, strategy, problem, objectives, theta0, evaluate, seed, rc, progress, every, cfg,
                     message_hook, transport or cfg.transport, getattr(cfg, "batched", True),
                     resample=getattr(cfg, "resample", None), growth=Growth.of(cfg))

@@ -76,7 +76,7 @@ def run_one(problem, method, K, budget, args, **extra):
     sent = int(last.get("floats_sent", 0))
     return {"rounds": rounds, "seconds": round(res.wall_time_s, 2), "solver_seconds": round(last.get("time_s", 0.0), 2),
             "metric": res.metric_name, "error": res.error, "floats_sent": sent,
-            "floats_per_round": sent / rounds if rounds else 0.0, "options": res.extra.get("options", {})}
+            "floats_per_round": sent / rounds if rounds else 0.0, "options": res.options, "strategy": res.extra.get("strategy", {})}
 
 
 def check(target, err, fipa_err, fedavg_err):

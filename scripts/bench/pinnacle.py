@@ -13,8 +13,9 @@ of each process, so a loaded machine slows the wall clock, not the comparison):
 * ``centralized`` — fedsciml's default centralized solver (Levenberg–Marquardt, automatic form) on the pooled
   points of the K-site split below (``--method centralized --clients K``): the same points as the federated runs;
 * ``gn`` — exact federated Gauss–Newton, ``--clients`` sites (default 4) on a spatial split (strips along x: each
-  site owns a region of space), each with 1/K of the problem's default ``n_interior`` and ``n_boundary`` (points
-  of one client; ``--n-interior``, ``--n-boundary`` change these totals), so every run trains on the same points;
+  site owns a region of space): the problem's default ``n_interior`` and ``n_boundary`` (points
+  in all, drawn over the whole domain and split by ownership; ``--n-interior``, ``--n-boundary`` change these
+  totals), so every run trains on the same points;
 * ``fipa`` — FIPA (its default options), the same sites and points.
 
 Each child's peak resident memory and CPU come from ``os.wait4`` on it (``scripts/bench/anchors.py: run_job``).
@@ -49,7 +50,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from anchors import ROOT, BenchError, Job, _names, git_commit, machine, run_job  # noqa: E402  (the same child runner, records, option checks)
 from fedsciml.problems.pinnacle import CASES  # noqa: E402
-from fedsciml.problems.registry import REGISTRY  # noqa: E402
 
 #: ``--methods`` → the method options of the run (``K``: the number of clients, ``--clients``)
 METHODS = ("centralized", "gn", "fipa")
@@ -67,24 +67,21 @@ def child_env(device: str) -> dict:
     return env
 
 
-def problem_points() -> tuple[int, int]:
-    """The pinnacle problem's default ``(n_interior, n_boundary)`` (points per client)."""
-    s = REGISTRY["pinnacle"].specs()
-    return int(s["n_interior"][0]), int(s["n_boundary"][0])
-
-
 def plan(a, out: Path) -> list[Job]:
     """The jobs of ``a.cases`` × ``a.methods``."""
-    n_in, n_bd = problem_points()
-    n_in, n_bd = a.n_interior or n_in, a.n_boundary or n_bd
     jobs = []
     for case in a.cases:
         for m in a.methods:
             tag = f"{case}-{m}"
             js = out / f"{tag}.json"
             k = a.clients
-            cmd = [a.python, "-m", "fedsciml", "solve", "pinnacle", "--case", case, "--method", m, "--clients", str(k),
-                   "--n-interior", str(max(1, round(n_in / k))), "--n-boundary", str(max(1, round(n_bd / k)))]
+            cmd = [a.python, "-m", "fedsciml", "solve", "pinnacle", "--case", case, "--method", m, "--clients", str(k)]
+            # point counts are totals, drawn once over the whole domain and split among the sites by ownership (issue
+            # 37): every run of a case trains on the same points; unset, the problem's counts (they follow the network)
+            if a.n_interior is not None:
+                cmd += ["--n-interior", str(a.n_interior)]
+            if a.n_boundary is not None:
+                cmd += ["--n-boundary", str(a.n_boundary)]
             if a.pinnacle_dir:
                 cmd += ["--pinnacle-dir", str(a.pinnacle_dir)]
             if a.hidden:
@@ -194,9 +191,9 @@ def parse_args(argv=None):
     ap.add_argument("--clients", type=int, default=4, help="sites of the federated runs (and of the split whose pooled "
                     "points the centralized run trains on)")
     ap.add_argument("--n-interior", type=int, default=None, help="interior points in all, split among the clients "
-                    "(default the problem's n_interior, its points of one client)")
+                    "by ownership (default the problem's: they follow the network)")
     ap.add_argument("--n-boundary", type=int, default=None, help="points of each condition in all, split likewise "
-                    "(default the problem's n_boundary)")
+                    "(default the problem's)")
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (each one thread)")
     ap.add_argument("--pinnacle-dir", default=os.environ.get("FEDSCIML_PINNACLE"),
                     help="a PINNacle checkout (default $FEDSCIML_PINNACLE)")

@@ -61,7 +61,7 @@ from fedsciml.engines.flower import codec
 from fedsciml.engines.flower.resultio import write_result
 from fedsciml.engines.flower.runconfig import RUN_CONFIG_KEYS, job_from_run_config, jobs_of  # noqa: F401
 from fedsciml.engines.flower.transport import DESCRIBE, FINAL_STATS, FlowerTransport, stderr_log
-from fedsciml.core.objective import LeastSquares, LinearLeastSquares
+from fedsciml.core.objective import LinearLeastSquares
 from fedsciml.problems.table import table_objective  # noqa: F401  (a node's own table: CSV or npz)
 
 _CACHE: "OrderedDict[str, object]" = OrderedDict()
@@ -216,14 +216,20 @@ def _check_size(problem, K: int, limits: dict) -> None:
                           f"(node config)")
 
 
-def _node_objective(job: dict, pid: int, node_config) -> tuple[LeastSquares, object]:
-    """This node's objective, and the problem instance that built it (``None`` for a node's own table)."""
+def _node_client(job: dict, pid: int, node_config):
+    """This node's :class:`~fedsciml.runtime.client.Client` of the job: its own table (node config ``data``), or
+    partition ``pid`` of the job's split built by the runtime's :func:`~fedsciml.runtime.client.job_client` (the
+    same objective as in process), after this node's checks of the job."""
+    from fedsciml.runtime.client import Client, job_client
+
     limits = node_limits(node_config)
     data = node_config.get("data") if hasattr(node_config, "get") else None
     device = limits["device"]
     if data:
         try:
-            return table_objective(str(data), str(node_config.get("target", "y")), device=device), None
+            client = Client(pid, table_objective(str(data), str(node_config.get("target", "y")), device=device))
+            client.problem = None  # type: ignore[attr-defined]  # a node's own table: no problem built it
+            return client
         except Exception as e:  # noqa: BLE001 - the reason (it may quote the file) stays on the node
             _log.warning("this node's data %s could not be read: %s", data, e)
             raise NodeDataError("this node's own data could not be read (the node's log has the reason)") from None
@@ -236,25 +242,30 @@ def _node_objective(job: dict, pid: int, node_config) -> tuple[LeastSquares, obj
     if not 0 <= pid < K:
         raise BadJob(f"partition-id {pid} is outside 0..{K - 1} for a run with {K} clients")
     key = json.dumps({k: v for k, v in job.items() if k not in ("threads", "device")}, sort_keys=True, default=str)
+    seed = int(job.get("seed", 0))
     if key in _SPLITS:  # this process already built the run's clients (a Ray worker serves any partition)
         problem, objs = _SPLITS[key]
-        return objs[pid], problem
+        return job_client(problem, pid, K, seed, device, split=lambda build: objs)
     problem = _job_problem(job, limits)
     _check_size(problem, K, limits)
+
+    def keep(build) -> list:
+        # the split draws every client's points at once: keep it, so that another partition this process is sent
+        # (Ray hands each message to whichever worker is free) does not draw all K again
+        objs = build()
+        _SPLITS[key] = (problem, objs)
+        while len(_SPLITS) > 2:
+            _SPLITS.pop(next(iter(_SPLITS)))
+        return objs
+
+    own = hasattr(problem, "client_objective")  # e.g. 'table': read only this client's own file
     try:
-        if hasattr(problem, "client_objective"):  # e.g. 'table': read only this client's own file
-            return problem.client_objective(pid, K, device=device), problem
+        return job_client(problem, pid, K, seed, device, split=keep)
     except Exception as e:  # noqa: BLE001 - a file this node was allowed to read: its content stays here
+        if not own:
+            raise
         _log.warning("partition %s: its table could not be read: %s", pid, e)
         raise NodeDataError("this node's table could not be read (the node's log has the reason)") from None
-    torch.manual_seed(int(job.get("seed", 0)))  # as the driver does before building them (runtime/driver.py)
-    objs = problem.client_objectives(K, seed=int(job.get("seed", 0)), device=device)
-    # the split draws every client's points at once: keep it, so that another partition this process is sent
-    # (Ray hands each message to whichever worker is free) does not draw all K again
-    _SPLITS[key] = (problem, objs)
-    while len(_SPLITS) > 2:
-        _SPLITS.pop(next(iter(_SPLITS)))
-    return objs[pid], problem
 
 
 def _image_spec(spec: dict, node_config) -> dict:
@@ -272,7 +283,6 @@ def _image_spec(spec: dict, node_config) -> dict:
 
 def _client(job: dict, pid: int, node_config):
     """This node's :class:`~fedsciml.runtime.client.Client` for ``job`` (built once per process)."""
-    from fedsciml.runtime.client import Client
 
     key = json.dumps([{k: v for k, v in job.items() if k not in ("threads", "device")}, pid,
                       dict(node_config) if hasattr(node_config, "items") else None], sort_keys=True, default=str)
@@ -284,9 +294,7 @@ def _client(job: dict, pid: int, node_config):
 
         client = image_client(_image_spec(job["images"], node_config), pid)
     else:
-        objective, problem = _node_objective(job, pid, node_config)
-        client = Client(pid, objective)
-        client.problem = problem  # its final_stats read the conditions that built the objective
+        client = _node_client(job, pid, node_config)
     _CACHE[key] = client
     while len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
@@ -407,10 +415,9 @@ def run_on_grid(grid, problem, method: str, clients: int, *, seed: int = 0, devi
     options = dict(options)
     options.pop("transport", None)  # the configured in-process transport name: Flower's replaces it
     p = plan(problem, method, clients, seed, device, progress, engine="flower", **options)
-    if p.method == "one-shot":
-        from fedsciml.methods.oneshot import refuse_central_dp_without_secure_sum
-
-        refuse_central_dp_without_secure_sum(p.config)
+    need = p.spec.needs_secure_sum(p.config)  # e.g. one-shot's central DP: the SecAgg+ App's, not this one's
+    if need is not None:
+        raise ValueError(need)
 
     def connect(job: dict, n_clients: int) -> FlowerTransport:
         return FlowerTransport(grid, {**job, **(job_extra or {})}, n_clients, timeout_s=timeout_s,

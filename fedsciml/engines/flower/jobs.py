@@ -8,11 +8,14 @@ Central DP with a finite ε needs Flower's SecAgg+ (:mod:`fedsciml.engines.flowe
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 APP_DIR = str(Path(__file__).resolve().parent / "app")  # fedsciml's generic Flower App
 SECAGG_APP_DIR = str(Path(__file__).resolve().parent / "secagg_app")  # the SecAgg+ ServerApp/ClientApp pair
+#: the SecAgg+ App is one-shot's own: it fuses the masked sum of one-shot's statistics
+#: (:class:`fedsciml.methods.oneshot.OneShotStrategy`); whether a run needs a secure sum is the method's to say
+#: (:attr:`fedsciml.runtime.registry.Method.secure_sum`)
+SECAGG_METHOD = "one-shot"
 
 
 def app_dirs() -> dict:
@@ -22,11 +25,14 @@ def app_dirs() -> dict:
 
 
 def is_secagg_job(job: dict) -> bool:
-    """A job that needs a secure sum: ``one-shot`` with central DP at a finite ε."""
-    opts = job.get("options", {}) or {}
-    eps = opts.get("dp_epsilon")
-    return (job.get("kind", "solve") == "solve" and job.get("method") == "one-shot" and bool(opts.get("dp_central"))
-            and eps is not None and float(eps) != math.inf)
+    """A job for the SecAgg+ App: its method's (:data:`SECAGG_METHOD`) run that needs a secure sum, as the method
+    says of the job's options (one-shot: central DP at a finite ε)."""
+    if job.get("kind", "solve") != "solve" or job.get("method") != SECAGG_METHOD:
+        return False
+    from fedsciml.runtime.driver import get_method
+
+    spec = get_method(SECAGG_METHOD)
+    return spec.needs_secure_sum(spec.make_config(dict(job.get("options", {}) or {}))) is not None
 
 
 def _default_max_rows(problem) -> int | None:
@@ -42,7 +48,7 @@ def plan(job: dict, problem=None) -> dict:
     from fedsciml.methods.oneshot import OneShotStrategy
     from fedsciml.runtime.driver import get_method
 
-    cfg = get_method("one-shot").make_config(dict(job.get("options", {})))
+    cfg = get_method(SECAGG_METHOD).make_config(dict(job.get("options", {})))
     if cfg.cv_sigmas is not None or cfg.project is not None or cfg.screen is not None:
         raise ValueError("one-shot through SecAgg+ fuses one sum: cross-validation (needs each site's statistics), "
                          "projection and the influence screen are not offered with dp_central on Flower")

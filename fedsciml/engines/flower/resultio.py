@@ -40,9 +40,10 @@ def write_model_files(res, problem, out: str) -> list:
     if problem is None or res.theta is None:
         return []
     if getattr(problem, "kind", None) == "ridge":
-        if res.method != "one-shot":
+        from fedsciml.ridge.model_io import model_meta, write_model, writes_model
+
+        if not writes_model(res):
             return []
-        from fedsciml.ridge.model_io import model_meta, write_model
 
         return write_model(out, res.theta, float(res.extra.get("intercept", 0.0)), model_meta(res, engine="flower"))
     if hasattr(problem, "model_description"):

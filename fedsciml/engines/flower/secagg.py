@@ -70,7 +70,7 @@ import torch
 
 import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off before flwr is imported)
 from fedsciml.engines.flower.jobs import SECAGG_APP_DIR as APP_DIR  # noqa: F401  (the Flower App of this pair)
-from fedsciml.engines.flower.jobs import _default_max_rows, is_secagg_job, plan  # noqa: F401  (light: no flwr)
+from fedsciml.engines.flower.jobs import SECAGG_METHOD, _default_max_rows, is_secagg_job, plan  # noqa: F401  (light: no flwr)
 
 log = logging.getLogger(__name__)
 
@@ -302,8 +302,8 @@ def run_secagg_job(grid, job: dict, context):
              "floats_sent": arrived * L + K * int(theta0.size), "wall": wall}]
     # the driver's one Result constructor; the job was checked by plan(job, problem) above (its configuration
     # from the same options), so the Plan is the record of what ran, on engine flower
-    spec = get_method("one-shot")
-    p = Plan(problem, "one-shot", spec, spec.make_config(dict(job.get("options", {}))), K, seed, torch.device("cpu"),
+    spec = get_method(SECAGG_METHOD)
+    p = Plan(problem, SECAGG_METHOD, spec, spec.make_config(dict(job.get("options", {}))), K, seed, torch.device("cpu"),
              "cpu", "flower", False, 10, None, {})
     return run_result(p, K, theta, rows, info, wall, {})
 

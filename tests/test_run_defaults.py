@@ -1,0 +1,42 @@
+"""A problem's run defaults (``Problem.run_defaults``, applied by ``fedsciml.runtime.driver.plan``): PINNacle's
+Burgers 1d-C draws fresh points every 10 steps unless told otherwise, in process only."""
+import logging
+
+import fedsciml.methods  # noqa: F401  (registers the methods plan reads)
+
+from fedsciml.problems import get_problem
+from fedsciml.runtime.driver import plan
+
+
+def _burgers():
+    return get_problem("pinnacle", case="burgers1d-c", n_interior=8, n_boundary=2, hidden=[4])
+
+
+def test_burgers_resamples_every_10_steps_by_default_and_an_explicit_option_wins(caplog):
+    p = _burgers()
+    assert p.run_defaults == {"resample": 10}
+    with caplog.at_level(logging.INFO, logger="fedsciml.runtime.driver"):
+        assert plan(p, "centralized").config.resample == 10
+    assert "its default resample=10" in caplog.text
+    assert plan(p, "gn", clients=2).config.resample == 10
+    assert plan(p, "centralized", resample=3).config.resample == 3
+    assert plan(p, "centralized", resample=None).config.resample is None  # an explicit None is given
+    assert plan(get_problem("pinnacle", case="ns2d-c"), "centralized").config.resample is None
+
+
+def test_the_default_makes_grow_applicable_and_reaches_the_history():
+    """With the default resample, ``grow`` is not refused as idle; a run of 12 steps trains on the points of draw 1
+    from step 11 on (the history's ``resample`` column)."""
+    import fedsciml as fs
+
+    p = _burgers()
+    assert plan(p, "centralized", grow=2.0).config.grow == 2.0
+    r = fs.solve(p, "centralized", max_iters=12)
+    assert r.options["resample"] == 10
+    assert [row.get("resample") for row in r.history][-1] == 1
+
+
+def test_a_default_that_needs_the_clients_here_is_not_applied_on_another_engine(caplog):
+    with caplog.at_level(logging.INFO, logger="fedsciml.runtime.driver"):
+        assert plan(_burgers(), "gn", clients=2, engine="processes").config.resample is None
+    assert "not applied: the clients draw their own points on engine 'processes'" in caplog.text
