@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 
 import numpy as np
@@ -166,6 +166,37 @@ def component_index(c, names: Sequence[str]) -> int:
     if isinstance(c, str) and c in names:
         return list(names).index(c)
     raise ProblemError(f"unknown component {c!r}; this problem's outputs are {list(names)}")
+
+
+class FieldCoefficients(Mapping):
+    """The coefficients a :class:`Field` of a problem with unknown fields reads (``u.coef``): the scalar unknowns
+    by name, and each unknown field as a component :class:`Field` of the system, made on each lookup.
+
+    Decision: no field is stored here.  Stored (``coef[name] = u[name]``, as before), the field's :class:`Field`
+    referred to this mapping and the mapping to it — a reference cycle that kept each residual evaluation's cached
+    jets, and with them the whole autograd graph of the evaluation, alive until Python's cyclic collector ran.
+    The matrix-free operator builds and drops one such graph per row block and product, so a run held several at
+    once: HInv with a 5 × 100 network (4,096 interior points, 7,120 rows) grew by about 0.5 GB a product to 4.5
+    GB over 15 products, and the full step at their point counts passed 11 GB; made on lookup, the graph goes
+    with the evaluation (``reproductions/pinnacle.md``)."""
+
+    def __init__(self, scalars: dict, fn: Callable, names: Sequence[str], axes: Sequence[str], n_space: int,
+                 cache: dict, n_main: int):
+        self._scalars = dict(scalars)
+        self._fields = tuple(names[n_main:])
+        self._spec = (fn, tuple(names), tuple(axes), int(n_space), cache, int(n_main))
+
+    def __getitem__(self, k):
+        if k in self._fields:
+            fn, names, axes, n_space, cache, n_main = self._spec
+            return Field(fn, names, axes, n_space, self, component_index(k, names), cache, n_main)
+        return self._scalars[k]
+
+    def __iter__(self):
+        return iter((*self._scalars, *self._fields))
+
+    def __len__(self) -> int:
+        return len(self._scalars) + len(self._fields)
 
 
 # ----------------------------------------------------------------------------- conditions

@@ -63,7 +63,7 @@ from torch.func import jacrev, vmap
 from fedsciml.options import FLOATS, option
 
 from .base import DTYPE, TOTAL_POINTS, ProblemError, ResidualPart, arch_of
-from .conditions import Condition, Data, Field, Initial, Periodic, component_index
+from .conditions import Condition, Data, Field, FieldCoefficients, Initial, Periodic, component_index
 from .geometry import SAMPLINGS, Geometry, Partition, SpaceTime, axis_name, make_partition
 from .pinn import PINNProblem
 
@@ -371,11 +371,10 @@ class DomainPDE(PINNProblem):
         def fn(x):
             return torch.cat([main(x), *(f(x) for f in fields)])
 
-        coef = self.coefficients(theta)
-        u = Field(fn, self.components, self.axes, self.geometry.dim, coef, n_main=len(self.outputs))
-        for name in self.unknown_fields:
-            coef[name] = u[name]
-        return u
+        cache: dict = {}
+        coef = FieldCoefficients(self.coefficients(theta), fn, self.components, self.axes, self.geometry.dim, cache,
+                                 len(self.outputs))  # each field a component of u, made on lookup (no cycle)
+        return Field(fn, self.components, self.axes, self.geometry.dim, coef, cache=cache, n_main=len(self.outputs))
 
     def u(self, theta, x):
         """All outputs at a batch ``x [n, d]``: ``[n]`` for one output, ``[n, C]`` for a system."""
@@ -643,7 +642,9 @@ class DomainPDE(PINNProblem):
         sizes = list(getattr(self.network(), "sizes", []))
         if len(sizes) < 3:
             return None
-        return nested_graph(int(sizes[0]), sizes[1:-1], kfac=precond in ("auto", "kfac"))
+        # an unknown field's network has no K-FAC form: ``auto`` takes Nyström there and holds no K-FAC pass
+        kfac = precond == "kfac" or (precond == "auto" and not self.unknown_fields)
+        return nested_graph(int(sizes[0]), sizes[1:-1], kfac=kfac)
 
     def pde_rows_per_client(self, n_clients: int) -> int:
         K = int(n_clients)

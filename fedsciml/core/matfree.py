@@ -115,6 +115,7 @@ class BlockGNOperator:
             r_b, pull = out[0].detach(), out[1]
             g += pull(r_b)[0].detach()
             rs.append(r_b)
+            del out, pull  # this block's graph goes before the next block's is built (one graph held, not two)
         self.r: torch.Tensor = torch.cat(rs)
         self.n = int(self.r.numel())
         self.p = int(self.theta.numel())
@@ -140,6 +141,7 @@ class BlockGNOperator:
         for res in self.blocks:  # one block's graph at a time (a loop over blocks of rows, not over points)
             jv, pull = self._block(res, v)
             out += pull(jv)[0].detach()
+            del jv, pull  # dropped before the next block's graph is built: one graph held, not two
         return out
 
     def matmat(self, V: torch.Tensor) -> torch.Tensor:
