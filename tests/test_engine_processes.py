@@ -14,7 +14,9 @@ from fedsciml.runtime.client import Client
 from fedsciml.runtime.driver import ENGINES, Connect
 from fedsciml.runtime.transport import LocalTransport
 
-OPTS = {"n_interior": 60}
+# a small network (97 parameters, not bratu's default 2209): bitwise equality with the in-process run and the server
+# building no client data hold at any size; gn's J_kᵀJ_k (p² floats) through each client's pipe is 500× smaller
+OPTS = {"n_interior": 60, "hidden": [8, 8]}
 K = 3
 
 

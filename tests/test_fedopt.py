@@ -84,11 +84,4 @@ def test_resume_continues_the_server_state_bitwise(tmp_path):
     assert torch.equal(full.theta, resumed.theta)
 
 
-def test_over_flower_equals_in_process():
-    pytest.importorskip("flwr")
-    opts = dict(clients=2, rounds=2, local_steps=10)
-    local = fs.solve("sin1d", "fedadam", **opts)
-    flower = fs.solve("sin1d", "fedadam", engine="flower", **opts)
-    assert flower.extra["engine"]["name"] == "flower"
-    # the same strategy and loop; Flower carries the messages: equal to round-off (one thread per node there)
-    assert flower.final["mse"] == pytest.approx(local.final["mse"], rel=1e-9)
+# FedAdam over Flower against the in-process run: tests/test_flower.py (one job of its shared simulation)

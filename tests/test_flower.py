@@ -28,6 +28,12 @@ from fedsciml.engines.flower.apps import answer_content, table_objective  # noqa
 from fedsciml.problems import get_problem  # noqa: E402
 
 K = 2
+# bratu with a small network (97 parameters, not the default 2209) in the simulation and the in-process tests: what
+# they prove — bitwise equality of a Flower run and the in-process one, the model files, the summary table — holds at
+# any size; gn's messages (J_kᵀJ_k, p² floats) are 500× smaller, and each node's Jacobian with them.  The stock
+# deployment below keeps the default network: its kill-and-restart timing was measured with it
+BRATU = {"hidden": [8, 8]}
+FEDADAM = dict(clients=K, seed=0, rounds=2, local_steps=10)  # FedAdam on sin1d over Flower (one simulated job)
 
 
 class Run:
@@ -92,7 +98,7 @@ def test_request_and_reply_cross_flower_records_bitwise(packed, monkeypatch):
 
 
 def test_client_app_answers_like_an_in_process_client_and_reports_failures():
-    p = get_problem("bratu")
+    p = get_problem("bratu", **BRATU)
     job = {"problem": "bratu", "options": dict(p.options), "clients": K, "seed": 0}
     theta = p.init_params(0)
     ref = unbatched(p, K).clients[1]
@@ -221,9 +227,10 @@ RUNS = {
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
     """Every run of :data:`RUNS` through one Flower simulation, and the matching in-process runs;
-    plus a gn run checkpointed after 2 rounds and resumed to 3 (key ``"resumed"``: (resumed, 3 rounds)); a user's
-    own PDE installed as a package with an entry point (``"own-pde"``); every listening socket of the run's
-    process tree (``"listeners"``); the run's directory (``"workdir"``: each job's ``out``)."""
+    plus a gn run checkpointed after 2 rounds and resumed to 3 (key ``"resumed"``: (resumed, 3 rounds)); FedAdam
+    on sin1d (``"fedadam"``: the Flower run only); a user's own PDE installed as a package with an entry point
+    (``"own-pde"``); every listening socket of the run's process tree (``"listeners"``); the run's directory
+    (``"workdir"``: each job's ``out``)."""
     import os
     import sys
 
@@ -240,7 +247,8 @@ def simulated(tmp_path_factory):
     os.environ["PYTHONPATH"] = os.pathsep.join([site] + ([old_path] if old_path else []))
     sys.path.insert(0, site)
     try:
-        probs = {name: get_problem(name) for name in {r[0] for r in RUNS.values()}}
+        probs = {name: get_problem(name, **(BRATU if name == "bratu" else {}))
+                 for name in {r[0] for r in RUNS.values()} | {"sin1d"}}
         calls = [dict(problem=probs[pn], method=m, clients=K, seed=0, **o) for pn, m, o in RUNS.values()]
         calls += [dict(problem=probs["bratu"], method="gn", clients=K, seed=0, batched=False, rounds=r, checkpoint=ck,
                        resume=r == 3) for r in (2, 3)]
@@ -253,8 +261,10 @@ def simulated(tmp_path_factory):
         calls += [dict(problem=table, method="one-shot", clients=K, seed=0, **o) for o in table_opts]
         own = get_problem("my-helmholtz", n_interior=40)  # found through the entry point (not imported here)
         calls.append(dict(problem=own, method="gn", clients=K, seed=0, batched=False, rounds=2))
+        calls.append(dict(problem=probs["sin1d"], method="fedadam", **FEDADAM))  # tests/test_fedopt.py's run
         with ListenerWatch() as watch:
             flower = solve_many(calls, clients=K, workdir=work)
+        fedadam = flower.pop()
         own_run = flower.pop()
         resumed = (flower[-4], flower[-3])
         tables = flower[-2:]
@@ -270,7 +280,7 @@ def simulated(tmp_path_factory):
         else:
             os.environ["PYTHONPATH"] = old_path
     return {**dict(zip(RUNS, zip(flower, local))), "resumed": resumed, "tables": (tables, tables_local, paths),
-            "own-pde": (own_run, own_local, own), "listeners": watch, "workdir": work}
+            "own-pde": (own_run, own_local, own), "listeners": watch, "workdir": work, "fedadam": fedadam}
 
 
 def _example():
@@ -312,7 +322,7 @@ def test_the_apps_out_is_the_model_directory_solve_out_writes(simulated, tmp_pat
     fl, _ = simulated["gn"]
     out = os.path.join(simulated["workdir"], "generic", "job0")
     assert {"result.json", "history.csv", "model.json", "model.safetensors"} <= set(os.listdir(out))
-    problem = get_problem("bratu")
+    problem = get_problem("bratu", **BRATU)
     fs.save_model(fl, problem, str(tmp_path / "ref"))
     x = torch.linspace(0, 1, 33, dtype=torch.float64).reshape(-1, 1)
     assert torch.equal(fs.load_model(out)(x), fs.load_model(str(tmp_path / "ref"))(x))
@@ -380,9 +390,20 @@ def test_ridge_on_flower_is_the_pooled_ridge_solution(simulated, run):
     assert torch.allclose(fl.theta, w, rtol=1e-9, atol=1e-12 * float(w.abs().max()))
 
 
+def test_fedadam_over_flower_equals_in_process(simulated):
+    """FedAdam (fedsciml.methods.fedopt) over Flower's simulation: the same strategy and loop, Flower carries the
+    messages; against the default (vectorized) in-process run: equal to round-off (one thread per node there).
+    One job of this module's Flower simulation (it had a simulation of its own in tests/test_fedopt.py)."""
+    flower = simulated["fedadam"]
+    local = fs.solve("sin1d", "fedadam", **FEDADAM)
+    assert flower.extra["engine"]["name"] == "flower"
+    assert flower.final["mse"] == pytest.approx(local.final["mse"], rel=1e-9)
+
+
 def test_vectorized_local_run_is_close(simulated):
     fl, _ = simulated["gn"]
-    vec = fs.solve("bratu", "gn", clients=K, rounds=2)  # vectorized across clients: round-off may differ
+    # vectorized across clients: round-off may differ
+    vec = fs.solve(get_problem("bratu", **BRATU), "gn", clients=K, rounds=2)
     assert torch.allclose(fl.theta, vec.theta, rtol=0, atol=1e-10 * float(vec.theta.abs().max()))
     assert json.dumps(fl.to_dict()["final"])  # the Result serializes like any other
 
@@ -528,7 +549,7 @@ def test_server_app_prints_the_cli_table(capsys):
     from fedsciml.runtime.results import summary_lines
 
     for method, opts in (("fipa", dict(rounds=1)), ("gn", dict(rounds=1)), ("fedavg", dict(rounds=1))):
-        r = fs.solve("bratu", method, clients=K, **opts)
+        r = fs.solve(get_problem("bratu", **BRATU), method, clients=K, **opts)
         _print_summary([r])
         assert capsys.readouterr().out.splitlines() == summary_lines([r])
 

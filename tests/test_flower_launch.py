@@ -50,11 +50,19 @@ def test_a_completed_run_exits_0_and_says_so(link, tmp_path):
     (["/no/such/app"], "flower run: APP '/no/such/app' is neither a directory nor one of fedsciml's Apps (app, secagg)"),
     (["app", "--timeout", "-1"], "argument --timeout: must be a finite number of seconds > 0, got '-1'"),
 ])
-def test_bad_arguments_are_one_line_and_exit_2(args, message):
-    r = subprocess.run([sys.executable, "-m", "fedsciml", "flower", "run", *args], capture_output=True, text=True,
-                       cwd=REPO_ROOT, timeout=120)
-    lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr  # a --help pointer may follow
+def test_bad_arguments_are_one_line_and_exit_2(args, message, capsys, monkeypatch):
+    """The command line's own ``main`` (what ``python -m fedsciml`` runs; the tests above start that) in this process,
+    with starting a process made a test failure: exit 2 and one line, before anything is started."""
+    from fedsciml.cli import main
+
+    def started(*a, **k):
+        raise AssertionError(f"a process was started: {a[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", started)
+    monkeypatch.chdir(REPO_ROOT)
+    code = main(["flower", "run", *args])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and message in lines[0], lines  # a --help pointer may follow
 
 
 def test_a_flwr_cli_failure_is_one_line(tmp_path):

@@ -74,15 +74,23 @@ def test_a_federation_of_the_wrong_size_is_refused_before_the_run():
         check_federation_size(app, [], ["num-supernodes=3"])
 
 
-def test_flower_run_refuses_the_wrong_size_in_one_line_without_starting_a_run(tmp_path):
+def test_flower_run_refuses_the_wrong_size_in_one_line_without_starting_a_run(tmp_path, capsys, monkeypatch):
     """``flower run … clients=3`` on a 2-node federation: one line, exit 1, before ``flwr run`` (no SuperLink is
-    needed: the connection named does not even exist)."""
-    r = subprocess.run([sys.executable, "-m", "fedsciml", "flower", "run", "app", "nosuchlink", "--run-config",
-                        "problem='sin1d' clients=3", "--federation-config", "num-supernodes=2"],
-                       capture_output=True, text=True, cwd=deploy.REPO_ROOT, timeout=120,
-                       env={**os.environ, "FLWR_HOME": str(tmp_path), "FLWR_TELEMETRY_ENABLED": "0"})
-    err = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert r.returncode == 1 and len(err) == 1 and "num-supernodes=2" in err[0] and "clients=3" in err[0], r.stderr
+    needed: the connection named does not even exist).  The command line's own ``main`` in this process (what
+    ``python -m fedsciml`` runs), with starting any process — ``flwr run`` included — made a test failure."""
+    from fedsciml.cli import main
+
+    def started(*a, **k):
+        raise AssertionError(f"a process was started: {a[:1]}")
+
+    monkeypatch.setattr(subprocess, "Popen", started)
+    monkeypatch.chdir(deploy.REPO_ROOT)
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path))
+    monkeypatch.setenv("FLWR_TELEMETRY_ENABLED", "0")
+    code = main(["flower", "run", "app", "nosuchlink", "--run-config", "problem='sin1d' clients=3",
+                 "--federation-config", "num-supernodes=2"])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == 1 and len(err) == 1 and "num-supernodes=2" in err[0] and "clients=3" in err[0], err
 
 
 def test_wait_port_accepts_only_the_started_process_listener():

@@ -76,8 +76,10 @@ def test_tls_and_supernode_auth_on_loopback_as_the_guide_says(tmp_path):
         rogue = start("rogue", "flower-supernode", "--superlink", f"{HOST}:{port}", "--root-certificates", "ca.crt",
                       "--auth-supernode-private-key", "rogue", "--node-config", "partition-id=0 num-partitions=1",
                       "--port", node_ports[1])
+        # the plain site gives up after --max-wait-time s of failed connections, and the loop below waits for that:
+        # 8 s (was 20) is still many attempts against a SuperLink that is already up and serving TLS
         plain = start("plain", "flower-supernode", "--superlink", f"{HOST}:{port}", "--insecure", "--max-wait-time",
-                      "20", "--node-config", "partition-id=0 num-partitions=1", "--port", node_ports[2])
+                      "8", "--node-config", "partition-id=0 num-partitions=1", "--port", node_ports[2])
         end, online = time.monotonic() + 240, []
         while time.monotonic() < end and not (online and rogue.poll() is not None and plain.poll() is not None):
             out = _sh(os.path.join(BIN, "flwr"), "supernode", "ls", "secure", "--format", "json", cwd=d, env=env)

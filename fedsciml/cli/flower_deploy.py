@@ -105,7 +105,8 @@ def run(args) -> int:
             check_output_file(args.json, "--json")
         except ValueError as e:
             raise CLIError(f"flower deploy: {e}") from None
-    from fedsciml.engines.flower.deploy import LocalDeployment
+    from fedsciml.engines.flower.deploy import LocalDeployment, ServerAppFailed
+    from fedsciml.runtime.interrupt import FAILED
 
     status(f"flower deploy: starting flower-superlink and {args.clients} flower-supernode(s) on 127.0.0.1 …")
     from fedsciml.engines.flower.resultio import read_result
@@ -120,6 +121,8 @@ def run(args) -> int:
                    f"ServerApp's log follows")
             d.wait_files(proc, [out], args.wait, echo=lambda line: status(f"  {line}") if line.strip() else None)
             res = read_result(str(out))
+            if FAILED in (res.stop_reason, res.extra.get("stop_reason")):  # a job stopped after some rounds: the ServerApp wrote those, and why
+                raise ServerAppFailed(str(res.extra.get("error") or "a round failed"))
     except (RuntimeError, TimeoutError) as e:  # the run's log was echoed above: its first line here
         from fedsciml.engines.flower.resultio import ready
 
@@ -127,7 +130,8 @@ def run(args) -> int:
         if out is not None and ready(str(out)) and args.json:  # a dead site stopped it after some rounds: the ServerApp wrote those
             read_result(str(out)).to_json(args.json)
             kept = f"; the rounds before are written: {args.json}"
-        raise EngineFailed(f"flower deploy: {str(e).splitlines()[0]}{kept}{logs}") from None
+        what = "the run failed: " if isinstance(e, ServerAppFailed) else ""
+        raise EngineFailed(f"flower deploy: {what}{str(e).splitlines()[0]}{kept}{logs}") from None
     eng = res.extra.get("engine", {})
     median = eng.get("exchange_median_s")
     loss = res.final.get("loss")

@@ -45,6 +45,15 @@ def at_exchanges(r, E: int) -> tuple[float, int, int]:
     return float(h["l2re"]), int(h.get("exchanges_total") or 0), i
 
 
+def accepted(r) -> int:
+    """A federated run's accepted steps: gn's own count; FIPA's rounds that kept the previous round's merged step
+    (history rows from round 2 on with ``accepted`` true — round 1 checks θ₀, no step; a rejected step is undone and
+    re-merged at once, without an exchange)."""
+    if "accepted_steps" in r.extra:
+        return int(r.extra["accepted_steps"])
+    return sum(1 for h in r.history if h.get("accepted") is True and int(h.get("round") or 0) >= 2)
+
+
 def parse_options(text: str | None) -> dict:
     out: dict = {}
     for item in (text or "").split(","):
@@ -85,7 +94,7 @@ def main(argv=None) -> int:
     else:
         print(f"{'case':12s} {'E':>4s} {'l2re c@E':>9s} {'steps':>5s} {'l2re gn@E':>9s} {'l2re fipa@E':>11s} "
               f"{'fipa/c':>7s} | {'gn end':>9s} {'ex':>4s} {'acc':>4s} {'cpu':>5s} | {'fipa end':>9s} {'ex':>4s} "
-              f"{'cpu':>5s} | {'c cpu':>5s} {'|θgn−θc|/|θc|':>13s}")
+              f"{'acc':>4s} {'cpu':>5s} | {'c cpu':>5s} {'|θgn−θc|/|θc|':>13s}")
 
     for case in a.cases.split(","):
         po = dict(case=case, pinnacle_dir=a.pinnacle_dir)
@@ -114,8 +123,9 @@ def main(argv=None) -> int:
             rel = float((c.theta - g.theta).abs().max() / c.theta.abs().max())
         print(f"{case:12s} {E:4d} {lc:9.3e} {steps:5d} {lg:9.3e} {lf:11.3e} {lf / lc:7.2f} | "
               f"{g.final['l2re']:9.3e} {int(g.history[-1].get('exchanges_total') or 0):4d} "
-              f"{int(g.extra.get('accepted_steps') or 0):4d} {cpu(g):5.0f} | {f.final['l2re']:9.3e} "
-              f"{int(f.history[-1].get('exchanges_total') or 0):4d} {cpu(f):5.0f} | {cpu(c):5.0f} {rel:13.2e}",
+              f"{accepted(g):4d} {cpu(g):5.0f} | {f.final['l2re']:9.3e} "
+              f"{int(f.history[-1].get('exchanges_total') or 0):4d} {accepted(f):4d} {cpu(f):5.0f} | {cpu(c):5.0f} "
+              f"{rel:13.2e}",
               flush=True)
     return 0
 

@@ -2153,10 +2153,13 @@ def main(argv=None):
     ap.add_argument("--mem-mb", type=int, default=3000, help="address-space cap per case beyond its start (MiB)")
     ap.add_argument("--json", default="adversarial.json", help="write every case's outcome here")
     ap.add_argument("--only", default=None, help="run only cases whose group or name contains this text")
+    ap.add_argument("--groups", default=None, help="run only these groups (exact names, comma-separated)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     ap.add_argument("--subprocess", action="store_true", help="a fresh interpreter per case (slower)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args(argv)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started as a background job (`cmd &`): SIGINT ignored,
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # inherited by every run, so the SIGINT cases hung
     if args.jobs < 1 or not args.timeout > 0:
         ap.error("--jobs must be ≥ 1 and --timeout > 0")
     sys.path.insert(0, ROOT)
@@ -2165,6 +2168,12 @@ def main(argv=None):
     cases = all_cases()
     if args.only:
         cases = [c for c in cases if args.only in c.group or args.only in c.name]
+    if args.groups:
+        wanted = {g.strip() for g in args.groups.split(",") if g.strip()}
+        unknown = sorted(wanted - {c.group for c in cases})
+        if unknown:
+            ap.error(f"--groups: no case in group(s) {', '.join(unknown)}")
+        cases = [c for c in cases if c.group in wanted]
     if args.list:
         for c in cases:
             print(f"{c.group:20s} {c.kind:8s} {c.expect:6s} {c.name}")

@@ -58,7 +58,7 @@ from fedsciml.runtime.loop import RoundFailed
 from fedsciml.runtime.protocol import Failure, Reply
 from fedsciml.runtime.results import summary_lines
 from fedsciml.engines.flower import codec
-from fedsciml.engines.flower.resultio import write_result
+from fedsciml.engines.flower.resultio import clear_failure, write_failure, write_result
 from fedsciml.engines.flower.runconfig import RUN_CONFIG_KEYS, job_from_run_config, jobs_of  # noqa: F401
 from fedsciml.engines.flower.transport import DESCRIBE, FINAL_STATS, FlowerTransport, stderr_log
 from fedsciml.core.objective import LinearLeastSquares
@@ -471,10 +471,13 @@ def serve(grid, run_config):
     jobs = jobs_of(run_config)  # every job checked (types, ranges, options, out) before the first one runs
     log = logging.getLogger("fedsciml.engines.flower.app")
     for i, j in enumerate(jobs):
+        if j.get("out"):
+            clear_failure(str(j["out"]), j.get("kind", "solve"))
         try:
             res = run_job(grid, j)
         except BaseException as e:  # a dead site (or Ctrl-C) stopped it: its finished rounds are written to out
             keep_partial_result(e, j)
+            record_failure(e, j)
             raise
         if j.get("kind", "solve") == "solve" and j.get("table", True):
             for line in summary_lines([res]):
@@ -501,6 +504,7 @@ def keep_partial_result(e: BaseException, job: dict) -> None:
         return
     from fedsciml.problems import get_problem
 
+    res.extra.setdefault("error", failure_line(e))  # why it stopped, with the rounds (the failure record follows)
     try:
         write_result(res, str(job["out"]), get_problem(job["problem"], **job.get("problem_options", {})))
     except Exception as why:  # noqa: BLE001 - the stop is the error to report; this is its by-product
@@ -509,6 +513,28 @@ def keep_partial_result(e: BaseException, job: dict) -> None:
         return
     if e.args and isinstance(e.args[0], str):
         e.args = (f"{e.args[0]}; the rounds before are written: {job['out']}",) + tuple(e.args[1:])
+
+
+def failure_line(e: BaseException) -> str:
+    """An exception as the one line a user reads: its message (first line) for fedsciml's own refusals, the
+    exception's type and message for anything else."""
+    msg = str(e).splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, (ValueError, TypeError, RoundFailed)):
+        return msg or type(e).__name__
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+def record_failure(e: BaseException, job: dict) -> None:
+    """The job stopped with ``e``: its one-line reason to the job's ``out`` (:func:`resultio.write_failure`), which
+    the process that submitted the run reads (``flwr run`` itself neither ends nor exits non-zero then).  Nothing
+    without ``out``; a failure to write is logged, never raised over ``e``."""
+    if not job.get("out"):
+        return
+    try:
+        write_failure(str(job["out"]), failure_line(e), job.get("kind", "solve"))
+    except Exception as why:  # noqa: BLE001 - the stop is the error to report; this is its by-product
+        logging.getLogger("fedsciml.engines.flower.app").warning("the failure was not recorded in %s: %s",
+                                                                 job["out"], why)
 
 
 def _app_logging():
@@ -536,6 +562,9 @@ def _make_server_app():
         except (ValueError, TypeError, RoundFailed) as e:  # one line first; the run is still marked failed
             logging.getLogger("fedsciml.engines.flower.app").error("error: %s", e)
             raise RunFailedError(str(e)) from None
+        except Exception as e:  # anything else: its line first, then Flower logs its traceback
+            logging.getLogger("fedsciml.engines.flower.app").error("error: %s", failure_line(e))
+            raise
 
     return app
 

@@ -383,10 +383,19 @@ class LocalSuperLink:
             for line in data[:done].decode(errors="replace").splitlines():
                 echo(line)
 
-        from fedsciml.engines.flower.resultio import ready
+        from fedsciml.engines.flower.resultio import read_failure, ready
+
+        def failed():  # the ServerApp's own record (flwr run neither ends nor exits non-zero when it raises)
+            for o in outs:
+                reason = read_failure(str(o))
+                if reason is not None:
+                    forward()
+                    self.kill(name)
+                    raise ServerAppFailed(reason)
 
         while not all(ready(str(o)) for o in outs):
             forward()
+            failed()
             if proc.poll() is not None:
                 time.sleep(0.2)
                 if all(ready(str(o)) for o in outs):
@@ -399,6 +408,7 @@ class LocalSuperLink:
                                    + self.tail(name))
             time.sleep(0.05)
         forward()
+        failed()  # a job stopped after some rounds: its result is there, and its failure record says why
 
     def wait(self, proc, outs, timeout_s: float = 600.0) -> list:
         """:meth:`wait_files`, then the Results (with θ) the ServerApp wrote there."""
@@ -413,6 +423,10 @@ class LocalSuperLink:
         if name != "superlink":
             out += "\n--- superlink.log ---\n" + _tail(self.dir / "superlink.log", n)
         return out
+
+
+class ServerAppFailed(RuntimeError):
+    """A submitted run's ServerApp failed; the message is the one-line reason it recorded in the job's ``out``."""
 
 
 class LocalDeployment(LocalSuperLink):

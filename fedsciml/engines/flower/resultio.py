@@ -11,12 +11,14 @@ CLI) imports neither Flower nor the apps: it only starts Flower's programs and r
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 
 RESULT = "result.json"
 THETA = "theta.safetensors"
 HISTORY = "history.csv"
+FAILED = "failed.json"  # the ServerApp's record of a job that failed: {"error": one line}
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,51 @@ def ready(out: str) -> bool:
     benchmark job writes one JSON file)."""
     out = str(out)
     return os.path.isfile(result_path(out)) or (os.path.isfile(out) and not os.path.isdir(out))
+
+
+def failure_path(out: str, kind: str = "solve") -> str:
+    """Where the ServerApp records that the job writing ``out`` failed: ``failed.json`` in a solve job's result
+    directory, ``<out>.failed.json`` beside an image job's result file."""
+    out = str(out)
+    return os.path.join(out, FAILED) if kind == "solve" else out + "." + FAILED
+
+
+def write_failure(out: str, reason: str, kind: str = "solve") -> str:
+    """Record (ServerApp side) that the job writing ``out`` failed, with its one-line ``reason``: Flower's ``flwr
+    run`` neither ends nor exits non-zero when a ServerApp raises, so the process that submitted the run reads this
+    record (:func:`read_failure`) instead.  Returns the record's path."""
+    from fedsciml.runtime.files import write_text
+
+    path = failure_path(out, kind)
+    if kind == "solve":
+        os.makedirs(str(out), exist_ok=True)
+    write_text(path, json.dumps({"error": str(reason)}) + "\n", what="the run's failure record")
+    return path
+
+
+def clear_failure(out: str, kind: str = "solve") -> None:
+    """Remove a failure record left in ``out`` by an earlier run (a reused directory must not fail this one)."""
+    try:
+        os.remove(failure_path(out, kind))
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+
+
+def read_failure(out: str) -> str | None:
+    """The one-line reason the ServerApp recorded for the job writing ``out`` (:func:`write_failure`), or ``None``
+    while there is none.  A record that cannot be read whole yet (being written) is ``None`` too."""
+    out = str(out)
+    for path in (os.path.join(out, FAILED), out + "." + FAILED):
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read(65536)
+            reason = json.loads(text)["error"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return str(reason).splitlines()[0] if str(reason).strip() else "the ServerApp failed (no reason given)"
+    return None
 
 
 def write_model_files(res, problem, out: str) -> list:

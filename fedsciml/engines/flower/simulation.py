@@ -131,7 +131,7 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
     import torch
 
     from fedsciml.engines.flower.resultio import read_result
-    from fedsciml.engines.flower.deploy import LocalSuperLink
+    from fedsciml.engines.flower.deploy import LocalSuperLink, ServerAppFailed
 
     with tempfile.TemporaryDirectory(prefix="fedsciml-flower-sim-") as tmp:
         work = workdir or tmp
@@ -161,6 +161,9 @@ def run_jobs(jobs: list, clients: int, *, wait_s: float = 3600.0, workdir: str |
             log = logging.getLogger("fedsciml.engines.flower")
             try:
                 link.wait_files(proc, outs, wait_s, echo=(lambda line: log.info("%s", line)) if show else None)
+            except ServerAppFailed as e:  # the ServerApp's own one-line record of why
+                raise_stopped(jobs)  # a job that a dead site stopped after some rounds wrote those: raised with them
+                raise EngineFailed(f"the Flower run failed: {e}") from None
             except (RuntimeError, TimeoutError) as e:
                 log.error("%s", e)  # the run's log (tail): the root cause is in it
                 raise_stopped(jobs)  # a job that a dead site stopped after some rounds wrote those: raised with them
