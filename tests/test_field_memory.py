@@ -12,38 +12,12 @@ from fedsciml.core import forms
 from fedsciml.core.kfac_forms import has_jets
 from fedsciml.core.matfree import BlockGNOperator, GNOperator
 from fedsciml.core.stats import row_blocks
-from fedsciml.problems.conditions import Data, Dirichlet
-from fedsciml.problems.domain import DomainPDE
-from fedsciml.problems.geometry import Interval
+from fedsciml.problems.conditions import Dirichlet
 from fedsciml.runtime.memory import nested_graph, operator_graph_floats
+from test_pde_fields import Inv1D  # −(a u')' = f on [0, 1] with a unknown field a: the problem of those tests
 
 EPS = torch.finfo(torch.float64).eps
 PI = math.pi
-
-
-class Inv1D(DomainPDE):
-    """−(a u')' = f on [0, 1], a unknown (a network of its own): u = sin(πx), a = 1 + x/2."""
-
-    name = "t-field-memory"
-    geometry = Interval(0.0, 1.0)
-    hidden = (10, 10)
-    unknown_fields = {"a": dict(hidden=(8,))}
-    exact_coefficients = {"a": lambda x: 1 + 0.5 * x[:, 0]}
-
-    @property
-    def conditions(self):
-        xs = torch.linspace(0.05, 0.95, 19, dtype=torch.float64)[:, None]
-        return [Dirichlet("boundary", None), Dirichlet("boundary", None, component="a"),
-                Data(x=xs, y=torch.sin(PI * xs[:, 0]))]
-
-    def equation(self, u, x):
-        a = u.coef["a"]
-        f = (1 + 0.5 * x[0]) * PI ** 2 * torch.sin(PI * x[0]) - 0.5 * PI * torch.cos(PI * x[0])
-        uxx = u.diff(x, "x", "x")
-        return -(a.diff(x, "x") * u.diff(x, "x") + a(x) * uxx) - f
-
-    def exact(self, x):
-        return torch.sin(PI * x[:, 0])
 
 
 def test_a_field_problems_jets_are_freed_without_the_cyclic_collector():
