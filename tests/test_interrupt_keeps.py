@@ -23,11 +23,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 cli_main = importlib.import_module("fedsciml.cli.main")
 
 
+def _sigint_as_default():
+    """In the child before it starts: SIGINT's default disposition, whatever pytest was started with — a shell
+    starts a background job (``cmd &``) with SIGINT ignored, Python then installs no KeyboardInterrupt handler,
+    and the child would run on through the Ctrl-C this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_until(args, signum, line="[    3]", timeout=240):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "MPLBACKEND": "Agg"}
     p = subprocess.Popen([sys.executable, "-m", "fedsciml", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_default)
     seen = []
     try:
         assert p.stderr is not None
