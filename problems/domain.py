@@ -84,7 +84,7 @@ def box_map(lo, hi) -> tuple[list[float], list[float]]:
     return [(a + b) / 2 for a, b in zip(lo, hi)], [2.0 / (b - a) for a, b in zip(lo, hi)]
 
 
-def _domain_params():
+def domain_params():
     return {
         "n_interior": option(400, f"interior collocation points {TOTAL_POINTS}", int, lo=1),
         "n_boundary": option(50, f"points of each boundary/initial condition without its own n, {TOTAL_POINTS}",
@@ -207,7 +207,7 @@ class DomainPDE(PINNProblem):
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
-        cls.params = {**_domain_params(), **cls.__dict__.get("params", {})}
+        cls.params = {**domain_params(), **cls.__dict__.get("params", {})}
         if not cls.__dict__.get("description"):
             cls.description = (cls.__doc__ or f"user-defined PDE {cls.name}").strip().splitlines()[0]
 

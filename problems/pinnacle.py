@@ -33,17 +33,18 @@ from __future__ import annotations
 import logging
 import math
 import os
+from dataclasses import field, replace
 
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from fedsciml.options import FLOATS, PATH, display, option
+from fedsciml.options import PATH, display, option
 
-from .base import ACTIVATIONS, DTYPE, ProblemError
+from .base import DTYPE, ProblemError, network_options
 from .conditions import Data, Dirichlet, Initial, Robin
-from .domain import INPUT_SCALINGS, DomainPDE
+from .domain import INPUT_SCALINGS, DomainPDE, domain_params
 from .geometry import Box, Disk, Geometry, Interval
 from .reference import ReferenceData
 from .registry import register
@@ -621,6 +622,17 @@ CASES: dict[str, type[Case]] = {c.key: c for c in (Burgers1DC, Poisson2DC, Poiss
                                                     KuramotoSivashinsky)}
 
 
+#: DomainPDE's own declarations, whose help, type and range the case-defaulted options keep
+DOMAIN_OPTIONS = domain_params()
+
+
+def case_default(declaration, none: str):
+    """The option ``declaration`` (an :func:`~fedsciml.options.option` of :class:`DomainPDE` or of the network) with
+    the default ``None``: the case's own value (:data:`CASE_DEFAULTED`), ``none`` saying which; its help, type and
+    range are the declaration's."""
+    return field(default=None, metadata={"spec": replace(declaration.metadata["spec"], none=none)})
+
+
 #: the options whose default is the case's own (a :class:`Case` class attribute of the same name; ``None``: not given)
 CASE_DEFAULTED = ("boundary_weight", "input_scaling", "activation", "first_layer_scale", "n_interior", "n_boundary")
 
@@ -636,18 +648,14 @@ class Pinnacle(DomainPDE):
         "case": option("burgers1d-c", "the PINNacle case: " + ", ".join(CASES), str, choices=tuple(CASES)),
         "pinnacle_dir": option(None, "a PINNacle checkout (git clone https://github.com/i207M/PINNacle): its ref/ "
                                      "holds the reference data", PATH, none=f"${ENV}, else none"),
-        "n_interior": option(None, "interior collocation points per client", int, lo=1,
-                             none="the case's: 4000 for burgers1d-c, 3000 for heat2d-ms, else 2000"),
-        "n_boundary": option(None, "points per client of each boundary/initial condition", int, lo=1,
-                             none="the case's: 1000 for heat2d-ms, else 100"),
-        "activation": option(None, "activation of the network's hidden layers", str, choices=ACTIVATIONS,
-                             none="the case's: sin for heat2d-ms, else tanh"),
-        "first_layer_scale": option(None, "multiply the first layer's initial weights of each input axis by this "
-                                          "(one number, or one per axis; on the command line a,b,c) and draw its "
-                                          "biases uniform in [-π, π]: with activation sin, random Fourier features "
-                                          "of scale σ (SIREN's ω₀)", FLOATS, lo=0, lo_open=True,
-                                    none="the case's: 30,1,1 for heat2d-ms, else N(0, 1/fan_in) weights, zero "
-                                         "biases"),
+        "n_interior": case_default(DOMAIN_OPTIONS["n_interior"],
+                                   "the case's: 4000 for burgers1d-c, 3000 for heat2d-ms, else 2000"),
+        "n_boundary": case_default(DOMAIN_OPTIONS["n_boundary"], "the case's: 1000 for heat2d-ms, else 100"),
+        "activation": case_default(network_options((), "tanh")["activation"],
+                                   "the case's: sin for heat2d-ms, else tanh"),
+        "first_layer_scale": case_default(DOMAIN_OPTIONS["first_layer_scale"],
+                                          "the case's: 30,1,1 for heat2d-ms, else N(0, 1/fan_in) weights, zero "
+                                          "biases"),
         "boundary_weight": option(None, "weight of each condition without its own weight", float, lo=0,
                                   lo_open=True, none="the case's: 1e4 for poisson2d-c, else 10"),
         "input_scaling": option(None, "fixed affine map of the network's inputs: box (each axis of the domain's "
