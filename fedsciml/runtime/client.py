@@ -13,6 +13,8 @@ simulation's speed-up), each client keeping exactly its own rows.
 """
 from __future__ import annotations
 
+import logging
+
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, ClassVar
@@ -99,7 +101,10 @@ def _monitor_loss(client, table, request) -> float | None:
         rep = handler.answer(client, Request("loss", {"theta": request.tensors["theta"]}, {"vectorize": False}),
                              None, None)
         return float(rep.message["loss"][0])
-    except Exception:  # noqa: BLE001 - monitoring only: the loop's separate query asks again and logs why
+    except Exception as e:  # noqa: BLE001 - monitoring only: the loop's separate query asks again and logs why
+        logging.getLogger(__name__).debug("client %s: the monitoring loss beside %r failed (%s: %s); the separate "
+                                          "loss query asks again", client.cid, request.query,
+                                          type(e).__name__, e)
         return None
 
 
