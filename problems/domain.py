@@ -160,6 +160,49 @@ def _as_vector(out) -> torch.Tensor:
     return out.reshape(-1)
 
 
+def box_ansatz(lo, hi, value: Callable) -> Callable:
+    """A hard constraint holding a quantity at ``value`` on the whole boundary of the box ``[lo, hi]``: the function
+    ``(y, out) ↦ A(y) + B(y)·out`` for an unknown field's ``ansatz`` (``unknown_fields = {"a": dict(ansatz=…)}``;
+    ``y`` the field's inputs at one point, ``out`` its network's output there), so the field equals ``value`` on
+    every face whatever θ, and no weighted condition on it is needed.
+
+    * ``A`` is the transfinite (Coons) interpolation of ``value`` from the faces, the Boolean sum of the linear
+      interpolations ``P_i`` along each axis: ``A = Σ_{∅≠S⊆axes} (−1)^{|S|+1} Π_{i∈S} P_i value`` — it reads
+      ``value`` on the faces only (3^d − 1 face points per point: 8 in 2-D), equals it there, and reproduces
+      inside any sum of functions of one axis each.
+    * ``B(y) = Π_i 4 (y_i − lo_i)(hi_i − y_i) / (hi_i − lo_i)²``: zero on every face, 1 at the centre.
+
+    ``value`` is a function of a batch ``x [n, d]`` (d the box's dimension) → ``[n]``, as ``exact_coefficients``."""
+    lo_t, hi_t = (torch.as_tensor([float(v) for v in b], dtype=DTYPE) for b in (lo, hi))
+    d = int(lo_t.numel())
+    if d == 0 or hi_t.numel() != d or not bool((hi_t > lo_t).all()):
+        raise ProblemError(f"box_ansatz needs a box lo < hi in every axis, got lo={list(lo)}, hi={list(hi)}")
+    if not callable(value):
+        raise ProblemError(f"box_ansatz: value must be a function of the points x [n, {d}], got {value!r:.60}")
+    # every (S, ε): S a nonempty set of axes fixed to a face, ε ∈ {0, 1}^S which face (lo, hi) of each
+    fixed, upper, sign = [], [], []
+    for code in range(1, 3 ** d):
+        digits = [(code // 3 ** i) % 3 for i in range(d)]  # 0: free, 1: lo face, 2: hi face
+        fixed.append([g > 0 for g in digits])
+        upper.append([g == 2 for g in digits])
+        sign.append((-1.0) ** (sum(g > 0 for g in digits) + 1))
+    M = torch.tensor(fixed, dtype=torch.bool)
+    U = torch.tensor(upper, dtype=torch.bool)
+    C = torch.where(U, hi_t, lo_t)                     # the face coordinates of the fixed axes
+    sgn = torch.tensor(sign, dtype=DTYPE)
+    width = hi_t - lo_t
+
+    def ansatz(y: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        Y = torch.where(M, C.to(y), y.reshape(1, d))   # [3^d − 1, d]: y with the axes of S on their faces
+        w_hi = (y - lo_t.to(y)) / width.to(y)          # linear interpolation weights along each axis
+        W = torch.where(M, torch.where(U, w_hi, 1 - w_hi), torch.ones_like(Y)).prod(1)
+        A = (sgn.to(y) * W * torch.as_tensor(value(Y)).reshape(-1)).sum()
+        B = (4 * (y - lo_t.to(y)) * (hi_t.to(y) - y) / width.to(y) ** 2).prod()
+        return A + B * out.reshape(())
+
+    return ansatz
+
+
 #: residual rows per parameter that :meth:`DomainPDE.point_counts` scales default point counts to when they give
 #: fewer rows than parameters
 OVERSAMPLE = 2.0
@@ -390,6 +433,10 @@ class DomainPDE(PINNProblem):
         if self.unknown_fields:
             d["fields"] = {name: {"architecture": arch_of(net), "inputs": [self.axes[i] for i in idx]}
                            for name, net, idx in self.field_networks()}
+            hard = [k for k, spec in self.unknown_fields.items() if spec.get("ansatz") is not None]
+            for k in hard:  # a field's ansatz is the problem's code: the model is evaluated by its problem
+                d["fields"][k]["ansatz"] = True
+            d["ansatz"] = d["ansatz"] or bool(hard)
         return d
 
     def equation(self, u: Field, x: torch.Tensor):
@@ -443,8 +490,12 @@ class DomainPDE(PINNProblem):
             if not isinstance(name, str) or not name or name in taken:
                 raise ProblemError(f"{where}: a field needs a name of its own (not an output or a scalar unknown: "
                                    f"{sorted(taken)})")
-            if not isinstance(spec, dict) or set(spec) - {"hidden", "activation", "inputs"}:
-                raise ProblemError(f"{where}: give a dict with keys hidden, activation, inputs; got {spec!r:.80}")
+            if not isinstance(spec, dict) or set(spec) - {"hidden", "activation", "inputs", "ansatz"}:
+                raise ProblemError(f"{where}: give a dict with keys hidden, activation, inputs, ansatz; got "
+                                   f"{spec!r:.80}")
+            if spec.get("ansatz") is not None and not callable(spec["ansatz"]):
+                raise ProblemError(f"{where}: ansatz must be a function (x, out) → the field's value at one point "
+                                   f"(e.g. box_ansatz(lo, hi, value)), got {spec['ansatz']!r:.60}")
             hidden = spec.get("hidden", (20, 20))
             if (isinstance(hidden, (str, bytes)) or not hasattr(hidden, "__iter__")
                     or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hidden)):
@@ -487,12 +538,19 @@ class DomainPDE(PINNProblem):
         return out
 
     def _field_point_fns(self, theta) -> list:
-        """Each unknown field at one point ``x [d]`` → ``[1]``."""
+        """Each unknown field at one point ``x [d]`` → ``[1]``: its network at its inputs ``y``, or with an
+        ``ansatz`` (a hard constraint, e.g. :func:`box_ansatz`) ``ansatz(y, network(y))``."""
         fns = []
-        for _, net, idx, th in self._field_thetas(theta):
+        for name, net, idx, th in self._field_thetas(theta):
             sel = torch.tensor(idx) if idx != list(range(len(self.axes))) else None
-            fns.append((lambda net, th, sel: (lambda x: net(th, x if sel is None else x[sel]).reshape(1)))(
-                net, th, sel))
+            hard = self.unknown_fields[name].get("ansatz")
+
+            def one(x, net=net, th=th, sel=sel, hard=hard):
+                y = x if sel is None else x[sel]
+                out = net(th, y).reshape(1)
+                return out if hard is None else torch.as_tensor(hard(y, out)).reshape(1)
+
+            fns.append(one)
         return fns
 
     def coefficient_fields(self, theta) -> dict:

@@ -40,11 +40,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedsciml.options import PATH, display, option
+from fedsciml.options import INTS, PATH, display, option
 
 from .base import DTYPE, ProblemError, network_options
 from .conditions import Data, Dirichlet, Initial, Robin
-from .domain import INPUT_SCALINGS, DomainPDE, domain_params
+from .domain import INPUT_SCALINGS, DomainPDE, box_ansatz, domain_params
 from .geometry import Box, Disk, Geometry, Interval
 from .reference import ReferenceData
 from .registry import register
@@ -358,6 +358,10 @@ def _hinv_a(x):
     return 2 + torch.sin(_PI * x[..., 0]) * torch.sin(_PI * x[..., 1])
 
 
+#: the boundary values of a that a ``box_ansatz`` reads (on the faces of :attr:`InverseCase.a_box` only)
+_FIELD_VALUES = {"pinv": _pinv_a, "hinv": _hinv_a}
+
+
 class InverseCase(Case):
     """What PInv and HInv share: noisy readings of u at their sensors (:meth:`sensors`), ``N(0, 0.1²)`` seeded by
     the option ``data_seed``, a share ``holdout`` of them held out of training for the validation residual (never
@@ -366,6 +370,27 @@ class InverseCase(Case):
 
     noise = 0.1
     a_on = "boundary"           # the part where a is given
+    #: how a's boundary values are imposed (the option ``a_boundary``): ``condition`` (a weighted Dirichlet
+    #: condition on :attr:`a_on`) or ``ansatz`` (exactly: a = A + B·N_a, :func:`~fedsciml.problems.domain.
+    #: box_ansatz` on the box :attr:`a_box` of a's inputs)
+    a_boundary = "condition"
+    a_box: tuple = ((0.0, 0.0), (1.0, 1.0))
+    #: the hidden widths of a's network (the option ``field_hidden``)
+    field_hidden: tuple = (20, 20)
+
+    @property
+    def fields(self):  # type: ignore[override]
+        """a: a network of (x, y) of :attr:`field_hidden`, with :func:`box_ansatz` where ``a_boundary`` is
+        ``ansatz`` (built once)."""
+        if "_fields" not in self.__dict__:
+            spec: dict = dict(hidden=tuple(self.p.options["field_hidden"] or self.field_hidden), inputs=("x", "y"))
+            if self._a_boundary() == "ansatz":
+                spec["ansatz"] = box_ansatz(*self.a_box, _FIELD_VALUES[self.key])
+            self.__dict__["_fields"] = {"a": spec}
+        return self.__dict__["_fields"]
+
+    def _a_boundary(self) -> str:
+        return self.p.options["a_boundary"] or self.a_boundary
 
     def sensors(self) -> torch.Tensor:
         raise NotImplementedError
@@ -378,8 +403,11 @@ class InverseCase(Case):
 
     def conditions(self):
         X, y = self.readings()
-        return [Data(x=X, y=y, component="u", noise=self.noise, holdout=self.p.options["holdout"]),
-                Dirichlet(self.a_on, self.exact_fields["a"], component="a")]
+        data = Data(x=X, y=y, component="u", noise=self.noise, holdout=self.p.options["holdout"],
+                    weight=self.p.options["data_weight"])
+        if self._a_boundary() == "ansatz":  # a's boundary values hold exactly: no condition on a
+            return [data]
+        return [data, Dirichlet(self.a_on, self.exact_fields["a"], component="a")]
 
     @staticmethod
     def div_a_grad(u, x):
@@ -405,7 +433,6 @@ class PInv(InverseCase):
     like comparison with their runs."""
 
     key, title, source = "pinv", "PInv", "src/pde/inverse.py: PoissonInv"
-    fields = {"a": dict(hidden=(20, 20), inputs=("x", "y"))}
     exact_fields = {"a": _pinv_a}
 
     def geometry(self):
@@ -441,9 +468,9 @@ class HInv(InverseCase):
     key, title, source = "hinv", "HInv", "src/pde/inverse.py: HeatInv"
     T = 1.0
     # a(x, y) does not depend on t (their a_ref: "irrelevant to time domain"; their recommend_net's PFNN masks t
-    # out of a's sub-network): a network of (x, y) only
-    fields = {"a": dict(hidden=(20, 20), inputs=("x", "y"))}
+    # out of a's sub-network): a network of (x, y) only (InverseCase.fields)
     exact_fields = {"a": _hinv_a}
+    a_box = ((-1.0, -1.0), (1.0, 1.0))
     data_files = ("heatinv_points.dat",)
     #: Decision, by measurement (one thread, CPU-s, the default 3×32 network): with ``box`` scaling LM stalls at a
     #: training loss of 0.48 (the readings' noise floor is about 2.3e-2) and a's error grows from step 24, L2RE
@@ -667,6 +694,13 @@ class Pinnacle(DomainPDE):
                                "residual includes the misfit at them, and the run returns the θ of its best "
                                "validation residual (keep_best; never the reference)", float, lo=0, hi=1,
                           hi_open=True),
+        "a_boundary": option(None, "how PInv's and HInv's a takes its boundary values: condition (a Dirichlet "
+                                   "condition weighted boundary_weight) or ansatz (exactly, a = A + B·N_a: "
+                                   "box_ansatz)", str, choices=("condition", "ansatz"), none="the case's"),
+        "field_hidden": option(None, "hidden widths of the network of PInv's and HInv's unknown field a", INTS,
+                               lo=1, metavar="W,W,…", none="the case's: 20,20"),
+        "data_weight": option(None, "weight of PInv's and HInv's readings", float, lo=0, lo_open=True,
+                              none="boundary_weight"),
         "pinv_source": option("consistent", "PInv's source term: consistent (with the exact u, a) or published "
                                             "(their f_src, inconsistent: see the case's docstring)", str,
                               choices=("consistent", "published")),
@@ -679,6 +713,9 @@ class Pinnacle(DomainPDE):
                                f"{self.options['case']!r}"
             out["holdout"] = f"it holds out readings of the inverse cases, and {display('case')} is " \
                              f"{self.options['case']!r}"
+            for k in ("a_boundary", "field_hidden", "data_weight"):
+                out[k] = f"it applies to the inverse cases' field a and readings, and {display('case')} is " \
+                         f"{self.options['case']!r}"
         if self.options["case"] != "pinv":
             out["pinv_source"] = f"it chooses PInv's source, and {display('case')} is {self.options['case']!r}"
         return out

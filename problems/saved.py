@@ -85,4 +85,6 @@ def load_model(directory, problem: Union[Problem, None] = None):
         return batched(lambda xb: problem.predict(theta, xb), x, rows) if x.ndim >= 1 else problem.predict(theta, x)
 
     u.meta = meta
+    if meta.get("fields") and hasattr(problem, "coefficient_fields"):  # its fields, each through its own ansatz
+        u.fields = problem.coefficient_fields(theta)  # type: ignore[attr-defined]
     return u

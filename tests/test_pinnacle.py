@@ -184,9 +184,33 @@ def test_poisson2d_ms_coefficients_are_their_blocks(checkout):
         assert np.allclose(r.numpy(), x + 10 + 1e-5 - np.array([i, j]) * h, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("case", ["pinv", "hinv"])
+def test_a_boundary_ansatz_holds_a_exactly_on_its_boundary_and_drops_its_condition(case, checkout):
+    """``a_boundary=ansatz``: a = A + B·N_a (box_ansatz on a's box in (x, y)) equals the closed form on a's boundary
+    part for any θ (B vanishes there), and the case trains on its readings alone; ``field_hidden`` sizes a's
+    network and ``data_weight`` weighs the readings."""
+    p = get_problem("pinnacle", case=case, pinnacle_dir=str(checkout), a_boundary="ansatz", field_hidden=[7],
+                    data_weight=30.0)
+    conds = p.condition_list()
+    assert [type(c).__name__ for c in conds] == ["Data"] and conds[0].weight == 30.0
+    assert p.field_networks()[0][1].sizes == [2, 7, 1]
+    xb = p.domain().sample_boundary(64, "uniform", 0, part=p.spec.a_on)
+    theta = p.init_params(0) + 0.3
+    a = p.coefficient_fields(theta)["a"](xb)
+    assert torch.allclose(a, p.exact_coefficients["a"](xb), rtol=0, atol=1e-14)  # 8 terms of size ≤ 3: round-off
+    xi = p.domain().sample_interior(16, "uniform", 0)
+    assert float((p.coefficient_fields(theta)["a"](xi) - p.exact_coefficients["a"](xi)).abs().max()) > 1e-3
+    default = get_problem("pinnacle", case=case, pinnacle_dir=str(checkout))
+    assert [type(c).__name__ for c in default.condition_list()] == ["Data", "Dirichlet"]
+    assert default.condition_list()[0].weight is None and default.field_networks()[0][1].sizes == [2, 20, 20, 1]
+
+
 def test_options_for_other_cases_are_refused():
     with pytest.raises(ProblemError, match="pinv_source has no effect here"):
         get_problem("pinnacle", case="poissonnd", pinv_source="published")
+    for opt in (dict(a_boundary="ansatz"), dict(field_hidden=[4]), dict(data_weight=2.0)):
+        with pytest.raises(ProblemError, match="has no effect here"):
+            get_problem("pinnacle", case="poissonnd", **opt)
     with pytest.raises(ProblemError, match="case must be one of burgers1d-c"):
         get_problem("pinnacle", case="nope")
 
