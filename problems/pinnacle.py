@@ -101,6 +101,7 @@ class Case:
     #: the case's defaults of the options :data:`CASE_DEFAULTED` (an option given explicitly wins)
     boundary_weight = 10.0
     input_scaling = "box"
+    hidden: tuple = (32, 32, 32)
     activation = "tanh"
     first_layer_scale: list | None = None
     n_interior = 2000
@@ -661,7 +662,8 @@ def case_default(declaration, none: str):
 
 
 #: the options whose default is the case's own (a :class:`Case` class attribute of the same name; ``None``: not given)
-CASE_DEFAULTED = ("boundary_weight", "input_scaling", "activation", "first_layer_scale", "n_interior", "n_boundary")
+CASE_DEFAULTED = ("boundary_weight", "input_scaling", "hidden", "activation", "first_layer_scale", "n_interior",
+                  "n_boundary")
 
 
 @register
@@ -678,6 +680,7 @@ class Pinnacle(DomainPDE):
         "n_interior": case_default(DOMAIN_OPTIONS["n_interior"],
                                    "the case's: 4000 for burgers1d-c, 3000 for heat2d-ms, else 2000"),
         "n_boundary": case_default(DOMAIN_OPTIONS["n_boundary"], "the case's: 1000 for heat2d-ms, else 100"),
+        "hidden": case_default(network_options((32, 32, 32), "tanh")["hidden"], "the case's: 32,32,32"),
         "activation": case_default(network_options((), "tanh")["activation"],
                                    "the case's: sin for heat2d-ms, else tanh"),
         "first_layer_scale": case_default(DOMAIN_OPTIONS["first_layer_scale"],
