@@ -88,7 +88,7 @@ def test_boundary_values_agree_with_the_closed_forms():
     p = get_problem("pinnacle", case="heat2d-ms")
     x = p.domain().sample_boundary(200, "uniform", 0, part="edges")
     assert float(p.exact(x).abs().max()) < 1e-13
-    q = get_problem("pinnacle", case="pinv")
+    q = get_problem("pinnacle", case="pinv", a_boundary="condition")
     cond = q.condition_list()[1]
     xb, (_, g) = cond.points(q, q.domain(), 100, "uniform", 0)
     assert torch.allclose(g, q.exact_coefficients["a"](xb), rtol=0, atol=0)
@@ -200,9 +200,21 @@ def test_a_boundary_ansatz_holds_a_exactly_on_its_boundary_and_drops_its_conditi
     assert torch.allclose(a, p.exact_coefficients["a"](xb), rtol=0, atol=1e-14)  # 8 terms of size ≤ 3: round-off
     xi = p.domain().sample_interior(16, "uniform", 0)
     assert float((p.coefficient_fields(theta)["a"](xi) - p.exact_coefficients["a"](xi)).abs().max()) > 1e-3
-    default = get_problem("pinnacle", case=case, pinnacle_dir=str(checkout))
-    assert [type(c).__name__ for c in default.condition_list()] == ["Data", "Dirichlet"]
-    assert default.condition_list()[0].weight is None and default.field_networks()[0][1].sizes == [2, 20, 20, 1]
+    weighted = get_problem("pinnacle", case=case, pinnacle_dir=str(checkout), a_boundary="condition")
+    assert [type(c).__name__ for c in weighted.condition_list()] == ["Data", "Dirichlet"]
+    assert weighted.condition_list()[0].weight is None and weighted.field_networks()[0][1].sizes == [2, 20, 20, 1]
+
+
+def test_the_inverse_cases_defaults_are_their_measured_ones(checkout):
+    """PInv: a's boundary by the ansatz and u's network 3×20 (its docstring's measurement); HInv: 3×32 and a's
+    boundary by a condition; an explicit option wins."""
+    pinv = get_problem("pinnacle", case="pinv")
+    assert pinv.options["hidden"] == [20, 20, 20] and pinv.options["a_boundary"] is None
+    assert [type(c).__name__ for c in pinv.condition_list()] == ["Data"]
+    assert get_problem("pinnacle", case="pinv", hidden=[32, 32, 32]).network().sizes == [2, 32, 32, 32, 1]
+    hinv = get_problem("pinnacle", case="hinv", pinnacle_dir=str(checkout))
+    assert hinv.network().sizes == [3, 32, 32, 32, 1]
+    assert [type(c).__name__ for c in hinv.condition_list()] == ["Data", "Dirichlet"]
 
 
 def test_options_for_other_cases_are_refused():
