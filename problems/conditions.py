@@ -150,6 +150,13 @@ class Field:
             self._cache[key] = g(x)
         return self._cache[key]
 
+    def nested_channels(self) -> int:
+        """``Σ 2^k`` over the derivatives of order ``k ≥ 3`` this field (and every component sharing its cache) has
+        taken (:meth:`_nested`): the primal evaluations each point's nested pass holds — what a residual of
+        order above two adds to the graph the Gauss–Newton operator keeps per row
+        (:func:`fedsciml.runtime.memory.nested_graph`); 0 where none was taken."""
+        return sum(2 ** len(k[2]) for k in self._cache if len(k) == 3 and k[1] == "nested")
+
     def laplacian(self, x):
         """Δu over the spatial axes (t excluded in space-time)."""
         H = self.hessian(x)

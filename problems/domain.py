@@ -610,8 +610,9 @@ class DomainPDE(PINNProblem):
         if "_part_fns" not in self.__dict__:
             dom = self.domain()
             x = dom.sample_interior(1, "uniform", 0)
+            probe = self.field(theta0)
             try:
-                m = _as_vector(vmap(lambda y: _as_vector(self.equation(self.field(theta0), y)))(x)[0]).numel()
+                m = _as_vector(vmap(lambda y: _as_vector(self.equation(probe, y)))(x)[0]).numel()
             except ProblemError:
                 raise
             except Exception as e:  # the user's equation: name it (it was the raw error alone)
@@ -627,6 +628,8 @@ class DomainPDE(PINNProblem):
             if dup:
                 raise ProblemError(f"two conditions share the part name(s) {dup}; give them different parts or components")
             self.__dict__["_part_fns"] = out
+            # the equation's derivatives above second order, read off the probe (what the memory estimate charges)
+            self.__dict__["_nested_channels"] = probe.nested_channels()
         return self.__dict__["_part_fns"]
 
     def taylor_form(self, fn, cond: Condition | None, i: int, points):
@@ -700,9 +703,12 @@ class DomainPDE(PINNProblem):
         sizes = list(getattr(self.network(), "sizes", []))
         if len(sizes) < 3:
             return None
-        # an unknown field's network has no K-FAC form: ``auto`` takes Nyström there and holds no K-FAC pass
-        kfac = precond == "kfac" or (precond == "auto" and not self.unknown_fields)
-        return nested_graph(int(sizes[0]), sizes[1:-1], kfac=kfac)
+        self._parts(self.init_params(0))
+        higher = int(self.__dict__.get("_nested_channels", 0))
+        # an unknown field's network has no K-FAC form, nor has a derivative above second order: ``auto`` takes
+        # Nyström there and holds no K-FAC pass
+        kfac = precond == "kfac" or (precond == "auto" and not self.unknown_fields and not higher)
+        return nested_graph(int(sizes[0]), sizes[1:-1], kfac=kfac, higher=higher)
 
     def pde_rows_per_client(self, n_clients: int) -> int:
         K = int(n_clients)

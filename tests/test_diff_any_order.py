@@ -122,3 +122,33 @@ def test_jacobian_in_theta_through_fourth_derivative():
     (g,) = torch.autograd.grad(d4, th)
     ours = jacrev(lambda t: p.field(t).diff(x, "x", "x", "x", "x"))(theta)
     assert torch.allclose(ours, g, rtol=1e-10, atol=1e-10 * float(g.abs().max()))
+
+
+def test_the_memory_estimate_charges_the_nested_passes_of_a_fourth_derivative():
+    """A derivative of order k ≥ 3 is k nested forward passes (2^k primal evaluations a point, each kept for the
+    θ-graph): the field counts them (``nested_channels``: Σ 2^k over the distinct derivatives taken), the problem
+    reads them off its one-point probe of the equation, and the operator's per-row charge grows by
+    ``NESTED_HIGHER·2^k·Σ hidden`` — KS's u_xxxx adds 16; u_xxt 8 more; a second-order equation adds nothing.
+    Integer and exact-float arithmetic on both sides (bitwise)."""
+    from fedsciml.runtime.memory import NESTED_HIGHER, nested_graph, operator_graph_floats
+
+    p = KS()
+    u = p.field(p.init_params(0))
+    x = p.domain().sample_interior(1, "uniform", 0)[0]
+    assert u.nested_channels() == 0
+    u.diff(x, "x", "x")  # second order: the shared jet, no nested pass
+    assert u.nested_channels() == 0
+    u.diff(x, "x", "x", "x", "x")
+    u.diff(x, "x", "x", "x", "x")  # the same derivative again: cached, counted once
+    assert u.nested_channels() == 16
+    u.diff(x, "x", "t", "x")
+    assert u.nested_channels() == 16 + 8
+    # the problem's charge: no K-FAC pass (a fourth derivative has no K-FAC channel form), 16 channels
+    assert p.nested_graph_floats("auto") == nested_graph(2, [12, 12], kfac=False, higher=16)
+    assert operator_graph_floats(p, "auto") == nested_graph(2, [12, 12], kfac=False) + NESTED_HIGHER * 16 * 24
+
+    class Burgers(KS):
+        def equation(self, u, x):
+            return u.diff(x, "t") + u(x) * u.diff(x, "x") - 0.01 * u.diff(x, "x", "x")
+
+    assert Burgers().nested_graph_floats("auto") == nested_graph(2, [12, 12], kfac=True)

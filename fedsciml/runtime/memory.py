@@ -19,6 +19,9 @@ __all__ = ["available_memory", "gradient_graph", "grown", "nested_graph", "opera
 #: Taylor-mode K-FAC factor pass adds while the operator lives (:func:`nested_graph`)
 NESTED_OPERATOR = 16.0
 NESTED_KFAC = 12.0
+#: floats per PDE row per ``2^k·Σ hidden`` that a derivative of order ``k ≥ 3`` (``Field.diff`` with three or more
+#: axes: ``k`` nested forward passes, ``2^k`` primal evaluations a point) adds to the operator's graph
+NESTED_HIGHER = 22.0
 
 
 def value_graph(sizes: Sequence[int], p: int | None = None) -> float:
@@ -52,7 +55,7 @@ def gradient_graph(d_in: int, sizes: Sequence[int]) -> tuple[float, str]:
     return floats, f" + {floats:,.0f} floats of the gradient's residual graph (hidden layers {tuple(hidden)})"
 
 
-def nested_graph(d_in: int, hidden: Sequence[int], kfac: bool = True) -> float:
+def nested_graph(d_in: int, hidden: Sequence[int], kfac: bool = True, higher: int = 0) -> float:
     """Floats a PDE row of a :class:`~fedsciml.problems.domain.DomainPDE` keeps in the matrix-free Gauss–Newton
     operator (the residual's vjp graph and the ``Jv`` graph): ``3000 + 16·(d_in + 2)·Σ hidden``, plus
     ``12·(d_in + 2)·Σ hidden`` where the K-FAC preconditioner may run (``kfac``: its Taylor-channel pass holds
@@ -65,9 +68,18 @@ def nested_graph(d_in: int, hidden: Sequence[int], kfac: bool = True) -> float:
     (heat 5×100 at 8,120 rows, ``reproductions/kfac_taylor.md``) floats per row (the term gives 7,200, 9,216,
     24,000).  Heat 5×100 with 8,120 rows is now estimated at 3.8 GB (K-FAC possible; 2.3 GB with Nyström) against
     2.7–3.6 GB of peak RSS above the interpreter's 0.39 GB measured for whole K-FAC runs, where the
-    forward-Laplacian fit said 0.84 GB."""
-    per = (int(d_in) + 2) * float(sum(int(h) for h in hidden))
-    return 3000.0 + (NESTED_OPERATOR + (NESTED_KFAC if kfac else 0.0)) * per
+    forward-Laplacian fit said 0.84 GB.
+
+    ``higher``: ``Σ 2^k`` over the residual's derivatives of order ``k ≥ 3`` (``Field.nested_channels``), each
+    charged ``22·2^k·Σ hidden`` more (:data:`NESTED_HIGHER`).  Fitted on PINNacle's KS (``u_xxxx``: 16 primal
+    evaluations a point; ``scripts/bench/domain_graph_memory.py pinnacle/ks:…``, no K-FAC): 32,100, 130,000 and
+    195,000 floats per PDE row measured for 3×32, 3×100 and 5×100 (1,024–2,048 rows) against Burgers 1d-C's
+    4,800 and 22,200 (3×32, 5×100) — the fourth derivative multiplies the graph by 7–9; the term gives 39,900,
+    127,800 and 211,000.  Without it KS with the 5×100 network at their 10,240 rows was charged 4 GB in blocks of
+    8,474 rows and passed 11 GB."""
+    hsum = float(sum(int(h) for h in hidden))
+    per = (int(d_in) + 2) * hsum
+    return 3000.0 + (NESTED_OPERATOR + (NESTED_KFAC if kfac else 0.0)) * per + NESTED_HIGHER * int(higher) * hsum
 
 
 def residual_graph(d_in: int, sizes: Sequence[int], p: int) -> tuple[float, str]:

@@ -10,6 +10,7 @@ measured peak; then the same with the Taylor-mode K-FAC factors computed while t
 
     OMP_NUM_THREADS=1 python scripts/bench/domain_graph_memory.py                 # the default cases
     OMP_NUM_THREADS=1 python scripts/bench/domain_graph_memory.py heat:100,100,100,100,100:8000
+    PINNACLE_DIR=~/PINNacle OMP_NUM_THREADS=1 python scripts/bench/domain_graph_memory.py pinnacle/ks:100,100,100,100,100:1024
 """
 from __future__ import annotations
 
@@ -45,7 +46,11 @@ def one(case: str) -> dict:
 
     name, hidden, n = case.split(":")
     sizes = [int(h) for h in hidden.split(",")]
-    pb = get_problem(name, n_interior=int(n), hidden=sizes)
+    if name.startswith("pinnacle/"):  # a PINNacle case: pinnacle/ks (the checkout from $PINNACLE_DIR)
+        pb = get_problem("pinnacle", case=name.split("/", 1)[1], pinnacle_dir=os.environ.get("PINNACLE_DIR"),
+                         n_interior=int(n), hidden=sizes)
+    else:
+        pb = get_problem(name, n_interior=int(n), hidden=sizes)
     (obj,) = pb.client_objectives(1, seed=0)
     theta = pb.init_params(0)
     rows, pde = int(obj.n_residuals), int(pb.pde_rows_per_client(1))
