@@ -373,8 +373,9 @@ class InverseCase(Case):
     a_on = "boundary"           # the part where a is given
     #: how a's boundary values are imposed (the option ``a_boundary``): ``condition`` (a weighted Dirichlet
     #: condition on :attr:`a_on`) or ``ansatz`` (exactly: a = A + B·N_a, :func:`~fedsciml.problems.domain.
-    #: box_ansatz` on the box :attr:`a_box` of a's inputs)
-    a_boundary = "condition"
+    #: box_ansatz` on the box :attr:`a_box` of a's inputs) — the default of both cases, by measurement (their
+    #: docstrings)
+    a_boundary = "ansatz"
     a_box: tuple = ((0.0, 0.0), (1.0, 1.0))
     #: the hidden widths of a's network (the option ``field_hidden``)
     field_hidden: tuple = (20, 20)
@@ -443,7 +444,6 @@ class PInv(InverseCase):
     #: issue's 2.45e-2 met.  The smaller network fits less of the readings' noise and takes 3× the LM steps per
     #: CPU-second; the returned θ is the best validation residual's (step 26 of 455; the last iterate is at 0.34).
     hidden = (20, 20, 20)
-    a_boundary = "ansatz"
 
     def geometry(self):
         return Box([0.0, 0.0], [1.0, 1.0])
@@ -486,6 +486,11 @@ class HInv(InverseCase):
     #: training loss of 0.48 (the readings' noise floor is about 2.3e-2) and a's error grows from step 24, L2RE
     #: 3.31 after 273 CPU-s; with raw coordinates (the domain is already [−1, 1]² × [0, 1]) L2RE 5.82e-2 after
     #: 303 CPU-s (reproductions/pinnacle.md, "keep_best" section).  So HInv's default is ``none``.
+    #: Decision, by measurement (one thread, solver CPU-s; reproductions/pinnacle.md, "a's boundary imposed
+    #: exactly"): a's boundary values by :func:`box_ansatz` (a = 2 + B·N_a on the lateral boundary; no condition on
+    #: a): L2RE 3.18e-2 at 600 CPU-s (u 4.16e-2, a 3.15e-2; validation residual 28.06 summed over its rows, its PDE
+    #: part 1.30) against 5.82e-2 with the Dirichlet condition (28.08, 1.34) — the issue's 5.26e-2 met.  u's
+    #: network stays 3×32: 3×20 (PInv's) falls into a bad basin here (L2RE 3.08 at 300 CPU-s, a's error growing).
     input_scaling = "none"
 
     def geometry(self):
@@ -710,7 +715,7 @@ class Pinnacle(DomainPDE):
         "a_boundary": option(None, "how PInv's and HInv's a takes its boundary values: condition (a Dirichlet "
                                    "condition weighted boundary_weight) or ansatz (exactly, a = A + B·N_a: "
                                    "box_ansatz)", str, choices=("condition", "ansatz"),
-                             none="the case's: ansatz for pinv, else condition"),
+                             none="the case's: ansatz"),
         "field_hidden": option(None, "hidden widths of the network of PInv's and HInv's unknown field a", INTS,
                                lo=1, metavar="W,W,…", none="the case's: 20,20"),
         "data_weight": option(None, "weight of PInv's and HInv's readings", float, lo=0, lo_open=True,

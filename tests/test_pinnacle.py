@@ -206,15 +206,15 @@ def test_a_boundary_ansatz_holds_a_exactly_on_its_boundary_and_drops_its_conditi
 
 
 def test_the_inverse_cases_defaults_are_their_measured_ones(checkout):
-    """PInv: a's boundary by the ansatz and u's network 3×20 (its docstring's measurement); HInv: 3×32 and a's
-    boundary by a condition; an explicit option wins."""
+    """Both: a's boundary by the ansatz (no condition on a); u's network 3×20 on PInv, 3×32 on HInv (their
+    docstrings' measurements); an explicit option wins."""
     pinv = get_problem("pinnacle", case="pinv")
     assert pinv.options["hidden"] == [20, 20, 20] and pinv.options["a_boundary"] is None
     assert [type(c).__name__ for c in pinv.condition_list()] == ["Data"]
     assert get_problem("pinnacle", case="pinv", hidden=[32, 32, 32]).network().sizes == [2, 32, 32, 32, 1]
     hinv = get_problem("pinnacle", case="hinv", pinnacle_dir=str(checkout))
     assert hinv.network().sizes == [3, 32, 32, 32, 1]
-    assert [type(c).__name__ for c in hinv.condition_list()] == ["Data", "Dirichlet"]
+    assert [type(c).__name__ for c in hinv.condition_list()] == ["Data"]
 
 
 def test_options_for_other_cases_are_refused():
