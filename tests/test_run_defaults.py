@@ -1,5 +1,5 @@
 """A problem's run defaults (``Problem.run_defaults``, applied by ``fedsciml.runtime.driver.plan``): PINNacle's
-Burgers 1d-C draws fresh points every 10 steps unless told otherwise, in process only."""
+Burgers 1d-C, Heat 2d-MS and NS 2d-C draw fresh points every 10 steps unless told otherwise, in process only."""
 import logging
 
 import fedsciml.methods  # noqa: F401  (registers the methods plan reads)
@@ -21,7 +21,10 @@ def test_burgers_resamples_every_10_steps_by_default_and_an_explicit_option_wins
     assert plan(p, "gn", clients=2).config.resample == 10
     assert plan(p, "centralized", resample=3).config.resample == 3
     assert plan(p, "centralized", resample=None).config.resample is None  # an explicit None is given
-    assert plan(get_problem("pinnacle", case="ns2d-c"), "centralized").config.resample is None
+    assert plan(get_problem("pinnacle", case="poisson2d-c"), "centralized").config.resample is None
+    for case in ("heat2d-ms", "ns2d-c"):
+        other = get_problem("pinnacle", case=case, n_interior=8, n_boundary=2, hidden=[4])
+        assert other.run_defaults == {"resample": 10} and plan(other, "centralized").config.resample == 10
 
 
 def test_the_default_makes_grow_applicable_and_reaches_the_history():
