@@ -373,10 +373,6 @@ def _hinv_a(x):
     return 2 + torch.sin(_PI * x[..., 0]) * torch.sin(_PI * x[..., 1])
 
 
-#: the boundary values of a that a ``box_ansatz`` reads (on the faces of :attr:`InverseCase.a_box` only)
-_FIELD_VALUES = {"pinv": _pinv_a, "hinv": _hinv_a}
-
-
 class InverseCase(Case):
     """What PInv and HInv share: noisy readings of u at their sensors (:meth:`sensors`), ``N(0, 0.1²)`` seeded by
     the option ``data_seed``, a share ``holdout`` of them held out of training for the validation residual (never
@@ -401,7 +397,7 @@ class InverseCase(Case):
         if "_fields" not in self.__dict__:
             spec: dict = dict(hidden=tuple(self.p.options["field_hidden"] or self.field_hidden), inputs=("x", "y"))
             if self._a_boundary() == "ansatz":
-                spec["ansatz"] = box_ansatz(*self.a_box, _FIELD_VALUES[self.key])
+                spec["ansatz"] = box_ansatz(*self.a_box, self.exact_fields["a"])  # read on a_box's faces only
             self.__dict__["_fields"] = {"a": spec}
         return self.__dict__["_fields"]
 
