@@ -118,6 +118,7 @@ def test_a_saved_model_with_a_field_ansatz_is_evaluated_by_its_problem(tmp_path)
         fs.load_model(tmp_path / "m")  # the raw network is not the field: refused without its problem
     u = fs.load_model(tmp_path / "m", problem=pb)
     X = torch.linspace(0, 1, 11, dtype=torch.float64)[:, None]
+    # bitwise: the file holds θ exactly and the model evaluates a through the same function on the same batch
     assert torch.equal(u.fields["a"](X), pb.coefficient_fields(r.theta)["a"](X))
     assert u.meta["fields"]["a"]["ansatz"] is True
 
