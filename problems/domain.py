@@ -160,25 +160,19 @@ def _as_vector(out) -> torch.Tensor:
     return out.reshape(-1)
 
 
-def box_ansatz(lo, hi, value: Callable) -> Callable:
-    """A hard constraint holding a quantity at ``value`` on the whole boundary of the box ``[lo, hi]``: the function
-    ``(y, out) ↦ A(y) + B(y)·out`` for an unknown field's ``ansatz`` (``unknown_fields = {"a": dict(ansatz=…)}``;
-    ``y`` the field's inputs at one point, ``out`` its network's output there), so the field equals ``value`` on
-    every face whatever θ, and no weighted condition on it is needed.
-
-    * ``A`` is the transfinite (Coons) interpolation of ``value`` from the faces, the Boolean sum of the linear
-      interpolations ``P_i`` along each axis: ``A = Σ_{∅≠S⊆axes} (−1)^{|S|+1} Π_{i∈S} P_i value`` — it reads
-      ``value`` on the faces only (3^d − 1 face points per point: 8 in 2-D), equals it there, and reproduces
-      inside any sum of functions of one axis each.
-    * ``B(y) = Π_i 4 (y_i − lo_i)(hi_i − y_i) / (hi_i − lo_i)²``: zero on every face, 1 at the centre.
-
-    ``value`` is a function of a batch ``x [n, d]`` (d the box's dimension) → ``[n]``, as ``exact_coefficients``."""
+def _box(lo, hi, who: str) -> tuple[torch.Tensor, torch.Tensor]:
     lo_t, hi_t = (torch.as_tensor([float(v) for v in b], dtype=DTYPE) for b in (lo, hi))
     d = int(lo_t.numel())
     if d == 0 or hi_t.numel() != d or not bool((hi_t > lo_t).all()):
-        raise ProblemError(f"box_ansatz needs a box lo < hi in every axis, got lo={list(lo)}, hi={list(hi)}")
-    if not callable(value):
-        raise ProblemError(f"box_ansatz: value must be a function of the points x [n, {d}], got {value!r:.60}")
+        raise ProblemError(f"{who} needs a box lo < hi in every axis, got lo={list(lo)}, hi={list(hi)}")
+    return lo_t, hi_t
+
+
+def _coons(lo_t: torch.Tensor, hi_t: torch.Tensor) -> tuple[Callable, Callable]:
+    """The transfinite (Coons) interpolation from the faces of the box ``[lo, hi]`` and the bubble vanishing on
+    them: ``interp(y, value)`` (``y [d]`` one point, ``value`` a function of face points ``[3^d − 1, d]``) and
+    ``bubble(y)`` (see :func:`box_ansatz`)."""
+    d = int(lo_t.numel())
     # every (S, ε): S a nonempty set of axes fixed to a face, ε ∈ {0, 1}^S which face (lo, hi) of each
     fixed, upper, sign = [], [], []
     for code in range(1, 3 ** d):
@@ -192,13 +186,84 @@ def box_ansatz(lo, hi, value: Callable) -> Callable:
     sgn = torch.tensor(sign, dtype=DTYPE)
     width = hi_t - lo_t
 
-    def ansatz(y: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    def interp(y: torch.Tensor, value: Callable) -> torch.Tensor:
         Y = torch.where(M, C.to(y), y.reshape(1, d))   # [3^d − 1, d]: y with the axes of S on their faces
         w_hi = (y - lo_t.to(y)) / width.to(y)          # linear interpolation weights along each axis
         W = torch.where(M, torch.where(U, w_hi, 1 - w_hi), torch.ones_like(Y)).prod(1)
-        A = (sgn.to(y) * W * torch.as_tensor(value(Y)).reshape(-1)).sum()
-        B = (4 * (y - lo_t.to(y)) * (hi_t.to(y) - y) / width.to(y) ** 2).prod()
-        return A + B * out.reshape(())
+        return (sgn.to(y) * W * torch.as_tensor(value(Y)).reshape(-1)).sum()
+
+    def bubble(y: torch.Tensor) -> torch.Tensor:
+        return (4 * (y - lo_t.to(y)) * (hi_t.to(y) - y) / width.to(y) ** 2).prod()
+
+    return interp, bubble
+
+
+def box_ansatz(lo, hi, value: Callable) -> Callable:
+    """A hard constraint holding a quantity at ``value`` on the whole boundary of the box ``[lo, hi]``: the function
+    ``(y, out) ↦ A(y) + B(y)·out`` for an unknown field's ``ansatz`` (``unknown_fields = {"a": dict(ansatz=…)}``;
+    ``y`` the field's inputs at one point, ``out`` its network's output there), so the field equals ``value`` on
+    every face whatever θ, and no weighted condition on it is needed.
+
+    * ``A`` is the transfinite (Coons) interpolation of ``value`` from the faces, the Boolean sum of the linear
+      interpolations ``P_i`` along each axis: ``A = Σ_{∅≠S⊆axes} (−1)^{|S|+1} Π_{i∈S} P_i value`` — it reads
+      ``value`` on the faces only (3^d − 1 face points per point: 8 in 2-D), equals it there, and reproduces
+      inside any sum of functions of one axis each.
+    * ``B(y) = Π_i 4 (y_i − lo_i)(hi_i − y_i) / (hi_i − lo_i)²``: zero on every face, 1 at the centre.
+
+    ``value`` is a function of a batch ``x [n, d]`` (d the box's dimension) → ``[n]``, as ``exact_coefficients``."""
+    lo_t, hi_t = _box(lo, hi, "box_ansatz")
+    d = int(lo_t.numel())
+    if not callable(value):
+        raise ProblemError(f"box_ansatz: value must be a function of the points x [n, {d}], got {value!r:.60}")
+    interp, bubble = _coons(lo_t, hi_t)
+
+    def ansatz(y: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return interp(y, value) + bubble(y) * out.reshape(())
+
+    return ansatz
+
+
+def initial_box_ansatz(lo, hi, t0: float, T: float, initial: Callable, boundary: Callable | float = 0.0) -> Callable:
+    """A hard constraint for an initial condition and a Dirichlet condition on every face of a box in space: the
+    function ``(y, out) ↦ A(y) + B(y)·out`` of a space-time point ``y = (x, t)`` (x in the box ``[lo, hi]``, t in
+    ``[t0, T]``) for a problem's ``ansatz`` (one output), so that ``u(x, t0) = initial`` and ``u = boundary`` on
+    the box's faces whatever θ; ``Initial`` and that ``Dirichlet`` condition are then not needed.
+
+    * ``A = S[h](x, t) + g(x) − S[h](x, t0)``: ``g`` the initial value, ``h`` the boundary value and ``S`` the
+      transfinite interpolation from the spatial faces at a fixed t (:func:`box_ansatz`'s ``A``), i.e. the Boolean
+      sum of ``S`` and the projector onto t = t0.  On a face ``A = h(x, t) + g(x) − h(x, t0) = h`` where the data
+      agree there (``g = h(·, t0)`` on the faces, the compatibility any solution needs); at t = t0, ``A = g``.  With
+      ``boundary`` 0 it is ``g`` alone (no face values are read).
+    * ``B = (t − t0)/(T − t0) · Π_i 4 (x_i − lo_i)(hi_i − x_i)/(hi_i − lo_i)²``: zero at t0 and on every face.
+
+    ``initial`` and ``boundary`` (a number or a function) take batches of space-time points ``[n, d + 1]``, as the
+    conditions' values do (``initial`` is given points with t = t0)."""
+    lo_t, hi_t = _box(lo, hi, "initial_box_ansatz")
+    d = int(lo_t.numel())
+    t0, T = float(t0), float(T)
+    if not T > t0:
+        raise ProblemError(f"initial_box_ansatz needs T > t0, got t0={t0}, T={T}")
+    if not callable(initial):
+        raise ProblemError(f"initial_box_ansatz: initial must be a function of the points (x, t) [n, {d + 1}], got "
+                           f"{initial!r:.60}")
+    if not callable(boundary) and (isinstance(boundary, bool) or not isinstance(boundary, (int, float))
+                                   or not math.isfinite(float(boundary))):
+        raise ProblemError(f"initial_box_ansatz: boundary must be a finite number or a function of the points "
+                           f"(x, t) [n, {d + 1}], got {boundary!r:.60}")
+    interp, bubble = _coons(lo_t, hi_t)
+    h0 = None if callable(boundary) else float(boundary)
+
+    def at(t):
+        return lambda X: boundary(torch.cat([X, t.expand(X.shape[0], 1)], 1))  # type: ignore[operator]
+
+    def ansatz(y: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        x, t = y[:d], y[d:]
+        g = torch.as_tensor(initial(torch.cat([x, torch.full_like(t, t0)]).reshape(1, d + 1))).reshape(())
+        if h0 is None:
+            A = interp(x, at(t)) + g - interp(x, at(torch.full_like(t, t0)))
+        else:  # a constant h: S[h] is h at every t, so A = g
+            A = g
+        return A + (t.reshape(()) - t0) / (T - t0) * bubble(x) * out.reshape(())
 
     return ansatz
 

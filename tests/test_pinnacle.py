@@ -339,12 +339,18 @@ def test_gn_on_four_strips_takes_the_centralized_steps(case, checkout):
 
 
 def test_heat2d_ms_defaults_to_its_frequency_scaled_sine_network_and_an_explicit_option_wins():
-    """Heat 2d-MS's defaults are the measured setting (sin, first-layer scale 30,1,1, 3000 / 1000 points; see the
+    """Heat 2d-MS's defaults are the measured setting (sin, first-layer scale 30,1,1, 3000 / 1000 points, u's
+    initial and edge conditions by the ansatz; see the
     case's docstring), the other cases keep tanh, no scale and 2000 / 100 (Burgers 1d-C 4000 interior); options given explicitly are used as
     given; the network built is the one the options name (θ₀ bitwise the explicit options': same draws)."""
     ms = get_problem("pinnacle", case="heat2d-ms")
     assert (ms.options["activation"], ms.options["first_layer_scale"]) == ("sin", [30.0, 1.0, 1.0])
     assert (ms.options["n_interior"], ms.options["n_boundary"]) == (3000, 1000)
+    # its initial and edge conditions hold by the ansatz (the docstring's choice): no condition, u = g at t = 0
+    assert ms.options["u_conditions"] is None and ms.spec.u_conditions == "ansatz" and ms.condition_list() == []
+    X0 = ms.domain().sample_initial(8, "uniform", 0)
+    assert torch.allclose(ms.u(ms.init_params(0), X0), ms.exact(X0), rtol=0, atol=1e-14)
+    assert get_problem("pinnacle", case="ns2d-c").spec.u_conditions == "condition"
     explicit = get_problem("pinnacle", case="heat2d-ms", activation="sin", first_layer_scale=[30.0, 1.0, 1.0],
                            n_interior=3000, n_boundary=1000)
     assert torch.equal(ms.init_params(seed=0), explicit.init_params(seed=0))
@@ -356,3 +362,39 @@ def test_heat2d_ms_defaults_to_its_frequency_scaled_sine_network_and_an_explicit
     mine = get_problem("pinnacle", case="heat2d-ms", activation="tanh", first_layer_scale=[2.0], n_interior=7)
     assert (mine.options["activation"], mine.options["first_layer_scale"], mine.options["n_interior"]) == \
         ("tanh", [2.0], 7)
+
+
+@pytest.mark.parametrize("case", ["heat2d-ms", "ns2d-c"])
+def test_u_conditions_ansatz_holds_u_s_conditions_exactly_and_drops_them(case):
+    """``u_conditions=ansatz``: Heat 2d-MS's u = g + t/T·B·N equals the closed form at t = 0 and 0 on the edges,
+    NS 2d-C's velocity equals the lid's a x(1 − x), 0 on the walls, for any θ (B vanishes there; a few terms of size
+    ≤ 4: 1e-14), and the case lists no condition on u (NS keeps its pressure pin); ``condition`` lists them as
+    before.  The saved model says it has an ansatz (it is evaluated by its problem); a case without one does not."""
+    p = get_problem("pinnacle", case=case, u_conditions="ansatz")
+    theta = p.init_params(0) + 0.3
+    dom = p.domain()
+    if case == "heat2d-ms":
+        assert p.condition_list() == []
+        X0 = dom.sample_initial(64, "uniform", 0)
+        assert torch.allclose(p.u(theta, X0), p.exact(X0), rtol=0, atol=1e-14)
+        Xb = dom.sample_boundary(64, "uniform", 0, part="edges")
+        assert float(p.u(theta, Xb).abs().max()) <= 1e-14
+        Xi = dom.sample_interior(16, "uniform", 0)
+        assert float((p.u(theta, Xi) - p.exact(Xi)).abs().max()) > 1e-3  # inside: the network's
+        soft = ["Initial", "Dirichlet"]
+    else:
+        assert [type(c).__name__ for c in p.condition_list()] == ["Data"]
+        lid, walls = dom.sample_boundary(64, "uniform", 0, part="lid"), dom.sample_boundary(64, "uniform", 0,
+                                                                                            part="walls")
+        U = p.u(theta, lid)
+        assert torch.allclose(U[:, 0], 4 * lid[:, 0] * (1 - lid[:, 0]), rtol=0, atol=1e-14)
+        assert float(U[:, 1].abs().max()) <= 1e-14 and float(p.u(theta, walls)[:, :2].abs().max()) <= 1e-14
+        soft = ["Dirichlet"] * 4 + ["Data"]
+    assert p.model_description(theta)["ansatz"] is True
+    weighted = get_problem("pinnacle", case=case, u_conditions="condition")
+    assert [type(c).__name__ for c in weighted.condition_list()] == soft
+    assert weighted.model_description(theta)["ansatz"] is False
+    assert get_problem("pinnacle", case="poissonnd").model_description(
+        get_problem("pinnacle", case="poissonnd").init_params(0))["ansatz"] is False
+    with pytest.raises(ProblemError, match="has no effect here"):
+        get_problem("pinnacle", case="poissonnd", u_conditions="ansatz")
