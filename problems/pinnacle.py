@@ -748,7 +748,8 @@ class Pinnacle(DomainPDE):
                                      "holds the reference data", PATH, none=f"${ENV}, else none"),
         "n_interior": case_default(DOMAIN_OPTIONS["n_interior"],
                                    "the case's: 4000 for burgers1d-c, 3000 for heat2d-ms, else 2000"),
-        "n_boundary": case_default(DOMAIN_OPTIONS["n_boundary"], "the case's: 1000 for heat2d-ms, else 100"),
+        "n_boundary": case_default(DOMAIN_OPTIONS["n_boundary"], "the case's: 1000 for heat2d-ms (its conditions' points where "
+                                                          "u_conditions is condition), else 100"),
         "hidden": case_default(network_options((32, 32, 32), "tanh")["hidden"],
                                "the case's: 20,20,20 for pinv, else 32,32,32"),
         "activation": case_default(network_options((), "tanh")["activation"],
@@ -907,6 +908,8 @@ class Pinnacle(DomainPDE):
             if self.options[name] is None:
                 v = getattr(self.spec, name)
                 self.options[name] = list(v) if isinstance(v, (list, tuple)) else v
+        if self.options["u_conditions"] is None and self.spec.hard_constraint() is not None:
+            self.options["u_conditions"] = self.spec.u_conditions  # recorded (a saved run reads back as it ran)
         super()._check()
         self._hard()  # built here, outside any torch.func transform (its tensors must not be made inside one)
         d = self.checkout

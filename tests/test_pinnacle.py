@@ -347,10 +347,11 @@ def test_heat2d_ms_defaults_to_its_frequency_scaled_sine_network_and_an_explicit
     assert (ms.options["activation"], ms.options["first_layer_scale"]) == ("sin", [30.0, 1.0, 1.0])
     assert (ms.options["n_interior"], ms.options["n_boundary"]) == (3000, 1000)
     # its initial and edge conditions hold by the ansatz (the docstring's choice): no condition, u = g at t = 0
-    assert ms.options["u_conditions"] is None and ms.spec.u_conditions == "ansatz" and ms.condition_list() == []
+    assert ms.options["u_conditions"] == "ansatz" and ms.condition_list() == []  # recorded: a saved run reads back
     X0 = ms.domain().sample_initial(8, "uniform", 0)
     assert torch.allclose(ms.u(ms.init_params(0), X0), ms.exact(X0), rtol=0, atol=1e-14)
-    assert get_problem("pinnacle", case="ns2d-c").spec.u_conditions == "condition"
+    assert get_problem("pinnacle", case="ns2d-c").options["u_conditions"] == "condition"
+    assert get_problem("pinnacle", case="poissonnd").options["u_conditions"] is None  # states no hard constraint
     explicit = get_problem("pinnacle", case="heat2d-ms", activation="sin", first_layer_scale=[30.0, 1.0, 1.0],
                            n_interior=3000, n_boundary=1000)
     assert torch.equal(ms.init_params(seed=0), explicit.init_params(seed=0))
