@@ -284,18 +284,22 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
     lm = LevenbergMarquardt(cfg.lm)
     lm.form_choice(obj.n_residuals, obj.n_params, theta.device, theta.dtype)  # once, on the run's device
     stats_at = lm_stats_fn(obj, lm)
-    lm.start(theta, stats_at(theta))
+    lm.stop = rec.out_of_time  # the budget is asked inside a step too: before every CG product and sketch piece
+    try:
+        lm.start(theta, stats_at(theta))
+        started = True
+    except OutOfTime:  # spent in the first curvature sketch: θ₀ is the result, its loss known
+        started = False
     fixed = cfg.damping == "fixed"
     if fixed:
         lm.mu = cfg.mu * obj.n_residuals
     avg = lm.theta.clone() if cfg.average is not None and lm.theta is not None else None
-    rec.record(0, lm.theta, lm.loss, mu=lm.mu)
-    lm.stop = rec.out_of_time  # the budget is asked inside a step too: before every CG product
+    rec.record(0, lm.theta, lm.loss, **({"mu": lm.mu} if started or fixed else {}))
     n = obj.n_residuals
     it = 0
     held = 0  # the resample whose points obj holds
     while True:
-        reason = _limit_reached(it, rec, cfg)
+        reason = _limit_reached(it, rec, cfg) or (None if started else rec.stop_reason or "budget")
         if reason:
             break
         j = cfg.resample_index(it + 1)
