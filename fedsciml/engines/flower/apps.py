@@ -375,10 +375,14 @@ def _final_stats(job: dict, client, theta) -> dict:
 
 def query_names() -> tuple[str, ...]:
     """Every message type a fedsciml ClientApp answers: ``describe`` and the queries the registered client kinds
-    answer (objective clients with the methods' handlers, image clients) — derived, never listed."""
+    answer (objective clients with the methods' handlers, the installed method plugins' included, image clients) —
+    derived, never listed."""
     import fedsciml.images.methods  # noqa: F401  (registers the image client's queries)
     import fedsciml.methods  # noqa: F401  (registers the methods' client handlers)
     from fedsciml.runtime.client import queries
+    from fedsciml.runtime.registry import load_method_entry_points
+
+    load_method_entry_points()  # this node's installed method plugins and their handlers: never the job's code
 
     return (DESCRIBE, FINAL_STATS, *queries())
 
