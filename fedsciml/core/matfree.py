@@ -309,12 +309,16 @@ class Preconditioning(Protocol):
     def inverse(self, mu: float) -> Vec: ...
 
 
+#: the Nyström preconditioner's default rank ℓ (capped at p): every default of it is this one
+NYSTROM_RANK = 50
+
+
 @dataclass
 class MatfreeConfig:
     """Settings of the matrix-free damped Gauss–Newton step."""
 
     precond: str = "nystrom"  # "nystrom", "kfac", "none" or "auto" (LM's choice: fedsciml.core.forms.choose_lm_solve)
-    rank: int = 50            # Nyström sketch rank ℓ (capped at p)
+    rank: int = NYSTROM_RANK  # Nyström sketch rank ℓ (capped at p)
     rtol: float = 1e-10       # CG relative residual
     max_iters: int | None = 500  # CG iterations per solve (None: LM's choice, fedsciml.core.forms.matfree_settings;
     #                              0: no CG, the damped K-FAC step −P⁻¹g itself)

@@ -43,7 +43,7 @@ import torch
 from fedsciml.options import StopOptions, display, option
 from fedsciml.core.kfac_forms import factors_of, has_jets, require_jets
 from fedsciml.core.forms import KFAC_MIN_PARAMS
-from fedsciml.core.matfree import BlockGNOperator, GNOperator, MatfreeConfig, OutOfTime
+from fedsciml.core.matfree import NYSTROM_RANK, BlockGNOperator, GNOperator, MatfreeConfig, OutOfTime
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.core.stats import chunked_gn_stats, row_blocks
 from fedsciml.runtime.history import Recorder
@@ -79,7 +79,8 @@ class CentralizedConfig(StopOptions):
                                    "free memory and a cost per form: kernel when n < p, normal when n ≥ p while J "
                                    "fits — always up to 5e7 entries —, else the cheaper of chunked and matfree)", str,
                            choices=("auto", "normal", "kernel", "chunked", "matfree"))
-    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
+    nystrom_rank: int = option(NYSTROM_RANK, "rank of the Nyström preconditioner of the matrix-free lm solve", int,
+                               lo=1)
     precond: str = option("auto", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
                                   "(K-FAC for PINNs: Kronecker factors of the Taylor-mode channels; PINN residuals of u "
                                   "and its derivatives up to order 2), none, or auto (kfac where lm_solve auto goes matrix-free for it: a "
