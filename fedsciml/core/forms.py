@@ -65,9 +65,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from fedsciml.core.matfree import NYSTROM_RANK
-
 log = logging.getLogger(__name__)
+
+#: the Nyström preconditioner's default rank ℓ (capped at p): every default of it is this one
+#: (:class:`fedsciml.core.matfree.MatfreeConfig`, the choices here, centralized's and gn's options)
+NYSTROM_RANK = 50
 
 #: every form a choice can return, by need
 NEEDS: dict[str, tuple[str, ...]] = {"lm": ("normal", "kernel", "chunked", "matfree"),

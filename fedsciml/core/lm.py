@@ -84,7 +84,7 @@ def federated_form(rows: Sequence[int], p: int, device: torch.device | str | Non
 
 
 def auto_form(n: int, p: int, device: torch.device | str | None = None, dtype: torch.dtype = torch.float64,
-              rank: int = matfree.NYSTROM_RANK) -> str:
+              rank: int = forms.NYSTROM_RANK) -> str:
     """The statistics a data holder computes for ``solve='auto'``: ``normal``, ``kernel``, ``chunked`` or
     ``matfree`` (:func:`fedsciml.core.forms.choose_form`, ``need='lm'``; see the module docstring)."""
     return forms.choose_form(n, p, device=device, dtype=dtype, rank=rank).form

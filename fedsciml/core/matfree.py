@@ -35,6 +35,8 @@ from typing import Callable, Optional, Protocol, Sequence
 import torch
 from torch.func import vjp
 
+from fedsciml.core.forms import NYSTROM_RANK
+
 Vec = Callable[[torch.Tensor], torch.Tensor]  # a linear map v ↦ A v on vectors (or on [p, k] blocks)
 
 
@@ -307,10 +309,6 @@ class Preconditioning(Protocol):
     """A curvature approximation that gives the inverse of its damped form, ``μ ↦ (v ↦ P_μ⁻¹ v)``."""
 
     def inverse(self, mu: float) -> Vec: ...
-
-
-#: the Nyström preconditioner's default rank ℓ (capped at p): every default of it is this one
-NYSTROM_RANK = 50
 
 
 @dataclass

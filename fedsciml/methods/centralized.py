@@ -42,8 +42,8 @@ import torch
 
 from fedsciml.options import StopOptions, display, option
 from fedsciml.core.kfac_forms import factors_of, has_jets, require_jets
-from fedsciml.core.forms import KFAC_MIN_PARAMS
-from fedsciml.core.matfree import NYSTROM_RANK, BlockGNOperator, GNOperator, MatfreeConfig, OutOfTime
+from fedsciml.core.forms import KFAC_MIN_PARAMS, NYSTROM_RANK
+from fedsciml.core.matfree import BlockGNOperator, GNOperator, MatfreeConfig, OutOfTime
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.core.stats import chunked_gn_stats, row_blocks
 from fedsciml.runtime.history import Recorder

@@ -135,7 +135,7 @@ class GNConfig(RoundOptions):
                                "it is ≤ 6.25e6 floats per client and the Jacobians fit the device, matfree beyond)",
                        str,
                        choices=("auto", "normal", "sqrt", "matfree"))
-    nystrom_rank: int = option(matfree.NYSTROM_RANK, "rank of the Nyström preconditioner of the matrix-free form "
+    nystrom_rank: int = option(forms.NYSTROM_RANK, "rank of the Nyström preconditioner of the matrix-free form "
                                                     "(one sketch exchange of rank·p floats per accepted step)", int, lo=1)
     precond: str = option("auto", "preconditioner of the matrix-free form's CG: nystrom (one sketch exchange), kfac "
                                   "(K-FAC for PINNs: each client sends its Kronecker factors with Jᵀr, O(Σ widths²) "
