@@ -12,6 +12,16 @@ from typing import Any, Callable, Mapping
 from fedsciml.options import MethodConfig
 
 
+#: The method a run gets where none is named: the pooled reference for one client (``fs.solve``'s default), FIPA
+#: for several (the CLI's ``solve --clients K``, ``flower deploy``, a Flower App's run config) — :func:`default_method`
+SOLO_METHOD, FEDERATED_METHOD = "centralized", "fipa"
+
+
+def default_method(clients: int | None) -> str:
+    """:data:`FEDERATED_METHOD` with more than one client, else :data:`SOLO_METHOD`."""
+    return FEDERATED_METHOD if clients is not None and clients > 1 else SOLO_METHOD
+
+
 #: The kinds of :class:`fedsciml.problems.Problem` (``Problem.kind``): what ``solve`` runs.
 PROBLEM_KINDS: tuple[str, ...] = ("pinn", "fit", "ridge")
 

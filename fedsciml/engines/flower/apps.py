@@ -56,6 +56,7 @@ import torch
 import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off before flwr is imported)
 from fedsciml.runtime.loop import RoundFailed
 from fedsciml.runtime.protocol import Failure, Reply
+from fedsciml.runtime.registry import FEDERATED_METHOD
 from fedsciml.runtime.results import summary_lines
 from fedsciml.engines.flower import codec
 from fedsciml.engines.flower.resultio import clear_failure, write_failure, write_result
@@ -461,7 +462,7 @@ def run_job(grid, job: dict):
         res["setting"]["flower"] = [{"exchanges": t.exchanges, "exchange_s": t.exchange_seconds} for t in engine]
         return res
     problem = get_problem(job["problem"], **job.get("problem_options", {}))
-    return run_on_grid(grid, problem, job.get("method", "fipa"), int(job["clients"]), seed=int(job.get("seed", 0)),
+    return run_on_grid(grid, problem, job.get("method", FEDERATED_METHOD), int(job["clients"]), seed=int(job.get("seed", 0)),
                        progress=bool(job.get("progress", True)), timeout_s=float(job.get("timeout", 300.0)),
                        connect_timeout_s=float(job.get("connect_timeout", 300.0)),
                        message_ttl_s=job.get("message_ttl"), dead_after_s=job.get("dead_after"),
