@@ -235,8 +235,7 @@ def simulated(tmp_path_factory):
     import sys
 
     from _listeners import ListenerWatch
-    from _own_method import install_own_method
-    from _own_pde import install_own_pde
+    from _own_pde import install_own_method, install_own_pde
     from fedsciml.engines.flower.simulation import solve_many
 
     threads = torch.get_num_threads()

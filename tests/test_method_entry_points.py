@@ -28,7 +28,7 @@ def _forget(name, query, module):
 
 @pytest.fixture
 def installed(tmp_path):
-    from _own_method import install_own_method
+    from _own_pde import install_own_method
 
     site = install_own_method(str(tmp_path))
     sys.path.insert(0, site)

@@ -198,11 +198,34 @@ def add_kind(name: str, kind: str, use: KindUse, *, federated: bool = True) -> M
 METHOD_ENTRY_POINT_GROUP = "fedsciml.methods"
 
 
-def method_entry_point_modules() -> dict[str, str]:
-    """``{entry point name: module}`` of the method plugins installed packages declare (nothing imported)."""
+def entry_point_modules(group: str) -> dict[str, str]:
+    """``{entry point name: module}`` of the plugins installed packages declare in ``group`` (nothing imported)."""
     import importlib.metadata
 
-    return {ep.name: ep.module for ep in importlib.metadata.entry_points(group=METHOD_ENTRY_POINT_GROUP)}
+    return {ep.name: ep.module for ep in importlib.metadata.entry_points(group=group)}
+
+
+def load_entry_points(group: str, what: str, error: type[Exception] = ValueError) -> list[str]:
+    """Import every installed plugin of ``group`` (a module already imported is not imported again); their names.
+    A plugin that fails to import raises ``error``, one line naming the ``what`` plugin and what it raised."""
+    import importlib.metadata
+    import sys
+
+    names = []
+    for ep in importlib.metadata.entry_points(group=group):
+        if ep.module not in sys.modules:
+            try:
+                ep.load()
+            except Exception as e:  # user code: whatever it raises, one line naming the plugin
+                raise error(f"{what} plugin {ep.name!r} ({ep.value}) failed to import: "
+                            f"{type(e).__name__}: {e}") from None
+        names.append(ep.name)
+    return names
+
+
+def method_entry_point_modules() -> dict[str, str]:
+    """``{entry point name: module}`` of the method plugins installed packages declare (nothing imported)."""
+    return entry_point_modules(METHOD_ENTRY_POINT_GROUP)
 
 
 def load_method_entry_points() -> list[str]:
@@ -211,19 +234,7 @@ def load_method_entry_points() -> list[str]:
     and ``fs.solve`` (on a name not registered yet), a Flower ServerApp, each Flower node's ClientApp (the node's
     own installed packages, never code a job names).  Returns their names; a plugin that fails to import raises
     a ValueError naming it."""
-    import importlib.metadata
-    import sys
-
-    names = []
-    for ep in importlib.metadata.entry_points(group=METHOD_ENTRY_POINT_GROUP):
-        if ep.module not in sys.modules:
-            try:
-                ep.load()
-            except Exception as e:  # user code: whatever it raises, one line naming the plugin
-                raise ValueError(f"method plugin {ep.name!r} ({ep.value}) failed to import: "
-                                 f"{type(e).__name__}: {e}") from None
-        names.append(ep.name)
-    return names
+    return load_entry_points(METHOD_ENTRY_POINT_GROUP, "method")
 
 
 def available_methods(kind: str | None = None) -> list[str]:
