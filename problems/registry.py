@@ -32,9 +32,9 @@ ENTRY_POINT_GROUP = "fedsciml.problems"
 
 def entry_point_modules() -> dict[str, str]:
     """``{entry point name: module}`` of the problem plugins installed packages declare (nothing imported)."""
-    import importlib.metadata
+    from fedsciml.runtime.registry import entry_point_modules as of_group
 
-    return {ep.name: ep.module for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    return of_group(ENTRY_POINT_GROUP)
 
 
 def load_entry_points() -> list[str]:
@@ -42,17 +42,9 @@ def load_entry_points() -> list[str]:
     join the registry — in any process that builds problems by name: the CLI, a Flower ServerApp, a Flower node
     (where a user's own PDE is therefore the same installed package everywhere).  Returns their names; a plugin
     that fails to import raises :class:`ProblemError` naming it."""
-    import importlib.metadata
+    from fedsciml.runtime.registry import load_entry_points as load_group
 
-    names = []
-    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            ep.load()
-        except Exception as e:  # user code: whatever it raises, one line naming the plugin
-            raise ProblemError(f"problem plugin {ep.name!r} ({ep.value}) failed to import: "
-                               f"{type(e).__name__}: {e}") from None
-        names.append(ep.name)
-    return names
+    return load_group(ENTRY_POINT_GROUP, "problem", ProblemError)
 
 
 def get_problem(name: str, **options) -> Problem:

@@ -1,20 +1,33 @@
-"""examples/flower_own_pde installed as pip installs it, for the tests (no build, no network)."""
+"""examples/flower_own_pde and examples/flower_own_method installed as pip installs them, for the tests (no build,
+no network)."""
 from __future__ import annotations
 
 
-def install_own_pde(root) -> str:
-    """``examples/flower_own_pde`` as ``pip install`` leaves it: the module and a ``*.dist-info`` whose
-    ``entry_points.txt`` declares it in the group ``fedsciml.problems``, in directory ``root`` (to put on the path
-    of every process of the run — as a pip-installed package is)."""
+def install_example(root, example: str, module: str, dist: str, group: str, entry: str) -> str:
+    """``examples/<example>`` as ``pip install`` leaves it: ``<module>.py`` and a ``*.dist-info`` (distribution
+    ``dist``) whose ``entry_points.txt`` declares ``entry = module`` in the entry-point ``group``, in directory
+    ``root`` (to put on the path of every process of the run — as a pip-installed package is)."""
     import os
     import shutil
 
-    ex = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "flower_own_pde")
-    shutil.copy(os.path.join(ex, "my_fedsciml_pde.py"), root)
-    info = os.path.join(root, "my_fedsciml_pde-0.1.0.dist-info")
+    ex = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", example)
+    shutil.copy(os.path.join(ex, f"{module}.py"), root)
+    info = os.path.join(root, f"{module}-0.1.0.dist-info")
     os.makedirs(info)
     with open(os.path.join(info, "METADATA"), "w") as f:
-        f.write("Metadata-Version: 2.1\nName: my-fedsciml-pde\nVersion: 0.1.0\n")
+        f.write(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1.0\n")
     with open(os.path.join(info, "entry_points.txt"), "w") as f:
-        f.write("[fedsciml.problems]\nmy-helmholtz = my_fedsciml_pde\n")
+        f.write(f"[{group}]\n{entry} = {module}\n")
     return str(root)
+
+
+def install_own_pde(root) -> str:
+    """``examples/flower_own_pde``: the problem ``my-helmholtz`` (entry-point group ``fedsciml.problems``)."""
+    return install_example(root, "flower_own_pde", "my_fedsciml_pde", "my-fedsciml-pde", "fedsciml.problems",
+                           "my-helmholtz")
+
+
+def install_own_method(root) -> str:
+    """``examples/flower_own_method``: the method ``my-avg`` (entry-point group ``fedsciml.methods``)."""
+    return install_example(root, "flower_own_method", "my_fedsciml_method", "my-fedsciml-method", "fedsciml.methods",
+                           "my-avg")

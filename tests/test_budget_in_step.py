@@ -69,3 +69,42 @@ def test_a_budget_inside_the_first_step_stops_there_keeping_theta0(method, optio
     overrun = r.extra["solver_time_s"] - budget  # the solver clock's CPU seconds (the budget's own clock)
     allowance = 3 * _product_cpu_seconds() + 0.25  # ≤ one product past the budget, plus the step's bookkeeping
     assert overrun <= allowance, (overrun, allowance)
+
+
+def test_a_budgeted_nystrom_sketch_asks_before_each_piece_and_changes_nothing_when_never_stopped():
+    """The first step's curvature scale is a Nyström sketch of ℓ products (each a pass over the rows): a budget is
+    asked before each of its pieces.  Never stopped, the sketch is the unsplit one bitwise — this matmat takes each
+    column alone, as :class:`GNOperator`'s does, so the pieces are the same operations in the same order."""
+    from fedsciml.core.matfree import SKETCH_PIECES, Nystrom
+
+    g = torch.Generator().manual_seed(0)
+    B = torch.randn(40, 40, dtype=torch.float64, generator=g)
+    A = B @ B.T
+    cols = []
+
+    def matmat(V):
+        cols.append(V.shape[1])
+        return torch.stack([A @ V[:, j] for j in range(V.shape[1])], 1)
+
+    whole = Nystrom.sketch(matmat, 40, 32, generator=torch.Generator().manual_seed(1))
+    assert cols == [32]
+    cols.clear()
+    split = Nystrom.sketch(matmat, 40, 32, generator=torch.Generator().manual_seed(1), stop=lambda: False)
+    assert len(cols) == SKETCH_PIECES and sum(cols) == 32
+    assert torch.equal(whole.U, split.U) and torch.equal(whole.lam, split.lam)
+    cols.clear()
+    asked = iter([False, False, True])
+    with pytest.raises(OutOfTime, match="after 4 of 32 products"):
+        Nystrom.sketch(matmat, 40, 32, generator=torch.Generator().manual_seed(1), stop=lambda: next(asked))
+    assert cols == [2, 2]  # two pieces taken, the third refused
+
+
+def test_a_budget_spent_before_the_first_sketch_ends_the_run_at_theta0():
+    """Issue 38: ``--hidden 300000`` on sin1d with ``--budget 5`` spent 60 s inside the first step's Nyström sketch
+    (asked no budget) before its first row.  A budget already spent when the sketch starts ends the run at θ₀
+    with ``stop_reason`` budget and the one row of the start, not an error."""
+    r = fs.solve("poisson", method="centralized", lm_solve="matfree", budget=1e-9, clock="cpu", **PROBLEM)
+    assert r.stop_reason == "budget"
+    p = fs.get_problem("poisson", **PROBLEM["problem_options"], hidden=PROBLEM["hidden"])
+    assert torch.equal(r.theta.cpu(), p.init_params(0)) and len(r.history) == 1
+    assert "mu" not in r.history[0]  # no damping was set: the sketch that gives its scale did not finish

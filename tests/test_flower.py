@@ -235,7 +235,7 @@ def simulated(tmp_path_factory):
     import sys
 
     from _listeners import ListenerWatch
-    from _own_pde import install_own_pde
+    from _own_pde import install_own_method, install_own_pde
     from fedsciml.engines.flower.simulation import solve_many
 
     threads = torch.get_num_threads()
@@ -243,6 +243,7 @@ def simulated(tmp_path_factory):
     ck = str(tmp_path_factory.mktemp("flower-ckpt"))
     work = str(tmp_path_factory.mktemp("flower-sim"))
     site = install_own_pde(str(tmp_path_factory.mktemp("site-packages")))
+    install_own_method(site)  # examples/flower_own_method beside it: the method "my-avg", its own client query
     old_path = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([site] + ([old_path] if old_path else []))
     sys.path.insert(0, site)
@@ -262,8 +263,11 @@ def simulated(tmp_path_factory):
         own = get_problem("my-helmholtz", n_interior=40)  # found through the entry point (not imported here)
         calls.append(dict(problem=own, method="gn", clients=K, seed=0, batched=False, rounds=2))
         calls.append(dict(problem=probs["sin1d"], method="fedadam", **FEDADAM))  # tests/test_fedopt.py's run
+        avg_opts = RUNS["fedavg"][2]
+        calls.append(dict(problem=probs["bratu"], method="my-avg", clients=K, seed=0, **avg_opts))
         with ListenerWatch() as watch:
             flower = solve_many(calls, clients=K, workdir=work)
+        own_method = (flower.pop(), local_run(probs["bratu"], "my-avg", K, **avg_opts))
         fedadam = flower.pop()
         own_run = flower.pop()
         resumed = (flower[-4], flower[-3])
@@ -275,12 +279,28 @@ def simulated(tmp_path_factory):
     finally:
         torch.set_num_threads(threads)
         sys.path.remove(site)
+        _forget_own_method()
         if old_path is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = old_path
     return {**dict(zip(RUNS, zip(flower, local))), "resumed": resumed, "tables": (tables, tables_local, paths),
-            "own-pde": (own_run, own_local, own), "listeners": watch, "workdir": work, "fedadam": fedadam}
+            "own-pde": (own_run, own_local, own), "listeners": watch, "workdir": work, "fedadam": fedadam,
+            "own-method": own_method}
+
+
+def _forget_own_method():
+    """This process's registries as they were before the installed method plugin was loaded."""
+    import sys
+
+    from fedsciml.runtime import client as runtime_client
+    from fedsciml.runtime.client import Client
+    from fedsciml.runtime.registry import METHODS
+
+    METHODS.pop("my-avg", None)
+    Client.__dict__["handlers"].pop("my_update", None)
+    runtime_client._VOCABULARY.pop("my_update", None)
+    sys.modules.pop("my_fedsciml_method", None)
 
 
 def _example():
@@ -337,6 +357,17 @@ def test_a_users_own_pde_installed_with_an_entry_point_runs_on_flower(simulated)
     assert type(problem).__module__ == "my_fedsciml_pde"
     assert torch.equal(fl.theta, lo.theta) and fl.options["engine"] == "flower"
     assert [r["loss"] for r in fl.history] == [r["loss"] for r in lo.history]
+
+
+def test_a_users_own_method_installed_with_an_entry_point_runs_on_flower(simulated):
+    """examples/flower_own_method as pip installs it: the ServerApp finds the method by name and every node's
+    ClientApp answers its own query (``my_update``) through the entry point; the run equals the in-process one
+    bitwise (one client per node, the same operations in the same order), and FedAvg's, whose step it runs."""
+    fl, lo = simulated["own-method"]
+    assert torch.equal(fl.theta, lo.theta) and fl.options["engine"] == "flower"
+    assert [r["loss"] for r in fl.history] == [r["loss"] for r in lo.history]
+    fedavg_flower, _ = simulated["fedavg"]
+    assert torch.equal(fl.theta, fedavg_flower.theta) and fl.extra["rejections"] == []
 
 
 def test_flower_run_checkpoints_and_resumes(simulated):

@@ -106,7 +106,7 @@ def test_a_reference_path_that_is_no_regular_file_is_refused(not_folders, tmp_pa
     (["--seed", "-1"], "seed=-1 must be in [0, "),
     (["--clients", "100000000"], "flower deploy: --clients 100,000,000 starts one flower-supernode process per "
                                  "client"),
-    (["--options", '{"rounds": "x"}'], "flower deploy: gn option --rounds must be an integer ≥ 0, got 'x'"),
+    (["--options", '{"rounds": "x"}'], "flower deploy: fipa option --rounds must be an integer ≥ 0, got 'x'"),
     (["--dead-after", "0"], "argument --dead-after: must be a finite number of seconds > 0, got '0'"),
 ])
 def test_flower_deploy_bad_arguments_are_one_line_before_any_process(args, message, tmp_path, capsys, monkeypatch):

@@ -14,6 +14,7 @@ import math
 import os
 
 from fedsciml.cli.common import status
+from fedsciml.runtime.registry import FEDERATED_METHOD
 
 
 def _json_object(text: str, flag: str) -> dict:
@@ -38,7 +39,9 @@ def add_parser(flower_subparsers) -> argparse.ArgumentParser:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("problem", metavar="PROBLEM", help="a registered problem (python -m fedsciml list)")
     p.add_argument("--clients", type=int, default=2, help="K: SuperNodes, one per client (default 2)")
-    p.add_argument("--method", default="gn", help="gn | fipa | fedavg | fedprox | one-shot … (default gn)")
+    p.add_argument("--method", default=FEDERATED_METHOD,
+                   help=f"gn | fipa | fedavg | fedprox | one-shot … (default {FEDERATED_METHOD}, as solve's with "
+                        f"--clients K > 1 and a Flower App's run config)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=None, help="the method's rounds (else its default)")
     p.add_argument("--options", default="{}", metavar="JSON", help='further method options, e.g. \'{"rank": 0}\'')

@@ -316,7 +316,9 @@ def _method_presets(method_specs: dict) -> tuple:
 def _methods_to_run(args) -> list:
     """The methods ``solve`` runs, in order: ``--method`` (default fipa with ``--clients K > 1``, else
     centralized) then ``--compare``'s, or ``--compare``'s alone."""
-    method = args.method or ("fipa" if args.clients and args.clients > 1 else "centralized")
+    from fedsciml.runtime.driver import default_method
+
+    method = args.method or default_method(args.clients)
     compare = [m.strip() for m in args.compare.split(",") if m.strip()] if args.compare else []
     if compare and args.method is None:  # --compare alone: exactly the methods named, in that order
         return list(dict.fromkeys(compare))
@@ -401,10 +403,11 @@ def _solve(args, problem):
         raise CLIError(f"{flags} {verb} to a time-dependent problem (a time axis T and an initial condition); "
                        f"problem {problem.name!r} has no time axis")
     plans = []
+    engine_of = {m: args.engine if get_method(m).federated else "local" for m in methods}  # pooled: this process
     for m in methods:  # every run checked (options, memory) before the first one starts, and only here
         if len(methods) > 1 and "checkpoint" in per_method[m]:  # one checkpoint directory per compared method
             per_method[m]["checkpoint"] = os.path.join(per_method[m]["checkpoint"], m)
-        engine = args.engine if m != "centralized" else "local"  # the pooled reference runs in this process
+        engine = engine_of[m]
         plans.append(plan(problem, m, clients=args.clients, seed=args.seed, device=args.device,
                           progress=_progress(args), every=args.every, engine=engine, **per_method[m]))
         if marching:  # windows and causal stages run through fs.solve's loop (fedsciml.engines.marching)
@@ -421,7 +424,7 @@ def _solve(args, problem):
         try:
             res = run(p) if not marching else solve_marched(
                 problem, m, clients=args.clients, seed=args.seed, device=args.device, progress=_progress(args),
-                every=args.every, engine=args.engine if m != "centralized" else "local", **marching,
+                every=args.every, engine=engine_of[m], **marching,
                 **per_method[m])
         except BaseException as e:  # the runs that finished, and the rounds this one finished, are kept
             partial = getattr(e, "result", None)  # Ctrl-C/SIGTERM or a failed round (fedsciml.runtime.interrupt)

@@ -67,6 +67,10 @@ import torch
 
 log = logging.getLogger(__name__)
 
+#: the Nyström preconditioner's default rank ℓ (capped at p): every default of it is this one
+#: (:class:`fedsciml.core.matfree.MatfreeConfig`, the choices here, centralized's and gn's options)
+NYSTROM_RANK = 50
+
 #: every form a choice can return, by need
 NEEDS: dict[str, tuple[str, ...]] = {"lm": ("normal", "kernel", "chunked", "matfree"),
                                      "gn": ("normal", "sqrt", "matfree"),
@@ -288,7 +292,7 @@ def _lm_costs(n: int, p: int, s: int, budget: Budget, kind: str, rank: int) -> t
 
 def choose_form(n: int, p: int, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float64,
                 need: str = "lm", allowed: Sequence[str] | None = None, rows: Sequence[int] | None = None,
-                free: int | None = None, rank: int = 50) -> FormChoice:
+                free: int | None = None, rank: int = NYSTROM_RANK) -> FormChoice:
     """How to form the Gauss–Newton statistics of ``n`` residual rows and ``p`` parameters (module docstring).
 
     ``need``: ``lm`` (a data holder solving LM: normal, kernel, chunked, matfree), ``gn`` (a federated gn message:
@@ -381,7 +385,7 @@ def graph_block_rows(n: int, graph_floats: float | None, *, device: torch.device
 
 def choose_lm_solve(n: int, p: int, *, solve: str = "auto", precond: str = "auto", cg_iters: int | None = None,
                     jets: bool | Callable[[], bool] = False, device: torch.device | str | None = None,
-                    dtype: torch.dtype = torch.float64, free: int | None = None, rank: int = 50,
+                    dtype: torch.dtype = torch.float64, free: int | None = None, rank: int = NYSTROM_RANK,
                     need: str = "lm", rows: Sequence[int] | None = None,
                     graph_floats: float | None = None) -> FormChoice:
     """Levenberg–Marquardt's solve (``need='lm'``; federated gn's message with ``need='gn'``): the form, and for the

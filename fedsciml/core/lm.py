@@ -84,7 +84,7 @@ def federated_form(rows: Sequence[int], p: int, device: torch.device | str | Non
 
 
 def auto_form(n: int, p: int, device: torch.device | str | None = None, dtype: torch.dtype = torch.float64,
-              rank: int = 50) -> str:
+              rank: int = forms.NYSTROM_RANK) -> str:
     """The statistics a data holder computes for ``solve='auto'``: ``normal``, ``kernel``, ``chunked`` or
     ``matfree`` (:func:`fedsciml.core.forms.choose_form`, ``need='lm'``; see the module docstring)."""
     return forms.choose_form(n, p, device=device, dtype=dtype, rank=rank).form
@@ -294,6 +294,9 @@ class LevenbergMarquardt:
         return self.cfg.solve == "kernel" or st.H is None or st.J.shape[0] < st.J.shape[1]
 
     def start(self, theta: torch.Tensor, stats: GNStats) -> None:
+        """Take θ and its statistics; μ from their curvature scale.  A matrix-free operator's scale is a sketch
+        that asks :attr:`stop` (set it first to bound it): :class:`~fedsciml.core.matfree.OutOfTime` then leaves
+        θ and the statistics taken (the loss is known) and μ unset (0)."""
         self.theta = theta.detach().clone()
         self.stats = stats
         self.mu = self.cfg.tau * self._curvature_scale()
@@ -325,8 +328,11 @@ class LevenbergMarquardt:
             p = st.g.numel()
             op = self._op()
             if mc.precond == "nystrom":
+                # the budget is asked between pieces of a local operator's ℓ products (each a pass over the
+                # rows); a federated operator's matmat is one exchange, not split
+                local = isinstance(op, (matfree.GNOperator, matfree.BlockGNOperator))
                 ny = matfree.Nystrom.sketch(op.matmat, p, min(mc.rank, p), dtype=st.g.dtype,
-                                            device=st.g.device, generator=gen)
+                                            device=st.g.device, generator=gen, stop=self.stop if local else None)
                 self._nystrom = (st, ny, float(ny.lam[0]))
             elif mc.precond == "kfac":
                 fac = st.factors

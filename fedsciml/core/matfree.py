@@ -35,6 +35,8 @@ from typing import Callable, Optional, Protocol, Sequence
 import torch
 from torch.func import vjp
 
+from fedsciml.core.forms import NYSTROM_RANK
+
 Vec = Callable[[torch.Tensor], torch.Tensor]  # a linear map v ↦ A v on vectors (or on [p, k] blocks)
 
 
@@ -158,6 +160,10 @@ def graph_floats_per_row(d_in: int, hidden: Sequence[int]) -> float:
     return 3000.0 + 5.0 * (int(d_in) + 2) * float(sum(int(h) for h in hidden))
 
 
+#: the pieces a budgeted :meth:`Nystrom.sketch` takes its ℓ products in (``stop`` asked before each)
+SKETCH_PIECES = 16
+
+
 @dataclass
 class Nystrom:
     """A rank-ℓ randomized Nyström approximation ``U diag(lam) Uᵀ`` of a PSD operator (FTU Alg. 2.1)."""
@@ -167,13 +173,26 @@ class Nystrom:
 
     @classmethod
     def sketch(cls, matmat: Vec, p: int, rank: int, *, dtype: torch.dtype = torch.float64,
-               device: torch.device | str = "cpu", generator: torch.Generator | None = None) -> "Nystrom":
-        """``matmat(Ω [p, ℓ]) -> A Ω``; Ω Gaussian with orthonormalized columns."""
+               device: torch.device | str = "cpu", generator: torch.Generator | None = None,
+               stop: Callable[[], bool] | None = None) -> "Nystrom":
+        """``matmat(Ω [p, ℓ]) -> A Ω``; Ω Gaussian with orthonormalized columns.  ``stop`` (a time budget's test,
+        as :func:`cg`'s): the ℓ products are taken in :data:`SKETCH_PIECES` pieces of columns and ``stop`` is asked
+        before each, :class:`OutOfTime` when it says so — a sketch of a large network (one product can take
+        seconds) overruns its budget by one piece, not by all ℓ products."""
         if not 1 <= rank <= p:
             raise ValueError(f"Nyström rank must be in 1..p={p}, got {rank}")
         omega = torch.randn(p, rank, dtype=dtype, device=device, generator=generator)
         omega, _ = torch.linalg.qr(omega, mode="reduced")
-        Y = matmat(omega)
+        if stop is None:
+            Y = matmat(omega)
+        else:
+            pieces = []
+            for cols in torch.tensor_split(torch.arange(rank), min(SKETCH_PIECES, rank)):
+                if stop():
+                    raise OutOfTime(f"the Nyström sketch stopped by the time budget after {int(cols[0])} of "
+                                    f"{rank} products")
+                pieces.append(matmat(omega[:, cols]))
+            Y = torch.cat(pieces, 1)
         return cls.from_sketch(omega, Y)
 
     @classmethod
@@ -297,7 +316,7 @@ class MatfreeConfig:
     """Settings of the matrix-free damped Gauss–Newton step."""
 
     precond: str = "nystrom"  # "nystrom", "kfac", "none" or "auto" (LM's choice: fedsciml.core.forms.choose_lm_solve)
-    rank: int = 50            # Nyström sketch rank ℓ (capped at p)
+    rank: int = NYSTROM_RANK  # Nyström sketch rank ℓ (capped at p)
     rtol: float = 1e-10       # CG relative residual
     max_iters: int | None = 500  # CG iterations per solve (None: LM's choice, fedsciml.core.forms.matfree_settings;
     #                              0: no CG, the damped K-FAC step −P⁻¹g itself)

@@ -59,7 +59,9 @@ def check_marching(problem: Problem, method: str, method_options: dict, time_win
 
 
 def _causal_steps(method: str, method_options: dict) -> tuple[str, int]:
-    key = "max_iters" if method == "centralized" else "rounds"
+    from fedsciml.runtime.driver import get_method
+
+    key = "rounds" if get_method(method).federated else "max_iters"  # the pooled data's run counts iterations
     total = method_options.get(key)
     if isinstance(total, bool) or not isinstance(total, int) or total < 1 or "budget" in method_options:
         raise ValueError(f"causal weighting runs {key} in stages of causal_every: give {key} (a whole number ≥ 1) "

@@ -19,6 +19,8 @@ from fedsciml.images.models import MODELS
 from fedsciml.options import PATH, MethodConfig, OptionError, display, option
 from fedsciml.runtime.results import Result, format_table
 
+_TRAIN = M.TrainConfig  # the clients' recipe: its defaults are the options' defaults below (each written once)
+
 PROTOCOLS = ("one-shot", "warmup-refine", "rounds")
 _log = logging.getLogger("fedsciml.progress")
 
@@ -62,8 +64,8 @@ class BenchImagesOptions(MethodConfig):
                                           "as solve)", PATH, none="no checkpoints", metavar="DIR")
     resume: bool = option(False, "continue each run from its checkpoint in --checkpoint DIR (a finished run is not "
                                  "repeated)", bool)
-    rank: int = option(10, "FIPA: eigenpairs per client", int, lo=1)
-    beta: float = option(0.0, "FIPA: extra QR-merge regularization, relative: beta · max_m (N_m/N) λ_max,m", float,
+    rank: int = option(_TRAIN.rank, "FIPA: eigenpairs per client", int, lo=1)
+    beta: float = option(_TRAIN.beta, "FIPA: extra QR-merge regularization, relative: beta · max_m (N_m/N) λ_max,m", float,
                          lo=0)
     no_tail: bool = option(False, "FIPA: plain Eq. 13 (no isotropic tail floor τ_m = λ_r,m, no complement step; "
                                   "needs --beta > 0)", bool)
@@ -71,13 +73,13 @@ class BenchImagesOptions(MethodConfig):
                                         "average, fedfish server Adam), avg (both add their merged delta), adam "
                                         "(both use it as the pseudo-gradient of a server Adam, lr 0.01)", str,
                              choices=M.SERVER_OPTS, metavar="OPT")
-    gamma: float = option(1.0, "FIPA: server step γ", float, lo=0, lo_open=True)
+    gamma: float = option(_TRAIN.gamma, "FIPA: server step γ", float, lo=0, lo_open=True)
     modes: int = option(5, "FedBEns: mixture components M per client", int, lo=1)
-    robust: str = option("mean", "byzantine defence of the methods that combine updates (one-shot fedavg; fedavg, "
+    robust: str = option(_TRAIN.robust, "byzantine defence of the methods that combine updates (one-shot fedavg; fedavg, "
                                  "fedprox, fipa, fipa-fc, fedfish): mean (none), median (coordinate-wise) or "
                                  "trimmed (--trim per side), of the updates or, for fipa/fedfish, of the "
                                  "curvature-weighted updates", str, choices=("mean", "median", "trimmed"))
-    trim: float = option(0.2, "fraction of the clients dropped per side and coordinate by --robust trimmed", float,
+    trim: float = option(_TRAIN.trim, "fraction of the clients dropped per side and coordinate by --robust trimmed", float,
                          lo=0, hi=0.5, hi_open=True)
     clip_norm: float | None = option(None, "scale each client's update to norm <= C before the merge (methods as "
                                            "--robust)", float, lo=0, lo_open=True, none="no bound", metavar="C")

@@ -45,7 +45,8 @@ from fedsciml.runtime.client import dispatch, register_handler
 from fedsciml.runtime.driver import METHODS, KindUse, add_kind, kind_error, solve
 from fedsciml.runtime.history import Progress
 from fedsciml.runtime.results import stop_reason_of
-from fedsciml.runtime.loop import RoundConfig, Simulation
+from fedsciml.runtime.loop import RoundConfig
+from fedsciml.runtime.simulate import run_loop
 from fedsciml.runtime.strategy import Exchange, Strategy
 from fedsciml.runtime.transport import BytesTransport, LocalTransport, Reply, Request, Transport
 from fedsciml.images import fisher as fz
@@ -628,19 +629,18 @@ def run_image_method(name: str, task: ImageTask, objectives, theta0, evaluate, c
         transport = LocalTransport(list(objectives), vectorize=False)
         if config.transport == "bytes":
             transport = BytesTransport(transport, device=theta0.device)
-    sim = None
     if config.protocol == "one-shot":
         modes = cfg.modes if spec.modes else 1
         agg = spec.aggregator(task.model, cfg, modes, task.template() if spec.template else None, task.validate)
         strategy = OneShotImageStrategy(name, agg, cfg, task.initializations(modes), modes, seed)
 
-        def ev(t):
-            return evaluate(t) if sim.round_index >= 1 else {}
+        def ev(t, k):
+            return evaluate(t) if k >= 1 else {}
 
-        sim = Simulation(transport, ev, RoundConfig(dropout=config.dropout, seed=seed), label=name,
-                         message_hook=message_hook)
         t0 = time.perf_counter()
-        theta, rows, rinfo = sim.run(strategy, theta0)
+        theta, rows, rinfo = run_loop(transport, strategy, theta0, None,
+                                      RoundConfig(dropout=config.dropout, seed=seed), round_evaluate=ev, label=name,
+                                      message_hook=message_hook)
         wall = time.perf_counter() - t0
         r = rows[-1]
         info = {"rejections": rinfo["rejections"],
@@ -655,20 +655,19 @@ def run_image_method(name: str, task: ImageTask, objectives, theta0, evaluate, c
     r0, n = task.first_round, config.rounds
     strategy = ImageRoundStrategy(name, _aggregator(name, cfg), cfg, task.cohorts, r0, seed)
 
-    def ev(t):
-        kk = sim.round_index
+    def ev(t, kk):
         if kk == 0 or not (kk % task.eval_every == 0 or kk == n):
             return {}
         out = evaluate(t)
         task.say(f"  {task.label:8s} round {r0 + kk:4d}  test acc {out['accuracy']:.4f}")
         return out
 
-    sim = Simulation(transport, ev, RoundConfig(rounds=n, dropout=config.dropout, seed=seed,
-                                                checkpoint=config.checkpoint, resume=config.resume),
-                     label=task.label, message_hook=message_hook,
-                     fingerprint={**task.fingerprint, "method": task.label, "first_round": r0})
     t0 = time.perf_counter()
-    theta, rows, rinfo = sim.run(strategy, theta0)
+    theta, rows, rinfo = run_loop(transport, strategy, theta0, None,
+                                  RoundConfig(rounds=n, dropout=config.dropout, seed=seed,
+                                              checkpoint=config.checkpoint, resume=config.resume),
+                                  round_evaluate=ev, label=task.label, message_hook=message_hook,
+                                  fingerprint={**task.fingerprint, "method": task.label, "first_round": r0})
     wall = time.perf_counter() - t0
     per_round = [{"round": r0 + row["round"], **{f: row[f] for f in ("floats_up", "floats_down", "dropped",
                                                                      "rejected", "answered") if f in row}}

@@ -42,7 +42,7 @@ import torch
 
 from fedsciml.options import StopOptions, display, option
 from fedsciml.core.kfac_forms import factors_of, has_jets, require_jets
-from fedsciml.core.forms import KFAC_MIN_PARAMS
+from fedsciml.core.forms import KFAC_MIN_PARAMS, NYSTROM_RANK
 from fedsciml.core.matfree import BlockGNOperator, GNOperator, MatfreeConfig, OutOfTime
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.core.stats import chunked_gn_stats, row_blocks
@@ -79,7 +79,8 @@ class CentralizedConfig(StopOptions):
                                    "free memory and a cost per form: kernel when n < p, normal when n ≥ p while J "
                                    "fits — always up to 5e7 entries —, else the cheaper of chunked and matfree)", str,
                            choices=("auto", "normal", "kernel", "chunked", "matfree"))
-    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free lm solve", int, lo=1)
+    nystrom_rank: int = option(NYSTROM_RANK, "rank of the Nyström preconditioner of the matrix-free lm solve", int,
+                               lo=1)
     precond: str = option("auto", "preconditioner of the matrix-free lm solve's CG: nystrom (rank-ℓ sketch), kfac "
                                   "(K-FAC for PINNs: Kronecker factors of the Taylor-mode channels; PINN residuals of u "
                                   "and its derivatives up to order 2), none, or auto (kfac where lm_solve auto goes matrix-free for it: a "
@@ -284,18 +285,22 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
     lm = LevenbergMarquardt(cfg.lm)
     lm.form_choice(obj.n_residuals, obj.n_params, theta.device, theta.dtype)  # once, on the run's device
     stats_at = lm_stats_fn(obj, lm)
-    lm.start(theta, stats_at(theta))
+    lm.stop = rec.out_of_time  # the budget is asked inside a step too: before every CG product and sketch piece
+    try:
+        lm.start(theta, stats_at(theta))
+        started = True
+    except OutOfTime:  # spent in the first curvature sketch: θ₀ is the result, its loss known
+        started = False
     fixed = cfg.damping == "fixed"
     if fixed:
         lm.mu = cfg.mu * obj.n_residuals
     avg = lm.theta.clone() if cfg.average is not None and lm.theta is not None else None
-    rec.record(0, lm.theta, lm.loss, mu=lm.mu)
-    lm.stop = rec.out_of_time  # the budget is asked inside a step too: before every CG product
+    rec.record(0, lm.theta, lm.loss, **({"mu": lm.mu} if started or fixed else {}))
     n = obj.n_residuals
     it = 0
     held = 0  # the resample whose points obj holds
     while True:
-        reason = _limit_reached(it, rec, cfg)
+        reason = _limit_reached(it, rec, cfg) or (None if started else rec.stop_reason or "budget")
         if reason:
             break
         j = cfg.resample_index(it + 1)

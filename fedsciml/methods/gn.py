@@ -135,8 +135,8 @@ class GNConfig(RoundOptions):
                                "it is ≤ 6.25e6 floats per client and the Jacobians fit the device, matfree beyond)",
                        str,
                        choices=("auto", "normal", "sqrt", "matfree"))
-    nystrom_rank: int = option(50, "rank of the Nyström preconditioner of the matrix-free form (one sketch "
-                                   "exchange of rank·p floats per accepted step)", int, lo=1)
+    nystrom_rank: int = option(forms.NYSTROM_RANK, "rank of the Nyström preconditioner of the matrix-free form "
+                                                    "(one sketch exchange of rank·p floats per accepted step)", int, lo=1)
     precond: str = option("auto", "preconditioner of the matrix-free form's CG: nystrom (one sketch exchange), kfac "
                                   "(K-FAC for PINNs: each client sends its Kronecker factors with Jᵀr, O(Σ widths²) "
                                   "floats; PINN residuals of u and its derivatives up to order 2), none, or auto (kfac where form auto goes "

@@ -35,7 +35,8 @@ import torch
 
 from fedsciml.options import MethodConfig
 from fedsciml.runtime.registry import (METHODS, PROBLEM_KINDS, KindUse, Method, add_kind, available_methods,  # noqa: F401
-                                       get_method, kind_error, register_method)
+                                       default_method, get_method, kind_error, register_method, SOLO_METHOD,
+                                       FEDERATED_METHOD)
 from fedsciml.runtime.memory import available_memory, gradient_graph, grown, residual_graph, value_graph
 from fedsciml.core.forms import MATFREE_GRAPH_BYTES, device_budget
 from fedsciml.runtime.results import Result, jsonable, stop_reason_of
@@ -431,7 +432,7 @@ def run_defaults(problem, config_cls: type[MethodConfig], engine: str, given: Ma
     return out
 
 
-def plan(problem, method: str = "centralized", clients: int | None = None, seed: int = 0, device="cpu",
+def plan(problem, method: str = SOLO_METHOD, clients: int | None = None, seed: int = 0, device="cpu",
          progress: bool = False, every: int = 10, message_hook=None, config: MethodConfig | None = None,
          engine: str = "local", memory: MemoryTerms | None = None, **options: Any) -> Plan:
     """Check a run — every option, the seed, clients, device, engine and (in process) its memory — once.
@@ -755,7 +756,7 @@ def make_result(problem, method: str, options: dict, *, seed: int, device, clien
     )
 
 
-def solve(problem, method: str = "centralized", clients: int | None = None, seed: int = 0, device="cpu",
+def solve(problem, method: str = SOLO_METHOD, clients: int | None = None, seed: int = 0, device="cpu",
           progress: bool = False, every: int = 10, message_hook=None, config: MethodConfig | None = None,
           engine: str = "local", **options: Any) -> Result:
     """Solve ``problem`` (a :class:`~fedsciml.problems.Problem`) with ``method``: :func:`run` of :func:`plan`.

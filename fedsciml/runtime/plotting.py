@@ -35,9 +35,16 @@ def _figure(w: float, h: float) -> Any:
 
 
 def run_label(result: Any) -> str:
-    """``method`` (plus the optimizer for centralized runs): the legend entry of a run."""
+    """``method`` (plus the optimizer of a run of the pooled data, which names one): the legend entry of a run."""
     opt = (getattr(result, "options", None) or {}).get("optimizer")
-    return f"{result.method}/{opt}" if result.method == "centralized" and opt else str(result.method)
+    return f"{result.method}/{opt}" if opt and not _federated(result.method) else str(result.method)
+
+
+def _federated(method) -> bool:
+    from fedsciml.runtime.registry import METHODS
+
+    spec = METHODS.get(str(method))
+    return spec is None or spec.federated
 
 
 def _metric(result: Any) -> str:

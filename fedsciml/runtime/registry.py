@@ -12,6 +12,16 @@ from typing import Any, Callable, Mapping
 from fedsciml.options import MethodConfig
 
 
+#: The method a run gets where none is named: the pooled reference for one client (``fs.solve``'s default), FIPA
+#: for several (the CLI's ``solve --clients K``, ``flower deploy``, a Flower App's run config) — :func:`default_method`
+SOLO_METHOD, FEDERATED_METHOD = "centralized", "fipa"
+
+
+def default_method(clients: int | None) -> str:
+    """:data:`FEDERATED_METHOD` with more than one client, else :data:`SOLO_METHOD`."""
+    return FEDERATED_METHOD if clients is not None and clients > 1 else SOLO_METHOD
+
+
 #: The kinds of :class:`fedsciml.problems.Problem` (``Problem.kind``): what ``solve`` runs.
 PROBLEM_KINDS: tuple[str, ...] = ("pinn", "fit", "ridge")
 
@@ -182,13 +192,61 @@ def add_kind(name: str, kind: str, use: KindUse, *, federated: bool = True) -> M
     return spec
 
 
+#: The entry-point group of installed method plugins: a package declares the module that registers its methods
+#: (and their client handlers) here, e.g. ``[project.entry-points."fedsciml.methods"] my-avg = "my_fedsciml_method"``
+#: (template: ``examples/flower_own_method/``).
+METHOD_ENTRY_POINT_GROUP = "fedsciml.methods"
+
+
+def entry_point_modules(group: str) -> dict[str, str]:
+    """``{entry point name: module}`` of the plugins installed packages declare in ``group`` (nothing imported)."""
+    import importlib.metadata
+
+    return {ep.name: ep.module for ep in importlib.metadata.entry_points(group=group)}
+
+
+def load_entry_points(group: str, what: str, error: type[Exception] = ValueError) -> list[str]:
+    """Import every installed plugin of ``group`` (a module already imported is not imported again); their names.
+    A plugin that fails to import raises ``error``, one line naming the ``what`` plugin and what it raised."""
+    import importlib.metadata
+    import sys
+
+    names = []
+    for ep in importlib.metadata.entry_points(group=group):
+        if ep.module not in sys.modules:
+            try:
+                ep.load()
+            except Exception as e:  # user code: whatever it raises, one line naming the plugin
+                raise error(f"{what} plugin {ep.name!r} ({ep.value}) failed to import: "
+                            f"{type(e).__name__}: {e}") from None
+        names.append(ep.name)
+    return names
+
+
+def method_entry_point_modules() -> dict[str, str]:
+    """``{entry point name: module}`` of the method plugins installed packages declare (nothing imported)."""
+    return entry_point_modules(METHOD_ENTRY_POINT_GROUP)
+
+
+def load_method_entry_points() -> list[str]:
+    """Import every installed method plugin (:data:`METHOD_ENTRY_POINT_GROUP`, once each), so that its methods and
+    client handlers are registered — in any process that runs methods by name or answers their queries: the CLI
+    and ``fs.solve`` (on a name not registered yet), a Flower ServerApp, each Flower node's ClientApp (the node's
+    own installed packages, never code a job names).  Returns their names; a plugin that fails to import raises
+    a ValueError naming it."""
+    return load_entry_points(METHOD_ENTRY_POINT_GROUP, "method")
+
+
 def available_methods(kind: str | None = None) -> list[str]:
     """Every registered method's name, or those that apply to ``kind``."""
     return sorted(m for m, s in METHODS.items() if kind is None or s.applies_to(kind))
 
 
 def get_method(name: str, kind: str | None = None) -> Method:
-    """The entry ``name``; with ``kind``, refused (one line) unless it applies to that kind."""
+    """The entry ``name``; with ``kind``, refused (one line) unless it applies to that kind.  A name not registered
+    yet is looked for among the installed method plugins (:func:`load_method_entry_points`)."""
+    if isinstance(name, str) and name not in METHODS:
+        load_method_entry_points()
     if not isinstance(name, str) or name not in METHODS:
         import difflib
 

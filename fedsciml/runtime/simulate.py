@@ -99,13 +99,32 @@ def simulate(method, strategy, problem, objectives, theta0, evaluate, seed, rc, 
         strategy = ResamplingStrategy(strategy, resample,
                                       lambda j: resampled_objectives(problem, n_clients, seed, j, device, growth,
                                                                      resample))
-    sim = Simulation(make_transport(objectives, transport, vectorize, theta0.device), evaluate, rc, label=method,
-                     progress=progress, every=every,
-                     fingerprint=fingerprint(problem, method, objectives, theta0, seed, fingerprint_options(config)),
-                     message_hook=message_hook)
-    theta, rows, info = sim.run(strategy, theta0)
+    theta, rows, info = run_loop(make_transport(objectives, transport, vectorize, theta0.device), strategy, theta0,
+                                 evaluate, rc, label=method, progress=progress, every=every, message_hook=message_hook,
+                                 fingerprint=fingerprint(problem, method, objectives, theta0, seed,
+                                                         fingerprint_options(config)))
     info.update(strategy.info())
     return theta, rows, info
+
+
+def run_loop(transport: Transport, strategy: Strategy, theta0: torch.Tensor, evaluate: Callable | None,
+               rc: RoundConfig, *, round_evaluate: Callable | None = None, label: str = "", progress: bool = False,
+               every: int = 10, fingerprint: dict | None = None, message_hook=None):
+    """The one place a round loop (:class:`~fedsciml.runtime.loop.Simulation`) is built and run: ``strategy`` from
+    ``theta0`` over ``transport``'s clients; ``(θ, history rows, the loop's report)``.  The history's metrics are
+    ``evaluate(θ)``, or ``round_evaluate(θ, k)`` where they depend on the round ``k`` being recorded (the image
+    benchmarks evaluate every few rounds and say so) — one of the two."""
+    if (evaluate is None) == (round_evaluate is None):
+        raise TypeError("run_loop takes evaluate(θ) or round_evaluate(θ, k), one of them")
+    sim: Simulation | None = None
+
+    def at_round(theta):
+        assert sim is not None and round_evaluate is not None
+        return round_evaluate(theta, sim.round_index)
+
+    sim = Simulation(transport, evaluate if evaluate is not None else at_round, rc, label=label, progress=progress,
+                     every=every, fingerprint=fingerprint, message_hook=message_hook)
+    return sim.run(strategy, theta0)
 
 
 def run_strategy(name: str, build: Callable, problem, objectives, theta0, evaluate, cfg, *, seed: int = 0,

@@ -73,4 +73,39 @@ if kill -0 $PLAIN 2>/dev/null; then echo "plain (--insecure): still running"; el
 
 step "4. every listener of this test on loopback"
 ss -ltnp 2>/dev/null | grep -E "flower|flwr|python" | awk '{print $4}' | sort -u
-step "3. the firewall rule: nft is $(command -v nft || echo 'not installed here'): not run (needs the operator's host)"
+step "3. the firewall rule (nftables, as written; the sites' and researcher's addresses -> 127.0.0.1, a stranger at 127.0.0.2)"
+# The guide's two commands add to the table \`inet filter\`'s chain \`input\`, which a Debian host with nftables
+# enabled has (its /etc/nftables.conf); where it is absent it is made as that file makes it, and removed at the end.
+# Needs root (CAP_NET_ADMIN) and nft; otherwise this step says so and is not run.
+stranger() {  # a TCP connection to the SuperLink's port from 127.0.0.2 (a second loopback address: not in the set)
+    python - <<'PY'
+import socket
+s = socket.socket(); s.settimeout(3); s.bind(("127.0.0.2", 0))
+try:
+    s.connect(("127.0.0.1", 8000)); print("stranger 127.0.0.2 -> 127.0.0.1:8000: connected")
+except OSError as e:
+    print(f"stranger 127.0.0.2 -> 127.0.0.1:8000: no connection ({type(e).__name__}: {e})")
+PY
+}
+if ! command -v nft >/dev/null || [ "$(id -u)" != 0 ]; then
+    echo "nft is $(command -v nft || echo 'not installed') and uid is $(id -u): not run (needs the operator's host, root)"
+else
+    MADE=0
+    if ! nft list chain inet filter input >/dev/null 2>&1; then
+        nft add table inet filter; nft add chain inet filter input '{ type filter hook input priority filter; }'; MADE=1
+    fi
+    before="$(nft -a list chain inet filter input | grep -o 'handle [0-9]*$' | awk '{print $2}' | sort -n | tail -1)"
+    fw_cleanup() {
+        if [ "$MADE" = 1 ]; then nft delete table inet filter
+        else for h in $(nft -a list chain inet filter input | grep -o 'handle [0-9]*$' | awk '{print $2}'); do
+            [ "$h" -gt "${before:-0}" ] && nft delete rule inet filter input handle "$h"; done; fi
+        echo "firewall rules of this step removed"
+    }
+    trap 'fw_cleanup; cleanup' EXIT
+    echo "before the rule:"; stranger
+    nft add rule inet filter input tcp dport 8000 ip saddr { 127.0.0.1 } accept
+    nft add rule inet filter input tcp dport 8000 drop
+    nft list chain inet filter input
+    echo "after the rule:"; stranger
+    echo "the researcher (127.0.0.1) still reaches Control:"; flwr supernode ls deployment
+fi

@@ -56,6 +56,7 @@ import torch
 import fedsciml.engines.flower  # noqa: F401  (telemetry / update check off before flwr is imported)
 from fedsciml.runtime.loop import RoundFailed
 from fedsciml.runtime.protocol import Failure, Reply
+from fedsciml.runtime.registry import FEDERATED_METHOD
 from fedsciml.runtime.results import summary_lines
 from fedsciml.engines.flower import codec
 from fedsciml.engines.flower.resultio import clear_failure, write_failure, write_result
@@ -375,10 +376,14 @@ def _final_stats(job: dict, client, theta) -> dict:
 
 def query_names() -> tuple[str, ...]:
     """Every message type a fedsciml ClientApp answers: ``describe`` and the queries the registered client kinds
-    answer (objective clients with the methods' handlers, image clients) — derived, never listed."""
+    answer (objective clients with the methods' handlers, the installed method plugins' included, image clients) —
+    derived, never listed."""
     import fedsciml.images.methods  # noqa: F401  (registers the image client's queries)
     import fedsciml.methods  # noqa: F401  (registers the methods' client handlers)
     from fedsciml.runtime.client import queries
+    from fedsciml.runtime.registry import load_method_entry_points
+
+    load_method_entry_points()  # this node's installed method plugins and their handlers: never the job's code
 
     return (DESCRIBE, FINAL_STATS, *queries())
 
@@ -457,7 +462,7 @@ def run_job(grid, job: dict):
         res["setting"]["flower"] = [{"exchanges": t.exchanges, "exchange_s": t.exchange_seconds} for t in engine]
         return res
     problem = get_problem(job["problem"], **job.get("problem_options", {}))
-    return run_on_grid(grid, problem, job.get("method", "fipa"), int(job["clients"]), seed=int(job.get("seed", 0)),
+    return run_on_grid(grid, problem, job.get("method", FEDERATED_METHOD), int(job["clients"]), seed=int(job.get("seed", 0)),
                        progress=bool(job.get("progress", True)), timeout_s=float(job.get("timeout", 300.0)),
                        connect_timeout_s=float(job.get("connect_timeout", 300.0)),
                        message_ttl_s=job.get("message_ttl"), dead_after_s=job.get("dead_after"),

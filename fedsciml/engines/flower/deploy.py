@@ -48,6 +48,7 @@ import fedsciml.engines.flower  # noqa: F401
 
 REPO_ROOT = str(Path(__file__).resolve().parents[3])  # the directory that holds the fedsciml package
 from fedsciml.engines.flower.jobs import APP_DIR  # noqa: E402,F401  (fedsciml's Flower App: pyproject.toml)
+from fedsciml.runtime.registry import FEDERATED_METHOD  # noqa: E402
 HOST = "127.0.0.1"
 
 
@@ -344,7 +345,7 @@ class LocalSuperLink:
             argv += ["--federation-config", " ".join(f"{k}={_toml_value(v)}" for k, v in federation_config.items())]
         return self._start(f"flwr-run-{name}", argv)
 
-    def submit(self, problem: str, method: str = "gn", *, clients: int, seed: int = 0,
+    def submit(self, problem: str, method: str = FEDERATED_METHOD, *, clients: int, seed: int = 0,
                problem_options: dict | None = None, timeout_s: float = 300.0, name: str = "run",
                federation_config: dict | None = None, app: str = APP_DIR, dead_after_s: float | None = None,
                **method_options):
@@ -479,10 +480,10 @@ class LocalDeployment(LocalSuperLink):
                  f"{self.node_ports}")
         return self
 
-    def submit(self, problem: str, method: str = "gn", **kw):
+    def submit(self, problem: str, method: str = FEDERATED_METHOD, **kw):
         return super().submit(problem, method, clients=self.clients, **kw)
 
-    def run(self, problem: str, method: str = "gn", *, timeout_s: float = 300.0, wait_s: float = 600.0, **kw):
+    def run(self, problem: str, method: str = FEDERATED_METHOD, *, timeout_s: float = 300.0, wait_s: float = 600.0, **kw):
         """Run one fedsciml job on this deployment; returns ``(Result, θ)``."""
         proc, out = self.submit(problem, method, timeout_s=timeout_s, **kw)
         res = self.wait(proc, out, wait_s)[0]

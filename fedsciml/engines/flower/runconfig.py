@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 
+from fedsciml.runtime.registry import FEDERATED_METHOD  # the run config's default method (no torch, no flwr)
+
 RUN_CONFIG_KEYS = ("problem", "method", "clients", "seed", "problem-options", "method-options", "out", "timeout",
                    "connect-timeout", "message-ttl", "dead-after", "jobs")
 MAX_CLIENTS = 100_000
@@ -104,7 +106,7 @@ def job_from_run_config(rc) -> dict:
     if isinstance(clients, (int, float)) and not isinstance(clients, bool) and clients < 1:
         raise RunConfigError(f"run config clients must be ≥ 1, got {clients}")
     return {"kind": "solve", "problem": _text(rc["problem"], "problem"),
-            "method": _text(rc.get("method", "fipa"), "method"),
+            "method": _text(rc.get("method", FEDERATED_METHOD), "method"),
             "clients": _whole(clients, "clients", 1, MAX_CLIENTS),
             "seed": _whole(rc.get("seed", 0), "seed", 0, 2**63 - 1),
             "problem_options": _json_object(rc, "problem-options"), "options": _json_object(rc, "method-options"),
@@ -168,7 +170,7 @@ def check_job(job: dict, where: str = "run config") -> dict:
         if not isinstance(job.get(k, {}), dict):
             raise RunConfigError(f"{where} {k} must be an object, got {job.get(k)!r}")
     name = _text(job.get("problem"), f"{where} problem")
-    method = _text(job.get("method", "fipa"), f"{where} method")
+    method = _text(job.get("method", FEDERATED_METHOD), f"{where} method")
     try:
         problem = get_problem(name, **job.get("problem_options", {}))
         kind = getattr(problem, "kind", None)

@@ -83,10 +83,27 @@ def _check_registered(problem):
                          f"examples/flower_own_pde/, docs/pde.md), or run it with the local engine")
 
 
+def _check_method(name) -> None:
+    """A method the nodes can run: fedsciml's own or an installed method plugin (every Flower process imports
+    those by name); one registered by a ``--plugin`` file or a script is refused before Ray starts."""
+    from fedsciml.runtime.registry import get_method, method_entry_point_modules
+
+    spec = get_method(name)
+    installed = set(method_entry_point_modules().values())
+    for part in (spec.config, spec.strategy, spec.run):
+        module = getattr(part, "__module__", None) if part is not None and not isinstance(part, str) else None
+        if module and not (module.startswith("fedsciml.") or module.startswith("problems.") or module in installed):
+            raise ValueError(f"engine 'flower': method {name!r} is defined in {module!r}, which Flower's nodes do "
+                             f"not import; install it as a package with a 'fedsciml.methods' entry point "
+                             f"(template: examples/flower_own_method/, docs/methods.md), or run it with the local "
+                             f"or processes engine")
+
+
 def _job(kw: dict, out: str) -> dict:
     kw = dict(kw)
     problem = kw.pop("problem")
     _check_registered(problem)
+    _check_method(kw.get("method"))
     opts = dict(problem.options)
     counts = getattr(problem, "point_counts", None)
     if callable(counts) and kw.get("clients") is not None:  # the points the rule chose, named for the App
