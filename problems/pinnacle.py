@@ -905,6 +905,7 @@ class Pinnacle(DomainPDE):
         return p
 
     def _check(self):
+        given_boundary = self.options.get("n_boundary")
         for name in CASE_DEFAULTED:  # not given: the case's own (its class attribute of the same name)
             if self.options[name] is None:
                 v = getattr(self.spec, name)
@@ -913,6 +914,11 @@ class Pinnacle(DomainPDE):
             self.options["u_conditions"] = self.spec.u_conditions  # recorded (a saved run reads back as it ran)
         super()._check()
         self._hard()  # built here, outside any torch.func transform (its tensors must not be made inside one)
+        if given_boundary not in (None, self.spec.n_boundary) and self.spec._u_hard() and not self.spec.conditions():
+            # every condition held by the ansatz: the count acts on nothing — said, not silently taken
+            log.warning("PINNacle case %r holds its initial and boundary conditions exactly (u_conditions ansatz): "
+                        "it draws no condition points, so n_boundary=%s has no effect", self.options["case"],
+                        given_boundary)
         d = self.checkout
         if d is not None and not d.is_dir():  # named, and no folder at all (a typo, a file): say so, not train blind
             named = display("pinnacle_dir") if self.options.get("pinnacle_dir") else f"${ENV}"

@@ -399,3 +399,17 @@ def test_u_conditions_ansatz_holds_u_s_conditions_exactly_and_drops_them(case):
         get_problem("pinnacle", case="poissonnd").init_params(0))["ansatz"] is False
     with pytest.raises(ProblemError, match="has no effect here"):
         get_problem("pinnacle", case="poissonnd", u_conditions="ansatz")
+
+
+def test_an_n_boundary_that_acts_on_nothing_is_said(caplog):
+    """With ``u_conditions=ansatz`` Heat 2d-MS lists no condition, so an ``n_boundary`` other than the case's acts on
+    nothing: the run says so in one warning line (it was taken in silence); with weighted conditions it is used."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="fedsciml.problems.pinnacle"):
+        get_problem("pinnacle", case="heat2d-ms", n_boundary=8192)
+        get_problem("pinnacle", case="heat2d-ms")  # the case's own count: nothing to say
+    said = [r.getMessage() for r in caplog.records if "has no effect" in r.getMessage()]
+    assert said == ["PINNacle case 'heat2d-ms' holds its initial and boundary conditions exactly (u_conditions "
+                    "ansatz): it draws no condition points, so n_boundary=8192 has no effect"]
+    assert get_problem("pinnacle", case="heat2d-ms", u_conditions="condition", n_boundary=64).condition_list()
