@@ -21,6 +21,23 @@ def install_example(root, example: str, module: str, dist: str, group: str, entr
     return str(root)
 
 
+def forget_method(name: str, query: str | None = None, module: str | None = None) -> None:
+    """This process's registries as they were before a test registered method ``name`` (and the client handler of
+    ``query``, and imported ``module``): the registries are the process's, shared by the tests after it."""
+    import sys
+
+    from fedsciml.runtime import client as runtime_client
+    from fedsciml.runtime.client import Client
+    from fedsciml.runtime.registry import METHODS
+
+    METHODS.pop(name, None)
+    if query is not None:
+        Client.__dict__["handlers"].pop(query, None)
+        runtime_client._VOCABULARY.pop(query, None)
+    if module is not None:
+        sys.modules.pop(module, None)
+
+
 def install_own_pde(root) -> str:
     """``examples/flower_own_pde``: the problem ``my-helmholtz`` (entry-point group ``fedsciml.problems``)."""
     return install_example(root, "flower_own_pde", "my_fedsciml_pde", "my-fedsciml-pde", "fedsciml.problems",

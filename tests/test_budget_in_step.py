@@ -106,5 +106,6 @@ def test_a_budget_spent_before_the_first_sketch_ends_the_run_at_theta0():
     r = fs.solve("poisson", method="centralized", lm_solve="matfree", budget=1e-9, clock="cpu", **PROBLEM)
     assert r.stop_reason == "budget"
     p = fs.get_problem("poisson", **PROBLEM["problem_options"], hidden=PROBLEM["hidden"])
+    # bitwise: no step was taken, θ is the same seeded draw of θ₀
     assert torch.equal(r.theta.cpu(), p.init_params(0)) and len(r.history) == 1
     assert "mu" not in r.history[0]  # no damping was set: the sketch that gives its scale did not finish

@@ -291,16 +291,9 @@ def simulated(tmp_path_factory):
 
 def _forget_own_method():
     """This process's registries as they were before the installed method plugin was loaded."""
-    import sys
+    from _own_pde import forget_method
 
-    from fedsciml.runtime import client as runtime_client
-    from fedsciml.runtime.client import Client
-    from fedsciml.runtime.registry import METHODS
-
-    METHODS.pop("my-avg", None)
-    Client.__dict__["handlers"].pop("my_update", None)
-    runtime_client._VOCABULARY.pop("my_update", None)
-    sys.modules.pop("my_fedsciml_method", None)
+    forget_method("my-avg", "my_update", "my_fedsciml_method")
 
 
 def _example():

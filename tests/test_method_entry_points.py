@@ -9,21 +9,14 @@ import pytest
 import torch
 
 import fedsciml as fs
+from _own_pde import forget_method
 from fedsciml.problems import get_problem
-from fedsciml.runtime import client as runtime_client
 from fedsciml.runtime.client import Client
 from fedsciml.runtime.registry import METHODS, load_method_entry_points, method_entry_point_modules
 from fedsciml.runtime.transport import LocalTransport
 
 OPTS = {"n_interior": 60}
 K, KW = 3, dict(rounds=2, local_steps=5)
-
-
-def _forget(name, query, module):
-    METHODS.pop(name, None)
-    Client.__dict__["handlers"].pop(query, None)
-    runtime_client._VOCABULARY.pop(query, None)
-    sys.modules.pop(module, None)
 
 
 @pytest.fixture
@@ -34,7 +27,7 @@ def installed(tmp_path):
     sys.path.insert(0, site)
     yield site
     sys.path.remove(site)
-    _forget("my-avg", "my_update", "my_fedsciml_method")
+    forget_method("my-avg", "my_update", "my_fedsciml_method")
 
 
 def _unbatched(problem):
@@ -96,4 +89,4 @@ def test_a_plugin_file_method_on_flower_is_refused_before_any_process(tmp_path):
                                              "'fedsciml.methods' entry point"):
             fs.solve("bratu", method="file-avg", clients=2, rounds=1, engine="flower")
     finally:
-        _forget("file-avg", "", "fedsciml_plugin_file_method_test")
+        forget_method("file-avg", module="fedsciml_plugin_file_method_test")

@@ -7,11 +7,10 @@ import torch
 
 import fedsciml as fs
 import fedsciml.engines  # noqa: F401  (registers the engines)
+from _own_pde import forget_method
 from fedsciml.cli.main import load_plugins
 from fedsciml.problems import get_problem
-from fedsciml.runtime import client as runtime_client
 from fedsciml.runtime.client import Client
-from fedsciml.runtime.driver import METHODS
 from fedsciml.runtime.transport import LocalTransport
 
 QUERY = "update_plugin_method_test"
@@ -49,9 +48,7 @@ def plugin(tmp_path):
     path.write_text(PLUGIN)
     load_plugins([str(path)])
     yield
-    METHODS.pop("plugin-avg-test", None)  # the registries are the process's: leave them as they were
-    Client.__dict__["handlers"].pop(QUERY, None)
-    runtime_client._VOCABULARY.pop(QUERY, None)
+    forget_method("plugin-avg-test", QUERY)  # the registries are the process's: leave them as they were
 
 
 def test_a_plugin_method_runs_in_process_and_on_client_processes(plugin):

@@ -300,7 +300,7 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
     it = 0
     held = 0  # the resample whose points obj holds
     while True:
-        reason = _limit_reached(it, rec, cfg) or (None if started else rec.stop_reason or "budget")
+        reason = _limit_reached(it, rec, cfg)  # not started: the budget is spent, and stays so
         if reason:
             break
         j = cfg.resample_index(it + 1)
