@@ -413,3 +413,18 @@ def test_an_n_boundary_that_acts_on_nothing_is_said(caplog):
     assert said == ["PINNacle case 'heat2d-ms' holds its initial and boundary conditions exactly (u_conditions "
                     "ansatz): it draws no condition points, so n_boundary=8192 has no effect"]
     assert get_problem("pinnacle", case="heat2d-ms", u_conditions="condition", n_boundary=64).condition_list()
+
+
+def test_ns2d_c_ansatz_leaves_a_continuity_residual_of_a_at_the_lid_corners_for_every_theta():
+    """Why the lid/wall ansatz cannot lower NS 2d-C's held-out residual near the lid's corners: there ``u_x = a(1 − 2x)
+    = ±a`` along the lid and ``v_y = 0`` along the wall, so ``∇·u = ±a`` (a = 4) whatever θ — the data themselves
+    meet ∇·u = 0 at no smooth velocity (the true solution is singular there).  The ansatz's bubble and its first
+    derivatives vanish at the corners, so the network's terms there are round-off (a few terms of size ≤ 16·|N|:
+    1e-12)."""
+    from torch.func import vmap
+    p = get_problem("pinnacle", case="ns2d-c", u_conditions="ansatz", n_interior=4, n_boundary=2)
+    div = [q for q in p.centralized_objective(seed=0).parts if q.name == "pde2"][0]
+    X = torch.tensor([[0.0, 1.0], [1.0, 1.0], [0.5, 0.5]], dtype=torch.float64)
+    for seed in (0, 1):
+        r = vmap(div.fn, in_dims=(None, 0))(p.init_params(seed) + 0.3 * seed, X)
+        assert torch.allclose(r[:2], torch.tensor([4.0, -4.0], dtype=torch.float64), rtol=0, atol=1e-12)
