@@ -209,3 +209,8 @@ def positive_seconds(text: str) -> float:
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
     return value
+
+
+def help_of(*command: str):
+    """The ``_run`` of a command that needs a subcommand (``flower``, ``bench``): its help, as ``--help`` prints it."""
+    return lambda args: args._parser.parse_args([*command, "--help"])

@@ -15,9 +15,9 @@ import os
 import sys
 import time
 
-from fedsciml.cli import predict
+from fedsciml.cli import flower, predict
 from fedsciml.cli.common import (_COMMAND_START, EXIT_FAILED, EXIT_USAGE, THREADS_HELP, CLIError, add_option_flags,
-                                 did_you_mean, given_options, option_flag, positive_seconds, set_threads, status,
+                                 did_you_mean, given_options, help_of, option_flag, set_threads, status,
                                  union_specs)
 
 SOLVE_FLAGS = ("method", "clients", "compare", "seed", "device", "engine", "threads", "json", "out", "quiet",
@@ -569,36 +569,6 @@ def _write_outputs(problem, results, args):
     raise_collected(failed)
 
 
-def cmd_flower_app_dir(args) -> int:
-    """``flower app-dir``: where this installation keeps its Flower App(s) (a path for ``flwr run``)."""
-    from fedsciml.engines.flower.jobs import app_dirs
-
-    dirs = app_dirs()
-    if args.all:
-        for name, d in dirs.items():
-            print(f"{name}\t{d}")
-    else:
-        print(dirs["secagg" if args.secagg else "app"])
-    return 0
-
-
-def cmd_flower_run(args) -> int:
-    """``flower run APP [SUPERLINK] …``: ``flwr run``, followed to the run's end; exit 1 with Flower's reason when
-    the run did not finish ``completed`` (:mod:`fedsciml.engines.flower.launch`)."""
-    from fedsciml.engines.flower.jobs import app_dirs
-    from fedsciml.engines.flower.launch import flower_run
-
-    apps = app_dirs()
-    app = apps.get(args.app, args.app)  # 'app' / 'secagg': this installation's Apps by name
-    if not os.path.isdir(app):
-        raise CLIError(f"flower run: APP {args.app!r} is neither a directory nor one of fedsciml's Apps "
-                       f"({', '.join(apps)})")
-    rec = flower_run(app, args.superlink, run_config=args.run_config, federation_config=args.federation_config,
-                     federation=args.federation, stream=not args.no_stream, timeout_s=args.timeout)
-    print(f"Flower run {rec.get('run-id')} {rec['status']}")
-    return 0
-
-
 class _BuiltOnUse(dict):
     """A subcommand table whose parsers are filled in when first looked up — by the parse that chose the command,
     or by a caller that asks for it (``choices["solve"]``): building ``solve``'s flags imports the problem and
@@ -643,11 +613,6 @@ def _lazy_commands(parser, dest: str, metavar: str, commands) -> None:
             table.builders[name] = build
 
 
-def _help_of(*command: str):
-    """The ``_run`` of a command that needs a subcommand (``flower``, ``bench``): its help, as ``--help`` prints it."""
-    return lambda args: args._parser.parse_args([*command, "--help"])
-
-
 def _run_ridge(args) -> int:
     from fedsciml.cli import ridge as ridge_cli
 
@@ -666,33 +631,6 @@ def _add_ridge_parser(sub):
     ridge_cli.add_parser(sub)
 
 
-def _add_flower_parser(sub):
-    fl = sub.add_parser("flower")
-    fl.set_defaults(_run=_help_of("flower"))
-    fsub = fl.add_subparsers(dest="flower_command", metavar="{app-dir,run,deploy}")
-    ad = fsub.add_parser("app-dir", help="print the directory of fedsciml's Flower App, for `flwr run DIR …`")
-    ad.set_defaults(_run=cmd_flower_app_dir)
-    ad.add_argument("--secagg", action="store_true", help="the SecAgg+ App (central DP one-shot) instead")
-    ad.add_argument("--all", action="store_true", help="every App, one 'name<TAB>directory' line each")
-    fr = fsub.add_parser("run", help="flwr run an App and follow it to its end: exit 1 with Flower's reason when the "
-                                     "run fails (flwr run --stream exits 0 whatever happens to the run)")
-    fr.set_defaults(_run=cmd_flower_run)
-    fr.add_argument("app", metavar="APP", help="the App's directory, or 'app' / 'secagg' (fedsciml's Apps)")
-    fr.add_argument("superlink", metavar="SUPERLINK", nargs="?", default=None,
-                    help="a SuperLink connection of $FLWR_HOME/config.toml (default: its default)")
-    fr.add_argument("--run-config", "-c", action="append", default=[], metavar="CONFIG",
-                    help="flwr run's --run-config, passed as given (repeatable)")
-    fr.add_argument("--federation-config", action="append", default=[], metavar="CONFIG",
-                    help="flwr run's --federation-config, passed as given (repeatable)")
-    fr.add_argument("--federation", default=None, help="flwr run's --federation")
-    fr.add_argument("--no-stream", action="store_true", help="do not show the run's log (flwr log --stream)")
-    fr.add_argument("--timeout", type=positive_seconds, default=None, metavar="SECONDS",
-                    help="stop waiting after this many seconds (exit 1; the run goes on: flwr stop ends it)")
-    from fedsciml.cli import flower_deploy
-
-    flower_deploy.add_parser(fsub).set_defaults(_run=flower_deploy.run)
-
-
 def _add_bench_parser(sub):
     def images(bsub):
         from fedsciml.cli import images as images_cli
@@ -700,7 +638,7 @@ def _add_bench_parser(sub):
         images_cli.add_parser(bsub)
 
     bench = sub.add_parser("bench")
-    bench.set_defaults(_run=_help_of("bench"))
+    bench.set_defaults(_run=help_of("bench"))
     _lazy_commands(bench, "bench_command", "{images}", [
         ("images", "image-classification aggregator benchmarks (FedAvg, FedProx, FIPA, FedFish, FisherMerge, "
                    "RegMean, FedFisher, FedBEns)", images, _run_bench_images)])
@@ -746,9 +684,9 @@ def build_parser():
          predict.cmd_predict),
         ("ridge", "one-shot federated ridge regression (sufficient statistics, DP, projection, CV)", _add_ridge_parser,
          _run_ridge),
-        ("bench", "benchmarks (bench images ...)", _add_bench_parser, _help_of("bench")),
+        ("bench", "benchmarks (bench images ...)", _add_bench_parser, help_of("bench")),
         ("flower", "fedsciml's Flower Apps in this installation (flower app-dir), and flower run: flwr run that exits "
-                   "non-zero when the run fails", _add_flower_parser, _help_of("flower")),
+                   "non-zero when the run fails", flower.add_parser, help_of("flower")),
     ])
     return parser
 
