@@ -12,6 +12,10 @@ class CLIError(Exception):
     pass
 
 
+class RunFailed(Exception):
+    """A run that started but could not finish (exit 1, one line)."""
+
+
 def did_you_mean(word: str, choices, quote: bool = True) -> str:
     """`` (did you mean 'bratu'?)`` for the closest of ``choices`` to ``word`` (``bratuu``), else ``""``."""
     import difflib
