@@ -1,4 +1,9 @@
-"""Command line: ``python -m fedsciml {list,solve,ridge,bench} ...``.
+"""Command line: ``python -m fedsciml {list,solve,predict,ridge,bench,flower} ...`` — the top parser, logging, the
+command line's pre-processing (global flags anywhere, ``--config``, ``--plugin``, the help's scope), :func:`_parse`
+and :func:`main`.  Each command's parser and run live in its own module: :mod:`~fedsciml.cli.listing`,
+:mod:`~fedsciml.cli.solve`, :mod:`~fedsciml.cli.predict`, :mod:`~fedsciml.cli.ridge`, :mod:`~fedsciml.cli.bench`
+(with :mod:`~fedsciml.cli.images`), :mod:`~fedsciml.cli.flower` (with :mod:`~fedsciml.cli.flower_deploy`); what they
+share is :mod:`~fedsciml.cli.common`, plugins :mod:`~fedsciml.cli.plugins`, ``--config`` :mod:`~fedsciml.cli.config`.
 
 Bad input (unknown problem or method, an option out of range, an output path
 that cannot be written) exits with status 2 and one line on stderr, no
@@ -14,73 +19,9 @@ import os
 import sys
 import time
 
-from fedsciml.cli import flower, predict, solve
-from fedsciml.cli.common import _COMMAND_START, EXIT_FAILED, EXIT_USAGE, CLIError, RunFailed, did_you_mean, help_of
-
-def cmd_list(args):
-    import fedsciml.engines  # noqa: F401  (the problem methods)
-    import fedsciml.images  # noqa: F401  (the image methods, kind images)
-    from fedsciml.problems import list_problems
-    from fedsciml.runtime.driver import METHODS
-
-    from fedsciml.problems import REGISTRY
-
-    print("problems:")
-    for name, desc in list_problems():
-        print(f"  {name:20s} {desc}")
-        for pname, preset in (getattr(REGISTRY[name], "presets", None) or {}).items():
-            print(f"  {'':20s}   --preset {pname}: {preset.summary}")
-    print("methods (the kinds of task each applies to in brackets; images: bench images):")
-    for m in sorted(METHODS):
-        print(f"  {m:20s} {METHODS[m].description} [{', '.join(METHODS[m].kinds)}]")
-    print("other commands:")
-    print("  ridge                one-shot federated ridge (python -m fedsciml ridge --help)")
-    print("  bench images         image-classification aggregator benchmarks (python -m fedsciml bench images --help)")
-    return 0
-
-
-class _BuiltOnUse(dict):
-    """A subcommand table whose parsers are filled in when first looked up — by the parse that chose the command,
-    or by a caller that asks for it (``choices["solve"]``): building ``solve``'s flags imports the problem and
-    method registries, ``bench images``' the image stack, and ``--help``, ``list`` or ``predict`` need neither."""
-
-    def __init__(self):
-        super().__init__()
-        self.builders: dict = {}
-
-    def __getitem__(self, name):
-        parser = super().__getitem__(name)
-        build = self.builders.pop(name, None)
-        if build is not None:
-            build(_Into(parser))
-        return parser
-
-    def get(self, name, default=None):
-        return self[name] if name in self else default
-
-
-class _Into:
-    """What a subcommand's ``add_parser(subparsers)`` is given when its parser already exists (registered with its
-    one-line help by :func:`_lazy_commands`): ``add_parser`` sets the remaining attributes and returns it."""
-
-    def __init__(self, parser):
-        self.parser = parser
-
-    def add_parser(self, name, **kwargs):
-        for k, v in kwargs.items():
-            setattr(self.parser, k, v)
-        return self.parser
-
-
-def _lazy_commands(parser, dest: str, metavar: str, commands) -> None:
-    """Subcommands ``(name, one-line help, builder or None, run)``; a builder ``fn(subparsers)`` runs on first
-    use; ``run(args) -> exit status`` is what :func:`main` calls for that subcommand (``args._run``)."""
-    sub = parser.add_subparsers(dest=dest, metavar=metavar)
-    sub.choices = sub._name_parser_map = table = _BuiltOnUse()
-    for name, help_text, build, run in commands:
-        sub.add_parser(name, help=help_text).set_defaults(_run=run)
-        if build is not None:
-            table.builders[name] = build
+from fedsciml.cli import bench, flower, listing, predict, solve
+from fedsciml.cli.common import (_COMMAND_START, EXIT_FAILED, EXIT_USAGE, CLIError, RunFailed, did_you_mean, help_of,
+                                 lazy_commands)
 
 
 def _run_ridge(args) -> int:
@@ -89,29 +30,10 @@ def _run_ridge(args) -> int:
     return ridge_cli.run(args)
 
 
-def _run_bench_images(args) -> int:
-    from fedsciml.cli import images as images_cli
-
-    return images_cli.run(args)
-
-
 def _add_ridge_parser(sub):
     from fedsciml.cli import ridge as ridge_cli
 
     ridge_cli.add_parser(sub)
-
-
-def _add_bench_parser(sub):
-    def images(bsub):
-        from fedsciml.cli import images as images_cli
-
-        images_cli.add_parser(bsub)
-
-    bench = sub.add_parser("bench")
-    bench.set_defaults(_run=help_of("bench"))
-    _lazy_commands(bench, "bench_command", "{images}", [
-        ("images", "image-classification aggregator benchmarks (FedAvg, FedProx, FIPA, FedFish, FisherMerge, "
-                   "RegMean, FedFisher, FedBEns)", images, _run_bench_images)])
 
 
 class _Parser(argparse.ArgumentParser):
@@ -129,7 +51,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser():
-    """The parser; each subcommand's own flags are built when that subcommand is used (:class:`_BuiltOnUse`)."""
+    """The parser; each subcommand's own flags are built when that subcommand is used
+    (:func:`fedsciml.cli.common.lazy_commands`)."""
     parser = _Parser(
         prog="python -m fedsciml",
         description="fedsciml: federated scientific machine learning — PINNs, function fitting and ridge "
@@ -147,14 +70,14 @@ def build_parser():
                            help="errors only on standard error: no run header, progress, warnings or `wrote` lines "
                                 "(the results on standard output stay); anywhere on the line. --no-progress "
                                 "drops the progress lines alone")
-    _lazy_commands(parser, "command", "{list,solve,predict,ridge,bench,flower}", [
-        ("list", "list problems and methods", None, cmd_list),
+    lazy_commands(parser, "command", "{list,solve,predict,ridge,bench,flower}", [
+        ("list", "list problems and methods", None, listing.cmd_list),
         ("solve", "solve a registered problem (centralized or federated)", solve.add_parser, solve.cmd_solve),
         ("predict", "evaluate a saved model (solve --out DIR) at the points of a CSV file", predict.add_parser,
          predict.cmd_predict),
         ("ridge", "one-shot federated ridge regression (sufficient statistics, DP, projection, CV)", _add_ridge_parser,
          _run_ridge),
-        ("bench", "benchmarks (bench images ...)", _add_bench_parser, help_of("bench")),
+        ("bench", "benchmarks (bench images ...)", bench.add_parser, help_of("bench")),
         ("flower", "fedsciml's Flower Apps in this installation (flower app-dir), and flower run: flwr run that exits "
                    "non-zero when the run fails", flower.add_parser, help_of("flower")),
     ])

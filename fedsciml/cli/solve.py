@@ -27,7 +27,8 @@ SOLVE_DESCRIPTION = ("Solve PROBLEM. Without --clients (or with --method central
 
 
 #: ``solve --help`` (``mode``: short), ``solve --help-all`` (``mode``: all) and ``solve PROBLEM --help``: the
-#: problem (and ``--method``) whose options the help shows (set by :func:`fedsciml.cli.main._parse`, through :func:`set_help_focus`)
+#: problem (and ``--method``) whose options the help shows (set by :func:`fedsciml.cli.main._parse`, through
+#: :func:`set_help_focus`)
 HELP_FOCUS: dict = {}
 
 
