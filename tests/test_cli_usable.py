@@ -120,7 +120,7 @@ def test_solve_help_is_short_and_points_to_the_rest(capsys, monkeypatch):
 
 def test_no_flag_repeats_the_list_of_methods():
     from fedsciml.cli import build_parser
-    from fedsciml.cli.main import method_owners
+    from fedsciml.cli.solve import method_owners
 
     methods = list(method_owners())
     solve = build_parser()._subparsers._group_actions[0].choices["solve"]

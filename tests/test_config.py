@@ -160,7 +160,7 @@ def test_cli_flags_are_generated_from_the_configurations():
     parser = build_parser()
     solve = parser._subparsers._group_actions[0].choices["solve"]
     flags = {s for a in solve._actions for s in a.option_strings}
-    from fedsciml.cli.main import problem_owners
+    from fedsciml.cli.solve import problem_owners
 
     problem_names = {n for specs in problem_owners().values() for n in specs}
     for spec in METHODS.values():

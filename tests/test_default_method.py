@@ -17,7 +17,7 @@ def test_the_cli_and_flowers_defaults_are_the_registrys():
 
     import fedsciml
     from fedsciml.cli.flower_deploy import add_parser
-    from fedsciml.cli.main import _methods_to_run
+    from fedsciml.cli.solve import _methods_to_run
     from fedsciml.engines.flower import runconfig
 
     assert _methods_to_run(argparse.Namespace(method=None, clients=4, compare=None)) == ["fipa"]

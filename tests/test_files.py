@@ -48,18 +48,16 @@ def test_the_checkpoint_writer_and_predict_out_go_through_it(tmp_path, monkeypat
     final = checkpoint.save(str(tmp_path / "ck"), state)
     assert calls == [final] and checkpoint.read(final)["round"] == 1
 
-    import importlib
+    from fedsciml.cli import predict as cli
 
-    cli = importlib.import_module("fedsciml.cli.main")
     cli._write_csv_atomic(str(tmp_path / "u.csv"), ["x", "u"], [[0.5, 1.0]])
     assert calls[-1] == str(tmp_path / "u.csv") and open(tmp_path / "u.csv", "rb").read() == b"x,u\r\n0.5,1.0\r\n"
 
 
 def test_predict_points_over_the_bound_says_to_split_it(tmp_path, monkeypatch):
     # the CLI's --points reader keeps its hint through the shared check (found in review: it was lost in the move)
-    import importlib
+    from fedsciml.cli import predict as cli
 
-    cli = importlib.import_module("fedsciml.cli.main")  # the module (fedsciml.cli.main is also the function's name)
     monkeypatch.setattr(cli, "MAX_POINTS_BYTES", 10)
     p = tmp_path / "points.csv"
     p.write_text("0.1,0.2\n0.3,0.4\n")

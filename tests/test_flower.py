@@ -569,7 +569,7 @@ def test_image_clients_built_on_nodes_give_the_in_process_run():
 def test_server_app_prints_the_cli_table(capsys):
     """The table the ServerApp logs after a run (``flwr run … --stream`` shows it) is the one ``python -m
     fedsciml solve`` prints: the same lines for the same Result."""
-    from fedsciml.cli.main import _print_summary
+    from fedsciml.cli.solve import _print_summary
     from fedsciml.runtime.results import summary_lines
 
     for method, opts in (("fipa", dict(rounds=1)), ("gn", dict(rounds=1)), ("fedavg", dict(rounds=1))):

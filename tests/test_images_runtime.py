@@ -397,3 +397,25 @@ def test_a_multi_round_image_run_of_zero_rounds_is_refused_not_reported_as_nan()
 
     with pytest.raises(OptionError, match=r"images option rounds must be an integer ≥ 1, got 0"):
         M.run_rounds(_fed(2), "linear", ["fedavg"], 0, CFG, 0)
+
+
+def test_head_only_methods_are_refused_where_clients_are_remote():
+    """Which image methods a remote client cannot run is read from the declarations (``head_only``), not from a name
+    an engine spells: the default multi-round set and an explicit list name FIPA-FC, one-shot protocols and lists
+    without it pass, and a run on a remote transport is refused before any client is asked."""
+    from fedsciml.runtime.transport import Transport
+
+    head = [n for n in M.MULTI_ROUND if M.image_method(n, "rounds").head_only]
+    assert head == ["fipa-fc"]
+    for methods in (None, ["fedavg", "fipa-fc"]):
+        line = M.remote_refusal("rounds", methods, "engine 'x'")
+        assert line is not None and line.startswith("engine 'x' does not run fipa-fc (") and "\n" not in line
+        assert "e.g. fedavg,fedprox,fipa,fedfish" in line
+    assert M.remote_refusal("warmup-refine", None) is not None
+    assert M.remote_refusal("rounds", ["fedavg", "fipa"]) is None and M.remote_refusal("one-shot", None) is None
+
+    class Remote(Transport):  # never asked: the refusal comes first
+        client_ids, sample_counts, described = [0, 1, 2], {}, {}
+
+    with pytest.raises(ValueError, match=r"a remote transport does not run fipa-fc .*in-process engine\)$"):
+        M.run_rounds(_fed(3), "linear", ["fipa-fc"], 0, CFG, 1, transport=Remote())

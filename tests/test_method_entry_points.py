@@ -73,7 +73,7 @@ def test_a_plugin_that_fails_to_import_is_one_line_naming_it(tmp_path):
 
 def test_a_plugin_file_method_on_flower_is_refused_before_any_process(tmp_path):
     pytest.importorskip("flwr")
-    from fedsciml.cli.main import load_plugins
+    from fedsciml.cli.plugins import load_plugins
 
     path = tmp_path / "file_method_test.py"
     path.write_text(

@@ -8,7 +8,7 @@ import torch
 import fedsciml as fs
 import fedsciml.engines  # noqa: F401  (registers the engines)
 from _own_pde import forget_method
-from fedsciml.cli.main import load_plugins
+from fedsciml.cli.plugins import load_plugins
 from fedsciml.problems import get_problem
 from fedsciml.runtime.client import Client
 from fedsciml.runtime.transport import LocalTransport

@@ -88,7 +88,8 @@ def test_one_shot_crosses_bytes_bitwise_with_dp_projection_dropout_and_cv():
 
 
 def test_ridge_cli_preset_matches_the_library_and_records_results():
-    from fedsciml.cli.ridge import run_experiment, table_rows
+    from fedsciml.cli.ridge import run_experiment
+    from fedsciml.ridge.preset import table_rows
 
     res = run_experiment(clients=3, dim=5, samples=25, sigma=0.2, baselines="fedavg", rounds=3, seed=1)
     one, central, avg = res

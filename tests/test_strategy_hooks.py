@@ -74,3 +74,23 @@ def test_a_strategy_sends_its_own_query_without_its_own_configure_round(methods)
     assert len(asked) == 2 * 3  # each client, each round, was asked OwnQuery.query, not "update"
     b = fs.solve("bratu", method="fedavg", **SMALL)
     assert torch.equal(a.theta, b.theta)  # the same handler behind another name: the same bits
+
+
+def test_the_round_loop_offers_every_member_of_round_context():
+    """``RoundContext`` is what a strategy may use of the loop; ``Simulation`` implements each member (mypy checks
+    the signatures where the loop hands itself to a strategy; this checks the names for a run without mypy).  gn's
+    screening goes through ``reject`` into the run's rejections: tests/test_correctness.py's screen test."""
+    import inspect
+
+    from fedsciml.runtime.loop import Simulation
+    from fedsciml.runtime.strategy import RoundContext
+
+    members = {n for n in vars(RoundContext) if not n.startswith("_")} | set(RoundContext.__annotations__)
+    assert members >= {"client_ids", "n_total", "round_index", "transport", "round_floats", "sample", "drop_out",
+                       "exchange", "count_sent", "reject", "skip_round", "time_left", "out_of_time", "fail"}
+    for name in members - set(RoundContext.__annotations__):  # methods and properties (the attributes: mypy)
+        ours = vars(RoundContext)[name]
+        theirs = inspect.getattr_static(Simulation, name, None) if name != "transport" else property(lambda s: 0)
+        assert type(theirs) is type(ours), name
+        if inspect.isfunction(ours):
+            assert list(inspect.signature(theirs).parameters) == list(inspect.signature(ours).parameters), name

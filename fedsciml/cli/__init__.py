@@ -1,4 +1,4 @@
-"""The command line: ``python -m fedsciml {list,solve,ridge,bench,predict}`` (:mod:`fedsciml.cli.main`)."""
+"""The command line: ``python -m fedsciml {list,solve,predict,ridge,bench,flower}`` (:mod:`fedsciml.cli.main`)."""
 from __future__ import annotations
 
 from fedsciml.cli.main import build_parser, main

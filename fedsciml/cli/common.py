@@ -1,4 +1,5 @@
-"""What every subcommand shares: exit codes, the one-line error, the thread policy."""
+"""What every subcommand shares: exit codes, the one-line error, the thread policy, the flag generator, the
+subcommands whose parsers are built on first use."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +11,10 @@ EXIT_FAILED = 1
 
 class CLIError(Exception):
     pass
+
+
+class RunFailed(Exception):
+    """A run that started but could not finish (exit 1, one line)."""
 
 
 def did_you_mean(word: str, choices, quote: bool = True) -> str:
@@ -209,3 +214,55 @@ def positive_seconds(text: str) -> float:
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
     return value
+
+
+def help_of(*command: str):
+    """The ``_run`` of a command that needs a subcommand (``flower``, ``bench``): its help, as ``--help`` prints it."""
+    return lambda args: args._parser.parse_args([*command, "--help"])
+
+
+# --- subcommands whose parsers are built on first use (the top parser's and bench's) ------------------------------
+
+class _BuiltOnUse(dict):
+    """A subcommand table whose parsers are filled in when first looked up — by the parse that chose the command,
+    or by a caller that asks for it (``choices["solve"]``): building ``solve``'s flags imports the problem and
+    method registries, ``bench images``' the image stack, and ``--help``, ``list`` or ``predict`` need neither."""
+
+    def __init__(self):
+        super().__init__()
+        self.builders: dict = {}
+
+    def __getitem__(self, name):
+        parser = super().__getitem__(name)
+        build = self.builders.pop(name, None)
+        if build is not None:
+            build(_Into(parser))
+        return parser
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+
+class _Into:
+    """What a subcommand's ``add_parser(subparsers)`` is given when its parser already exists (registered with its
+    one-line help by :func:`lazy_commands`): ``add_parser`` sets the remaining attributes and returns it."""
+
+    def __init__(self, parser):
+        self.parser = parser
+
+    def add_parser(self, name, **kwargs):
+        for k, v in kwargs.items():
+            setattr(self.parser, k, v)
+        return self.parser
+
+
+def lazy_commands(parser, dest: str, metavar: str, commands) -> None:
+    """Subcommands ``(name, one-line help, builder or None, run)``; a builder ``fn(subparsers)`` runs on first
+    use; ``run(args) -> exit status`` is what :func:`fedsciml.cli.main.main` calls for that subcommand
+    (``args._run``)."""
+    sub = parser.add_subparsers(dest=dest, metavar=metavar)
+    sub.choices = sub._name_parser_map = table = _BuiltOnUse()
+    for name, help_text, build, run in commands:
+        sub.add_parser(name, help=help_text).set_defaults(_run=run)
+        if build is not None:
+            table.builders[name] = build

@@ -343,6 +343,22 @@ def default_methods(protocol: str) -> list:
     return [n for n in _order(proto) if image_method(n, proto).default]
 
 
+def remote_refusal(protocol: str, methods, engine: str = "this engine") -> str | None:
+    """The one line refusing ``methods`` (``None``: ``protocol``'s default set) of ``protocol`` on an engine whose
+    clients are rebuilt on remote nodes, or ``None`` when each of them runs there.  A head-only method (FIPA-FC:
+    :attr:`ImageMethod.head_only`) trains the classifier head of a body the server fixes, which a remote client
+    cannot rebuild yet; one-shot protocols have none."""
+    if protocol == "one-shot":
+        return None
+    names = default_methods(protocol) if methods is None else list(methods)
+    head = [n for n in names if n in _order("rounds") and image_method(n, "rounds").head_only]
+    if not head:
+        return None
+    others = [n for n in _order("rounds") if not image_method(n, "rounds").head_only]
+    return (f"{engine} does not run {', '.join(head)} (its clients train a head on a body the server fixes, which "
+            f"a remote client cannot rebuild yet); give methods without it, e.g. {','.join(others)}")
+
+
 def _aggregator(meth, cfg):
     """The server aggregator of the multi-round method ``meth`` under ``cfg``."""
     if cfg.server_opt not in SERVER_OPTS:
@@ -789,9 +805,8 @@ def run_rounds(fed: FederatedImages, model_name: str, methods, seed: int, cfg: T
     if not 0 < participation <= 1:
         raise ValueError(f"participation must be in (0, 1], got {participation}")
     _check_transport(transport)
-    if isinstance(transport, Transport) and any(s.head_only for s in specs):
-        raise ValueError("fipa-fc trains the classifier head of a body fixed by the server; its clients cannot be "
-                         "rebuilt on remote nodes yet (run it with the in-process engine)")
+    if isinstance(transport, Transport) and (no := remote_refusal("rounds", methods, "a remote transport")):
+        raise ValueError(f"{no} (or run them with the in-process engine)")
     if resume and not checkpoint:
         raise ValueError("resume needs a checkpoint directory (the one the interrupted run wrote)")
     dev = torch.device(cfg.device)

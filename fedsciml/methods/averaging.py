@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedsciml.methods.aggregators import FedAvgAggregator
-from fedsciml.methods.local import LocalConfig
+from fedsciml.methods.local import LocalConfig, local_settings
 from fedsciml.methods.run import RunContext, local_config
 from fedsciml.runtime.driver import Method
 from fedsciml.options import LocalOptions, RobustOptions, RoundOptions, option
-from fedsciml.runtime.results import local_settings
 from fedsciml.runtime.strategy import Exchange, Replies, Strategy
 from fedsciml.runtime.transport import Request
 

@@ -70,10 +70,10 @@ import torch
 
 from fedsciml.core.curvature import LowRank
 from fedsciml.methods.averaging import AveragingStrategy
-from fedsciml.methods.local import LOCAL_LOSSES, SKETCHES, AdaptiveSchedule, CurvatureAsk, LocalConfig
+from fedsciml.methods.local import (LOCAL_LOSSES, SKETCHES, AdaptiveSchedule, CurvatureAsk, LocalConfig,
+                                   local_settings)
 from fedsciml.options import LocalOptions, OptionError, RobustOptions, RoundOptions, display, option
 from fedsciml.methods.gn import GNAggregator
-from fedsciml.runtime.results import local_settings
 from fedsciml.runtime.strategy import Exchange, Replies
 from fedsciml.runtime.transport import Request
 from fedsciml.core.lm import damping_after_failure, damping_after_success

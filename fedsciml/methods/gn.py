@@ -546,7 +546,7 @@ class GNStrategy(Strategy):
             why: dict = {}
             self.banned = screen_messages(msgs, why, theta0.numel(), 0.0, self.screen)
             for c in self.banned:
-                run.rejections.append({"round": run.round_index, "client": c, "reason": f"screened out: {why[c]}"})
+                run.reject(c, f"screened out: {why[c]}")
         self.lm.start(theta0, GNAggregator(True, self.form).aggregate_stats(msgs, theta0.numel()))
         return {"mu": self.lm.mu}
 

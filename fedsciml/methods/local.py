@@ -396,3 +396,20 @@ def _pre_update(batch, request):
 
 
 register_handler(Client, "update", _answer_update, _pre_update)
+
+
+def local_settings(r) -> list[str]:
+    """The local solver of a run, from its strategy's settings (``extra["strategy"]``): ``local GN`` or ``local adam
+    τ=… lr=…``; nothing for a run without one."""
+    o = r.extra.get("strategy", {}) if isinstance(r.extra, dict) else {}
+    if o.get("local") == "gn":
+        return ["local GN"]
+    if o.get("local"):
+        return [f"local adam τ={o.get('local_steps')} lr={o.get('lr')}"]
+    return []
+
+
+def local_settings_text(r) -> str:
+    """A method's default settings text in the summary table (:attr:`fedsciml.runtime.registry.Method.settings`):
+    its local solver (:func:`local_settings`)."""
+    return ", ".join(local_settings(r))

@@ -357,6 +357,201 @@ def _refuse_combinations(dp, cv_sigmas, form: str, screen, fit_intercept: bool) 
                          "out CV would penalize: give sigma with fit_intercept and DP")
 
 
+# --- the server, by concern: the message forms (check and sums), σ by CV, the fused solve under DP ----------------
+
+
+def _sum_gram(messages, order):
+    """``(pack(ΣH), Σg)`` of Gram-form messages, summed in client order."""
+    Hp, g = messages[order[0]]["H"].clone(), messages[order[0]]["g"].clone()
+    for c in order[1:]:
+        Hp += messages[c]["H"]
+        g += messages[c]["g"]
+    return Hp, g
+
+
+def stack_factors(messages, order, m, like):
+    """``(Rs [K, rows, m], hs [K, m])``: the clients' square-root factors zero-padded to the most rows (zero rows
+    add nothing to ``R_kᵀR_k``), built once — the fusion's Gram is that of ``Rs`` viewed as one tall matrix."""
+    rows = max(messages[c]["R"].shape[0] for c in order)
+    Rs = like.new_zeros(len(order), rows, m)
+    S = like.new_zeros(len(order), rows)
+    for i, c in enumerate(order):
+        n = messages[c]["R"].shape[0]
+        Rs[i, :n] = messages[c]["R"]
+        S[i, :n] = messages[c]["s"]
+    hs = -torch.bmm(Rs.transpose(1, 2), S[..., None])[..., 0]   # h_k = R_kᵀz_k = −R_kᵀs_k
+    return Rs, hs
+
+
+class _Form:
+    """One form of the clients' one-shot message: how the server validates it (``check(st, m, dtype)``, the
+    exchange's validator) and sums the valid ones into the fused system (``sums``: ``(G, h, Rs, hs)``, the
+    factors only for the square-root form).  ``m`` is the (projected) parameter count, ``ms`` the fused system's
+    size (``m + 1`` under DP with an intercept: its constant column).  The strategy picks one per run
+    (:meth:`OneShotStrategy.message_form`)."""
+
+    name: ClassVar[str]
+
+    def check(self, st: OneShotStrategy, m: int, dtype):
+        raise NotImplementedError
+
+    def sums(self, st: OneShotStrategy, messages, order, m: int, ms: int):
+        Hp, g = st._cached_sums(messages) or _sum_gram(messages, order)
+        return linalg.unpack_upper(Hp, ms), -g, None, None
+
+
+class _GramForm(_Form):
+    """Exact Gram-form statistics ``{H = pack(J_kᵀJ_k), g, loss, n}`` (projected or not): O(m²) per message, the
+    consistency check on the round's sum (see :class:`OneShotStrategy`), then the influence screen when asked;
+    the validated sums are kept for the fusion."""
+
+    name = "gram"
+
+    def check(self, st, m, dtype):
+        cheap = GNAggregator(True, "normal", consistency=False)
+        full = GNAggregator(True, "normal")
+
+        def sums(ok):
+            order = sorted(ok)
+            Hp, g = ok[order[0]]["H"].clone(), ok[order[0]]["g"].clone()
+            loss = ok[order[0]]["loss"].clone()
+            for c in order[1:]:
+                Hp += ok[c]["H"]
+                g += ok[c]["g"]
+                loss += ok[c]["loss"]
+            return Hp, g, loss
+
+        def consistent(Hp, g, loss) -> bool:
+            try:
+                full.check("sum", {"H": Hp, "g": g, "loss": loss}, m)
+                return True
+            except MessageRejected:
+                return False
+
+        def check(msgs):
+            ok, bad = cheap.validate(msgs, m, dtype)
+            st._sums = None
+            if not ok:
+                return ok, bad
+            Hp, g, loss = sums(ok)
+            if not consistent(Hp, g, loss):  # rare: find the inconsistent messages, one Cholesky each
+                for c in sorted(ok):
+                    try:
+                        full.check(c, ok[c], m)
+                    except MessageRejected as e:
+                        bad[c] = e.reason
+                ok = {c: v for c, v in ok.items() if c not in bad}
+                if not ok:
+                    return ok, bad
+                Hp, g, loss = sums(ok)
+            st._sums = (frozenset(ok), Hp, g)
+            return ok, bad
+
+        return st._screened(check, m)
+
+
+class _SqrtForm(_Form):
+    """Square-root statistics ``{R_k, s_k, loss, n}`` (thin-QR factors of the client's rows, exact only): the gn
+    schema and its O(m) check ``‖s‖² ≤ 2·loss``, then the screen; the server forms ``ΣR_kᵀR_k`` from the stacked
+    factors and ``Σh_k = −ΣR_kᵀs_k``."""
+
+    name = "sqrt"
+
+    def check(self, st, m, dtype):
+        agg = GNAggregator(True, "sqrt")
+        return st._screened(lambda msg: agg.validate(msg, m, dtype), m)
+
+    def sums(self, st, messages, order, m, ms):
+        Rs, hs = stack_factors(messages, order, m, messages[order[0]]["R"])
+        return linalg.unpack_upper(linalg.gram_packed(Rs.reshape(-1, m)), m), hs.sum(0), Rs, hs
+
+
+class _NoisyForm(_Form):
+    """DP statistics ``{H, g}`` (with an intercept: of the rows with their constant column, ``m + 1``): no count,
+    no loss, ``H`` may be indefinite (:class:`NoisyStatsAggregator`; repaired on the sum)."""
+
+    name = "noisy"
+
+    def check(self, st, m, dtype):
+        agg = NoisyStatsAggregator()
+        ms = m + 1 if st.fit_intercept else m
+        return lambda msg: agg.validate(msg, ms, dtype)
+
+
+class _CenteredForm(_Form):
+    """Exact statistics with an intercept: each site's count, means and centered scatter of ``(a, b)``
+    (:func:`_centered_check`); the server solves from the merged blocks (:meth:`OneShotStrategy._centered_step`),
+    not from a Gram sum."""
+
+    name = "centered"
+
+    def check(self, st, m, dtype):
+        return _centered_check(m, dtype)
+
+
+GRAM, SQRT, NOISY, CENTERED = _GramForm(), _SqrtForm(), _NoisyForm(), _CenteredForm()
+
+
+def cross_validated_sigma(form: str, order, messages, G, h, noisy: bool, repair: bool, cv_sigmas: list,
+                          Rs=None, hs=None) -> tuple[float, dict]:
+    """σ by leave-one-client-out CV (:mod:`fedsciml.core.loco`) and its record, scored by the server from each
+    client's own statistics: the server forms client k's models ``w_{−k}(σ_j)`` from the others' statistics and
+    its held-out loss ``wᵀG_kw − 2wᵀh_k + ‖b_k‖²`` from client k's message (:func:`~fedsciml.core.loco.stats_scores`;
+    ``‖b_k‖² = 2·loss`` when the message carries its loss, i.e. exact statistics; a DP message does not, and the
+    reported CV losses then omit that σ-independent constant).  No model goes down, no score comes up, no second
+    exchange: under DP, CV is post-processing of the noised statistics and costs no privacy."""
+    from fedsciml.core import loco as _cv
+
+    if len(order) < 2:
+        raise ValueError(f"leave-one-client-out CV needs at least 2 clients (each is scored on a model fitted "
+                         f"without it), got {len(order)}; give sigma directly")
+    b_sq = (torch.stack([2.0 * messages[c]["loss"][0] for c in order])
+            if all("loss" in messages[c] for c in order) else None)
+    if form == "sqrt":
+        W = _cv.loco_solutions(Rs, hs, cv_sigmas, sqrt=True, total=(G, h))
+        losses = _cv.stats_scores(Rs, hs, W, sqrt=True, b_sq=b_sq)
+    else:
+        Gs = torch.stack([messages[c]["H"] for c in order])
+        hs = -torch.stack([messages[c]["g"] for c in order])
+        if noisy and repair:
+            W = _cv.loco_solutions_repaired(Gs, hs, cv_sigmas)
+        else:
+            W = _cv.loco_solutions(Gs, hs, cv_sigmas, total=None if noisy else (G, h))
+        losses = _cv.stats_scores(Gs, hs, W, b_sq=b_sq)
+    total = losses.sum(0)
+    j = int(torch.argmin(total))
+    return cv_sigmas[j], {"cv_sigmas": list(cv_sigmas), "cv_loss": total.tolist(), "cv_scored": len(order),
+                          "cv_loss_includes_b_sq": b_sq is not None}
+
+
+def dp_at_the_server(G, sigma: float, m: int, arrived: int, cfg, shares: int, repair: bool):
+    """The server's side of DP on fused statistics of ``arrived`` sites: the noise the sum carries (central DP:
+    each site's share ``s/√t``, so the sum carries ``s·√(K'/t)`` ≥ s, or it is refused), the PSD repair, the
+    noise-aware σ, and a warning when the noise dominates.  Returns ``(G, σ, eigenvalues clipped, s, s_total)``."""
+    from fedsciml.core import dp as _dp
+
+    std = cfg.noise_std
+    if cfg.central and std > 0:  # the sites' shares s/√t: the sum carries s·√(K'/t) ≥ s, or is refused
+        _dp.check_survivors(arrived, shares, cfg.epsilon)
+        total = std * (arrived / shares) ** 0.5
+    else:
+        total = std * arrived ** 0.5
+    clipped = 0
+    if std > 0 and repair:
+        G, clipped = _dp.psd_repair(G)
+    if std > 0 and cfg.noise_aware_sigma:
+        sigma = float(sigma) + _dp.noise_norm(m, total)
+    if std > 0:
+        dominated, nn, mean_eig = _dp.noise_dominates(G, total)
+        if dominated:
+            logger.warning(
+                "DP: the noise's spectral norm (%.3g) exceeds the mean eigenvalue of the noisy statistics "
+                "(%.3g): the fit is mostly noise and penalty, and the model is pulled towards 0 (ε=%g, %d "
+                "site(s)); more rows per site, a larger ε, clip bounds closer to the data's scale or central "
+                "DP lower the noise", nn, mean_eig, cfg.epsilon, arrived)
+    return G, sigma, clipped, std, total
+
+
 class OneShotStrategy(Strategy):
     """One exchange of GN statistics, one fused step (see the module docstring).
 
@@ -375,6 +570,10 @@ class OneShotStrategy(Strategy):
     message: an inconsistent client whose excess is covered by the other clients' slack passes, but then the
     fused statistics are still consistent with the clients' total loss — the step cannot be inflated beyond
     what the total loss allows.  Square-root messages keep their O(m) check ``‖s‖² ≤ 2·loss``.
+
+    By concern: the message forms (:meth:`message_form`: Gram, square-root, noisy, centered — each its check and
+    its sums), σ by CV (:func:`cross_validated_sigma`) and the server's side of DP (:func:`dp_at_the_server`) are
+    outside the class; it keeps the run's state and the order of the steps.
     """
 
     name = "one-shot"
@@ -478,54 +677,22 @@ class OneShotStrategy(Strategy):
         small = bool(answering) and all(c in counts and 2 * int(counts[c]) <= m for c in answering)
         return "sqrt" if self.cv_sigmas is not None and self.dp is None and small else "gram"
 
-    def _exact_gram_check(self, m, dtype):
-        """Validation of exact Gram-form statistics: O(m²) per message, the consistency check on the sum (see the
-        class docstring); keeps the validated sums for the fusion."""
-        cheap = GNAggregator(True, "normal", consistency=False)
-        full = GNAggregator(True, "normal")
-
-        def sums(ok):
-            order = sorted(ok)
-            Hp, g = ok[order[0]]["H"].clone(), ok[order[0]]["g"].clone()
-            loss = ok[order[0]]["loss"].clone()
-            for c in order[1:]:
-                Hp += ok[c]["H"]
-                g += ok[c]["g"]
-                loss += ok[c]["loss"]
-            return Hp, g, loss
-
-        def consistent(Hp, g, loss) -> bool:
-            try:
-                full.check("sum", {"H": Hp, "g": g, "loss": loss}, m)
-                return True
-            except MessageRejected:
-                return False
-
-        def check(msgs):
-            ok, bad = cheap.validate(msgs, m, dtype)
-            self._sums = None
-            if not ok:
-                return ok, bad
-            Hp, g, loss = sums(ok)
-            if not consistent(Hp, g, loss):  # rare: find the inconsistent messages, one Cholesky each
-                for c in sorted(ok):
-                    try:
-                        full.check(c, ok[c], m)
-                    except MessageRejected as e:
-                        bad[c] = e.reason
-                ok = {c: v for c, v in ok.items() if c not in bad}
-                if not ok:
-                    return ok, bad
-                Hp, g, loss = sums(ok)
-            self._sums = (frozenset(ok), Hp, g)
-            return ok, bad
-
-        return check
-
     def _cached_sums(self, messages):
+        """``(pack(ΣH), Σg)`` kept by the Gram form's check for exactly these messages, or ``None``."""
         if self._sums is not None and self._sums[0] == frozenset(messages):
             return self._sums[1], self._sums[2]
         return None
+
+    def message_form(self, p: int) -> _Form | None:
+        """The form of this run's messages for a model of ``p`` parameters (``None``: plain GN statistics, the
+        ``gn_stats`` query) — the one place the options decide it."""
+        if self._transform(p) is None:
+            return None
+        if self.fit_intercept and self.dp is None:
+            return CENTERED
+        if self.dp is not None:
+            return NOISY
+        return SQRT if self._form == "sqrt" else GRAM
 
     def configure_round(self, run, k):
         answering, _dropped = run.sample()  # nobody answering fails the round in aggregate_round
@@ -535,25 +702,14 @@ class OneShotStrategy(Strategy):
         p = theta.numel()
         m0 = p if self.project is None else min(p, self.project)
         self._form = self._resolve_form(run, answering, m0)
-        tr = self._transform(p)
-        if tr is None:
+        form = self.message_form(p)
+        if form is None:
             return Exchange(answering, Request("gn_stats", {"theta": theta}, {"form": "normal"}),
-                            self._screened(self._exact_gram_check(p, theta.dtype), p))
+                            GRAM.check(self, p, theta.dtype))
+        tr = self._transform(p)
         m = p if tr["project"] is None else tr["project"]
-        if self.fit_intercept and self.dp is None:  # exact centered statistics (fedsciml.core.centered)
-            check = _centered_check(m, theta.dtype)
-        elif self.fit_intercept:  # noisy statistics of the rows with their constant column: m + 1 dimensions
-            agg = NoisyStatsAggregator()
-            check = lambda msg: agg.validate(msg, m + 1, theta.dtype)  # noqa: E731
-        elif self.dp is None and self._form == "gram":  # exact (projected) statistics: as above, in m dimensions
-            check = self._screened(self._exact_gram_check(m, theta.dtype), m)
-        elif self.dp is None:  # square-root form: the gn schema and its O(m) consistency check
-            agg = GNAggregator(True, "sqrt")
-            check = self._screened(lambda msg: agg.validate(msg, m, theta.dtype), m)
-        else:  # noisy statistics: no count, no loss, H may be indefinite (repaired on the sum)
-            agg = NoisyStatsAggregator()
-            check = lambda msg: agg.validate(msg, m, theta.dtype)  # noqa: E731
-        return Exchange(answering, Request("oneshot_stats", {"theta": theta}, {"transform": tr}), check)
+        return Exchange(answering, Request("oneshot_stats", {"theta": theta}, {"transform": tr}),
+                        form.check(self, m, theta.dtype))
 
     def _screened(self, validate, m: int):
         """``validate``, then (``screen`` κ given) the leave-one-client-out influence screen
@@ -573,81 +729,23 @@ class OneShotStrategy(Strategy):
             return ok, bad
         return check
 
-
-    @staticmethod
-    def _stack_factors(messages, order, m, like):
-        """``(Rs [K, rows, m], hs [K, m])``: the clients' factors zero-padded to the most rows (zero rows add
-        nothing to ``R_kᵀR_k``), built once — the fusion's Gram is that of ``Rs`` viewed as one tall matrix."""
-        rows = max(messages[c]["R"].shape[0] for c in order)
-        Rs = like.new_zeros(len(order), rows, m)
-        S = like.new_zeros(len(order), rows)
-        for i, c in enumerate(order):
-            n = messages[c]["R"].shape[0]
-            Rs[i, :n] = messages[c]["R"]
-            S[i, :n] = messages[c]["s"]
-        hs = -torch.bmm(Rs.transpose(1, 2), S[..., None])[..., 0]   # h_k = R_kᵀz_k = −R_kᵀs_k
-        return Rs, hs
-
-    def _cross_validate(self, order, messages, G, h, m, noisy, Rs=None, hs=None):
-        """σ by leave-one-client-out CV (:mod:`fedsciml.core.loco`), scored by the server from each client's own
-        statistics: the server forms client k's models ``w_{−k}(σ_j)`` from the others' statistics and its
-        held-out loss ``wᵀG_kw − 2wᵀh_k + ‖b_k‖²`` from client k's message (:func:`~fedsciml.core.loco.stats_scores`;
-        ``‖b_k‖² = 2·loss`` when the message carries its loss, i.e. exact statistics; a DP message does not, and
-        the reported CV losses then omit that σ-independent constant).  No model goes down, no score comes up,
-        no second exchange: under DP, CV is post-processing of the noised statistics and costs no privacy."""
-        from fedsciml.core import loco as _cv
-
-        if len(order) < 2:
-            raise ValueError(f"leave-one-client-out CV needs at least 2 clients (each is scored on a model fitted "
-                             f"without it), got {len(order)}; give sigma directly")
-        b_sq = (torch.stack([2.0 * messages[c]["loss"][0] for c in order])
-                if all("loss" in messages[c] for c in order) else None)
-        if self._form == "sqrt":
-            W = _cv.loco_solutions(Rs, hs, self.cv_sigmas, sqrt=True, total=(G, h))
-            losses = _cv.stats_scores(Rs, hs, W, sqrt=True, b_sq=b_sq)
-        else:
-            Gs = torch.stack([messages[c]["H"] for c in order])
-            hs = -torch.stack([messages[c]["g"] for c in order])
-            if noisy and self.repair:
-                W = _cv.loco_solutions_repaired(Gs, hs, self.cv_sigmas)
-            else:
-                W = _cv.loco_solutions(Gs, hs, self.cv_sigmas, total=None if noisy else (G, h))
-            losses = _cv.stats_scores(Gs, hs, W, b_sq=b_sq)
-        total = losses.sum(0)
-        j = int(torch.argmin(total))
-        self.cv = {"cv_sigmas": list(self.cv_sigmas), "cv_loss": total.tolist(), "cv_scored": len(order),
-                   "cv_loss_includes_b_sq": b_sq is not None}
-        return self.cv_sigmas[j]
-
-    def _transformed_step(self, messages, p, run=None):
-        """The server side of the transforms: sum, CV, then :meth:`_solve_fused` (PSD repair, noise-aware σ, solve,
-        map back).  Central DP's noise is already in the sum: each site added its share."""
+    def _transformed_step(self, messages, p):
+        """The server side of the transforms: the form's sums, σ by CV, then :meth:`_solve_fused` (server DP,
+        solve, map back).  Central DP's noise is already in the sum: each site added its share."""
         tr = self._transform(p)
         m = p if tr["project"] is None else tr["project"]
-        if self.fit_intercept and self.dp is None:
+        form = self.message_form(p)
+        if form is CENTERED:
             return self._centered_step(messages, p, m)
         ms = m + 1 if self.fit_intercept else m  # under DP the intercept's constant column is one more dimension
         order = sorted(messages)
-        Rs = hs = None
-        if self._form == "sqrt":  # ΣR_kᵀR_k formed by the server from the stacked factors, Σh_k = −ΣR_kᵀs_k
-            Rs, hs = self._stack_factors(messages, order, m, messages[order[0]]["R"])
-            G = linalg.unpack_upper(linalg.gram_packed(Rs.reshape(-1, m)), m)
-            h = hs.sum(0)
-        else:
-            cached = self._cached_sums(messages)
-            if cached is not None:
-                Hp, g = cached
-            else:
-                Hp, g = messages[order[0]]["H"].clone(), messages[order[0]]["g"].clone()
-                for c in order[1:]:
-                    Hp += messages[c]["H"]
-                    g += messages[c]["g"]
-            G, h = linalg.unpack_upper(Hp, ms), -g
+        G, h, Rs, hs = form.sums(self, messages, order, m, ms)
         sigma = self.sigma
         cfg = None if self.dp is None else _dp_config(self.dp)
         if self.cv_sigmas is not None:
             noisy = cfg is not None and cfg.noise_std > 0 and not cfg.central
-            sigma = self._cross_validate(order, messages, G, h, m, noisy, Rs, hs)
+            sigma, self.cv = cross_validated_sigma(form.name, order, messages, G, h, noisy, self.repair,
+                                                   self.cv_sigmas, Rs, hs)
         return self._solve_fused(G, h, ms, p, sigma, len(order))
 
     def _centered_step(self, messages, p, m):
@@ -699,32 +797,15 @@ class OneShotStrategy(Strategy):
         return self._solve_fused(linalg.unpack_upper(Hp, ms), -g, ms, p, self.sigma, int(arrived))
 
     def _solve_fused(self, G, h, m, p, sigma, arrived):
-        """PSD repair, noise-aware σ, solve, map back (projection) — on fused statistics of ``arrived`` sites."""
-        from fedsciml.core import dp as _dp
+        """Server DP (:func:`dp_at_the_server`), solve, map back (projection) — on fused statistics of
+        ``arrived`` sites."""
         from fedsciml.core.sketch import sketch_matrix
         from fedsciml.core.stats import ridge_solve
 
         clipped, std, total = 0, 0.0, 0.0
         cfg = None if self.dp is None else _dp_config(self.dp)
         if cfg is not None:
-            std = cfg.noise_std
-            if cfg.central and std > 0:  # the sites' shares s/√t: the sum carries s·√(K'/t) ≥ s, or is refused
-                _dp.check_survivors(arrived, self._shares, cfg.epsilon)
-                total = std * (arrived / self._shares) ** 0.5
-            else:
-                total = std * arrived ** 0.5
-            if std > 0 and self.repair:
-                G, clipped = _dp.psd_repair(G)
-            if std > 0 and cfg.noise_aware_sigma:
-                sigma = float(sigma) + _dp.noise_norm(m, total)
-            if std > 0:
-                dominated, nn, mean_eig = _dp.noise_dominates(G, total)
-                if dominated:
-                    logger.warning(
-                        "DP: the noise's spectral norm (%.3g) exceeds the mean eigenvalue of the noisy statistics "
-                        "(%.3g): the fit is mostly noise and penalty, and the model is pulled towards 0 (ε=%g, %d "
-                        "site(s)); more rows per site, a larger ε, clip bounds closer to the data's scale or central "
-                        "DP lower the noise", nn, mean_eig, cfg.epsilon, arrived)
+            G, sigma, clipped, std, total = dp_at_the_server(G, sigma, m, arrived, cfg, self._shares, self.repair)
         if self.fit_intercept:  # the last coordinate is the constant column's: unpenalized
             pen = torch.full((m,), float(sigma), dtype=G.dtype, device=G.device)
             pen[-1] = 0.0
@@ -761,7 +842,7 @@ class OneShotStrategy(Strategy):
             run.fail("the one-shot fusion")
         p = self.theta.numel()
         if self._transform(p) is not None:
-            self.theta = self.theta + self._transformed_step(replies.ok, p, run)
+            self.theta = self.theta + self._transformed_step(replies.ok, p)
         else:
             cached = self._cached_sums(replies.ok)
             if cached is not None:

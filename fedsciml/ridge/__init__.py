@@ -5,6 +5,7 @@
 * :mod:`~fedsciml.core.sketch` — shared random projections (Gaussian, sparse, SRHT).
 * :mod:`~fedsciml.core.loco` — leave-one-client-out CV over a σ grid, batched.
 * :mod:`~fedsciml.ridge.baselines` — FedAvg / FedProx / DP-FedAvg.
+* :mod:`~fedsciml.ridge.preset` — the ``ridge`` command's preset: one-shot, the pooled reference, the baselines.
 * :mod:`~fedsciml.ridge.protocol` — the whole one-shot round; :class:`FederatedRidge` — the estimator.
 """
 from fedsciml.core.dp import DPConfig, psd_repair, stats_sensitivity

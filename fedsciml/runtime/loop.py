@@ -56,6 +56,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -208,12 +209,16 @@ class Simulation:
         return [c for c, f in zip(client_ids, fail) if not f], dropped
 
     # --- public accounting ----------------------------------------------------
-    def count_sent(self, down: int = 0, up: int = 0):
+    def count_sent(self, down: int = 0, up: int = 0) -> None:
         """Count floats sent outside an exchange (e.g. the broadcast of θ₀)."""
         self._round_down += int(down)
         self._round_up += int(up)
 
-    def skip_round(self):
+    def reject(self, client, reason: str) -> None:
+        """Record ``client`` as rejected in this round with ``reason`` (``info["rejections"]``)."""
+        self.rejections.append({"round": self.round_index, "client": client, "reason": reason})
+
+    def skip_round(self) -> None:
         """The round had nobody to ask (every sampled client dropped out)."""
         self.skipped_rounds += 1
 
@@ -283,7 +288,7 @@ class Simulation:
         self._round_accepted.update(ok)
         for cid, reason in bad.items():
             self._round_rejected[cid] = reason
-            self.rejections.append({"round": self.round_index, "client": cid, "reason": reason})
+            self.reject(cid, reason)
             log.warning("%s round %s: rejected client %s: %s", self.label, self.round_index, cid, reason)
         self._round_dropped += gone
         return Replies(ok=ok, rejected=bad, dropped=dropped + gone, metrics={c: metrics[c] for c in ok},
@@ -326,7 +331,7 @@ class Simulation:
         return {"floats_up": self._round_up, "floats_down": self._round_down, "exchanges": self._round_exchanges,
                 "rejected": len(self._round_rejected), "dropped": len(self._round_dropped)}
 
-    def fail(self, what: str):
+    def fail(self, what: str) -> NoReturn:
         raise RoundFailed(f"round {self.round_index}: no valid client message remained for {what}; "
                           + self._why_failed())
 

@@ -59,8 +59,8 @@ class Method:
     * ``clients``: a strategy method's own clients in this process, ``fn(objectives, config, device) ->
       Transport`` (the ridge SGD baselines' clients answer an ``update`` of their own); default: the runtime's
       :class:`~fedsciml.runtime.client.Client` per objective, behind the transport ``config.transport`` names;
-    * ``settings``: its runs' settings text in the summary table, ``fn(result) -> str`` (default: the local
-      solver, :func:`fedsciml.runtime.results.local_settings`);
+    * ``settings``: its runs' settings text in the summary table, ``fn(result) -> str`` or ``"module:function"``
+      (default: its local solver's, :func:`fedsciml.methods.local.local_settings_text`; ``None``: no text);
     * ``kinds``: the kinds of task it applies to — problem kinds (:data:`PROBLEM_KINDS`) and other kinds with
       their :class:`KindUse` in ``uses`` (:func:`add_kind`);
     * ``federated``: whether it exchanges messages (an engine carries them); a method with a ``run`` says so
@@ -79,7 +79,7 @@ class Method:
     strategy: Callable | None = None
     run: str | Callable | None = None
     description: str = ""
-    settings: str | Callable | None = None
+    settings: str | Callable | None = "fedsciml.methods.local:local_settings_text"
     clients: Callable | None = None
     kinds: tuple[str, ...] = PROBLEM_KINDS
     federated: bool = True

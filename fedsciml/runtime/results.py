@@ -355,25 +355,14 @@ def stop_reason_of(info: Mapping[str, Any]) -> str | None:
 # --- the summary table ----------------------------------------------------------------------------
 
 
-def local_settings(r: Result) -> list[str]:
-    """The local solver of a run, from its strategy's settings (``extra["strategy"]``): ``local GN`` or ``local adam
-    τ=… lr=…``; nothing for a run without one."""
-    o = r.extra.get("strategy", {}) if isinstance(r.extra, dict) else {}
-    if o.get("local") == "gn":
-        return ["local GN"]
-    if o.get("local"):
-        return [f"local adam τ={o.get('local_steps')} lr={o.get('lr')}"]
-    return []
-
-
 def method_settings(r: Result) -> str:
     """Short settings of a run for the table (local solver, rank, ...): its method's text
-    (:attr:`fedsciml.runtime.registry.Method.settings`), else its local solver (:func:`local_settings`)."""
+    (:attr:`fedsciml.runtime.registry.Method.settings`; by default its local solver's); empty without one."""
     from fedsciml.runtime.registry import METHODS
 
     method = METHODS.get(r.method)
     text = None if method is None else method.settings_text(r)
-    return text if text is not None else ", ".join(local_settings(r))
+    return text if text is not None else ""
 
 
 def summary_lines(results: Sequence[Result]) -> list[str]:

@@ -11,6 +11,8 @@ Runs (each a ``python -m fedsciml solve`` subprocess with ``--json``):
   over ``[P⁻¹g, δ_{t−1}]`` (and ``δ_{t−2}``) from one exchange of products ``J_mᵀJ_m V`` per point (K-FAC's own step
   size and momentum, Martens & Grosse 2015 §7);
 * ``centralized-sub2``: ``--method centralized --precond kfac --subspace 2`` (the same step on one machine).
+* ``fipa``: ``--method fipa --clients 4`` (FIPA's defaults: each client's local Gauss–Newton step and its rank-r
+  curvature sketch, one exchange a round).
 * ``gn-sub2-adapt``, ``centralized-sub2-adapt``: the same with ``--subspace-damping adapt`` (the preconditioner's
   damping γ decoupled from LM's μ: P_γ⁻¹g at γ/10, γ, 10γ in the span, γ moved to the best; 4 product columns).
 
@@ -39,6 +41,7 @@ RUNS = {
     "gn-sub2": ["--method", "gn", "--clients", "4", "--precond", "kfac", "--subspace", "2"],
     "gn-sub3": ["--method", "gn", "--clients", "4", "--precond", "kfac", "--subspace", "3"],
     "centralized-sub2": ["--method", "centralized", "--precond", "kfac", "--subspace", "2"],
+    "fipa": ["--method", "fipa", "--clients", "4"],
     "gn-sub2-adapt": ["--method", "gn", "--clients", "4", "--precond", "kfac", "--subspace", "2",
                       "--subspace-damping", "adapt"],
     "centralized-sub2-adapt": ["--method", "centralized", "--precond", "kfac", "--subspace", "2",

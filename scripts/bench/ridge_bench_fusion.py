@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import repro_common  # noqa: E402
 from fedsciml.core import linalg
 from fedsciml.problems import get_problem
-from fedsciml.methods.oneshot import OneShotStrategy
+from fedsciml.methods.oneshot import OneShotStrategy, stack_factors
 from fedsciml.runtime.loop import RoundConfig, Simulation
 from fedsciml.runtime.transport import Reply, Transport
 from fedsciml.ridge import client_message
@@ -202,7 +202,7 @@ def main():
     Rall = None  # free the stacked factors (a lambda above read them)
 
     # 4. LOCO-CV on the factors
-    Rs, hs = OneShotStrategy._stack_factors(sq, sorted(sq), d, G)
+    Rs, hs = stack_factors(sq, sorted(sq), d, G)
     total = (G, hs.sum(0))
     sig = torch.logspace(-2, 3, S, dtype=torch.float64, device=dev)
     V = torch.randn(S, K, d, dtype=torch.float64, device=dev)

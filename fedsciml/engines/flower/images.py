@@ -39,9 +39,11 @@ def run_setting(timeout_s: float = 600.0, wait_s: float = 7200.0, **setting) -> 
     simulation SuperLink, :func:`fedsciml.engines.flower.simulation.run_jobs`) with one virtual SuperNode per
     client; the result's setting records ``engine: flower`` and each seed's exchanges."""
     require_flower()
-    if setting.get("protocol", "one-shot") != "one-shot" and "fipa-fc" in (setting.get("methods") or ["fipa-fc"]):
-        raise ValueError("engine 'flower' does not run fipa-fc (its clients train a head on a body the server fixes); "
-                         "give --methods without it, e.g. fedavg,fedprox,fipa,fedfish")
+    from fedsciml.images.methods import remote_refusal
+
+    if no := remote_refusal(setting.get("protocol", _BENCH_DEFAULTS["protocol"]), setting.get("methods"),
+                         "engine 'flower'"):
+        raise ValueError(no)
     import dataclasses
 
     from fedsciml.engines.flower.simulation import _plain, run_jobs
