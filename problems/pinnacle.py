@@ -346,9 +346,10 @@ class NS2DC(Case):
 
     **The lid's corners.**  There ``u_x = ±a`` along the lid and ``v_y = 0`` along the wall, so no smooth velocity
     meets the data and ``∇·u = 0`` at once: the solution is singular there (the reference's pressure follows
-    ``c ± 0.08 ln r``, + at (0, 1), − at (1, 1), down to its mesh spacing), most of the test error lives there (a 600-CPU-s run: 76 % of the squared
-    error at the 44 of 10,201 reference nodes within 0.02 of them), and the ansatz (``u_conditions`` ``ansatz``)
-    leaves a continuity residual of ``±a`` at the corners for every θ — "NS 2d-C: screens toward 10× below"."""
+    ``c ± 0.08 ln r``, + at (0, 1), − at (1, 1), down to its mesh spacing), most of the test error lives there
+    (the default at 600 CPU-s: 80 % of the squared error at the 44 of 10,201 reference nodes within 0.02 of them),
+    and the ansatz (``u_conditions`` ``ansatz``) leaves a continuity residual of ``±a`` at the corners for every θ
+    — reproductions/pinnacle.md, "NS 2d-C: screens toward 10× below"."""
 
     key, title, source = "ns2d-c", "NS 2d-C", "src/pde/ns.py: NS2D_LidDriven"
     outputs = ("u", "v", "p")
