@@ -19,9 +19,9 @@ from fedsciml.methods.aggregators import FedAvgAggregator
 from fedsciml.methods.averaging import AveragingStrategy
 from fedsciml.methods.run import local_config
 from fedsciml.methods.averaging import FedAvgConfig
+from fedsciml.methods.local import local_settings
 from fedsciml.options import option
 from fedsciml.runtime.driver import METHODS, Method, register_method
-from fedsciml.runtime.results import local_settings
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 ``FEDSCIML_GPU_TEST_DEVICE=cpu`` runs the ``gpu`` tests on the CPU instead (a dry run of their logic).
 
-Under pytest-xdist (the README's ``pytest -q -n 2``: two workers) each worker and the processes its tests
+Under pytest-xdist (the README's ``pytest -q -n 3``: three workers) each worker and the processes its tests
 start run one math thread unless ``OMP_NUM_THREADS`` says otherwise: workers each using every core's thread pool
 slow one another; the tests pass at any thread count."""
 import os

@@ -67,3 +67,11 @@ def test_names_that_never_existed_keep_pythons_own_errors():
     assert getattr(client, "problem", None) is None  # what the Flower node asks of any client
     with pytest.raises(AttributeError, match="^'Client' object has no attribute 'nosuch'$"):
         client.nosuch  # noqa: B018
+
+
+def test_local_settings_imported_from_the_runtime_results_names_fedsciml_methods_local():
+    """The local solver's settings text left the runtime with the local solver (a method's default settings)."""
+    with pytest.raises(MovedName, match=r"^fedsciml\.runtime\.results\.local_settings moved to "
+                                        r"fedsciml\.methods\.local\.local_settings "):
+        exec("from fedsciml.runtime.results import local_settings", {})
+    assert callable(importlib.import_module("fedsciml.methods.local").local_settings)

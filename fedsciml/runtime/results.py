@@ -23,7 +23,7 @@ import math
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 
 def _clean(v: Any) -> Any:
@@ -429,3 +429,13 @@ def _pooled_differs(results: Sequence[Result]) -> bool:
     """Whether the runs report a pooled ``l2re`` that is not ``rel_l2`` itself: a system (per-component
     ``rel_l2_NAME`` keys); for one output the two are the same number, shown once."""
     return any("l2re" in r.final and any(k.startswith("rel_l2_") for k in r.final) for r in results)
+
+
+if not TYPE_CHECKING:  # invisible to mypy, so that a misspelt import from this module stays a type error
+    def __getattr__(name: str):
+        if name == "local_settings":
+            from fedsciml.options import moved
+
+            raise moved(__name__, name, "fedsciml.methods.local", "the local solver's settings text, beside the "
+                        "local solver")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
