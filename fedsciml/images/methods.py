@@ -351,10 +351,11 @@ def remote_refusal(protocol: str, methods, engine: str = "this engine") -> str |
     if protocol == "one-shot":
         return None
     names = default_methods(protocol) if methods is None else list(methods)
-    head = [n for n in names if n in _order("rounds") and image_method(n, "rounds").head_only]
+    declared = {n: image_method(n, "rounds").head_only for n in _order("rounds")}
+    head = [n for n in names if declared.get(n)]
     if not head:
         return None
-    others = [n for n in _order("rounds") if not image_method(n, "rounds").head_only]
+    others = [n for n, only in declared.items() if not only]
     return (f"{engine} does not run {', '.join(head)} (its clients train a head on a body the server fixes, which "
             f"a remote client cannot rebuild yet); give methods without it, e.g. {','.join(others)}")
 

@@ -413,13 +413,10 @@ class _GramForm(_Form):
 
         def sums(ok):
             order = sorted(ok)
-            Hp, g = ok[order[0]]["H"].clone(), ok[order[0]]["g"].clone()
             loss = ok[order[0]]["loss"].clone()
             for c in order[1:]:
-                Hp += ok[c]["H"]
-                g += ok[c]["g"]
                 loss += ok[c]["loss"]
-            return Hp, g, loss
+            return (*_sum_gram(ok, order), loss)
 
         def consistent(Hp, g, loss) -> bool:
             try:
