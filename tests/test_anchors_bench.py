@@ -166,3 +166,17 @@ def test_render_reads_back_the_csv_it_wrote(tmp_path, capsys):
     assert anchors.main(["--render", str(f)]) == 0
     out = capsys.readouterr().out
     assert "rel L2 @ 30 s" in out and "ratio 0.01" in out and "fedsciml best fedsciml:lm 1.00e-04" in out
+
+
+def test_a_run_after_at_runs_on_the_named_experiments_only_in_the_order_given(tmp_path, monkeypatch):
+    monkeypatch.setattr(anchors, "preset_points", lambda python, exp: (3000, 500))
+    a = anchors.parse_args(["--exps", "exp19,exp16", "--runs", "fedsciml:lm,fedsciml:matfree@exp16"])
+    assert a.exps == ["exp19", "exp16"] and a.runs == ["fedsciml:lm", "fedsciml:matfree@exp16"]
+    jobs = anchors.plan(a.exps, a.runs, 30.0, [30.0], tmp_path, None, "py", "py")
+    assert [(j.exp, j.run) for j in jobs] == [("exp19", "fedsciml:lm"), ("exp16", "fedsciml:lm"),
+                                              ("exp16", "fedsciml:matfree")]
+    assert jobs[2].log.name == "exp16-fedsciml-matfree.log"
+    with pytest.raises(anchors.BenchError, match=r"after '@' give experiments of --exps .*got exp10"):
+        anchors.parse_args(["--exps", "exp16", "--runs", "fedsciml:lm@exp10"])
+    with pytest.raises(anchors.BenchError, match="unknown fedsciml:nope; allowed"):
+        anchors.parse_args(["--exps", "exp16", "--runs", "fedsciml:nope@exp16"])

@@ -283,13 +283,17 @@ def child_env(extra_path: str | None = None) -> dict:
 
 
 def plan(exps, runs, budget, checkpoints, out: Path, anchors_dir, authors_python, python, seed=0) -> list[Job]:
-    """The jobs of ``exps`` × ``runs`` (unknown names refused in one line)."""
+    """The jobs of ``exps`` × ``runs``, in that order (experiment by experiment); a run ``RUN@EXP+EXP`` only on
+    those experiments."""
     jobs: list[Job] = []
     points: dict[str, tuple[int, int]] = {}
     for e in exps:
         exp = EXPERIMENTS[e]
         commands = None
         for r in runs:
+            r, _, only = r.partition("@")
+            if only and e not in only.split("+"):
+                continue
             side, name = r.split(":", 1)
             tag = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{e}-{side}-{name.replace('*', 'star')}")
             log = out / f"{tag}.log"
@@ -610,6 +614,22 @@ def _names(text: str, allowed, what: str) -> list[str]:
     return names
 
 
+def _runs(text: str, allowed, exps) -> list[str]:
+    """The ``--runs`` names; ``RUN@EXP+EXP`` runs RUN on those of ``exps`` only (each EXP one of ``exps``)."""
+    names = _names(",".join(n.split("@", 1)[0] for n in text.split(",")), allowed, "runs")
+    out = []
+    for raw, name in zip((n.strip() for n in text.split(",") if n.strip()), names):
+        if "@" in raw:
+            only = [e for e in raw.split("@", 1)[1].split("+") if e.strip()]
+            bad = [e for e in only if e not in exps]
+            if bad or not only:
+                raise BenchError(f"--runs {raw!r}: after '@' give experiments of --exps joined by '+' "
+                                 f"({', '.join(exps)}), got {', '.join(bad) or '(none)'}")
+            name = f"{name}@{'+'.join(only)}"
+        out.append(name)
+    return out
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -617,7 +637,8 @@ def parse_args(argv=None):
                     "holding kfac_pinns_exp/train.py); needed for authors:* runs")
     ap.add_argument("--exps", default=DEFAULT_EXPS, help=f"experiments, of {', '.join(EXPERIMENTS)}")
     ap.add_argument("--runs", default=DEFAULT_RUNS, help="runs: fedsciml:{" + ",".join(FEDSCIML_RUNS)
-                    + "} and authors:{" + ",".join(AUTHORS_RUNS) + "}")
+                    + "} and authors:{" + ",".join(AUTHORS_RUNS) + "}; RUN@EXP+EXP runs RUN on those "
+                    "experiments only (e.g. authors:KFAC@exp16)")
     ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET, help="solver CPU seconds per run")
     ap.add_argument("--checkpoints", default=DEFAULT_CHECKPOINTS, help="CPU seconds at which rel L2 is read "
                     "(those past the budget are dropped)")
@@ -640,7 +661,7 @@ def parse_args(argv=None):
         return a
     a.exps = _names(a.exps, list(EXPERIMENTS), "exps")
     allowed = [f"fedsciml:{n}" for n in FEDSCIML_RUNS] + [f"authors:{n}" for n in AUTHORS_RUNS]
-    a.runs = _names(a.runs, allowed, "runs")
+    a.runs = _runs(a.runs, allowed, a.exps)
     if not (a.budget > 0 and math.isfinite(a.budget)):
         raise BenchError(f"--budget must be a finite number of seconds > 0, got {a.budget}")
     try:
