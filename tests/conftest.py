@@ -42,9 +42,27 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
+    _slow_first(items)
     if torch.cuda.is_available() or os.environ.get("FEDSCIML_GPU_TEST_DEVICE", "cuda") == "cpu":
         return
     skip = pytest.mark.skip(reason="no CUDA device (torch.cuda.is_available() is false)")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _slow_first(items) -> None:
+    """Under xdist, the tests marked ``slow`` (each half a minute or more: stock Flower processes, client processes,
+    long solves) first in the collection, the others in their order.  The scheduler above hands out its units
+    largest first and, among units of one test, in collection order: a slow test collected late can start when
+    the rest is nearly done and run alone at the end while the other workers sit idle.  The files of :data:`SHARED_FIXTURE_FILES` keep
+    their order (their tests are one unit).  A stable sort of the same collection: every worker sends the same
+    order, as xdist requires."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+
+    def late(item) -> int:
+        shared = item.path.name in SHARED_FIXTURE_FILES
+        return 0 if "slow" in item.keywords and not shared else 1
+
+    items.sort(key=late)

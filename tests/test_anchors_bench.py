@@ -142,14 +142,22 @@ def test_docs_table_goes_between_the_markers(tmp_path):
                                                 "L2 Error: 1, Interior: 1, Boundary: 0, Time: 1.0s")["evals"][0][1])
 
 
-def test_federated_runs_split_the_experiments_points_among_the_clients(tmp_path, monkeypatch):
+def test_federated_runs_share_the_presets_points_among_the_clients(tmp_path, monkeypatch):
+    """The preset's counts are totals (issue 37): the gn run passes no point count of its own, so its 4 clients
+    share the preset's points — as many as the centralized run and the authors' (the script divided them by 4
+    before, which after that change left gn a quarter of the points)."""
     monkeypatch.setattr(anchors, "preset_points", lambda python, exp: (3000, 500))
     jobs = anchors.plan(["exp10"], ["fedsciml:gn", "fedsciml:lm"], 30.0, [30.0], tmp_path, None, "py", "py")
-    gn, lm = (" ".join(j.cmd) for j in jobs)
-    assert "--clients 4 --method gn --n-interior 750 --n-boundary 125" in gn  # 4 × 750 + 4 × 125: theirs
+    (gn, lm), (jg, _) = (" ".join(j.cmd) for j in jobs), jobs
+    assert "--clients 4 --method gn" in gn and "--preset exp10" in gn and "--n-interior" not in gn
     assert "--n-interior" not in lm and "--preset exp10" in lm
+    assert jg.note == "4 clients share 3000 + 500 points"
     assert all("--device cpu --threads 1 --clock cpu --budget 30" in c for c in (gn, lm))
-    assert anchors.split_points((3000, 250), 4) == (750, 62) and anchors.split_points((3, 1), 4) == (1, 1)
+    from fedsciml.problems import get_problem
+
+    pb = get_problem("poisson", dim=2, n_interior=40, n_boundary=8)  # totals: 4 clients hold the 40 + 8 points
+    assert sum(o.n_residuals for o in pb.client_objectives(4, seed=0)) == \
+        sum(o.n_residuals for o in pb.client_objectives(1, seed=0))
 
 
 def test_render_reads_back_the_csv_it_wrote(tmp_path, capsys):

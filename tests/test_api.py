@@ -101,6 +101,7 @@ def test_client_data_fit_with_user_split():
         fs.solve(prob, clients=2)
 
 
+@pytest.mark.slow
 def test_registered_plugin_appears_in_cli(tmp_path):
     plugin = tmp_path / "myproblems.py"
     plugin.write_text(textwrap.dedent('''

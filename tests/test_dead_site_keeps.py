@@ -26,6 +26,7 @@ from fedsciml.runtime.loop import RoundFailed
 cli_main = importlib.import_module("fedsciml.cli.main")
 
 
+@pytest.mark.slow
 def test_a_client_process_killed_mid_run_leaves_the_finished_rounds_in_out(tmp_path, capsys, monkeypatch):
     from fedsciml.engines import processes
 

@@ -187,6 +187,7 @@ class Wave(fs.PDE):
 '''
 
 
+@pytest.mark.slow
 def test_a_plugin_problem_runs_on_the_client_processes(tmp_path):
     """The client processes import the module that registered the job's problem (a --plugin file here); they
     answered 'unknown problem' before. A problem registered by the running script itself cannot be imported by

@@ -365,6 +365,31 @@ def test_resume_after_interruption_ends_with_the_same_numbers(tmp_path, method, 
     assert [r["exchanges_total"] for r in rows] == [r["exchanges_total"] for r in rows_full]
 
 
+def test_gn_resumed_after_a_rejected_matrix_free_trial_reuses_the_rebuilt_krylov_basis(tmp_path):
+    """Matrix-free gn with CG ≤ 3: round 4's trial is rejected, so the checkpoint after it carries ``krylov_mu``
+    (the μ of the first CG solve at that point); the resumed run rebuilds that Krylov basis by the same CG (the
+    same operations) and its next trials take no CG — bitwise the uninterrupted run's numbers.  A forged
+    ``krylov_mu`` is refused by name."""
+    from fedsciml.runtime.checkpoint import CheckpointError
+
+    objs, opts = make_clients(), dict(seed=2, form="matfree", precond="none", cg_iters=3)
+    full, rows_full, _ = run("gn", objs, rounds=6, **opts)
+    assert [r.get("accepted") for r in rows_full[1:5]] == [True, True, True, False]
+    assert [r["cg_iters"] for r in rows_full[5:]] == [0, 0]  # in the kept Krylov space: no CG
+    d = str(tmp_path / "gn")
+    run("gn", objs, rounds=4, checkpoint=d, **opts)
+    th, rows, info = run("gn", objs, rounds=6, checkpoint=d, resume=True, **opts)
+    assert info["resumed"] and torch.equal(th, full)
+    assert [r["loss"] for r in rows] == [r["loss"] for r in rows_full]
+    assert [r["cg_iters"] for r in rows[5:]] == [0, 0]
+    from fedsciml.methods.gn import GNStrategy
+
+    s = GNStrategy(form="matfree")
+    with pytest.raises(CheckpointError, match="krylov_mu"):
+        s.load_state_dict({"theta": full, "g": full, "loss": 1.0, "n": 3, "mu": 1.0, "nu": 2.0, "accepted": 1,
+                           "rejected": 1, "retries": 0, "krylov_mu": -1.0})
+
+
 def test_resume_with_different_settings_is_refused(tmp_path):
     d = str(tmp_path / "ck")
     run("fedavg", rounds=1, local_steps=2, checkpoint=d)

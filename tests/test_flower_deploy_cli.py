@@ -16,6 +16,7 @@ def _deploy(*args, timeout=600):
                           text=True, cwd=REPO_ROOT, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_flower_deploy_runs_with_progress_on_stderr_and_the_summary_on_stdout(tmp_path):
     r = _deploy("sin1d", "--clients", "1", "--method", "gn", "--rounds", "1", "--problem-options",
                 '{"n_samples": 20}', "--timeout", "120", "--json", str(tmp_path / "r.json"))

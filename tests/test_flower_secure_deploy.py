@@ -28,6 +28,7 @@ def _sh(*argv, cwd, env=None, timeout=120):
     return r.stdout
 
 
+@pytest.mark.slow
 def test_tls_and_supernode_auth_on_loopback_as_the_guide_says(tmp_path):
     d = tmp_path
     # 1. the certificates (docs/flower-sites.md, step 1): a CA, and the SuperLink's key and certificate for its name

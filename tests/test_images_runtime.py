@@ -228,6 +228,7 @@ def _kfac():
     return m, fz.kfac(m, m.theta(), x)
 
 
+@pytest.mark.slow
 def test_every_curvature_form_round_trips_its_message_bitwise_and_counts_its_floats():
     torch.manual_seed(0)
     p = 9

@@ -195,6 +195,12 @@ class LevenbergMarquardt:
         # (stats, V, JᵀJ V) of the subspace step: built once per statistics, so a rejected trial's next one (a larger
         # μ) is solved in the same span with no product more
         self._subspace: tuple[GNStats, torch.Tensor, torch.Tensor] | None = None
+        # (stats, V, JᵀJ V) of the first CG solve at these statistics (``matfree.krylov_reuse``): a rejected trial's
+        # next solve minimizes the damped model over span(V) with no product
+        self._krylov: tuple[GNStats, torch.Tensor, torch.Tensor] | None = None
+        #: the μ the current statistics' Krylov basis was built at (None: none built at them): a checkpoint carries
+        #: it, and a resumed run rebuilds the basis at that μ (the same operations: the same basis)
+        self.krylov_mu: float | None = None
         #: the subspace step's preconditioner damping γ (``subspace_damping="adapt"``; None: LM's μ on first use)
         self.precond_damping: float | None = None
         self.cg_iters = 0     # CG iterations of all matrix-free solves so far
@@ -216,6 +222,7 @@ class LevenbergMarquardt:
     @stats.setter
     def stats(self, value: GNStats) -> None:
         self._stats = value
+        self._krylov, self.krylov_mu = None, None  # a Krylov basis belongs to the statistics it was built on
 
     @property
     def loss(self) -> float:
@@ -372,11 +379,31 @@ class LevenbergMarquardt:
             pred = -float(st.g @ delta) - 0.5 * float(delta @ b) + 0.5 * mu * float(delta @ delta)
             self.last_cg_iters = 0
             return delta, pred
-        res = matfree.damped_gn_step(self._op().matvec, st.g, mu, precond=ny.inverse(mu) if ny is not None else None,
-                                     rtol=mc.rtol, max_iters=mc.max_iters, rhs=rhs, stop=self.stop)
+        reuse = mc.krylov_reuse if rhs is None else 0  # SPRING's right-hand side: a fresh solve every time
+        if reuse and self.krylov_mu is not None:  # a trial at these statistics was rejected: no CG, no product
+            if self._krylov is None or self._krylov[0] is not st:  # resumed: the basis rebuilt at its μ
+                self._cg_solve(st, ny, self.krylov_mu, None, reuse)
+            assert self._krylov is not None
+            _, V, HV = self._krylov
+            sub = matfree.subspace_step(V, HV, st.g, mu)
+            self.last_cg_iters = 0
+            return sub.delta, sub.model_decrease
+        res = self._cg_solve(st, ny, mu, rhs, reuse)
         self.last_cg_iters = res.cg_iters
         self.cg_iters += res.cg_iters
         return res.delta, res.model_decrease
+
+    def _cg_solve(self, st: GNStats, ny: matfree.Preconditioning | None, mu: float, rhs: torch.Tensor | None,
+                  reuse: int) -> matfree.StepResult:
+        """The damped step by (preconditioned, truncated) CG at μ; with ``reuse`` = m > 0 its Krylov basis is kept
+        for the next trial at these statistics (:attr:`krylov_mu`)."""
+        mc = self.resolved_matfree
+        assert mc.max_iters is not None
+        res = matfree.damped_gn_step(self._op().matvec, st.g, mu, precond=ny.inverse(mu) if ny is not None else None,
+                                     rtol=mc.rtol, max_iters=mc.max_iters, rhs=rhs, stop=self.stop, krylov=reuse)
+        if res.basis is not None:
+            self._krylov, self.krylov_mu = (st, *res.basis), mu
+        return res
 
     def _solve_subspace(self, mu: float, pre: matfree.Preconditioning | None, k: int) -> tuple[torch.Tensor, float]:
         """The damped step over ``V = [P_μ⁻¹g, δ_{t−1}, …, δ_{t−k+1}]`` (the accepted steps there are;

@@ -245,7 +245,8 @@ class CGResult:
 
 
 def cg(matvec: Vec, b: torch.Tensor, *, precond: Vec | None = None, rtol: float = 1e-10,
-       max_iters: int = 1000, x0: torch.Tensor | None = None, stop: Callable[[], bool] | None = None) -> CGResult:
+       max_iters: int = 1000, x0: torch.Tensor | None = None, stop: Callable[[], bool] | None = None,
+       keep: list | None = None, keep_max: int = 0) -> CGResult:
     """Preconditioned conjugate gradients for an SPD ``A`` given as ``matvec``.
 
     Stops when ``‖b − A x‖ ≤ rtol·‖b‖`` or after ``max_iters`` iterations.  The
@@ -253,6 +254,9 @@ def cg(matvec: Vec, b: torch.Tensor, *, precond: Vec | None = None, rtol: float 
     as ``b − residual`` so a caller can evaluate its quadratic model for free.
     ``stop`` (a time budget's test) is asked before every product: when it says so, :class:`OutOfTime` is
     raised — a budget overruns by at most one iteration, and no truncated solve is mistaken for a step.
+    ``keep`` (a list): the first ``keep_max`` search directions and their products are appended to it as
+    ``(d, A d)`` pairs — no product more; the solve's Krylov space, for a later solve in it
+    (:func:`subspace_step`).
     """
     if not rtol > 0:
         raise ValueError(f"CG rtol must be > 0, got {rtol}")
@@ -277,6 +281,8 @@ def cg(matvec: Vec, b: torch.Tensor, *, precond: Vec | None = None, rtol: float 
         if stop is not None and stop():
             raise OutOfTime(f"CG stopped by the time budget after {it} of at most {max_iters} iterations")
         Ad = matvec(d)
+        if keep is not None and len(keep) < keep_max:
+            keep.append((d, Ad))
         dAd = float(d @ Ad)
         if not dAd > 0:
             raise ArithmeticError(f"CG: the operator is not positive definite along a search direction (dᵀAd = {dAd:g})")
@@ -305,6 +311,12 @@ SUBSPACE_DAMPINGS = ("lm", "adapt")
 SUBSPACE_GAMMA_STEP = 10.0
 
 
+#: the most CG iterations whose Krylov space a matrix-free LM solve keeps for a rejected trial's next solve
+#: (``MatfreeConfig.krylov_reuse``; the truncated K-FAC-CG takes ≤ 10): 2·m vectors of p floats while the
+#: statistics last
+KRYLOV_REUSE = 20
+
+
 class Preconditioning(Protocol):
     """A curvature approximation that gives the inverse of its damped form, ``μ ↦ (v ↦ P_μ⁻¹ v)``."""
 
@@ -324,6 +336,10 @@ class MatfreeConfig:
     subspace: int = 0         # k > 0: no CG — the damped model minimized exactly over k directions (subspace_step:
     #                           the preconditioned gradient P⁻¹g and the last k − 1 accepted steps), one batched
     #                           product JᵀJ V per point; 0: CG (or max_iters=0's damped K-FAC step)
+    krylov_reuse: int = KRYLOV_REUSE  # m > 0: a rejected trial's next solve (a larger μ, the same statistics) is the
+    #                           damped model minimized over the first CG solve's Krylov space where that solve was
+    #                           truncated after ≤ m iterations (subspace_step; no product, so no exchange when
+    #                           federated); else, and with 0, a fresh CG solve
     subspace_damping: str = "lm"  # the preconditioner's damping γ in the subspace step: "lm" (γ = LM's μ) or "adapt"
     #                           (three columns P_γ⁻¹g for γ/ω, γ, ωγ, ω = SUBSPACE_GAMMA_STEP; γ then moves to the
     #                           one whose column alone decreases the model most: Martens & Grosse 2015 §6.6)
@@ -343,6 +359,9 @@ class MatfreeConfig:
             raise ValueError(f"CG max_iters=0 (the damped K-FAC step, no CG) needs precond kfac, got {self.precond!r}")
         if self.subspace < 0:
             raise ValueError(f"the subspace step's directions must be ≥ 0 (0: off), got {self.subspace}")
+        if self.krylov_reuse < 0:
+            raise ValueError(f"the CG directions kept for a rejected trial's next solve must be ≥ 0 (0: a fresh CG "
+                             f"solve), got {self.krylov_reuse}")
         if self.subspace_damping not in SUBSPACE_DAMPINGS:
             raise ValueError(f"the subspace step's preconditioner damping must be one of {', '.join(SUBSPACE_DAMPINGS)}, "
                              f"got {self.subspace_damping!r}")
@@ -354,11 +373,12 @@ class StepResult:
     model_decrease: float  # −gᵀδ − ½‖Jδ‖² (the Gauss–Newton model's predicted decrease of ½‖r‖²)
     cg_iters: int
     rel_residual: float
+    basis: tuple[torch.Tensor, torch.Tensor] | None = None  # (V, JᵀJ V): the CG solve's Krylov space (krylov > 0)
 
 
 def damped_gn_step(matvec: Vec, g: torch.Tensor, mu: float, *, precond: Vec | None = None,
                    rtol: float = 1e-10, max_iters: int = 500, rhs: torch.Tensor | None = None,
-                   stop: Callable[[], bool] | None = None) -> StepResult:
+                   stop: Callable[[], bool] | None = None, krylov: int = 0) -> StepResult:
     """``δ ≈ −(JᵀJ + μI)⁻¹ g`` by (preconditioned) CG on ``matvec = v ↦ JᵀJv``, and the model decrease.
 
     ``rhs`` replaces the right-hand side ``−g`` (SPRING momentum solves
@@ -367,6 +387,12 @@ def damped_gn_step(matvec: Vec, g: torch.Tensor, mu: float, *, precond: Vec | No
     The decrease ``−gᵀδ − ½δᵀJᵀJδ`` uses ``δᵀJᵀJδ = δᵀ(Aδ) − μ‖δ‖²`` with
     ``Aδ`` from CG's residual; for an exact solve with ``rhs = −g`` it equals
     LM's ``½δᵀ(μδ − g)``.  ``stop``: :func:`cg`'s (a time budget; :class:`OutOfTime` when it says so).
+    ``krylov`` = m > 0: where CG was truncated (stopped by ``max_iters`` before ``rtol``) after at most m
+    iterations (K-FAC-CG's ≤ 10), the result also carries its whole Krylov space, ``basis = (V, JᵀJ V)`` with ``V`` the search directions (``JᵀJ`` of each
+    from CG's own products, ``A v − μv``: no product more; the step lies in their span), so that the damped model at
+    another μ can be minimized there (:func:`subspace_step`); a converged solve carries none (its accuracy is what
+    was asked, and a fresh solve gives it at the new μ), nor does a longer one (its first m directions would be a
+    poorer space than a fresh solve's).
     """
     if not mu > 0:
         raise ValueError(f"the damped step needs μ > 0, got {mu}")
@@ -374,11 +400,16 @@ def damped_gn_step(matvec: Vec, g: torch.Tensor, mu: float, *, precond: Vec | No
     def A(v: torch.Tensor) -> torch.Tensor:
         return matvec(v) + mu * v
 
-    res = cg(A, -g if rhs is None else rhs, precond=precond, rtol=rtol, max_iters=max_iters, stop=stop)
+    keep: list | None = [] if krylov > 0 else None
+    res = cg(A, -g if rhs is None else rhs, precond=precond, rtol=rtol, max_iters=max_iters, stop=stop,
+             keep=keep, keep_max=krylov)
     d = res.x
     quad = float(d @ res.Ax) - mu * float(d @ d)
     dec = -float(g @ d) - 0.5 * quad
-    return StepResult(d, dec, res.iters, res.rel_residual)
+    basis = None
+    if keep and res.iters <= krylov and res.rel_residual > rtol:  # truncated, every direction kept
+        basis = (torch.stack([v for v, _ in keep], 1), torch.stack([Av - mu * v for v, Av in keep], 1))
+    return StepResult(d, dec, res.iters, res.rel_residual, basis)
 
 
 def subspace_step(V: torch.Tensor, HV: torch.Tensor, g: torch.Tensor, mu: float) -> StepResult:

@@ -47,7 +47,11 @@ trial's loss comes with its gradient (``exchange="one"``: ``gn_grad`` at
 the trial point; ``"two"``: ``gn_loss`` first, ``gn_grad`` after an
 acceptance).  A round (one LM iteration) is therefore 1 + (CG iterations)
 exchanges (``"two"``: one more when the trial is accepted), plus the
-sketch; the history's ``floats_up``/``floats_down`` count every one of them,
+sketch — and 1 after a rejected trial: the next trial (a larger μ at the
+same point) minimizes the damped model over the first CG solve's kept
+directions and its step, with no product (``MatfreeConfig.krylov_reuse``,
+:meth:`fedsciml.core.lm.LevenbergMarquardt._cg_solve`; centralized LM runs
+the same code, so the iterates still agree); the history's ``floats_up``/``floats_down`` count every one of them,
 its ``exchanges`` column (the loop's count, for every method) all the
 exchanges so far, and the round's row records ``cg_iters``.  Every product is
 checked (``vᵀJ_mᵀJ_m v ≥ 0`` up to round-off, the right shape, finite).
@@ -669,7 +673,8 @@ class GNStrategy(Strategy):
                 "enrolled": dict(self.enrolled), "banned": list(self.banned),
                 **({"phi": lm.momentum_direction} if lm.momentum_direction is not None else {}),
                 **({"steps": torch.stack(lm.past_steps, 1)} if lm.past_steps else {}),
-                **({"gamma": lm.precond_damping} if lm.precond_damping is not None else {})}
+                **({"gamma": lm.precond_damping} if lm.precond_damping is not None else {}),
+                **({"krylov_mu": lm.krylov_mu} if lm.krylov_mu is not None else {})}
 
     def load_state_dict(self, d):
         from fedsciml.runtime import checkpoint as ckpt
@@ -731,6 +736,9 @@ class GNStrategy(Strategy):
         self.lm.momentum_direction = d.get("phi")  # SPRING's last accepted step (absent: none, or β = 0)
         self.lm.past_steps = [] if steps is None else list(steps.unbind(1))  # the subspace step's last steps
         self.lm.precond_damping = ckpt.restored_number(d, "gamma", lo=0.0, optional=True)  # its adapted γ
+        # a rejected trial's statistics: the μ of their first CG solve, whose Krylov basis the next trial reuses
+        # (rebuilt at that μ on the first solve after the resume: the same operations)
+        self.lm.krylov_mu = ckpt.restored_number(d, "krylov_mu", lo=0.0, lo_open=True, optional=True)
 
     def info(self):
         out = {"accepted_steps": self.lm.accepted_steps, "rejected_steps": self.lm.rejected_steps,

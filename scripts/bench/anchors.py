@@ -122,9 +122,11 @@ AUTHORS_RUNS = {"KFAC*": "KFAC*", "KFAC": "KFAC", "ENGD": "ENGD (full)", "ENGD-l
                 "HessianFree": "Hessian-free"}
 
 #: ``fedsciml:NAME`` → the method options of the run (the problem's own come from :data:`EXPERIMENTS`).  Runs
-#: with ``--clients K`` split the experiment's points among the K clients (each gets 1/K of the preset's
-#: ``n_interior`` and ``n_boundary``, which count points per client), so every run trains on as many points as
-#: the authors' runs.  ``kfac``: the matrix-free solve preconditioned by K-FAC for PINNs (``--precond kfac``).
+#: with ``--clients K`` share the preset's points among the K clients: ``n_interior`` and ``n_boundary`` count
+#: points in total, whatever the method (issue 37), so every run trains on as many points as the authors' runs.
+#: (Before that change this script divided the counts by K itself; kept after it, that gave each gn client a
+#: sixteenth of the points — a gn row of a record written by such a run is on a quarter of the points.)
+#: ``kfac``: the matrix-free solve preconditioned by K-FAC for PINNs (``--precond kfac``).
 FEDSCIML_RUNS: dict[str, tuple[str, ...]] = {
     "lm": (),
     "gn": ("--clients", "4", "--method", "gn"),
@@ -302,12 +304,10 @@ def plan(exps, runs, budget, checkpoints, out: Path, anchors_dir, authors_python
                 method = FEDSCIML_RUNS[name]
                 k = int(method[method.index("--clients") + 1]) if "--clients" in method else 1
                 note = ""
-                if k > 1:
+                if k > 1:  # the preset's counts are totals: the clients share them (nothing to pass)
                     if e not in points:
                         points[e] = preset_points(python, exp)
-                    split = split_points(points[e], k)
-                    method = (*method, "--n-interior", str(split[0]), "--n-boundary", str(split[1]))
-                    note = f"{k} clients × {split[0]} + {split[1]} points"
+                    note = f"{k} clients share {points[e][0]} + {points[e][1]} points"
                 cmd = [python, "-m", "fedsciml", "solve", exp.problem, *exp.options, *method,
                        "--device", "cpu", "--threads", "1", "--clock", "cpu", "--budget", f"{budget:g}",
                        "--seed", str(seed),
@@ -329,7 +329,8 @@ def plan(exps, runs, budget, checkpoints, out: Path, anchors_dir, authors_python
 
 
 def preset_points(python: str, exp: Experiment) -> tuple[int, int]:
-    """``(n_interior, n_boundary)`` of the experiment's fedsciml preset (points per client), read by ``python``."""
+    """``(n_interior, n_boundary)`` of the experiment's fedsciml preset (in total, shared by the clients), read by
+    ``python``."""
     preset = exp.options[exp.options.index("--preset") + 1]
     code = ("import json; from fedsciml.problems.registry import REGISTRY; "
             f"p = REGISTRY[{exp.problem!r}].presets[{preset!r}].problem; "
@@ -340,11 +341,6 @@ def preset_points(python: str, exp: Experiment) -> tuple[int, int]:
         raise BenchError(f"cannot read fedsciml's preset {exp.problem} --preset {preset}: {last}")
     n_in, n_bd = json.loads(r.stdout)
     return int(n_in), int(n_bd)
-
-
-def split_points(points: tuple[int, int], k: int) -> tuple[int, int]:
-    """The preset's points per client for ``k`` clients: each count divided by ``k`` (rounded, at least 1)."""
-    return max(1, round(points[0] / k)), max(1, round(points[1] / k))
 
 
 def run_job(job: Job, timeout: float) -> Job:
