@@ -47,12 +47,11 @@ trial's loss comes with its gradient (``exchange="one"``: ``gn_grad`` at
 the trial point; ``"two"``: ``gn_loss`` first, ``gn_grad`` after an
 acceptance).  A round (one LM iteration) is therefore 1 + (CG iterations)
 exchanges (``"two"``: one more when the trial is accepted), plus the
-sketch — and 1 after a rejected trial: the next trial (a larger μ at the
-same point) minimizes the damped model over the first CG solve's kept
-directions and its step, with no product (``MatfreeConfig.krylov_reuse``,
-:meth:`fedsciml.core.lm.LevenbergMarquardt._cg_solve`; centralized LM runs
-the same code, so the iterates still agree); the history's ``floats_up``/``floats_down`` count every one of them,
-its ``exchanges`` column (the loop's count, for every method) all the
+sketch — and 1 after a rejected trial whose CG solve was truncated: the
+next trial (a larger μ at the same point) minimizes the damped model over
+that solve's Krylov space, with no product (``MatfreeConfig.krylov_reuse``;
+centralized LM runs the same code, so the iterates still agree); the
+history's ``floats_up``/``floats_down`` count every one of them, its ``exchanges`` column (the loop's count, for every method) all the
 exchanges so far, and the round's row records ``cg_iters``.  Every product is
 checked (``vᵀJ_mᵀJ_m v ≥ 0`` up to round-off, the right shape, finite).
 
