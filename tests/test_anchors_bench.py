@@ -188,3 +188,19 @@ def test_a_run_after_at_runs_on_the_named_experiments_only_in_the_order_given(tm
         anchors.parse_args(["--exps", "exp16", "--runs", "fedsciml:lm@exp10"])
     with pytest.raises(anchors.BenchError, match="unknown fedsciml:nope; allowed"):
         anchors.parse_args(["--exps", "exp16", "--runs", "fedsciml:nope@exp16"])
+
+
+def test_gpu_runs_take_the_wall_clock_and_see_the_gpu_and_authors_runs_are_refused(tmp_path, monkeypatch):
+    """``--device cuda``: fedsciml's runs get ``--device cuda --clock wall`` and an environment that keeps CUDA
+    visible (the CPU runs hide it); the authors' driver measures CPU seconds, so their runs are refused by name."""
+    monkeypatch.setattr(anchors, "preset_points", lambda python, exp: (3000, 500))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    a = anchors.parse_args(["--exps", "exp16", "--runs", "fedsciml:lm,fedsciml:fipa", "--device", "cuda"])
+    jobs = anchors.plan(a.exps, a.runs, 30.0, [30.0], tmp_path, None, "py", "py", device=a.device)
+    assert all("--device cuda --threads 1 --clock wall --budget 30" in " ".join(j.cmd) for j in jobs)
+    assert all(j.env["CUDA_VISIBLE_DEVICES"] == "0" for j in jobs)
+    assert "--clients 4 --method fipa" in " ".join(jobs[1].cmd)
+    cpu = anchors.plan(a.exps, ["fedsciml:lm"], 30.0, [30.0], tmp_path, None, "py", "py")
+    assert cpu[0].env["CUDA_VISIBLE_DEVICES"] == "" and "--clock cpu" in " ".join(cpu[0].cmd)
+    with pytest.raises(anchors.BenchError, match="--device cuda: authors:\\* runs measure CPU seconds"):
+        anchors.parse_args(["--exps", "exp16", "--runs", "authors:KFAC*", "--device", "cuda", "--anchors-dir", "x"])

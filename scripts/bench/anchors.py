@@ -136,6 +136,8 @@ FEDSCIML_RUNS: dict[str, tuple[str, ...]] = {
     "kfac-cg10": ("--lm-solve", "matfree", "--precond", "kfac", "--cg-iters", "10"),
     "gn-matfree": ("--clients", "4", "--method", "gn", "--form", "matfree"),
     "gn-kfac": ("--clients", "4", "--method", "gn", "--form", "matfree", "--precond", "kfac"),
+    # FIPA at its defaults: each site's local step and rank-20 curvature sketch, one exchange a round (issue 37)
+    "fipa": ("--clients", "4", "--method", "fipa"),
 }
 
 DEFAULT_EXPS = "exp10,exp16,exp19,exp21,heat4d-medium"
@@ -274,19 +276,24 @@ class Job:
         return self.run.split(":", 1)[0]
 
 
-def child_env(extra_path: str | None = None) -> dict:
+def child_env(extra_path: str | None = None, cuda: bool = False) -> dict:
     env = dict(os.environ)
-    # CPU only: their train.py takes CUDA whenever it is there, and the comparison is CPU seconds at one thread
+    # CPU only (unless ``cuda``, fedsciml's GPU runs): their train.py takes CUDA whenever it is there, and the
+    # CPU comparison is CPU seconds at one thread
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", WANDB_MODE="disabled",
-               PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
+               PYTHONUNBUFFERED="1")
+    if not cuda:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     if extra_path:
         env["PYTHONPATH"] = os.pathsep.join([extra_path] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     return env
 
 
-def plan(exps, runs, budget, checkpoints, out: Path, anchors_dir, authors_python, python, seed=0) -> list[Job]:
+def plan(exps, runs, budget, checkpoints, out: Path, anchors_dir, authors_python, python, seed=0,
+         device="cpu") -> list[Job]:
     """The jobs of ``exps`` × ``runs``, in that order (experiment by experiment); a run ``RUN@EXP+EXP`` only on
-    those experiments."""
+    those experiments.  ``device="cuda"``: fedsciml's runs on the GPU with a wall-clock budget (authors' runs are
+    refused by :func:`parse_args`: their driver measures CPU seconds)."""
     jobs: list[Job] = []
     points: dict[str, tuple[int, int]] = {}
     for e in exps:
@@ -308,11 +315,12 @@ def plan(exps, runs, budget, checkpoints, out: Path, anchors_dir, authors_python
                     if e not in points:
                         points[e] = preset_points(python, exp)
                     note = f"{k} clients share {points[e][0]} + {points[e][1]} points"
+                clock = "cpu" if device == "cpu" else "wall"
                 cmd = [python, "-m", "fedsciml", "solve", exp.problem, *exp.options, *method,
-                       "--device", "cpu", "--threads", "1", "--clock", "cpu", "--budget", f"{budget:g}",
+                       "--device", device, "--threads", "1", "--clock", clock, "--budget", f"{budget:g}",
                        "--seed", str(seed),
                        "--json", str(js), "--quiet"]
-                jobs.append(Job(e, r, cmd, child_env(), log, js, note=note))
+                jobs.append(Job(e, r, cmd, child_env(cuda=device != "cpu"), log, js, note=note))
                 continue
             if commands is None:
                 commands = best_commands(anchors_dir, exp)
@@ -525,6 +533,16 @@ def machine() -> dict:
     return {"host": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
 
 
+def gpu_name() -> str:
+    """The GPU's name and driver from ``nvidia-smi`` ("" where it does not answer)."""
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return r.stdout.strip().splitlines()[0].replace(",", ", driver") if r.returncode == 0 and r.stdout.strip() else ""
+
+
 def git_commit(path) -> str:
     """The checkout's commit, with ``+dirty`` when tracked files differ from it."""
     try:
@@ -556,7 +574,10 @@ def record(rows, checkpoints, meta: dict) -> str:
         f"authors' side `{meta['authors_python']}` ({meta['authors_versions']})",
         f"* load average (1 min): {meta['load_start']:.1f} at the start, {meta['load_max']:.1f} at most while "
         f"it ran (sampled every 10 s), {meta['load_end']:.1f} at the end; {meta['jobs']} job(s) at once, each at "
-        "one thread; budgets and times are solver CPU seconds of each process (test evaluation excluded)",
+        "one thread; " + ("budgets and times are solver CPU seconds of each process (test evaluation excluded)"
+                          if meta.get("device", "cpu") == "cpu" else
+                          f"fedsciml on the GPU ({meta.get('gpu') or '?'}): budgets and times are wall seconds "
+                          "of the solver (`--clock wall`; test evaluation excluded)"),
         f"* started {meta['started']}, {meta['wall_s']:.0f} s wall in all"
         + (f" — **incomplete: {meta['progress']}**" if meta.get("progress") else ""),
         "",
@@ -635,7 +656,10 @@ def parse_args(argv=None):
     ap.add_argument("--runs", default=DEFAULT_RUNS, help="runs: fedsciml:{" + ",".join(FEDSCIML_RUNS)
                     + "} and authors:{" + ",".join(AUTHORS_RUNS) + "}; RUN@EXP+EXP runs RUN on those "
                     "experiments only (e.g. authors:KFAC@exp16)")
-    ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET, help="solver CPU seconds per run")
+    ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET, help="solver CPU seconds per run (with "
+                    "--device cuda: wall seconds)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: fedsciml's runs on the GPU "
+                    "with --clock wall (budgets and checkpoints in wall seconds); authors:* runs are CPU only")
     ap.add_argument("--checkpoints", default=DEFAULT_CHECKPOINTS, help="CPU seconds at which rel L2 is read "
                     "(those past the budget are dropped)")
     ap.add_argument("--jobs", type=int, default=1, help="children at once (each one thread)")
@@ -668,6 +692,9 @@ def parse_args(argv=None):
     if a.jobs < 1:
         raise BenchError(f"--jobs must be an integer ≥ 1, got {a.jobs}")
     a.authors_python = a.authors_python or a.python
+    if a.device != "cpu" and any(r.startswith("authors:") for r in a.runs):
+        raise BenchError(f"--device {a.device}: authors:* runs measure CPU seconds on the CPU; run them without "
+                         "--device (their GPU figures are in their best_runs/*_history.csv)")
     if any(r.startswith("authors:") for r in a.runs):
         if a.anchors_dir is None:
             raise BenchError("authors:* runs need --anchors-dir (a checkout of f-dangel/kfac-pinns-experiments)")
@@ -714,7 +741,8 @@ def main(argv=None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     out = Path(a.out or ROOT / "runs" / f"anchors-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    jobs = plan(a.exps, a.runs, a.budget, a.checkpoints, out, a.anchors_dir, a.authors_python, a.python, a.seed)
+    jobs = plan(a.exps, a.runs, a.budget, a.checkpoints, out, a.anchors_dir, a.authors_python, a.python, a.seed,
+                a.device)
     timeout = a.timeout if a.timeout is not None else 3 * a.budget + 300
     load = [os.getloadavg()[0]]
     done = threading.Event()
@@ -728,6 +756,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     csv_path, md_path = Path(a.csv or out / "anchors.csv"), Path(a.md or out / "anchors.md")
     versions = authors_versions(a)
+    gpu = gpu_name() if a.device != "cpu" else ""
     commit = git_commit(ROOT)  # at the start: the code the children run (a checkout changed mid-run would mix)
     finished: set[int] = set()
 
@@ -745,7 +774,7 @@ def main(argv=None) -> int:
                 "machine": machine(), "python": a.python, "authors_python": a.authors_python,
                 "authors_versions": versions, "load_start": load[0], "load_max": max(load),
                 "load_end": os.getloadavg()[0], "jobs": a.jobs, "started": started,
-                "wall_s": time.perf_counter() - t0,
+                "wall_s": time.perf_counter() - t0, "device": a.device, "gpu": gpu,
                 "progress": "" if final else f"{len(finished)} of {len(jobs)} runs finished so far"}
         md_path.parent.mkdir(parents=True, exist_ok=True)
         md_path.write_text(record(rows, a.checkpoints, meta))
