@@ -204,3 +204,33 @@ def test_gpu_runs_take_the_wall_clock_and_see_the_gpu_and_authors_runs_are_refus
     assert cpu[0].env["CUDA_VISIBLE_DEVICES"] == "" and "--clock cpu" in " ".join(cpu[0].cmd)
     with pytest.raises(anchors.BenchError, match="--device cuda: authors:\\* runs measure CPU seconds"):
         anchors.parse_args(["--exps", "exp16", "--runs", "authors:KFAC*", "--device", "cuda", "--anchors-dir", "x"])
+
+
+def test_authors_logged_runs_are_read_at_the_last_log_before_each_checkpoint_and_made_relative(tmp_path,
+                                                                                                monkeypatch, capsys):
+    """--render CSV --authors-logs DIR: each optimizer of plot.py's sweep_ids with a best_runs history gives an
+    authors-log row; their l2_error is absolute, so it is divided by |u|_RMS (here a fake 2.0); the value at t is
+    their last log at or before t, never interpolated; a sweep without a history file gives no row."""
+    exp = anchors.EXPERIMENTS["exp16"]
+    folder = tmp_path / "kfac_pinns_exp" / exp.folder
+    (folder / "best_runs").mkdir(parents=True)
+    (tmp_path / "kfac_pinns_exp" / "train.py").write_text("")
+    (folder / "plot.py").write_text('sweep_ids = {\n    "aa11": "KFAC*",\n    "cc33": "Adam",\n}\n')
+    (folder / "best_runs" / "kfac-pinns_poisson_xyz_aa11_best_history.csv").write_text(
+        "time,step,l2_error,loss\n1.0,0,2.0,9\n25.0,10,0.2,1\n31.0,11,0.1,1\n59.5,20,0.02,1\n")
+    monkeypatch.setattr(anchors, "solution_rms", lambda python, e: 2.0)
+    rows = anchors.authors_logged(tmp_path, ["exp16"], [30.0, 60.0], "py")
+    assert [(r["run"], r["checkpoint_s"], r["rel_l2"], r["at_s"], r["step_at"]) for r in rows] == [
+        ("authors-log:KFAC*", 30.0, 0.1, 25.0, 10), ("authors-log:KFAC*", 60.0, 0.01, 59.5, 20)]
+    assert rows[0]["steps"] == 20 and rows[0]["side"] == "authors-log"
+    f = tmp_path / "gpu.csv"
+    with open(f, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=anchors.CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows([{"exp": "exp16", "run": "fedsciml:lm", "side": "fedsciml", "checkpoint_s": t, "rel_l2": v,
+                      "status": "ok"} for t, v in ((30.0, 1e-3), (60.0, 1e-4))])
+    assert anchors.main(["--render", str(f), "--authors-logs", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "exp16 @ 60 s: fedsciml best fedsciml:lm 1.00e-04, authors' best logged authors-log:KFAC* 1.00e-02" in out
+    with pytest.raises(anchors.BenchError, match="--authors-logs is read with --render"):
+        anchors.parse_args(["--authors-logs", str(tmp_path)])

@@ -134,3 +134,16 @@ def test_the_form_choice_reads_the_device():
     assert big.form in ("normal", "chunked") and f"free on {torch.device(DEV).type}" in big.reason
     if torch.device(DEV).type == "cuda" and torch.cuda.mem_get_info()[0] > 30e9:
         assert big.form == "normal"
+
+
+def test_gn_with_kfac_preconditioned_cg_on_the_device_equals_the_cpu_run():
+    """gn's matrix-free step with the K-FAC preconditioner (what ``auto`` takes on a GPU where gn's dense message is
+    over its cap, forms.choose_lm_solve) on the device against the same run on the CPU: Poisson 2-d, 4 clients,
+    5 rounds, CG capped at 10.  The same operations on both devices up to BLAS order: θ within 1e-8 (LM's
+    accept/reject branches coincide unless a gain ratio sits within round-off of its threshold)."""
+    kw = dict(clients=4, rounds=5, dim=2, hidden=[16, 16], n_interior=200, n_boundary=40, form="matfree",
+              precond="kfac", cg_iters=10)
+    cpu = fs.solve("poisson", "gn", device="cpu", **kw)
+    dev = fs.solve("poisson", "gn", device=DEV, **kw)
+    a, b = torch.as_tensor(dev.theta).cpu().double(), torch.as_tensor(cpu.theta).double()
+    assert float((a - b).norm() / b.norm()) < 1e-8

@@ -139,3 +139,24 @@ def test_gn_form_auto_runs_the_regime_bitwise_as_the_flags_by_hand(monkeypatch):
     monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", th0.numel() + 1)
     _, _, info_d = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=1)
     assert info_d["strategy"]["form"] in ("normal", "sqrt") and "precond" not in info_d["strategy"]
+
+
+def test_a_gpu_takes_kfac_where_the_solve_is_matrix_free_anyway():
+    """A GPU keeps the dense choice where there is one; where there is none — gn's dense message over its cap
+    (exp28 and exp16 with 4 clients: 9·10⁶ floats), the clients' Jacobians too big (exp19), or no dense LM form
+    fitting — the solve is matrix-free whatever the preconditioner, and K-FAC is the choice as on a CPU (the H200
+    run of reproductions/gpu_h200_anchors.md had Nyström there: 28 CG exchanges a round)."""
+    gn = choose_lm_solve(3_500, 10_065, jets=True, device="cuda", free=H100, need="gn", rows=[875] * 4)
+    assert (gn.form, gn.precond, gn.cg_iters) == ("matfree", "kfac", forms.KFAC_CG_ITERS)
+    assert "a GPU, residuals in K-FAC's channel form" in gn.reason and "matrix-free in any case" in gn.reason
+    big = choose_lm_solve(3_500, 116_865, jets=True, device="cuda", free=10**9)  # nothing dense fits 1 GB
+    assert (big.form, big.precond) == ("matfree", "kfac")
+    # where a dense form is there, the GPU keeps it (as before), and without jets nothing changes
+    assert choose_lm_solve(3_500, 10_065, jets=True, device="cuda", free=H100).form == "kernel"
+    nj = choose_lm_solve(3_500, 10_065, jets=False, device="cuda", free=H100, need="gn", rows=[875] * 4)
+    assert (nj.form, nj.precond) == ("matfree", "nystrom") and nj.reason.endswith("K-FAC can use")
+    # a named preconditioner or form still wins
+    named = choose_lm_solve(3_500, 10_065, jets=True, device="cuda", free=H100, need="gn", rows=[875] * 4,
+                            precond="nystrom")
+    assert named.precond == "nystrom"
+    assert choose_lm_solve(3_500, 10_065, jets=True, device="cuda", free=H100, solve="matfree").precond == "nystrom"

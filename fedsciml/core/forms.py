@@ -48,7 +48,8 @@ p = 10 065 (ratio 2.23; rel L2 8.3·10⁻³ against the kernel form's 0.52) and 
 0.13); the dense form won at n = 3 500, p = 2 337 (normal form, ratio 1.75; 2.9·10⁻³ against 2.7·10⁻²) and at
 n = 600, p = 10 065 (kernel, 0.73; 1.3·10⁻³ against 4.4·10⁻³).  The thresholds lie between: a ratio ≥ 2 (between
 1.75 and 2.23) and p ≥ 5 000 (no K-FAC win measured below p = 5 297).  A GPU keeps the dense
-choice (dense steps are fast there: ``reproductions/gpu_h100.md``).  A preconditioner or CG cap the user named wins:
+choice (dense steps are fast there: ``reproductions/gpu_h100.md``) where there is one; where no dense form fits or
+gn's dense message is over its cap, the solve is matrix-free anyway and takes K-FAC on a GPU too.  A preconditioner or CG cap the user named wins:
 a named ``nystrom`` or ``none`` turns the regime off (the evidence is for K-FAC), a named CG cap is the cap.
 
 Federated gn (``need='gn'``) chooses a *message*: the smaller of the normal (``p(p+1)/2 + p`` floats) and
@@ -323,16 +324,23 @@ def choose_form(n: int, p: int, *, device: torch.device | str | None = None, dty
 
 def kfac_regime(n: int, p: int, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float64,
                 jets: bool | Callable[[], bool] = False, precond: str = "auto",
-                free: int | None = None) -> tuple[bool, str]:
+                free: int | None = None, dense: bool = True) -> tuple[bool, str]:
     """Whether an automatic choice for ``n`` rows and ``p`` parameters takes K-FAC-preconditioned CG truncated at
     :data:`KFAC_CG_ITERS` (the module docstring's regime), and why (or why not) in a few words: a CPU ``device``,
     ``p ≥`` :data:`KFAC_MIN_PARAMS`, no preconditioner other than ``kfac`` named (``precond``), residuals in a
     channel form K-FAC can use (``jets``: a bool, or a callable asked only when the other tests pass — finding a
     problem's channel form costs forward passes), and the cheapest dense LM step that fits at least
-    :data:`KFAC_MIN_RATIO` K-FAC steps by the flop model; ``free``: a fake free-memory figure."""
+    :data:`KFAC_MIN_RATIO` K-FAC steps by the flop model; ``free``: a fake free-memory figure.
+
+    ``dense=False``: the caller's choice is matrix-free whatever the preconditioner (no dense form fits, or
+    federated gn's dense message is over its cap): then a GPU is no reason against K-FAC — the exemption holds
+    where a dense step is the alternative — and the cost test against a dense step is moot.  (Before this, gn on
+    a GPU with no dense message fell to Nyström-preconditioned CG: 28 CG exchanges a round and 13 rounds in 60 s
+    on exp28, ``reproductions/gpu_h200_anchors.md``.)"""
     if precond not in PRECONDS:
         raise ValueError(f"precond must be one of {', '.join(PRECONDS)}, got {precond!r}")
-    if torch.device(device if device is not None else "cpu").type == "cuda":
+    gpu = torch.device(device if device is not None else "cpu").type == "cuda"
+    if gpu and dense:
         return False, "a GPU device (dense steps are fast there)"
     n, p = int(n), int(p)
     if p < KFAC_MIN_PARAMS:
@@ -341,19 +349,20 @@ def kfac_regime(n: int, p: int, *, device: torch.device | str | None = None, dty
         return False, f"precond {precond} named"
     s = torch.empty((), dtype=dtype).element_size()
     costs, _ = _lm_costs(n, p, s, device_budget(device, free), "cpu", 0)
-    dense = [c for c in costs if c.form != "matfree" and c.fits]
+    fitting = [c for c in costs if c.form != "matfree" and c.fits] if dense else []
     kfac = KFAC_CG_ITERS * DEVICE_COSTS["cpu"][1] * n * p
-    if dense:
-        best = min(dense, key=lambda c: c.flops)
+    if fitting:
+        best = min(fitting, key=lambda c: c.flops)
         ratio = best.flops / kfac
         step = f"a {best.form} step (est. {best.flops:.2g} flop-eq) costs {ratio:.2f} K-FAC steps ({kfac:.2g})"
         if ratio < KFAC_MIN_RATIO:
             return False, f"{step} < {KFAC_MIN_RATIO:g}"
     else:
-        step = "no dense form fits"
+        step = "no dense form fits" if dense else "the solve is matrix-free in any case"
     if not (jets() if callable(jets) else jets):
         return False, "residuals not in a channel form K-FAC can use"
-    return True, f"a CPU, residuals in K-FAC's channel form, p = {p:,} ≥ {KFAC_MIN_PARAMS:,}, {step}"
+    return True, (f"{'a GPU' if gpu else 'a CPU'}, residuals in K-FAC's channel form, p = {p:,} ≥ "
+                  f"{KFAC_MIN_PARAMS:,}, {step}")
 
 
 def matfree_settings(regime: bool, precond: str = "auto", cg_iters: int | None = None) -> tuple[str, int]:
@@ -406,6 +415,13 @@ def choose_lm_solve(n: int, p: int, *, solve: str = "auto", precond: str = "auto
                          f"{cg_iters}")
     regime, why = kfac_regime(n, p, device=device, dtype=dtype, jets=jets, precond=precond, free=free)
     regime = regime and solve == "auto"
+    if not regime and solve == "auto" and why.startswith("a GPU device") and int(p) >= KFAC_MIN_PARAMS \
+            and precond in ("auto", "kfac"):
+        # a GPU keeps the dense choice — where there is one; where the choice is matrix-free anyway, the
+        # preconditioner is K-FAC's question as on a CPU
+        if choose_form(n, p, device=device, dtype=dtype, need=need, rows=rows, free=free, rank=0).form == "matfree":
+            regime, why = kfac_regime(n, p, device=device, dtype=dtype, jets=jets, precond=precond, free=free,
+                                      dense=False)
     pre, cap = matfree_settings(regime, precond, cg_iters)
     if regime:
         base = choose_form(n, p, device=device, dtype=dtype, need=need, allowed=("matfree",), rows=rows, free=free,

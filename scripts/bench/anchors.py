@@ -257,6 +257,50 @@ def best_commands(anchors_dir, exp: Experiment) -> dict[str, list[str]]:
     return out
 
 
+def solution_rms(python: str, exp: Experiment) -> float:
+    """``|u|_RMS`` of the exact solution on fedsciml's test points of the experiment's preset (30 000 uniform
+    points: a Monte-Carlo estimate of the same quantity as the authors' on their evaluation points), read by
+    ``python``."""
+    preset = exp.options[exp.options.index("--preset") + 1]
+    code = ("import math; from fedsciml.problems.registry import REGISTRY; from fedsciml.problems import "
+            f"get_problem; pb = get_problem({exp.problem!r}, **REGISTRY[{exp.problem!r}].presets[{preset!r}].problem);"
+            " X, u = pb._test(); print(repr(float(u.norm() / math.sqrt(u.numel()))))")
+    r = subprocess.run([python, "-c", code], capture_output=True, text=True, env=child_env(), cwd=str(ROOT))
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["?"])[-1]
+        raise BenchError(f"cannot evaluate fedsciml's {exp.problem} --preset {preset} solution: {last}")
+    return float(r.stdout)
+
+
+def authors_logged(anchors_dir, exps, checkpoints, python) -> list[dict]:
+    """CSV rows of the authors' own logged best runs (``best_runs/*_<sweep>_best_history.csv`` of each experiment:
+    ``time``, their ``train.py``'s wall seconds on their GPU — an RTX 6000, 24 GiB, double precision, says their
+    paper — evaluations included; ``l2_error``, the *absolute* RMS error on their evaluation points), run
+    ``authors-log:LABEL``.  rel L2 = ``l2_error`` / :func:`solution_rms` (fedsciml's test points: within 0.5 % of
+    the RMS on their own points, which their driver prints on a CPU run — 1.5830 against 1.5888 on exp16)."""
+    rows = []
+    for e in exps:
+        exp = EXPERIMENTS[e]
+        folder = Path(anchors_dir) / "kfac_pinns_exp" / exp.folder
+        labels = sweep_labels((folder / "plot.py").read_text())
+        rms = solution_rms(python, exp)
+        for sweep, label in labels.items():
+            hist = next((folder / "best_runs").glob(f"*_{sweep}_best_history.csv"), None)
+            if hist is None:
+                continue
+            with open(hist, newline="") as fh:
+                logged = [(float(r["time"]), float(r["l2_error"]) / rms, int(float(r["step"])))
+                          for r in csv.DictReader(fh) if r.get("time") and r.get("l2_error")]
+            base = {"exp": e, "run": f"authors-log:{label}", "side": "authors-log", "status": "ok",
+                    "note": f"their logged GPU run ({hist.name.split('_best_')[0].rsplit('_', 1)[-1]}; RTX 6000, "
+                            f"wall s); rel L2 = their l2_error / {rms:.4g}",
+                    "steps": max((s for _t, _v, s in logged), default=None)}
+            for t, v in at_checkpoints(logged, checkpoints).items():
+                rel, at, step = v if v is not None else (None, None, None)
+                rows.append({**base, "checkpoint_s": t, "rel_l2": rel, "at_s": at, "step_at": step})
+    return rows
+
+
 # --- jobs ------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -507,19 +551,22 @@ def table(rows: list[dict], checkpoints) -> str:
 
 
 def best_lines(rows: list[dict], checkpoints) -> str:
-    """Per experiment and checkpoint: fedsciml's best run against the authors' best run."""
+    """Per experiment and checkpoint: fedsciml's best run against the authors' best run (and against their best
+    logged run, where ``authors-log`` rows are there)."""
     out = []
     for exp in dict.fromkeys(r["exp"] for r in rows):
         for t in checkpoints:
             best = {}
-            for side in ("fedsciml", "authors"):
+            for side in ("fedsciml", "authors", "authors-log"):
                 cand = [r for r in rows if r["exp"] == exp and r["side"] == side and r["checkpoint_s"] == t
                         and r.get("rel_l2") is not None and math.isfinite(r["rel_l2"])]
                 best[side] = min(cand, key=lambda r: r["rel_l2"]) if cand else None
-            f, a = best["fedsciml"], best["authors"]
-            if f and a:
-                out.append(f"* {exp} @ {t:g} s: fedsciml best {f['run']} {f['rel_l2']:.2e}, authors' best "
-                           f"{a['run']} {a['rel_l2']:.2e} (ratio {f['rel_l2'] / a['rel_l2']:.2g})")
+            f = best["fedsciml"]
+            for side, what in (("authors", "authors' best"), ("authors-log", "authors' best logged")):
+                a = best[side]
+                if f and a:
+                    out.append(f"* {exp} @ {t:g} s: fedsciml best {f['run']} {f['rel_l2']:.2e}, {what} "
+                               f"{a['run']} {a['rel_l2']:.2e} (ratio {f['rel_l2'] / a['rel_l2']:.2g})")
     return "\n".join(out)
 
 
@@ -676,8 +723,15 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0, help="fedsciml's --seed (the authors' seeds are their runs')")
     ap.add_argument("--render", default=None, metavar="CSV", help="run nothing: print the table of a CSV this "
                     "script wrote (and write it into --docs)")
+    ap.add_argument("--authors-logs", default=None, metavar="DIR", help="with --render: add the authors' own "
+                    "logged best runs (their GPU, wall seconds; best_runs/*_history.csv of the checkout DIR) as "
+                    "authors-log:* rows")
     a = ap.parse_args(argv)
+    if a.authors_logs is not None and not a.render:
+        raise BenchError("--authors-logs is read with --render CSV (the rows of a run made elsewhere)")
     if a.render:
+        if a.authors_logs is not None:
+            authors_train(a.authors_logs)
         return a
     a.exps = _names(a.exps, list(EXPERIMENTS), "exps")
     allowed = [f"fedsciml:{n}" for n in FEDSCIML_RUNS] + [f"authors:{n}" for n in AUTHORS_RUNS]
@@ -732,6 +786,9 @@ def main(argv=None) -> int:
     if a.render:
         rows = read_csv(a.render)
         checkpoints = sorted({r["checkpoint_s"] for r in rows})
+        if a.authors_logs:
+            rows += authors_logged(a.authors_logs, [e for e in dict.fromkeys(r["exp"] for r in rows)
+                                                    if e in EXPERIMENTS], checkpoints, a.python)
         text = table(rows, checkpoints)
         if a.docs:
             write_docs(a.docs, text)
