@@ -257,19 +257,27 @@ def best_commands(anchors_dir, exp: Experiment) -> dict[str, list[str]]:
     return out
 
 
+def _ask_preset(python: str, exp: Experiment, expr: str, what: str):
+    """The JSON value of ``expr`` about the experiment's fedsciml preset, computed by ``python`` (names in scope:
+    ``opts``, the preset's problem options, and ``problem()``, the problem built from them); a failure is one
+    line naming ``what``."""
+    preset = exp.options[exp.options.index("--preset") + 1]
+    code = ("import json, math; from fedsciml.problems.registry import REGISTRY; from fedsciml.problems import "
+            f"get_problem; opts = REGISTRY[{exp.problem!r}].presets[{preset!r}].problem; "
+            f"problem = lambda: get_problem({exp.problem!r}, **opts); print(json.dumps({expr}))")
+    r = subprocess.run([python, "-c", code], capture_output=True, text=True, env=child_env(), cwd=str(ROOT))
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["?"])[-1]
+        raise BenchError(f"cannot {what} of fedsciml's {exp.problem} --preset {preset}: {last}")
+    return json.loads(r.stdout)
+
+
 def solution_rms(python: str, exp: Experiment) -> float:
     """``|u|_RMS`` of the exact solution on fedsciml's test points of the experiment's preset (30 000 uniform
     points: a Monte-Carlo estimate of the same quantity as the authors' on their evaluation points), read by
     ``python``."""
-    preset = exp.options[exp.options.index("--preset") + 1]
-    code = ("import math; from fedsciml.problems.registry import REGISTRY; from fedsciml.problems import "
-            f"get_problem; pb = get_problem({exp.problem!r}, **REGISTRY[{exp.problem!r}].presets[{preset!r}].problem);"
-            " X, u = pb._test(); print(repr(float(u.norm() / math.sqrt(u.numel()))))")
-    r = subprocess.run([python, "-c", code], capture_output=True, text=True, env=child_env(), cwd=str(ROOT))
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["?"])[-1]
-        raise BenchError(f"cannot evaluate fedsciml's {exp.problem} --preset {preset} solution: {last}")
-    return float(r.stdout)
+    return float(_ask_preset(python, exp, "(lambda u: float(u.norm() / math.sqrt(u.numel())))(problem()._test()[1])",
+                             "evaluate the solution"))
 
 
 def authors_logged(anchors_dir, exps, checkpoints, python) -> list[dict]:
@@ -383,15 +391,7 @@ def plan(exps, runs, budget, checkpoints, out: Path, anchors_dir, authors_python
 def preset_points(python: str, exp: Experiment) -> tuple[int, int]:
     """``(n_interior, n_boundary)`` of the experiment's fedsciml preset (in total, shared by the clients), read by
     ``python``."""
-    preset = exp.options[exp.options.index("--preset") + 1]
-    code = ("import json; from fedsciml.problems.registry import REGISTRY; "
-            f"p = REGISTRY[{exp.problem!r}].presets[{preset!r}].problem; "
-            "print(json.dumps([p['n_interior'], p['n_boundary']]))")
-    r = subprocess.run([python, "-c", code], capture_output=True, text=True, env=child_env(), cwd=str(ROOT))
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["?"])[-1]
-        raise BenchError(f"cannot read fedsciml's preset {exp.problem} --preset {preset}: {last}")
-    n_in, n_bd = json.loads(r.stdout)
+    n_in, n_bd = _ask_preset(python, exp, "[opts['n_interior'], opts['n_boundary']]", "read the point counts")
     return int(n_in), int(n_bd)
 
 
