@@ -464,8 +464,7 @@ class GNStrategy(Strategy):
             out["form_reason"] = self.form_reason
         mf = self.lm_config.matfree
         if self.form == "matfree":  # the matrix-free solve as resolved (form auto picks the preconditioner and cap)
-            if mf.precond == "kfac":
-                out["precond"] = "kfac"
+            out["precond"] = mf.precond  # always: a record that omitted "nystrom" hid which one ran
             if mf.subspace > 0:
                 out.update(subspace=mf.subspace, subspace_damping=mf.subspace_damping)
             elif mf.max_iters != forms.FULL_CG_ITERS:
