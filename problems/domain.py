@@ -736,9 +736,10 @@ class DomainPDE(PINNProblem):
         if n == 0:
             return None, "no points to detect it at"
         d, k = self.input_dim(), len(self.unknowns)
-        th0 = self.init_params(0)
+        dev = (pts[0] if isinstance(pts, tuple) else pts).device  # the points' device (a GPU run's: θ there too)
+        th0 = self.init_params(0, device=dev)
         gen = torch.Generator().manual_seed(20261128)
-        thetas = [th0, th0 + 0.3 * torch.randn(th0.shape, dtype=th0.dtype, generator=gen)]
+        thetas = [th0, th0 + 0.3 * torch.randn(th0.shape, dtype=th0.dtype, generator=gen).to(dev)]
         order, G2 = 0, None  # without known activation derivatives only a value-only part has a form
         if net.activation in _SECOND_DERIVATIVES:
             full = kt.pair_functionals(d)
