@@ -49,8 +49,9 @@ p = 10 065 (ratio 2.23; rel L2 8.3·10⁻³ against the kernel form's 0.52) and 
 n = 600, p = 10 065 (kernel, 0.73; 1.3·10⁻³ against 4.4·10⁻³).  The thresholds lie between: a ratio ≥ 2 (between
 1.75 and 2.23) and p ≥ 5 000 (no K-FAC win measured below p = 5 297).  A GPU keeps the dense
 choice (dense steps are fast there: ``reproductions/gpu_h100.md``) where there is one; where no dense form fits or
-gn's dense message is over its cap, the solve is matrix-free anyway and takes K-FAC on a GPU too.  A preconditioner or CG cap the user named wins:
-a named ``nystrom`` or ``none`` turns the regime off (the evidence is for K-FAC), a named CG cap is the cap.
+gn's dense message is over its cap, the solve is matrix-free anyway and takes K-FAC on a GPU too
+(``reproductions/gpu_h200_anchors.md``).  A preconditioner or CG cap the user named wins: a named ``nystrom`` or
+``none`` turns the regime off (the evidence is for K-FAC), a named CG cap is the cap.
 
 Federated gn (``need='gn'``) chooses a *message*: the smaller of the normal (``p(p+1)/2 + p`` floats) and
 square-root (``min(n_m, p)(p+1)``) messages while it is at most :data:`MESSAGE_FLOATS` (a communication cap:

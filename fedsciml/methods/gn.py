@@ -794,7 +794,7 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
     lm_tau = default_tau(objectives) if cfg.lm_tau is None else cfg.lm_tau
     form = cfg.form
     reason = None
-    if form == "auto":  # the smaller dense message while it fits, matrix-free beyond, K-FAC's regime on a CPU
+    if form == "auto":  # the smaller dense message while it fits, matrix-free beyond (K-FAC's regime where it holds)
         rows = [o.n_residuals for o in objectives]  # (fedsciml.core.forms.choose_lm_solve, one rule with LM's)
         choice = forms.choose_lm_solve(sum(rows), theta0.numel(), need="gn", rows=rows, precond=cfg.precond,
                                        cg_iters=cfg.cg_iters, jets=lambda: has_jets(objectives), device=theta0.device,
