@@ -210,7 +210,8 @@ def test_authors_logged_runs_are_read_at_the_last_log_before_each_checkpoint_and
                                                                                                 monkeypatch, capsys):
     """--render CSV --authors-logs DIR: each optimizer of plot.py's sweep_ids with a best_runs history gives an
     authors-log row; their l2_error is absolute, so it is divided by |u|_RMS (here a fake 2.0); the value at t is
-    their last log at or before t, never interpolated; a sweep without a history file gives no row."""
+    their last log at or before t, never interpolated; a sweep without a history file gives no row.  The rel L2
+    values are compared bitwise: dividing by 2.0 changes only the exponent, so 0.2 / 2.0 is the double 0.1."""
     exp = anchors.EXPERIMENTS["exp16"]
     folder = tmp_path / "kfac_pinns_exp" / exp.folder
     (folder / "best_runs").mkdir(parents=True)

@@ -335,9 +335,8 @@ def kfac_regime(n: int, p: int, *, device: torch.device | str | None = None, dty
 
     ``dense=False``: the caller's choice is matrix-free whatever the preconditioner (no dense form fits, or
     federated gn's dense message is over its cap): then a GPU is no reason against K-FAC — the exemption holds
-    where a dense step is the alternative — and the cost test against a dense step is moot.  (Before this, gn on
-    a GPU with no dense message fell to Nyström-preconditioned CG: 28 CG exchanges a round and 13 rounds in 60 s
-    on exp28, ``reproductions/gpu_h200_anchors.md``.)"""
+    where a dense step is the alternative (``reproductions/gpu_h200_anchors.md``) — and the cost test against a
+    dense step is moot."""
     if precond not in PRECONDS:
         raise ValueError(f"precond must be one of {', '.join(PRECONDS)}, got {precond!r}")
     gpu = torch.device(device if device is not None else "cpu").type == "cuda"
@@ -348,9 +347,11 @@ def kfac_regime(n: int, p: int, *, device: torch.device | str | None = None, dty
         return False, f"p = {p:,} < {KFAC_MIN_PARAMS:,}"
     if precond not in ("auto", "kfac"):
         return False, f"precond {precond} named"
-    s = torch.empty((), dtype=dtype).element_size()
-    costs, _ = _lm_costs(n, p, s, device_budget(device, free), "cpu", 0)
-    fitting = [c for c in costs if c.form != "matfree" and c.fits] if dense else []
+    fitting = []
+    if dense:
+        s = torch.empty((), dtype=dtype).element_size()
+        costs, _ = _lm_costs(n, p, s, device_budget(device, free), "cpu", 0)
+        fitting = [c for c in costs if c.form != "matfree" and c.fits]
     kfac = KFAC_CG_ITERS * DEVICE_COSTS["cpu"][1] * n * p
     if fitting:
         best = min(fitting, key=lambda c: c.flops)
@@ -414,15 +415,14 @@ def choose_lm_solve(n: int, p: int, *, solve: str = "auto", precond: str = "auto
     if cg_iters is not None and int(cg_iters) < 0:
         raise ValueError(f"cg_iters must be ≥ 0 CG iterations per solve (0: the damped K-FAC step; or None), got "
                          f"{cg_iters}")
-    regime, why = kfac_regime(n, p, device=device, dtype=dtype, jets=jets, precond=precond, free=free)
-    regime = regime and solve == "auto"
-    if not regime and solve == "auto" and why.startswith("a GPU device") and int(p) >= KFAC_MIN_PARAMS \
-            and precond in ("auto", "kfac"):
-        # a GPU keeps the dense choice — where there is one; where the choice is matrix-free anyway, the
+    dense = True
+    if torch.device(device if device is not None else "cpu").type == "cuda" and solve == "auto" \
+            and int(p) >= KFAC_MIN_PARAMS and precond in ("auto", "kfac"):
+        # a GPU keeps the dense choice where there is one; where the choice is matrix-free anyway, the
         # preconditioner is K-FAC's question as on a CPU
-        if choose_form(n, p, device=device, dtype=dtype, need=need, rows=rows, free=free, rank=0).form == "matfree":
-            regime, why = kfac_regime(n, p, device=device, dtype=dtype, jets=jets, precond=precond, free=free,
-                                      dense=False)
+        dense = choose_form(n, p, device=device, dtype=dtype, need=need, rows=rows, free=free, rank=0).form != "matfree"
+    regime, why = kfac_regime(n, p, device=device, dtype=dtype, jets=jets, precond=precond, free=free, dense=dense)
+    regime = regime and solve == "auto"
     pre, cap = matfree_settings(regime, precond, cg_iters)
     if regime:
         base = choose_form(n, p, device=device, dtype=dtype, need=need, allowed=("matfree",), rows=rows, free=free,

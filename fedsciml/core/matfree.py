@@ -390,9 +390,9 @@ def damped_gn_step(matvec: Vec, g: torch.Tensor, mu: float, *, precond: Vec | No
     ``krylov`` = m > 0: where CG was truncated (stopped by ``max_iters`` before ``rtol``) after at most m
     iterations (K-FAC-CG's ≤ 10), the result also carries its whole Krylov space, ``basis = (V, JᵀJ V)`` with
     ``V`` the search directions (``JᵀJ`` of each from CG's own products, ``A v − μv``: no product more; the step
-    lies in their span), so that the damped model at another μ can be minimized there (:func:`subspace_step`); a converged solve carries none (its accuracy is what
-    was asked, and a fresh solve gives it at the new μ), nor does a longer one (its first m directions would be a
-    poorer space than a fresh solve's).
+    lies in their span), so that the damped model at another μ can be minimized there (:func:`subspace_step`); a
+    converged solve carries none (its accuracy is what was asked, and a fresh solve gives it at the new μ), nor
+    does a longer one (its first m directions would be a poorer space than a fresh solve's).
     """
     if not mu > 0:
         raise ValueError(f"the damped step needs μ > 0, got {mu}")

@@ -51,7 +51,8 @@ sketch — and 1 after a rejected trial whose CG solve was truncated: the
 next trial (a larger μ at the same point) minimizes the damped model over
 that solve's Krylov space, with no product (``MatfreeConfig.krylov_reuse``;
 centralized LM runs the same code, so the iterates still agree); the
-history's ``floats_up``/``floats_down`` count every one of them, its ``exchanges`` column (the loop's count, for every method) all the
+history's ``floats_up``/``floats_down`` count every one of them, its
+``exchanges`` column (the loop's count, for every method) all the
 exchanges so far, and the round's row records ``cg_iters``.  Every product is
 checked (``vᵀJ_mᵀJ_m v ≥ 0`` up to round-off, the right shape, finite).
 
