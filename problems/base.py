@@ -12,7 +12,7 @@ validated by the same code (:func:`fedsciml.options.check_options`); the
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 from dataclasses import dataclass, field
 
@@ -279,8 +279,18 @@ class FieldProblem(Problem):
         return arch_of(net)
 
     def u(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """The network at one point ``x [d]`` (0-d result) or a batch ``[n, d]``."""
-        return self.network()(theta, x)
+        """The network at one point ``x [d]`` (0-d result) or a batch ``[n, d]``; times :meth:`bubble`'s factor
+        where the problem holds zero Dirichlet data exactly."""
+        out = self.network()(theta, x)
+        bubble = self.bubble()
+        return out if bubble is None else bubble(x)[0] * out
+
+    def bubble(self) -> Callable | None:
+        """A hard Dirichlet constraint with zero data, ``u = B(x)·N(x)``: the function ``x ↦ (B, ∇B, ΔB)`` (one
+        point ``[d]`` or a batch ``[n, d]``, B zero on the boundary), or ``None`` (the default: u is the network
+        and the boundary holds by condition rows).  An instance's choice (an option: ``poisson``'s
+        ``u_conditions``), so the fast paths that need u to be the network alone ask it, not the class."""
+        return None
 
     def exact(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -314,7 +324,7 @@ class FieldProblem(Problem):
         net = self.network()
         return {"architecture": self.architecture(), "evaluation": "batch", "outputs": ["u"], "inputs": [f"x{i}" for i in range(net.sizes[0])],
                 "n_network_params": net.n_params, "coefficients": {},
-                "ansatz": type(self).u is not FieldProblem.u}
+                "ansatz": type(self).u is not FieldProblem.u or self.bubble() is not None}
 
     def evaluate(self, theta: torch.Tensor) -> dict:
         X, u = self._test()
@@ -326,6 +336,18 @@ class FieldProblem(Problem):
 
     def objective(self, parts: list[ResidualPart]) -> PointwiseLeastSquares:
         return PointwiseLeastSquares(parts, self.network().n_params)
+
+
+def unit_box_bubble(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(B, ∇B, ΔB)`` of ``B(x) = Π_i 4x_i(1 − x_i)`` at one point ``x [d]`` or a batch ``[n, d]``: zero on every
+    face of [0, 1]^d, 1 at the centre.  With ``b_i = 4x_i(1 − x_i)``: ``∂_i B = (4 − 8x_i) Π_{j≠i} b_j`` and
+    ``ΔB = −8 Σ_i Π_{j≠i} b_j``; the products leave b_i out by a d×d mask, not by dividing by it (zero on the
+    faces)."""
+    b = 4.0 * x * (1.0 - x)
+    d = x.shape[-1]
+    eye = torch.eye(d, dtype=torch.bool, device=x.device)
+    others = torch.where(eye, torch.ones((), dtype=x.dtype, device=x.device), b.unsqueeze(-2)).prod(-1)
+    return b.prod(-1), (4.0 - 8.0 * x) * others, -8.0 * others.sum(-1)
 
 
 def grid(n_per_dim: int, d: int, lo=0.0, hi=1.0) -> torch.Tensor:

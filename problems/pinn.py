@@ -63,18 +63,25 @@ class PINNProblem(FieldProblem):
         for the default network; nested ``jacfwd`` otherwise."""
         net = self.network()
         if getattr(net, "has_forward_laplacian", False) and type(self).u is FieldProblem.u:
-            return net.value_and_laplacian(theta, x)
+            bubble = self.bubble()
+            if bubble is None:
+                return net.value_and_laplacian(theta, x)
+            # u = B·N: Δu = BΔN + 2∇B·∇N + NΔB, from the network's one forward pass and B's closed form
+            n, gn, ln = net.value_gradient_laplacian(theta, x)
+            b, gb, lb = bubble(x)
+            return b * n, b * ln + 2.0 * (gb * gn).sum(-1) + n * lb
         return self.u(theta, x), laplacian(self.u, theta, x)
 
     def jets(self):
         """``(interior, boundary)`` :class:`~fedsciml.core.kfac_pinn.Jet` of the residual parts — how they are
         computed from the network's channels, for the K-FAC-for-PINNs preconditioner — or ``(None, None)``
-        when the interior residual does not come out of the forward Laplacian (another activation, an ansatz)."""
+        when the interior residual does not come out of the forward Laplacian (another activation, an ansatz,
+        :meth:`bubble`'s hard constraint)."""
         from fedsciml.core.kfac_pinn import Jet
 
         net, cls = self.network(), type(self)
         if not (getattr(net, "has_forward_laplacian", False) and cls.u is FieldProblem.u
-                and cls.u_and_laplacian is PINNProblem.u_and_laplacian):
+                and cls.u_and_laplacian is PINNProblem.u_and_laplacian and self.bubble() is None):
             return None, None
         interior = (Jet("jet", net, lambda u, grad, lap, x: -lap + self.reaction(u, x) - self.source(x))
                     if cls.interior_residual is PINNProblem.interior_residual else None)

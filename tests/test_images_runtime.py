@@ -221,15 +221,18 @@ def test_cli_done_when_command_writes_results_with_per_round_accounting(tmp_path
 
 
 # ------------------------------------------------------------------ curvature as the currency
-def _kfac():
+def _kfac(arch: str = "lenet5"):
     fed = _fed(2)
-    m = FlatModel(build("lenet5", fed.shape, fed.n_classes, 0))
+    m = FlatModel(build(arch, fed.shape, fed.n_classes, 0))
     x = fed.clients[0][0][:16]
     return m, fz.kfac(m, m.theta(), x)
 
 
-@pytest.mark.slow
 def test_every_curvature_form_round_trips_its_message_bitwise_and_counts_its_floats():
+    """Bitwise (the same tensors back, the same operations on them): the message, the dense form and a product.
+    LeNet-5's K-FAC (p = 21,386: convolutions and linear layers) is compared by its message and products, not by
+    its dense form (3.7 GB, 14 CPU-s a copy: this test took 213 s in the suite); the linear model's K-FAC
+    (p = 650) is compared densely too."""
     torch.manual_seed(0)
     p = 9
     A = torch.randn(p, p, dtype=torch.float64)
@@ -239,16 +242,18 @@ def test_every_curvature_form_round_trips_its_message_bitwise_and_counts_its_flo
     forms = [C.Dense(S), C.LowRank(U, torch.tensor([3.0, 2.0, 0.5], dtype=torch.float64)),
              C.Diagonal(torch.rand(p, dtype=torch.float64))]
     model, K = _kfac()
-    forms.append(K)
-    v = torch.randn(model.p)
+    small, K_small = _kfac("linear")
+    forms += [K, K_small]
     for c in forms:
         msg = c.to_message()
         back = type(c).from_message(msg, layout=c if isinstance(c, fz.KFAC) else None)
         assert c.n_floats == floats_in(msg)  # what the loop counts for these fields
-        assert torch.equal(back.to_dense(), c.to_dense()), type(c).__name__  # bitwise: the same tensors
+        if c is not K:
+            assert torch.equal(back.to_dense(), c.to_dense()), type(c).__name__  # bitwise: the same tensors
         assert all(torch.equal(a, b) for a, b in zip(back.to_message().values(), msg.values()))
-        vv = v if isinstance(c, fz.KFAC) else v[:p].double()
-        assert torch.equal(back.matvec(vv), c.matvec(vv))
+        for _ in range(2 if c is K else 1):
+            vv = torch.randn(c.p) if isinstance(c, fz.KFAC) else torch.randn(p).double()
+            assert torch.equal(back.matvec(vv), c.matvec(vv))
         fields = type(c).fields(c) if isinstance(c, fz.KFAC) else type(c).fields()
         Schema(fields).validate(msg, 0, p=c.p)  # the form's own message satisfies its declared schema
     assert forms[0].n_floats == p * (p + 1) // 2 and forms[1].n_floats == p * 3 + 3 and forms[2].n_floats == p

@@ -151,12 +151,38 @@ class MLP:
         (:attr:`has_forward_laplacian`); otherwise it falls back to nested
         ``torch.func.jacfwd``.
         """
+        if not self.has_forward_laplacian:
+            self._check_scalar(theta, "value_and_laplacian")
+            return self._value_and_laplacian_nested(theta, x)
+        h, _G, L = self._forward_jet(theta, x, "value_and_laplacian")
+        return h, L
+
+    def value_gradient_laplacian(self, theta: torch.Tensor,
+                                 x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(u, ∇ₓu, Δₓu)`` in one forward pass: :meth:`value_and_laplacian`'s pass, whose input Jacobian at the
+        output is the gradient (``[d]`` at one point, ``[n, d]`` for a batch) — what a hard-constraint ansatz
+        ``B·u`` needs for its Laplacian ``BΔu + 2∇B·∇u + uΔB``.  Nested ``torch.func.jacfwd`` where the
+        activation has no forward Laplacian."""
+        if not self.has_forward_laplacian:
+            from torch.func import jacfwd, vmap
+
+            self._check_scalar(theta, "value_gradient_laplacian")
+            u, lap = self._value_and_laplacian_nested(theta, x)
+            g1 = jacfwd(lambda y: self(theta, y))
+            return u, (g1(x) if x.ndim == 1 else vmap(g1)(x)), lap
+        h, G, L = self._forward_jet(theta, x, "value_gradient_laplacian")
+        return h, G.squeeze(-1), L
+
+    def _check_scalar(self, theta: torch.Tensor, what: str) -> None:
         if theta.shape[-1] != self.n_params:
             raise ValueError(f"parameter vector has {theta.shape[-1]} entries, network needs {self.n_params}")
         if self.sizes[-1] != 1:
-            raise ValueError(f"value_and_laplacian needs a scalar-output network, this one has {self.sizes[-1]} outputs")
-        if not self.has_forward_laplacian:
-            return self._value_and_laplacian_nested(theta, x)
+            raise ValueError(f"{what} needs a scalar-output network, this one has {self.sizes[-1]} outputs")
+
+    def _forward_jet(self, theta: torch.Tensor, x: torch.Tensor,
+                     what: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(u, ∂ₓu [..., d, 1], Δₓu)``: the forward pass of :meth:`value_and_laplacian` (its docstring)."""
+        self._check_scalar(theta, what)
         d2 = _SECOND_DERIVATIVES[self.activation]
         layers = self.unflatten(theta)
         last = len(layers) - 1
@@ -181,7 +207,8 @@ class MLP:
                 h, G, L = z, Gz, Lz
         if L is None:  # a single linear layer: Δu = 0
             L = torch.zeros_like(h)
-        return h.squeeze(-1), L.squeeze(-1)
+        assert G is not None
+        return h.squeeze(-1), G, L.squeeze(-1)
 
     def _value_and_laplacian_nested(self, theta, x):
         from torch.func import jacfwd, vmap
