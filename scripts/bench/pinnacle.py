@@ -16,7 +16,8 @@ of each process, so a loaded machine slows the wall clock, not the comparison):
   site owns a region of space): the problem's default ``n_interior`` and ``n_boundary`` (points
   in all, drawn over the whole domain and split by ownership; ``--n-interior``, ``--n-boundary`` change these
   totals), so every run trains on the same points;
-* ``fipa`` — FIPA (its default options), the same sites and points.
+* ``fipa`` — FIPA at its defaults on these cases (each site's full H_m where its message fits gn's cap: the case's
+  ``run_defaults``; rank 20 for their 5×100 network), the same sites and points.
 
 Each child's peak resident memory and CPU come from ``os.wait4`` on it (``scripts/bench/anchors.py: run_job``).
 From its ``--json``: the final ``l2re`` (PINNacle's pooled L2RE on their reference points), the steps or rounds
