@@ -341,12 +341,13 @@ class FieldProblem(Problem):
 def unit_box_bubble(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(B, ∇B, ΔB)`` of ``B(x) = Π_i 4x_i(1 − x_i)`` at one point ``x [d]`` or a batch ``[n, d]``: zero on every
     face of [0, 1]^d, 1 at the centre.  With ``b_i = 4x_i(1 − x_i)``: ``∂_i B = (4 − 8x_i) Π_{j≠i} b_j`` and
-    ``ΔB = −8 Σ_i Π_{j≠i} b_j``; the products leave b_i out by a d×d mask, not by dividing by it (zero on the
-    faces)."""
+    ``ΔB = −8 Σ_i Π_{j≠i} b_j``; the products that leave b_i out are the exclusive prefix and suffix products
+    (``cumprod``, O(d) a point), not a division by b_i (zero on the faces)."""
     b = 4.0 * x * (1.0 - x)
-    d = x.shape[-1]
-    eye = torch.eye(d, dtype=torch.bool, device=x.device)
-    others = torch.where(eye, torch.ones((), dtype=x.dtype, device=x.device), b.unsqueeze(-2)).prod(-1)
+    ones = torch.ones_like(b[..., :1])
+    before = torch.cumprod(torch.cat([ones, b[..., :-1]], -1), -1)                        # Π_{j<i} b_j
+    after = torch.cumprod(torch.cat([ones, b.flip(-1)[..., :-1]], -1), -1).flip(-1)       # Π_{j>i} b_j
+    others = before * after
     return b.prod(-1), (4.0 - 8.0 * x) * others, -8.0 * others.sum(-1)
 
 

@@ -847,14 +847,16 @@ class Pinnacle(DomainPDE):
 
         Decision, by measurement (one thread, 4 sites, at equal exchanges; reproductions/pinnacle.md, "FIPA's rank
         on PINNacle's cases"): FIPA's rank-20 sketch captured too little of these cases' curvature — on Heat 2d-MS
-        FIPA ÷ centralized was 32 at rank 20 and 1.15 with the full H_m; on PInv 3.34 and 2.59.  A dense message a
-        site can afford is not refused (with exact local GN steps the merged step is then the pooled LM step).
-        Kept to this family: FIPA's own default (rank 20, the paper's) holds for every other problem, whose figures
-        stay as they were."""
+        FIPA ÷ centralized was 32 at rank 20 (60 CPU-s) and 1.15 with the full H_m (100 CPU-s); on PInv 3.34 and
+        2.59; with this default 0.81–2.60 on all seven cases with a reference (60 CPU-s).  A dense message a site
+        can afford is not refused (with exact local GN steps the merged step is then the pooled LM step).  Kept to
+        this family: FIPA's own default (rank 20, the paper's) holds for every other problem, whose figures stay as
+        they were.  A soft default (:func:`fedsciml.runtime.driver.configure`): fipa's ``preset paper`` keeps its
+        rank, and with ``adaptive``, a ``sketch`` or another option that needs a rank ≥ 1 it is dropped, logged."""
         out = dict(self.spec.run_defaults)
         p = self.n_params
         if p * (p + 1) // 2 <= MESSAGE_FLOATS:
-            out["rank"] = 0
+            out.setdefault("rank", 0)
         return out
 
     @property

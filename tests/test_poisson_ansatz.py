@@ -18,7 +18,7 @@ def _rel(a, b):
     return float((a - b).abs().max()) / max(float(b.abs().max()), 1e-300)
 
 
-@pytest.mark.parametrize("act", ["tanh", "sin", "relu"])
+@pytest.mark.parametrize("act", ["tanh", "sin", "softplus"])
 def test_value_gradient_laplacian_is_the_network_its_jacobian_and_hessian_trace(act):
     """The forward pass's gradient is jacfwd's and its Laplacian the trace of nested jacfwd's Hessian (1e-12
     relative: the same derivatives summed in another order, a few roundings of O(1) terms); the value bitwise
@@ -65,7 +65,8 @@ def test_the_interior_rows_are_the_pde_residual_of_b_times_n_and_there_are_no_bo
     x = torch.rand(7, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
     u, lap = vmap(lambda y: pb.u_and_laplacian(th, y))(x)
     ref = vmap(lambda y: torch.trace(jacfwd(jacfwd(lambda z: pb.u(th, z)))(y)))(x)
-    assert _rel(lap, ref) <= 1e-12 and _rel(u, pb.u(th, x)) <= 1e-15
+    # u: one point at a time against the batch, the same products in another blocking (a few roundings of O(1))
+    assert _rel(lap, ref) <= 1e-12 and _rel(u, pb.u(th, x)) <= 1e-13
     x[:, 1] = 0.0
     assert torch.equal(pb.u(th, x), torch.zeros(7, dtype=torch.float64))
     (obj,) = pb.client_objectives(1)
@@ -85,15 +86,19 @@ def test_gn_on_four_clients_takes_centralized_lm_steps_and_the_error_falls():
     assert c.final["rel_l2"] < 0.5 * r0
 
 
-def test_a_saved_model_is_evaluated_through_its_ansatz(tmp_path):
+def test_the_options_rebuild_the_problem_and_a_saved_model_is_evaluated_through_its_ansatz(tmp_path):
+    """What a client process, a Flower node and ``fs.load_model`` do — ``get_problem(name, **options)`` — rebuilds
+    the problem (boundary_weight stays None: no rows to weigh); the saved model, loaded by name alone, is u = B·N
+    bitwise (the same operations on the same θ)."""
     pb = _ansatz()
+    assert pb.boundary_weight is None
+    again = get_problem("poisson", **pb.options)
+    assert again.options == pb.options and again.bubble() is not None
     r = fs.solve(pb, "centralized", max_iters=2)
     fs.save_model(r, pb, tmp_path / "m")
-    with pytest.raises(Exception, match="ansatz"):
-        fs.load_model(tmp_path / "m")  # the raw network is not u: refused without its problem
-    u = fs.load_model(tmp_path / "m", problem=pb)
     x = torch.rand(9, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
-    assert _rel(u(x).reshape(-1), pb.u(r.theta, x)) <= 1e-15
+    for u in (fs.load_model(tmp_path / "m"), fs.load_model(tmp_path / "m", problem=pb)):
+        assert torch.equal(u(x).reshape(-1), pb.u(r.theta, x))
     plain = get_problem("poisson", dim=3, n_interior=40, hidden=[6, 6])
     assert plain.bubble() is None and plain.model_description(plain.init_params(0))["ansatz"] is False
 

@@ -67,3 +67,22 @@ def test_fipa_sends_the_full_curvature_on_pinnacle_cases_where_the_message_fits_
     for w, rank in ((880, {"rank": 0}), (900, {})):
         assert get_problem("pinnacle", case="poisson2d-c", hidden=[w]).run_defaults == rank
     assert plan(get_problem("bratu"), "fipa", clients=2).config.rank == 20
+
+
+def test_a_default_never_overrides_a_method_preset_nor_turns_a_valid_call_into_an_error(caplog):
+    """fipa's ``preset paper`` sets rank 20 (and the thin-QR merge): the case's rank 0 is not applied.  With
+    ``adaptive`` or a ``sketch`` (which need rank ≥ 1) the default is dropped with one info line naming why, and the
+    run takes FIPA's own rank; an invalid combination the caller gives is still refused."""
+    import pytest
+
+    from fedsciml.options import OptionError
+
+    p = get_problem("pinnacle", case="poisson2d-c")
+    assert plan(p, "fipa", clients=2, preset="paper").config.rank == 20
+    with caplog.at_level(logging.INFO, logger="fedsciml.runtime.driver"):
+        assert plan(p, "fipa", clients=2, adaptive=True).config.rank == 20
+    assert "its default rank=0 not applied: with the options given, fipa option adaptive" in caplog.text
+    assert "its default rank=0 (give" not in caplog.text
+    assert plan(p, "fipa", clients=2, sketch="matfree").config.rank == 20
+    with pytest.raises(OptionError, match="adaptive"):
+        plan(p, "fipa", clients=2, rank=0, adaptive=True)

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Mapping
 
 import torch
 
@@ -134,6 +134,12 @@ class FIPAConfig(RobustOptions, LocalOptions, RoundOptions):
                                       "τ=100, per-part loss, rank 20, pinv cutoff 1e-5, γ=0.3, no safeguard; 1D PDEs "
                                       "also 400 interior points, end points ×20, boundary weight 10); options given "
                                       "explicitly win", str, choices=("paper",), none="none")
+
+    @classmethod
+    def preset_options(cls, given: Mapping) -> tuple[str, ...]:
+        """The options the preset ``given`` names fills (``paper``: :data:`PAPER_PRESET`'s), which a problem's
+        run defaults must not override (:func:`fedsciml.runtime.driver.run_defaults`)."""
+        return tuple(PAPER_PRESET) if given.get("preset") == "paper" else ()
 
     @classmethod
     def from_options(cls, options: dict | None = None, **more) -> FIPAConfig:

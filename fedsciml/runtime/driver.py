@@ -413,23 +413,43 @@ LOCAL_ONLY = ("resample",)
 
 def run_defaults(problem, config_cls: type[MethodConfig], engine: str, given: Mapping) -> dict:
     """The options of ``problem.run_defaults`` (:attr:`fedsciml.problems.base.Problem.run_defaults`) that the
-    method's configuration declares and the caller did not give — ``resample`` (:data:`LOCAL_ONLY`) only where
-    the clients run in this process (engine ``local``, transport local or bytes).  One info line names what is
-    applied, and one what is not and why."""
+    method's configuration declares and the caller did not give, neither as an option nor through the method's
+    own preset (``config_cls.preset_options``: fipa's ``paper``) — ``resample`` (:data:`LOCAL_ONLY`) only where
+    the clients run in this process (engine ``local``, transport local or bytes), with one info line naming what
+    is held back and why.  :func:`configure` applies them and says so (or drops them, naming why)."""
     wanted = dict(getattr(problem, "run_defaults", None) or {})
     declared = config_cls.specs()
-    out = {k: v for k, v in wanted.items() if k in declared and k not in given}
+    preset = getattr(config_cls, "preset_options", None)
+    chosen = set(given) | set(preset(given) if preset is not None else ())
+    out = {k: v for k, v in wanted.items() if k in declared and k not in chosen}
     remote = engine != "local" or given.get("transport", "local") not in ("local", "bytes")
     held = [k for k in out if k in LOCAL_ONLY and remote]
     name = getattr(problem, "name", "the problem")
     if held:
         log.info("%s: its default %s not applied: the clients draw their own points on engine %r", name,
                  ", ".join(f"{k}={out[k]!r}" for k in held), engine)
-    out = {k: v for k, v in out.items() if k not in held}
-    if out:
-        log.info("%s: its default %s (give the option to change it)", name,
-                 ", ".join(f"{k}={v!r}" for k, v in out.items()))
-    return out
+    return {k: v for k, v in out.items() if k not in held}
+
+
+def configure(problem, config_cls: type[MethodConfig], engine: str, options: Mapping) -> MethodConfig:
+    """The method's configuration from the caller's ``options`` and the problem's :func:`run_defaults`.  A problem's
+    default is a soft one: where it makes the configuration invalid with the caller's own options (PINNacle's FIPA
+    ``rank`` 0 beside ``adaptive``, a ``sketch`` or the thin-QR merge), it is dropped with one info line naming
+    why, and the caller's options are built alone — so a default never turns a valid call into an error."""
+    from fedsciml.options import OptionError
+
+    defaults = run_defaults(problem, config_cls, engine, options)
+    if not defaults:
+        return config_cls.from_options(dict(options))
+    name, listed = getattr(problem, "name", "the problem"), ", ".join(f"{k}={v!r}" for k, v in defaults.items())
+    try:
+        config = config_cls.from_options({**defaults, **options})
+    except OptionError as e:
+        config = config_cls.from_options(dict(options))  # the caller's own error, if any, is raised here
+        log.info("%s: its default %s not applied: with the options given, %s", name, listed, e)
+        return config
+    log.info("%s: its default %s (give the option to change it)", name, listed)
+    return config
 
 
 def plan(problem, method: str = SOLO_METHOD, clients: int | None = None, seed: int = 0, device="cpu",
@@ -453,7 +473,7 @@ def plan(problem, method: str = SOLO_METHOD, clients: int | None = None, seed: i
     if engines is not None and engine not in engines:
         raise ValueError(f"method {method!r} runs on engine {', '.join(engines)} only, got engine {engine!r}")
     if config is None:
-        config = use.config.from_options({**run_defaults(problem, use.config, engine, options), **options})
+        config = configure(problem, use.config, engine, options)
     elif options:
         raise TypeError(f"give the {method} options either as config or as keywords, not both")
     elif not isinstance(config, use.config):
