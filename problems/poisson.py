@@ -65,8 +65,8 @@ import torch
 
 from fedsciml.options import option
 
-from .base import (SAMPLING, TOTAL_POINTS, Preset, ProblemError, box_boundary_points, box_boundary_uniform, grid,
-                   sample_box, unit_box_bubble)
+from .base import (DTYPE, SAMPLING, TOTAL_POINTS, Preset, ProblemError, box_boundary_points, box_boundary_uniform,
+                   grid, sample_box, unit_box_bubble)
 from .pinn import PINNProblem
 from .registry import register
 
@@ -146,9 +146,8 @@ class Poisson(PINNProblem):
         Decision, by measurement (``−Δu = f``, u = Π sin πxᵢ, d = 5, [5, 32, 32, 32, 1], 4000 interior points,
         centralized LM, one thread, 120 solver CPU-s; reproductions/poisson_ansatz.md): rel L2 1.3e-4 with the
         ansatz against 5.6e-2 with the default boundary rows (β = 100; 4.9e-6 with the ansatz at 600) — the
-        network then learns
-        N = Π sin πxᵢ / 4xᵢ(1 − xᵢ), between (π/4)^d and 1 and smooth, and no boundary misfit is traded against
-        the PDE.  Not the default: the FIPA and anchor reproductions state the boundary as weighted rows, and
+        network then learns N = Π sin πxᵢ / 4xᵢ(1 − xᵢ), between (π/4)^d and 1 and smooth, and no boundary misfit
+        is traded against the PDE.  Not the default: the FIPA and anchor reproductions state the boundary as weighted rows, and
         the K-FAC preconditioner has no channel form for B·N (``auto`` takes a dense or Nyström form)."""
         return unit_box_bubble if self.u_conditions == "ansatz" else None
 
@@ -195,7 +194,7 @@ class Poisson(PINNProblem):
 
     def boundary_points(self, client, n_clients, seed):
         if self.u_conditions == "ansatz":
-            return torch.empty(0, self.dim, dtype=torch.float64)
+            return torch.empty(0, self.dim, dtype=DTYPE)
         if self.boundary_sampling == "uniform" and self.dim > 1:
             return box_boundary_uniform(self.dim, 0.0, 1.0, client, n_clients, self.n_boundary, seed)
         return box_boundary_points(self.dim, 0.0, 1.0, client, n_clients, self.n_boundary, self.sampling, seed)
