@@ -22,8 +22,11 @@ def test_the_regime_where_it_was_measured_to_win_and_dense_where_it_lost():
     for p in (10_065, 5_297, forms.KFAC_MIN_PARAMS):
         c = choose_lm_solve(3_500, p, jets=True, device="cpu", free=CPU_24G)
         assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", forms.KFAC_CG_ITERS), p
-        assert c.reason.startswith(f"matfree, K-FAC-preconditioned CG capped at {forms.KFAC_CG_ITERS}: a CPU")
+        assert c.reason.startswith(f"matfree, K-FAC-preconditioned CG capped at {forms.KFAC_CG_ITERS} (from "
+                                   f"{forms.KFAC_CG_START} at the first step, +{forms.CG_GROWTH} per accepted step): "
+                                   f"a CPU")
         assert c.settings()["precond"] == "kfac" and c.settings()["cg_cap"] == forms.KFAC_CG_ITERS
+        assert c.cg_start == c.settings()["cg_start"] == forms.KFAC_CG_START
     below = choose_lm_solve(3_500, forms.KFAC_MIN_PARAMS - 1, jets=True, device="cpu", free=CPU_24G)
     assert below.form == "kernel" and (below.precond, below.cg_iters) == ("nystrom", forms.FULL_CG_ITERS)
     assert "K-FAC" not in below.reason  # below the size threshold the reason is the flop model's alone
@@ -55,7 +58,8 @@ def test_dense_without_jets_on_a_gpu_and_where_the_user_named_another_preconditi
 def test_user_named_precond_and_cg_iters_win():
     p = 10_065
     c = choose_lm_solve(3_500, p, jets=True, cg_iters=25)
-    assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", 25) and "capped at 25 (as asked)" in c.reason
+    assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", 25) and "capped at 25 (as asked):" in c.reason
+    assert c.cg_start is None and "cg_start" not in c.settings()  # a named cap is the cap from the first step
     c = choose_lm_solve(3_500, p, jets=True, precond="kfac")
     assert (c.form, c.precond, c.cg_iters) == ("matfree", "kfac", forms.KFAC_CG_ITERS)
     # a named form is no automatic choice: the regime is off, auto/None resolve to Nyström and a full solve
@@ -86,14 +90,16 @@ def tiny_poisson(clients=1):
 
 
 def test_centralized_auto_runs_the_regime_bitwise_as_the_flags_by_hand(monkeypatch):
-    """With the threshold at the tiny problem's p, ``lm_solve auto`` is the run of ``--lm-solve matfree --precond
-    kfac --cg-iters 10``: the same operations in the same order, so bitwise the same iterates; the result records
-    the resolved preconditioner, the cap and the reason."""
+    """With the threshold at the tiny problem's p (and the growing cap's start at the cap, so the cap is fixed),
+    ``lm_solve auto`` is the run of ``--lm-solve matfree --precond kfac --cg-iters 10``: the same operations in the
+    same order, so bitwise the same iterates; the result records the resolved preconditioner, the cap and the
+    reason."""
     from fedsciml.methods.centralized import run_centralized
 
     pb, objs, th0 = tiny_poisson()
     monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", th0.numel())
     monkeypatch.setattr(forms, "KFAC_MIN_RATIO", 0.0)
+    monkeypatch.setattr(forms, "KFAC_CG_START", forms.KFAC_CG_ITERS)
     th_a, rows_a, info_a = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=4)
     th_m, rows_m, info_m = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=4,
                                            lm_solve="matfree", precond="kfac", cg_iters=10)
@@ -129,6 +135,7 @@ def test_gn_form_auto_runs_the_regime_bitwise_as_the_flags_by_hand(monkeypatch):
     pb, objs, th0 = tiny_poisson(clients=2)
     monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", th0.numel())
     monkeypatch.setattr(forms, "KFAC_MIN_RATIO", 0.0)
+    monkeypatch.setattr(forms, "KFAC_CG_START", forms.KFAC_CG_ITERS)  # a fixed cap, as the named flags give
     th_a, rows_a, info_a = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=3)
     th_m, rows_m, info_m = METHODS["gn"](pb, objs, th0, pb.evaluate, rounds=3, form="matfree", precond="kfac",
                                          cg_iters=10)
@@ -160,3 +167,38 @@ def test_a_gpu_takes_kfac_where_the_solve_is_matrix_free_anyway():
                             precond="nystrom")
     assert named.precond == "nystrom"
     assert choose_lm_solve(3_500, 10_065, jets=True, device="cuda", free=H100, solve="matfree").precond == "nystrom"
+
+
+def test_the_regime_cap_grows_with_the_accepted_steps_alike_in_centralized_and_gn(monkeypatch):
+    """Unnamed, the K-FAC regime's cap grows: ``min(10, start + 2k)`` CG iterations at the step after k accepted ones
+    (fedsciml.core.matfree.cg_cap; start 1 here so that the tiny problem's CG, which would converge in a few
+    iterations, is cut).  Federated gn counts accepted steps as centralized LM does, so with 2 clients it takes the
+    same steps: θ within 1e-9 of max|θ| after 4 rounds (the sums of the clients' products differ from the pooled
+    products in the BLAS order only; CG over ≤ 10 iterations of a well-damped system keeps that at round-off)."""
+    from fedsciml.core.matfree import MatfreeConfig, cg_cap
+    from fedsciml.methods import METHODS
+    from fedsciml.methods.centralized import run_centralized
+
+    assert [cg_cap(MatfreeConfig(max_iters=10, cg_start=3), k) for k in range(6)] == [3, 5, 7, 9, 10, 10]
+    assert cg_cap(MatfreeConfig(max_iters=10), 0) == 10
+    with pytest.raises(ValueError, match="cg_start.*must be ≥ 1"):
+        MatfreeConfig(cg_start=0).validate()
+    pb, objs, th0 = tiny_poisson()
+    monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", th0.numel())
+    monkeypatch.setattr(forms, "KFAC_MIN_RATIO", 0.0)
+    monkeypatch.setattr(forms, "KFAC_CG_START", 1)
+    th_c, rows_c, info_c = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=4)
+    assert (info_c["cg_cap"], info_c["cg_start"]) == (10, 1)
+    caps, k = [], 0
+    for r in rows_c[1:]:
+        caps.append(min(10, 1 + forms.CG_GROWTH * k))
+        k += bool(r["accepted"])
+    iters = [r["cg_iters"] for r in rows_c[1:]]
+    assert iters[0] == 1 and all(i <= c for i, c in zip(iters, caps)), (iters, caps)
+    _, _, info_f = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=4, cg_iters=10)
+    assert "cg_start" not in info_f  # a named cap is fixed
+    pb2, objs2, _ = tiny_poisson(clients=2)
+    th_g, rows_g, info_g = METHODS["gn"](pb2, objs2, th0, pb2.evaluate, rounds=4)
+    assert (info_g["strategy"]["cg_iters"], info_g["strategy"]["cg_start"]) == (10, 1)
+    assert [r["cg_iters"] for r in rows_g[1:]] == iters
+    assert torch.allclose(th_g, th_c, rtol=0, atol=1e-9 * float(th_c.abs().max()))

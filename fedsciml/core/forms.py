@@ -96,8 +96,13 @@ MIN_CHUNK_ROWS = 64
 KFAC_MIN_PARAMS = 5_000
 #: …where the cheapest dense step that fits costs at least this many K-FAC steps by the flop model
 KFAC_MIN_RATIO = 2.0
-#: CG iterations per solve in the K-FAC regime (a truncated solve: many cheap steps)
+#: CG iterations per solve in the K-FAC regime (a truncated solve: many cheap steps)…
 KFAC_CG_ITERS = 10
+#: …reached by a cap that grows with the run where no cap is named: this many at the first step, then
+#: :data:`CG_GROWTH` more per accepted step (:func:`fedsciml.core.matfree.cg_cap`)
+KFAC_CG_START = 3
+#: CG iterations a growing cap (``MatfreeConfig.cg_start``) adds per accepted step
+CG_GROWTH = 2
 #: CG iterations per matrix-free solve outside it (a full solve; the cap stops a stalled CG)
 FULL_CG_ITERS = 500
 #: the most bytes of residual graph LM's matrix-free operator holds at once: a larger graph (n rows × the floats a
@@ -247,6 +252,8 @@ class FormChoice:
     #: the matrix-free solve's preconditioner and CG cap (:func:`choose_lm_solve`; ``None`` from :func:`choose_form`)
     precond: str | None = None
     cg_iters: int | None = None
+    #: the first step's CG cap where the cap grows with the run (the K-FAC regime with no cap named), else ``None``
+    cg_start: int | None = None
 
     def settings(self) -> dict:
         """What a result records of the choice."""
@@ -255,6 +262,8 @@ class FormChoice:
             out["chunk_rows"] = self.chunk_rows
         if self.form == "matfree" and self.precond is not None:
             out.update(precond=self.precond, cg_cap=self.cg_iters)
+            if self.cg_start is not None:
+                out["cg_start"] = self.cg_start
         return out
 
 
@@ -428,11 +437,13 @@ def choose_lm_solve(n: int, p: int, *, solve: str = "auto", precond: str = "auto
         base = choose_form(n, p, device=device, dtype=dtype, need=need, allowed=("matfree",), rows=rows, free=free,
                            rank=0)
         named = " (as asked)" if cg_iters is not None else ""
-        reason = (f"matfree, K-FAC-preconditioned CG capped at {cap}{named}: {why} (many cheap truncated steps "
-                  f"beat few dense ones there: reproductions/lm_auto_kfac_exp16.md)")
+        start = None if cg_iters is not None or cap <= KFAC_CG_START else KFAC_CG_START
+        grows = "" if start is None else f" (from {start} at the first step, +{CG_GROWTH} per accepted step)"
+        reason = (f"matfree, K-FAC-preconditioned CG capped at {cap}{named}{grows}: {why} (many cheap truncated "
+                  f"steps beat few dense ones there: reproductions/lm_auto_kfac_exp16.md)")
         block, how = graph_block_rows(n, graph_floats, device=device, dtype=dtype, free=free) if need == "lm" \
             else (None, "")
-        return FormChoice("matfree", reason + (f"; {how}" if how else ""), block, base.costs, pre, cap)
+        return FormChoice("matfree", reason + (f"; {how}" if how else ""), block, base.costs, pre, cap, start)
     allowed = None if solve == "auto" else (solve,)
     choice = choose_form(n, p, device=device, dtype=dtype, need=need, allowed=allowed, rows=rows, free=free,
                          rank=rank if pre == "nystrom" else 0)

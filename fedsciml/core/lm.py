@@ -259,7 +259,9 @@ class LevenbergMarquardt:
                              f"this problem's LM solve resolved to {choice.form!r} ({choice.reason}); name the "
                              f"matrix-free solve (lm_solve matfree) or leave subspace at 0")
         # the matrix-free solve's settings are those of the size asked last (the points the next step runs on)
-        self._matfree = replace(self.cfg.matfree, precond=choice.precond, max_iters=choice.cg_iters)
+        self._matfree = replace(self.cfg.matfree, precond=choice.precond, max_iters=choice.cg_iters,
+                                cg_start=self.cfg.matfree.cg_start if self.cfg.matfree.cg_start is not None
+                                else choice.cg_start)
         return choice
 
     @property
@@ -400,7 +402,8 @@ class LevenbergMarquardt:
         mc = self.resolved_matfree
         assert mc.max_iters is not None
         res = matfree.damped_gn_step(self._op().matvec, st.g, mu, precond=ny.inverse(mu) if ny is not None else None,
-                                     rtol=mc.rtol, max_iters=mc.max_iters, rhs=rhs, stop=self.stop, krylov=reuse)
+                                     rtol=mc.rtol, max_iters=matfree.cg_cap(mc, self.accepted_steps), rhs=rhs,
+                                     stop=self.stop, krylov=reuse)
         if res.basis is not None:
             self._krylov, self.krylov_mu = (st, *res.basis), mu
         return res

@@ -35,7 +35,7 @@ from typing import Callable, Optional, Protocol, Sequence
 import torch
 from torch.func import vjp
 
-from fedsciml.core.forms import NYSTROM_RANK
+from fedsciml.core.forms import CG_GROWTH, NYSTROM_RANK
 
 Vec = Callable[[torch.Tensor], torch.Tensor]  # a linear map v ↦ A v on vectors (or on [p, k] blocks)
 
@@ -343,6 +343,9 @@ class MatfreeConfig:
     subspace_damping: str = "lm"  # the preconditioner's damping γ in the subspace step: "lm" (γ = LM's μ) or "adapt"
     #                           (three columns P_γ⁻¹g for γ/ω, γ, ωγ, ω = SUBSPACE_GAMMA_STEP; γ then moves to the
     #                           one whose column alone decreases the model most: Martens & Grosse 2015 §6.6)
+    cg_start: int | None = None  # a CG cap that grows with the accepted steps (cg_cap): this many iterations at the
+    #                           first step, CG_GROWTH more per accepted step, up to max_iters; None: max_iters at every
+    #                           step (LM's K-FAC regime sets it where no cap is named: fedsciml.core.forms.KFAC_CG_START)
 
     def validate(self) -> None:
         if self.precond not in PRECONDITIONERS + ("auto",):
@@ -362,9 +365,29 @@ class MatfreeConfig:
         if self.krylov_reuse < 0:
             raise ValueError(f"the CG directions kept for a rejected trial's next solve must be ≥ 0 (0: a fresh CG "
                              f"solve), got {self.krylov_reuse}")
+        if self.cg_start is not None and self.cg_start < 1:
+            raise ValueError(f"the first solve's CG cap (cg_start) must be ≥ 1, or None for a fixed cap; got "
+                             f"{self.cg_start}")
         if self.subspace_damping not in SUBSPACE_DAMPINGS:
             raise ValueError(f"the subspace step's preconditioner damping must be one of {', '.join(SUBSPACE_DAMPINGS)}, "
                              f"got {self.subspace_damping!r}")
+
+
+def cg_cap(cfg: MatfreeConfig, accepted: int) -> int:
+    """The CG cap of a solve after ``accepted`` accepted steps: ``cfg.max_iters``, or — with ``cfg.cg_start`` —
+    ``min(max_iters, cg_start + CG_GROWTH·accepted)``, a cap that grows with the run.
+
+    Why (decided by measurement, ``reproductions/anchors_side_by_side_300.md``): on the K-FAC-for-PINNs authors'
+    exp21 (p = 118,145, 4,000 points, one thread) a CG product costs about 3 CPU-s, so the first step at the full
+    cap of 10 ends after 30 CPU-s and leaves θ₀ at the 30-s checkpoint; a cap of 3 throughout reaches the first
+    checkpoint but trails the full cap later (0.214 against 0.134 at 120 CPU-s).  Far from the solution the damped
+    Gauss–Newton model is trusted least (LM's μ is largest), so a loose solve there loses little — the inexact-Newton
+    forcing-sequence idea, with the step count (deterministic, the same in centralized LM and federated gn, which
+    count accepted steps alike) in place of a residual test."""
+    assert cfg.max_iters is not None  # resolved by the caller (LevenbergMarquardt.resolved_matfree)
+    if cfg.cg_start is None:
+        return int(cfg.max_iters)
+    return min(int(cfg.max_iters), int(cfg.cg_start) + CG_GROWTH * int(accepted))
 
 
 @dataclass

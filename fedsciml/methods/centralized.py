@@ -12,10 +12,11 @@
   operator at each accepted point), ``none`` or ``auto`` (default).  On a CPU, for residuals in K-FAC's
   channel form at p ≥ 5·10³ where a dense step costs ≥ 2 K-FAC steps by the flop model
   (:data:`fedsciml.core.forms.KFAC_MIN_PARAMS`, ``KFAC_MIN_RATIO``), ``auto`` solves matrix-free with ``kfac``
-  and CG capped at 10 (``cg_iters``, unless named; :func:`fedsciml.core.forms.choose_lm_solve`); elsewhere
-  ``auto`` is ``nystrom`` and the cap 500.  The
-  resolved preconditioner and cap are recorded with a matrix-free solve (``info["precond"]``,
-  ``info["cg_cap"]``).
+  and CG capped at 10 (``cg_iters``, unless named; :func:`fedsciml.core.forms.choose_lm_solve`) — a cap that
+  grows from 3 at the first step by 2 per accepted step where none is named (:func:`fedsciml.core.matfree.cg_cap`:
+  the first step of p ≈ 10⁵ at the full cap ends after 30 CPU-s); elsewhere ``auto`` is ``nystrom`` and the cap
+  500.  The resolved preconditioner and cap are recorded with a matrix-free solve (``info["precond"]``,
+  ``info["cg_cap"]``, and ``info["cg_start"]`` where the cap grows).
 * ``adam`` — Adam on the mean loss ``½‖r‖²/N`` (lr 1e-3 by default).
 * ``lbfgs`` — ``torch.optim.LBFGS`` with strong-Wolfe line search (one iteration, up to
   25 function evaluations, per step; restarted from steepest descent if it stops moving).
@@ -377,6 +378,8 @@ def run_lm(obj: LeastSquares, theta: torch.Tensor, rec: Recorder, cfg: SolveConf
         info["cg_iters"] = lm.cg_iters
         info["nystrom_rank"] = lm.cfg.matfree.rank if choice.precond == "nystrom" else 0
         info["precond"], info["cg_cap"] = choice.precond, choice.cg_iters
+        if lm.resolved_matfree.cg_start is not None:
+            info["cg_start"] = lm.resolved_matfree.cg_start
         if lm.cfg.matfree.subspace > 0:
             info["subspace"], info["subspace_damping"] = lm.cfg.matfree.subspace, lm.cfg.matfree.subspace_damping
     return (lm.theta if avg is None else avg), info

@@ -84,8 +84,10 @@ regime (:func:`fedsciml.core.forms.choose_lm_solve`: a CPU, every client's
 residuals in a K-FAC channel form, p ≥ 5·10³, a dense LM step
 of at least 2 K-FAC steps by the flop model, ``precond`` auto or kfac) it is the
 matrix-free form with ``kfac`` and CG capped at 10 exchanges per solve
-(``cg_iters`` unless named) — the same rule as centralized LM's ``lm_solve
-auto``; elsewhere ``precond`` auto is ``nystrom`` and the cap 500.
+(``cg_iters`` unless named; unnamed, the cap grows from 3 at the first step
+by 2 per accepted step: :func:`fedsciml.core.matfree.cg_cap`) — the same rule
+as centralized LM's ``lm_solve auto``; elsewhere ``precond`` auto is
+``nystrom`` and the cap 500.
 
 Since ``Σ_m J_mᵀJ_m = JᵀJ`` and ``Σ_m J_mᵀr_m = Jᵀr`` for the pooled
 residual, the iterates equal centralized LM's to round-off.  An exact step
@@ -470,6 +472,8 @@ class GNStrategy(Strategy):
                 out.update(subspace=mf.subspace, subspace_damping=mf.subspace_damping)
             elif mf.max_iters != forms.FULL_CG_ITERS:
                 out["cg_iters"] = mf.max_iters
+                if mf.cg_start is not None:  # the cap grows with the accepted steps (matfree.cg_cap)
+                    out["cg_start"] = mf.cg_start
         return out
 
     def _ask(self, run, request, validate, down: int, clients: list | None = None, what: str | None = None) -> dict:
@@ -801,9 +805,10 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
                                        cg_iters=cfg.cg_iters, jets=lambda: has_jets(objectives), device=theta0.device,
                                        dtype=theta0.dtype)
         form, reason = choice.form, choice.reason
-        precond, cg_cap = choice.precond, choice.cg_iters
+        precond, cg_cap, cg_start = choice.precond, choice.cg_iters, choice.cg_start
     else:
         precond, cg_cap = forms.matfree_settings(False, cfg.precond, cfg.cg_iters)
+        cg_start = None
     assert precond is not None and cg_cap is not None
     if cfg.subspace > 0 and form != "matfree":
         raise ValueError(f"gn subspace={cfg.subspace} is a step of the matrix-free form; form resolved to {form!r}"
@@ -817,7 +822,8 @@ def gn_strategy(cfg: GNConfig, ctx: RunContext):
     return GNStrategy(LMConfig(tau=lm_tau, solve=solve, matfree=MatfreeConfig(
                               precond=precond if form == "matfree" else "nystrom",
                               rank=capped_rank(cfg.nystrom_rank, theta0.numel(), "nystrom_rank"),
-                              max_iters=cg_cap, seed=seed, subspace=cfg.subspace,
+                              max_iters=cg_cap, cg_start=cg_start if form == "matfree" else None, seed=seed,
+                              subspace=cfg.subspace,
                               subspace_damping=cfg.subspace_damping),
                                    momentum=cfg.momentum),
                           max_retries=cfg.max_retries, form=form, screen=cfg.screen,
