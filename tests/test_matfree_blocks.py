@@ -107,3 +107,64 @@ def test_the_memory_estimate_charges_a_blocked_graph_its_cap(monkeypatch):
     rows = pb.rows_per_client(1)
     assert "row blocks" in how and blocked <= cap + 8.0 * rows * (pb.network().sizes[0] + 1) + 8.0 * 60 * 1e6
     assert blocked < whole
+
+
+def test_split_operator_keeps_every_block_and_gives_the_dense_products(monkeypatch):
+    """The kept-blocks operator (fedsciml.core.matfree.SplitGNOperator, what a CPU holds past CPU_BLOCK_ROWS rows):
+    ``Σ_b J_bᵀ(J_b v)`` against the dense ``Jᵀ(Jv)`` within the summation bound, as the recomputing block operator;
+    no forward pass per product (every block's GNOperator is kept, its count of products is the operator's)."""
+    from fedsciml.core import matfree
+
+    _pb, obj, theta = kovasznay()
+    r, J = obj.residual_and_jacobian(theta)
+    n = J.shape[0]
+    assert matfree.local_operator(obj, theta).__class__ is GNOperator  # ≤ CPU_BLOCK_ROWS rows: one block
+    monkeypatch.setattr(matfree, "CPU_BLOCK_ROWS", 7)
+    op = matfree.local_operator(obj, theta)
+    assert isinstance(op, matfree.SplitGNOperator) and len(op.ops) > 3 and op.n == n
+    assert matfree.split_rows(obj, theta) == 7
+    v = torch.randn(theta.numel(), dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    bound = 4 * n * EPS * (J.abs().T @ (J.abs() @ v.abs()))
+    assert bool(((op.matvec(v) - J.T @ (J @ v)).abs() <= bound).all())
+    assert bool(((op.jv(v) - J @ v).abs() <= 4 * J.shape[1] * EPS * (J.abs() @ v.abs())).all())
+    assert bool(((op.g - J.T @ r).abs() <= 4 * n * EPS * (J.abs().T @ r.abs())).all())
+    assert float((op.r - r).abs().max()) <= 8 * EPS * float(r.abs().max())
+    assert op.products == 1 and all(o.products == 1 for o in op.ops)
+    V = torch.stack([v, 3 * v], 1)
+    assert bool(((op.matmat(V) - J.T @ (J @ V)).abs() <= 3 * bound[:, None]).all()) and op.products == 3
+
+
+def test_split_blocks_take_the_one_block_steps_in_centralized_and_gn(monkeypatch):
+    """Centralized LM's automatic K-FAC solve and federated gn's matrix-free clients on a CPU hold their graphs in
+    kept blocks past CPU_BLOCK_ROWS rows (the K-FAC factors summed over the same blocks): the iterates equal the
+    one-block run's to 1e-9 relative (the same sums regrouped, amplified by the damped system's conditioning, as in
+    the tests above)."""
+    from fedsciml.core import matfree
+    from fedsciml.methods import METHODS
+    from fedsciml.methods.centralized import run_centralized
+
+    monkeypatch.setattr(forms, "KFAC_MIN_PARAMS", 1)
+    monkeypatch.setattr(forms, "KFAC_MIN_RATIO", 0.0)
+    pb, _obj, _th = kovasznay(n_interior=40)
+    objs = pb.client_objectives(1, seed=0)
+    th0 = pb.init_params(0)
+    th_1, rows_1, _ = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=3)
+    g_1, grows_1, _ = METHODS["gn"](pb, pb.client_objectives(2, seed=0), th0, pb.evaluate, rounds=3)
+    monkeypatch.setattr(matfree, "CPU_BLOCK_ROWS", 16)
+    made = []
+    real = matfree.SplitGNOperator.__init__
+
+    def counting(self, blocks, theta):
+        made.append(len(blocks))
+        real(self, blocks, theta)
+
+    monkeypatch.setattr(matfree.SplitGNOperator, "__init__", counting)
+    th_s, rows_s, _ = run_centralized(pb, objs, th0, pb.evaluate, optimizer="lm", max_iters=3)
+    assert made and min(made) > 2  # the pooled rows were held in several kept blocks
+    assert [r.get("accepted") for r in rows_s] == [r.get("accepted") for r in rows_1]
+    assert float((th_s - th_1).norm() / th_1.norm()) < 1e-9
+    made.clear()
+    g_s, grows_s, _ = METHODS["gn"](pb, pb.client_objectives(2, seed=0), th0, pb.evaluate, rounds=3)
+    assert made and min(made) > 1  # each client's rows too
+    assert [r.get("accepted") for r in grows_s] == [r.get("accepted") for r in grows_1]
+    assert float((g_s - g_1).norm() / g_1.norm()) < 1e-9

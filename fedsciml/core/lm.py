@@ -339,7 +339,7 @@ class LevenbergMarquardt:
             if mc.precond == "nystrom":
                 # the budget is asked between pieces of a local operator's ℓ products (each a pass over the
                 # rows); a federated operator's matmat is one exchange, not split
-                local = isinstance(op, (matfree.GNOperator, matfree.BlockGNOperator))
+                local = isinstance(op, (matfree.GNOperator, matfree.SplitGNOperator, matfree.BlockGNOperator))
                 ny = matfree.Nystrom.sketch(op.matmat, p, min(mc.rank, p), dtype=st.g.dtype,
                                             device=st.g.device, generator=gen, stop=self.stop if local else None)
                 self._nystrom = (st, ny, float(ny.lam[0]))

@@ -44,7 +44,8 @@ import torch
 from fedsciml.options import StopOptions, display, option
 from fedsciml.core.kfac_forms import factors_of, has_jets, require_jets
 from fedsciml.core.forms import KFAC_MIN_PARAMS, NYSTROM_RANK
-from fedsciml.core.matfree import BlockGNOperator, GNOperator, MatfreeConfig, OutOfTime
+from fedsciml.core.matfree import (BlockGNOperator, GNOperator, MatfreeConfig, OutOfTime, SplitGNOperator,
+                                   local_operator, split_rows)
 from fedsciml.core.objective import GNStats, LeastSquares, gn_stats_from, stack_objectives
 from fedsciml.core.stats import chunked_gn_stats, row_blocks
 from fedsciml.runtime.history import Recorder
@@ -245,12 +246,13 @@ def lm_stats_fn(obj: LeastSquares, lm: LevenbergMarquardt):
 
         def operator(theta):
             if block is not None and block < obj.n_residuals:
-                op: GNOperator | BlockGNOperator = BlockGNOperator(
+                op: GNOperator | SplitGNOperator | BlockGNOperator = BlockGNOperator(
                     [b.residual for b in row_blocks(obj, theta, block)], theta)
-            else:
-                op = GNOperator(obj.residual, theta)
+                rows = block
+            else:  # the whole graph held; on a CPU in blocks of ~10³ rows (matfree.CPU_BLOCK_ROWS: faster)
+                op, rows = local_operator(obj, theta), split_rows(obj, theta)
             return GNStats(H=None, g=op.g, loss=op.loss, n=op.n, op=op,
-                           factors=factors_of(obj, theta, block) if kfac else None)
+                           factors=factors_of(obj, theta, rows) if kfac else None)
 
         return operator
     if form == "chunked":

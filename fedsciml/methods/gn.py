@@ -240,11 +240,12 @@ def choose_form(rows: list, p: int, device=None, dtype: torch.dtype = torch.floa
 # --- the clients' side of the matrix-free form ------------------------------------------------------------
 
 
-def _operator(client, theta) -> matfree.GNOperator:
-    """The client's Gauss–Newton operator at θ, kept while θ is unchanged (one vjp pass per point)."""
+def _operator(client, theta) -> matfree.GNOperator | matfree.SplitGNOperator:
+    """The client's Gauss–Newton operator at θ, kept while θ is unchanged (one vjp pass per point; on a CPU in
+    blocks of ~10³ rows, :func:`fedsciml.core.matfree.local_operator`)."""
     cached = client.__dict__.get("_gn_operator")
     if cached is None or cached.theta.shape != theta.shape or not torch.equal(cached.theta, theta):
-        cached = matfree.GNOperator(client.objective.residual, theta)
+        cached = matfree.local_operator(client.objective, theta)
         client.__dict__["_gn_operator"] = cached
     return cached
 
@@ -253,7 +254,8 @@ def _answer_gn_grad(client, request, pre, deadline):
     op = _operator(client, request.tensors["theta"])
     msg = {"g": op.g, "loss": op.loss.reshape(1), "n": client.n_like(op.theta)}
     if request.config.get("precond") == "kfac":  # the K-FAC-for-PINNs factors ride with the gradient
-        msg["kfac"] = kfac_forms.factors_of(client.objective, op.theta).pack()
+        msg["kfac"] = kfac_forms.factors_of(client.objective, op.theta, matfree.split_rows(client.objective,
+                                                                                          op.theta)).pack()
     return Reply(msg)
 
 

@@ -12,7 +12,7 @@ depends on J_m only through J_mᵀJ_m).  Either costs O(n_m²·p) flops a client
 
 Rows (CPU seconds of one step at one thread, the median of ``--reps`` after one warm-up, ``time.process_time``):
   matfree      centralized LM's step today: the residual graph and gradient, the K-FAC factors, ``--cg`` products
-               JᵀJv through the graph, the trial's loss
+               JᵀJv through the graph (kept row blocks on a CPU: ``matfree.local_operator``), the trial's loss
   explicit     the same step on an explicit J: J by ``vmap(jacrev)``, the factors, ``--cg`` products Jᵀ(Jv), the
                trial's loss (what the server's CG would cost on stacked R, plus forming J)
   sqrt-qr      the clients' messages in the ``sqrt`` form: each client's J_m and the R factor of QR([J_m | r_m])
@@ -37,8 +37,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from fedsciml.core.kfac_forms import factors_of  # noqa: E402
 from fedsciml.core.kfac_pinn import part_factors  # noqa: E402
-from fedsciml.core.matfree import GNOperator  # noqa: E402
+from fedsciml.core.matfree import local_operator, split_rows  # noqa: E402
 from fedsciml.problems import get_problem  # noqa: E402
 from fedsciml.problems.registry import REGISTRY  # noqa: E402
 
@@ -68,9 +69,9 @@ def main(argv=None) -> int:
     v = torch.randn_like(theta)
     trial = theta + 1e-3 * v
 
-    def matfree():
-        op = GNOperator(pooled.residual, theta)
-        part_factors(net, theta, pooled.parts)
+    def matfree():  # the operator and factors as centralized LM holds them (kept row blocks on a CPU)
+        op = local_operator(pooled, theta)
+        factors_of(pooled, theta, split_rows(pooled, theta))
         for _ in range(a.cg):
             op.matvec(v)
         with torch.no_grad():
