@@ -96,10 +96,12 @@ class GNOperator:
 #: (:func:`local_operator`, :class:`SplitGNOperator`).  Why: a product's intermediates are n × channels × width
 #: floats, and glibc serves an allocation above its mmap threshold (at most 32 MiB) with fresh pages that the
 #: kernel zero-fills on first touch, every time; blocks of ~10³ rows keep them below it.  Measured on exp21
-#: (p = 118,145, 4,000 rows, 12 channels × 256 widths; one thread; ``scripts/bench/split_rows.py``): a product
-#: 4.21 → 2.53 CPU-s and the K-FAC factors 5.86 → 2.93 with 4 blocks of 1,019 rows (2.70 and 3.23 in one block
-#: with ``MALLOC_MMAP_THRESHOLD_`` raised: the allocator, not the arithmetic); 8 and 16 blocks were slower again
-#: (2.80, 2.91).  exp16 (3,500 rows, 7 × 64): factors 0.52 → 0.32, a product 0.31 → 0.26.  A GPU keeps one block.
+#: (p = 118,145, 4,000 rows, 12 channels × 256 widths; one thread; ``scripts/bench/split_rows.py``), one block →
+#: 4 blocks: the K-FAC factors 5.86 → 2.93 and 5.00 → 2.86 CPU-s in two runs, a product 4.21 → 2.53 in the first
+#: and 3.00 → 2.96 in the second (the one block's cost varies; with ``MALLOC_MMAP_THRESHOLD_`` raised it ran in
+#: 2.70 and 3.23: the allocator, not the arithmetic); 8 and 16 blocks were slower again (2.80, 2.91).  exp16
+#: (3,500 rows, 7 × 64): factors 0.52 → 0.32 and 0.57 → 0.30, a product 0.31 → 0.26 and 0.34 → 0.23.  A GPU keeps
+#: one block.
 CPU_BLOCK_ROWS = 1024
 
 
